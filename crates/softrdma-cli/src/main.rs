@@ -1,1 +1,62 @@
-fn main() {}
+//! `softrdma`: the command-line face of softrdma, modelled on the rdma-core tools.
+//!
+//! Today it reads captures: `softrdma pcap verify` checks every RoCE v2 packet's ICRC and
+//! framing, and `softrdma pcap decode` prints them one per line, as text or JSON.
+
+mod pcap;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// softrdma: RDMA over RoCE v2 in user space.
+#[derive(Debug, Parser)]
+#[command(name = "softrdma", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Read RoCE v2 packets from classic pcap captures.
+    #[command(subcommand)]
+    Pcap(PcapCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum PcapCommand {
+    /// Check the ICRC and framing of every RoCE v2 packet. Prints one line per file; exits 0
+    /// when nothing is bad, 1 when a packet is malformed or has a bad ICRC, 2 when a file
+    /// cannot be read.
+    Verify {
+        /// Capture files (classic pcap, Ethernet).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Print one line per RoCE v2 packet (UDP destination port 4791), in capture order.
+    Decode {
+        /// Print one JSON object per packet instead of a tshark-like summary.
+        #[arg(long)]
+        json: bool,
+        /// Capture file (classic pcap, Ethernet).
+        file: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut out = std::io::stdout().lock();
+    let result = match cli.command {
+        Command::Pcap(PcapCommand::Verify { files }) => pcap::verify(&files, &mut out),
+        Command::Pcap(PcapCommand::Decode { json, file }) => pcap::decode(&file, json, &mut out),
+    };
+    match result {
+        Ok(code) => code,
+        Err(pcap::Fatal::OutputClosed) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("softrdma: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

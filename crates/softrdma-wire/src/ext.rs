@@ -469,7 +469,8 @@ header_view!(
 );
 
 impl<T: AsRef<[u8]>> Feth<T> {
-    fn word(&self) -> u32 {
+    /// The whole header as a big-endian word, reserved bits included.
+    pub fn word(&self) -> u32 {
         be::u32(self.buffer.as_ref(), 0)
     }
     /// Placement type (1: global visibility, 2: persistence).

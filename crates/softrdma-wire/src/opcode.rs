@@ -113,6 +113,7 @@ pub enum Header {
 
 impl Header {
     /// Length of the header in bytes.
+    #[allow(clippy::len_without_is_empty)] // a header is never empty
     pub const fn len(self) -> usize {
         match self {
             Header::Reth => 16,

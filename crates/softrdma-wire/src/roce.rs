@@ -96,8 +96,13 @@ impl<'a> RoceFrame<'a> {
     }
 
     /// Parses a packet that starts with its IPv4 or IPv6 header.
+    ///
+    /// Traffic that is recognisably not RoCE v2 (another protocol or UDP port) is
+    /// [`Error::NotRoce`] even when it is truncated or fragmented, so that callers can skip it;
+    /// every other error means a damaged RoCE v2 packet.
     pub fn parse_ip(packet: &'a [u8]) -> Result<Self> {
         Error::check_len(Layer::Ipv4, ipv4_field::LEN, packet.len())?;
+        classify(packet)?;
         let version = packet[0] >> 4;
         let (ip_header, ip, datagram) = match version {
             4 => {
@@ -176,6 +181,33 @@ impl<'a> RoceFrame<'a> {
     pub fn icrc_ok(&self) -> bool {
         self.computed_icrc() == self.ib.icrc()
     }
+}
+
+/// Rejects, before any length or fragment checks, what is visibly not RoCE v2: a protocol
+/// other than UDP, or a UDP destination port other than 4791 where the UDP header is present.
+fn classify(packet: &[u8]) -> Result<()> {
+    let (proto, udp_at, first_fragment) = match packet[0] >> 4 {
+        4 => {
+            let flags = u16::from_be_bytes([packet[6], packet[7]]);
+            let ihl = usize::from(packet[0] & 0x0F) * 4;
+            if ihl < ipv4_field::LEN {
+                return Ok(());
+            }
+            (packet[9], ihl, flags & 0x1FFF == 0)
+        }
+        6 if packet.len() >= ipv6_field::LEN => (packet[6], ipv6_field::LEN, true),
+        _ => return Ok(()),
+    };
+    if proto != PROTO_UDP && proto != crate::ip::PROTO_IPV6_FRAGMENT {
+        return Err(Error::NotRoce(NotRoceReason::IpProtocol(proto)));
+    }
+    if proto == PROTO_UDP && first_fragment && packet.len() >= udp_at + 4 {
+        let port = u16::from_be_bytes([packet[udp_at + 2], packet[udp_at + 3]]);
+        if port != ROCE_V2_PORT {
+            return Err(Error::NotRoce(NotRoceReason::UdpPort(port)));
+        }
+    }
+    Ok(())
 }
 
 /// The plain form of a whole RoCE v2 packet, from the IP header on.

@@ -22,6 +22,10 @@ const EXPECTED: &[(&str, usize)] = &[
     ("rping.pcap", 41),
     ("uc_pingpong.pcap", 10),
     ("ud_pingpong.pcap", 10),
+    ("extra/ib_read_bw.pcap", 20),
+    ("extra/ib_send_lat_3b.pcap", 20),
+    ("extra/rc_pingpong_2k.pcap", 24),
+    ("extra/rc_pingpong_ipv6.pcap", 12),
 ];
 
 struct Outcome {
@@ -84,14 +88,19 @@ fn check_file(name: &str) -> Outcome {
 
 #[test]
 fn every_capture_decodes_verifies_and_reemits() {
-    let mut files: Vec<_> = std::fs::read_dir(data_dir())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n.ends_with(".pcap"))
-        .collect();
+    let mut files = vec![];
+    for dir in ["", "extra/"] {
+        for e in std::fs::read_dir(data_dir().join(dir)).unwrap() {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            if name.ends_with(".pcap") {
+                files.push(format!("{dir}{name}"));
+            }
+        }
+    }
     files.sort();
-    let expected: Vec<_> = EXPECTED.iter().map(|(n, _)| n.to_string()).collect();
-    assert_eq!(files, expected);
+    let mut expected: Vec<_> = EXPECTED.iter().map(|(n, _)| n.to_string()).collect();
+    expected.sort();
+    assert_eq!(files, expected, "every bundled capture is checked");
     for &(name, count) in EXPECTED {
         let out = check_file(name);
         assert_eq!(out.roce, count, "{name}: RoCE packets");
