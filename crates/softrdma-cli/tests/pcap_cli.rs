@@ -23,11 +23,21 @@ fn captures() -> Vec<PathBuf> {
     v
 }
 
+/// Runs a command to completion, failing the test if it takes longer than a minute.
+fn run(mut cmd: Command) -> Output {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let what = format!("{cmd:?}");
+    std::thread::spawn(move || tx.send(cmd.output()));
+    match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(out) => out.unwrap_or_else(|e| panic!("{what} does not start: {e}")),
+        Err(_) => panic!("{what} ran for more than 60 s"),
+    }
+}
+
 fn softrdma(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_softrdma"))
-        .args(args)
-        .output()
-        .expect("softrdma runs")
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_softrdma"));
+    cmd.args(args);
+    run(cmd)
 }
 
 fn stdout(o: &Output) -> String {

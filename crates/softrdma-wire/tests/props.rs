@@ -147,7 +147,12 @@ macro_rules! header_round_trip {
     };
 }
 
-header_round_trip!(bth_round_trips, (0u8..=255).prop_flat_map(bth_for), Bth, BthRepr);
+header_round_trip!(
+    bth_round_trips,
+    (0u8..=255).prop_flat_map(bth_for),
+    Bth,
+    BthRepr
+);
 header_round_trip!(reth_round_trips, reth(), Reth, RethRepr);
 header_round_trip!(aeth_round_trips, aeth(), Aeth, AethRepr);
 header_round_trip!(atomic_eth_round_trips, atomic(), AtomicEth, AtomicEthRepr);
