@@ -317,6 +317,13 @@ repr_impl!(AtomicEthRepr, AtomicEth, {
     compare: compare / set_compare,
 });
 
+/// Byte ranges of the AtomicAckETH fields.
+pub mod atomic_ack_field {
+    use core::ops::Range;
+    /// Original remote value.
+    pub const ORIG: Range<usize> = 0..8;
+}
+
 header_view!(
     /// A view of an Atomic ACK Extended Transport Header (IBTA vol. 1, 9.3.6).
     AtomicAckEth,
@@ -327,14 +334,14 @@ header_view!(
 impl<T: AsRef<[u8]>> AtomicAckEth<T> {
     /// The remote value before the atomic operation.
     pub fn orig(&self) -> u64 {
-        be::u64(self.buffer.as_ref(), 0)
+        be::u64(self.buffer.as_ref(), atomic_ack_field::ORIG.start)
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> AtomicAckEth<T> {
     /// Sets the original remote value.
     pub fn set_orig(&mut self, v: u64) {
-        be::set_u64(self.buffer.as_mut(), 0, v)
+        be::set_u64(self.buffer.as_mut(), atomic_ack_field::ORIG.start, v)
     }
 }
 
@@ -401,6 +408,13 @@ pub struct DethRepr {
 
 repr_impl!(DethRepr, Deth, { qkey: qkey / set_qkey, src_qp: src_qp / set_src_qp });
 
+/// Byte range of the one 32-bit word of ImmDt, IETH and FETH.
+pub mod word_field {
+    use core::ops::Range;
+    /// The word.
+    pub const WORD: Range<usize> = 0..4;
+}
+
 /// Declares a 4-byte header holding one opaque u32.
 macro_rules! u32_header {
     ($(#[$meta:meta])* $view:ident, $repr:ident, $layer:expr, $get:ident, $set:ident, $doc:literal) => {
@@ -409,14 +423,14 @@ macro_rules! u32_header {
         impl<T: AsRef<[u8]>> $view<T> {
             #[doc = $doc]
             pub fn $get(&self) -> u32 {
-                be::u32(self.buffer.as_ref(), 0)
+                be::u32(self.buffer.as_ref(), word_field::WORD.start)
             }
         }
 
         impl<T: AsRef<[u8]> + AsMut<[u8]>> $view<T> {
             #[doc = concat!("Sets: ", $doc)]
             pub fn $set(&mut self, v: u32) {
-                be::set_u32(self.buffer.as_mut(), 0, v)
+                be::set_u32(self.buffer.as_mut(), word_field::WORD.start, v)
             }
         }
 
@@ -471,7 +485,7 @@ header_view!(
 impl<T: AsRef<[u8]>> Feth<T> {
     /// The whole header as a big-endian word, reserved bits included.
     pub fn word(&self) -> u32 {
-        be::u32(self.buffer.as_ref(), 0)
+        be::u32(self.buffer.as_ref(), word_field::WORD.start)
     }
     /// Placement type (1: global visibility, 2: persistence).
     pub fn placement_type(&self) -> u8 {
@@ -486,7 +500,7 @@ impl<T: AsRef<[u8]>> Feth<T> {
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Feth<T> {
     fn set_word(&mut self, mask: u32, v: u32) {
         let w = (self.word() & !mask) | (v & mask);
-        be::set_u32(self.buffer.as_mut(), 0, w)
+        be::set_u32(self.buffer.as_mut(), word_field::WORD.start, w)
     }
     /// Sets the placement type (low four bits of `v`).
     pub fn set_placement_type(&mut self, v: u8) {

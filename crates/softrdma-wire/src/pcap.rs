@@ -255,3 +255,67 @@ impl fmt::Display for PcapHeader {
         )
     }
 }
+
+#[cfg(all(test, feature = "std"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writer_output_reads_back() {
+        let mut w = PcapWriter::new(Vec::new(), LINKTYPE_ETHERNET).unwrap();
+        w.write_packet(std::time::Duration::new(5, 250_000), b"abc")
+            .unwrap();
+        w.write_packet(std::time::Duration::new(6, 0), b"").unwrap();
+        let bytes = w.into_inner().unwrap();
+        let r = PcapReader::new(&bytes).unwrap();
+        assert_eq!(r.header().linktype, LINKTYPE_ETHERNET);
+        assert_eq!((r.header().version_major, r.header().version_minor), (2, 4));
+        let recs: Vec<_> = r.map(Result::unwrap).collect();
+        assert_eq!(recs.len(), 2);
+        assert_eq!(recs[0].data, b"abc");
+        assert_eq!(recs[0].timestamp_ns(), 5_000_250_000);
+        assert_eq!(recs[1].orig_len, 0);
+    }
+
+    #[test]
+    fn damaged_files_are_errors() {
+        assert_eq!(
+            PcapReader::new(b"\x0a\x0d\x0d\x0a").unwrap_err(),
+            PcapError::NotPcap(0x0a0d0d0a)
+        );
+        assert_eq!(
+            PcapReader::new(&[0xd4, 0xc3]).unwrap_err(),
+            PcapError::TruncatedHeader(2)
+        );
+        let mut bytes = file_header(LINKTYPE_ETHERNET, 100).to_vec();
+        bytes.extend_from_slice(&record_header(0, 0, 10, 10));
+        bytes.extend_from_slice(b"short");
+        let mut r = PcapReader::new(&bytes).unwrap();
+        assert!(matches!(
+            r.next(),
+            Some(Err(PcapError::TruncatedRecord {
+                need: 26,
+                have: 21,
+                ..
+            }))
+        ));
+        assert!(r.next().is_none());
+    }
+
+    #[test]
+    fn big_endian_nanosecond_files_read() {
+        let mut bytes = vec![0xa1, 0xb2, 0x3c, 0x4d, 0, 2, 0, 4];
+        bytes.extend_from_slice(&[0; 8]);
+        bytes.extend_from_slice(&65535u32.to_be_bytes());
+        bytes.extend_from_slice(&1u32.to_be_bytes());
+        bytes.extend_from_slice(&7u32.to_be_bytes());
+        bytes.extend_from_slice(&9u32.to_be_bytes());
+        bytes.extend_from_slice(&1u32.to_be_bytes());
+        bytes.extend_from_slice(&1u32.to_be_bytes());
+        bytes.push(0xEE);
+        let mut r = PcapReader::new(&bytes).unwrap();
+        assert!(r.header().big_endian && r.header().nanos);
+        let rec = r.next().unwrap().unwrap();
+        assert_eq!((rec.ts_sec, rec.ts_nsec, rec.data), (7, 9, &[0xEE][..]));
+    }
+}
