@@ -1,0 +1,35 @@
+//! The RoCE v2 transport as a pure state machine: RC, UC and UD queue pairs that do what Linux
+//! rxe's `rxe_req.c`, `rxe_resp.c` and `rxe_comp.c` do, with no sockets, clock, threads or
+//! unsafe code; and a deterministic network simulator to test them.
+//!
+//! # Calling contract
+//!
+//! A [`QueuePair`] is driven entirely by its owner:
+//!
+//! * **Inputs.** [`QueuePair::post_send`], [`QueuePair::post_recv`], [`QueuePair::modify`],
+//!   [`QueuePair::handle_packet`] (a checked packet, already demultiplexed by destination QPN,
+//!   with the IP addresses it came with) and [`QueuePair::handle_timeout`].
+//! * **Outputs.** [`QueuePair::poll_transmit`] (call until `None` after every input),
+//!   [`QueuePair::poll_completion`], [`QueuePair::poll_event`] and
+//!   [`QueuePair::poll_timeout`] (the next instant `handle_timeout` must be called at).
+//! * **Time** is an [`Instant`] passed in by the caller; it must not go backwards.
+//! * **Memory** is reached only through the [`Memory`] trait given at creation, which checks
+//!   key, protection domain, bounds and access flags on every access.
+//! * Nothing blocks, sleeps, allocates per packet beyond the caller's buffer, or panics on
+//!   any packet: bad input is dropped and counted, or answered with the NAK the IBTA rules
+//!   call for.
+//!
+//! # Not yet implemented
+//! FLUSH and ATOMIC WRITE requests are refused with an invalid-request NAK; memory windows and
+//! SEND with invalidate's actual invalidation are left to the device layer.
+
+pub mod memory;
+pub mod qp;
+pub mod sim;
+pub mod state;
+pub mod types;
+
+pub use memory::{Access, AtomicOp, MemError, Memory, Pd, SimMemory};
+pub use qp::{PostError, QpCaps, QpConfig, QpCounters, QueuePair, Srq, Transmit};
+pub use state::{AttrMask, ModifyError, QpAttr};
+pub use types::*;

@@ -1,0 +1,786 @@
+//! One queue pair: requester, completer and responder of RC, UC and UD, with no I/O.
+//!
+//! See the crate documentation for the calling contract.
+
+mod requester;
+mod responder;
+
+use crate::memory::{Memory, Pd};
+use crate::state::{ModifyError, QpAttr, check_modify};
+use crate::types::*;
+use core::time::Duration;
+use softrdma_wire::bth::DEFAULT_PKEY;
+use softrdma_wire::packet::IbPacket;
+use softrdma_wire::{Psn, Qpn};
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Mutex};
+
+pub(crate) use requester::Requester;
+pub(crate) use responder::Responder;
+
+/// Most unacknowledged PSNs a requester keeps in flight (rxe's `RXE_MAX_UNACKED_PSNS`).
+pub const MAX_UNACKED_PSNS: i32 = 128;
+/// The requester sets AckReq at least this often (rxe's `RXE_MAX_PKT_PER_ACK`).
+pub const MAX_PKT_PER_ACK: u32 = 64;
+/// Largest message, as rxe's `max_msg_sz`.
+pub const MAX_MSG_SIZE: u64 = 1 << 31;
+/// Length of the GRH area at the start of every UD receive buffer.
+pub const GRH_LEN: usize = 40;
+
+/// The RNR NAK timer codes in microseconds (IBTA vol. 1, 9.7.5.2.8, table "Encoding for RNR
+/// NAK Timer Field").
+pub const RNR_TIMER_US: [u32; 32] = [
+    655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
+    5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122_880, 163_840, 245_760,
+    327_680, 491_520,
+];
+
+/// The delay an RNR timer code stands for.
+pub fn rnr_delay(code: u8) -> Duration {
+    Duration::from_micros(RNR_TIMER_US[usize::from(code & 0x1F)].into())
+}
+
+/// The local ACK timeout for a timeout exponent: 4.096 µs × 2^timeout (IBTA vol. 1,
+/// 9.7.6.1.3); `None` for 0, which means infinite.
+pub fn ack_timeout(timeout: u8) -> Option<Duration> {
+    (timeout != 0).then(|| Duration::from_nanos(4096u64 << timeout.min(31)))
+}
+
+/// Limits fixed when the QP is created (`struct ibv_qp_cap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QpCaps {
+    /// Send queue depth.
+    pub max_send_wr: u32,
+    /// Receive queue depth.
+    pub max_recv_wr: u32,
+    /// SGEs per send WR.
+    pub max_send_sge: u32,
+    /// SGEs per receive WR.
+    pub max_recv_sge: u32,
+    /// Inline bytes per send WR.
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCaps {
+    fn default() -> Self {
+        Self {
+            max_send_wr: 1024,
+            max_recv_wr: 1024,
+            max_send_sge: 32,
+            max_recv_sge: 32,
+            max_inline_data: 256,
+        }
+    }
+}
+
+/// Everything needed to create a QP.
+#[derive(Debug, Clone)]
+pub struct QpConfig {
+    /// This QP's number.
+    pub qpn: Qpn,
+    /// Transport.
+    pub qp_type: QpType,
+    /// Protection domain of the QP; every MR it uses must be in it.
+    pub pd: Pd,
+    /// Queue limits.
+    pub caps: QpCaps,
+    /// Signal every send WR, not only those with [`SendFlags::SIGNALED`].
+    pub sq_sig_all: bool,
+    /// Take receive WRs from this SRQ instead of the QP's own receive queue.
+    pub srq: Option<Srq>,
+    /// The port's active MTU: the path MTU of UD QPs, and of RC/UC QPs until RTR sets one.
+    pub port_mtu: Mtu,
+}
+
+/// What the application did wrong when posting. The QP is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    /// The QP is not in a state that accepts this post.
+    #[error("{verb}: QP {qpn} is in state {state}")]
+    InvalidState {
+        /// `post_send` or `post_recv`.
+        verb: &'static str,
+        /// The QP.
+        qpn: u32,
+        /// Its state.
+        state: QpState,
+    },
+    /// The queue already holds its maximum number of WRs.
+    #[error("{verb}: the queue is full ({depth} WRs)")]
+    QueueFull {
+        /// `post_send` or `post_recv`.
+        verb: &'static str,
+        /// The depth it was created with.
+        depth: u32,
+    },
+    /// A WR attribute is invalid.
+    #[error("{verb}: invalid {attr}: {why}")]
+    InvalidAttr {
+        /// `post_send` or `post_recv`.
+        verb: &'static str,
+        /// The `ibv_send_wr`/`ibv_recv_wr` field.
+        attr: &'static str,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// The QP receives through an SRQ; post to the SRQ.
+    #[error("post_recv: QP {0} uses a shared receive queue")]
+    HasSrq(u32),
+}
+
+/// A packet the engine wants sent. The InfiniBand part (BTH through ICRC) is in the buffer
+/// passed to [`QueuePair::poll_transmit`]; its ICRC is computed for an IP header with
+/// identification 0, DF set and TTL 64 (IPv4) or flow label 0 and hop limit 64 (IPv6), and a
+/// UDP checksum of 0: what Linux sends for an unconnected UDP socket with DF set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Transmit {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// UDP source port (rxe's function of the two QPNs).
+    pub src_port: u16,
+    /// Bytes in the buffer.
+    pub len: usize,
+}
+
+/// Per-QP counters, the raw material of the device's `hw_counters`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct QpCounters {
+    /// Packets handed out by `poll_transmit`.
+    pub sent_packets: u64,
+    /// Packets given to `handle_packet`.
+    pub rcvd_packets: u64,
+    /// Request packets sent again.
+    pub retransmits: u64,
+    /// Local ACK timeouts.
+    pub timeouts: u64,
+    /// Duplicate requests received.
+    pub duplicate_requests: u64,
+    /// Requests received ahead of the expected PSN.
+    pub out_of_sequence: u64,
+    /// PSN-sequence NAKs sent.
+    pub seq_naks_sent: u64,
+    /// PSN-sequence NAKs received.
+    pub seq_naks_rcvd: u64,
+    /// RNR NAKs sent.
+    pub rnr_naks_sent: u64,
+    /// RNR NAKs received.
+    pub rnr_naks_rcvd: u64,
+    /// WRs that failed with RETRY_EXC_ERR.
+    pub retry_exceeded: u64,
+    /// WRs that failed with RNR_RETRY_EXC_ERR.
+    pub rnr_retry_exceeded: u64,
+    /// Packets dropped: wrong state, address, transport, P_Key or Q_Key, or a UC message
+    /// with a missing packet.
+    pub dropped: u64,
+}
+
+/// The attribute values in force.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Attrs {
+    pub access: AccessFlags,
+    pub qkey: u32,
+    pub av: AddressVector,
+    pub mtu: Mtu,
+    pub dest_qpn: Qpn,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub sq_psn: Psn,
+    pub rq_psn: Psn,
+    pub sqd_notify: bool,
+}
+
+impl Default for Attrs {
+    fn default() -> Self {
+        let any = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+        Self {
+            access: AccessFlags::empty(),
+            qkey: 0,
+            av: AddressVector { src: any, dst: any },
+            mtu: Mtu::M1024,
+            dest_qpn: Qpn::new(0),
+            timeout: 0,
+            retry_cnt: 0,
+            rnr_retry: 0,
+            min_rnr_timer: 0,
+            max_rd_atomic: 0,
+            max_dest_rd_atomic: 0,
+            sq_psn: Psn::new(0),
+            rq_psn: Psn::new(0),
+            sqd_notify: false,
+        }
+    }
+}
+
+/// A shared receive queue. Cloning gives another handle to the same queue.
+#[derive(Debug, Clone, Default)]
+pub struct Srq(Arc<Mutex<SrqInner>>);
+
+#[derive(Debug, Default)]
+struct SrqInner {
+    wrs: VecDeque<RecvWr>,
+    max_wr: u32,
+    max_sge: u32,
+    limit: Option<u32>,
+}
+
+impl Srq {
+    /// An SRQ of `max_wr` WRs with up to `max_sge` SGEs each.
+    pub fn new(max_wr: u32, max_sge: u32) -> Self {
+        Self(Arc::new(Mutex::new(SrqInner {
+            wrs: VecDeque::new(),
+            max_wr,
+            max_sge,
+            limit: None,
+        })))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SrqInner> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Posts a receive WR.
+    pub fn post_recv(&self, wr: RecvWr) -> Result<(), PostError> {
+        let mut s = self.lock();
+        if s.wrs.len() as u32 >= s.max_wr {
+            return Err(PostError::QueueFull {
+                verb: "post_srq_recv",
+                depth: s.max_wr,
+            });
+        }
+        if wr.sg_list.len() as u32 > s.max_sge {
+            return Err(PostError::InvalidAttr {
+                verb: "post_srq_recv",
+                attr: "num_sge",
+                why: "more SGEs than max_sge",
+            });
+        }
+        s.wrs.push_back(wr);
+        Ok(())
+    }
+
+    /// Arms the limit event: it fires once when fewer than `limit` WRs remain
+    /// (`ibv_modify_srq` with `IBV_SRQ_LIMIT`).
+    pub fn arm_limit(&self, limit: u32) {
+        self.lock().limit = Some(limit);
+    }
+
+    /// WRs posted and not yet consumed.
+    pub fn len(&self) -> usize {
+        self.lock().wrs.len()
+    }
+
+    /// True when no WR is posted.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Takes the next WR; the second value is true when this crossed the armed limit.
+    fn take(&self) -> Option<(RecvWr, bool)> {
+        let mut s = self.lock();
+        let wr = s.wrs.pop_front()?;
+        let fired = match s.limit {
+            Some(l) if (s.wrs.len() as u32) < l => {
+                s.limit = None;
+                true
+            }
+            _ => false,
+        };
+        Some((wr, fired))
+    }
+
+    /// Puts back a WR taken for a message that was then dropped.
+    fn untake(&self, wr: RecvWr) {
+        self.lock().wrs.push_front(wr);
+    }
+}
+
+/// A queue pair.
+pub struct QueuePair {
+    pub(crate) cfg: QpConfig,
+    pub(crate) mem: Arc<dyn Memory>,
+    pub(crate) state: QpState,
+    pub(crate) attrs: Attrs,
+    pub(crate) req: Requester,
+    pub(crate) resp: Responder,
+    pub(crate) completions: VecDeque<Completion>,
+    pub(crate) events: VecDeque<AsyncEvent>,
+    pub(crate) counters: QpCounters,
+}
+
+impl core::fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("qpn", &self.cfg.qpn)
+            .field("qp_type", &self.cfg.qp_type)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QueuePair {
+    /// A new QP in RESET that reaches memory only through `mem`.
+    pub fn new(cfg: QpConfig, mem: Arc<dyn Memory>) -> Self {
+        let attrs = Attrs {
+            mtu: cfg.port_mtu,
+            ..Attrs::default()
+        };
+        Self {
+            cfg,
+            mem,
+            state: QpState::Reset,
+            attrs,
+            req: Requester::default(),
+            resp: Responder::default(),
+            completions: VecDeque::new(),
+            events: VecDeque::new(),
+            counters: QpCounters::default(),
+        }
+    }
+
+    /// This QP's number.
+    pub fn qpn(&self) -> Qpn {
+        self.cfg.qpn
+    }
+
+    /// The transport.
+    pub fn qp_type(&self) -> QpType {
+        self.cfg.qp_type
+    }
+
+    /// The current state.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// Counters since creation.
+    pub fn counters(&self) -> QpCounters {
+        self.counters
+    }
+
+    /// The attributes in force (`ibv_query_qp`), every field set.
+    pub fn query(&self) -> QpAttr {
+        let a = &self.attrs;
+        QpAttr {
+            state: Some(self.state),
+            cur_state: Some(self.state),
+            en_sqd_async_notify: Some(a.sqd_notify),
+            access_flags: Some(a.access),
+            pkey_index: Some(0),
+            port: Some(1),
+            qkey: Some(a.qkey),
+            av: Some(a.av),
+            path_mtu: Some(a.mtu),
+            timeout: Some(a.timeout),
+            retry_cnt: Some(a.retry_cnt),
+            rnr_retry: Some(a.rnr_retry),
+            rq_psn: Some(self.resp.epsn),
+            max_rd_atomic: Some(a.max_rd_atomic),
+            min_rnr_timer: Some(a.min_rnr_timer),
+            sq_psn: Some(self.req.next_psn),
+            max_dest_rd_atomic: Some(a.max_dest_rd_atomic),
+            dest_qpn: Some(a.dest_qpn),
+        }
+    }
+
+    /// Modifies attributes and state under the IBTA rules of [`crate::state`].
+    pub fn modify(&mut self, attr: &QpAttr) -> Result<(), ModifyError> {
+        let to = check_modify(self.cfg.qp_type, self.state, attr)?;
+        let a = &mut self.attrs;
+        macro_rules! take {
+            ($($f:ident => $g:ident),*) => { $(if let Some(v) = attr.$f { a.$g = v; })* };
+        }
+        take!(access_flags => access, qkey => qkey, av => av, path_mtu => mtu,
+              dest_qpn => dest_qpn, timeout => timeout, retry_cnt => retry_cnt,
+              rnr_retry => rnr_retry, min_rnr_timer => min_rnr_timer,
+              max_rd_atomic => max_rd_atomic, max_dest_rd_atomic => max_dest_rd_atomic,
+              sq_psn => sq_psn, rq_psn => rq_psn, en_sqd_async_notify => sqd_notify);
+        let from = self.state;
+        match to {
+            QpState::Reset => {
+                self.req = Requester::default();
+                self.resp = Responder::default();
+                self.completions.clear();
+                self.events.clear();
+                self.attrs = Attrs {
+                    mtu: self.cfg.port_mtu,
+                    ..Attrs::default()
+                };
+            }
+            QpState::Error if from != QpState::Error => self.enter_error(None),
+            QpState::Rtr if from == QpState::Init => {
+                self.resp.epsn = self.attrs.rq_psn;
+            }
+            QpState::Rts if from == QpState::Rtr => {
+                self.req.start(self.attrs.sq_psn, &self.attrs);
+            }
+            _ => {}
+        }
+        if let Some(p) = attr.rq_psn {
+            self.resp.epsn = p;
+        }
+        if let Some(p) = attr.sq_psn {
+            if from != QpState::Rtr {
+                self.req.start(p, &self.attrs);
+            }
+        }
+        if to != QpState::Error {
+            self.state = to;
+        }
+        if to == QpState::Sqd {
+            self.check_drained();
+        }
+        Ok(())
+    }
+
+    /// Posts a send WR.
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        const VERB: &str = "post_send";
+        let bad = |attr, why| {
+            Err(PostError::InvalidAttr {
+                verb: VERB,
+                attr,
+                why,
+            })
+        };
+        match self.state {
+            QpState::Rts | QpState::Sqd | QpState::Error | QpState::Sqe => {}
+            state => {
+                return Err(PostError::InvalidState {
+                    verb: VERB,
+                    qpn: self.cfg.qpn.value(),
+                    state,
+                });
+            }
+        }
+        if self.req.sq.len() as u32 >= self.cfg.caps.max_send_wr {
+            return Err(PostError::QueueFull {
+                verb: VERB,
+                depth: self.cfg.caps.max_send_wr,
+            });
+        }
+        let t = self.cfg.qp_type;
+        let op_ok = match wr.op {
+            SendOp::Send | SendOp::SendWithImm(_) => true,
+            SendOp::Write { .. } | SendOp::WriteWithImm { .. } => t != QpType::Ud,
+            SendOp::SendWithInv(_)
+            | SendOp::Read { .. }
+            | SendOp::CompareSwap { .. }
+            | SendOp::FetchAdd { .. } => t == QpType::Rc,
+        };
+        if !op_ok {
+            return bad("opcode", "not supported by this QP type");
+        }
+        match &wr.payload {
+            Payload::Sges(s) if s.len() as u32 > self.cfg.caps.max_send_sge => {
+                return bad("num_sge", "more SGEs than max_send_sge");
+            }
+            Payload::Inline(v) if v.len() as u32 > self.cfg.caps.max_inline_data => {
+                return bad("sg_list", "inline data longer than max_inline_data");
+            }
+            Payload::Inline(_) if wr.op.is_read_or_atomic() => {
+                return bad("send_flags", "READ and atomics cannot be inline");
+            }
+            _ => {}
+        }
+        let len = wr.payload.len();
+        if len > MAX_MSG_SIZE {
+            return bad("sg_list", "message longer than 2^31 bytes");
+        }
+        if wr.op.is_atomic()
+            && !matches!(&wr.payload, Payload::Sges(s) if s.len() == 1 && s[0].length == 8)
+        {
+            return bad("sg_list", "an atomic needs one 8-byte SGE");
+        }
+        if t == QpType::Ud {
+            if wr.ud.is_none() {
+                return bad("wr.ud", "a UD send needs an address handle");
+            }
+            if len > self.attrs.mtu.bytes() as u64 {
+                return bad("sg_list", "a UD message must fit in one path MTU");
+            }
+        }
+        let signaled = self.cfg.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
+        if self.state == QpState::Error {
+            self.completions
+                .push_back(self.send_wc(&wr, WcStatus::WrFlushErr, 0));
+            return Ok(());
+        }
+        self.req.push(wr, len, signaled, self.attrs.mtu);
+        Ok(())
+    }
+
+    /// Posts a receive WR.
+    pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        const VERB: &str = "post_recv";
+        if self.cfg.srq.is_some() {
+            return Err(PostError::HasSrq(self.cfg.qpn.value()));
+        }
+        if self.state == QpState::Reset {
+            return Err(PostError::InvalidState {
+                verb: VERB,
+                qpn: self.cfg.qpn.value(),
+                state: self.state,
+            });
+        }
+        if self.resp.rq.len() as u32 >= self.cfg.caps.max_recv_wr {
+            return Err(PostError::QueueFull {
+                verb: VERB,
+                depth: self.cfg.caps.max_recv_wr,
+            });
+        }
+        if wr.sg_list.len() as u32 > self.cfg.caps.max_recv_sge {
+            return Err(PostError::InvalidAttr {
+                verb: VERB,
+                attr: "num_sge",
+                why: "more SGEs than max_recv_sge",
+            });
+        }
+        if self.state == QpState::Error {
+            self.completions
+                .push_back(self.recv_wc(wr.wr_id, WcStatus::WrFlushErr));
+            return Ok(());
+        }
+        self.resp.rq.push_back(wr);
+        Ok(())
+    }
+
+    /// The next completion, in the order the QP generated them.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    /// The next asynchronous event.
+    pub fn poll_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pop_front()
+    }
+
+    /// When [`QueuePair::handle_timeout`] must next be called, if ever.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match (self.req.retx_deadline, self.req.rnr_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Fires the timers due at `now`: RNR waits end, and an expired local ACK timeout
+    /// retransmits or, with retries exhausted, fails the oldest WR with RETRY_EXC_ERR.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.requester_timeout(now);
+    }
+
+    /// The next packet to send, written into `buf` (cleared first), or `None` when there is
+    /// nothing to send now. Responses go before new requests.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        buf.clear();
+        let t = match self.responder_transmit(buf) {
+            Some(t) => Some(t),
+            None => self.requester_transmit(now, buf),
+        }?;
+        self.counters.sent_packets += 1;
+        Some(t)
+    }
+
+    /// Handles a received packet. `src` and `dst` are its IP addresses; the caller has
+    /// demultiplexed it to this QP by destination QPN and, where it could, verified the ICRC.
+    /// Packets that do not belong (wrong state, address, transport, P_Key) are dropped and
+    /// counted; they never change the QP.
+    pub fn handle_packet(&mut self, now: Instant, src: IpAddr, dst: IpAddr, pkt: &IbPacket<&[u8]>) {
+        self.counters.rcvd_packets += 1;
+        let info = pkt.info();
+        let transport_ok = matches!(
+            (info.transport, self.cfg.qp_type),
+            (softrdma_wire::Transport::Rc, QpType::Rc)
+                | (softrdma_wire::Transport::Uc, QpType::Uc)
+                | (softrdma_wire::Transport::Ud, QpType::Ud)
+        );
+        let state_ok = matches!(
+            self.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        );
+        // P_Key: full or limited membership of the default partition.
+        let pkey_ok = pkt.bth().pkey() & 0x7FFF == DEFAULT_PKEY & 0x7FFF;
+        // rxe drops RC/UC packets whose addresses are not the connection's.
+        let addr_ok = self.cfg.qp_type == QpType::Ud
+            || (same_ip(src, self.attrs.av.dst) && same_ip(dst, self.attrs.av.src));
+        if !(transport_ok && state_ok && pkey_ok && addr_ok) {
+            self.counters.dropped += 1;
+            return;
+        }
+        if info.is_response {
+            if matches!(self.state, QpState::Rts | QpState::Sqd) {
+                self.handle_response(now, pkt);
+            } else {
+                self.counters.dropped += 1;
+            }
+        } else {
+            self.handle_request(src, dst, pkt);
+        }
+        if self.state == QpState::Sqd {
+            self.check_drained();
+        }
+    }
+
+    pub(crate) fn send_wc(&self, wr: &SendWr, status: WcStatus, byte_len: u32) -> Completion {
+        Completion {
+            wr_id: wr.wr_id,
+            status,
+            opcode: wr.op.wc_opcode(),
+            byte_len,
+            imm_data: 0,
+            invalidated_rkey: 0,
+            qp_num: self.cfg.qpn,
+            src_qp: Qpn::new(0),
+            wc_flags: WcFlags::empty(),
+        }
+    }
+
+    pub(crate) fn recv_wc(&self, wr_id: u64, status: WcStatus) -> Completion {
+        Completion {
+            wr_id,
+            status,
+            opcode: WcOpcode::Recv,
+            byte_len: 0,
+            imm_data: 0,
+            invalidated_rkey: 0,
+            qp_num: self.cfg.qpn,
+            src_qp: Qpn::new(0),
+            wc_flags: WcFlags::empty(),
+        }
+    }
+
+    /// Moves to ERROR: the failed WR (if any) was already completed by the caller; every
+    /// other outstanding send and receive WR completes with WR_FLUSH_ERR, in order.
+    pub(crate) fn enter_error(&mut self, event: Option<AsyncEvent>) {
+        if self.state == QpState::Error {
+            return;
+        }
+        self.state = QpState::Error;
+        if let Some(e) = event {
+            self.events.push_back(e);
+        }
+        self.flush_send_queue();
+        let mut flushed = Vec::new();
+        if let Some(wr) = self.resp.take_current_recv() {
+            flushed.push(wr.wr_id);
+        }
+        flushed.extend(self.resp.rq.drain(..).map(|w| w.wr_id));
+        for id in flushed {
+            self.completions
+                .push_back(self.recv_wc(id, WcStatus::WrFlushErr));
+        }
+        self.req.retx_deadline = None;
+        self.req.rnr_until = None;
+    }
+
+    /// Flushes every send WR still queued (UC/UD SQE, or ERROR).
+    pub(crate) fn flush_send_queue(&mut self) {
+        let wqes: Vec<_> = self.req.sq.drain(..).collect();
+        for w in wqes {
+            self.completions
+                .push_back(self.send_wc(&w.wr, WcStatus::WrFlushErr, 0));
+        }
+        self.req.reset_pointers();
+    }
+
+    fn check_drained(&mut self) {
+        if self.state == QpState::Sqd && self.req.is_drained() && !self.req.drain_reported {
+            self.req.drain_reported = true;
+            if self.attrs.sqd_notify {
+                self.events.push_back(AsyncEvent::SqDrained(self.cfg.qpn));
+            }
+        }
+    }
+}
+
+/// IP equality that treats an IPv4 address and its IPv4-mapped IPv6 form as the same, since
+/// RoCE v2 GIDs carry IPv4 addresses mapped.
+pub fn same_ip(a: IpAddr, b: IpAddr) -> bool {
+    a.to_canonical() == b.to_canonical()
+}
+
+/// Writes one packet into `buf`: headers from `bth` and `ext`, `payload_len` bytes produced by
+/// `fill`, pad, and the ICRC for the IP and UDP headers Linux would put around it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn emit_packet<E>(
+    buf: &mut Vec<u8>,
+    mut bth: softrdma_wire::BthRepr,
+    ext: softrdma_wire::ExtHeaders,
+    payload_len: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    src: IpAddr,
+    dst: IpAddr,
+    src_port: u16,
+) -> Result<Transmit, E> {
+    use softrdma_wire::packet::{ICRC_LEN, pad_for};
+    let pad = pad_for(payload_len);
+    bth.pad_count = pad;
+    let hdr = softrdma_wire::IbRepr {
+        bth,
+        ext,
+        payload: &[],
+    };
+    let hlen = hdr.buffer_len() - ICRC_LEN;
+    let total = hlen + payload_len + usize::from(pad) + ICRC_LEN;
+    buf.clear();
+    buf.resize(total, 0);
+    // The headers were built by the engine from its own tables, so they always match the
+    // opcode; a failure here is a bug, caught by the tests, and leaves an all-zero header.
+    let _ = hdr.emit(&mut buf[..hlen + ICRC_LEN]);
+    softrdma_wire::Bth::new_unchecked(&mut buf[..]).set_pad_count(pad);
+    fill(&mut buf[hlen..hlen + payload_len])?;
+    let body = total - ICRC_LEN;
+    let crc = icrc_for(src, dst, src_port, &buf[..body]);
+    buf[body..].copy_from_slice(&crc.to_le_bytes());
+    Ok(Transmit {
+        src,
+        dst,
+        src_port,
+        len: total,
+    })
+}
+
+/// The ICRC of `ib` (BTH through pad) sent from `src` to `dst` by an unconnected DF socket.
+pub fn icrc_for(src: IpAddr, dst: IpAddr, src_port: u16, ib: &[u8]) -> u32 {
+    use softrdma_wire::roce::IpRepr;
+    use softrdma_wire::udp::UdpRepr;
+    let (src, dst) = match (src.to_canonical(), dst.to_canonical()) {
+        (s @ IpAddr::V4(_), d @ IpAddr::V4(_)) => (s, d),
+        _ => (to_v6(src), to_v6(dst)),
+    };
+    let mut hdr = [0u8; 48];
+    let udp_len = 8 + ib.len() + softrdma_wire::packet::ICRC_LEN;
+    let ip_len = match IpRepr::for_addrs(src, dst) {
+        Some(IpRepr::V4(mut r)) => {
+            r.payload_len = udp_len;
+            r.emit(&mut hdr);
+            20
+        }
+        Some(IpRepr::V6(mut r)) => {
+            r.payload_len = udp_len;
+            r.emit(&mut hdr);
+            40
+        }
+        None => 0,
+    };
+    UdpRepr {
+        src_port,
+        dst_port: softrdma_wire::ROCE_V2_PORT,
+        checksum: 0,
+    }
+    .emit(&mut hdr[ip_len..], udp_len - 8);
+    softrdma_wire::icrc::compute(&hdr[..ip_len], &hdr[ip_len..ip_len + 8], ib).unwrap_or(0)
+}
+
+fn to_v6(a: IpAddr) -> IpAddr {
+    match a {
+        IpAddr::V4(v4) => IpAddr::V6(v4.to_ipv6_mapped()),
+        v6 => v6,
+    }
+}

@@ -1,0 +1,706 @@
+//! The send side: turning send WRs into request packets (rxe's `rxe_req.c`) and acting on
+//! ACKs, NAKs, READ responses, atomic ACKs and timers (rxe's `rxe_comp.c`).
+
+use super::*;
+use crate::memory::{Access, MemError};
+use softrdma_wire::{
+    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, IethRepr, ImmDtRepr, NakCode, Opcode, RethRepr,
+    Syndrome, rxe_udp_sport,
+};
+
+/// A send WR on the send queue.
+#[derive(Debug)]
+pub(crate) struct SendWqe {
+    pub wr: SendWr,
+    pub len: u64,
+    /// PSNs the message consumes: packets for SEND/WRITE, response packets for READ, 1 for
+    /// atomics.
+    pub npkts: u32,
+    /// Assigned when the first packet is sent.
+    pub first_psn: Option<Psn>,
+    pub signaled: bool,
+    /// READ: bytes received in order so far.
+    pub read_done: u64,
+    /// READ: offset the outstanding READ request asked from.
+    pub read_req_start: u64,
+}
+
+/// The requester and completer state.
+#[derive(Debug, Default)]
+pub(crate) struct Requester {
+    pub sq: VecDeque<SendWqe>,
+    /// The WQE and packet to send next (go-back-N rewinds these).
+    pub send_idx: usize,
+    pub send_pkt: u32,
+    /// The PSN the next new WQE starts at.
+    pub next_psn: Psn,
+    /// Oldest unacknowledged PSN.
+    pub una: Psn,
+    /// One past the highest PSN ever sent.
+    pub sent_hwm: Psn,
+    pub retry_left: u8,
+    pub rnr_left: u8,
+    pub retx_deadline: Option<Instant>,
+    pub rnr_until: Option<Instant>,
+    pub noack_pkts: u32,
+    /// READs and atomics sent and not completed.
+    pub rd_outstanding: u32,
+    pub drain_reported: bool,
+}
+
+/// What an acknowledgement up to a PSN did.
+#[derive(Debug, PartialEq, Eq)]
+enum Acked {
+    /// The PSN was never sent: ignore the packet.
+    Ghost,
+    /// Done; the packet may be processed further.
+    Done,
+    /// A READ or atomic it covers had lost its response: retransmission was started instead.
+    Retried,
+}
+
+impl Requester {
+    pub fn start(&mut self, psn: Psn, attrs: &Attrs) {
+        self.next_psn = psn;
+        self.una = psn;
+        self.sent_hwm = psn;
+        self.retry_left = attrs.retry_cnt;
+        self.rnr_left = attrs.rnr_retry;
+    }
+
+    pub fn push(&mut self, wr: SendWr, len: u64, signaled: bool, mtu: Mtu) {
+        let npkts = if wr.op.is_atomic() {
+            1
+        } else {
+            len.div_ceil(mtu.bytes() as u64).max(1) as u32
+        };
+        self.sq.push_back(SendWqe {
+            wr,
+            len,
+            npkts,
+            first_psn: None,
+            signaled,
+            read_done: 0,
+            read_req_start: 0,
+        });
+        self.drain_reported = false;
+    }
+
+    pub fn reset_pointers(&mut self) {
+        self.send_idx = 0;
+        self.send_pkt = 0;
+        self.rd_outstanding = 0;
+        self.una = self.next_psn;
+        self.sent_hwm = self.next_psn;
+    }
+
+    pub fn is_drained(&self) -> bool {
+        self.sq.front().is_none_or(|w| w.first_psn.is_none())
+    }
+
+    /// Points the send pointers at PSN `p` (go-back-N).
+    fn rewind(&mut self, p: Psn, mtu: u64) {
+        for (i, w) in self.sq.iter_mut().enumerate() {
+            let Some(first) = w.first_psn else {
+                self.send_idx = i;
+                self.send_pkt = 0;
+                return;
+            };
+            let off = p.diff(first);
+            if off >= 0 && (off as u32) < w.npkts {
+                self.send_idx = i;
+                self.send_pkt = off as u32;
+                if matches!(w.wr.op, SendOp::Read { .. }) {
+                    w.read_done = w.read_done.min(u64::from(self.send_pkt) * mtu);
+                }
+                return;
+            }
+        }
+        self.send_idx = self.sq.len();
+        self.send_pkt = 0;
+    }
+
+    /// The PSN the send pointers are at, if that WQE has started.
+    fn send_psn(&self) -> Option<Psn> {
+        let w = self.sq.get(self.send_idx)?;
+        Some(w.first_psn?.add(self.send_pkt))
+    }
+}
+
+/// Reads `out.len()` bytes of a send's data starting at `offset`.
+pub(crate) fn gather(
+    mem: &dyn Memory,
+    pd: Pd,
+    payload: &Payload,
+    mut offset: u64,
+    out: &mut [u8],
+) -> Result<(), MemError> {
+    match payload {
+        Payload::Inline(v) => {
+            let o = offset as usize;
+            out.copy_from_slice(&v[o..o + out.len()]);
+            Ok(())
+        }
+        Payload::Sges(sges) => {
+            let mut at = 0;
+            for s in sges {
+                if at == out.len() {
+                    break;
+                }
+                let l = u64::from(s.length);
+                if offset >= l {
+                    offset -= l;
+                    continue;
+                }
+                let n = ((l - offset) as usize).min(out.len() - at);
+                mem.read(
+                    pd,
+                    s.lkey,
+                    s.addr + offset,
+                    &mut out[at..at + n],
+                    Access::LocalRead,
+                )?;
+                at += n;
+                offset = 0;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Why a scatter failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScatterError {
+    /// The data does not fit in the SGEs.
+    TooLong,
+    /// An SGE was refused.
+    Mem(MemError),
+}
+
+/// Writes `data` into the SGEs starting at byte `offset` of the list.
+pub(crate) fn scatter(
+    mem: &dyn Memory,
+    pd: Pd,
+    sges: &[Sge],
+    mut offset: u64,
+    data: &[u8],
+) -> Result<(), ScatterError> {
+    let mut at = 0;
+    for s in sges {
+        if at == data.len() {
+            break;
+        }
+        let l = u64::from(s.length);
+        if offset >= l {
+            offset -= l;
+            continue;
+        }
+        let n = ((l - offset) as usize).min(data.len() - at);
+        mem.write(
+            pd,
+            s.lkey,
+            s.addr + offset,
+            &data[at..at + n],
+            Access::LocalWrite,
+        )
+        .map_err(ScatterError::Mem)?;
+        at += n;
+        offset = 0;
+    }
+    if at < data.len() {
+        Err(ScatterError::TooLong)
+    } else {
+        Ok(())
+    }
+}
+
+fn send_write_opcode(op: SendOp, first: bool, last: bool) -> u8 {
+    match (op, first, last) {
+        (SendOp::Write { .. } | SendOp::WriteWithImm { .. }, true, false) => 0x06,
+        (SendOp::Write { .. } | SendOp::WriteWithImm { .. }, false, false) => 0x07,
+        (SendOp::Write { .. }, false, true) => 0x08,
+        (SendOp::WriteWithImm { .. }, false, true) => 0x09,
+        (SendOp::Write { .. }, true, true) => 0x0A,
+        (SendOp::WriteWithImm { .. }, true, true) => 0x0B,
+        (_, true, false) => 0x00,
+        (_, false, false) => 0x01,
+        (SendOp::SendWithImm(_), false, true) => 0x03,
+        (SendOp::SendWithInv(_), false, true) => 0x16,
+        (_, false, true) => 0x02,
+        (SendOp::SendWithImm(_), true, true) => 0x05,
+        (SendOp::SendWithInv(_), true, true) => 0x17,
+        (_, true, true) => 0x04,
+    }
+}
+
+impl QueuePair {
+    fn mtu(&self) -> u64 {
+        self.attrs.mtu.bytes() as u64
+    }
+
+    fn ack_timeout_at(&self, now: Instant) -> Option<Instant> {
+        ack_timeout(self.attrs.timeout).map(|d| now.add(d))
+    }
+
+    pub(crate) fn requester_transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_until.is_some() {
+            return None;
+        }
+        let rc = self.cfg.qp_type == QpType::Rc;
+        let mtu = self.mtu();
+        let idx = self.req.send_idx;
+        let w = self.req.sq.get(idx)?;
+        if w.first_psn.is_none() {
+            if self.state == QpState::Sqd {
+                return None;
+            }
+            if rc {
+                let is_rd = w.wr.op.is_read_or_atomic();
+                // max_rd_atomic 0 would stall a READ forever; treat it as 1.
+                let limit = u32::from(self.attrs.max_rd_atomic.max(1));
+                if is_rd && self.req.rd_outstanding >= limit {
+                    return None;
+                }
+                if w.wr.flags.contains(SendFlags::FENCE) && self.req.rd_outstanding > 0 {
+                    return None;
+                }
+            }
+            let first = self.req.next_psn;
+            if rc && first.diff(self.req.una) >= MAX_UNACKED_PSNS {
+                return None;
+            }
+            let npkts = w.npkts;
+            let is_rd = w.wr.op.is_read_or_atomic();
+            self.req.sq[idx].first_psn = Some(first);
+            self.req.next_psn = first.add(npkts);
+            if is_rd {
+                self.req.rd_outstanding += 1;
+            }
+        }
+        let w = &self.req.sq[idx];
+        let first = w.first_psn?;
+        let psn = first.add(self.req.send_pkt);
+        if rc && psn.diff(self.req.una) >= MAX_UNACKED_PSNS {
+            return None;
+        }
+        let own = self.cfg.qpn;
+        let (dst, dqpn, src) = match (&w.wr.ud, self.cfg.qp_type) {
+            (Some(ud), QpType::Ud) => (ud.ip, ud.qpn, ud.src),
+            _ => (self.attrs.av.dst, self.attrs.dest_qpn, self.attrs.av.src),
+        };
+        let base = match self.cfg.qp_type {
+            QpType::Rc => 0x00,
+            QpType::Uc => 0x20,
+            QpType::Ud => 0x60,
+        };
+        let mut ext = ExtHeaders::default();
+        let mut solicited = false;
+        let (offset, n, opcode, last, ack_req);
+        match w.wr.op {
+            SendOp::Read { remote_addr, rkey } => {
+                offset = u64::from(self.req.send_pkt) * mtu;
+                ext.reth = Some(RethRepr {
+                    va: remote_addr.wrapping_add(offset),
+                    rkey,
+                    len: (w.len - offset) as u32,
+                });
+                (n, opcode, last, ack_req) = (0, 0x0C, true, true);
+            }
+            SendOp::CompareSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => {
+                ext.atomic_eth = Some(AtomicEthRepr {
+                    va: remote_addr,
+                    rkey,
+                    swap_add: swap,
+                    compare,
+                });
+                (offset, n, opcode, last, ack_req) = (0, 0, 0x13, true, true);
+            }
+            SendOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => {
+                ext.atomic_eth = Some(AtomicEthRepr {
+                    va: remote_addr,
+                    rkey,
+                    swap_add: add,
+                    compare: 0,
+                });
+                (offset, n, opcode, last, ack_req) = (0, 0, 0x14, true, true);
+            }
+            op => {
+                offset = u64::from(self.req.send_pkt) * mtu;
+                n = (w.len - offset).min(mtu) as usize;
+                let is_first = self.req.send_pkt == 0;
+                last = offset + n as u64 == w.len;
+                if self.cfg.qp_type == QpType::Ud {
+                    opcode = if matches!(op, SendOp::SendWithImm(_)) {
+                        0x65
+                    } else {
+                        0x64
+                    };
+                    let ud = w.wr.ud.unwrap_or(UdDest {
+                        src,
+                        ip: dst,
+                        qpn: dqpn,
+                        qkey: 0,
+                    });
+                    let qkey = if ud.qkey & 0x8000_0000 != 0 {
+                        self.attrs.qkey
+                    } else {
+                        ud.qkey
+                    };
+                    ext.deth = Some(DethRepr { qkey, src_qp: own });
+                } else {
+                    opcode = base | send_write_opcode(op, is_first, last);
+                }
+                if let (true, SendOp::Write { remote_addr, rkey })
+                | (
+                    true,
+                    SendOp::WriteWithImm {
+                        remote_addr, rkey, ..
+                    },
+                ) = (is_first, op)
+                {
+                    ext.reth = Some(RethRepr {
+                        va: remote_addr,
+                        rkey,
+                        len: w.len as u32,
+                    });
+                }
+                if last {
+                    match op {
+                        SendOp::SendWithImm(imm) | SendOp::WriteWithImm { imm, .. } => {
+                            ext.imm_dt = Some(ImmDtRepr { imm })
+                        }
+                        SendOp::SendWithInv(rkey) => ext.ieth = Some(IethRepr { rkey }),
+                        _ => {}
+                    }
+                    solicited = w.wr.flags.contains(SendFlags::SOLICITED);
+                }
+                ack_req = rc && (last || self.req.noack_pkts + 1 >= MAX_PKT_PER_ACK);
+            }
+        }
+        let bth = BthRepr {
+            opcode: Opcode(opcode),
+            solicited,
+            mig_req: false,
+            pad_count: 0,
+            pkey: DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dest_qp: dqpn,
+            ack_req,
+            psn,
+        };
+        let sport = rxe_udp_sport(own, dqpn);
+        let (mem, pd) = (self.mem.clone(), self.cfg.pd);
+        let payload = &w.wr.payload;
+        let result = emit_packet(
+            buf,
+            bth,
+            ext,
+            n,
+            |out| gather(&*mem, pd, payload, offset, out),
+            src,
+            dst,
+            sport,
+        );
+        let t = match result {
+            Ok(t) => t,
+            Err(_) => {
+                buf.clear();
+                self.local_send_error(WcStatus::LocProtErr);
+                return None;
+            }
+        };
+        // Bookkeeping for the packet that goes out.
+        if psn.diff(self.req.sent_hwm) < 0 {
+            self.counters.retransmits += 1;
+        } else {
+            self.req.sent_hwm = psn.next();
+        }
+        self.req.noack_pkts = if ack_req { 0 } else { self.req.noack_pkts + 1 };
+        if matches!(self.req.sq[idx].wr.op, SendOp::Read { .. }) {
+            let w = &mut self.req.sq[idx];
+            w.read_req_start = offset;
+            w.read_done = offset;
+        }
+        if rc && self.req.retx_deadline.is_none() {
+            self.req.retx_deadline = self.ack_timeout_at(now);
+        }
+        if last || self.req.sq[idx].wr.op.is_read_or_atomic() {
+            self.req.send_idx += 1;
+            self.req.send_pkt = 0;
+        } else {
+            self.req.send_pkt += 1;
+        }
+        if !rc && last {
+            // UC and UD complete a WR once it is on the wire.
+            self.complete_front(WcStatus::Success);
+        }
+        Some(t)
+    }
+
+    /// A gather failed: the WR fails; RC goes to ERROR, UC and UD to SQE.
+    fn local_send_error(&mut self, status: WcStatus) {
+        self.complete_front(status);
+        if self.cfg.qp_type == QpType::Rc {
+            self.enter_error(None);
+        } else {
+            self.state = QpState::Sqe;
+            self.flush_send_queue();
+        }
+    }
+
+    /// Completes the oldest send WR.
+    fn complete_front(&mut self, status: WcStatus) {
+        let Some(w) = self.req.sq.pop_front() else {
+            return;
+        };
+        if self.req.send_idx > 0 {
+            self.req.send_idx -= 1;
+        } else {
+            self.req.send_pkt = 0;
+        }
+        if w.first_psn.is_some() && w.wr.op.is_read_or_atomic() {
+            self.req.rd_outstanding = self.req.rd_outstanding.saturating_sub(1);
+        }
+        match status {
+            WcStatus::RetryExcErr => self.counters.retry_exceeded += 1,
+            WcStatus::RnrRetryExcErr => self.counters.rnr_retry_exceeded += 1,
+            _ => {}
+        }
+        if w.signaled || status != WcStatus::Success {
+            let byte_len = if status == WcStatus::Success {
+                w.len as u32
+            } else {
+                0
+            };
+            self.completions
+                .push_back(self.send_wc(&w.wr, status, byte_len));
+        }
+    }
+
+    /// Forward progress: retry budgets refill and the timer restarts.
+    fn progress(&mut self, now: Instant) {
+        self.req.retry_left = self.attrs.retry_cnt;
+        self.req.rnr_left = self.attrs.rnr_retry;
+        self.req.retx_deadline = if self.req.una == self.req.sent_hwm {
+            None
+        } else {
+            self.ack_timeout_at(now)
+        };
+        if let Some(sp) = self.req.send_psn() {
+            if sp.diff(self.req.una) < 0 {
+                self.req.rewind(self.req.una, self.mtu());
+            }
+        }
+    }
+
+    /// Go back to the oldest unacknowledged PSN, spending one retry; with none left, the
+    /// oldest WR fails with RETRY_EXC_ERR and the QP goes to ERROR. As in rxe, a `retry_cnt`
+    /// of 7 retries without limit, like `rnr_retry` 7 does in the IBTA rules.
+    fn retry(&mut self) {
+        if self.req.retry_left == 0 {
+            self.complete_front(WcStatus::RetryExcErr);
+            self.enter_error(None);
+            return;
+        }
+        if self.attrs.retry_cnt != 7 {
+            self.req.retry_left -= 1;
+        }
+        self.req.rewind(self.req.una, self.mtu());
+        self.req.retx_deadline = None;
+    }
+
+    /// Everything up to and including `p` is acknowledged (IBTA vol. 1, 9.7.5.1: an ACK or
+    /// NAK implicitly acknowledges all earlier PSNs).
+    fn ack_until(&mut self, now: Instant, p: Psn) -> Acked {
+        if p.diff(self.req.sent_hwm) >= 0 {
+            return Acked::Ghost;
+        }
+        if p.diff(self.req.una) < 0 {
+            return Acked::Done;
+        }
+        let mtu = self.mtu();
+        while let Some(w) = self.req.sq.front() {
+            let Some(first) = w.first_psn else { break };
+            if first.add(w.npkts - 1).diff(p) > 0 {
+                break;
+            }
+            let lost_response = match w.wr.op {
+                SendOp::Read { .. } => w.read_done < w.len,
+                SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => true,
+                _ => false,
+            };
+            if lost_response {
+                // Implied NAK: a later PSN is acknowledged, so the responses are lost.
+                self.req.una = first.add((w.read_done / mtu) as u32);
+                self.retry();
+                return Acked::Retried;
+            }
+            self.complete_front(WcStatus::Success);
+        }
+        self.req.una = p.next();
+        self.progress(now);
+        Acked::Done
+    }
+
+    pub(crate) fn handle_response(&mut self, now: Instant, pkt: &IbPacket<&[u8]>) {
+        let p = pkt.bth().psn();
+        let in_window = p.diff(self.req.una) >= 0 && p.diff(self.req.sent_hwm) < 0;
+        match pkt.info().operation {
+            softrdma_wire::Operation::Acknowledge => {
+                let Some(aeth) = pkt.aeth() else { return };
+                match aeth.syndrome() {
+                    Syndrome::Ack { .. } => {
+                        self.ack_until(now, p);
+                    }
+                    Syndrome::RnrNak { timer } => {
+                        if !in_window || self.ack_until(now, p.sub(1)) != Acked::Done {
+                            return;
+                        }
+                        self.counters.rnr_naks_rcvd += 1;
+                        if self.attrs.rnr_retry != 7 {
+                            if self.req.rnr_left == 0 {
+                                self.complete_front(WcStatus::RnrRetryExcErr);
+                                self.enter_error(None);
+                                return;
+                            }
+                            self.req.rnr_left -= 1;
+                        }
+                        self.req.rewind(p, self.mtu());
+                        self.req.rnr_until = Some(now.add(rnr_delay(timer)));
+                        self.req.retx_deadline = None;
+                    }
+                    Syndrome::Nak(NakCode::PsnSequenceError) => {
+                        if in_window && self.ack_until(now, p.sub(1)) == Acked::Done {
+                            self.counters.seq_naks_rcvd += 1;
+                            self.retry();
+                        }
+                    }
+                    Syndrome::Nak(code) => {
+                        if !in_window || self.ack_until(now, p.sub(1)) != Acked::Done {
+                            return;
+                        }
+                        let status = match code {
+                            NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                            NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                            NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                            NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
+                            NakCode::PsnSequenceError | NakCode::Reserved(_) => {
+                                WcStatus::BadRespErr
+                            }
+                        };
+                        self.complete_front(status);
+                        self.enter_error(None);
+                    }
+                    Syndrome::Reserved(_) => {}
+                }
+            }
+            softrdma_wire::Operation::ReadResponse
+                if in_window && self.ack_until(now, p.sub(1)) == Acked::Done =>
+            {
+                self.read_response(now, p, pkt);
+            }
+            softrdma_wire::Operation::AtomicAcknowledge
+                if in_window && self.ack_until(now, p.sub(1)) == Acked::Done =>
+            {
+                self.atomic_ack(now, p, pkt);
+            }
+            _ => {}
+        }
+    }
+
+    fn read_response(&mut self, now: Instant, p: Psn, pkt: &IbPacket<&[u8]>) {
+        let mtu = self.mtu();
+        let Some(w) = self.req.sq.front() else { return };
+        let (SendOp::Read { .. }, Some(first)) = (w.wr.op, w.first_psn) else {
+            return;
+        };
+        let expected = first.add((w.read_done / mtu) as u32);
+        if p != expected {
+            if p.is_after(expected) {
+                // A response in the middle was lost: ask again for the rest.
+                self.req.una = expected;
+                self.retry();
+            }
+            return;
+        }
+        let data = pkt.payload();
+        let n = data.len() as u64;
+        let at_start = w.read_done == w.read_req_start;
+        let remaining = w.len - w.read_done;
+        let ok = match pkt.info().position {
+            softrdma_wire::Position::First => at_start && n == mtu && remaining > mtu,
+            softrdma_wire::Position::Middle => !at_start && n == mtu && remaining > mtu,
+            softrdma_wire::Position::Last => !at_start && n == remaining,
+            softrdma_wire::Position::Only => at_start && n == remaining,
+        };
+        if !ok {
+            self.complete_front(WcStatus::BadRespErr);
+            self.enter_error(None);
+            return;
+        }
+        let Payload::Sges(sges) = &w.wr.payload else {
+            return;
+        };
+        if scatter(&*self.mem, self.cfg.pd, sges, w.read_done, data).is_err() {
+            self.complete_front(WcStatus::LocProtErr);
+            self.enter_error(None);
+            return;
+        }
+        let w = &mut self.req.sq[0];
+        w.read_done += n;
+        let done = w.read_done == w.len;
+        self.req.una = p.next();
+        self.progress(now);
+        if done {
+            self.complete_front(WcStatus::Success);
+        }
+    }
+
+    fn atomic_ack(&mut self, now: Instant, p: Psn, pkt: &IbPacket<&[u8]>) {
+        let Some(w) = self.req.sq.front() else { return };
+        if !w.wr.op.is_atomic() || w.first_psn != Some(p) {
+            return;
+        }
+        let Some(orig) = pkt.atomic_ack_eth().map(|a| a.orig()) else {
+            return;
+        };
+        let Payload::Sges(sges) = &w.wr.payload else {
+            return;
+        };
+        if scatter(&*self.mem, self.cfg.pd, sges, 0, &orig.to_ne_bytes()).is_err() {
+            self.complete_front(WcStatus::LocProtErr);
+            self.enter_error(None);
+            return;
+        }
+        self.req.una = p.next();
+        self.progress(now);
+        self.complete_front(WcStatus::Success);
+    }
+
+    pub(crate) fn requester_timeout(&mut self, now: Instant) {
+        if self.req.rnr_until.is_some_and(|t| t <= now) {
+            self.req.rnr_until = None;
+        }
+        if self.req.retx_deadline.is_some_and(|t| t <= now) {
+            self.req.retx_deadline = None;
+            if self.req.una != self.req.sent_hwm && self.state != QpState::Error {
+                self.counters.timeouts += 1;
+                self.retry();
+            }
+        }
+    }
+}

@@ -1,0 +1,837 @@
+//! The receive side: validating and executing request packets, and producing ACKs, NAKs,
+//! READ responses and atomic ACKs (rxe's `rxe_resp.c`).
+
+use super::requester::{ScatterError, scatter};
+use super::*;
+use crate::memory::{Access, AtomicOp, MemError};
+use softrdma_wire::{
+    AethRepr, AtomicAckEthRepr, BthRepr, ExtHeaders, Msn, NakCode, Opcode, Operation, Position,
+    Syndrome, rxe_udp_sport,
+};
+
+/// A message being received.
+#[derive(Debug)]
+enum InMsg {
+    Send {
+        wr: RecvWr,
+        from_srq: bool,
+        offset: u64,
+    },
+    Write {
+        va: u64,
+        rkey: u32,
+        len: u64,
+        done: u64,
+        /// UC buffers the message so that a lost packet leaves memory untouched.
+        buffered: Option<Vec<u8>>,
+    },
+}
+
+/// A response waiting to be sent, in PSN order.
+#[derive(Debug)]
+enum Resp {
+    Ack {
+        psn: Psn,
+        syndrome: Syndrome,
+        msn: Msn,
+    },
+    Read {
+        psn: Psn,
+        va: u64,
+        rkey: u32,
+        len: u64,
+        sent: u64,
+        msn: Msn,
+    },
+    Atomic {
+        psn: Psn,
+        orig: u64,
+        msn: Msn,
+    },
+}
+
+/// A READ or atomic remembered for duplicates (`max_dest_rd_atomic` of them).
+#[derive(Debug)]
+struct RdResource {
+    first: Psn,
+    last: Psn,
+    atomic_orig: Option<u64>,
+}
+
+/// The responder state.
+#[derive(Debug, Default)]
+pub(crate) struct Responder {
+    pub epsn: Psn,
+    pub msn: Msn,
+    pub rq: VecDeque<RecvWr>,
+    cur: Option<InMsg>,
+    nak_sent: bool,
+    uc_drop: bool,
+    responses: VecDeque<Resp>,
+    resources: VecDeque<RdResource>,
+}
+
+impl Responder {
+    /// The receive WR of the message in progress, for flushing.
+    pub fn take_current_recv(&mut self) -> Option<RecvWr> {
+        match self.cur.take() {
+            Some(InMsg::Send { wr, .. }) => Some(wr),
+            other => {
+                self.cur = other;
+                None
+            }
+        }
+    }
+
+    /// Queues an ACK, merging it into an ACK already waiting (ACK coalescing).
+    fn push_ack(&mut self, psn: Psn, syndrome: Syndrome) {
+        if syndrome.is_ack() {
+            if let Some(Resp::Ack {
+                psn: p,
+                syndrome: s,
+                msn,
+            }) = self.responses.back_mut()
+            {
+                if s.is_ack() {
+                    *p = psn;
+                    *msn = self.msn;
+                    return;
+                }
+            }
+        }
+        self.responses.push_back(Resp::Ack {
+            psn,
+            syndrome,
+            msn: self.msn,
+        });
+    }
+
+    fn remember(&mut self, r: RdResource, max: u8) {
+        self.resources.push_back(r);
+        while self.resources.len() > usize::from(max.max(1)) {
+            self.resources.pop_front();
+        }
+    }
+}
+
+fn is_rd(op: Operation) -> bool {
+    matches!(
+        op,
+        Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd
+    )
+}
+
+impl QueuePair {
+    fn take_recv(&mut self) -> Option<(RecvWr, bool)> {
+        match &self.cfg.srq {
+            Some(srq) => {
+                let (wr, fired) = srq.take()?;
+                if fired {
+                    self.events.push_back(AsyncEvent::SrqLimitReached);
+                }
+                Some((wr, true))
+            }
+            None => self.resp.rq.pop_front().map(|wr| (wr, false)),
+        }
+    }
+
+    fn untake_recv(&mut self, wr: RecvWr, from_srq: bool) {
+        match (&self.cfg.srq, from_srq) {
+            (Some(srq), true) => srq.untake(wr),
+            _ => self.resp.rq.push_front(wr),
+        }
+    }
+
+    /// Drops the message in progress; its receive WR goes back to the queue unconsumed.
+    fn abort_message(&mut self) {
+        if let Some(InMsg::Send { wr, from_srq, .. }) = self.resp.cur.take() {
+            self.untake_recv(wr, from_srq);
+        }
+    }
+
+    fn complete_recv(&mut self, wr_id: u64, status: WcStatus, f: impl FnOnce(&mut Completion)) {
+        let mut wc = self.recv_wc(wr_id, status);
+        if self.cfg.qp_type != QpType::Ud {
+            wc.src_qp = self.attrs.dest_qpn;
+        }
+        f(&mut wc);
+        self.completions.push_back(wc);
+    }
+
+    /// A responder error of class B, C or D (IBTA vol. 1, 9.9.3): NAK, then ERROR.
+    fn nak_fatal(&mut self, psn: Psn, code: NakCode) {
+        self.resp.push_ack(psn, Syndrome::Nak(code));
+        let event = match code {
+            NakCode::RemoteAccessError => AsyncEvent::QpAccessError(self.cfg.qpn),
+            NakCode::InvalidRequest => AsyncEvent::QpRequestError(self.cfg.qpn),
+            _ => AsyncEvent::QpFatal(self.cfg.qpn),
+        };
+        self.enter_error(Some(event));
+    }
+
+    fn qp_allows(&self, access: Access) -> bool {
+        self.attrs.access.contains(access.required())
+    }
+
+    /// Checks a remote access: the QP's and the MR's rights, PD and bounds.
+    fn remote_ok(&self, rkey: u32, va: u64, len: u64, access: Access) -> bool {
+        self.qp_allows(access)
+            && (len == 0 || self.mem.check(self.cfg.pd, rkey, va, len, access).is_ok())
+    }
+
+    pub(crate) fn handle_request(&mut self, src: IpAddr, dst: IpAddr, pkt: &IbPacket<&[u8]>) {
+        match self.cfg.qp_type {
+            QpType::Rc => self.rc_request(pkt),
+            QpType::Uc => self.uc_request(pkt),
+            QpType::Ud => self.ud_request(src, dst, pkt),
+        }
+    }
+
+    /// Opcode sequence and length rules shared by RC and UC (IBTA vol. 1, 9.7.3 and 9.7.4).
+    fn sequence_and_length_ok(&self, pkt: &IbPacket<&[u8]>) -> bool {
+        let info = pkt.info();
+        let seq = matches!(
+            (&self.resp.cur, info.operation, info.position),
+            (
+                Some(InMsg::Send { .. }),
+                Operation::Send,
+                Position::Middle | Position::Last
+            ) | (
+                Some(InMsg::Write { .. }),
+                Operation::Write,
+                Position::Middle | Position::Last
+            ) | (None, _, Position::First | Position::Only)
+        );
+        let n = pkt.payload().len();
+        let mtu = self.attrs.mtu.bytes();
+        let len = match info.position {
+            Position::First | Position::Middle => n == mtu,
+            Position::Last => (1..=mtu).contains(&n),
+            Position::Only => n <= mtu,
+        };
+        seq && len
+    }
+
+    fn rc_request(&mut self, pkt: &IbPacket<&[u8]>) {
+        let p = pkt.bth().psn();
+        let d = p.diff(self.resp.epsn);
+        if d > 0 {
+            // Ahead: one sequence NAK, then silence until the expected PSN comes.
+            self.counters.out_of_sequence += 1;
+            if !self.resp.nak_sent {
+                self.resp.nak_sent = true;
+                self.counters.seq_naks_sent += 1;
+                let e = self.resp.epsn;
+                self.resp
+                    .push_ack(e, Syndrome::Nak(NakCode::PsnSequenceError));
+            }
+            return;
+        }
+        if d < 0 {
+            self.counters.duplicate_requests += 1;
+            self.rc_duplicate(p, pkt);
+            return;
+        }
+        self.resp.nak_sent = false;
+        if !self.sequence_and_length_ok(pkt) {
+            self.nak_fatal(p, NakCode::InvalidRequest);
+            return;
+        }
+        match pkt.info().operation {
+            Operation::Send => self.rc_send(p, pkt),
+            Operation::Write => self.rc_write(p, pkt),
+            Operation::ReadRequest => self.rc_read(p, pkt),
+            Operation::CompareSwap | Operation::FetchAdd => self.rc_atomic(p, pkt),
+            // FLUSH and ATOMIC WRITE are not implemented yet: refuse them cleanly.
+            _ => self.nak_fatal(p, NakCode::InvalidRequest),
+        }
+    }
+
+    fn rc_send(&mut self, p: Psn, pkt: &IbPacket<&[u8]>) {
+        let info = pkt.info();
+        if info.starts_message() {
+            let Some((wr, from_srq)) = self.take_recv() else {
+                self.counters.rnr_naks_sent += 1;
+                let timer = self.attrs.min_rnr_timer;
+                self.resp.push_ack(p, Syndrome::RnrNak { timer });
+                return;
+            };
+            self.resp.cur = Some(InMsg::Send {
+                wr,
+                from_srq,
+                offset: 0,
+            });
+        }
+        if !self.receive_send_data(pkt, true) {
+            return;
+        }
+        self.resp.epsn = p.next();
+        if pkt.bth().ack_req() {
+            self.resp.push_ack(p, Syndrome::ACK_UNLIMITED);
+        }
+    }
+
+    /// Scatters a SEND packet into the current receive WR and completes it on the last
+    /// packet. Returns false when the message failed (the QP is then in ERROR for RC).
+    fn receive_send_data(&mut self, pkt: &IbPacket<&[u8]>, rc: bool) -> bool {
+        let Some(InMsg::Send { wr, offset, .. }) = &mut self.resp.cur else {
+            return false;
+        };
+        let data = pkt.payload();
+        let res = scatter(&*self.mem, self.cfg.pd, &wr.sg_list, *offset, data);
+        *offset += data.len() as u64;
+        let (wr_id, total) = (wr.wr_id, *offset);
+        if let Err(e) = res {
+            let Some(wr) = self.resp.take_current_recv() else {
+                return false;
+            };
+            let status = match e {
+                ScatterError::TooLong => WcStatus::LocLenErr,
+                ScatterError::Mem(_) => WcStatus::LocProtErr,
+            };
+            self.complete_recv(wr.wr_id, status, |_| {});
+            if rc {
+                let code = match e {
+                    ScatterError::TooLong => NakCode::InvalidRequest,
+                    ScatterError::Mem(_) => NakCode::RemoteOperationalError,
+                };
+                self.nak_fatal(pkt.bth().psn(), code);
+            } else {
+                self.resp.uc_drop = !pkt.info().ends_message();
+            }
+            return false;
+        }
+        if pkt.info().ends_message() {
+            self.resp.cur = None;
+            self.resp.msn = self.resp.msn.next();
+            let imm = pkt.imm_dt().map(|i| i.imm());
+            let inv = pkt.ieth().map(|i| i.rkey());
+            self.complete_recv(wr_id, WcStatus::Success, |wc| {
+                wc.byte_len = total as u32;
+                if let Some(imm) = imm {
+                    wc.imm_data = imm;
+                    wc.wc_flags |= WcFlags::WITH_IMM;
+                }
+                if let Some(inv) = inv {
+                    wc.invalidated_rkey = inv;
+                    wc.wc_flags |= WcFlags::WITH_INV;
+                }
+            });
+        }
+        true
+    }
+
+    fn rc_write(&mut self, p: Psn, pkt: &IbPacket<&[u8]>) {
+        let info = pkt.info();
+        let data = pkt.payload();
+        if info.starts_message() {
+            let Some(reth) = pkt.reth() else { return };
+            let (va, rkey, len) = (reth.va(), reth.rkey(), u64::from(reth.len()));
+            if len > MAX_MSG_SIZE || (data.len() as u64) > len {
+                self.nak_fatal(p, NakCode::InvalidRequest);
+                return;
+            }
+            if !self.remote_ok(rkey, va, len, Access::RemoteWrite) {
+                self.nak_fatal(p, NakCode::RemoteAccessError);
+                return;
+            }
+            self.resp.cur = Some(InMsg::Write {
+                va,
+                rkey,
+                len,
+                done: 0,
+                buffered: None,
+            });
+        }
+        // WRITE with immediate consumes a receive WR (IBTA vol. 1, 9.4.3): find it before
+        // touching memory, so that an RNR NAK leaves nothing half-done.
+        let recv = if info.has_immediate {
+            match self.take_recv() {
+                Some(r) => Some(r),
+                None => {
+                    if info.position == Position::Only {
+                        self.resp.cur = None;
+                    }
+                    self.counters.rnr_naks_sent += 1;
+                    let timer = self.attrs.min_rnr_timer;
+                    self.resp.push_ack(p, Syndrome::RnrNak { timer });
+                    return;
+                }
+            }
+        } else {
+            None
+        };
+        let Some(InMsg::Write {
+            va,
+            rkey,
+            len,
+            done,
+            ..
+        }) = &mut self.resp.cur
+        else {
+            return;
+        };
+        let (va, rkey, len, at) = (*va, *rkey, *len, *done);
+        let end = at + data.len() as u64;
+        if end > len || (info.ends_message() && end != len) {
+            if let Some((wr, from_srq)) = recv {
+                self.untake_recv(wr, from_srq);
+            }
+            self.nak_fatal(p, NakCode::InvalidRequest);
+            return;
+        }
+        if !data.is_empty()
+            && self
+                .mem
+                .write(self.cfg.pd, rkey, va + at, data, Access::RemoteWrite)
+                .is_err()
+        {
+            if let Some((wr, from_srq)) = recv {
+                self.untake_recv(wr, from_srq);
+            }
+            self.nak_fatal(p, NakCode::RemoteAccessError);
+            return;
+        }
+        if let Some(InMsg::Write { done, .. }) = &mut self.resp.cur {
+            *done = end;
+        }
+        self.resp.epsn = p.next();
+        if info.ends_message() {
+            self.resp.cur = None;
+            self.resp.msn = self.resp.msn.next();
+            if let Some((wr, _)) = recv {
+                let imm = pkt.imm_dt().map_or(0, |i| i.imm());
+                self.complete_recv(wr.wr_id, WcStatus::Success, |wc| {
+                    wc.opcode = WcOpcode::RecvRdmaWithImm;
+                    wc.byte_len = len as u32;
+                    wc.imm_data = imm;
+                    wc.wc_flags |= WcFlags::WITH_IMM;
+                });
+            }
+        }
+        if pkt.bth().ack_req() {
+            self.resp.push_ack(p, Syndrome::ACK_UNLIMITED);
+        }
+    }
+
+    fn rc_read(&mut self, p: Psn, pkt: &IbPacket<&[u8]>) {
+        let Some(reth) = pkt.reth() else { return };
+        let (va, rkey, len) = (reth.va(), reth.rkey(), u64::from(reth.len()));
+        if self.attrs.max_dest_rd_atomic == 0 || len > MAX_MSG_SIZE {
+            self.nak_fatal(p, NakCode::InvalidRequest);
+            return;
+        }
+        if !self.remote_ok(rkey, va, len, Access::RemoteRead) {
+            self.nak_fatal(p, NakCode::RemoteAccessError);
+            return;
+        }
+        let mtu = self.attrs.mtu.bytes() as u64;
+        let npkts = len.div_ceil(mtu).max(1) as u32;
+        self.resp.remember(
+            RdResource {
+                first: p,
+                last: p.add(npkts - 1),
+                atomic_orig: None,
+            },
+            self.attrs.max_dest_rd_atomic,
+        );
+        self.resp.epsn = p.add(npkts);
+        self.resp.msn = self.resp.msn.next();
+        let msn = self.resp.msn;
+        self.resp.responses.push_back(Resp::Read {
+            psn: p,
+            va,
+            rkey,
+            len,
+            sent: 0,
+            msn,
+        });
+    }
+
+    fn rc_atomic(&mut self, p: Psn, pkt: &IbPacket<&[u8]>) {
+        let Some(a) = pkt.atomic_eth() else { return };
+        // A misaligned atomic is an invalid request (IBTA vol. 1, 9.4.5).
+        if self.attrs.max_dest_rd_atomic == 0 || a.va() % 8 != 0 {
+            self.nak_fatal(p, NakCode::InvalidRequest);
+            return;
+        }
+        if !self.qp_allows(Access::RemoteAtomic) {
+            self.nak_fatal(p, NakCode::RemoteAccessError);
+            return;
+        }
+        let op = if pkt.info().operation == Operation::CompareSwap {
+            AtomicOp::CompareSwap {
+                compare: a.compare(),
+                swap: a.swap_add(),
+            }
+        } else {
+            AtomicOp::FetchAdd { add: a.swap_add() }
+        };
+        let orig = match self.mem.atomic(self.cfg.pd, a.rkey(), a.va(), op) {
+            Ok(v) => v,
+            Err(MemError::Misaligned(_)) => {
+                self.nak_fatal(p, NakCode::InvalidRequest);
+                return;
+            }
+            Err(_) => {
+                self.nak_fatal(p, NakCode::RemoteAccessError);
+                return;
+            }
+        };
+        self.resp.remember(
+            RdResource {
+                first: p,
+                last: p,
+                atomic_orig: Some(orig),
+            },
+            self.attrs.max_dest_rd_atomic,
+        );
+        self.resp.epsn = p.next();
+        self.resp.msn = self.resp.msn.next();
+        let msn = self.resp.msn;
+        self.resp
+            .responses
+            .push_back(Resp::Atomic { psn: p, orig, msn });
+    }
+
+    /// A request behind the expected PSN (IBTA vol. 1, 9.7.5.1.3): SEND and WRITE are
+    /// acknowledged again; a READ is executed again from its PSN; an atomic is answered from
+    /// the saved result and never executed twice.
+    fn rc_duplicate(&mut self, p: Psn, pkt: &IbPacket<&[u8]>) {
+        let op = pkt.info().operation;
+        if !is_rd(op) {
+            let last = self.resp.epsn.sub(1);
+            self.resp.push_ack(last, Syndrome::ACK_UNLIMITED);
+            return;
+        }
+        let found = self
+            .resp
+            .resources
+            .iter()
+            .rev()
+            .find(|r| p.diff(r.first) >= 0 && r.last.diff(p) >= 0);
+        let Some(r) = found else {
+            // Too old to answer; the requester will time out or has moved on.
+            return;
+        };
+        let msn = self.resp.msn;
+        match (op, r.atomic_orig) {
+            (Operation::ReadRequest, None) => {
+                let Some(reth) = pkt.reth() else { return };
+                let (va, rkey, len) = (reth.va(), reth.rkey(), u64::from(reth.len()));
+                if self.remote_ok(rkey, va, len, Access::RemoteRead) {
+                    self.resp.responses.push_back(Resp::Read {
+                        psn: p,
+                        va,
+                        rkey,
+                        len,
+                        sent: 0,
+                        msn,
+                    });
+                }
+            }
+            (Operation::CompareSwap | Operation::FetchAdd, Some(orig)) if r.first == p => {
+                self.resp
+                    .responses
+                    .push_back(Resp::Atomic { psn: p, orig, msn });
+            }
+            _ => {}
+        }
+    }
+
+    fn uc_request(&mut self, pkt: &IbPacket<&[u8]>) {
+        let p = pkt.bth().psn();
+        let info = pkt.info();
+        if p.diff(self.resp.epsn) < 0 {
+            // Old or duplicated: UC delivers each message at most once, in order.
+            self.counters.duplicate_requests += 1;
+            return;
+        }
+        if p != self.resp.epsn || self.resp.uc_drop {
+            if p != self.resp.epsn && self.resp.cur.is_some() {
+                // A packet of the message in progress was lost: drop the whole message.
+                self.counters.out_of_sequence += 1;
+                self.abort_message();
+            }
+            if !info.starts_message() {
+                self.resp.uc_drop = true;
+                self.resp.epsn = p.next();
+                self.counters.dropped += 1;
+                return;
+            }
+            self.resp.uc_drop = false;
+        }
+        self.resp.epsn = p.next();
+        if !self.sequence_and_length_ok(pkt) {
+            self.abort_message();
+            self.resp.cur = None;
+            self.resp.uc_drop = !info.starts_message();
+            self.counters.dropped += 1;
+            return;
+        }
+        match info.operation {
+            Operation::Send => {
+                if info.starts_message() {
+                    let Some((wr, from_srq)) = self.take_recv() else {
+                        // UC has no RNR: the message is lost.
+                        self.resp.uc_drop = !info.ends_message();
+                        self.counters.dropped += 1;
+                        return;
+                    };
+                    self.resp.cur = Some(InMsg::Send {
+                        wr,
+                        from_srq,
+                        offset: 0,
+                    });
+                }
+                self.receive_send_data(pkt, false);
+            }
+            Operation::Write => self.uc_write(pkt),
+            _ => self.counters.dropped += 1,
+        }
+    }
+
+    fn uc_write(&mut self, pkt: &IbPacket<&[u8]>) {
+        let info = pkt.info();
+        let data = pkt.payload();
+        if info.starts_message() {
+            let Some(reth) = pkt.reth() else { return };
+            let (va, rkey, len) = (reth.va(), reth.rkey(), u64::from(reth.len()));
+            if len > MAX_MSG_SIZE
+                || (data.len() as u64) > len
+                || !self.remote_ok(rkey, va, len, Access::RemoteWrite)
+            {
+                self.resp.uc_drop = !info.ends_message();
+                self.counters.dropped += 1;
+                return;
+            }
+            self.resp.cur = Some(InMsg::Write {
+                va,
+                rkey,
+                len,
+                done: 0,
+                buffered: Some(Vec::with_capacity(len as usize)),
+            });
+        }
+        let Some(InMsg::Write { len, buffered, .. }) = &mut self.resp.cur else {
+            return;
+        };
+        let buf = buffered.get_or_insert_with(Vec::new);
+        if (buf.len() + data.len()) as u64 > *len {
+            self.resp.cur = None;
+            self.resp.uc_drop = !info.ends_message();
+            self.counters.dropped += 1;
+            return;
+        }
+        buf.extend_from_slice(data);
+        if !info.ends_message() {
+            return;
+        }
+        let Some(InMsg::Write {
+            va,
+            rkey,
+            len,
+            buffered,
+            ..
+        }) = self.resp.cur.take()
+        else {
+            return;
+        };
+        let data = buffered.unwrap_or_default();
+        if data.len() as u64 != len {
+            self.counters.dropped += 1;
+            return;
+        }
+        let recv = if info.has_immediate {
+            match self.take_recv() {
+                Some(r) => Some(r),
+                None => {
+                    self.counters.dropped += 1;
+                    return;
+                }
+            }
+        } else {
+            None
+        };
+        if !data.is_empty()
+            && self
+                .mem
+                .write(self.cfg.pd, rkey, va, &data, Access::RemoteWrite)
+                .is_err()
+        {
+            if let Some((wr, from_srq)) = recv {
+                self.untake_recv(wr, from_srq);
+            }
+            self.counters.dropped += 1;
+            return;
+        }
+        self.resp.msn = self.resp.msn.next();
+        if let Some((wr, _)) = recv {
+            let imm = pkt.imm_dt().map_or(0, |i| i.imm());
+            self.complete_recv(wr.wr_id, WcStatus::Success, |wc| {
+                wc.opcode = WcOpcode::RecvRdmaWithImm;
+                wc.byte_len = len as u32;
+                wc.imm_data = imm;
+                wc.wc_flags |= WcFlags::WITH_IMM;
+            });
+        }
+    }
+
+    fn ud_request(&mut self, src: IpAddr, dst: IpAddr, pkt: &IbPacket<&[u8]>) {
+        let Some(deth) = pkt.deth() else { return };
+        let data = pkt.payload();
+        // Q_Key mismatch: silently dropped (IBTA vol. 1, 10.2.5).
+        if deth.qkey() != self.attrs.qkey || data.len() > self.attrs.mtu.bytes() {
+            self.counters.dropped += 1;
+            return;
+        }
+        let Some((wr, _)) = self.take_recv() else {
+            self.counters.dropped += 1;
+            return;
+        };
+        let grh = grh_area(src, dst, pkt.as_bytes().len());
+        let pd = self.cfg.pd;
+        let res = scatter(&*self.mem, pd, &wr.sg_list, 0, &grh)
+            .and_then(|()| scatter(&*self.mem, pd, &wr.sg_list, GRH_LEN as u64, data));
+        let status = match res {
+            Ok(()) => WcStatus::Success,
+            Err(ScatterError::TooLong) => WcStatus::LocLenErr,
+            Err(ScatterError::Mem(_)) => WcStatus::LocProtErr,
+        };
+        let imm = pkt.imm_dt().map(|i| i.imm());
+        let src_qp = deth.src_qp();
+        self.complete_recv(wr.wr_id, status, |wc| {
+            wc.src_qp = src_qp;
+            if status == WcStatus::Success {
+                wc.byte_len = (GRH_LEN + data.len()) as u32;
+                wc.wc_flags |= WcFlags::GRH;
+                if let Some(imm) = imm {
+                    wc.imm_data = imm;
+                    wc.wc_flags |= WcFlags::WITH_IMM;
+                }
+            }
+        });
+    }
+
+    pub(crate) fn responder_transmit(&mut self, buf: &mut Vec<u8>) -> Option<Transmit> {
+        let front = self.resp.responses.front_mut()?;
+        let (src, dst, dqpn) = (self.attrs.av.src, self.attrs.av.dst, self.attrs.dest_qpn);
+        let sport = rxe_udp_sport(self.cfg.qpn, dqpn);
+        let mut bth = BthRepr {
+            opcode: Opcode::RC_ACKNOWLEDGE,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dest_qp: dqpn,
+            ack_req: false,
+            psn: Psn::new(0),
+        };
+        let mut ext = ExtHeaders::default();
+        let mtu = self.attrs.mtu.bytes() as u64;
+        let mut read = None;
+        let mut done = true;
+        match front {
+            Resp::Ack { psn, syndrome, msn } => {
+                bth.psn = *psn;
+                ext.aeth = Some(AethRepr {
+                    syndrome: *syndrome,
+                    msn: *msn,
+                });
+            }
+            Resp::Atomic { psn, orig, msn } => {
+                bth.opcode = Opcode::RC_ATOMIC_ACKNOWLEDGE;
+                bth.psn = *psn;
+                ext.aeth = Some(AethRepr {
+                    syndrome: Syndrome::ACK_UNLIMITED,
+                    msn: *msn,
+                });
+                ext.atomic_ack_eth = Some(AtomicAckEthRepr { orig: *orig });
+            }
+            Resp::Read {
+                psn,
+                va,
+                rkey,
+                len,
+                sent,
+                msn,
+            } => {
+                let n = (*len - *sent).min(mtu);
+                let first = *sent == 0;
+                let last = *sent + n == *len;
+                bth.opcode = match (first, last) {
+                    (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                    (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                    (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+                    (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                };
+                bth.psn = *psn;
+                if first || last {
+                    ext.aeth = Some(AethRepr {
+                        syndrome: Syndrome::ACK_UNLIMITED,
+                        msn: *msn,
+                    });
+                }
+                read = Some((*va + *sent, *rkey, n as usize));
+                *sent += n;
+                *psn = psn.next();
+                done = last;
+            }
+        }
+        let (mem, pd) = (self.mem.clone(), self.cfg.pd);
+        let (len, fill_from) = match read {
+            Some((va, rkey, n)) => (n, Some((va, rkey))),
+            None => (0, None),
+        };
+        let result = emit_packet(
+            buf,
+            bth,
+            ext,
+            len,
+            |out| match fill_from {
+                Some((va, rkey)) if !out.is_empty() => {
+                    mem.read(pd, rkey, va, out, Access::RemoteRead)
+                }
+                _ => Ok(()),
+            },
+            src,
+            dst,
+            sport,
+        );
+        if done {
+            self.resp.responses.pop_front();
+        }
+        match result {
+            Ok(t) => Some(t),
+            Err(_) => {
+                // The MR went away between the request and the response.
+                buf.clear();
+                self.resp.responses.clear();
+                self.nak_fatal(bth.psn, NakCode::RemoteAccessError);
+                self.responder_transmit(buf)
+            }
+        }
+    }
+}
+
+/// The 40 bytes a UD receive buffer starts with: the IPv6 header as a GRH, or for IPv4 twenty
+/// zero bytes and then the IPv4 header, as rxe writes them.
+fn grh_area(src: IpAddr, dst: IpAddr, ib_len: usize) -> [u8; GRH_LEN] {
+    use softrdma_wire::roce::IpRepr;
+    let mut grh = [0u8; GRH_LEN];
+    let udp_len = 8 + ib_len;
+    match IpRepr::for_addrs(src.to_canonical(), dst.to_canonical()) {
+        Some(IpRepr::V4(mut r)) => {
+            r.payload_len = udp_len;
+            r.emit(&mut grh[20..]);
+        }
+        Some(IpRepr::V6(mut r)) => {
+            r.payload_len = udp_len;
+            r.emit(&mut grh);
+        }
+        None => {}
+    }
+    grh
+}

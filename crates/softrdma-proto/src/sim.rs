@@ -1,0 +1,508 @@
+//! A deterministic network simulator for queue pairs.
+//!
+//! Endpoints (an IP address, a [`SimMemory`] and some QPs) exchange packets over links that
+//! lose, duplicate, reorder, corrupt and delay them, all decided by one seeded RNG, in
+//! simulated time. The same seed gives the same run, packet for packet. Every run is bounded
+//! in steps, so a livelock fails fast with [`SimError::StepLimit`] instead of hanging.
+//!
+//! Corruption flips one bit of the InfiniBand part; the receiving endpoint checks the ICRC as
+//! the soft device does and drops the packet, so corruption must never reach a QP.
+
+use crate::memory::SimMemory;
+use crate::qp::{QueuePair, icrc_for, same_ip};
+use crate::types::Instant;
+use core::time::Duration;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use softrdma_wire::IbPacket;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Faults applied to every packet on a link. Probabilities are in `0.0..=1.0`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkFaults {
+    /// Probability a packet is lost.
+    pub loss: f64,
+    /// Probability a packet is delivered twice.
+    pub dup: f64,
+    /// Probability a packet is held back long enough to arrive after later ones.
+    pub reorder: f64,
+    /// Probability one bit of a packet is flipped.
+    pub corrupt: f64,
+    /// One-way delay.
+    pub delay: Duration,
+    /// Extra random delay, uniform in `0..=jitter`.
+    pub jitter: Duration,
+    /// From this instant on, nothing is delivered.
+    pub partition_at: Option<Instant>,
+}
+
+impl Default for LinkFaults {
+    fn default() -> Self {
+        Self {
+            loss: 0.0,
+            dup: 0.0,
+            reorder: 0.0,
+            corrupt: 0.0,
+            delay: Duration::from_micros(5),
+            jitter: Duration::ZERO,
+            partition_at: None,
+        }
+    }
+}
+
+/// What a scripted test decides for one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Let the link faults decide.
+    Pass,
+    /// Lose it.
+    Drop,
+    /// Deliver it twice.
+    Duplicate,
+    /// Hold it back by this much on top of the link delay.
+    Delay(Duration),
+}
+
+/// A packet as the script sees it.
+#[derive(Debug)]
+pub struct PacketMeta<'a> {
+    /// Sending endpoint.
+    pub from: usize,
+    /// Number of the packet among all sent, from 0.
+    pub index: u64,
+    /// The InfiniBand part.
+    pub packet: &'a IbPacket<&'a [u8]>,
+}
+
+/// A test's hook into the network.
+pub type Script = Box<dyn FnMut(&PacketMeta<'_>) -> Verdict + Send>;
+
+/// What happened in a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct SimStats {
+    /// Packets the QPs sent.
+    pub packets_sent: u64,
+    /// Packets handed to a QP.
+    pub delivered: u64,
+    /// Packets lost (link loss or script).
+    pub lost: u64,
+    /// Extra copies delivered.
+    pub duplicated: u64,
+    /// Packets held back to reorder them.
+    pub reordered: u64,
+    /// Packets with a flipped bit.
+    pub corrupted: u64,
+    /// Packets the receiver dropped for a bad ICRC.
+    pub icrc_drops: u64,
+    /// Packets the receiver could not parse.
+    pub malformed_drops: u64,
+    /// Packets for an address or QPN nobody has.
+    pub unroutable: u64,
+    /// Packets lost to the partition.
+    pub partitioned: u64,
+    /// Timer expiries handled.
+    pub timers: u64,
+    /// Steps taken.
+    pub steps: u64,
+}
+
+/// Why a run stopped early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    /// The step budget ran out: a livelock, or a budget too small for the workload.
+    #[error("simulation exceeded {steps} steps at t = {now_us} us")]
+    StepLimit {
+        /// Steps taken.
+        steps: u64,
+        /// Simulated time in microseconds.
+        now_us: u64,
+    },
+}
+
+/// One simulated host.
+pub struct Endpoint {
+    /// Its address.
+    pub ip: IpAddr,
+    /// Its registered memory.
+    pub mem: Arc<SimMemory>,
+    /// Its QPs.
+    pub qps: Vec<QueuePair>,
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct InFlight {
+    at: Instant,
+    seq: u64,
+    to: usize,
+    src: IpAddr,
+    dst: IpAddr,
+    sport: u16,
+    bytes: Vec<u8>,
+}
+
+/// The simulator.
+pub struct Sim {
+    /// Simulated time.
+    pub now: Instant,
+    /// Endpoints.
+    pub endpoints: Vec<Endpoint>,
+    /// Faults on every link.
+    pub faults: LinkFaults,
+    /// Statistics so far.
+    pub stats: SimStats,
+    /// Step budget.
+    pub max_steps: u64,
+    script: Option<Script>,
+    rng: ChaCha8Rng,
+    queue: BinaryHeap<Reverse<InFlight>>,
+    seq: u64,
+    buf: Vec<u8>,
+}
+
+impl Sim {
+    /// A simulator with no endpoints, `faults` on every link, and a budget of `max_steps`.
+    pub fn new(seed: u64, faults: LinkFaults, max_steps: u64) -> Self {
+        Self {
+            now: Instant::ZERO,
+            endpoints: Vec::new(),
+            faults,
+            stats: SimStats::default(),
+            max_steps,
+            script: None,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            queue: BinaryHeap::new(),
+            seq: 0,
+            buf: Vec::with_capacity(4200),
+        }
+    }
+
+    /// Adds an endpoint and returns its index.
+    pub fn add_endpoint(&mut self, ip: IpAddr, mem: Arc<SimMemory>) -> usize {
+        self.endpoints.push(Endpoint {
+            ip,
+            mem,
+            qps: Vec::new(),
+        });
+        self.endpoints.len() - 1
+    }
+
+    /// Installs a script that sees every packet before the link faults do.
+    pub fn set_script(&mut self, script: Script) {
+        self.script = Some(script);
+    }
+
+    /// The QP with number `qpn` on endpoint `ep`.
+    pub fn qp(&mut self, ep: usize, qpn: u32) -> &mut QueuePair {
+        self.endpoints[ep]
+            .qps
+            .iter_mut()
+            .find(|q| q.qpn().value() == qpn)
+            .expect("the QP exists on that endpoint")
+    }
+
+    /// Collects every packet the QPs want to send and puts it on the wire.
+    pub fn flush(&mut self) {
+        let now = self.now;
+        for ep in 0..self.endpoints.len() {
+            for q in 0..self.endpoints[ep].qps.len() {
+                while let Some(t) = self.endpoints[ep].qps[q].poll_transmit(now, &mut self.buf) {
+                    let bytes = self.buf[..t.len].to_vec();
+                    self.send(ep, t.src, t.dst, t.src_port, bytes);
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, from: usize, src: IpAddr, dst: IpAddr, sport: u16, mut bytes: Vec<u8>) {
+        self.stats.packets_sent += 1;
+        let index = self.stats.packets_sent - 1;
+        let Some(to) = self.endpoints.iter().position(|e| same_ip(e.ip, dst)) else {
+            self.stats.unroutable += 1;
+            return;
+        };
+        let verdict = match (&mut self.script, IbPacket::new_checked(&bytes[..])) {
+            (Some(script), Ok(packet)) => script(&PacketMeta {
+                from,
+                index,
+                packet: &packet,
+            }),
+            _ => Verdict::Pass,
+        };
+        let f = self.faults;
+        if f.partition_at.is_some_and(|t| self.now >= t) {
+            self.stats.partitioned += 1;
+            return;
+        }
+        if verdict == Verdict::Drop || self.rng.random_bool(f.loss) {
+            self.stats.lost += 1;
+            return;
+        }
+        let copies = if verdict == Verdict::Duplicate || self.rng.random_bool(f.dup) {
+            self.stats.duplicated += 1;
+            2
+        } else {
+            1
+        };
+        for c in 0..copies {
+            let mut b = if c + 1 == copies {
+                std::mem::take(&mut bytes)
+            } else {
+                bytes.clone()
+            };
+            if self.rng.random_bool(f.corrupt) {
+                let bit = self.rng.random_range(0..b.len() * 8);
+                b[bit / 8] ^= 1 << (bit % 8);
+                self.stats.corrupted += 1;
+            }
+            let mut delay = f.delay;
+            if !f.jitter.is_zero() {
+                delay += f.jitter.mul_f64(self.rng.random::<f64>());
+            }
+            if let Verdict::Delay(d) = verdict {
+                delay += d;
+            }
+            if self.rng.random_bool(f.reorder) {
+                // Long enough to be overtaken by packets sent after it.
+                delay += (f.delay + Duration::from_micros(1))
+                    .mul_f64(1.0 + 4.0 * self.rng.random::<f64>());
+                self.stats.reordered += 1;
+            }
+            self.seq += 1;
+            self.queue.push(Reverse(InFlight {
+                at: self.now.add(delay),
+                seq: self.seq,
+                to,
+                src,
+                dst,
+                sport,
+                bytes: b,
+            }));
+        }
+    }
+
+    fn deliver(&mut self, p: InFlight) {
+        let n = p.bytes.len();
+        if n < 4 {
+            self.stats.malformed_drops += 1;
+            return;
+        }
+        let wire = u32::from_le_bytes([
+            p.bytes[n - 4],
+            p.bytes[n - 3],
+            p.bytes[n - 2],
+            p.bytes[n - 1],
+        ]);
+        if icrc_for(p.src, p.dst, p.sport, &p.bytes[..n - 4]) != wire {
+            self.stats.icrc_drops += 1;
+            return;
+        }
+        let Ok(pkt) = IbPacket::new_checked(&p.bytes[..]) else {
+            self.stats.malformed_drops += 1;
+            return;
+        };
+        let dqpn = pkt.bth().dest_qp();
+        let now = self.now;
+        match self.endpoints[p.to]
+            .qps
+            .iter_mut()
+            .find(|q| q.qpn() == dqpn)
+        {
+            Some(qp) => {
+                qp.handle_packet(now, p.src, p.dst, &pkt);
+                self.stats.delivered += 1;
+            }
+            None => self.stats.unroutable += 1,
+        }
+    }
+
+    fn next_timer(&self) -> Option<Instant> {
+        self.endpoints
+            .iter()
+            .flat_map(|e| e.qps.iter())
+            .filter_map(|q| q.poll_timeout())
+            .min()
+    }
+
+    /// Advances to the next event (a delivery or a timer) and handles it. Returns false when
+    /// nothing is left to happen.
+    pub fn step(&mut self) -> Result<bool, SimError> {
+        self.flush();
+        let next_pkt = self.queue.peek().map(|r| r.0.at);
+        let next_timer = self.next_timer();
+        let Some(t) = [next_pkt, next_timer].into_iter().flatten().min() else {
+            return Ok(false);
+        };
+        self.stats.steps += 1;
+        if self.stats.steps > self.max_steps {
+            return Err(SimError::StepLimit {
+                steps: self.max_steps,
+                now_us: self.now.as_nanos() / 1000,
+            });
+        }
+        self.now = self.now.max(t);
+        if next_pkt == Some(t) {
+            if let Some(Reverse(p)) = self.queue.pop() {
+                self.deliver(p);
+            }
+        } else {
+            let now = self.now;
+            for e in &mut self.endpoints {
+                for q in &mut e.qps {
+                    if q.poll_timeout().is_some_and(|d| d <= now) {
+                        q.handle_timeout(now);
+                        self.stats.timers += 1;
+                    }
+                }
+            }
+        }
+        self.flush();
+        Ok(true)
+    }
+
+    /// Steps until nothing is left to happen.
+    pub fn run(&mut self) -> Result<(), SimError> {
+        while self.step()? {}
+        Ok(())
+    }
+
+    /// Steps until `done` holds (checked after each step) or nothing is left to happen.
+    pub fn run_until(&mut self, mut done: impl FnMut(&mut Sim) -> bool) -> Result<bool, SimError> {
+        loop {
+            if done(self) {
+                return Ok(true);
+            }
+            if !self.step()? {
+                return Ok(done(self));
+            }
+        }
+    }
+}
+
+/// How [`Sim::connect`] sets up a pair of QPs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectOpts {
+    /// Transport.
+    pub qp_type: crate::QpType,
+    /// Path MTU.
+    pub mtu: crate::Mtu,
+    /// Local ACK timeout exponent.
+    pub timeout: u8,
+    /// Transport retries (7: unlimited, as rxe).
+    pub retry_cnt: u8,
+    /// RNR retries (7: unlimited).
+    pub rnr_retry: u8,
+    /// RNR timer code the responders send.
+    pub min_rnr_timer: u8,
+    /// Outstanding READs/atomics, both directions.
+    pub max_rd_atomic: u8,
+    /// First PSN of the first QP's send queue (the second's is this plus 0x1000).
+    pub sq_psn: u32,
+    /// Q_Key for UD.
+    pub qkey: u32,
+    /// Remote access rights of both QPs.
+    pub access: crate::AccessFlags,
+    /// Queue limits.
+    pub caps: crate::QpCaps,
+}
+
+impl Default for ConnectOpts {
+    fn default() -> Self {
+        use crate::AccessFlags as A;
+        Self {
+            qp_type: crate::QpType::Rc,
+            mtu: crate::Mtu::M1024,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            max_rd_atomic: 16,
+            sq_psn: 0x10_0000,
+            qkey: 0x1111_1111,
+            access: A::LOCAL_WRITE | A::REMOTE_WRITE | A::REMOTE_READ | A::REMOTE_ATOMIC,
+            caps: crate::QpCaps::default(),
+        }
+    }
+}
+
+impl Sim {
+    /// Creates QP `qpn_a` on endpoint `a` and `qpn_b` on endpoint `b`, in protection domain
+    /// 1 of each, and brings both to RTS connected to each other (UD: to RTS, unconnected).
+    pub fn connect(&mut self, a: usize, qpn_a: u32, b: usize, qpn_b: u32, o: ConnectOpts) {
+        use crate::{QpAttr, QpConfig, QpState};
+        use softrdma_wire::{Psn, Qpn};
+        let ends = [
+            (a, qpn_a, b, qpn_b, o.sq_psn, o.sq_psn + 0x1000),
+            (b, qpn_b, a, qpn_a, o.sq_psn + 0x1000, o.sq_psn),
+        ];
+        for (me, qpn, peer, peer_qpn, sq_psn, rq_psn) in ends {
+            let cfg = QpConfig {
+                qpn: Qpn::new(qpn),
+                qp_type: o.qp_type,
+                pd: crate::Pd(1),
+                caps: o.caps,
+                sq_sig_all: false,
+                srq: None,
+                port_mtu: o.mtu,
+            };
+            let mem: Arc<dyn crate::Memory> = self.endpoints[me].mem.clone();
+            let mut qp = QueuePair::new(cfg, mem);
+            let ud = o.qp_type == crate::QpType::Ud;
+            let steps = [
+                QpAttr {
+                    state: Some(QpState::Init),
+                    pkey_index: Some(0),
+                    port: Some(1),
+                    access_flags: (!ud).then_some(o.access),
+                    qkey: ud.then_some(o.qkey),
+                    ..Default::default()
+                },
+                if ud {
+                    QpAttr {
+                        state: Some(QpState::Rtr),
+                        ..Default::default()
+                    }
+                } else {
+                    QpAttr {
+                        state: Some(QpState::Rtr),
+                        av: Some(crate::AddressVector {
+                            src: self.endpoints[me].ip,
+                            dst: self.endpoints[peer].ip,
+                        }),
+                        path_mtu: Some(o.mtu),
+                        dest_qpn: Some(Qpn::new(peer_qpn)),
+                        rq_psn: Some(Psn::new(rq_psn)),
+                        max_dest_rd_atomic: (o.qp_type == crate::QpType::Rc)
+                            .then_some(o.max_rd_atomic),
+                        min_rnr_timer: (o.qp_type == crate::QpType::Rc).then_some(o.min_rnr_timer),
+                        ..Default::default()
+                    }
+                },
+                if o.qp_type == crate::QpType::Rc {
+                    QpAttr {
+                        state: Some(QpState::Rts),
+                        sq_psn: Some(Psn::new(sq_psn)),
+                        timeout: Some(o.timeout),
+                        retry_cnt: Some(o.retry_cnt),
+                        rnr_retry: Some(o.rnr_retry),
+                        max_rd_atomic: Some(o.max_rd_atomic),
+                        ..Default::default()
+                    }
+                } else {
+                    QpAttr {
+                        state: Some(QpState::Rts),
+                        sq_psn: Some(Psn::new(sq_psn)),
+                        ..Default::default()
+                    }
+                },
+            ];
+            for s in &steps {
+                qp.modify(s)
+                    .expect("the connect sequence follows the modify rules");
+            }
+            self.endpoints[me].qps.push(qp);
+        }
+    }
+}
