@@ -28,6 +28,7 @@ pub mod qp;
 pub mod sim;
 pub mod state;
 pub mod types;
+pub mod workload;
 
 pub use memory::{Access, AtomicOp, MemError, Memory, Pd, SimMemory};
 pub use qp::{PostError, QpCaps, QpConfig, QpCounters, QueuePair, Srq, Transmit};

@@ -21,8 +21,6 @@ pub(crate) struct SendWqe {
     pub signaled: bool,
     /// READ: bytes received in order so far.
     pub read_done: u64,
-    /// READ: offset the outstanding READ request asked from.
-    pub read_req_start: u64,
 }
 
 /// The requester and completer state.
@@ -81,7 +79,6 @@ impl Requester {
             first_psn: None,
             signaled,
             read_done: 0,
-            read_req_start: 0,
         });
         self.drain_reported = false;
     }
@@ -423,17 +420,23 @@ impl QueuePair {
                 return None;
             }
         };
-        // Bookkeeping for the packet that goes out.
+        // Bookkeeping for the packet that goes out. A READ request occupies the PSNs of all
+        // the responses it asks for.
+        let is_read = matches!(self.req.sq[idx].wr.op, SendOp::Read { .. });
+        let end = if is_read {
+            first.add(self.req.sq[idx].npkts)
+        } else {
+            psn.next()
+        };
         if psn.diff(self.req.sent_hwm) < 0 {
             self.counters.retransmits += 1;
-        } else {
-            self.req.sent_hwm = psn.next();
+        }
+        if end.diff(self.req.sent_hwm) > 0 {
+            self.req.sent_hwm = end;
         }
         self.req.noack_pkts = if ack_req { 0 } else { self.req.noack_pkts + 1 };
-        if matches!(self.req.sq[idx].wr.op, SendOp::Read { .. }) {
-            let w = &mut self.req.sq[idx];
-            w.read_req_start = offset;
-            w.read_done = offset;
+        if is_read {
+            self.req.sq[idx].read_done = offset;
         }
         if rc && self.req.retx_deadline.is_none() {
             self.req.retx_deadline = self.ack_timeout_at(now);
@@ -639,14 +642,19 @@ impl QueuePair {
         }
         let data = pkt.payload();
         let n = data.len() as u64;
-        let at_start = w.read_done == w.read_req_start;
-        let remaining = w.len - w.read_done;
-        let ok = match pkt.info().position {
-            softrdma_wire::Position::First => at_start && n == mtu && remaining > mtu,
-            softrdma_wire::Position::Middle => !at_start && n == mtu && remaining > mtu,
-            softrdma_wire::Position::Last => !at_start && n == remaining,
-            softrdma_wire::Position::Only => at_start && n == remaining,
-        };
+        // Judge the packet by where its PSN falls in the whole READ, not by which request
+        // (original or re-issued) produced it: every response for a PSN carries the same
+        // bytes. A re-issued READ may start a response sequence at any packet.
+        let j = p.diff(first) as u64;
+        let last = j + 1 == u64::from(w.npkts);
+        let size_ok = if last { n == w.len - j * mtu } else { n == mtu };
+        let ok = size_ok
+            && match pkt.info().position {
+                softrdma_wire::Position::First => !last,
+                softrdma_wire::Position::Middle => j > 0 && !last,
+                softrdma_wire::Position::Last => j > 0 && last,
+                softrdma_wire::Position::Only => last,
+            };
         if !ok {
             self.complete_front(WcStatus::BadRespErr);
             self.enter_error(None);

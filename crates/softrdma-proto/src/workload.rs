@@ -1,0 +1,759 @@
+//! Random operation mixes run in the simulator and checked against an independent model.
+//!
+//! Each of `qps` QP pairs connects endpoint A (10.0.0.1) to endpoint B (10.0.0.2). A posts
+//! the operations; B receives, is written, read and updated. The model knows, without looking
+//! at the engine, what every byte should be:
+//!
+//! * a SEND's data is a pattern of its (pair, op) numbers; RC delivers every SEND once and in
+//!   order, UC delivers an in-order subset, UD any subset (datagrams may be reordered or
+//!   duplicated on the network);
+//! * a WRITE's data lands in its own slot (or the last writer's, when slots are reused);
+//! * a READ returns B's read source, which nobody writes;
+//! * atomics run on one counter per pair, in order, so each returns a predictable original
+//!   value and the counter ends at a predictable value.
+//!
+//! `data_verified` is true only when every successful operation was checked this way.
+
+use crate::memory::{Pd, SimMemory};
+use crate::sim::{ConnectOpts, LinkFaults, Sim, SimError, SimStats};
+use crate::types::*;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use softrdma_wire::Qpn;
+use std::collections::{BTreeMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+/// Which operations a workload posts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpMix {
+    /// SENDs (half of them with immediate data).
+    Send,
+    /// RDMA WRITEs (half with immediate data).
+    Write,
+    /// RDMA READs.
+    Read,
+    /// FETCH_ADD and CMP_SWAP.
+    Atomic,
+    /// All of the above that the transport allows.
+    Mixed,
+}
+
+/// A workload.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WorkloadConfig {
+    /// Transport.
+    pub transport: QpType,
+    /// Operations.
+    pub mix: OpMix,
+    /// Work requests over all QPs.
+    pub ops: u64,
+    /// Smallest message.
+    pub min_size: u32,
+    /// Largest message.
+    pub max_size: u32,
+    /// Path MTU.
+    pub mtu: Mtu,
+    /// QP pairs.
+    pub qps: u32,
+    /// Link faults.
+    pub faults: LinkFaults,
+    /// RNG seed for the workload and the network.
+    pub seed: u64,
+    /// Transport retries (7: unlimited).
+    pub retry_cnt: u8,
+    /// Local ACK timeout exponent.
+    pub timeout: u8,
+    /// Step budget.
+    pub max_steps: u64,
+}
+
+impl Default for WorkloadConfig {
+    fn default() -> Self {
+        Self {
+            transport: QpType::Rc,
+            mix: OpMix::Mixed,
+            ops: 200,
+            min_size: 1,
+            max_size: 4096,
+            mtu: Mtu::M1024,
+            qps: 2,
+            faults: LinkFaults::default(),
+            seed: 1,
+            retry_cnt: 7,
+            timeout: 10,
+            max_steps: 20_000_000,
+        }
+    }
+}
+
+/// The outcome of a workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadReport {
+    /// Work requests posted.
+    pub posted: u64,
+    /// Work requests completed successfully (requester side).
+    pub ok: u64,
+    /// Error completions by status name, both sides.
+    pub errors: BTreeMap<&'static str, u64>,
+    /// Every successful operation matched the model.
+    pub data_verified: bool,
+    /// Packets sent.
+    pub packets_sent: u64,
+    /// Request packets sent again.
+    pub retransmits: u64,
+    /// Simulated time.
+    pub sim_time_us: u64,
+    /// The simulator's statistics.
+    pub sim: SimStats,
+    /// The transport's guarantees held (see [`run_workload`]).
+    pub guarantees_met: bool,
+    /// What went wrong, if anything.
+    pub problems: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Send,
+    Write,
+    Read,
+    FetchAdd,
+    CompareSwap,
+}
+
+#[derive(Debug, Clone)]
+struct Op {
+    kind: Kind,
+    size: u32,
+    imm: bool,
+    /// Atomics: the expected original value.
+    expect_orig: u64,
+    add_or_swap: u64,
+    compare: u64,
+    slot: u64,
+}
+
+const SLOTS: u64 = 64;
+const WINDOW: usize = 32;
+const QPN_A: u32 = 0x100;
+const QPN_B: u32 = 0x800;
+const IP_A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+const IP_B: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+
+/// The bytes of operation `op` of pair `pair`.
+pub fn pattern(pair: u32, op: u64, len: usize) -> Vec<u8> {
+    let seed = (u64::from(pair) << 40) ^ op.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (0..len)
+        .map(|j| {
+            let x = seed ^ (j as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            (x.wrapping_mul(0x94D0_49BB_1331_11EB) >> 56) as u8
+        })
+        .collect()
+}
+
+/// Per-pair memory layout: offsets into the one region each endpoint registers.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    stride: u64,
+    per_pair: u64,
+}
+
+impl Layout {
+    fn new(max: u32) -> Self {
+        let stride = (u64::from(max) + 40).next_multiple_of(64);
+        // src/target | read dest/source | recv buffers | atomics
+        Self {
+            stride,
+            per_pair: 3 * SLOTS * stride + 8 * SLOTS + 64,
+        }
+    }
+    fn data(&self, pair: u32, slot: u64) -> u64 {
+        u64::from(pair) * self.per_pair + (slot % SLOTS) * self.stride
+    }
+    fn read(&self, pair: u32, slot: u64) -> u64 {
+        self.data(pair, slot) + SLOTS * self.stride
+    }
+    fn recv(&self, pair: u32, slot: u64) -> u64 {
+        self.data(pair, slot) + 2 * SLOTS * self.stride
+    }
+    fn atomic(&self, pair: u32, slot: u64) -> u64 {
+        u64::from(pair) * self.per_pair + 3 * SLOTS * self.stride + 8 * (slot % SLOTS)
+    }
+    fn counter(&self, pair: u32) -> u64 {
+        u64::from(pair) * self.per_pair + 3 * SLOTS * self.stride + 8 * SLOTS
+    }
+}
+
+struct PairState {
+    ops: Vec<Op>,
+    next_post: usize,
+    /// Requester completions expected, in order (RC) or as they come (UC/UD).
+    outstanding: VecDeque<usize>,
+    completed: Vec<bool>,
+    succeeded: Vec<bool>,
+    /// Indices of SEND ops, in order, and how far the receives have matched them.
+    sends: Vec<usize>,
+    matched: usize,
+    delivered: Vec<u32>,
+    free_recv_slots: Vec<u64>,
+    counter: u64,
+}
+
+/// Runs a workload and checks it.
+///
+/// The guarantees: for RC without a partition, every operation completes successfully exactly
+/// once, every SEND is received exactly once and in order, and memory equals the model. With
+/// a partition, every work request completes (successfully, with RETRY_EXC_ERR, or flushed)
+/// and the run ends. For UC and UD, every send completes successfully on the requester, and
+/// whatever is received or written is whole and correct.
+pub fn run_workload(cfg: &WorkloadConfig) -> Result<WorkloadReport, SimError> {
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5EED);
+    let mtu = cfg.mtu.bytes() as u32;
+    let max = match cfg.transport {
+        QpType::Ud => cfg.max_size.min(mtu),
+        _ => cfg.max_size,
+    }
+    .max(cfg.min_size.min(mtu));
+    let min = cfg.min_size.min(max);
+    let layout = Layout::new(max);
+    let all = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
+    let region = layout.per_pair * u64::from(cfg.qps.max(1));
+    let mem_a = Arc::new(SimMemory::new(0xA));
+    let mem_b = Arc::new(SimMemory::new(0xB));
+    let key_a = mem_a.register(Pd(1), 0, region as usize, all);
+    let key_b = mem_b.register(Pd(1), 0, region as usize, all);
+
+    let mut sim = Sim::new(cfg.seed, cfg.faults, cfg.max_steps);
+    let (a, b) = (
+        sim.add_endpoint(IP_A, mem_a.clone()),
+        sim.add_endpoint(IP_B, mem_b.clone()),
+    );
+    let opts = ConnectOpts {
+        qp_type: cfg.transport,
+        mtu: cfg.mtu,
+        timeout: cfg.timeout,
+        retry_cnt: cfg.retry_cnt,
+        ..Default::default()
+    };
+    let qps = cfg.qps.max(1);
+    let mut pairs = Vec::new();
+    for i in 0..qps {
+        sim.connect(a, QPN_A + i, b, QPN_B + i, opts);
+        // B's read sources hold known data; nobody writes them.
+        for s in 0..SLOTS {
+            mem_b.fill(
+                key_b,
+                layout.read(i, s) as usize,
+                &pattern(i, 1 << 40 | s, max as usize),
+            );
+        }
+        let n = cfg.ops / u64::from(qps) + u64::from(u64::from(i) < cfg.ops % u64::from(qps));
+        let mut ops = Vec::new();
+        let mut counter = 0u64;
+        for k in 0..n {
+            let kind = pick_kind(cfg, &mut rng);
+            let size = if matches!(kind, Kind::FetchAdd | Kind::CompareSwap) {
+                8
+            } else {
+                rng.random_range(min..=max)
+            };
+            let mut op = Op {
+                kind,
+                size,
+                imm: rng.random_bool(0.5),
+                expect_orig: counter,
+                add_or_swap: 0,
+                compare: 0,
+                slot: k,
+            };
+            match kind {
+                Kind::FetchAdd => {
+                    op.add_or_swap = rng.random_range(1..1000);
+                    counter = counter.wrapping_add(op.add_or_swap);
+                }
+                Kind::CompareSwap => {
+                    // Alternate hits and misses.
+                    op.compare = if k % 2 == 0 { counter } else { counter ^ 1 };
+                    op.add_or_swap = rng.random();
+                    if op.compare == counter {
+                        counter = op.add_or_swap;
+                    }
+                }
+                _ => {}
+            }
+            ops.push(op);
+        }
+        let sends = (0..ops.len())
+            .filter(|&j| ops[j].kind == Kind::Send)
+            .collect();
+        pairs.push(PairState {
+            completed: vec![false; ops.len()],
+            succeeded: vec![false; ops.len()],
+            ops,
+            next_post: 0,
+            outstanding: VecDeque::new(),
+            sends,
+            matched: 0,
+            delivered: Vec::new(),
+            free_recv_slots: (0..SLOTS).rev().collect(),
+            counter,
+        });
+    }
+
+    let mut problems = Vec::new();
+    let mut errors: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut ok = 0u64;
+    let mut posted = 0u64;
+    let grh = if cfg.transport == QpType::Ud { 40 } else { 0 };
+    loop {
+        let before = (posted, ok, errors.values().sum::<u64>());
+        // Post while the window allows; keep receives posted on B.
+        for (i, p) in pairs.iter_mut().enumerate() {
+            let i = i as u32;
+            while let Some(slot) = p.free_recv_slots.pop() {
+                let r = RecvWr {
+                    wr_id: slot,
+                    sg_list: vec![Sge {
+                        addr: layout.recv(i, slot),
+                        length: (u64::from(max) + grh) as u32,
+                        lkey: key_b,
+                    }],
+                };
+                if sim.qp(b, QPN_B + i).post_recv(r).is_err() {
+                    p.free_recv_slots.push(slot);
+                    break;
+                }
+            }
+            while p.outstanding.len() < WINDOW && p.next_post < p.ops.len() {
+                let k = p.next_post;
+                let op = &p.ops[k];
+                if matches!(op.kind, Kind::Send | Kind::Write) {
+                    let data = pattern(i, k as u64, op.size as usize);
+                    mem_a.fill(key_a, layout.data(i, op.slot) as usize, &data);
+                }
+                let wr = make_wr(cfg, &layout, i, k, op, key_a, key_b);
+                match sim.qp(a, QPN_A + i).post_send(wr) {
+                    Ok(()) => {
+                        p.next_post += 1;
+                        p.outstanding.push_back(k);
+                        posted += 1;
+                    }
+                    Err(e) => {
+                        problems.push(format!("pair {i}: post_send of op {k} failed: {e}"));
+                        p.next_post = p.ops.len();
+                    }
+                }
+            }
+        }
+        // Harvest completions.
+        for (i, p) in pairs.iter_mut().enumerate() {
+            let i = i as u32;
+            while let Some(wc) = sim.qp(a, QPN_A + i).poll_completion() {
+                let k = wc.wr_id as usize;
+                if k >= p.ops.len() || p.completed[k] {
+                    problems.push(format!("pair {i}: op {k} completed twice or unknown"));
+                    continue;
+                }
+                p.completed[k] = true;
+                p.outstanding.retain(|&x| x != k);
+                if wc.status != WcStatus::Success {
+                    *errors.entry(wc.status.name()).or_default() += 1;
+                    continue;
+                }
+                ok += 1;
+                p.succeeded[k] = true;
+                check_requester(&mem_a, key_a, &layout, i, k, &p.ops[k], max, &mut problems);
+            }
+            while let Some(wc) = sim.qp(b, QPN_B + i).poll_completion() {
+                if wc.status != WcStatus::Success {
+                    *errors.entry(wc.status.name()).or_default() += 1;
+                    if wc.status == WcStatus::WrFlushErr {
+                        continue;
+                    }
+                }
+                let slot = wc.wr_id;
+                if wc.opcode == WcOpcode::Recv && wc.status == WcStatus::Success {
+                    let got = mem_b.snapshot(key_b).unwrap_or_default();
+                    let at = (layout.recv(i, slot) + grh) as usize;
+                    let len = wc.byte_len as usize - grh as usize;
+                    match_send(
+                        cfg.transport,
+                        p,
+                        i,
+                        &got[at..at + len],
+                        wc.imm_data,
+                        &mut problems,
+                    );
+                }
+                p.free_recv_slots.push(slot);
+            }
+        }
+        let all_done = pairs
+            .iter()
+            .all(|p| p.next_post == p.ops.len() && p.outstanding.is_empty());
+        if all_done {
+            if cfg.transport == QpType::Rc {
+                // Receives for RC SENDs complete before the SENDs' ACKs: nothing is in flight.
+                break;
+            }
+            // UC/UD: let whatever is still on the wire arrive.
+            if !sim.step()? {
+                continue_final(
+                    &mut sim,
+                    &mut pairs,
+                    b,
+                    &mem_b,
+                    key_b,
+                    &layout,
+                    cfg,
+                    grh,
+                    &mut problems,
+                    &mut errors,
+                )?;
+                break;
+            }
+            continue;
+        }
+        let progressed = before != (posted, ok, errors.values().sum::<u64>());
+        if !sim.step()? && !progressed {
+            problems.push("the run stalled with work outstanding".into());
+            break;
+        }
+    }
+
+    // Final memory: WRITE slots and atomic counters.
+    let got_b = mem_b.snapshot(key_b).unwrap_or_default();
+    for (i, p) in pairs.iter().enumerate() {
+        let i = i as u32;
+        check_writes(cfg.transport, p, i, &layout, &got_b, &mut problems);
+        let c = layout.counter(i) as usize;
+        let counter = u64::from_ne_bytes(got_b[c..c + 8].try_into().unwrap_or([0; 8]));
+        let any_atomic = p
+            .ops
+            .iter()
+            .any(|o| matches!(o.kind, Kind::FetchAdd | Kind::CompareSwap));
+        let all_ok = p.completed.iter().all(|&c| c) && errors.is_empty();
+        if any_atomic && all_ok && counter != p.counter {
+            problems.push(format!(
+                "pair {i}: counter {counter:#x}, model {:#x}",
+                p.counter
+            ));
+        }
+        if cfg.transport == QpType::Rc && all_ok && p.matched != p.sends.len() {
+            problems.push(format!(
+                "pair {i}: {} of {} SENDs received",
+                p.matched,
+                p.sends.len()
+            ));
+        }
+    }
+    let retransmits = sim
+        .endpoints
+        .iter()
+        .flat_map(|e| e.qps.iter())
+        .map(|q| q.counters().retransmits)
+        .sum();
+    let every_wr_completed = pairs.iter().all(|p| p.completed.iter().all(|&c| c));
+    if !every_wr_completed {
+        problems.push("some work requests never completed".into());
+    }
+    let data_verified = problems.is_empty();
+    let guarantees_met = data_verified
+        && match (cfg.transport, cfg.faults.partition_at) {
+            (QpType::Rc, None) => ok == cfg.ops && posted == cfg.ops,
+            _ => true,
+        };
+    if !guarantees_met && problems.is_empty() {
+        problems.push(format!("{ok} of {} operations succeeded", cfg.ops));
+    }
+    Ok(WorkloadReport {
+        posted,
+        ok,
+        errors,
+        data_verified,
+        packets_sent: sim.stats.packets_sent,
+        retransmits,
+        sim_time_us: sim.now.as_nanos() / 1000,
+        sim: sim.stats,
+        guarantees_met,
+        problems,
+    })
+}
+
+fn pick_kind(cfg: &WorkloadConfig, rng: &mut ChaCha8Rng) -> Kind {
+    let atomic = |rng: &mut ChaCha8Rng| {
+        if rng.random_bool(0.5) {
+            Kind::FetchAdd
+        } else {
+            Kind::CompareSwap
+        }
+    };
+    match (cfg.transport, cfg.mix) {
+        (QpType::Ud, _) => Kind::Send,
+        (_, OpMix::Send) => Kind::Send,
+        (_, OpMix::Write) => Kind::Write,
+        (QpType::Rc, OpMix::Read) => Kind::Read,
+        (QpType::Rc, OpMix::Atomic) => atomic(rng),
+        (QpType::Rc, OpMix::Mixed) => match rng.random_range(0..4) {
+            0 => Kind::Send,
+            1 => Kind::Write,
+            2 => Kind::Read,
+            _ => atomic(rng),
+        },
+        // UC: READ and atomics do not exist; use SEND and WRITE.
+        (_, _) => {
+            if rng.random_bool(0.5) {
+                Kind::Send
+            } else {
+                Kind::Write
+            }
+        }
+    }
+}
+
+fn make_wr(
+    cfg: &WorkloadConfig,
+    l: &Layout,
+    i: u32,
+    k: usize,
+    op: &Op,
+    ka: u32,
+    kb: u32,
+) -> SendWr {
+    let src = l.data(i, op.slot);
+    let payload = |addr: u64, len: u32| {
+        Payload::Sges(vec![Sge {
+            addr,
+            length: len,
+            lkey: ka,
+        }])
+    };
+    let imm = (i << 24) ^ k as u32;
+    let (op_, payload) = match op.kind {
+        Kind::Send => (
+            if op.imm {
+                SendOp::SendWithImm(imm)
+            } else {
+                SendOp::Send
+            },
+            if op.size <= 64 && !op.imm {
+                Payload::Inline(pattern(i, k as u64, op.size as usize))
+            } else {
+                payload(src, op.size)
+            },
+        ),
+        Kind::Write => {
+            let remote_addr = l.data(i, unique_slot(cfg, op));
+            let w = if op.imm {
+                SendOp::WriteWithImm {
+                    remote_addr,
+                    rkey: kb,
+                    imm,
+                }
+            } else {
+                SendOp::Write {
+                    remote_addr,
+                    rkey: kb,
+                }
+            };
+            (w, payload(src, op.size))
+        }
+        Kind::Read => (
+            SendOp::Read {
+                remote_addr: l.read(i, op.slot),
+                rkey: kb,
+            },
+            payload(l.read(i, op.slot), op.size),
+        ),
+        Kind::FetchAdd => (
+            SendOp::FetchAdd {
+                remote_addr: l.counter(i),
+                rkey: kb,
+                add: op.add_or_swap,
+            },
+            payload(l.atomic(i, op.slot), 8),
+        ),
+        Kind::CompareSwap => (
+            SendOp::CompareSwap {
+                remote_addr: l.counter(i),
+                rkey: kb,
+                compare: op.compare,
+                swap: op.add_or_swap,
+            },
+            payload(l.atomic(i, op.slot), 8),
+        ),
+    };
+    SendWr {
+        wr_id: k as u64,
+        op: op_,
+        payload,
+        flags: SendFlags::SIGNALED,
+        ud: (cfg.transport == QpType::Ud).then_some(UdDest {
+            src: IP_A,
+            ip: IP_B,
+            qpn: Qpn::new(QPN_B + i),
+            qkey: ConnectOpts::default().qkey,
+        }),
+    }
+}
+
+fn unique_slot(_cfg: &WorkloadConfig, op: &Op) -> u64 {
+    op.slot
+}
+
+/// Checks what a successful READ or atomic brought back.
+#[allow(clippy::too_many_arguments)]
+fn check_requester(
+    mem_a: &SimMemory,
+    ka: u32,
+    l: &Layout,
+    i: u32,
+    k: usize,
+    op: &Op,
+    max: u32,
+    problems: &mut Vec<String>,
+) {
+    match op.kind {
+        Kind::Read => {
+            let got = mem_a.snapshot(ka).unwrap_or_default();
+            let at = l.read(i, op.slot) as usize;
+            let want = pattern(i, 1 << 40 | (op.slot % SLOTS), max as usize);
+            if got[at..at + op.size as usize] != want[..op.size as usize] {
+                problems.push(format!("pair {i}: READ {k} returned wrong bytes"));
+            }
+        }
+        Kind::FetchAdd | Kind::CompareSwap => {
+            let got = mem_a.snapshot(ka).unwrap_or_default();
+            let at = l.atomic(i, op.slot) as usize;
+            let v = u64::from_ne_bytes(got[at..at + 8].try_into().unwrap_or([0; 8]));
+            if v != op.expect_orig {
+                problems.push(format!(
+                    "pair {i}: atomic {k} returned {v:#x}, model {:#x}",
+                    op.expect_orig
+                ));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Matches a received SEND against the model.
+fn match_send(
+    t: QpType,
+    p: &mut PairState,
+    i: u32,
+    data: &[u8],
+    imm: u32,
+    problems: &mut Vec<String>,
+) {
+    let is = |p: &PairState, j: usize| {
+        let k = p.sends[j];
+        let op = &p.ops[k];
+        op.size as usize == data.len() && pattern(i, k as u64, data.len()) == data
+    };
+    let found = match t {
+        QpType::Rc => (p.matched < p.sends.len() && is(p, p.matched)).then_some(p.matched),
+        QpType::Uc => (p.matched..p.sends.len()).find(|&j| is(p, j)),
+        QpType::Ud => (0..p.sends.len()).find(|&j| is(p, j)),
+    };
+    match found {
+        Some(j) => {
+            let k = p.sends[j];
+            if p.ops[k].imm && imm != (i << 24) ^ k as u32 {
+                problems.push(format!(
+                    "pair {i}: SEND {k} arrived with immediate {imm:#x}"
+                ));
+            }
+            p.delivered.push(k as u32);
+            if t != QpType::Ud {
+                p.matched = j + 1;
+            }
+        }
+        None => problems.push(format!(
+            "pair {i}: a {}-byte SEND arrived that the model did not expect next",
+            data.len()
+        )),
+    }
+}
+
+/// WRITE slots: RC holds exactly the data; UC holds the data or nothing, never a part.
+fn check_writes(
+    t: QpType,
+    p: &PairState,
+    i: u32,
+    l: &Layout,
+    got: &[u8],
+    problems: &mut Vec<String>,
+) {
+    // The last op to write each slot decides its contents.
+    let mut last: BTreeMap<u64, usize> = BTreeMap::new();
+    for (k, op) in p.ops.iter().enumerate() {
+        if op.kind == Kind::Write && p.succeeded[k] {
+            last.insert(op.slot % SLOTS, k);
+        }
+    }
+    for (slot, k) in last {
+        let op = &p.ops[k];
+        let at = l.data(i, slot) as usize;
+        let bytes = &got[at..at + op.size as usize];
+        let want = pattern(i, k as u64, op.size as usize);
+        let ok = match t {
+            QpType::Rc => bytes == want.as_slice(),
+            // Some earlier write to the slot may be the last to have landed whole.
+            _ => {
+                p.ops.iter().enumerate().any(|(j, o)| {
+                    o.kind == Kind::Write
+                        && o.slot % SLOTS == slot
+                        && got[at..at + o.size as usize]
+                            == pattern(i, j as u64, o.size as usize)[..]
+                }) || bytes.iter().all(|&b| b == 0)
+            }
+        };
+        if !ok {
+            problems.push(format!(
+                "pair {i}: WRITE slot {slot} does not hold whole data"
+            ));
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn continue_final(
+    sim: &mut Sim,
+    pairs: &mut [PairState],
+    b: usize,
+    mem_b: &SimMemory,
+    kb: u32,
+    l: &Layout,
+    cfg: &WorkloadConfig,
+    grh: u64,
+    problems: &mut Vec<String>,
+    errors: &mut BTreeMap<&'static str, u64>,
+) -> Result<(), SimError> {
+    for (i, p) in pairs.iter_mut().enumerate() {
+        let i = i as u32;
+        while let Some(wc) = sim.qp(b, QPN_B + i).poll_completion() {
+            if wc.status != WcStatus::Success {
+                *errors.entry(wc.status.name()).or_default() += 1;
+                continue;
+            }
+            if wc.opcode == WcOpcode::Recv {
+                let got = mem_b.snapshot(kb).unwrap_or_default();
+                let at = (l.recv(i, wc.wr_id) + grh) as usize;
+                let len = wc.byte_len as usize - grh as usize;
+                match_send(
+                    cfg.transport,
+                    p,
+                    i,
+                    &got[at..at + len],
+                    wc.imm_data,
+                    problems,
+                );
+            }
+        }
+    }
+    Ok(())
+}
