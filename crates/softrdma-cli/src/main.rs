@@ -1,9 +1,11 @@
 //! `softrdma`: the command-line face of softrdma, modelled on the rdma-core tools.
 //!
-//! Today it reads captures: `softrdma pcap verify` checks every RoCE v2 packet's ICRC and
-//! framing, and `softrdma pcap decode` prints them one per line, as text or JSON.
+//! `softrdma pcap verify` checks every RoCE v2 packet's ICRC and framing in captures, and
+//! `softrdma pcap decode` prints them one per line, as text or JSON. `softrdma sim` runs the
+//! transport engine in the deterministic network simulator.
 
 mod pcap;
+mod sim;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -22,6 +24,9 @@ enum Command {
     /// Read RoCE v2 packets from classic pcap captures.
     #[command(subcommand)]
     Pcap(PcapCommand),
+    /// Run the transport engine in the deterministic network simulator and check every
+    /// operation against a model. Exits 0 if and only if the transport's guarantees held.
+    Sim(sim::SimArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -50,6 +55,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Pcap(PcapCommand::Verify { files }) => pcap::verify(&files, &mut out),
         Command::Pcap(PcapCommand::Decode { json, file }) => pcap::decode(&file, json, &mut out),
+        Command::Sim(args) => return sim::run(&args, &mut out),
     };
     match result {
         Ok(code) => code,

@@ -160,6 +160,9 @@ pub struct Sim {
     queue: BinaryHeap<Reverse<InFlight>>,
     seq: u64,
     buf: Vec<u8>,
+    /// Latest arrival scheduled on each (from, to) link: links are FIFO unless a packet is
+    /// deliberately reordered.
+    link_tail: std::collections::HashMap<(usize, usize), Instant>,
 }
 
 impl Sim {
@@ -176,6 +179,7 @@ impl Sim {
             queue: BinaryHeap::new(),
             seq: 0,
             buf: Vec::with_capacity(4200),
+            link_tail: std::collections::HashMap::new(),
         }
     }
 
@@ -264,15 +268,23 @@ impl Sim {
             if let Verdict::Delay(d) = verdict {
                 delay += d;
             }
+            let mut at = self.now.add(delay);
             if self.rng.random_bool(f.reorder) {
                 // Long enough to be overtaken by packets sent after it.
-                delay += (f.delay + Duration::from_micros(1))
-                    .mul_f64(1.0 + 4.0 * self.rng.random::<f64>());
+                at = at.add(
+                    (f.delay + Duration::from_micros(1))
+                        .mul_f64(1.0 + 4.0 * self.rng.random::<f64>()),
+                );
                 self.stats.reordered += 1;
+            } else {
+                // Jitter never reorders a link by itself.
+                let tail = self.link_tail.entry((from, to)).or_insert(Instant::ZERO);
+                at = at.max(*tail);
+                *tail = at;
             }
             self.seq += 1;
             self.queue.push(Reverse(InFlight {
-                at: self.now.add(delay),
+                at,
                 seq: self.seq,
                 to,
                 src,

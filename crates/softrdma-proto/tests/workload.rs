@@ -129,31 +129,3 @@ proptest! {
         prop_assert_eq!(r.posted, 60);
     }
 }
-
-#[test]
-#[ignore]
-fn debug_one() {
-    for mix in [OpMix::Read, OpMix::Send, OpMix::Write, OpMix::Atomic] {
-        for (loss, dup, reorder) in [(0.2, 0.0, 0.0), (0.0, 0.2, 0.0), (0.0, 0.0, 0.2)] {
-            let cfg = WorkloadConfig {
-                ops: 100,
-                mix,
-                seed: 7,
-                faults: LinkFaults {
-                    loss,
-                    dup,
-                    reorder,
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            let r = run_workload(&cfg).unwrap();
-            println!(
-                "{mix:?} loss {loss} dup {dup} reorder {reorder}: ok {} errors {:?} problems {:?}",
-                r.ok,
-                r.errors,
-                r.problems.first()
-            );
-        }
-    }
-}

@@ -44,7 +44,18 @@ pub(crate) struct Requester {
     /// READs and atomics sent and not completed.
     pub rd_outstanding: u32,
     pub drain_reported: bool,
+    /// Unacknowledged PSNs allowed in flight: halved on every retry, grown by one on every
+    /// acknowledgement that makes progress, between [`MIN_WINDOW`] and [`MAX_UNACKED_PSNS`].
+    /// Go-back-N resends the whole window after a loss, so a full window under loss
+    /// collapses into retransmission storms; rxe has no such limit.
+    pub window: i32,
+    /// A NAK-driven retry is under way; further sequence NAKs wait for progress or a timeout
+    /// (rxe's `started_retry`).
+    pub started_retry: bool,
 }
+
+/// The smallest in-flight window.
+pub const MIN_WINDOW: i32 = 4;
 
 /// What an acknowledgement up to a PSN did.
 #[derive(Debug, PartialEq, Eq)]
@@ -64,6 +75,8 @@ impl Requester {
         self.sent_hwm = psn;
         self.retry_left = attrs.retry_cnt;
         self.rnr_left = attrs.rnr_retry;
+        self.window = MAX_UNACKED_PSNS;
+        self.started_retry = false;
     }
 
     pub fn push(&mut self, wr: SendWr, len: u64, signaled: bool, mtu: Mtu) {
@@ -267,7 +280,7 @@ impl QueuePair {
                 }
             }
             let first = self.req.next_psn;
-            if rc && first.diff(self.req.una) >= MAX_UNACKED_PSNS {
+            if rc && first.diff(self.req.una) >= self.req.window {
                 return None;
             }
             let npkts = w.npkts;
@@ -281,7 +294,7 @@ impl QueuePair {
         let w = &self.req.sq[idx];
         let first = w.first_psn?;
         let psn = first.add(self.req.send_pkt);
-        if rc && psn.diff(self.req.una) >= MAX_UNACKED_PSNS {
+        if rc && psn.diff(self.req.una) >= self.req.window {
             return None;
         }
         let own = self.cfg.qpn;
@@ -498,6 +511,8 @@ impl QueuePair {
     fn progress(&mut self, now: Instant) {
         self.req.retry_left = self.attrs.retry_cnt;
         self.req.rnr_left = self.attrs.rnr_retry;
+        self.req.started_retry = false;
+        self.req.window = (self.req.window + 1).min(MAX_UNACKED_PSNS);
         self.req.retx_deadline = if self.req.una == self.req.sent_hwm {
             None
         } else {
@@ -522,6 +537,7 @@ impl QueuePair {
         if self.attrs.retry_cnt != 7 {
             self.req.retry_left -= 1;
         }
+        self.req.window = (self.req.window / 2).max(MIN_WINDOW);
         self.req.rewind(self.req.una, self.mtu());
         self.req.retx_deadline = None;
     }
@@ -589,7 +605,10 @@ impl QueuePair {
                     Syndrome::Nak(NakCode::PsnSequenceError) => {
                         if in_window && self.ack_until(now, p.sub(1)) == Acked::Done {
                             self.counters.seq_naks_rcvd += 1;
-                            self.retry();
+                            if !self.req.started_retry {
+                                self.req.started_retry = true;
+                                self.retry();
+                            }
                         }
                     }
                     Syndrome::Nak(code) => {

@@ -1,0 +1,237 @@
+//! `softrdma sim`: the transport engine in the deterministic simulator.
+
+use clap::{Args, ValueEnum};
+use serde_json::json;
+use softrdma_proto::sim::LinkFaults;
+use softrdma_proto::workload::{OpMix, WorkloadConfig, run_workload};
+use softrdma_proto::{Instant, Mtu, QpType};
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Transport {
+    Rc,
+    Uc,
+    Ud,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Op {
+    Send,
+    Write,
+    Read,
+    Atomic,
+    Mixed,
+}
+
+/// Flags of `softrdma sim`.
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// Transport.
+    #[arg(long, value_enum, default_value = "rc")]
+    transport: Transport,
+    /// Operations to post (mixed: every one the transport allows).
+    #[arg(long, value_enum, default_value = "mixed")]
+    op: Op,
+    /// Work requests over all QPs.
+    #[arg(long, default_value_t = 1000)]
+    ops: u64,
+    /// Message size in bytes, or a range MIN:MAX to draw from.
+    #[arg(long, default_value = "1:4096", value_parser = parse_size)]
+    size: (u32, u32),
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(long, default_value_t = 1024, value_parser = parse_mtu)]
+    mtu: usize,
+    /// QP pairs.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    qps: u32,
+    /// Probability that a packet is lost.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_prob)]
+    loss: f64,
+    /// Probability that a packet is duplicated.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_prob)]
+    dup: f64,
+    /// Probability that a packet is reordered.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_prob)]
+    reorder: f64,
+    /// Probability that a packet has a bit flipped (the ICRC must catch it).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_prob)]
+    corrupt: f64,
+    /// One-way link delay in microseconds.
+    #[arg(long, default_value_t = 5)]
+    delay_us: u64,
+    /// Cut the network at this simulated time, in microseconds.
+    #[arg(long)]
+    partition_at_us: Option<u64>,
+    /// Seed of the workload and the network.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Transport retries, 0-7 (7: unlimited, as rxe). Default: 7, or 3 with a partition.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=7))]
+    retry_cnt: Option<u8>,
+    /// Local ACK timeout exponent, 1-31 (4.096 us x 2^N).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u8).range(1..=31))]
+    timeout: u8,
+    /// Print one JSON line instead of a summary.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_size(s: &str) -> Result<(u32, u32), String> {
+    let num = |x: &str| {
+        x.trim()
+            .parse::<u32>()
+            .map_err(|e| format!("{x:?} is not a byte count: {e}"))
+    };
+    let (lo, hi) = match s.split_once(':') {
+        Some((a, b)) => (num(a)?, num(b)?),
+        None => (num(s)?, num(s)?),
+    };
+    if lo > hi {
+        return Err(format!("MIN {lo} is larger than MAX {hi}"));
+    }
+    if hi > 1 << 31 {
+        return Err("messages are at most 2^31 bytes".into());
+    }
+    Ok((lo, hi))
+}
+
+fn parse_mtu(s: &str) -> Result<usize, String> {
+    let v: usize = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    Mtu::from_bytes(v)
+        .map(|m| m.bytes())
+        .ok_or_else(|| format!("{v} is not an IB MTU (256, 512, 1024, 2048 or 4096)"))
+}
+
+fn parse_prob(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not a probability between 0 and 1"))
+    }
+}
+
+/// Runs `softrdma sim`.
+pub fn run(a: &SimArgs, out: &mut impl Write) -> ExitCode {
+    let transport = match a.transport {
+        Transport::Rc => QpType::Rc,
+        Transport::Uc => QpType::Uc,
+        Transport::Ud => QpType::Ud,
+    };
+    let mix = match a.op {
+        Op::Send => OpMix::Send,
+        Op::Write => OpMix::Write,
+        Op::Read => OpMix::Read,
+        Op::Atomic => OpMix::Atomic,
+        Op::Mixed => OpMix::Mixed,
+    };
+    let allowed = match transport {
+        QpType::Rc => true,
+        QpType::Uc => matches!(mix, OpMix::Send | OpMix::Write | OpMix::Mixed),
+        QpType::Ud => matches!(mix, OpMix::Send | OpMix::Mixed),
+    };
+    if !allowed {
+        eprintln!(
+            "softrdma sim: --op {:?} is not available on {:?} (UC has SEND and WRITE; UD has SEND)",
+            a.op, a.transport
+        );
+        return ExitCode::from(2);
+    }
+    let mtu = Mtu::from_bytes(a.mtu).unwrap_or(Mtu::M1024);
+    if transport == QpType::Ud && a.size.0 as usize > mtu.bytes() {
+        eprintln!(
+            "softrdma sim: UD messages are at most one MTU ({} bytes)",
+            mtu.bytes()
+        );
+        return ExitCode::from(2);
+    }
+    let max_pkts = u64::from(a.size.1).div_ceil(mtu.bytes() as u64).max(1);
+    let cfg = WorkloadConfig {
+        transport,
+        mix,
+        ops: a.ops,
+        min_size: a.size.0,
+        max_size: a.size.1,
+        mtu,
+        qps: a.qps,
+        faults: LinkFaults {
+            loss: a.loss,
+            dup: a.dup,
+            reorder: a.reorder,
+            corrupt: a.corrupt,
+            delay: Duration::from_micros(a.delay_us),
+            jitter: Duration::from_micros(a.delay_us / 5),
+            partition_at: a.partition_at_us.map(|t| Instant::from_nanos(t * 1000)),
+        },
+        seed: a.seed,
+        retry_cnt: a
+            .retry_cnt
+            .unwrap_or(if a.partition_at_us.is_some() { 3 } else { 7 }),
+        timeout: a.timeout,
+        max_steps: 1_000_000 + a.ops.saturating_mul(max_pkts).saturating_mul(400),
+    };
+    let r = match run_workload(&cfg) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("softrdma sim: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let written = if a.json {
+        let line = json!({
+            "posted": r.posted,
+            "ok": r.ok,
+            "errors": r.errors,
+            "data_verified": r.data_verified,
+            "packets_sent": r.packets_sent,
+            "retransmits": r.retransmits,
+            "sim_time_us": r.sim_time_us,
+        });
+        writeln!(out, "{line}")
+    } else {
+        let s = &r.sim;
+        writeln!(
+            out,
+            "{:?} {:?}: {} posted, {} ok, errors {:?}\n\
+             data verified: {}\n\
+             packets: {} sent, {} delivered, {} lost, {} duplicated, {} reordered, \
+             {} corrupted ({} caught by ICRC), {} partitioned\n\
+             retransmits: {}, timers: {}, steps: {}, simulated time: {} us\n\
+             guarantees {}{}",
+            a.transport,
+            a.op,
+            r.posted,
+            r.ok,
+            r.errors,
+            r.data_verified,
+            r.packets_sent,
+            s.delivered,
+            s.lost,
+            s.duplicated,
+            s.reordered,
+            s.corrupted,
+            s.icrc_drops,
+            s.partitioned,
+            r.retransmits,
+            s.timers,
+            s.steps,
+            r.sim_time_us,
+            if r.guarantees_met { "met" } else { "NOT met" },
+            r.problems
+                .iter()
+                .take(10)
+                .map(|p| format!("\n  {p}"))
+                .collect::<String>()
+        )
+    };
+    if written.is_err() {
+        return ExitCode::from(2);
+    }
+    if r.guarantees_met {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
