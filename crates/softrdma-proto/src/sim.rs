@@ -443,6 +443,19 @@ impl Sim {
     /// Creates QP `qpn_a` on endpoint `a` and `qpn_b` on endpoint `b`, in protection domain
     /// 1 of each, and brings both to RTS connected to each other (UD: to RTS, unconnected).
     pub fn connect(&mut self, a: usize, qpn_a: u32, b: usize, qpn_b: u32, o: ConnectOpts) {
+        self.connect_with_srq(a, qpn_a, b, qpn_b, o, None);
+    }
+
+    /// [`Sim::connect`], with the second QP receiving from `srq_b`.
+    pub fn connect_with_srq(
+        &mut self,
+        a: usize,
+        qpn_a: u32,
+        b: usize,
+        qpn_b: u32,
+        o: ConnectOpts,
+        srq_b: Option<crate::Srq>,
+    ) {
         use crate::{QpAttr, QpConfig, QpState};
         use softrdma_wire::{Psn, Qpn};
         let ends = [
@@ -456,7 +469,11 @@ impl Sim {
                 pd: crate::Pd(1),
                 caps: o.caps,
                 sq_sig_all: false,
-                srq: None,
+                srq: if me == b && qpn == qpn_b {
+                    srq_b.clone()
+                } else {
+                    None
+                },
                 port_mtu: o.mtu,
             };
             let mem: Arc<dyn crate::Memory> = self.endpoints[me].mem.clone();

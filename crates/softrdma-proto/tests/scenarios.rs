@@ -1,0 +1,817 @@
+//! Scripted scenarios for every timer and NAK path.
+
+mod common;
+use common::*;
+use softrdma_proto::sim::{ConnectOpts, LinkFaults, Verdict};
+use softrdma_proto::*;
+use softrdma_wire::{Opcode, Operation};
+use std::sync::{Arc, Mutex};
+
+fn opts() -> ConnectOpts {
+    ConnectOpts::default()
+}
+
+fn statuses(wcs: &[Completion]) -> Vec<(u64, WcStatus)> {
+    wcs.iter().map(|w| (w.wr_id, w.status)).collect()
+}
+
+fn send(p: &mut Pair, id: u64, len: u32) {
+    let ka = p.key_a;
+    p.qa()
+        .post_send(wr(id, SendOp::Send, sge(BUF, len, ka)))
+        .unwrap();
+}
+
+fn write(p: &mut Pair, id: u64, off: u64, len: u32) {
+    let (ka, kb) = (p.key_a, p.key_b);
+    p.qa()
+        .post_send(wr(
+            id,
+            SendOp::Write {
+                remote_addr: BUF + off,
+                rkey: kb,
+            },
+            sge(BUF, len, ka),
+        ))
+        .unwrap();
+}
+
+// ---------------------------------------------------------------- RNR
+
+fn rnr_run(rnr_retry: u8) -> Pair {
+    let mut p = pair(
+        ConnectOpts {
+            rnr_retry,
+            min_rnr_timer: 1, // 10 us
+            ..opts()
+        },
+        LinkFaults::default(),
+    );
+    send(&mut p, 1, 100);
+    p
+}
+
+#[test]
+fn rnr_retry_0_fails_at_the_first_rnr_nak() {
+    let mut p = rnr_run(0);
+    p.run();
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::RnrRetryExcErr)]);
+    assert_eq!(p.qa().counters().rnr_naks_rcvd, 1);
+    assert_eq!(p.qb().counters().rnr_naks_sent, 1);
+    assert_eq!(p.qa().state(), QpState::Error);
+}
+
+#[test]
+fn rnr_retry_3_tries_three_more_times_after_the_timer() {
+    let mut p = rnr_run(3);
+    p.run();
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::RnrRetryExcErr)]);
+    assert_eq!(p.qa().counters().rnr_naks_rcvd, 4);
+    // Three waits of the 10 us RNR timer.
+    assert!(p.sim.now.as_nanos() >= 30_000, "{:?}", p.sim.now);
+}
+
+#[test]
+fn rnr_retry_7_waits_forever_until_a_receive_is_posted() {
+    let mut p = rnr_run(7);
+    p.sim
+        .run_until(|s| s.qp(A, QA).counters().rnr_naks_rcvd >= 20)
+        .unwrap();
+    assert!(p.completions(A).is_empty());
+    let kb = p.key_b;
+    p.qb().post_recv(recv(9, BUF, 4096, kb)).unwrap();
+    p.run();
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
+    assert_eq!(statuses(&p.completions(B)), [(9, WcStatus::Success)]);
+}
+
+// ---------------------------------------------------------------- PSN sequence NAK
+
+#[test]
+fn lost_packet_gets_one_sequence_nak_and_go_back_n() {
+    let mut p = pair(opts(), LinkFaults::default());
+    // Drop the second packet of the WRITE, once.
+    p.sim.set_script(Box::new(|m| {
+        if m.from == A && m.index == 1 {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    let data = pattern(5, 4000);
+    p.fill_a(0, &data);
+    write(&mut p, 1, 0x1000, 4000);
+    p.run();
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
+    assert_eq!(p.read_b(0x1000, 4000), data);
+    let (a, b) = (p.qa().counters(), p.qb().counters());
+    assert_eq!(b.seq_naks_sent, 1, "one NAK, then silent drops");
+    assert_eq!(b.out_of_sequence, 2, "packets 3 and 4 arrived early");
+    assert_eq!(a.seq_naks_rcvd, 1);
+    assert_eq!(a.timeouts, 0, "the NAK, not the timer, recovered");
+    assert_eq!(a.retransmits, 3);
+}
+
+// ---------------------------------------------------------------- access errors
+
+fn access_error(op: SendOp, local: Payload, want: WcStatus, event: AsyncEvent) {
+    let mut p = pair(opts(), LinkFaults::default());
+    let ka = p.key_a;
+    p.qa().post_send(wr(1, op, local)).unwrap();
+    p.qa()
+        .post_send(wr(2, SendOp::Send, sge(BUF, 8, ka)))
+        .unwrap();
+    p.run();
+    assert_eq!(
+        statuses(&p.completions(A)),
+        [(1, want), (2, WcStatus::WrFlushErr)],
+        "{op:?}"
+    );
+    assert_eq!(p.qa().state(), QpState::Error);
+    assert_eq!(p.qb().state(), QpState::Error);
+    assert_eq!(p.qb().poll_event(), Some(event));
+}
+
+#[test]
+fn bad_rkey_is_a_remote_access_error() {
+    let p = pair(opts(), LinkFaults::default());
+    let (ka, kb) = (p.key_a, p.key_b);
+    access_error(
+        SendOp::Write {
+            remote_addr: BUF,
+            rkey: kb ^ 0x100,
+        },
+        sge(BUF, 64, ka),
+        WcStatus::RemAccessErr,
+        AsyncEvent::QpAccessError(softrdma_wire::Qpn::new(QB)),
+    );
+}
+
+#[test]
+fn out_of_bounds_is_a_remote_access_error() {
+    let p = pair(opts(), LinkFaults::default());
+    let (ka, kb) = (p.key_a, p.key_b);
+    access_error(
+        SendOp::Read {
+            remote_addr: BUF + BUF_LEN as u64 - 10,
+            rkey: kb,
+        },
+        sge(BUF, 100, ka),
+        WcStatus::RemAccessErr,
+        AsyncEvent::QpAccessError(softrdma_wire::Qpn::new(QB)),
+    );
+}
+
+#[test]
+fn missing_access_flag_is_a_remote_access_error() {
+    let p = pair(opts(), LinkFaults::default());
+    // A region B registered for reading only.
+    let ro = p
+        .mem_b
+        .register(Pd(1), 0x900_0000, 4096, AccessFlags::REMOTE_READ);
+    let ka = p.key_a;
+    access_error(
+        SendOp::Write {
+            remote_addr: 0x900_0000,
+            rkey: ro,
+        },
+        sge(BUF, 64, ka),
+        WcStatus::RemAccessErr,
+        AsyncEvent::QpAccessError(softrdma_wire::Qpn::new(QB)),
+    );
+}
+
+#[test]
+fn misaligned_atomic_is_an_invalid_request() {
+    let p = pair(opts(), LinkFaults::default());
+    let (ka, kb) = (p.key_a, p.key_b);
+    access_error(
+        SendOp::FetchAdd {
+            remote_addr: BUF + 4,
+            rkey: kb,
+            add: 1,
+        },
+        sge(BUF, 8, ka),
+        WcStatus::RemInvReqErr,
+        AsyncEvent::QpRequestError(softrdma_wire::Qpn::new(QB)),
+    );
+}
+
+#[test]
+fn message_longer_than_the_receive_buffer_is_an_invalid_request() {
+    let mut p = pair(opts(), LinkFaults::default());
+    let kb = p.key_b;
+    p.qb().post_recv(recv(7, BUF, 100, kb)).unwrap();
+    send(&mut p, 1, 200);
+    p.run();
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::RemInvReqErr)]);
+    assert_eq!(statuses(&p.completions(B)), [(7, WcStatus::LocLenErr)]);
+}
+
+// ---------------------------------------------------------------- retry exhaustion
+
+#[test]
+fn retry_exhaustion_fails_with_retry_exc_err() {
+    let mut p = pair(
+        ConnectOpts {
+            retry_cnt: 3,
+            timeout: 8, // 1.05 ms
+            ..opts()
+        },
+        LinkFaults::default(),
+    );
+    p.sim.set_script(Box::new(|m| {
+        if m.from == A {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    send(&mut p, 1, 10);
+    send(&mut p, 2, 10);
+    p.run();
+    assert_eq!(
+        statuses(&p.completions(A)),
+        [(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]
+    );
+    let c = p.qa().counters();
+    assert_eq!(c.timeouts, 4, "the first timeout and three retries");
+    assert_eq!(c.retry_exceeded, 1);
+    let t = p.sim.now.as_nanos();
+    assert!((4 * 1_048_576..5 * 1_048_576).contains(&t), "{t} ns");
+}
+
+// ---------------------------------------------------------------- duplicates
+
+#[test]
+fn duplicate_read_is_executed_again() {
+    let mut p = pair(opts(), LinkFaults::default());
+    let src = pattern(3, 3000);
+    p.fill_b(0x5000, &src);
+    // Lose the middle READ response the first time: the requester asks again for the rest.
+    let dropped = Arc::new(Mutex::new(false));
+    let d = dropped.clone();
+    p.sim.set_script(Box::new(move |m| {
+        let mut d = d.lock().unwrap();
+        if m.packet.bth().opcode() == Opcode::RC_RDMA_READ_RESPONSE_MIDDLE && !*d {
+            *d = true;
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    let (ka, kb) = (p.key_a, p.key_b);
+    p.qa()
+        .post_send(wr(
+            1,
+            SendOp::Read {
+                remote_addr: BUF + 0x5000,
+                rkey: kb,
+            },
+            sge(BUF + 0x8000, 3000, ka),
+        ))
+        .unwrap();
+    p.run();
+    assert!(*dropped.lock().unwrap());
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
+    assert_eq!(p.read_a(0x8000, 3000), src);
+    assert_eq!(p.qb().counters().duplicate_requests, 1);
+}
+
+#[test]
+fn duplicated_read_request_is_answered_twice_and_completes_once() {
+    let mut p = pair(opts(), LinkFaults::default());
+    p.fill_b(0x5000, &pattern(4, 2000));
+    p.sim.set_script(Box::new(|m| {
+        if m.packet.info().operation == Operation::ReadRequest {
+            Verdict::Duplicate
+        } else {
+            Verdict::Pass
+        }
+    }));
+    let (ka, kb) = (p.key_a, p.key_b);
+    p.qa()
+        .post_send(wr(
+            1,
+            SendOp::Read {
+                remote_addr: BUF + 0x5000,
+                rkey: kb,
+            },
+            sge(BUF, 2000, ka),
+        ))
+        .unwrap();
+    p.run();
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
+    assert_eq!(p.read_a(0, 2000), pattern(4, 2000));
+    assert_eq!(p.qb().counters().duplicate_requests, 1);
+    assert_eq!(p.qb().counters().sent_packets, 4, "two responses, twice");
+}
+
+#[test]
+fn duplicate_atomic_is_answered_from_the_saved_result() {
+    for verdict in [Verdict::Drop, Verdict::Duplicate] {
+        let mut p = pair(opts(), LinkFaults::default());
+        p.fill_b(0x100, &40u64.to_ne_bytes());
+        let first = Arc::new(Mutex::new(true));
+        let f = first.clone();
+        p.sim.set_script(Box::new(move |m| {
+            let op = m.packet.info().operation;
+            let mut f = f.lock().unwrap();
+            // Drop: lose the atomic ACK once, so the request is retransmitted.
+            // Duplicate: deliver the request twice.
+            let hit = match verdict {
+                Verdict::Drop => op == Operation::AtomicAcknowledge,
+                _ => op == Operation::FetchAdd,
+            };
+            if hit && *f {
+                *f = false;
+                verdict
+            } else {
+                Verdict::Pass
+            }
+        }));
+        let (ka, kb) = (p.key_a, p.key_b);
+        p.qa()
+            .post_send(wr(
+                1,
+                SendOp::FetchAdd {
+                    remote_addr: BUF + 0x100,
+                    rkey: kb,
+                    add: 2,
+                },
+                sge(BUF, 8, ka),
+            ))
+            .unwrap();
+        p.run();
+        assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
+        assert_eq!(p.read_a(0, 8), 40u64.to_ne_bytes(), "{verdict:?}");
+        assert_eq!(
+            p.read_b(0x100, 8),
+            42u64.to_ne_bytes(),
+            "{verdict:?}: executed once"
+        );
+        assert_eq!(p.qb().counters().duplicate_requests, 1);
+    }
+}
+
+#[test]
+fn duplicate_send_is_acknowledged_again_not_delivered_again() {
+    let mut p = pair(opts(), LinkFaults::default());
+    p.sim.set_script(Box::new(|m| {
+        if m.from == A {
+            Verdict::Duplicate
+        } else {
+            Verdict::Pass
+        }
+    }));
+    let kb = p.key_b;
+    p.qb().post_recv(recv(1, BUF, 100, kb)).unwrap();
+    p.qb().post_recv(recv(2, BUF + 100, 100, kb)).unwrap();
+    send(&mut p, 10, 50);
+    p.run();
+    assert_eq!(statuses(&p.completions(A)), [(10, WcStatus::Success)]);
+    assert_eq!(statuses(&p.completions(B)), [(1, WcStatus::Success)]);
+}
+
+// ---------------------------------------------------------------- PSN wrap
+
+#[test]
+fn psns_wrap_at_2_24() {
+    let mut p = pair(
+        ConnectOpts {
+            sq_psn: (1 << 24) - 3,
+            mtu: Mtu::M256,
+            ..opts()
+        },
+        LinkFaults::default(),
+    );
+    // Lose the packet with PSN 0 once: the NAK and go-back-N cross the wrap.
+    let once = Arc::new(Mutex::new(true));
+    let o = once.clone();
+    p.sim.set_script(Box::new(move |m| {
+        let mut o = o.lock().unwrap();
+        if m.from == A && m.packet.bth().psn().value() == 0 && *o {
+            *o = false;
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    let data = pattern(8, 2000);
+    p.fill_a(0, &data);
+    write(&mut p, 1, 0x2000, 2000); // 8 packets: 2^24-3 .. 4
+    let (ka, kb) = (p.key_a, p.key_b);
+    p.fill_b(0x9000, &pattern(9, 600));
+    p.qa()
+        .post_send(wr(
+            2,
+            SendOp::Read {
+                remote_addr: BUF + 0x9000,
+                rkey: kb,
+            },
+            sge(BUF + 0x4000, 600, ka),
+        ))
+        .unwrap();
+    p.run();
+    assert!(!*once.lock().unwrap());
+    assert_eq!(
+        statuses(&p.completions(A)),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(p.read_b(0x2000, 2000), data);
+    assert_eq!(p.read_a(0x4000, 600), pattern(9, 600));
+    assert_eq!(p.qa().query().sq_psn.unwrap().value(), 8);
+    assert_eq!(p.qb().query().rq_psn.unwrap().value(), 8);
+}
+
+// ---------------------------------------------------------------- ACKs
+
+#[test]
+fn ack_req_on_last_packet_and_every_64() {
+    let mut p = pair(
+        ConnectOpts {
+            mtu: Mtu::M256,
+            ..opts()
+        },
+        LinkFaults::default(),
+    );
+    let acks = Arc::new(Mutex::new(Vec::new()));
+    let a = acks.clone();
+    p.sim.set_script(Box::new(move |m| {
+        if m.from == A && m.packet.bth().ack_req() {
+            a.lock().unwrap().push(m.index);
+        }
+        Verdict::Pass
+    }));
+    write(&mut p, 1, 0, 200 * 256); // 200 packets
+    p.run();
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
+    let n = acks.lock().unwrap().len();
+    // Packets 64, 128 and 192 (counted from 1) and the last: never more than 64 apart.
+    assert_eq!(n, 4, "{:?}", acks.lock().unwrap());
+}
+
+#[test]
+fn acks_are_coalesced() {
+    // Drive the QPs by hand: B handles ten SENDs before it is polled, and answers with one
+    // ACK for the last.
+    let mut p = pair(opts(), LinkFaults::default());
+    let kb = p.key_b;
+    for i in 0..10 {
+        p.qb().post_recv(recv(i, BUF + i * 100, 100, kb)).unwrap();
+        send(&mut p, i, 10);
+    }
+    let now = Instant::ZERO;
+    let mut buf = Vec::new();
+    let mut pkts = Vec::new();
+    while let Some(t) = p.qa().poll_transmit(now, &mut buf) {
+        pkts.push((t, buf.clone()));
+    }
+    assert_eq!(pkts.len(), 10);
+    for (t, bytes) in &pkts {
+        let pkt = softrdma_wire::IbPacket::new_checked(&bytes[..]).unwrap();
+        p.qb().handle_packet(now, t.src, t.dst, &pkt);
+    }
+    let t = p.qb().poll_transmit(now, &mut buf).expect("one ACK");
+    let ack_bytes = buf[..t.len].to_vec();
+    let ack = softrdma_wire::IbPacket::new_checked(&ack_bytes[..]).unwrap();
+    assert_eq!(ack.bth().opcode(), Opcode::RC_ACKNOWLEDGE);
+    let last_psn = softrdma_wire::IbPacket::new_checked(&pkts[9].1[..])
+        .unwrap()
+        .bth()
+        .psn();
+    assert_eq!(ack.bth().psn(), last_psn);
+    assert_eq!(ack.aeth().unwrap().msn().value(), 10);
+    assert!(p.qb().poll_transmit(now, &mut buf).is_none());
+    assert_eq!(p.completions(B).len(), 10);
+    // The one ACK completes all ten.
+    p.qa().handle_packet(now, t.src, t.dst, &ack);
+    assert_eq!(p.completions(A).len(), 10);
+}
+
+// ---------------------------------------------------------------- fence
+
+fn fence_order(fence: bool) -> (u64, u64) {
+    let mut p = pair(opts(), LinkFaults::default());
+    let seen = Arc::new(Mutex::new((0u64, 0u64)));
+    let s = seen.clone();
+    p.sim.set_script(Box::new(move |m| {
+        let mut s = s.lock().unwrap();
+        match m.packet.bth().opcode() {
+            Opcode::RC_RDMA_READ_RESPONSE_LAST => s.0 = m.index,
+            Opcode::RC_RDMA_WRITE_ONLY => s.1 = m.index,
+            _ => {}
+        }
+        Verdict::Pass
+    }));
+    let (ka, kb) = (p.key_a, p.key_b);
+    p.qa()
+        .post_send(wr(
+            1,
+            SendOp::Read {
+                remote_addr: BUF,
+                rkey: kb,
+            },
+            sge(BUF + 0x1000, 4000, ka),
+        ))
+        .unwrap();
+    let mut w = wr(
+        2,
+        SendOp::Write {
+            remote_addr: BUF + 0x8000,
+            rkey: kb,
+        },
+        sge(BUF, 64, ka),
+    );
+    if fence {
+        w.flags |= SendFlags::FENCE;
+    }
+    p.qa().post_send(w).unwrap();
+    p.run();
+    assert_eq!(
+        statuses(&p.completions(A)),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    let s = *seen.lock().unwrap();
+    s
+}
+
+#[test]
+fn fence_waits_for_the_read() {
+    let (read_done, write) = fence_order(true);
+    assert!(
+        write > read_done,
+        "fenced WRITE after the READ's last response"
+    );
+    let (read_done, write) = fence_order(false);
+    assert!(
+        write < read_done,
+        "unfenced WRITE goes right after the READ request"
+    );
+}
+
+#[test]
+fn max_rd_atomic_limits_outstanding_reads() {
+    let mut p = pair(
+        ConnectOpts {
+            max_rd_atomic: 2,
+            ..opts()
+        },
+        LinkFaults::default(),
+    );
+    let in_flight = Arc::new(Mutex::new((0i32, 0i32)));
+    let f = in_flight.clone();
+    p.sim.set_script(Box::new(move |m| {
+        let mut f = f.lock().unwrap();
+        match m.packet.bth().opcode() {
+            Opcode::RC_RDMA_READ_REQUEST => f.0 += 1,
+            Opcode::RC_RDMA_READ_RESPONSE_ONLY => f.0 -= 1,
+            _ => {}
+        }
+        f.1 = f.1.max(f.0);
+        Verdict::Pass
+    }));
+    let (ka, kb) = (p.key_a, p.key_b);
+    for i in 0..6 {
+        p.qa()
+            .post_send(wr(
+                i,
+                SendOp::Read {
+                    remote_addr: BUF,
+                    rkey: kb,
+                },
+                sge(BUF + 0x1000 + i * 64, 64, ka),
+            ))
+            .unwrap();
+    }
+    p.run();
+    assert_eq!(p.completions(A).len(), 6);
+    assert_eq!(in_flight.lock().unwrap().1, 2);
+}
+
+// ---------------------------------------------------------------- UC and UD
+
+#[test]
+fn uc_message_missing_a_packet_is_dropped_whole() {
+    let mut p = pair(
+        ConnectOpts {
+            qp_type: QpType::Uc,
+            ..opts()
+        },
+        LinkFaults::default(),
+    );
+    p.sim.set_script(Box::new(|m| {
+        if m.from == A && m.index == 1 {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    let kb = p.key_b;
+    p.qb().post_recv(recv(5, BUF, 4096, kb)).unwrap();
+    p.fill_a(0, &pattern(1, 3000));
+    send(&mut p, 1, 3000); // 3 packets, the middle one lost
+    write(&mut p, 2, 0x10_000, 3000); // 3 packets, all arrive
+    send(&mut p, 3, 100);
+    p.run();
+    assert_eq!(
+        statuses(&p.completions(A)),
+        [
+            (1, WcStatus::Success),
+            (2, WcStatus::Success),
+            (3, WcStatus::Success)
+        ]
+    );
+    // The broken SEND completed nothing; its receive WR took the next SEND.
+    let r = p.completions(B);
+    assert_eq!(statuses(&r), [(5, WcStatus::Success)]);
+    assert_eq!(r[0].byte_len, 100);
+    assert_eq!(p.read_b(0x10_000, 3000), pattern(1, 3000));
+}
+
+#[test]
+fn uc_write_missing_a_packet_leaves_memory_untouched() {
+    let mut p = pair(
+        ConnectOpts {
+            qp_type: QpType::Uc,
+            ..opts()
+        },
+        LinkFaults::default(),
+    );
+    p.sim.set_script(Box::new(|m| {
+        if m.from == A && m.index == 1 {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    p.fill_a(0, &pattern(2, 3000));
+    write(&mut p, 1, 0x10_000, 3000);
+    p.run();
+    assert_eq!(p.read_b(0x10_000, 3000), vec![0; 3000]);
+    assert!(p.qb().counters().dropped + p.qb().counters().out_of_sequence > 0);
+}
+
+#[test]
+fn ud_qkey_mismatch_is_dropped() {
+    let o = ConnectOpts {
+        qp_type: QpType::Ud,
+        ..opts()
+    };
+    let mut p = pair(o, LinkFaults::default());
+    let (ka, kb) = (p.key_a, p.key_b);
+    p.qb().post_recv(recv(1, BUF, 4096, kb)).unwrap();
+    for (id, qkey) in [(1, o.qkey ^ 1), (2, o.qkey), (3, 0x8000_0000)] {
+        let mut w = wr(id, SendOp::Send, sge(BUF, 64, ka));
+        w.ud = Some(UdDest {
+            src: IP_A,
+            ip: IP_B,
+            qpn: softrdma_wire::Qpn::new(QB),
+            qkey,
+        });
+        p.qa().post_send(w).unwrap();
+    }
+    p.qb().post_recv(recv(2, BUF + 4096, 4096, kb)).unwrap();
+    p.run();
+    assert_eq!(p.completions(A).len(), 3, "UD sends complete on the wire");
+    // The wrong Q_Key is dropped; the right one and the QP's own (high bit) arrive.
+    assert_eq!(
+        statuses(&p.completions(B)),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(p.qb().counters().dropped, 1);
+}
+
+// ---------------------------------------------------------------- posting rules
+
+#[test]
+fn posts_are_checked() {
+    let mut p = pair(opts(), LinkFaults::default());
+    let ka = p.key_a;
+    let e = p
+        .qa()
+        .post_send(wr(
+            1,
+            SendOp::FetchAdd {
+                remote_addr: BUF,
+                rkey: 1,
+                add: 1,
+            },
+            sge(BUF, 4, ka),
+        ))
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "post_send: invalid sg_list: an atomic needs one 8-byte SGE"
+    );
+    let mut u = pair(
+        ConnectOpts {
+            qp_type: QpType::Uc,
+            ..opts()
+        },
+        LinkFaults::default(),
+    );
+    let e = u
+        .qa()
+        .post_send(wr(
+            1,
+            SendOp::Read {
+                remote_addr: BUF,
+                rkey: 1,
+            },
+            sge(BUF, 4, ka),
+        ))
+        .unwrap_err();
+    assert!(matches!(e, PostError::InvalidAttr { attr: "opcode", .. }));
+    // A local key the MR table does not know fails the WR when it is gathered.
+    p.qa()
+        .post_send(wr(3, SendOp::Send, sge(BUF, 64, 0xdead)))
+        .unwrap();
+    p.run();
+    assert_eq!(statuses(&p.completions(A)), [(3, WcStatus::LocProtErr)]);
+}
+
+#[test]
+fn errors_flush_receives_and_later_posts() {
+    let mut p = pair(opts(), LinkFaults::default());
+    let kb = p.key_b;
+    p.qb().post_recv(recv(1, BUF, 64, kb)).unwrap();
+    p.qb().post_recv(recv(2, BUF, 64, kb)).unwrap();
+    p.qb()
+        .modify(&QpAttr {
+            state: Some(QpState::Error),
+            ..Default::default()
+        })
+        .unwrap();
+    p.qb().post_recv(recv(3, BUF, 64, kb)).unwrap();
+    assert_eq!(
+        statuses(&p.completions(B)),
+        [
+            (1, WcStatus::WrFlushErr),
+            (2, WcStatus::WrFlushErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+}
+
+#[test]
+fn unsignaled_wrs_complete_silently_but_errors_always_show() {
+    let mut p = pair(opts(), LinkFaults::default());
+    let (ka, kb) = (p.key_a, p.key_b);
+    let mut w = wr(
+        1,
+        SendOp::Write {
+            remote_addr: BUF,
+            rkey: kb,
+        },
+        sge(BUF, 8, ka),
+    );
+    w.flags = SendFlags::empty();
+    p.qa().post_send(w).unwrap();
+    let mut w = wr(
+        2,
+        SendOp::Write {
+            remote_addr: BUF,
+            rkey: kb ^ 0x100,
+        },
+        sge(BUF, 8, ka),
+    );
+    w.flags = SendFlags::empty();
+    p.qa().post_send(w).unwrap();
+    p.run();
+    assert_eq!(statuses(&p.completions(A)), [(2, WcStatus::RemAccessErr)]);
+}
+
+#[test]
+fn srq_feeds_receives_and_fires_its_limit() {
+    let mut p = pair(opts(), LinkFaults::default());
+    // A second pair of QPs whose B side receives from an SRQ.
+    let srq = Srq::new(16, 1);
+    let (ka, kb) = (p.key_a, p.key_b);
+    for i in 0..4 {
+        srq.post_recv(recv(i, BUF + i * 128, 128, kb)).unwrap();
+    }
+    srq.arm_limit(3);
+    p.sim
+        .connect_with_srq(A, 0x33, B, 0x44, opts(), Some(srq.clone()));
+    assert!(matches!(
+        p.sim.qp(B, 0x44).post_recv(recv(9, BUF, 8, kb)),
+        Err(PostError::HasSrq(0x44))
+    ));
+    for i in 1..=2 {
+        p.sim
+            .qp(A, 0x33)
+            .post_send(wr(i, SendOp::Send, sge(BUF, 10, ka)))
+            .unwrap();
+    }
+    p.run();
+    let qb = p.sim.qp(B, 0x44);
+    let r: Vec<_> = std::iter::from_fn(|| qb.poll_completion()).collect();
+    assert_eq!(
+        statuses(&r),
+        [(0, WcStatus::Success), (1, WcStatus::Success)]
+    );
+    assert_eq!(qb.poll_event(), Some(AsyncEvent::SrqLimitReached));
+    assert_eq!(qb.poll_event(), None, "the limit fires once");
+    assert_eq!(srq.len(), 2);
+}
