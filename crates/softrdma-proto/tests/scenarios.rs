@@ -532,8 +532,7 @@ fn fence_order(fence: bool) -> (u64, u64) {
         statuses(&p.completions(A)),
         [(1, WcStatus::Success), (2, WcStatus::Success)]
     );
-    let s = *seen.lock().unwrap();
-    s
+    *seen.lock().unwrap()
 }
 
 #[test]
