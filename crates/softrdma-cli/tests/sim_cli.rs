@@ -18,20 +18,26 @@ fn json(args: &[&str]) -> (Option<i32>, Value) {
     a.extend_from_slice(args);
     let o = run(&a);
     let line = String::from_utf8(o.stdout).unwrap();
-    let v: Value = serde_json::from_str(line.trim()).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {line:?} {}",
-            String::from_utf8_lossy(&o.stderr)
-        )
-    });
+    let v: Value = serde_json::from_str(line.trim())
+        .unwrap_or_else(|e| panic!("{e}: {line:?} {}", String::from_utf8_lossy(&o.stderr)));
     (o.status.code(), v)
 }
 
 #[test]
 fn rc_under_faults_is_exactly_once_and_verified() {
     let (code, v) = json(&[
-        "--ops", "300", "--loss", "0.1", "--dup", "0.05", "--reorder", "0.05", "--corrupt", "0.01",
-        "--seed", "42",
+        "--ops",
+        "300",
+        "--loss",
+        "0.1",
+        "--dup",
+        "0.05",
+        "--reorder",
+        "0.05",
+        "--corrupt",
+        "0.01",
+        "--seed",
+        "42",
     ]);
     assert_eq!(code, Some(0), "{v}");
     let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
@@ -77,7 +83,14 @@ fn partition_fails_with_retry_exc_err_then_flushes() {
 fn uc_and_ud_runs_check_whole_messages() {
     for t in ["uc", "ud"] {
         let (code, v) = json(&[
-            "--transport", t, "--ops", "200", "--loss", "0.1", "--size", "1:1024",
+            "--transport",
+            t,
+            "--ops",
+            "200",
+            "--loss",
+            "0.1",
+            "--size",
+            "1:1024",
         ]);
         assert_eq!(code, Some(0), "{t}: {v}");
         assert_eq!(v["data_verified"], true);

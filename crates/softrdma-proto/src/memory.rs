@@ -182,6 +182,30 @@ impl SimMemory {
         key
     }
 
+    /// Registers `len` zeroed bytes at `addr` under a key the caller chooses (to replay a
+    /// capture whose keys are fixed). Returns false if the key is taken.
+    pub fn register_with_key(
+        &self,
+        key: u32,
+        pd: Pd,
+        addr: u64,
+        len: usize,
+        access: AccessFlags,
+    ) -> bool {
+        let mut r = self.lock();
+        if r.iter().any(|x| x.key == key) {
+            return false;
+        }
+        r.push(Region {
+            key,
+            pd,
+            addr,
+            access,
+            data: vec![0; len],
+        });
+        true
+    }
+
     /// A copy of a region's bytes.
     pub fn snapshot(&self, key: u32) -> Option<Vec<u8>> {
         self.lock()

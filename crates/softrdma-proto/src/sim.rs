@@ -499,6 +499,7 @@ impl Sim {
                         av: Some(crate::AddressVector {
                             src: self.endpoints[me].ip,
                             dst: self.endpoints[peer].ip,
+                            flow_label: 0,
                         }),
                         path_mtu: Some(o.mtu),
                         dest_qpn: Some(Qpn::new(peer_qpn)),

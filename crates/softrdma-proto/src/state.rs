@@ -344,6 +344,7 @@ mod tests {
             av: Some(AddressVector {
                 src: Ipv4Addr::LOCALHOST.into(),
                 dst: Ipv4Addr::LOCALHOST.into(),
+                flow_label: 0,
             }),
             path_mtu: Some(Mtu::M1024),
             dest_qpn: Some(Qpn::new(0x11)),

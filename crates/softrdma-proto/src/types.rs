@@ -456,4 +456,18 @@ pub struct AddressVector {
     pub src: IpAddr,
     /// Remote IP address (from the destination GID). Ignored for UD.
     pub dst: IpAddr,
+    /// GRH flow label; 0 means "derive one from the QPNs", as rxe does. It picks the UDP
+    /// source port ([`softrdma_wire::flow_label_udp_sport`]).
+    pub flow_label: u32,
+}
+
+impl AddressVector {
+    /// The UDP source port of a connection from `lqpn` to `rqpn` on this path.
+    pub fn udp_sport(&self, lqpn: softrdma_wire::Qpn, rqpn: softrdma_wire::Qpn) -> u16 {
+        if self.flow_label != 0 {
+            softrdma_wire::flow_label_udp_sport(self.flow_label)
+        } else {
+            softrdma_wire::rxe_udp_sport(lqpn, rqpn)
+        }
+    }
 }

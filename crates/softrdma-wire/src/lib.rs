@@ -56,4 +56,4 @@ pub use ext::{
 pub use opcode::{Header, Opcode, OpcodeInfo, Operation, PayloadKind, Position, Transport};
 pub use packet::{ExtHeaders, IbPacket, IbRepr};
 pub use roce::{IpRepr, ROCE_V2_PORT, RoceFrame, RoceRepr};
-pub use seq::{Msn, Psn, Qpn, rxe_udp_sport};
+pub use seq::{Msn, Psn, Qpn, flow_label_udp_sport, rdma_flow_label, rxe_udp_sport};

@@ -104,19 +104,30 @@ impl Qpn {
     pub const GSI: Qpn = Qpn(1);
 }
 
-/// The UDP source port Linux rxe uses for a connection between QPs `lqpn` and `rqpn`.
-///
-/// The RoCE v2 annex (IBTA Annex A17, UDP header) leaves the source port to the sender for ECMP
-/// entropy. rxe derives a 20-bit flow label from the product of the two QPNs
-/// (`rdma_calc_flow_label`) and folds it into 14 bits above 0xC000
-/// (`rdma_flow_label_to_udp_sport`). The product is symmetric, so both ends of an RC connection
-/// send from the same port.
-pub const fn rxe_udp_sport(lqpn: Qpn, rqpn: Qpn) -> u16 {
+/// The 20-bit flow label Linux derives for a connection between QPs `lqpn` and `rqpn` when
+/// the address vector has none (`rdma_calc_flow_label`): a hash of the product of the QPNs,
+/// so both ends get the same one.
+pub const fn rdma_flow_label(lqpn: Qpn, rqpn: Qpn) -> u32 {
     let mut v = (lqpn.0 as u64) * (rqpn.0 as u64);
     v ^= v >> 20;
     v ^= v >> 40;
-    let fl = (v & 0xF_FFFF) as u32;
+    (v & 0xF_FFFF) as u32
+}
+
+/// The UDP source port for a GRH flow label (`rdma_flow_label_to_udp_sport`): the RoCE v2
+/// annex (IBTA Annex A17, UDP header) leaves the source port to the sender for ECMP entropy,
+/// and Linux folds the 20-bit label into 14 bits above 0xC000.
+pub const fn flow_label_udp_sport(flow_label: u32) -> u16 {
+    let fl = flow_label & 0xF_FFFF;
     (((fl & 0x3FFF) ^ ((fl & 0xF_C000) >> 14)) | 0xC000) as u16
+}
+
+/// The UDP source port Linux rxe uses for a connection between QPs `lqpn` and `rqpn` whose
+/// address vector carries no flow label. Symmetric, so both ends of an RC connection send
+/// from the same port. (Connections set up by rdma_cm carry a flow label: use
+/// [`flow_label_udp_sport`] with it.)
+pub const fn rxe_udp_sport(lqpn: Qpn, rqpn: Qpn) -> u16 {
+    flow_label_udp_sport(rdma_flow_label(lqpn, rqpn))
 }
 
 #[cfg(test)]

@@ -202,7 +202,11 @@ impl Default for Attrs {
         Self {
             access: AccessFlags::empty(),
             qkey: 0,
-            av: AddressVector { src: any, dst: any },
+            av: AddressVector {
+                src: any,
+                dst: any,
+                flow_label: 0,
+            },
             mtu: Mtu::M1024,
             dest_qpn: Qpn::new(0),
             timeout: 0,

@@ -5,7 +5,7 @@ use super::*;
 use crate::memory::{Access, MemError};
 use softrdma_wire::{
     AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, IethRepr, ImmDtRepr, NakCode, Opcode, RethRepr,
-    Syndrome, rxe_udp_sport,
+    Syndrome,
 };
 
 /// A send WR on the send queue.
@@ -412,7 +412,11 @@ impl QueuePair {
             ack_req,
             psn,
         };
-        let sport = rxe_udp_sport(own, dqpn);
+        let sport = if self.cfg.qp_type == QpType::Ud {
+            softrdma_wire::rxe_udp_sport(own, dqpn)
+        } else {
+            self.attrs.av.udp_sport(own, dqpn)
+        };
         let (mem, pd) = (self.mem.clone(), self.cfg.pd);
         let payload = &w.wr.payload;
         let result = emit_packet(

@@ -6,7 +6,7 @@ use super::*;
 use crate::memory::{Access, AtomicOp, MemError};
 use softrdma_wire::{
     AethRepr, AtomicAckEthRepr, BthRepr, ExtHeaders, Msn, NakCode, Opcode, Operation, Position,
-    Syndrome, rxe_udp_sport,
+    Syndrome,
 };
 
 /// A message being received.
@@ -716,7 +716,7 @@ impl QueuePair {
     pub(crate) fn responder_transmit(&mut self, buf: &mut Vec<u8>) -> Option<Transmit> {
         let front = self.resp.responses.front_mut()?;
         let (src, dst, dqpn) = (self.attrs.av.src, self.attrs.av.dst, self.attrs.dest_qpn);
-        let sport = rxe_udp_sport(self.cfg.qpn, dqpn);
+        let sport = self.attrs.av.udp_sport(self.cfg.qpn, dqpn);
         let mut bth = BthRepr {
             opcode: Opcode::RC_ACKNOWLEDGE,
             solicited: false,
