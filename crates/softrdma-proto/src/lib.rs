@@ -23,6 +23,8 @@
 //! FLUSH and ATOMIC WRITE requests are refused with an invalid-request NAK; memory windows and
 //! SEND with invalidate's actual invalidation are left to the device layer.
 
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod memory;
 pub mod qp;
 pub mod sim;
