@@ -3,6 +3,7 @@
 //! CRC-32 (the ICRC every packet needs), so figures can be read as ratios.
 //!
 //! `cargo bench -p softrdma-proto --bench engine`
+#![allow(missing_docs)] // criterion_group! generates an undocumented function
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use softrdma_proto::*;
