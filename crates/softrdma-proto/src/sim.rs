@@ -149,8 +149,10 @@ pub struct Sim {
     pub now: Instant,
     /// Endpoints.
     pub endpoints: Vec<Endpoint>,
-    /// Faults on every link.
+    /// Faults on every link without its own entry in `links`.
     pub faults: LinkFaults,
+    /// Faults of particular (from, to) links, overriding `faults`.
+    pub links: std::collections::HashMap<(usize, usize), LinkFaults>,
     /// Statistics so far.
     pub stats: SimStats,
     /// Step budget.
@@ -172,6 +174,7 @@ impl Sim {
             now: Instant::ZERO,
             endpoints: Vec::new(),
             faults,
+            links: std::collections::HashMap::new(),
             stats: SimStats::default(),
             max_steps,
             script: None,
@@ -235,7 +238,7 @@ impl Sim {
             }),
             _ => Verdict::Pass,
         };
-        let f = self.faults;
+        let f = self.links.get(&(from, to)).copied().unwrap_or(self.faults);
         if f.partition_at.is_some_and(|t| self.now >= t) {
             self.stats.partitioned += 1;
             return;
