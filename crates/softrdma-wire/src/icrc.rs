@@ -94,3 +94,55 @@ pub fn ipv4_covers(byte: usize, packet_len: usize) -> bool {
         || byte == bth_resv
         || byte + crate::packet::ICRC_LEN >= packet_len)
 }
+
+/// The ICRC of `ib` (BTH through pad, without the ICRC) sent from `src` to `dst` by an
+/// unconnected UDP socket with DF set: IPv4 identification 0, flags DF, UDP checksum 0 (what
+/// Linux sends, and rxe accepts). Equal to [`compute`] over those headers, but builds only
+/// the masked header bytes, once, instead of real headers to be masked. Mixed address
+/// families are an error.
+pub fn compute_for(
+    src: core::net::IpAddr,
+    dst: core::net::IpAddr,
+    src_port: u16,
+    ib: &[u8],
+) -> Result<u32> {
+    use core::net::IpAddr;
+    Error::check_len(Layer::Bth, bth_field::LEN, ib.len())?;
+    let udp_len = udp_field::HEADER_LEN + ib.len() + crate::packet::ICRC_LEN;
+    let mut hdr = [0xFFu8; 8 + 40 + 8 + 12];
+    let ip_len = match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let total = (ipv4_field::LEN + udp_len) as u16;
+            let h = &mut hdr[8..8 + 20];
+            h[0] = 0x45;
+            h[2..4].copy_from_slice(&total.to_be_bytes());
+            h[4..6].fill(0);
+            h[6..8].copy_from_slice(&0x4000u16.to_be_bytes());
+            h[9] = crate::ip::PROTO_UDP;
+            h[12..16].copy_from_slice(&s.octets());
+            h[16..20].copy_from_slice(&d.octets());
+            20
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let h = &mut hdr[8..8 + 40];
+            h[0] = 0x6F;
+            h[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+            h[6] = crate::ip::PROTO_UDP;
+            h[8..24].copy_from_slice(&s.octets());
+            h[24..40].copy_from_slice(&d.octets());
+            40
+        }
+        _ => return Err(Error::NotRoce(NotRoceReason::IpVersion(0))),
+    };
+    let u = &mut hdr[8 + ip_len..8 + ip_len + 8];
+    u[0..2].copy_from_slice(&src_port.to_be_bytes());
+    u[2..4].copy_from_slice(&crate::roce::ROCE_V2_PORT.to_be_bytes());
+    u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    let at = 8 + ip_len + 8;
+    hdr[at..at + bth_field::LEN].copy_from_slice(&ib[..bth_field::LEN]);
+    hdr[at + bth_field::RESV8] = 0xFF;
+    let mut h = crc32fast::Hasher::new();
+    h.update(&hdr[..at + bth_field::LEN]);
+    h.update(&ib[bth_field::LEN..]);
+    Ok(h.finalize())
+}

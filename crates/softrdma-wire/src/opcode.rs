@@ -253,8 +253,10 @@ const fn e(
 }
 
 /// Every opcode softrdma knows, in opcode order.
+pub static OPCODES: &[OpcodeInfo] = &OPCODES_ARRAY;
+
 #[rustfmt::skip]
-pub static OPCODES: &[OpcodeInfo] = &[
+const OPCODES_ARRAY: [OpcodeInfo; 40] = [
     e(0x00, "RC_SEND_FIRST", "RC Send First", Op::Send, First, NO_HDR, P::Variable),
     e(0x01, "RC_SEND_MIDDLE", "RC Send Middle", Op::Send, Middle, NO_HDR, P::Variable),
     e(0x02, "RC_SEND_LAST", "RC Send Last", Op::Send, Last, NO_HDR, P::Variable),
@@ -297,6 +299,18 @@ pub static OPCODES: &[OpcodeInfo] = &[
     e(0x81, "CNP", "CNP", Op::Cnp, Only, NO_HDR, P::Fixed(16)),
 ];
 
+/// Opcode byte to position in [`OPCODES`] plus one (0: unknown), so that a lookup on the
+/// packet path is one load.
+static INDEX: [u8; 256] = {
+    let mut idx = [0u8; 256];
+    let mut i = 0;
+    while i < OPCODES_ARRAY.len() {
+        idx[OPCODES_ARRAY[i].opcode as usize] = (i + 1) as u8;
+        i += 1;
+    }
+    idx
+};
+
 /// A BTH opcode byte. Any value can be held; [`Opcode::info`] says whether it is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Opcode(pub u8);
@@ -334,8 +348,12 @@ opcode_consts! {
 
 impl Opcode {
     /// The table entry, or `None` for reserved, RD and unknown opcodes.
+    #[inline]
     pub fn info(self) -> Option<&'static OpcodeInfo> {
-        OPCODES.iter().find(|i| i.opcode == self.0)
+        match INDEX[usize::from(self.0)] {
+            0 => None,
+            i => Some(&OPCODES_ARRAY[usize::from(i) - 1]),
+        }
     }
 
     /// The table entry, or the error that says why there is none: an operation that exists on

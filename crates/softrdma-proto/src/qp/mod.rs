@@ -751,35 +751,13 @@ pub(crate) fn emit_packet<E>(
 }
 
 /// The ICRC of `ib` (BTH through pad) sent from `src` to `dst` by an unconnected DF socket.
+/// IPv4-mapped IPv6 addresses count as IPv4; a mixed pair is sent as IPv6.
 pub fn icrc_for(src: IpAddr, dst: IpAddr, src_port: u16, ib: &[u8]) -> u32 {
-    use softrdma_wire::roce::IpRepr;
-    use softrdma_wire::udp::UdpRepr;
     let (src, dst) = match (src.to_canonical(), dst.to_canonical()) {
         (s @ IpAddr::V4(_), d @ IpAddr::V4(_)) => (s, d),
         _ => (to_v6(src), to_v6(dst)),
     };
-    let mut hdr = [0u8; 48];
-    let udp_len = 8 + ib.len() + softrdma_wire::packet::ICRC_LEN;
-    let ip_len = match IpRepr::for_addrs(src, dst) {
-        Some(IpRepr::V4(mut r)) => {
-            r.payload_len = udp_len;
-            r.emit(&mut hdr);
-            20
-        }
-        Some(IpRepr::V6(mut r)) => {
-            r.payload_len = udp_len;
-            r.emit(&mut hdr);
-            40
-        }
-        None => 0,
-    };
-    UdpRepr {
-        src_port,
-        dst_port: softrdma_wire::ROCE_V2_PORT,
-        checksum: 0,
-    }
-    .emit(&mut hdr[ip_len..], udp_len - 8);
-    softrdma_wire::icrc::compute(&hdr[..ip_len], &hdr[ip_len..ip_len + 8], ib).unwrap_or(0)
+    softrdma_wire::icrc::compute_for(src, dst, src_port, ib).unwrap_or(0)
 }
 
 fn to_v6(a: IpAddr) -> IpAddr {

@@ -417,14 +417,14 @@ impl QueuePair {
         } else {
             self.attrs.av.udp_sport(own, dqpn)
         };
-        let (mem, pd) = (self.mem.clone(), self.cfg.pd);
+        let (mem, pd) = (&*self.mem, self.cfg.pd);
         let payload = &w.wr.payload;
         let result = emit_packet(
             buf,
             bth,
             ext,
             n,
-            |out| gather(&*mem, pd, payload, offset, out),
+            |out| gather(mem, pd, payload, offset, out),
             src,
             dst,
             sport,

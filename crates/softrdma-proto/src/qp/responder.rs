@@ -780,7 +780,7 @@ impl QueuePair {
                 done = last;
             }
         }
-        let (mem, pd) = (self.mem.clone(), self.cfg.pd);
+        let (mem, pd) = (&*self.mem, self.cfg.pd);
         let (len, fill_from) = match read {
             Some((va, rkey, n)) => (n, Some((va, rkey))),
             None => (0, None),
