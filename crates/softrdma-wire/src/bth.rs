@@ -188,6 +188,22 @@ pub struct BthRepr {
 }
 
 impl BthRepr {
+    /// A BTH for `opcode` to `dest_qp` at `psn` in the default partition, every flag clear.
+    pub const fn new(opcode: Opcode, dest_qp: Qpn, psn: Psn) -> Self {
+        Self {
+            opcode,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dest_qp,
+            ack_req: false,
+            psn,
+        }
+    }
+
     /// Reads a checked view. Fails only on a transport header version other than 0; whether the
     /// opcode is known is checked by [`crate::packet::IbPacket`].
     pub fn parse<T: AsRef<[u8]>>(bth: &Bth<T>) -> Result<Self> {

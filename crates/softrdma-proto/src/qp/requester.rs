@@ -401,16 +401,9 @@ impl QueuePair {
             }
         }
         let bth = BthRepr {
-            opcode: Opcode(opcode),
             solicited,
-            mig_req: false,
-            pad_count: 0,
-            pkey: DEFAULT_PKEY,
-            fecn: false,
-            becn: false,
-            dest_qp: dqpn,
             ack_req,
-            psn,
+            ..BthRepr::new(Opcode(opcode), dqpn, psn)
         };
         let sport = if self.cfg.qp_type == QpType::Ud {
             softrdma_wire::rxe_udp_sport(own, dqpn)

@@ -158,6 +158,17 @@ impl QueuePair {
         self.completions.push_back(wc);
     }
 
+    /// Completes the receive WR a WRITE with immediate consumed.
+    fn complete_write_with_imm(&mut self, wr_id: u64, len: u64, pkt: &IbPacket<&[u8]>) {
+        let imm = pkt.imm_dt().map_or(0, |i| i.imm());
+        self.complete_recv(wr_id, WcStatus::Success, |wc| {
+            wc.opcode = WcOpcode::RecvRdmaWithImm;
+            wc.byte_len = len as u32;
+            wc.imm_data = imm;
+            wc.wc_flags |= WcFlags::WITH_IMM;
+        });
+    }
+
     /// A responder error of class B, C or D (IBTA vol. 1, 9.9.3): NAK, then ERROR.
     fn nak_fatal(&mut self, psn: Psn, code: NakCode) {
         self.resp.push_ack(psn, Syndrome::Nak(code));
@@ -400,13 +411,7 @@ impl QueuePair {
             self.resp.cur = None;
             self.resp.msn = self.resp.msn.next();
             if let Some((wr, _)) = recv {
-                let imm = pkt.imm_dt().map_or(0, |i| i.imm());
-                self.complete_recv(wr.wr_id, WcStatus::Success, |wc| {
-                    wc.opcode = WcOpcode::RecvRdmaWithImm;
-                    wc.byte_len = len as u32;
-                    wc.imm_data = imm;
-                    wc.wc_flags |= WcFlags::WITH_IMM;
-                });
+                self.complete_write_with_imm(wr.wr_id, len, pkt);
             }
         }
         if pkt.bth().ack_req() {
@@ -667,13 +672,7 @@ impl QueuePair {
         }
         self.resp.msn = self.resp.msn.next();
         if let Some((wr, _)) = recv {
-            let imm = pkt.imm_dt().map_or(0, |i| i.imm());
-            self.complete_recv(wr.wr_id, WcStatus::Success, |wc| {
-                wc.opcode = WcOpcode::RecvRdmaWithImm;
-                wc.byte_len = len as u32;
-                wc.imm_data = imm;
-                wc.wc_flags |= WcFlags::WITH_IMM;
-            });
+            self.complete_write_with_imm(wr.wr_id, len, pkt);
         }
     }
 
@@ -717,18 +716,7 @@ impl QueuePair {
         let front = self.resp.responses.front_mut()?;
         let (src, dst, dqpn) = (self.attrs.av.src, self.attrs.av.dst, self.attrs.dest_qpn);
         let sport = self.attrs.av.udp_sport(self.cfg.qpn, dqpn);
-        let mut bth = BthRepr {
-            opcode: Opcode::RC_ACKNOWLEDGE,
-            solicited: false,
-            mig_req: false,
-            pad_count: 0,
-            pkey: DEFAULT_PKEY,
-            fecn: false,
-            becn: false,
-            dest_qp: dqpn,
-            ack_req: false,
-            psn: Psn::new(0),
-        };
+        let mut bth = BthRepr::new(Opcode::RC_ACKNOWLEDGE, dqpn, Psn::new(0));
         let mut ext = ExtHeaders::default();
         let mtu = self.attrs.mtu.bytes() as u64;
         let mut read = None;
