@@ -146,3 +146,77 @@ pub fn compute_for(
     h.update(&ib[bth_field::LEN..]);
     Ok(h.finalize())
 }
+
+/// The ICRC of `ib` as [`compute_for`] computes it, but for an IPv4 sender that set
+/// identification `ident` (rxe and NICs number their packets).
+pub fn compute_for_ipv4_ident(
+    src: core::net::Ipv4Addr,
+    dst: core::net::Ipv4Addr,
+    ident: u16,
+    src_port: u16,
+    ib: &[u8],
+) -> Result<u32> {
+    // Flipping identification bits changes the CRC by a term that depends only on the
+    // packet length (CRC-32 is affine), so build it from the ID-0 value and the basis.
+    let base = compute_for(src.into(), dst.into(), src_port, ib)?;
+    let basis = ipv4_ident_basis(ib.len());
+    Ok((0..16)
+        .filter(|i| ident & (1 << i) != 0)
+        .fold(base, |c, i| c ^ basis[i]))
+}
+
+/// How each bit of the IPv4 identification changes the ICRC of a packet whose InfiniBand part
+/// (without ICRC) is `ib_len` bytes: `basis[i]` is the XOR that bit `i` contributes. It
+/// depends on nothing but the length, so a receiver can cache it per length.
+pub fn ipv4_ident_basis(ib_len: usize) -> [u32; 16] {
+    // CRC-32 is affine: crc(a) ^ crc(b) depends only on a ^ b for messages of one length. So
+    // each basis vector is the CRC of a message that is zero but for one identification bit,
+    // XOR the CRC of the all-zero message. The IPv4 header follows the 8-byte LRH stand-in.
+    let crc_with_ident = |ident: u16| {
+        let mut head = [0u8; 8 + ipv4_field::LEN + udp_field::HEADER_LEN];
+        head[8 + ipv4_field::IDENT.start..8 + ipv4_field::IDENT.end]
+            .copy_from_slice(&ident.to_be_bytes());
+        let mut h = crc32fast::Hasher::new();
+        h.update(&head);
+        let zeros = [0u8; 256];
+        let mut left = ib_len;
+        while left > 0 {
+            let n = left.min(zeros.len());
+            h.update(&zeros[..n]);
+            left -= n;
+        }
+        h.finalize()
+    };
+    let zero = crc_with_ident(0);
+    core::array::from_fn(|i| crc_with_ident(1 << i) ^ zero)
+}
+
+/// The IPv4 identification that makes `wire` the ICRC of a packet whose ICRC with
+/// identification 0 is `icrc_ident0`, given the [`ipv4_ident_basis`] for its length; `None`
+/// if there is none, which means the packet is corrupt (a random corruption passes with
+/// probability 2^-16).
+pub fn solve_ipv4_ident(basis: &[u32; 16], icrc_ident0: u32, wire: u32) -> Option<u16> {
+    // Gaussian elimination over GF(2): 16 vectors of 32 bits.
+    let mut rows: [(u32, u16); 16] = core::array::from_fn(|i| (basis[i], 1u16 << i));
+    let mut target = (icrc_ident0 ^ wire, 0u16);
+    let mut rank = 0;
+    for bit in (0..32).rev() {
+        let Some(p) = (rank..16).find(|&r| rows[r].0 >> bit & 1 == 1) else {
+            continue;
+        };
+        rows.swap(rank, p);
+        let pivot = rows[rank];
+        for (r, row) in rows.iter_mut().enumerate() {
+            if r != rank && row.0 >> bit & 1 == 1 {
+                row.0 ^= pivot.0;
+                row.1 ^= pivot.1;
+            }
+        }
+        if target.0 >> bit & 1 == 1 {
+            target.0 ^= pivot.0;
+            target.1 ^= pivot.1;
+        }
+        rank += 1;
+    }
+    (target.0 == 0).then_some(target.1)
+}

@@ -57,6 +57,21 @@ fn check_file(name: &str) -> Outcome {
             out.bad_icrc.push(frame_no);
         }
 
+        // What a UDP socket sees (addresses, source port, the InfiniBand part) is enough to
+        // recover the IPv4 identification rxe used, and with it to verify the ICRC.
+        if let (softrdma_wire::IpRepr::V4(ip), true) = (frame.ip(), frame.icrc_ok()) {
+            let ib = frame.ib().without_icrc();
+            let sport = frame.udp().src_port();
+            let c0 =
+                softrdma_wire::icrc::compute_for(ip.src.into(), ip.dst.into(), sport, ib).unwrap();
+            let basis = softrdma_wire::icrc::ipv4_ident_basis(ib.len());
+            assert_eq!(
+                softrdma_wire::icrc::solve_ipv4_ident(&basis, c0, frame.ib().icrc()),
+                Some(ip.ident),
+                "{name} frame {frame_no}"
+            );
+        }
+
         // The InfiniBand part alone: everything but the ICRC, which needs IP and UDP.
         let ib = frame.ib();
         let repr = IbRepr::parse(ib).expect("parses");
