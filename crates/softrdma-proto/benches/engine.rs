@@ -59,6 +59,7 @@ fn qp(qpn: u32, peer: u32, src: IpAddr, dst: IpAddr, mtu: Mtu) -> QueuePair {
             sq_sig_all: true,
             srq: None,
             port_mtu: mtu,
+            udp_sport: None,
         },
         Arc::new(NullMemory),
     );

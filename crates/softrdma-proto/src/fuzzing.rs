@@ -178,6 +178,7 @@ pub fn responder(data: &[u8]) {
             sq_sig_all: false,
             srq: None,
             port_mtu: Mtu::M256,
+            udp_sport: None,
         },
         mem.clone(),
     );

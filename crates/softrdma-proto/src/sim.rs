@@ -478,6 +478,7 @@ impl Sim {
                     None
                 },
                 port_mtu: o.mtu,
+                udp_sport: None,
             };
             let mem: Arc<dyn crate::Memory> = self.endpoints[me].mem.clone();
             let mut qp = QueuePair::new(cfg, mem);

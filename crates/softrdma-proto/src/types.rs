@@ -278,6 +278,9 @@ pub struct Completion {
     pub src_qp: Qpn,
     /// Flags.
     pub wc_flags: WcFlags,
+    /// The message had the solicited-event bit set (receives; for `req_notify` with
+    /// solicited-only).
+    pub solicited: bool,
 }
 
 /// A scatter/gather element: `length` bytes at `addr` of the MR with local key `lkey`.
@@ -447,6 +450,10 @@ pub enum AsyncEvent {
     SrqLimitReached,
     /// The last WQE of an SRQ-attached QP in ERROR was consumed (`IBV_EVENT_QP_LAST_WQE_REACHED`).
     LastWqeReached(Qpn),
+    /// A CQ overflowed and lost a completion (`IBV_EVENT_CQ_ERR`).
+    CqError,
+    /// The port became active (`IBV_EVENT_PORT_ACTIVE`).
+    PortActive(u8),
 }
 
 /// The remote end of a connected QP, or the local addressing of any QP.

@@ -117,6 +117,7 @@ fn rc_qp(
             sq_sig_all: true,
             srq: None,
             port_mtu: MTU,
+            udp_sport: None,
         },
         mem,
     );

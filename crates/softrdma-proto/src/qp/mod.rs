@@ -91,6 +91,10 @@ pub struct QpConfig {
     pub srq: Option<Srq>,
     /// The port's active MTU: the path MTU of UD QPs, and of RC/UC QPs until RTR sets one.
     pub port_mtu: Mtu,
+    /// The UDP source port every packet is sent from, when the sender cannot choose it per
+    /// connection (a device with one socket bound to 4791); `None` uses rxe's per-connection
+    /// port. The ICRC covers it, so it must be the port the packet really leaves from.
+    pub udp_sport: Option<u16>,
 }
 
 /// What the application did wrong when posting. The QP is unchanged.
@@ -642,6 +646,7 @@ impl QueuePair {
             qp_num: self.cfg.qpn,
             src_qp: Qpn::new(0),
             wc_flags: WcFlags::empty(),
+            solicited: false,
         }
     }
 
@@ -656,6 +661,7 @@ impl QueuePair {
             qp_num: self.cfg.qpn,
             src_qp: Qpn::new(0),
             wc_flags: WcFlags::empty(),
+            solicited: false,
         }
     }
 

@@ -405,10 +405,10 @@ impl QueuePair {
             ack_req,
             ..BthRepr::new(Opcode(opcode), dqpn, psn)
         };
-        let sport = if self.cfg.qp_type == QpType::Ud {
-            softrdma_wire::rxe_udp_sport(own, dqpn)
-        } else {
-            self.attrs.av.udp_sport(own, dqpn)
+        let sport = match (self.cfg.udp_sport, self.cfg.qp_type) {
+            (Some(p), _) => p,
+            (None, QpType::Ud) => softrdma_wire::rxe_udp_sport(own, dqpn),
+            (None, _) => self.attrs.av.udp_sport(own, dqpn),
         };
         let (mem, pd) = (&*self.mem, self.cfg.pd);
         let payload = &w.wr.payload;

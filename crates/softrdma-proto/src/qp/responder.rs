@@ -69,6 +69,8 @@ pub(crate) struct Responder {
     uc_drop: bool,
     responses: VecDeque<Resp>,
     resources: VecDeque<RdResource>,
+    /// SE bit of the packet being handled.
+    last_solicited: bool,
 }
 
 impl Responder {
@@ -151,6 +153,7 @@ impl QueuePair {
 
     fn complete_recv(&mut self, wr_id: u64, status: WcStatus, f: impl FnOnce(&mut Completion)) {
         let mut wc = self.recv_wc(wr_id, status);
+        wc.solicited = self.resp.last_solicited;
         if self.cfg.qp_type != QpType::Ud {
             wc.src_qp = self.attrs.dest_qpn;
         }
@@ -191,6 +194,7 @@ impl QueuePair {
     }
 
     pub(crate) fn handle_request(&mut self, src: IpAddr, dst: IpAddr, pkt: &IbPacket<&[u8]>) {
+        self.resp.last_solicited = pkt.bth().solicited();
         match self.cfg.qp_type {
             QpType::Rc => self.rc_request(pkt),
             QpType::Uc => self.uc_request(pkt),
@@ -715,7 +719,10 @@ impl QueuePair {
     pub(crate) fn responder_transmit(&mut self, buf: &mut Vec<u8>) -> Option<Transmit> {
         let front = self.resp.responses.front_mut()?;
         let (src, dst, dqpn) = (self.attrs.av.src, self.attrs.av.dst, self.attrs.dest_qpn);
-        let sport = self.attrs.av.udp_sport(self.cfg.qpn, dqpn);
+        let sport = self
+            .cfg
+            .udp_sport
+            .unwrap_or_else(|| self.attrs.av.udp_sport(self.cfg.qpn, dqpn));
         let mut bth = BthRepr::new(Opcode::RC_ACKNOWLEDGE, dqpn, Psn::new(0));
         let mut ext = ExtHeaders::default();
         let mtu = self.attrs.mtu.bytes() as u64;

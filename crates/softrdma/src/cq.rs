@@ -1,0 +1,266 @@
+//! Completion queues and completion channels.
+
+use crate::error::{Error, Result};
+use softrdma_proto::{AsyncEvent, Completion, WcOpcode};
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+#[derive(Default)]
+struct CqState {
+    entries: VecDeque<Completion>,
+    /// Armed by `req_notify`: `Some(solicited_only)`.
+    armed: Option<bool>,
+}
+
+pub(crate) struct CqInner {
+    state: Mutex<CqState>,
+    cap: usize,
+    channel: Option<Arc<ChannelInner>>,
+    events: Arc<Mutex<VecDeque<AsyncEvent>>>,
+    overflowed: std::sync::atomic::AtomicBool,
+}
+
+impl CqInner {
+    /// Adds a completion; on overflow the completion is lost and a CQ error event is raised,
+    /// as on a NIC (`IBV_EVENT_CQ_ERR`), and nothing else is touched.
+    pub fn push(self: &Arc<Self>, wc: Completion) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.entries.len() >= self.cap {
+            if !self
+                .overflowed
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
+            {
+                self.events
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_back(AsyncEvent::CqError);
+            }
+            return;
+        }
+        let solicited = matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+            && wc.solicited
+            || wc.status != softrdma_proto::WcStatus::Success;
+        s.entries.push_back(wc);
+        if let Some(only_solicited) = s.armed {
+            if !only_solicited || solicited {
+                s.armed = None;
+                drop(s);
+                if let Some(ch) = &self.channel {
+                    ch.signal(Arc::downgrade(self));
+                }
+            }
+        }
+    }
+}
+
+/// A completion queue (`struct ibv_cq`).
+#[derive(Clone)]
+pub struct CompletionQueue {
+    pub(crate) inner: Arc<CqInner>,
+}
+
+impl std::fmt::Debug for CompletionQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionQueue")
+            .field("cqe", &self.inner.cap)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CompletionQueue {
+    pub(crate) fn new(
+        cqe: usize,
+        channel: Option<&CompletionChannel>,
+        events: Arc<Mutex<VecDeque<AsyncEvent>>>,
+    ) -> Result<Self> {
+        if cqe == 0 || cqe > crate::device::MAX_CQE {
+            return Err(Error::attr(
+                "ibv_create_cq",
+                "cqe",
+                format!("must be 1..={}", crate::device::MAX_CQE),
+            ));
+        }
+        Ok(Self {
+            inner: Arc::new(CqInner {
+                state: Mutex::new(CqState::default()),
+                cap: cqe,
+                channel: channel.map(|c| c.inner.clone()),
+                events,
+                overflowed: false.into(),
+            }),
+        })
+    }
+
+    /// Takes up to `max` completions, oldest first (`ibv_poll_cq`).
+    pub fn poll(&self, max: usize) -> Vec<Completion> {
+        let mut s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let n = max.min(s.entries.len());
+        s.entries.drain(..n).collect()
+    }
+
+    /// Takes the oldest completion, if any.
+    pub fn poll_one(&self) -> Option<Completion> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entries
+            .pop_front()
+    }
+
+    /// Iterates over the completions available now, taking each as it is yielded.
+    pub fn iter(&self) -> impl Iterator<Item = Completion> + '_ {
+        std::iter::from_fn(|| self.poll_one())
+    }
+
+    /// Asks for one event on the CQ's channel at the next completion (`ibv_req_notify_cq`);
+    /// with `solicited_only`, only at the next solicited receive or error completion.
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        if self.inner.channel.is_none() {
+            return Err(Error::attr(
+                "ibv_req_notify_cq",
+                "cq",
+                "the CQ was created without a completion channel",
+            ));
+        }
+        let mut s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.armed = Some(solicited_only);
+        Ok(())
+    }
+
+    /// True once a completion was lost because the CQ was full.
+    pub fn overflowed(&self) -> bool {
+        self.inner
+            .overflowed
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Completions waiting.
+    pub fn len(&self) -> usize {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entries
+            .len()
+    }
+
+    /// True when no completion waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+pub(crate) struct ChannelInner {
+    fd: OwnedFd,
+    ready: Mutex<VecDeque<Weak<CqInner>>>,
+}
+
+impl ChannelInner {
+    fn signal(&self, cq: Weak<CqInner>) {
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(cq);
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes from a valid u64 to an eventfd we own.
+        unsafe {
+            libc::write(
+                self.fd.as_raw_fd(),
+                (&one as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+    }
+}
+
+/// A completion channel (`struct ibv_comp_channel`): a pollable file descriptor that becomes
+/// readable when an armed CQ gets a completion.
+#[derive(Clone)]
+pub struct CompletionChannel {
+    pub(crate) inner: Arc<ChannelInner>,
+}
+
+impl std::fmt::Debug for CompletionChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionChannel")
+            .field("fd", &self.fd())
+            .finish()
+    }
+}
+
+impl CompletionChannel {
+    pub(crate) fn new() -> Result<Self> {
+        // SAFETY: eventfd takes no pointers; the result is checked before use.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(Error::Io {
+                verb: "ibv_create_comp_channel",
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(Self {
+            inner: Arc::new(ChannelInner {
+                // SAFETY: `fd` is a new descriptor that nothing else owns.
+                fd: unsafe { OwnedFd::from_raw_fd(fd) },
+                ready: Mutex::new(VecDeque::new()),
+            }),
+        })
+    }
+
+    /// The descriptor to poll for readability.
+    pub fn fd(&self) -> RawFd {
+        self.inner.fd.as_raw_fd()
+    }
+
+    /// Waits for the next CQ event (`ibv_get_cq_event`): the CQ that got a completion, or
+    /// `None` after `timeout` (`None` waits forever).
+    pub fn get_cq_event(&self, timeout: Option<Duration>) -> Result<Option<CompletionQueue>> {
+        loop {
+            if let Some(w) = self
+                .inner
+                .ready
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front()
+            {
+                if let Some(inner) = w.upgrade() {
+                    return Ok(Some(CompletionQueue { inner }));
+                }
+                continue;
+            }
+            let mut pfd = libc::pollfd {
+                fd: self.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
+            // SAFETY: one valid pollfd for the duration of the call.
+            let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(Error::Io {
+                    verb: "ibv_get_cq_event",
+                    source: e,
+                });
+            }
+            if r == 0 {
+                return Ok(None);
+            }
+            let mut v: u64 = 0;
+            // SAFETY: reading 8 bytes into a valid u64 from our eventfd.
+            unsafe {
+                libc::read(
+                    self.fd(),
+                    (&mut v as *mut u64).cast(),
+                    std::mem::size_of::<u64>(),
+                )
+            };
+        }
+    }
+}

@@ -1,0 +1,566 @@
+//! The soft RoCE v2 device: a UDP socket on `IP:4791`, the engine's QPs, the region table,
+//! and one progress thread that receives, runs timers and retransmits.
+
+use crate::cq::{CompletionChannel, CompletionQueue, CqInner};
+use crate::error::{Error, Result};
+use crate::mr::MrTable;
+use crate::qp::{ProtectionDomain, QpShared};
+use mio::net::UdpSocket;
+use mio::{Events, Interest, Poll, Token, Waker};
+use softrdma_proto::{AsyncEvent, Instant, Mtu, Pd, WcOpcode};
+use softrdma_wire::{IbPacket, ROCE_V2_PORT, icrc};
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+/// Largest CQ (rxe's `RXE_MAX_CQE`).
+pub const MAX_CQE: usize = 32767;
+
+/// The address of the default device: `$SOFTRDMA_ADDR`, else 127.0.0.1.
+pub fn default_addr() -> std::result::Result<IpAddr, String> {
+    match std::env::var("SOFTRDMA_ADDR") {
+        Ok(s) => s
+            .parse()
+            .map_err(|e| format!("SOFTRDMA_ADDR={s:?} is not an IP address: {e}")),
+        Err(_) => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+    }
+}
+
+/// Device limits (`struct ibv_device_attr`), modelled on rxe's `rxe_param.h`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct DeviceAttr {
+    pub fw_ver: String,
+    pub node_guid: u64,
+    pub sys_image_guid: u64,
+    pub max_mr_size: u64,
+    pub page_size_cap: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub max_qp: u32,
+    pub max_qp_wr: u32,
+    pub max_sge: u32,
+    pub max_sge_rd: u32,
+    pub max_cq: u32,
+    pub max_cqe: u32,
+    pub max_mr: u32,
+    pub max_pd: u32,
+    pub max_qp_rd_atom: u32,
+    pub max_qp_init_rd_atom: u32,
+    pub max_res_rd_atom: u32,
+    pub atomic_cap: &'static str,
+    pub max_srq: u32,
+    pub max_srq_wr: u32,
+    pub max_srq_sge: u32,
+    pub max_pkeys: u32,
+    pub local_ca_ack_delay: u32,
+    pub max_inline_data: u32,
+    pub phys_port_cnt: u8,
+}
+
+/// Port attributes (`struct ibv_port_attr`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct PortAttr {
+    pub state: &'static str,
+    pub max_mtu: Mtu,
+    pub active_mtu: Mtu,
+    pub gid_tbl_len: u32,
+    pub lid: u16,
+    pub sm_lid: u16,
+    pub link_layer: &'static str,
+}
+
+/// Device counters, named as rxe's `hw_counters`.
+#[derive(Debug, Default)]
+pub struct DeviceCounters {
+    /// Packets sent.
+    pub sent_pkts: AtomicU64,
+    /// Packets received and handed to a QP.
+    pub rcvd_pkts: AtomicU64,
+    /// Packets for a QPN the device does not have.
+    pub rcvd_unknown_qpn: AtomicU64,
+    /// Packets that did not parse.
+    pub rcvd_malformed: AtomicU64,
+    /// Packets whose ICRC did not match.
+    pub rcvd_icrc_errors: AtomicU64,
+    /// IPv4 packets whose ICRC matched only with the sender's (recovered) IP ID.
+    pub rcvd_icrc_ip_id: AtomicU64,
+    /// Sends the socket refused (buffer full); retransmission recovers them.
+    pub send_errors: AtomicU64,
+}
+
+impl DeviceCounters {
+    /// Name and value of every counter.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            ("sent_pkts", g(&self.sent_pkts)),
+            ("rcvd_pkts", g(&self.rcvd_pkts)),
+            ("rcvd_unknown_qpn", g(&self.rcvd_unknown_qpn)),
+            ("rcvd_malformed", g(&self.rcvd_malformed)),
+            ("rcvd_icrc_errors", g(&self.rcvd_icrc_errors)),
+            ("rcvd_icrc_ip_id", g(&self.rcvd_icrc_ip_id)),
+            ("send_errors", g(&self.send_errors)),
+        ]
+    }
+}
+
+const SOCKET: Token = Token(0);
+const WAKE: Token = Token(1);
+
+pub(crate) struct Device {
+    pub name: String,
+    pub addr: IpAddr,
+    pub mtu: Mtu,
+    socket: UdpSocket,
+    pub mrs: Arc<MrTable>,
+    pub qps: RwLock<HashMap<u32, Arc<QpShared>>>,
+    next_pd: AtomicU32,
+    waker: Waker,
+    epoch: std::time::Instant,
+    pub counters: DeviceCounters,
+    pub events: Arc<Mutex<VecDeque<AsyncEvent>>>,
+    shutdown: AtomicBool,
+}
+
+impl Device {
+    pub fn now(&self) -> Instant {
+        Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    pub fn alloc_pd(&self) -> Pd {
+        Pd(self.next_pd.fetch_add(1, Ordering::Relaxed))
+    }
+
+    pub fn wake(&self) {
+        let _ = self.waker.wake();
+    }
+
+    /// Sends what the QP wants to send and hands out its completions and events. Called with
+    /// the QP locked, by whichever thread touched it.
+    pub fn service(
+        &self,
+        shared: &QpShared,
+        qp: &mut softrdma_proto::QueuePair,
+        buf: &mut Vec<u8>,
+    ) {
+        let now = self.now();
+        while let Some(t) = qp.poll_transmit(now, buf) {
+            let dst = SocketAddr::new(t.dst.to_canonical(), ROCE_V2_PORT);
+            match self.socket.send_to(&buf[..t.len], dst) {
+                Ok(_) => {
+                    self.counters.sent_pkts.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(_) => {
+                    self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        while let Some(wc) = qp.poll_completion() {
+            let cq: &Arc<CqInner> = match wc.opcode {
+                WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => &shared.recv_cq,
+                _ => &shared.send_cq,
+            };
+            cq.push(wc);
+        }
+        let mut ev = None;
+        while let Some(e) = qp.poll_event() {
+            ev.get_or_insert_with(|| self.events.lock().unwrap_or_else(|e| e.into_inner()))
+                .push_back(e);
+        }
+    }
+}
+
+/// Checks the ICRC of a received packet. IPv6 and IPv4 from senders with IP ID 0 verify
+/// directly; for IPv4 from senders that number their packets (rxe, NICs) the ID is
+/// recovered from the ICRC itself, which only a corrupt packet fails.
+struct IcrcCheck {
+    basis: HashMap<usize, [u32; 16]>,
+}
+
+impl IcrcCheck {
+    fn ok(&mut self, dev: &Device, src: IpAddr, dst: IpAddr, sport: u16, ib: &[u8]) -> bool {
+        let n = ib.len();
+        let wire = u32::from_le_bytes([ib[n - 4], ib[n - 3], ib[n - 2], ib[n - 1]]);
+        let body = &ib[..n - 4];
+        let c0 = softrdma_proto::qp::icrc_for(src, dst, sport, body);
+        if c0 == wire {
+            return true;
+        }
+        if !(src.to_canonical().is_ipv4() && dst.to_canonical().is_ipv4()) {
+            return false;
+        }
+        let basis = self
+            .basis
+            .entry(body.len())
+            .or_insert_with(|| icrc::ipv4_ident_basis(body.len()));
+        let ok = icrc::solve_ipv4_ident(basis, c0, wire).is_some();
+        if ok {
+            dev.counters.rcvd_icrc_ip_id.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+}
+
+fn progress(dev: Arc<Device>, mut poll: Poll) {
+    let mut events = Events::with_capacity(64);
+    let mut rx = vec![0u8; 65536];
+    let mut tx = Vec::with_capacity(9000);
+    let mut check = IcrcCheck {
+        basis: HashMap::new(),
+    };
+    loop {
+        if dev.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        // Sleep until a packet, a wake-up (a post from another thread) or the next timer.
+        let now = dev.now();
+        let next = {
+            let qps = dev.qps.read().unwrap_or_else(|e| e.into_inner());
+            qps.values()
+                .filter_map(|s| {
+                    s.qp.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .poll_timeout()
+                })
+                .min()
+        };
+        let timeout =
+            next.map(|t| Duration::from_nanos(t.as_nanos().saturating_sub(now.as_nanos())));
+        if let Err(e) = poll.poll(&mut events, timeout) {
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return;
+            }
+        }
+        // Receive everything waiting.
+        loop {
+            let (n, from) = match dev.socket.recv_from(&mut rx) {
+                Ok(x) => x,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(_) => break,
+            };
+            handle_datagram(&dev, &mut check, &rx[..n], from, &mut tx);
+        }
+        // Timers.
+        let now = dev.now();
+        let qps: Vec<Arc<QpShared>> = dev
+            .qps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for s in qps {
+            let mut qp = s.qp.lock().unwrap_or_else(|e| e.into_inner());
+            if qp.poll_timeout().is_some_and(|t| t <= now) {
+                qp.handle_timeout(now);
+            }
+            dev.service(&s, &mut qp, &mut tx);
+        }
+    }
+}
+
+fn handle_datagram(
+    dev: &Device,
+    check: &mut IcrcCheck,
+    data: &[u8],
+    from: SocketAddr,
+    tx: &mut Vec<u8>,
+) {
+    let Ok(pkt) = IbPacket::new_checked(data) else {
+        dev.counters.rcvd_malformed.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    if !check.ok(dev, from.ip(), dev.addr, from.port(), data) {
+        // rxe drops a bad ICRC silently; we count it.
+        dev.counters
+            .rcvd_icrc_errors
+            .fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let qpn = pkt.bth().dest_qp().value();
+    let shared = dev
+        .qps
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&qpn)
+        .cloned();
+    let Some(shared) = shared else {
+        dev.counters
+            .rcvd_unknown_qpn
+            .fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    dev.counters.rcvd_pkts.fetch_add(1, Ordering::Relaxed);
+    let mut qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
+    qp.handle_packet(dev.now(), from.ip().to_canonical(), dev.addr, &pkt);
+    dev.service(&shared, &mut qp, tx);
+}
+
+struct ContextInner {
+    dev: Arc<Device>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        self.dev.shutdown.store(true, Ordering::Release);
+        self.dev.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// An open device (`struct ibv_context`). Cloning gives another handle; the device closes
+/// when the last handle, and every object made from it, is gone.
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<ContextInner>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("name", &self.inner.dev.name)
+            .field("addr", &self.inner.dev.addr)
+            .finish()
+    }
+}
+
+fn set_int_opt(fd: i32, level: i32, name: i32, value: i32) -> std::io::Result<()> {
+    // SAFETY: a valid socket descriptor and a pointer to an int that outlives the call.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+impl Context {
+    /// Opens the device named `name` bound to `addr`, with path MTU `mtu`.
+    pub fn open_addr(name: &str, addr: IpAddr, mtu: Mtu) -> Result<Self> {
+        let bind = SocketAddr::new(addr, ROCE_V2_PORT);
+        let std_sock = std::net::UdpSocket::bind(bind).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                Error::AddrInUse { addr }
+            } else {
+                Error::Io {
+                    verb: "ibv_open_device",
+                    source: e,
+                }
+            }
+        })?;
+        std_sock
+            .set_nonblocking(true)
+            .map_err(Error::io("ibv_open_device"))?;
+        let fd = std_sock.as_raw_fd();
+        // DF on every packet: Linux then sends IP identification 0, which the ICRC covers.
+        let df = match addr {
+            IpAddr::V4(_) => set_int_opt(
+                fd,
+                libc::IPPROTO_IP,
+                libc::IP_MTU_DISCOVER,
+                libc::IP_PMTUDISC_DO,
+            ),
+            IpAddr::V6(_) => {
+                set_int_opt(
+                    fd,
+                    libc::IPPROTO_IPV6,
+                    libc::IPV6_MTU_DISCOVER,
+                    libc::IP_PMTUDISC_DO,
+                )
+                // rxe sends IPv6 UDP with checksum 0, which Linux drops unless told not to.
+                .and_then(|()| {
+                    set_int_opt(fd, libc::IPPROTO_UDP, 102 /* UDP_NO_CHECK6_RX */, 1)
+                })
+            }
+        };
+        df.map_err(Error::io("ibv_open_device: setsockopt"))?;
+        for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+            let _ = set_int_opt(fd, libc::SOL_SOCKET, opt, 8 << 20);
+        }
+        let mut socket = UdpSocket::from_std(std_sock);
+        let poll = Poll::new().map_err(Error::io("ibv_open_device: poll"))?;
+        poll.registry()
+            .register(&mut socket, SOCKET, Interest::READABLE)
+            .map_err(Error::io("ibv_open_device: poll"))?;
+        let waker =
+            Waker::new(poll.registry(), WAKE).map_err(Error::io("ibv_open_device: poll"))?;
+        let dev = Arc::new(Device {
+            name: name.to_owned(),
+            addr,
+            mtu,
+            socket,
+            mrs: Arc::new(MrTable::default()),
+            qps: RwLock::new(HashMap::new()),
+            next_pd: AtomicU32::new(1),
+            waker,
+            epoch: std::time::Instant::now(),
+            counters: DeviceCounters::default(),
+            events: Arc::new(Mutex::new(VecDeque::from([AsyncEvent::PortActive(1)]))),
+            shutdown: AtomicBool::new(false),
+        });
+        let d = dev.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("softrdma-{name}"))
+            .spawn(move || progress(d, poll))
+            .map_err(Error::io("ibv_open_device: progress thread"))?;
+        Ok(Self {
+            inner: Arc::new(ContextInner {
+                dev,
+                thread: Some(thread),
+            }),
+        })
+    }
+
+    /// Opens the default device, `softrdma0`, on `$SOFTRDMA_ADDR` or 127.0.0.1.
+    pub fn open_default() -> Result<Self> {
+        let addr =
+            default_addr().map_err(|why| Error::attr("ibv_open_device", "SOFTRDMA_ADDR", why))?;
+        let mtu = if addr.is_loopback() {
+            Mtu::M4096
+        } else {
+            Mtu::M1024
+        };
+        Self::open_addr("softrdma0", addr, mtu)
+    }
+
+    pub(crate) fn dev(&self) -> &Arc<Device> {
+        &self.inner.dev
+    }
+
+    /// The device name.
+    pub fn name(&self) -> &str {
+        &self.inner.dev.name
+    }
+
+    /// The address the device is bound to.
+    pub fn addr(&self) -> IpAddr {
+        self.inner.dev.addr
+    }
+
+    /// The active MTU of port 1.
+    pub fn active_mtu(&self) -> Mtu {
+        self.inner.dev.mtu
+    }
+
+    /// Device limits.
+    pub fn query_device(&self) -> DeviceAttr {
+        let guid = self.node_guid();
+        DeviceAttr {
+            fw_ver: "0.1.0".into(),
+            node_guid: guid,
+            sys_image_guid: guid,
+            max_mr_size: u64::MAX,
+            page_size_cap: 0xffff_f000,
+            vendor_id: 0xffffff,
+            vendor_part_id: 0,
+            hw_ver: 0,
+            max_qp: 0x10000,
+            max_qp_wr: 0x4000,
+            max_sge: 32,
+            max_sge_rd: 32,
+            max_cq: 0x4000,
+            max_cqe: MAX_CQE as u32,
+            max_mr: 0x4000,
+            max_pd: 0x7ff0,
+            max_qp_rd_atom: 128,
+            max_qp_init_rd_atom: 128,
+            max_res_rd_atom: 0x3f80,
+            atomic_cap: "ATOMIC_HCA",
+            max_srq: 0x3ff0,
+            max_srq_wr: 0x4000,
+            max_srq_sge: 27,
+            max_pkeys: 64,
+            local_ca_ack_delay: 15,
+            max_inline_data: 256,
+            phys_port_cnt: 1,
+        }
+    }
+
+    /// A GUID derived from the address, as rxe derives it from the MAC.
+    pub fn node_guid(&self) -> u64 {
+        let b = match self.addr() {
+            IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+            IpAddr::V6(a) => a.octets(),
+        };
+        u64::from_be_bytes([0x02, b[11], b[12], 0xff, 0xfe, b[13], b[14], b[15]])
+    }
+
+    /// Port 1's attributes.
+    pub fn query_port(&self) -> PortAttr {
+        PortAttr {
+            state: "PORT_ACTIVE",
+            max_mtu: Mtu::M4096,
+            active_mtu: self.active_mtu(),
+            gid_tbl_len: 1024,
+            lid: 0,
+            sm_lid: 0,
+            link_layer: "Ethernet",
+        }
+    }
+
+    /// The GID table, in rxe's order: the IPv6 link-local GID derived from the node GUID,
+    /// then the address (IPv4-mapped for IPv4).
+    pub fn gids(&self) -> Vec<std::net::Ipv6Addr> {
+        let g = self.node_guid().to_be_bytes();
+        let mut ll = [0u8; 16];
+        ll[0] = 0xfe;
+        ll[1] = 0x80;
+        ll[8..].copy_from_slice(&g);
+        let own = match self.addr() {
+            IpAddr::V4(a) => a.to_ipv6_mapped(),
+            IpAddr::V6(a) => a,
+        };
+        vec![std::net::Ipv6Addr::from(ll), own]
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> ProtectionDomain {
+        ProtectionDomain::new(self.clone())
+    }
+
+    /// Creates a completion channel.
+    pub fn create_comp_channel(&self) -> Result<CompletionChannel> {
+        CompletionChannel::new()
+    }
+
+    /// Creates a completion queue of `cqe` entries.
+    pub fn create_cq(
+        &self,
+        cqe: usize,
+        channel: Option<&CompletionChannel>,
+    ) -> Result<CompletionQueue> {
+        CompletionQueue::new(cqe, channel, self.inner.dev.events.clone())
+    }
+
+    /// The next asynchronous event, if any (`ibv_get_async_event`, non-blocking).
+    pub fn poll_async_event(&self) -> Option<AsyncEvent> {
+        self.inner
+            .dev
+            .events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+    }
+
+    /// The device counters.
+    pub fn counters(&self) -> &DeviceCounters {
+        &self.inner.dev.counters
+    }
+}

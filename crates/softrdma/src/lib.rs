@@ -1,0 +1,35 @@
+//! RDMA verbs in user space.
+//!
+//! This crate is what applications use: the verbs objects ([`Context`], [`ProtectionDomain`],
+//! [`MemoryRegion`], [`CompletionQueue`], [`QueuePair`]) over the soft RoCE v2 device, which
+//! runs the `softrdma-proto` engine behind a UDP socket bound to `IP:4791` and a progress
+//! thread. One-sided operations complete without the target application calling anything.
+//!
+//! # Memory safety
+//! Work requests name memory by keys and addresses inside registered regions; the device
+//! checks every access against the region table, so posting is safe. A region registered from
+//! an owned buffer keeps the buffer alive for as long as the device might touch it: dropping
+//! the [`MemoryRegion`] deregisters it, and any later access through its keys fails with a
+//! protection error instead of touching freed memory. Only [`ProtectionDomain::register_raw`]
+//! is `unsafe`: the caller promises the memory outlives the registration.
+//!
+//! As on a real NIC, the contents of a region that a peer may be writing are unspecified
+//! while the operation is in flight; read them after its completion.
+
+mod cq;
+mod device;
+mod error;
+mod mr;
+mod qp;
+
+pub use cq::{CompletionChannel, CompletionQueue};
+pub use device::{Context, DeviceAttr, DeviceCounters, PortAttr, default_addr};
+pub use error::{Error, Result};
+pub use mr::MemoryRegion;
+pub use qp::{ConnectAttr, Peer, ProtectionDomain, QpInitAttr, QueuePair};
+pub use softrdma_proto::QpCaps;
+pub use softrdma_proto::{
+    AccessFlags, AddressVector, AsyncEvent, Completion, Mtu, Payload, QpAttr, QpState, QpType,
+    RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
+};
+pub use softrdma_wire::{Psn, Qpn};

@@ -1,0 +1,310 @@
+//! Memory regions and the table the device checks every access against.
+
+use crate::error::{Error, Result};
+use softrdma_proto::{Access, AccessFlags, AtomicOp, MemError, Memory, Pd};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// Where a region's bytes live.
+enum Storage {
+    /// A buffer the region owns (freed when the last reference goes).
+    Owned(*mut [u8]),
+    /// Memory the application owns (`register_raw`).
+    Raw,
+}
+
+pub(crate) struct MrInner {
+    pub key: u32,
+    pub pd: Pd,
+    pub addr: u64,
+    pub len: u64,
+    pub access: AccessFlags,
+    storage: Storage,
+}
+
+// SAFETY: the region's memory is only reached through raw-pointer copies and atomics that
+// the table bounds-checks; ownership of an owned buffer is with the `MrInner`, which frees it
+// exactly once on drop.
+unsafe impl Send for MrInner {}
+// SAFETY: as above; shared access is copies of plain bytes, which cannot break invariants.
+unsafe impl Sync for MrInner {}
+
+impl Drop for MrInner {
+    fn drop(&mut self) {
+        if let Storage::Owned(ptr) = self.storage {
+            // SAFETY: `ptr` came from `Box::into_raw` in `MrTable::register_owned` and is
+            // dropped only here, once.
+            drop(unsafe { Box::from_raw(ptr) });
+        }
+    }
+}
+
+impl MrInner {
+    /// The address range `[addr, addr + len)` as a pointer, if inside the region.
+    fn range(&self, addr: u64, len: u64) -> Option<*mut u8> {
+        let off = addr.checked_sub(self.addr)?;
+        (off.checked_add(len)? <= self.len).then_some((self.addr + off) as *mut u8)
+    }
+}
+
+/// The device's region table: key to region.
+#[derive(Default)]
+pub(crate) struct MrTable {
+    regions: RwLock<HashMap<u32, Arc<MrInner>>>,
+}
+
+impl MrTable {
+    fn fresh_key(map: &HashMap<u32, Arc<MrInner>>) -> u32 {
+        // Keys are not guessable: random, never 0, never reused while registered.
+        loop {
+            let k: u32 = rand::random();
+            if k != 0 && !map.contains_key(&k) {
+                return k;
+            }
+        }
+    }
+
+    fn insert(&self, make: impl FnOnce(u32) -> MrInner) -> Arc<MrInner> {
+        let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        let key = Self::fresh_key(&map);
+        let mr = Arc::new(make(key));
+        map.insert(key, mr.clone());
+        mr
+    }
+
+    pub fn register_owned(
+        &self,
+        pd: Pd,
+        buf: Vec<u8>,
+        access: AccessFlags,
+    ) -> Result<Arc<MrInner>> {
+        if buf.is_empty() {
+            return Err(Error::attr(
+                "ibv_reg_mr",
+                "length",
+                "a region needs at least one byte",
+            ));
+        }
+        let ptr = Box::into_raw(buf.into_boxed_slice());
+        let (addr, len) = (ptr as *mut u8 as u64, ptr.len() as u64);
+        Ok(self.insert(|key| MrInner {
+            key,
+            pd,
+            addr,
+            len,
+            access,
+            storage: Storage::Owned(ptr),
+        }))
+    }
+
+    /// # Safety
+    /// `addr..addr + len` must stay valid for reads and writes until the region is dropped.
+    pub unsafe fn register_raw(
+        &self,
+        pd: Pd,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<Arc<MrInner>> {
+        if len == 0 || addr.is_null() {
+            return Err(Error::attr("ibv_reg_mr", "addr", "null or empty range"));
+        }
+        Ok(self.insert(|key| MrInner {
+            key,
+            pd,
+            addr: addr as u64,
+            len: len as u64,
+            access,
+            storage: Storage::Raw,
+        }))
+    }
+
+    pub fn deregister(&self, key: u32) {
+        self.regions
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key);
+    }
+
+    fn lookup(
+        &self,
+        pd: Pd,
+        key: u32,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> std::result::Result<(Arc<MrInner>, *mut u8), MemError> {
+        let mr = self
+            .regions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned()
+            .ok_or(MemError::InvalidKey(key))?;
+        if mr.pd != pd {
+            return Err(MemError::WrongPd(key));
+        }
+        if !mr.access.contains(access.required()) {
+            return Err(MemError::AccessDenied { key, access });
+        }
+        let p = mr
+            .range(addr, len)
+            .ok_or(MemError::OutOfBounds { key, addr, len })?;
+        Ok((mr, p))
+    }
+}
+
+impl Memory for MrTable {
+    fn check(
+        &self,
+        pd: Pd,
+        key: u32,
+        addr: u64,
+        len: u64,
+        access: Access,
+    ) -> std::result::Result<(), MemError> {
+        self.lookup(pd, key, addr, len, access).map(|_| ())
+    }
+
+    fn read(
+        &self,
+        pd: Pd,
+        key: u32,
+        addr: u64,
+        buf: &mut [u8],
+        access: Access,
+    ) -> std::result::Result<(), MemError> {
+        let (_mr, p) = self.lookup(pd, key, addr, buf.len() as u64, access)?;
+        // SAFETY: `p..p + buf.len()` lies inside a registered region that `_mr` keeps alive
+        // for this call, and `buf` is a distinct Rust buffer.
+        unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    fn write(
+        &self,
+        pd: Pd,
+        key: u32,
+        addr: u64,
+        data: &[u8],
+        access: Access,
+    ) -> std::result::Result<(), MemError> {
+        let (_mr, p) = self.lookup(pd, key, addr, data.len() as u64, access)?;
+        // SAFETY: as in `read`; the destination is inside the live region.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+        Ok(())
+    }
+
+    fn atomic(
+        &self,
+        pd: Pd,
+        key: u32,
+        addr: u64,
+        op: AtomicOp,
+    ) -> std::result::Result<u64, MemError> {
+        if addr % 8 != 0 {
+            return Err(MemError::Misaligned(addr));
+        }
+        let (_mr, p) = self.lookup(pd, key, addr, 8, Access::RemoteAtomic)?;
+        // SAFETY: `p` is 8-byte aligned (checked above: addresses are the real pointers) and
+        // the 8 bytes lie in the live region; every atomic of the device goes through
+        // `AtomicU64`, so atomics are atomic with respect to each other.
+        let a = unsafe { AtomicU64::from_ptr(p as *mut u64) };
+        Ok(match op {
+            AtomicOp::FetchAdd { add } => a.fetch_add(add, Ordering::SeqCst),
+            AtomicOp::CompareSwap { compare, swap } => {
+                match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(v) | Err(v) => v,
+                }
+            }
+        })
+    }
+}
+
+/// A registered memory region (`struct ibv_mr`). Dropping it deregisters it.
+pub struct MemoryRegion {
+    pub(crate) inner: Arc<MrInner>,
+    pub(crate) table: Arc<MrTable>,
+}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("addr", &format_args!("{:#x}", self.inner.addr))
+            .field("len", &self.inner.len)
+            .field("lkey", &format_args!("{:#x}", self.inner.key))
+            .finish()
+    }
+}
+
+impl MemoryRegion {
+    /// The local key.
+    pub fn lkey(&self) -> u32 {
+        self.inner.key
+    }
+    /// The remote key.
+    pub fn rkey(&self) -> u32 {
+        self.inner.key
+    }
+    /// The region's first virtual address (what peers put in RETHs).
+    pub fn addr(&self) -> u64 {
+        self.inner.addr
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.inner.len as usize
+    }
+    /// Never true: regions have at least one byte.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+    /// Access rights.
+    pub fn access(&self) -> AccessFlags {
+        self.inner.access
+    }
+    /// An SGE over `len` bytes at `offset` of the region.
+    pub fn sge(&self, offset: u64, len: u32) -> softrdma_proto::Sge {
+        softrdma_proto::Sge {
+            addr: self.inner.addr + offset,
+            length: len,
+            lkey: self.inner.key,
+        }
+    }
+
+    /// Copies `buf.len()` bytes at `offset` out of the region.
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
+        let p = self
+            .inner
+            .range(self.inner.addr + offset as u64, buf.len() as u64)
+            .ok_or_else(|| Error::attr("mr.read", "offset", "outside the region"))?;
+        // SAFETY: the range is inside the region, which `self` keeps alive.
+        unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    /// Copies `data` into the region at `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        let p = self
+            .inner
+            .range(self.inner.addr + offset as u64, data.len() as u64)
+            .ok_or_else(|| Error::attr("mr.write", "offset", "outside the region"))?;
+        // SAFETY: the range is inside the region, which `self` keeps alive.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+        Ok(())
+    }
+
+    /// A copy of the whole region.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0; self.len()];
+        // The range is the whole region, so this cannot fail.
+        let _ = self.read(0, &mut v);
+        v
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        self.table.deregister(self.inner.key);
+    }
+}

@@ -1,0 +1,337 @@
+//! Protection domains and queue pairs.
+
+use crate::cq::{CompletionQueue, CqInner};
+use crate::device::Context;
+use crate::error::{Error, Result};
+use crate::mr::MemoryRegion;
+use softrdma_proto::{AccessFlags, Pd, QpAttr, QpCaps, QpConfig, QpType, RecvWr, SendWr};
+use softrdma_wire::Qpn;
+use std::sync::{Arc, Mutex};
+
+/// A protection domain (`struct ibv_pd`).
+#[derive(Clone)]
+pub struct ProtectionDomain {
+    ctx: Context,
+    pd: Pd,
+}
+
+impl std::fmt::Debug for ProtectionDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ProtectionDomain").field(&self.pd.0).finish()
+    }
+}
+
+/// What a QP is created with (`struct ibv_qp_init_attr`).
+#[derive(Debug, Clone)]
+pub struct QpInitAttr {
+    /// Transport.
+    pub qp_type: QpType,
+    /// Where send completions go.
+    pub send_cq: CompletionQueue,
+    /// Where receive completions go.
+    pub recv_cq: CompletionQueue,
+    /// Queue limits.
+    pub cap: QpCaps,
+    /// Signal every send WR.
+    pub sq_sig_all: bool,
+}
+
+impl ProtectionDomain {
+    pub(crate) fn new(ctx: Context) -> Self {
+        let pd = ctx.dev().alloc_pd();
+        Self { ctx, pd }
+    }
+
+    /// Registers an owned buffer (`ibv_reg_mr`). The region owns it until dropped.
+    pub fn register(&self, buf: Vec<u8>, access: AccessFlags) -> Result<MemoryRegion> {
+        check_access(access)?;
+        let table = self.ctx.dev().mrs.clone();
+        let inner = table.register_owned(self.pd, buf, access)?;
+        Ok(MemoryRegion { inner, table })
+    }
+
+    /// Registers `len` zeroed bytes.
+    pub fn register_zeroed(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
+        self.register(vec![0; len], access)
+    }
+
+    /// Registers memory the caller owns (`ibv_reg_mr` on a raw buffer).
+    ///
+    /// # Safety
+    /// `addr..addr + len` must be valid for reads and writes, and stay so, until the returned
+    /// region is dropped; the device and remote peers may read and write it at any time
+    /// until then.
+    pub unsafe fn register_raw(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion> {
+        check_access(access)?;
+        let table = self.ctx.dev().mrs.clone();
+        // SAFETY: forwarded from this function's contract.
+        let inner = unsafe { table.register_raw(self.pd, addr, len, access)? };
+        Ok(MemoryRegion { inner, table })
+    }
+
+    /// Creates a queue pair in RESET (`ibv_create_qp`).
+    pub fn create_qp(&self, init: QpInitAttr) -> Result<QueuePair> {
+        let dev = self.ctx.dev().clone();
+        let limits = self.ctx.query_device();
+        let c = init.cap;
+        if c.max_send_wr == 0
+            || c.max_send_wr > limits.max_qp_wr
+            || c.max_recv_wr > limits.max_qp_wr
+        {
+            return Err(Error::attr(
+                "ibv_create_qp",
+                "cap.max_send_wr",
+                format!("must be 1..={}", limits.max_qp_wr),
+            ));
+        }
+        if c.max_send_sge > limits.max_sge || c.max_recv_sge > limits.max_sge {
+            return Err(Error::attr(
+                "ibv_create_qp",
+                "cap.max_send_sge",
+                format!("at most {}", limits.max_sge),
+            ));
+        }
+        if c.max_inline_data > limits.max_inline_data {
+            return Err(Error::attr(
+                "ibv_create_qp",
+                "cap.max_inline_data",
+                format!("at most {}", limits.max_inline_data),
+            ));
+        }
+        let mut qps = dev.qps.write().unwrap_or_else(|e| e.into_inner());
+        // QPNs are random, so they cannot be guessed; 0 and 1 are the special QPs.
+        let qpn = loop {
+            let n = rand::random::<u32>() & 0xFF_FFFF;
+            if n > 1 && !qps.contains_key(&n) {
+                break n;
+            }
+        };
+        let cfg = QpConfig {
+            qpn: Qpn::new(qpn),
+            qp_type: init.qp_type,
+            pd: self.pd,
+            caps: c,
+            sq_sig_all: init.sq_sig_all,
+            srq: None,
+            port_mtu: dev.mtu,
+            udp_sport: Some(softrdma_wire::ROCE_V2_PORT),
+        };
+        let mem: Arc<dyn softrdma_proto::Memory> = dev.mrs.clone();
+        let shared = Arc::new(QpShared {
+            qp: Mutex::new(softrdma_proto::QueuePair::new(cfg, mem)),
+            send_cq: init.send_cq.inner.clone(),
+            recv_cq: init.recv_cq.inner.clone(),
+        });
+        qps.insert(qpn, shared.clone());
+        Ok(QueuePair {
+            ctx: self.ctx.clone(),
+            shared,
+            qpn: Qpn::new(qpn),
+        })
+    }
+}
+
+fn check_access(access: AccessFlags) -> Result<()> {
+    // IBTA: remote write and remote atomic need local write.
+    if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+        && !access.contains(AccessFlags::LOCAL_WRITE)
+    {
+        return Err(Error::attr(
+            "ibv_reg_mr",
+            "access",
+            "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) struct QpShared {
+    pub qp: Mutex<softrdma_proto::QueuePair>,
+    pub send_cq: Arc<CqInner>,
+    pub recv_cq: Arc<CqInner>,
+}
+
+/// A queue pair (`struct ibv_qp`). Dropping it destroys it.
+pub struct QueuePair {
+    ctx: Context,
+    shared: Arc<QpShared>,
+    qpn: Qpn,
+}
+
+impl std::fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuePair").field("qpn", &self.qpn).finish()
+    }
+}
+
+impl QueuePair {
+    /// The QP number.
+    pub fn qp_num(&self) -> Qpn {
+        self.qpn
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut softrdma_proto::QueuePair) -> T) -> T {
+        let dev = self.ctx.dev();
+        let mut qp = self.shared.qp.lock().unwrap_or_else(|e| e.into_inner());
+        let before = qp.poll_timeout();
+        let r = f(&mut qp);
+        let mut buf = Vec::new();
+        dev.service(&self.shared, &mut qp, &mut buf);
+        // The progress thread sleeps until its earliest timer: tell it about a new one.
+        if qp.poll_timeout() != before {
+            dev.wake();
+        }
+        r
+    }
+
+    /// Modifies attributes and state (`ibv_modify_qp`).
+    pub fn modify(&self, attr: &QpAttr) -> Result<()> {
+        Ok(self.with(|qp| qp.modify(attr))?)
+    }
+
+    /// The attributes in force (`ibv_query_qp`).
+    pub fn query(&self) -> QpAttr {
+        self.shared
+            .qp
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .query()
+    }
+
+    /// Posts a send WR (`ibv_post_send`). Its SGEs name registered memory by key; the device
+    /// checks every access, so this is safe.
+    pub fn post_send(&self, wr: SendWr) -> Result<()> {
+        Ok(self.with(|qp| qp.post_send(wr))?)
+    }
+
+    /// Posts a receive WR (`ibv_post_recv`).
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        Ok(self.with(|qp| qp.post_recv(wr))?)
+    }
+
+    /// The engine's counters for this QP.
+    pub fn counters(&self) -> softrdma_proto::QpCounters {
+        self.shared
+            .qp
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .counters()
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        self.ctx
+            .dev()
+            .qps
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.qpn.value());
+    }
+}
+
+/// The far end of a connection, as exchanged out of band (LID:QPN:PSN:GID in the rdma-core
+/// tools).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    /// The peer's address (from its GID).
+    pub addr: std::net::IpAddr,
+    /// The peer's QP number.
+    pub qpn: Qpn,
+    /// The first PSN the peer will send.
+    pub psn: softrdma_wire::Psn,
+}
+
+/// The connection attributes the rdma-core example programs use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectAttr {
+    /// Path MTU.
+    pub mtu: softrdma_proto::Mtu,
+    /// Remote access rights granted to the peer.
+    pub access: AccessFlags,
+    /// Q_Key (UD).
+    pub qkey: u32,
+    /// Local ACK timeout exponent.
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries.
+    pub rnr_retry: u8,
+    /// RNR timer code.
+    pub min_rnr_timer: u8,
+    /// Outstanding READs/atomics, both directions.
+    pub max_rd_atomic: u8,
+}
+
+impl Default for ConnectAttr {
+    /// `ibv_rc_pingpong`'s values: timeout 14, retry 7, RNR retry 7, RNR timer 12.
+    fn default() -> Self {
+        Self {
+            mtu: softrdma_proto::Mtu::M1024,
+            access: AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+            qkey: 0x1111_1111,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+        }
+    }
+}
+
+impl QueuePair {
+    /// Brings the QP from RESET to RTS: connected to `peer` for RC and UC, ready to send and
+    /// receive datagrams for UD (where `peer` is ignored). `my_psn` is the first PSN this QP
+    /// sends.
+    pub fn connect(&self, my_psn: softrdma_wire::Psn, peer: &Peer, a: &ConnectAttr) -> Result<()> {
+        use softrdma_proto::{AddressVector, QpState};
+        let t = self.with(|qp| qp.qp_type());
+        let (rc, ud) = (t == QpType::Rc, t == QpType::Ud);
+        let local = self.ctx.addr();
+        let steps = [
+            QpAttr {
+                state: Some(QpState::Init),
+                pkey_index: Some(0),
+                port: Some(1),
+                access_flags: (!ud).then_some(a.access),
+                qkey: ud.then_some(a.qkey),
+                ..Default::default()
+            },
+            QpAttr {
+                state: Some(QpState::Rtr),
+                av: (!ud).then_some(AddressVector {
+                    src: local,
+                    dst: peer.addr,
+                    flow_label: 0,
+                }),
+                path_mtu: (!ud).then_some(a.mtu),
+                dest_qpn: (!ud).then_some(peer.qpn),
+                rq_psn: (!ud).then_some(peer.psn),
+                max_dest_rd_atomic: rc.then_some(a.max_rd_atomic),
+                min_rnr_timer: rc.then_some(a.min_rnr_timer),
+                ..Default::default()
+            },
+            QpAttr {
+                state: Some(QpState::Rts),
+                sq_psn: Some(my_psn),
+                timeout: rc.then_some(a.timeout),
+                retry_cnt: rc.then_some(a.retry_cnt),
+                rnr_retry: rc.then_some(a.rnr_retry),
+                max_rd_atomic: rc.then_some(a.max_rd_atomic),
+                ..Default::default()
+            },
+        ];
+        for s in &steps {
+            self.modify(s)?;
+        }
+        Ok(())
+    }
+}
