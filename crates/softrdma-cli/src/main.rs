@@ -5,6 +5,7 @@
 //! transport engine in the deterministic network simulator.
 
 mod pcap;
+mod pingpong;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -27,6 +28,12 @@ enum Command {
     /// Run the transport engine in the deterministic network simulator and check every
     /// operation against a model. Exits 0 if and only if the transport's guarantees held.
     Sim(sim::SimArgs),
+    /// RC ping-pong, compatible with `ibv_rc_pingpong` in both directions.
+    RcPingpong(pingpong::PingpongArgs),
+    /// UC ping-pong, compatible with `ibv_uc_pingpong` in both directions.
+    UcPingpong(pingpong::PingpongArgs),
+    /// UD ping-pong, compatible with `ibv_ud_pingpong` in both directions.
+    UdPingpong(pingpong::PingpongArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -56,6 +63,9 @@ fn main() -> ExitCode {
         Command::Pcap(PcapCommand::Verify { files }) => pcap::verify(&files, &mut out),
         Command::Pcap(PcapCommand::Decode { json, file }) => pcap::decode(&file, json, &mut out),
         Command::Sim(args) => return sim::run(&args, &mut out),
+        Command::RcPingpong(a) => return pingpong::run(softrdma::QpType::Rc, &a),
+        Command::UcPingpong(a) => return pingpong::run(softrdma::QpType::Uc, &a),
+        Command::UdPingpong(a) => return pingpong::run(softrdma::QpType::Ud, &a),
     };
     match result {
         Ok(code) => code,

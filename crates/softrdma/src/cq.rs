@@ -20,6 +20,8 @@ pub(crate) struct CqInner {
     channel: Option<Arc<ChannelInner>>,
     events: Arc<Mutex<VecDeque<AsyncEvent>>>,
     overflowed: std::sync::atomic::AtomicBool,
+    /// The device whose socket a poller may drain itself when the CQ is empty.
+    device: Weak<crate::device::Device>,
 }
 
 impl CqInner {
@@ -74,6 +76,7 @@ impl CompletionQueue {
         cqe: usize,
         channel: Option<&CompletionChannel>,
         events: Arc<Mutex<VecDeque<AsyncEvent>>>,
+        device: Weak<crate::device::Device>,
     ) -> Result<Self> {
         if cqe == 0 || cqe > crate::device::MAX_CQE {
             return Err(Error::attr(
@@ -89,25 +92,33 @@ impl CompletionQueue {
                 channel: channel.map(|c| c.inner.clone()),
                 events,
                 overflowed: false.into(),
+                device,
             }),
         })
     }
 
-    /// Takes up to `max` completions, oldest first (`ibv_poll_cq`).
+    /// Takes up to `max` completions, oldest first (`ibv_poll_cq`). When there are none, the
+    /// polling thread receives whatever packets are waiting itself, as a NIC's poller would
+    /// find them already placed, instead of waiting for the progress thread to be scheduled.
     pub fn poll(&self, max: usize) -> Vec<Completion> {
-        let mut s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-        let n = max.min(s.entries.len());
-        s.entries.drain(..n).collect()
+        let take = || {
+            let mut s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+            let n = max.min(s.entries.len());
+            s.entries.drain(..n).collect::<Vec<_>>()
+        };
+        let got = take();
+        if !got.is_empty() || max == 0 {
+            return got;
+        }
+        match self.inner.device.upgrade() {
+            Some(dev) if dev.poll_rx() => take(),
+            _ => got,
+        }
     }
 
     /// Takes the oldest completion, if any.
     pub fn poll_one(&self) -> Option<Completion> {
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entries
-            .pop_front()
+        self.poll(1).pop()
     }
 
     /// Iterates over the completions available now, taking each as it is yielded.

@@ -111,6 +111,9 @@ impl DeviceCounters {
 }
 
 const SOCKET: Token = Token(0);
+/// How long after an application thread last drained the socket the progress thread leaves
+/// the socket to it.
+const APP_POLL_GRACE: Duration = Duration::from_micros(200);
 const WAKE: Token = Token(1);
 
 pub(crate) struct Device {
@@ -126,6 +129,22 @@ pub(crate) struct Device {
     pub counters: DeviceCounters,
     pub events: Arc<Mutex<VecDeque<AsyncEvent>>>,
     shutdown: AtomicBool,
+    /// When the progress thread will wake up by itself (nanoseconds on `now()`; `u64::MAX`:
+    /// never). Threads that arm an earlier timer wake it; later ones need not.
+    sleep_until: AtomicU64,
+    /// Until when an application thread is draining the socket itself (busy-polling a CQ).
+    /// Meanwhile the progress thread stops watching the socket: waking it for packets that
+    /// the poller receives anyway would cost a context switch per packet on small machines.
+    app_poll_until: AtomicU64,
+    /// Receive state; whoever holds it drains the socket (the progress thread, or an
+    /// application thread polling a CQ, which saves two context switches per message).
+    rx: Mutex<RxState>,
+}
+
+struct RxState {
+    check: IcrcCheck,
+    buf: Vec<u8>,
+    tx: Vec<u8>,
 }
 
 impl Device {
@@ -139,6 +158,40 @@ impl Device {
 
     pub fn wake(&self) {
         let _ = self.waker.wake();
+    }
+
+    /// Wakes the progress thread if `deadline` is earlier than it will wake by itself.
+    pub fn timer_armed(&self, deadline: Instant) {
+        if deadline.as_nanos() < self.sleep_until.load(Ordering::Acquire) {
+            self.sleep_until
+                .store(deadline.as_nanos(), Ordering::Release);
+            self.wake();
+        }
+    }
+
+    /// Drains the socket if no other thread is doing so. Returns true if it received anything.
+    pub fn poll_rx(&self) -> bool {
+        match self.rx.try_lock() {
+            Ok(mut st) => {
+                let until = self.now().as_nanos() + APP_POLL_GRACE.as_nanos() as u64;
+                self.app_poll_until.store(until, Ordering::Release);
+                self.drain(&mut st)
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn drain(&self, st: &mut RxState) -> bool {
+        let mut any = false;
+        let RxState { check, buf, tx } = st;
+        loop {
+            let (n, from) = match self.socket.recv_from(buf) {
+                Ok(x) => x,
+                Err(_) => return any,
+            };
+            any = true;
+            handle_datagram(self, check, &buf[..n], from, tx);
+        }
     }
 
     /// Sends what the QP wants to send and hands out its completions and events. Called with
@@ -207,20 +260,16 @@ impl IcrcCheck {
     }
 }
 
-fn progress(dev: Arc<Device>, mut poll: Poll) {
+fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
     let mut events = Events::with_capacity(64);
-    let mut rx = vec![0u8; 65536];
     let mut tx = Vec::with_capacity(9000);
-    let mut check = IcrcCheck {
-        basis: HashMap::new(),
-    };
     loop {
         if dev.shutdown.load(Ordering::Acquire) {
             return;
         }
-        // Sleep until a packet, a wake-up (a post from another thread) or the next timer.
+        // Sleep until a packet, a wake-up (a new timer from another thread) or the next timer.
         let now = dev.now();
-        let next = {
+        let mut next = {
             let qps = dev.qps.read().unwrap_or_else(|e| e.into_inner());
             qps.values()
                 .filter_map(|s| {
@@ -230,6 +279,26 @@ fn progress(dev: Arc<Device>, mut poll: Poll) {
                 })
                 .min()
         };
+        let app_until = dev.app_poll_until.load(Ordering::Acquire);
+        let app_polling = app_until > now.as_nanos();
+        if app_polling == socket_registered {
+            // Hand the socket to the busy poller, or take it back once it has stopped.
+            let r = if app_polling {
+                poll.registry().deregister(&mut SocketRef(&dev.socket))
+            } else {
+                poll.registry()
+                    .register(&mut SocketRef(&dev.socket), SOCKET, Interest::READABLE)
+            };
+            if r.is_ok() {
+                socket_registered = !app_polling;
+            }
+        }
+        if app_polling {
+            let t = Instant::from_nanos(app_until);
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+        dev.sleep_until
+            .store(next.map_or(u64::MAX, |t| t.as_nanos()), Ordering::Release);
         let timeout =
             next.map(|t| Duration::from_nanos(t.as_nanos().saturating_sub(now.as_nanos())));
         if let Err(e) = poll.poll(&mut events, timeout) {
@@ -237,14 +306,9 @@ fn progress(dev: Arc<Device>, mut poll: Poll) {
                 return;
             }
         }
-        // Receive everything waiting.
-        loop {
-            let (n, from) = match dev.socket.recv_from(&mut rx) {
-                Ok(x) => x,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(_) => break,
-            };
-            handle_datagram(&dev, &mut check, &rx[..n], from, &mut tx);
+        if socket_registered {
+            let mut st = dev.rx.lock().unwrap_or_else(|e| e.into_inner());
+            dev.drain(&mut st);
         }
         // Timers.
         let now = dev.now();
@@ -262,6 +326,21 @@ fn progress(dev: Arc<Device>, mut poll: Poll) {
             }
             dev.service(&s, &mut qp, &mut tx);
         }
+    }
+}
+
+/// Lets the progress thread (de)register the device's socket, which the device owns.
+struct SocketRef<'a>(&'a UdpSocket);
+
+impl mio::event::Source for SocketRef<'_> {
+    fn register(&mut self, r: &mio::Registry, t: Token, i: Interest) -> std::io::Result<()> {
+        mio::unix::SourceFd(&self.0.as_raw_fd()).register(r, t, i)
+    }
+    fn reregister(&mut self, r: &mio::Registry, t: Token, i: Interest) -> std::io::Result<()> {
+        mio::unix::SourceFd(&self.0.as_raw_fd()).reregister(r, t, i)
+    }
+    fn deregister(&mut self, r: &mio::Registry) -> std::io::Result<()> {
+        mio::unix::SourceFd(&self.0.as_raw_fd()).deregister(r)
     }
 }
 
@@ -394,10 +473,10 @@ impl Context {
         for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
             let _ = set_int_opt(fd, libc::SOL_SOCKET, opt, 8 << 20);
         }
-        let mut socket = UdpSocket::from_std(std_sock);
+        let socket = UdpSocket::from_std(std_sock);
         let poll = Poll::new().map_err(Error::io("ibv_open_device: poll"))?;
         poll.registry()
-            .register(&mut socket, SOCKET, Interest::READABLE)
+            .register(&mut SocketRef(&socket), SOCKET, Interest::READABLE)
             .map_err(Error::io("ibv_open_device: poll"))?;
         let waker =
             Waker::new(poll.registry(), WAKE).map_err(Error::io("ibv_open_device: poll"))?;
@@ -414,11 +493,20 @@ impl Context {
             counters: DeviceCounters::default(),
             events: Arc::new(Mutex::new(VecDeque::from([AsyncEvent::PortActive(1)]))),
             shutdown: AtomicBool::new(false),
+            sleep_until: AtomicU64::new(u64::MAX),
+            app_poll_until: AtomicU64::new(0),
+            rx: Mutex::new(RxState {
+                check: IcrcCheck {
+                    basis: HashMap::new(),
+                },
+                buf: vec![0; 65536],
+                tx: Vec::with_capacity(9000),
+            }),
         });
         let d = dev.clone();
         let thread = std::thread::Builder::new()
             .name(format!("softrdma-{name}"))
-            .spawn(move || progress(d, poll))
+            .spawn(move || progress(d, poll, true))
             .map_err(Error::io("ibv_open_device: progress thread"))?;
         Ok(Self {
             inner: Arc::new(ContextInner {
@@ -546,7 +634,12 @@ impl Context {
         cqe: usize,
         channel: Option<&CompletionChannel>,
     ) -> Result<CompletionQueue> {
-        CompletionQueue::new(cqe, channel, self.inner.dev.events.clone())
+        CompletionQueue::new(
+            cqe,
+            channel,
+            self.inner.dev.events.clone(),
+            Arc::downgrade(&self.inner.dev),
+        )
     }
 
     /// The next asynchronous event, if any (`ibv_get_async_event`, non-blocking).

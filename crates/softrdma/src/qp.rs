@@ -178,13 +178,12 @@ impl QueuePair {
     fn with<T>(&self, f: impl FnOnce(&mut softrdma_proto::QueuePair) -> T) -> T {
         let dev = self.ctx.dev();
         let mut qp = self.shared.qp.lock().unwrap_or_else(|e| e.into_inner());
-        let before = qp.poll_timeout();
         let r = f(&mut qp);
         let mut buf = Vec::new();
         dev.service(&self.shared, &mut qp, &mut buf);
-        // The progress thread sleeps until its earliest timer: tell it about a new one.
-        if qp.poll_timeout() != before {
-            dev.wake();
+        // The progress thread sleeps until its earliest timer: tell it about an earlier one.
+        if let Some(t) = qp.poll_timeout() {
+            dev.timer_armed(t);
         }
         r
     }
@@ -288,7 +287,20 @@ impl Default for ConnectAttr {
 }
 
 impl QueuePair {
-    /// Brings the QP from RESET to RTS: connected to `peer` for RC and UC, ready to send and
+    /// Moves the QP from RESET to INIT, after which receives can be posted.
+    pub fn init(&self, a: &ConnectAttr) -> Result<()> {
+        let ud = self.with(|qp| qp.qp_type()) == QpType::Ud;
+        self.modify(&QpAttr {
+            state: Some(softrdma_proto::QpState::Init),
+            pkey_index: Some(0),
+            port: Some(1),
+            access_flags: (!ud).then_some(a.access),
+            qkey: ud.then_some(a.qkey),
+            ..Default::default()
+        })
+    }
+
+    /// Brings the QP from RESET (or INIT) to RTS: connected to `peer` for RC and UC, ready to send and
     /// receive datagrams for UD (where `peer` is ignored). `my_psn` is the first PSN this QP
     /// sends.
     pub fn connect(&self, my_psn: softrdma_wire::Psn, peer: &Peer, a: &ConnectAttr) -> Result<()> {
@@ -296,15 +308,10 @@ impl QueuePair {
         let t = self.with(|qp| qp.qp_type());
         let (rc, ud) = (t == QpType::Rc, t == QpType::Ud);
         let local = self.ctx.addr();
+        if self.query().state == Some(QpState::Reset) {
+            self.init(a)?;
+        }
         let steps = [
-            QpAttr {
-                state: Some(QpState::Init),
-                pkey_index: Some(0),
-                port: Some(1),
-                access_flags: (!ud).then_some(a.access),
-                qkey: ud.then_some(a.qkey),
-                ..Default::default()
-            },
             QpAttr {
                 state: Some(QpState::Rtr),
                 av: (!ud).then_some(AddressVector {
