@@ -26,6 +26,7 @@ const EXPECTED: &[(&str, usize)] = &[
     ("extra/ib_send_lat_3b.pcap", 20),
     ("extra/rc_pingpong_2k.pcap", 24),
     ("extra/rc_pingpong_ipv6.pcap", 12),
+    ("extra/softrdma_rxe_rc.pcap", 100),
 ];
 
 struct Outcome {

@@ -1,0 +1,231 @@
+//! Interoperability with real Linux Soft-RoCE: `softrdma {rc,uc,ud}-pingpong` against
+//! `ibv_{rc,uc,ud}_pingpong` of rdma-core 44 in a VM running kernel rxe, in both directions,
+//! over RoCE v2 on IPv4 at path MTU 1024, with `-c`. One exchange is captured on the bridge and
+//! must pass `softrdma pcap verify` (every ICRC, ours and rxe's) and tshark.
+//!
+//! It needs root, qemu and the rxe-peer scripts (`../shared/rxe-peer`, or
+//! `$SOFTRDMA_RXE_PEER`), boots one VM in a network namespace it creates (10.77.0.0/24, nothing
+//! routed), and takes one to two minutes. `.ci/run` runs it: `cargo test -p softrdma-cli --test
+//! interop_rxe -- --ignored`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+const VM_IP: &str = "10.77.0.2";
+const HOST_IP: &str = "10.77.0.1";
+
+fn peer_dir() -> PathBuf {
+    std::env::var_os("SOFTRDMA_RXE_PEER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/rxe-peer")
+        })
+}
+
+/// Runs a command with a time limit; returns its output.
+fn run(cmd: &mut Command, limit: Duration) -> Output {
+    let what = format!("{cmd:?}");
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let pid = child.id();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    match rx.recv_timeout(limit) {
+        Ok(o) => o.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!("{what} ran longer than {limit:?}");
+        }
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+struct Vm {
+    dir: PathBuf,
+}
+
+impl Vm {
+    fn script(&self, name: &str) -> Command {
+        let mut c = Command::new(self.dir.join(name));
+        c.env("RXE_PEER_DIR", "/tmp/softrdma-rxe-peer");
+        c
+    }
+
+    fn exec(&self, cmd: &str) -> Output {
+        run(
+            self.script("vmexec.sh")
+                .env("TIMEOUT", "90")
+                .arg("vm1")
+                .arg(cmd),
+            Duration::from_secs(100),
+        )
+    }
+
+    fn exec_ok(&self, cmd: &str) -> String {
+        let o = self.exec(cmd);
+        assert!(o.status.success(), "in the VM: {cmd}\n{}", text(&o));
+        text(&o)
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        let _ = run(
+            self.script("stop-vm.sh").args(["all", "--netns"]),
+            Duration::from_secs(60),
+        );
+    }
+}
+
+/// `softrdma` inside the namespace, on the bridge address.
+fn ours(args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", "rxepeer", "env"])
+        .arg(format!("SOFTRDMA_ADDR={HOST_IP}"))
+        .arg(env!("CARGO_BIN_EXE_softrdma"))
+        .args(args);
+    c
+}
+
+fn case(vm: &Vm, t: &str, size: usize) {
+    let iters = "5";
+    let s = size.to_string();
+    let mut flags = vec!["-g", "1", "-n", iters, "-s", &s, "-c"];
+    if t != "ud" {
+        flags.extend(["-m", "1024"]);
+    }
+    let ibv = format!("ibv_{t}_pingpong -d rxe0 {}", flags.join(" "));
+    let cmd = format!("{t}-pingpong");
+
+    // rxe serves, softrdma connects.
+    vm.exec_ok(&format!(
+        "{ibv} > /tmp/srv.log 2>&1 & echo $! > /tmp/srv.pid"
+    ));
+    vm.exec_ok("waitport 18515");
+    let mut args = vec![cmd.as_str(), "--timeout", "60"];
+    args.extend(&flags);
+    args.push(VM_IP);
+    let o = run(&mut ours(&args), Duration::from_secs(90));
+    assert!(
+        o.status.success(),
+        "softrdma {t} client -> rxe, {size} B:\n{}",
+        text(&o)
+    );
+    assert!(text(&o).contains(&format!("{iters} iters in")));
+    let srv = vm.exec_ok("sleep 1; cat /tmp/srv.log");
+    assert!(
+        srv.contains(&format!("{iters} iters in")),
+        "rxe server, {t} {size} B:\n{srv}"
+    );
+    assert!(
+        !srv.contains("invalid data"),
+        "rxe validated our data:\n{srv}"
+    );
+
+    // softrdma serves, rxe connects.
+    let mut args = vec![cmd.as_str(), "--timeout", "60"];
+    args.extend(&flags);
+    let server = ours(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let cli = vm.exec(&format!("{ibv} {HOST_IP}"));
+    let srv = server.wait_with_output().unwrap();
+    assert!(
+        cli.status.success(),
+        "rxe {t} client -> softrdma, {size} B:\n{}\nserver:\n{}",
+        text(&cli),
+        text(&srv)
+    );
+    assert!(
+        srv.status.success(),
+        "softrdma {t} server, {size} B:\n{}",
+        text(&srv)
+    );
+    assert!(text(&srv).contains(&format!("{iters} iters in")));
+    eprintln!("ok: {t} {size} B both ways");
+}
+
+#[test]
+#[ignore = "needs root, qemu and ../shared/rxe-peer; run by .ci/run"]
+fn pingpong_with_linux_rxe() {
+    let dir = peer_dir();
+    assert!(
+        dir.join("run-vm.sh").exists(),
+        "rxe-peer scripts not found at {}",
+        dir.display()
+    );
+    let id = run(Command::new("id").arg("-u"), Duration::from_secs(5));
+    assert_eq!(
+        String::from_utf8_lossy(&id.stdout).trim(),
+        "0",
+        "this test needs root"
+    );
+    let vm = Vm { dir };
+    let o = run(
+        vm.script("build-vm.sh").arg("--quiet"),
+        Duration::from_secs(600),
+    );
+    assert!(o.status.success(), "build-vm.sh:\n{}", text(&o));
+    let o = run(
+        vm.script("run-vm.sh").args(["vm1", VM_IP]),
+        Duration::from_secs(240),
+    );
+    assert!(o.status.success(), "run-vm.sh:\n{}", text(&o));
+
+    // One exchange on the wire, captured, must verify.
+    let pcap = Path::new("/tmp/softrdma-interop-rc.pcap");
+    let o = run(
+        vm.script("capture.sh")
+            .args(["start", pcap.to_str().unwrap(), "udp port 4791"]),
+        Duration::from_secs(30),
+    );
+    assert!(o.status.success(), "capture.sh:\n{}", text(&o));
+    case(&vm, "rc", 4096);
+    run(vm.script("capture.sh").arg("stop"), Duration::from_secs(30));
+    let o = run(
+        Command::new(env!("CARGO_BIN_EXE_softrdma")).args([
+            "pcap",
+            "verify",
+            pcap.to_str().unwrap(),
+        ]),
+        Duration::from_secs(30),
+    );
+    let line = text(&o);
+    assert!(o.status.success(), "{line}");
+    assert!(!line.contains(": 0 RoCE packets"), "{line}");
+    eprintln!("{line}");
+    if Command::new("tshark").arg("-v").output().is_ok() {
+        let t = run(
+            Command::new("tshark").args(["-r", pcap.to_str().unwrap()]),
+            Duration::from_secs(60),
+        );
+        assert!(
+            t.status.success() && text(&t).contains("RC Send"),
+            "{}",
+            text(&t)
+        );
+    }
+
+    for t in ["rc", "uc"] {
+        for size in [64, 4096, 65536] {
+            case(&vm, t, size);
+        }
+    }
+    for size in [64, 1024] {
+        case(&vm, "ud", size);
+    }
+}
