@@ -4,6 +4,7 @@
 //! `softrdma pcap decode` prints them one per line, as text or JSON. `softrdma sim` runs the
 //! transport engine in the deterministic network simulator.
 
+mod devices;
 mod pcap;
 mod pingpong;
 mod sim;
@@ -28,6 +29,11 @@ enum Command {
     /// Run the transport engine in the deterministic network simulator and check every
     /// operation against a model. Exits 0 if and only if the transport's guarantees held.
     Sim(sim::SimArgs),
+    /// Show devices and their attributes, as `ibv_devinfo` does.
+    Devinfo(devices::DevinfoArgs),
+    /// Add, delete and show soft devices, as iproute2's `rdma link` does.
+    #[command(subcommand)]
+    Link(devices::LinkCommand),
     /// RC ping-pong, compatible with `ibv_rc_pingpong` in both directions.
     RcPingpong(pingpong::PingpongArgs),
     /// UC ping-pong, compatible with `ibv_uc_pingpong` in both directions.
@@ -63,6 +69,8 @@ fn main() -> ExitCode {
         Command::Pcap(PcapCommand::Verify { files }) => pcap::verify(&files, &mut out),
         Command::Pcap(PcapCommand::Decode { json, file }) => pcap::decode(&file, json, &mut out),
         Command::Sim(args) => return sim::run(&args, &mut out),
+        Command::Devinfo(a) => return devices::devinfo(&a),
+        Command::Link(c) => return devices::link(&c),
         Command::RcPingpong(a) => return pingpong::run(softrdma::QpType::Rc, &a),
         Command::UcPingpong(a) => return pingpong::run(softrdma::QpType::Uc, &a),
         Command::UdPingpong(a) => return pingpong::run(softrdma::QpType::Ud, &a),

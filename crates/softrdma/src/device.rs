@@ -60,6 +60,8 @@ pub struct DeviceAttr {
     pub local_ca_ack_delay: u32,
     pub max_inline_data: u32,
     pub phys_port_cnt: u8,
+    pub max_ah: u32,
+    pub max_msg_sz: u64,
 }
 
 /// Port attributes (`struct ibv_port_attr`).
@@ -136,6 +138,8 @@ pub(crate) struct Device {
     /// Meanwhile the progress thread stops watching the socket: waking it for packets that
     /// the poller receives anyway would cost a context switch per packet on small machines.
     app_poll_until: AtomicU64,
+    /// Counters of QPs already destroyed.
+    pub retired: Mutex<softrdma_proto::QpCounters>,
     /// Receive state; whoever holds it drains the socket (the progress thread, or an
     /// application thread polling a CQ, which saves two context switches per message).
     rx: Mutex<RxState>,
@@ -167,6 +171,35 @@ impl Device {
                 .store(deadline.as_nanos(), Ordering::Release);
             self.wake();
         }
+    }
+
+    /// The device's counters with rxe's names (see [`crate::stats`]).
+    pub fn hw_counters(&self) -> Vec<(&'static str, u64)> {
+        let mut q = *self.retired.lock().unwrap_or_else(|e| e.into_inner());
+        for s in self.qps.read().unwrap_or_else(|e| e.into_inner()).values() {
+            add_counters(
+                &mut q,
+                &s.qp.lock().unwrap_or_else(|e| e.into_inner()).counters(),
+            );
+        }
+        let c = &self.counters;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            ("sent_pkts", g(&c.sent_pkts)),
+            ("rcvd_pkts", g(&c.rcvd_pkts)),
+            ("duplicate_request", q.duplicate_requests),
+            ("out_of_seq_request", q.out_of_sequence),
+            ("rcvd_rnr_err", q.rnr_naks_rcvd),
+            ("send_rnr_err", q.rnr_naks_sent),
+            ("rcvd_seq_err", q.seq_naks_rcvd),
+            ("retry_exceeded_err", q.retry_exceeded),
+            ("retry_rnr_exceeded_err", q.rnr_retry_exceeded),
+            ("completer_retry_err", q.timeouts),
+            ("send_err", g(&c.send_errors)),
+            ("rcvd_icrc_err", g(&c.rcvd_icrc_errors)),
+            ("rcvd_unknown_qpn", g(&c.rcvd_unknown_qpn)),
+            ("rcvd_malformed", g(&c.rcvd_malformed)),
+        ]
     }
 
     /// Drains the socket if no other thread is doing so. Returns true if it received anything.
@@ -229,6 +262,23 @@ impl Device {
     }
 }
 
+/// Adds `b` into `a`.
+pub(crate) fn add_counters(a: &mut softrdma_proto::QpCounters, b: &softrdma_proto::QpCounters) {
+    a.sent_packets += b.sent_packets;
+    a.rcvd_packets += b.rcvd_packets;
+    a.retransmits += b.retransmits;
+    a.timeouts += b.timeouts;
+    a.duplicate_requests += b.duplicate_requests;
+    a.out_of_sequence += b.out_of_sequence;
+    a.seq_naks_sent += b.seq_naks_sent;
+    a.seq_naks_rcvd += b.seq_naks_rcvd;
+    a.rnr_naks_sent += b.rnr_naks_sent;
+    a.rnr_naks_rcvd += b.rnr_naks_rcvd;
+    a.retry_exceeded += b.retry_exceeded;
+    a.rnr_retry_exceeded += b.rnr_retry_exceeded;
+    a.dropped += b.dropped;
+}
+
 /// Checks the ICRC of a received packet. IPv6 and IPv4 from senders with IP ID 0 verify
 /// directly; for IPv4 from senders that number their packets (rxe, NICs) the ID is
 /// recovered from the ICRC itself, which only a corrupt packet fails.
@@ -263,9 +313,18 @@ impl IcrcCheck {
 fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
     let mut events = Events::with_capacity(64);
     let mut tx = Vec::with_capacity(9000);
+    let mut published: (u64, std::time::Instant) = (u64::MAX, std::time::Instant::now());
     loop {
         if dev.shutdown.load(Ordering::Acquire) {
+            crate::stats::write(&dev.name, &dev.hw_counters());
             return;
+        }
+        // Publish the counters at most once a second while they change.
+        let activity = dev.counters.sent_pkts.load(Ordering::Relaxed)
+            + dev.counters.rcvd_pkts.load(Ordering::Relaxed);
+        if activity != published.0 && published.1.elapsed() >= Duration::from_secs(1) {
+            crate::stats::write(&dev.name, &dev.hw_counters());
+            published = (activity, std::time::Instant::now());
         }
         // Sleep until a packet, a wake-up (a new timer from another thread) or the next timer.
         let now = dev.now();
@@ -295,6 +354,11 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         }
         if app_polling {
             let t = Instant::from_nanos(app_until);
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+        if activity != published.0 {
+            // Come back to publish once the second is up.
+            let t = now.add(Duration::from_secs(1));
             next = Some(next.map_or(t, |n| n.min(t)));
         }
         dev.sleep_until
@@ -381,6 +445,55 @@ fn handle_datagram(
     dev.service(&shared, &mut qp, tx);
 }
 
+/// The limits of a device on `addr` (`ibv_query_device`), without opening it.
+pub fn device_attr(addr: IpAddr) -> DeviceAttr {
+    let guid = crate::config::node_guid(addr);
+    DeviceAttr {
+        fw_ver: "0.1.0".into(),
+        node_guid: guid,
+        sys_image_guid: guid,
+        max_mr_size: u64::MAX,
+        page_size_cap: 0xffff_f000,
+        vendor_id: 0xffffff,
+        vendor_part_id: 0,
+        hw_ver: 0,
+        max_qp: 1048560,
+        max_qp_wr: 1048576,
+        max_sge: 32,
+        max_sge_rd: 32,
+        max_cq: 1048576,
+        max_cqe: MAX_CQE as u32,
+        max_mr: 524287,
+        max_pd: 1048576,
+        max_qp_rd_atom: 128,
+        max_qp_init_rd_atom: 128,
+        max_res_rd_atom: 258048,
+        atomic_cap: "ATOMIC_HCA",
+        max_srq: 917503,
+        max_srq_wr: 1048576,
+        max_srq_sge: 27,
+        max_pkeys: 64,
+        local_ca_ack_delay: 15,
+        max_inline_data: 256,
+        phys_port_cnt: 1,
+        max_ah: 32767,
+        max_msg_sz: softrdma_proto::qp::MAX_MSG_SIZE,
+    }
+}
+
+/// The attributes of port 1 of a device with active MTU `active_mtu` (`ibv_query_port`).
+pub fn port_attr(active_mtu: Mtu) -> PortAttr {
+    PortAttr {
+        state: "PORT_ACTIVE",
+        max_mtu: Mtu::M4096,
+        active_mtu,
+        gid_tbl_len: 1024,
+        lid: 0,
+        sm_lid: 0,
+        link_layer: "Ethernet",
+    }
+}
+
 struct ContextInner {
     dev: Arc<Device>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -393,6 +506,7 @@ impl Drop for ContextInner {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        let _ = std::fs::remove_file(crate::stats::path(&self.dev.name));
     }
 }
 
@@ -495,6 +609,7 @@ impl Context {
             shutdown: AtomicBool::new(false),
             sleep_until: AtomicU64::new(u64::MAX),
             app_poll_until: AtomicU64::new(0),
+            retired: Mutex::new(softrdma_proto::QpCounters::default()),
             rx: Mutex::new(RxState {
                 check: IcrcCheck {
                     basis: HashMap::new(),
@@ -516,16 +631,9 @@ impl Context {
         })
     }
 
-    /// Opens the default device, `softrdma0`, on `$SOFTRDMA_ADDR` or 127.0.0.1.
+    /// Opens the default device: [`Context::open`] with no name.
     pub fn open_default() -> Result<Self> {
-        let addr =
-            default_addr().map_err(|why| Error::attr("ibv_open_device", "SOFTRDMA_ADDR", why))?;
-        let mtu = if addr.is_loopback() {
-            Mtu::M4096
-        } else {
-            Mtu::M1024
-        };
-        Self::open_addr("softrdma0", addr, mtu)
+        Self::open(None)
     }
 
     pub(crate) fn dev(&self) -> &Arc<Device> {
@@ -549,73 +657,38 @@ impl Context {
 
     /// Device limits.
     pub fn query_device(&self) -> DeviceAttr {
-        let guid = self.node_guid();
-        DeviceAttr {
-            fw_ver: "0.1.0".into(),
-            node_guid: guid,
-            sys_image_guid: guid,
-            max_mr_size: u64::MAX,
-            page_size_cap: 0xffff_f000,
-            vendor_id: 0xffffff,
-            vendor_part_id: 0,
-            hw_ver: 0,
-            max_qp: 0x10000,
-            max_qp_wr: 0x4000,
-            max_sge: 32,
-            max_sge_rd: 32,
-            max_cq: 0x4000,
-            max_cqe: MAX_CQE as u32,
-            max_mr: 0x4000,
-            max_pd: 0x7ff0,
-            max_qp_rd_atom: 128,
-            max_qp_init_rd_atom: 128,
-            max_res_rd_atom: 0x3f80,
-            atomic_cap: "ATOMIC_HCA",
-            max_srq: 0x3ff0,
-            max_srq_wr: 0x4000,
-            max_srq_sge: 27,
-            max_pkeys: 64,
-            local_ca_ack_delay: 15,
-            max_inline_data: 256,
-            phys_port_cnt: 1,
-        }
+        device_attr(self.addr())
     }
 
     /// A GUID derived from the address, as rxe derives it from the MAC.
     pub fn node_guid(&self) -> u64 {
-        let b = match self.addr() {
-            IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
-            IpAddr::V6(a) => a.octets(),
-        };
-        u64::from_be_bytes([0x02, b[11], b[12], 0xff, 0xfe, b[13], b[14], b[15]])
+        crate::config::node_guid(self.addr())
     }
 
     /// Port 1's attributes.
     pub fn query_port(&self) -> PortAttr {
-        PortAttr {
-            state: "PORT_ACTIVE",
-            max_mtu: Mtu::M4096,
-            active_mtu: self.active_mtu(),
-            gid_tbl_len: 1024,
-            lid: 0,
-            sm_lid: 0,
-            link_layer: "Ethernet",
-        }
+        port_attr(self.active_mtu())
     }
 
-    /// The GID table, in rxe's order: the IPv6 link-local GID derived from the node GUID,
-    /// then the address (IPv4-mapped for IPv4).
+    /// The GID table, in rxe's order (see [`crate::config::gid_table`]).
     pub fn gids(&self) -> Vec<std::net::Ipv6Addr> {
-        let g = self.node_guid().to_be_bytes();
-        let mut ll = [0u8; 16];
-        ll[0] = 0xfe;
-        ll[1] = 0x80;
-        ll[8..].copy_from_slice(&g);
-        let own = match self.addr() {
-            IpAddr::V4(a) => a.to_ipv6_mapped(),
-            IpAddr::V6(a) => a,
+        crate::config::gid_table(self.addr())
+    }
+
+    /// Opens the device named `name`, or the first configured device (`ibv_open_device`).
+    /// With no config file that is `softrdma0` on `$SOFTRDMA_ADDR` or 127.0.0.1.
+    pub fn open(name: Option<&str>) -> Result<Self> {
+        let devs = crate::config::devices()?;
+        let d = match name {
+            Some(n) => devs
+                .iter()
+                .find(|d| d.name == n)
+                .ok_or_else(|| Error::NoDevice(n.to_owned()))?,
+            None => devs
+                .first()
+                .ok_or_else(|| Error::NoDevice("(none configured)".into()))?,
         };
-        vec![std::net::Ipv6Addr::from(ll), own]
+        Self::open_addr(&d.name, d.addr, d.active_mtu)
     }
 
     /// Allocates a protection domain.
@@ -652,8 +725,13 @@ impl Context {
             .pop_front()
     }
 
-    /// The device counters.
+    /// The device's own counters (packets it could not hand to a QP, and so on).
     pub fn counters(&self) -> &DeviceCounters {
         &self.inner.dev.counters
+    }
+
+    /// Every counter, named as rxe's `hw_counters` (QP counters summed over the device).
+    pub fn hw_counters(&self) -> Vec<(&'static str, u64)> {
+        self.inner.dev.hw_counters()
     }
 }

@@ -16,14 +16,18 @@
 //! As on a real NIC, the contents of a region that a peer may be writing are unspecified
 //! while the operation is in flight; read them after its completion.
 
+pub mod config;
 mod cq;
 mod device;
 mod error;
 mod mr;
 mod qp;
+pub mod stats;
 
 pub use cq::{CompletionChannel, CompletionQueue};
-pub use device::{Context, DeviceAttr, DeviceCounters, PortAttr, default_addr};
+pub use device::{
+    Context, DeviceAttr, DeviceCounters, PortAttr, default_addr, device_attr, port_attr,
+};
 pub use error::{Error, Result};
 pub use mr::MemoryRegion;
 pub use qp::{ConnectAttr, Peer, ProtectionDomain, QpInitAttr, QueuePair};

@@ -225,12 +225,16 @@ impl QueuePair {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
-        self.ctx
-            .dev()
-            .qps
+        let dev = self.ctx.dev();
+        dev.qps
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.qpn.value());
+        let c = self.counters();
+        crate::device::add_counters(
+            &mut dev.retired.lock().unwrap_or_else(|e| e.into_inner()),
+            &c,
+        );
     }
 }
 

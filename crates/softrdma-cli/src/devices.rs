@@ -1,0 +1,280 @@
+//! `softrdma devinfo` (the layout of `ibv_devinfo`) and `softrdma link` (modelled on iproute2's
+//! `rdma link`).
+
+use clap::{Args, Subcommand};
+use softrdma::config::{self, Binding, DeviceInfo, DeviceSpec};
+use softrdma::{device_attr, port_attr};
+use std::net::IpAddr;
+use std::process::ExitCode;
+
+/// Flags of `softrdma devinfo` (those of `ibv_devinfo`).
+#[derive(Debug, Args)]
+pub struct DevinfoArgs {
+    /// Only this device.
+    #[arg(short = 'd', long = "ib-dev")]
+    ib_dev: Option<String>,
+    /// Only this port.
+    #[arg(short = 'i', long = "ib-port")]
+    ib_port: Option<u8>,
+    /// Print all the attributes, and the GID table.
+    #[arg(short = 'v', long = "verbose")]
+    verbose: bool,
+    /// Only list the device names.
+    #[arg(short = 'l', long = "list")]
+    list: bool,
+}
+
+fn guid(g: u64) -> String {
+    let b = g.to_be_bytes();
+    format!(
+        "{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}",
+        b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]
+    )
+}
+
+fn mtu_line(m: softrdma::Mtu) -> String {
+    format!("{} ({})", m.bytes(), m as u8)
+}
+
+/// Runs `softrdma devinfo`.
+pub fn devinfo(a: &DevinfoArgs) -> ExitCode {
+    let devs = match config::devices() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("softrdma devinfo: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if a.list {
+        println!(
+            "{} HCA{} found:",
+            devs.len(),
+            if devs.len() == 1 { "" } else { "s" }
+        );
+        for d in &devs {
+            println!("\t{}", d.name);
+        }
+        return ExitCode::SUCCESS;
+    }
+    let chosen: Vec<&DeviceInfo> = devs
+        .iter()
+        .filter(|d| a.ib_dev.as_ref().is_none_or(|n| *n == d.name))
+        .collect();
+    if chosen.is_empty() {
+        eprintln!(
+            "IB device '{}' wasn't found",
+            a.ib_dev.as_deref().unwrap_or("")
+        );
+        return ExitCode::from(255);
+    }
+    if a.ib_port.is_some_and(|p| p != 1) {
+        eprintln!("Failed to query port {} props", a.ib_port.unwrap_or(0));
+        return ExitCode::from(255);
+    }
+    for d in chosen {
+        print!("{}", render(d, a.verbose));
+    }
+    ExitCode::SUCCESS
+}
+
+fn render(d: &DeviceInfo, verbose: bool) -> String {
+    let attr = device_attr(d.addr);
+    let port = port_attr(d.active_mtu);
+    let mut s = String::new();
+    let mut line = |t: &str| {
+        s.push_str(t);
+        s.push('\n');
+    };
+    line(&format!("hca_id:\t{}", d.name));
+    line("\ttransport:\t\t\tInfiniBand (0)");
+    line(&format!("\tfw_ver:\t\t\t\t{}", attr.fw_ver));
+    line(&format!("\tnode_guid:\t\t\t{}", guid(attr.node_guid)));
+    line(&format!(
+        "\tsys_image_guid:\t\t\t{}",
+        guid(attr.sys_image_guid)
+    ));
+    line(&format!("\tvendor_id:\t\t\t{:#x}", attr.vendor_id));
+    line(&format!("\tvendor_part_id:\t\t\t{}", attr.vendor_part_id));
+    line(&format!("\thw_ver:\t\t\t\t{:#x}", attr.hw_ver));
+    line(&format!("\tphys_port_cnt:\t\t\t{}", attr.phys_port_cnt));
+    if verbose {
+        line(&format!("\tmax_mr_size:\t\t\t{:#x}", attr.max_mr_size));
+        line(&format!("\tpage_size_cap:\t\t\t{:#x}", attr.page_size_cap));
+        line(&format!("\tmax_qp:\t\t\t\t{}", attr.max_qp));
+        line(&format!("\tmax_qp_wr:\t\t\t{}", attr.max_qp_wr));
+        line(&format!("\tmax_sge:\t\t\t{}", attr.max_sge));
+        line(&format!("\tmax_sge_rd:\t\t\t{}", attr.max_sge_rd));
+        line(&format!("\tmax_cq:\t\t\t\t{}", attr.max_cq));
+        line(&format!("\tmax_cqe:\t\t\t{}", attr.max_cqe));
+        line(&format!("\tmax_mr:\t\t\t\t{}", attr.max_mr));
+        line(&format!("\tmax_pd:\t\t\t\t{}", attr.max_pd));
+        line(&format!("\tmax_qp_rd_atom:\t\t\t{}", attr.max_qp_rd_atom));
+        line("\tmax_ee_rd_atom:\t\t\t0");
+        line(&format!("\tmax_res_rd_atom:\t\t{}", attr.max_res_rd_atom));
+        line(&format!(
+            "\tmax_qp_init_rd_atom:\t\t{}",
+            attr.max_qp_init_rd_atom
+        ));
+        line("\tmax_ee_init_rd_atom:\t\t0");
+        line(&format!("\tatomic_cap:\t\t\t{} (1)", attr.atomic_cap));
+        line(&format!("\tmax_ah:\t\t\t\t{}", attr.max_ah));
+        line(&format!("\tmax_srq:\t\t\t{}", attr.max_srq));
+        line(&format!("\tmax_srq_wr:\t\t\t{}", attr.max_srq_wr));
+        line(&format!("\tmax_srq_sge:\t\t\t{}", attr.max_srq_sge));
+        line(&format!("\tmax_pkeys:\t\t\t{}", attr.max_pkeys));
+        line(&format!(
+            "\tlocal_ca_ack_delay:\t\t{}",
+            attr.local_ca_ack_delay
+        ));
+        line(&format!("\tmax_inline_data:\t\t{}", attr.max_inline_data));
+    }
+    line("\t\tport:\t1");
+    line(&format!("\t\t\tstate:\t\t\t{} (4)", port.state));
+    line(&format!("\t\t\tmax_mtu:\t\t{}", mtu_line(port.max_mtu)));
+    line(&format!(
+        "\t\t\tactive_mtu:\t\t{}",
+        mtu_line(port.active_mtu)
+    ));
+    line(&format!("\t\t\tsm_lid:\t\t\t{}", port.sm_lid));
+    line(&format!("\t\t\tport_lid:\t\t{}", port.lid));
+    line("\t\t\tport_lmc:\t\t0x00");
+    line(&format!("\t\t\tlink_layer:\t\t{}", port.link_layer));
+    if verbose {
+        line(&format!("\t\t\tmax_msg_sz:\t\t{:#x}", attr.max_msg_sz));
+        line("\t\t\tpkey_tbl_len:\t\t1");
+        line(&format!("\t\t\tgid_tbl_len:\t\t{}", port.gid_tbl_len));
+        for (i, g) in config::gid_table(d.addr).iter().enumerate() {
+            line(&format!("\t\t\tGID[{i:>3}]:\t\t{g}, RoCE v2"));
+        }
+    }
+    line("");
+    s
+}
+
+/// `softrdma link` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum LinkCommand {
+    /// Add a device: `link add NAME netdev IFACE` or `link add NAME addr IP`.
+    Add {
+        /// Device name.
+        name: String,
+        /// `netdev` or `addr`.
+        kind: String,
+        /// Interface name or IP address.
+        target: String,
+    },
+    /// Delete a device.
+    Delete {
+        /// Device name.
+        name: String,
+    },
+    /// Show devices: state, netdev, MTU, GIDs; with -s, their counters.
+    Show {
+        /// Show the counters of the processes that have the device open.
+        #[arg(short = 's', long = "stats")]
+        stats: bool,
+        /// Only this device.
+        name: Option<String>,
+    },
+}
+
+/// Runs `softrdma link`.
+pub fn link(cmd: &LinkCommand) -> ExitCode {
+    match link_inner(cmd) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("softrdma link: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn read_specs() -> Result<Vec<DeviceSpec>, String> {
+    match config::config_path() {
+        Some(p) => {
+            let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            config::parse(&text).map_err(|e| format!("{}: {e}", p.display()))
+        }
+        None => Ok(Vec::new()),
+    }
+}
+
+fn write_specs(specs: &[DeviceSpec]) -> Result<(), String> {
+    let p = config::write_path();
+    if let Some(dir) = p.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::write(&p, config::render(specs)).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+fn link_inner(cmd: &LinkCommand) -> Result<(), String> {
+    match cmd {
+        LinkCommand::Add { name, kind, target } => {
+            let binding = match kind.as_str() {
+                "netdev" => Binding::Netdev(target.clone()),
+                "addr" => Binding::Addr(
+                    target
+                        .parse::<IpAddr>()
+                        .map_err(|_| format!("{target:?} is not an IP address"))?,
+                ),
+                k => {
+                    return Err(format!(
+                        "unknown link type {k:?}: use netdev IFACE or addr IP"
+                    ));
+                }
+            };
+            let spec = DeviceSpec {
+                name: name.clone(),
+                binding,
+            };
+            // Refuse what cannot work now: an interface that does not exist.
+            config::resolve(&spec).map_err(|e| e.to_string())?;
+            let mut specs = read_specs()?;
+            if specs.iter().any(|d| d.name == *name) {
+                return Err(format!("device {name} already exists"));
+            }
+            specs.push(spec);
+            write_specs(&specs)
+        }
+        LinkCommand::Delete { name } => {
+            let mut specs = read_specs()?;
+            let before = specs.len();
+            specs.retain(|d| d.name != *name);
+            if specs.len() == before {
+                return Err(format!("no device named {name}"));
+            }
+            write_specs(&specs)
+        }
+        LinkCommand::Show { stats, name } => {
+            let devs = config::devices().map_err(|e| e.to_string())?;
+            let mut found = false;
+            for d in devs
+                .iter()
+                .filter(|d| name.as_ref().is_none_or(|n| *n == d.name))
+            {
+                found = true;
+                let gids: String = config::gid_table(d.addr)
+                    .iter()
+                    .map(|g| format!(" gid {g}"))
+                    .collect();
+                println!(
+                    "link {}/1 state ACTIVE physical_state LINK_UP netdev {} addr {} mtu {} active_mtu {}{gids}",
+                    d.name,
+                    d.netdev.as_deref().unwrap_or("-"),
+                    d.addr,
+                    d.netdev_mtu,
+                    d.active_mtu.bytes()
+                );
+                if *stats {
+                    let c = softrdma::stats::read(&d.name);
+                    let line: String = c.iter().map(|(k, v)| format!(" {k} {v}")).collect();
+                    println!("link {}/1{line}", d.name);
+                }
+            }
+            if !found {
+                return Err(format!("no device named {}", name.as_deref().unwrap_or("")));
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,310 @@
+//! Soft devices: names bound to a network interface or an address, kept in a config file.
+//!
+//! The file is looked up in `$SOFTRDMA_CONFIG`, then `$XDG_CONFIG_HOME/softrdma` (or
+//! `~/.config/softrdma`), then `/etc/softrdma`; the first that exists is used. Each line is
+//! `NAME netdev IFACE` or `NAME addr IP`; `#` starts a comment. With no file there is one
+//! device, `softrdma0`, on 127.0.0.1, or on `$SOFTRDMA_ADDR` if set (so two processes on one
+//! host can use 127.0.0.2 and 127.0.0.3).
+
+use crate::error::{Error, Result};
+use softrdma_proto::Mtu;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+
+/// How a device is bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Binding {
+    /// To a network interface's address.
+    Netdev(String),
+    /// To an address.
+    Addr(IpAddr),
+}
+
+/// A device as configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceSpec {
+    /// Name (`softrdma0`, ...).
+    pub name: String,
+    /// Binding.
+    pub binding: Binding,
+}
+
+/// A device resolved against the machine's interfaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Name.
+    pub name: String,
+    /// The interface it runs on, if known.
+    pub netdev: Option<String>,
+    /// The interface's MTU.
+    pub netdev_mtu: usize,
+    /// The address the device binds.
+    pub addr: IpAddr,
+    /// IPv6 scope (interface index) for a link-local address.
+    pub scope_id: u32,
+    /// The active path MTU: the largest IB MTU that fits the netdev MTU, as rxe computes it.
+    pub active_mtu: Mtu,
+}
+
+/// The config files tried, in order.
+pub fn config_candidates() -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    if let Some(p) = std::env::var_os("SOFTRDMA_CONFIG") {
+        v.push(PathBuf::from(p));
+    }
+    match std::env::var_os("XDG_CONFIG_HOME") {
+        Some(x) => v.push(PathBuf::from(x).join("softrdma")),
+        None => {
+            if let Some(h) = std::env::var_os("HOME") {
+                v.push(PathBuf::from(h).join(".config/softrdma"));
+            }
+        }
+    }
+    v.push(PathBuf::from("/etc/softrdma"));
+    v
+}
+
+/// The config file in use, if any.
+pub fn config_path() -> Option<PathBuf> {
+    config_candidates().into_iter().find(|p| p.is_file())
+}
+
+/// Where `link add` writes: the file in use, else the first candidate.
+pub fn write_path() -> PathBuf {
+    config_path().unwrap_or_else(|| config_candidates().remove(0))
+}
+
+/// Parses a config file's text.
+pub fn parse(text: &str) -> Result<Vec<DeviceSpec>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let bad =
+            |why: &str| Error::attr("config", "line", format!("line {}: {why}: {line:?}", i + 1));
+        let binding = match f.as_slice() {
+            [_, "netdev", iface] => Binding::Netdev((*iface).to_owned()),
+            [_, "addr", ip] => Binding::Addr(ip.parse().map_err(|_| bad("not an IP address"))?),
+            _ => return Err(bad("expected NAME netdev IFACE or NAME addr IP")),
+        };
+        if out.iter().any(|d: &DeviceSpec| d.name == f[0]) {
+            return Err(bad("device defined twice"));
+        }
+        out.push(DeviceSpec {
+            name: f[0].to_owned(),
+            binding,
+        });
+    }
+    Ok(out)
+}
+
+/// Renders specs as a config file.
+pub fn render(specs: &[DeviceSpec]) -> String {
+    let mut s = String::from("# softrdma devices: NAME netdev IFACE | NAME addr IP\n");
+    for d in specs {
+        match &d.binding {
+            Binding::Netdev(i) => s.push_str(&format!("{} netdev {i}\n", d.name)),
+            Binding::Addr(a) => s.push_str(&format!("{} addr {a}\n", d.name)),
+        }
+    }
+    s
+}
+
+/// The configured devices (the default device when there is no config file).
+pub fn specs() -> Result<Vec<DeviceSpec>> {
+    match config_path() {
+        Some(p) => {
+            let text = std::fs::read_to_string(&p).map_err(|e| Error::Io {
+                verb: "reading the device config",
+                source: e,
+            })?;
+            let mut specs = parse(&text)?;
+            // SOFTRDMA_ADDR moves the default (first) device for this process.
+            if std::env::var_os("SOFTRDMA_ADDR").is_some() {
+                if let Some(first) = specs.first_mut() {
+                    let addr = crate::device::default_addr()
+                        .map_err(|why| Error::attr("ibv_get_device_list", "SOFTRDMA_ADDR", why))?;
+                    first.binding = Binding::Addr(addr);
+                }
+            }
+            Ok(specs)
+        }
+        None => {
+            let addr = crate::device::default_addr()
+                .map_err(|why| Error::attr("ibv_get_device_list", "SOFTRDMA_ADDR", why))?;
+            Ok(vec![DeviceSpec {
+                name: "softrdma0".into(),
+                binding: Binding::Addr(addr),
+            }])
+        }
+    }
+}
+
+struct Iface {
+    name: String,
+    index: u32,
+    addr: IpAddr,
+}
+
+fn interfaces() -> Vec<Iface> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for a in addrs {
+        let Some(sa) = a.address else { continue };
+        let ip = if let Some(v4) = sa.as_sockaddr_in() {
+            IpAddr::V4(v4.ip())
+        } else if let Some(v6) = sa.as_sockaddr_in6() {
+            IpAddr::V6(v6.ip())
+        } else {
+            continue;
+        };
+        let index = nix::net::if_::if_nametoindex(a.interface_name.as_str()).unwrap_or(0);
+        out.push(Iface {
+            name: a.interface_name,
+            index,
+            addr: ip,
+        });
+    }
+    out
+}
+
+fn netdev_mtu(iface: &str) -> usize {
+    std::fs::read_to_string(format!("/sys/class/net/{iface}/mtu"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1500)
+}
+
+/// Resolves a spec against the machine: its address, interface and MTU.
+pub fn resolve(spec: &DeviceSpec) -> Result<DeviceInfo> {
+    let ifaces = interfaces();
+    let (netdev, addr) = match &spec.binding {
+        Binding::Netdev(name) => {
+            let mine: Vec<&Iface> = ifaces.iter().filter(|i| &i.name == name).collect();
+            if mine.is_empty() {
+                return Err(Error::attr(
+                    "ibv_open_device",
+                    "netdev",
+                    format!(
+                        "{}: interface {name} does not exist or has no address",
+                        spec.name
+                    ),
+                ));
+            }
+            // IPv4 first, as GID index 1 on rxe; else a global IPv6, else the link-local.
+            let pick = mine
+                .iter()
+                .find(|i| i.addr.is_ipv4())
+                .or_else(|| mine.iter().find(|i| !is_link_local(i.addr)))
+                .unwrap_or(&mine[0]);
+            (Some(name.clone()), pick.addr)
+        }
+        Binding::Addr(a) => (
+            ifaces
+                .iter()
+                .find(|i| i.addr == *a)
+                .map(|i| i.name.clone())
+                // All of 127.0.0.0/8 is on the loopback interface.
+                .or_else(|| a.is_loopback().then(|| "lo".to_owned())),
+            *a,
+        ),
+    };
+    let scope_id = if is_link_local(addr) {
+        ifaces
+            .iter()
+            .find(|i| i.addr == addr)
+            .map_or(0, |i| i.index)
+    } else {
+        0
+    };
+    let netdev_mtu = netdev.as_deref().map_or(1500, netdev_mtu);
+    // rxe: the largest IB MTU not above the netdev MTU minus the RoCE headers.
+    let active_mtu = Mtu::for_netdev(netdev_mtu).unwrap_or(Mtu::M256);
+    Ok(DeviceInfo {
+        name: spec.name.clone(),
+        netdev,
+        netdev_mtu,
+        addr,
+        scope_id,
+        active_mtu,
+    })
+}
+
+fn is_link_local(a: IpAddr) -> bool {
+    matches!(a, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
+}
+
+/// Every configured device, resolved.
+pub fn devices() -> Result<Vec<DeviceInfo>> {
+    specs()?.iter().map(resolve).collect()
+}
+
+/// The GID table of a device on `addr`, in rxe's order: the link-local GID made from the
+/// node GUID, then the address (IPv4-mapped for IPv4; a global IPv6 address as is).
+pub fn gid_table(addr: IpAddr) -> Vec<Ipv6Addr> {
+    let guid = node_guid(addr).to_be_bytes();
+    let mut ll = [0u8; 16];
+    ll[0] = 0xfe;
+    ll[1] = 0x80;
+    ll[8..].copy_from_slice(&guid);
+    let ll = Ipv6Addr::from(ll);
+    match addr {
+        IpAddr::V4(a) => vec![ll, a.to_ipv6_mapped()],
+        IpAddr::V6(a) if is_link_local(addr) => vec![a],
+        IpAddr::V6(a) => vec![ll, a],
+    }
+}
+
+/// A node GUID derived from the address, in the EUI-64 form rxe derives from a MAC.
+pub fn node_guid(addr: IpAddr) -> u64 {
+    let b = match addr {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
+    };
+    u64::from_be_bytes([0x02, b[11], b[12], 0xff, 0xfe, b[13], b[14], b[15]])
+}
+
+/// The loopback address.
+pub const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_renders() {
+        let specs = parse("# c\nsr0 netdev eth0\n\nsr1 addr 10.0.0.1 # x\n").unwrap();
+        assert_eq!(specs.len(), 2);
+        assert_eq!(specs[1].binding, Binding::Addr("10.0.0.1".parse().unwrap()));
+        assert_eq!(parse(&render(&specs)).unwrap(), specs);
+        assert!(
+            parse("sr0 netdev")
+                .unwrap_err()
+                .to_string()
+                .contains("line 1")
+        );
+        assert!(parse("a addr 1.2.3.4\na addr 1.2.3.5").is_err());
+        assert!(parse("a addr nope").is_err());
+    }
+
+    #[test]
+    fn loopback_resolves_with_rxe_mtu_rule() {
+        let d = resolve(&DeviceSpec {
+            name: "x".into(),
+            binding: Binding::Netdev("lo".into()),
+        })
+        .unwrap();
+        assert_eq!(d.addr, LOOPBACK);
+        assert_eq!(d.active_mtu, Mtu::M4096);
+        assert_eq!(Mtu::for_netdev(1500), Some(Mtu::M1024));
+        assert_eq!(
+            gid_table(LOOPBACK)[1],
+            "::ffff:127.0.0.1".parse::<Ipv6Addr>().unwrap()
+        );
+    }
+}
