@@ -239,6 +239,11 @@ impl<W: std::io::Write> PcapWriter<W> {
         self.out.write_all(&data[..incl as usize])
     }
 
+    /// Flushes what was written so far to the underlying writer.
+    pub fn flush_inner(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+
     /// Flushes and gives the writer back.
     pub fn into_inner(mut self) -> std::io::Result<W> {
         self.out.flush()?;

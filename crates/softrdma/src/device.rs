@@ -113,6 +113,8 @@ impl DeviceCounters {
 }
 
 const SOCKET: Token = Token(0);
+/// A packet held back by the fault injector: due time, sequence, destination, bytes.
+type Held = (u64, u64, SocketAddr, Vec<u8>);
 /// How long after an application thread last drained the socket the progress thread leaves
 /// the socket to it.
 const APP_POLL_GRACE: Duration = Duration::from_micros(200);
@@ -138,6 +140,13 @@ pub(crate) struct Device {
     /// Meanwhile the progress thread stops watching the socket: waking it for packets that
     /// the poller receives anyway would cost a context switch per packet on small machines.
     app_poll_until: AtomicU64,
+    /// `SOFTRDMA_FAULTS`, if set.
+    faults: Option<crate::wrap::Faults>,
+    /// `SOFTRDMA_PCAP`, if set.
+    capture: Option<Mutex<crate::wrap::Capture>>,
+    /// Packets the fault injector holds back: (due, sequence, destination, bytes).
+    delayed: Mutex<std::collections::BinaryHeap<std::cmp::Reverse<Held>>>,
+    delayed_seq: AtomicU64,
     /// Counters of QPs already destroyed.
     pub retired: Mutex<softrdma_proto::QpCounters>,
     /// Receive state; whoever holds it drains the socket (the progress thread, or an
@@ -162,6 +171,37 @@ impl Device {
 
     pub fn wake(&self) {
         let _ = self.waker.wake();
+    }
+
+    /// Sends one packet (and records it when capturing).
+    fn send(&self, bytes: &[u8], dst: SocketAddr) {
+        if let Some(c) = &self.capture {
+            c.lock().unwrap_or_else(|e| e.into_inner()).record(
+                self.addr,
+                dst.ip(),
+                ROCE_V2_PORT,
+                0,
+                bytes,
+            );
+        }
+        match self.socket.send_to(bytes, dst) {
+            Ok(_) => self.counters.sent_pkts.fetch_add(1, Ordering::Relaxed),
+            Err(_) => self.counters.send_errors.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+
+    /// Sends the held-back packets that are due; returns when the next one is.
+    fn send_delayed(&self, now: Instant) -> Option<Instant> {
+        let mut q = self.delayed.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(std::cmp::Reverse((due, _, _, _))) = q.peek() {
+            if *due > now.as_nanos() {
+                return Some(Instant::from_nanos(*due));
+            }
+            if let Some(std::cmp::Reverse((_, _, dst, bytes))) = q.pop() {
+                self.send(&bytes, dst);
+            }
+        }
+        None
     }
 
     /// Wakes the progress thread if `deadline` is earlier than it will wake by itself.
@@ -238,12 +278,23 @@ impl Device {
         let now = self.now();
         while let Some(t) = qp.poll_transmit(now, buf) {
             let dst = SocketAddr::new(t.dst.to_canonical(), ROCE_V2_PORT);
-            match self.socket.send_to(&buf[..t.len], dst) {
-                Ok(_) => {
-                    self.counters.sent_pkts.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(_) => {
-                    self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+            match &self.faults {
+                None => self.send(&buf[..t.len], dst),
+                Some(f) => {
+                    let mut bytes = buf[..t.len].to_vec();
+                    for delay in f.apply(&mut bytes) {
+                        if delay.is_zero() {
+                            self.send(&bytes, dst);
+                        } else {
+                            let due = now.add(delay);
+                            let seq = self.delayed_seq.fetch_add(1, Ordering::Relaxed);
+                            self.delayed
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .push(std::cmp::Reverse((due.as_nanos(), seq, dst, bytes.clone())));
+                            self.timer_armed(due);
+                        }
+                    }
                 }
             }
         }
@@ -287,26 +338,25 @@ struct IcrcCheck {
 }
 
 impl IcrcCheck {
-    fn ok(&mut self, dev: &Device, src: IpAddr, dst: IpAddr, sport: u16, ib: &[u8]) -> bool {
+    /// The sender's IPv4 identification (0 for IPv6) if the ICRC is right.
+    fn ok(&mut self, dev: &Device, src: IpAddr, dst: IpAddr, sport: u16, ib: &[u8]) -> Option<u16> {
         let n = ib.len();
         let wire = u32::from_le_bytes([ib[n - 4], ib[n - 3], ib[n - 2], ib[n - 1]]);
         let body = &ib[..n - 4];
         let c0 = softrdma_proto::qp::icrc_for(src, dst, sport, body);
         if c0 == wire {
-            return true;
+            return Some(0);
         }
         if !(src.to_canonical().is_ipv4() && dst.to_canonical().is_ipv4()) {
-            return false;
+            return None;
         }
         let basis = self
             .basis
             .entry(body.len())
             .or_insert_with(|| icrc::ipv4_ident_basis(body.len()));
-        let ok = icrc::solve_ipv4_ident(basis, c0, wire).is_some();
-        if ok {
-            dev.counters.rcvd_icrc_ip_id.fetch_add(1, Ordering::Relaxed);
-        }
-        ok
+        let ident = icrc::solve_ipv4_ident(basis, c0, wire)?;
+        dev.counters.rcvd_icrc_ip_id.fetch_add(1, Ordering::Relaxed);
+        Some(ident)
     }
 }
 
@@ -317,6 +367,9 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
     loop {
         if dev.shutdown.load(Ordering::Acquire) {
             crate::stats::write(&dev.name, &dev.hw_counters());
+            if let Some(c) = &dev.capture {
+                c.lock().unwrap_or_else(|e| e.into_inner()).flush();
+            }
             return;
         }
         // Publish the counters at most once a second while they change.
@@ -355,6 +408,12 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         if app_polling {
             let t = Instant::from_nanos(app_until);
             next = Some(next.map_or(t, |n| n.min(t)));
+        }
+        if let Some(t) = dev.send_delayed(now) {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+        if let Some(c) = &dev.capture {
+            c.lock().unwrap_or_else(|e| e.into_inner()).flush();
         }
         if activity != published.0 {
             // Come back to publish once the second is up.
@@ -415,11 +474,25 @@ fn handle_datagram(
     from: SocketAddr,
     tx: &mut Vec<u8>,
 ) {
+    let capture = |ident: u16| {
+        if let Some(c) = &dev.capture {
+            c.lock().unwrap_or_else(|e| e.into_inner()).record(
+                from.ip(),
+                dev.addr,
+                from.port(),
+                ident,
+                data,
+            );
+        }
+    };
     let Ok(pkt) = IbPacket::new_checked(data) else {
+        capture(0);
         dev.counters.rcvd_malformed.fetch_add(1, Ordering::Relaxed);
         return;
     };
-    if !check.ok(dev, from.ip(), dev.addr, from.port(), data) {
+    let ident = check.ok(dev, from.ip(), dev.addr, from.port(), data);
+    capture(ident.unwrap_or(0));
+    if ident.is_none() {
         // rxe drops a bad ICRC silently; we count it.
         dev.counters
             .rcvd_icrc_errors
@@ -547,6 +620,14 @@ fn set_int_opt(fd: i32, level: i32, name: i32, value: i32) -> std::io::Result<()
 impl Context {
     /// Opens the device named `name` bound to `addr`, with path MTU `mtu`.
     pub fn open_addr(name: &str, addr: IpAddr, mtu: Mtu) -> Result<Self> {
+        let faults = match std::env::var("SOFTRDMA_FAULTS") {
+            Ok(s) => Some(crate::wrap::Faults::parse(&s)?),
+            Err(_) => None,
+        };
+        let capture = match std::env::var("SOFTRDMA_PCAP") {
+            Ok(p) => Some(Mutex::new(crate::wrap::Capture::create(&p)?)),
+            Err(_) => None,
+        };
         let bind = SocketAddr::new(addr, ROCE_V2_PORT);
         let std_sock = std::net::UdpSocket::bind(bind).map_err(|e| {
             if e.kind() == std::io::ErrorKind::AddrInUse {
@@ -610,6 +691,10 @@ impl Context {
             sleep_until: AtomicU64::new(u64::MAX),
             app_poll_until: AtomicU64::new(0),
             retired: Mutex::new(softrdma_proto::QpCounters::default()),
+            faults,
+            capture,
+            delayed: Mutex::new(std::collections::BinaryHeap::new()),
+            delayed_seq: AtomicU64::new(0),
             rx: Mutex::new(RxState {
                 check: IcrcCheck {
                     basis: HashMap::new(),

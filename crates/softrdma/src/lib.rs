@@ -23,6 +23,7 @@ mod error;
 mod mr;
 mod qp;
 pub mod stats;
+pub mod wrap;
 
 pub use cq::{CompletionChannel, CompletionQueue};
 pub use device::{
