@@ -20,6 +20,7 @@ pub(crate) struct CqInner {
     channel: Option<Arc<ChannelInner>>,
     events: Arc<Mutex<VecDeque<AsyncEvent>>>,
     overflowed: std::sync::atomic::AtomicBool,
+    lost: std::sync::atomic::AtomicU64,
     /// The device whose socket a poller may drain itself when the CQ is empty.
     device: Weak<crate::device::Device>,
 }
@@ -30,6 +31,7 @@ impl CqInner {
     pub fn push(self: &Arc<Self>, wc: Completion) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if s.entries.len() >= self.cap {
+            self.lost.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             if !self
                 .overflowed
                 .swap(true, std::sync::atomic::Ordering::SeqCst)
@@ -92,6 +94,7 @@ impl CompletionQueue {
                 channel: channel.map(|c| c.inner.clone()),
                 events,
                 overflowed: false.into(),
+                lost: 0.into(),
                 device,
             }),
         })
@@ -146,6 +149,11 @@ impl CompletionQueue {
         self.inner
             .overflowed
             .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Completions lost because the CQ was full.
+    pub fn lost(&self) -> u64 {
+        self.inner.lost.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Completions waiting.

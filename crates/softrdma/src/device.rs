@@ -567,6 +567,28 @@ pub fn port_attr(active_mtu: Mtu) -> PortAttr {
     }
 }
 
+/// How a device wraps its socket: fault injection and capture.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeviceOptions {
+    /// Faults applied to every packet sent.
+    pub faults: Option<crate::wrap::Faults>,
+    /// A pcap file for every packet sent and received.
+    pub pcap: Option<String>,
+}
+
+impl DeviceOptions {
+    /// The options `SOFTRDMA_FAULTS` and `SOFTRDMA_PCAP` ask for.
+    pub fn from_env() -> Result<Self> {
+        Ok(Self {
+            faults: match std::env::var("SOFTRDMA_FAULTS") {
+                Ok(s) => Some(crate::wrap::Faults::parse(&s)?),
+                Err(_) => None,
+            },
+            pcap: std::env::var("SOFTRDMA_PCAP").ok(),
+        })
+    }
+}
+
 struct ContextInner {
     dev: Arc<Device>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -620,13 +642,16 @@ fn set_int_opt(fd: i32, level: i32, name: i32, value: i32) -> std::io::Result<()
 impl Context {
     /// Opens the device named `name` bound to `addr`, with path MTU `mtu`.
     pub fn open_addr(name: &str, addr: IpAddr, mtu: Mtu) -> Result<Self> {
-        let faults = match std::env::var("SOFTRDMA_FAULTS") {
-            Ok(s) => Some(crate::wrap::Faults::parse(&s)?),
-            Err(_) => None,
-        };
-        let capture = match std::env::var("SOFTRDMA_PCAP") {
-            Ok(p) => Some(Mutex::new(crate::wrap::Capture::create(&p)?)),
-            Err(_) => None,
+        Self::open_with(name, addr, mtu, DeviceOptions::from_env()?)
+    }
+
+    /// Opens a device on `addr` with explicit fault injection and capture settings (what
+    /// `SOFTRDMA_FAULTS` and `SOFTRDMA_PCAP` set for [`Context::open`]).
+    pub fn open_with(name: &str, addr: IpAddr, mtu: Mtu, opts: DeviceOptions) -> Result<Self> {
+        let faults = opts.faults;
+        let capture = match &opts.pcap {
+            Some(p) => Some(Mutex::new(crate::wrap::Capture::create(p)?)),
+            None => None,
         };
         let bind = SocketAddr::new(addr, ROCE_V2_PORT);
         let std_sock = std::net::UdpSocket::bind(bind).map_err(|e| {

@@ -27,7 +27,8 @@ pub mod wrap;
 
 pub use cq::{CompletionChannel, CompletionQueue};
 pub use device::{
-    Context, DeviceAttr, DeviceCounters, PortAttr, default_addr, device_attr, port_attr,
+    Context, DeviceAttr, DeviceCounters, DeviceOptions, PortAttr, default_addr, device_attr,
+    port_attr,
 };
 pub use error::{Error, Result};
 pub use mr::MemoryRegion;
