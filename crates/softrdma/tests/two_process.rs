@@ -27,12 +27,20 @@ fn qp_type(s: &str) -> QpType {
     }
 }
 
+/// Short ACK timeouts keep the tests quick. Under injected faults the retry count is 7
+/// (unlimited, as rxe), since a few losses in a row are then expected; otherwise 3, so that a
+/// dead peer is noticed quickly.
 fn attr() -> ConnectAttr {
+    let lossy = std::env::var_os("SOFTRDMA_FAULTS").is_some() || LOSSY.with(|l| l.get());
     ConnectAttr {
         timeout: 8,
-        retry_cnt: 3,
+        retry_cnt: if lossy { 7 } else { 3 },
         ..Default::default()
     }
+}
+
+thread_local! {
+    static LOSSY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The peer: prints its address, connects, serves until told "DONE". RC work is one-sided
@@ -282,6 +290,7 @@ fn wr(wr_id: u64, op: SendOp, sge: Sge) -> SendWr {
 /// RC: WRITE, READ back, SEND (checked by READing the peer's receive buffer), FETCH_ADD and
 /// CMP_SWAP, against a peer process whose application thread never touches the QP.
 fn rc_round(faults: Option<&str>, last: u8) {
+    LOSSY.with(|l| l.set(faults.is_some()));
     let peer_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 79, last));
     let my_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 79, last + 1));
     let mut p = spawn_peer("rc", &peer_ip.to_string(), faults);
@@ -393,6 +402,7 @@ fn rc_between_processes_under_faults() {
 }
 
 fn echo_round(t: &str, faults: Option<&str>, last: u8) {
+    LOSSY.with(|l| l.set(faults.is_some()));
     let peer_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 79, last));
     let my_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 79, last + 1));
     let mut p = spawn_peer(t, &peer_ip.to_string(), faults);
