@@ -4,6 +4,7 @@
 //! `softrdma pcap decode` prints them one per line, as text or JSON. `softrdma sim` runs the
 //! transport engine in the deterministic network simulator.
 
+mod demo;
 mod devices;
 mod pcap;
 mod pingpong;
@@ -29,6 +30,9 @@ enum Command {
     /// Run the transport engine in the deterministic network simulator and check every
     /// operation against a model. Exits 0 if and only if the transport's guarantees held.
     Sim(sim::SimArgs),
+    /// Two soft devices on loopback: SEND, WRITE, READ, FETCH_ADD and COMPARE_SWAP, checked,
+    /// then latency and bandwidth.
+    Demo,
     /// Show devices and their attributes, as `ibv_devinfo` does.
     Devinfo(devices::DevinfoArgs),
     /// Add, delete and show soft devices, as iproute2's `rdma link` does.
@@ -69,6 +73,7 @@ fn main() -> ExitCode {
         Command::Pcap(PcapCommand::Verify { files }) => pcap::verify(&files, &mut out),
         Command::Pcap(PcapCommand::Decode { json, file }) => pcap::decode(&file, json, &mut out),
         Command::Sim(args) => return sim::run(&args, &mut out),
+        Command::Demo => return demo::run(),
         Command::Devinfo(a) => return devices::devinfo(&a),
         Command::Link(c) => return devices::link(&c),
         Command::RcPingpong(a) => return pingpong::run(softrdma::QpType::Rc, &a),

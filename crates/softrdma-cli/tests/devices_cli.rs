@@ -180,3 +180,33 @@ fn pingpongs_between_two_processes_validate_data() {
         assert!(!s.contains("invalid data"));
     }
 }
+
+#[test]
+fn demo_checks_every_operation() {
+    let c = conf("demo");
+    let o = out({
+        let mut x = cmd(&c);
+        x.arg("demo");
+        x
+    });
+    let s = stdout(&o);
+    assert!(
+        o.status.success(),
+        "{s}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for op in [
+        "SEND ",
+        "RDMA WRITE ",
+        "RDMA READ ",
+        "FETCH_ADD ",
+        "COMPARE_SWAP ",
+    ] {
+        assert!(
+            s.lines().any(|l| l.contains(op) && l.contains(" ok ")),
+            "{op}\n{s}"
+        );
+    }
+    assert!(s.contains("latency") && s.contains("GB/s"));
+    assert!(s.ends_with("all operations checked: ok\n"));
+}

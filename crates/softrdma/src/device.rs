@@ -690,8 +690,16 @@ impl Context {
             }
         };
         df.map_err(Error::io("ibv_open_device: setsockopt"))?;
-        for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
-            let _ = set_int_opt(fd, libc::SOL_SOCKET, opt, 8 << 20);
+        // Deep socket buffers: a burst of a whole send window must not overflow the receive
+        // queue. The FORCE variants pass net.core.rmem_max when the process may (CAP_NET_ADMIN);
+        // otherwise the kernel caps the plain request at that limit.
+        for (force, plain) in [
+            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+        ] {
+            if set_int_opt(fd, libc::SOL_SOCKET, force, 16 << 20).is_err() {
+                let _ = set_int_opt(fd, libc::SOL_SOCKET, plain, 16 << 20);
+            }
         }
         let socket = UdpSocket::from_std(std_sock);
         let poll = Poll::new().map_err(Error::io("ibv_open_device: poll"))?;

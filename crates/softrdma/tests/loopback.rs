@@ -533,3 +533,11 @@ fn uc_and_ud_under_faults_deliver_only_whole_messages() {
         }
     }
 }
+
+#[test]
+fn the_six_steps_example_runs() {
+    #[path = "../examples/six_steps.rs"]
+    #[allow(dead_code)]
+    mod six_steps;
+    six_steps::main().unwrap();
+}
