@@ -33,6 +33,7 @@ fn end(addr: &str) -> Result<End, String> {
             recv_cq: cq.clone(),
             cap: QpCaps::default(),
             sq_sig_all: false,
+            srq: None,
         })
         .map_err(|e| e.to_string())?;
     let mr = pd

@@ -217,6 +217,7 @@ fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), String> {
                 max_inline_data: 0,
             },
             sq_sig_all: false,
+            srq: None,
         })
         .map_err(|e| format!("Couldn't create QP: {e}"))?;
     let attr = ConnectAttr {

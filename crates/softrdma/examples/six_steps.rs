@@ -29,6 +29,7 @@ pub fn main() -> Result<()> {
             recv_cq: cq.clone(),
             cap: QpCaps::default(),
             sq_sig_all: true,
+            srq: None,
         })?;
         // 5. Register memory.
         let mr = pd.register(

@@ -124,6 +124,22 @@ impl CompletionQueue {
         self.poll(1).pop()
     }
 
+    /// A lending iterator over the completions available now: each [`Polled::next`] lends the
+    /// next completion until the following call, without copying the batch out. The CQ is
+    /// locked while the iterator lives.
+    pub fn poll_lending(&self, max: usize) -> Polled<'_> {
+        if self.is_empty() {
+            if let Some(dev) = self.inner.device.upgrade() {
+                dev.poll_rx();
+            }
+        }
+        Polled {
+            guard: self.inner.state.lock().unwrap_or_else(|e| e.into_inner()),
+            left: max,
+            cur: None,
+        }
+    }
+
     /// Iterates over the completions available now, taking each as it is yielded.
     pub fn iter(&self) -> impl Iterator<Item = Completion> + '_ {
         std::iter::from_fn(|| self.poll_one())
@@ -281,5 +297,25 @@ impl CompletionChannel {
                 )
             };
         }
+    }
+}
+
+/// Completions lent one at a time by [`CompletionQueue::poll_lending`].
+pub struct Polled<'a> {
+    guard: std::sync::MutexGuard<'a, CqState>,
+    left: usize,
+    cur: Option<Completion>,
+}
+
+impl Polled<'_> {
+    /// The next completion, valid until the next call.
+    #[allow(clippy::should_implement_trait)] // a lending iterator cannot be an Iterator
+    pub fn next(&mut self) -> Option<&Completion> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        self.cur = self.guard.entries.pop_front();
+        self.cur.as_ref()
     }
 }

@@ -25,14 +25,16 @@ mod qp;
 pub mod stats;
 pub mod wrap;
 
-pub use cq::{CompletionChannel, CompletionQueue};
+pub use cq::{CompletionChannel, CompletionQueue, Polled};
 pub use device::{
     Context, DeviceAttr, DeviceCounters, DeviceOptions, PortAttr, default_addr, device_attr,
     port_attr,
 };
 pub use error::{Error, Result};
 pub use mr::MemoryRegion;
-pub use qp::{ConnectAttr, Peer, ProtectionDomain, QpInitAttr, QueuePair};
+pub use qp::{
+    AddressHandle, ConnectAttr, Peer, ProtectionDomain, QpInitAttr, QueuePair, SharedReceiveQueue,
+};
 pub use softrdma_proto::QpCaps;
 pub use softrdma_proto::{
     AccessFlags, AddressVector, AsyncEvent, Completion, Mtu, Payload, QpAttr, QpState, QpType,

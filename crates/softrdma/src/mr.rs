@@ -120,6 +120,22 @@ impl MrTable {
         }))
     }
 
+    /// Removes an owned region and gives its buffer back, if nothing else holds it.
+    pub fn take_owned(&self, key: u32) -> Option<Vec<u8>> {
+        let mr = self
+            .regions
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key)?;
+        let mut inner = Arc::try_unwrap(mr).ok()?;
+        match std::mem::replace(&mut inner.storage, Storage::Raw) {
+            // SAFETY: the pointer came from `Box::into_raw` and, the storage now being `Raw`,
+            // `Drop` will not free it again.
+            Storage::Owned(ptr) => Some(unsafe { Box::from_raw(ptr) }.into_vec()),
+            Storage::Raw => None,
+        }
+    }
+
     pub fn deregister(&self, key: u32) {
         self.regions
             .write()
@@ -228,6 +244,11 @@ pub struct MemoryRegion {
     pub(crate) table: Arc<MrTable>,
 }
 
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<MemoryRegion>();
+};
+
 impl std::fmt::Debug for MemoryRegion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryRegion")
@@ -292,6 +313,18 @@ impl MemoryRegion {
         // SAFETY: the range is inside the region, which `self` keeps alive.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
         Ok(())
+    }
+
+    /// Deregisters the region and gives back the buffer it owned (`None` for a raw region,
+    /// or while the device is still using it).
+    pub fn into_vec(self) -> Option<Vec<u8>> {
+        let me = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `me` is never used or dropped again, so each field is moved out exactly
+        // once; `MemoryRegion::drop` does not run (`take_owned` deregisters instead).
+        let (inner, table) = unsafe { (std::ptr::read(&me.inner), std::ptr::read(&me.table)) };
+        let key = inner.key;
+        drop(inner);
+        table.take_owned(key)
     }
 
     /// A copy of the whole region.

@@ -4,7 +4,10 @@ use crate::cq::{CompletionQueue, CqInner};
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::mr::MemoryRegion;
-use softrdma_proto::{AccessFlags, Pd, QpAttr, QpCaps, QpConfig, QpType, RecvWr, SendWr};
+use softrdma_proto::SendOp;
+use softrdma_proto::{
+    AccessFlags, Pd, QpAttr, QpCaps, QpConfig, QpType, RecvWr, SendFlags, SendWr,
+};
 use softrdma_wire::Qpn;
 use std::sync::{Arc, Mutex};
 
@@ -34,7 +37,67 @@ pub struct QpInitAttr {
     pub cap: QpCaps,
     /// Signal every send WR.
     pub sq_sig_all: bool,
+    /// Take receives from this shared receive queue.
+    pub srq: Option<SharedReceiveQueue>,
 }
+
+/// A shared receive queue (`struct ibv_srq`): receive WRs that any QP created with it
+/// consumes.
+#[derive(Debug, Clone)]
+pub struct SharedReceiveQueue {
+    inner: softrdma_proto::Srq,
+}
+
+impl SharedReceiveQueue {
+    /// Posts a receive WR (`ibv_post_srq_recv`).
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        Ok(self.inner.post_recv(wr)?)
+    }
+
+    /// Arms the limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`): one
+    /// [`AsyncEvent::SrqLimitReached`](softrdma_proto::AsyncEvent) when fewer than `limit`
+    /// WRs remain.
+    pub fn arm_limit(&self, limit: u32) {
+        self.inner.arm_limit(limit)
+    }
+
+    /// WRs posted and not yet consumed.
+    pub fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// True when no WR is posted.
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_empty()
+    }
+}
+
+/// An address handle (`struct ibv_ah`): where UD sends go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressHandle {
+    src: std::net::IpAddr,
+    dst: std::net::IpAddr,
+}
+
+impl AddressHandle {
+    /// The destination of a UD send to QP `qpn` with Q_Key `qkey` through this handle.
+    pub fn dest(&self, qpn: Qpn, qkey: u32) -> softrdma_proto::UdDest {
+        softrdma_proto::UdDest {
+            src: self.src,
+            ip: self.dst,
+            qpn,
+            qkey,
+        }
+    }
+}
+
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<ProtectionDomain>();
+    send_sync::<QueuePair>();
+    send_sync::<SharedReceiveQueue>();
+    send_sync::<AddressHandle>();
+};
 
 impl ProtectionDomain {
     pub(crate) fn new(ctx: Context) -> Self {
@@ -72,6 +135,48 @@ impl ProtectionDomain {
         // SAFETY: forwarded from this function's contract.
         let inner = unsafe { table.register_raw(self.pd, addr, len, access)? };
         Ok(MemoryRegion { inner, table })
+    }
+
+    /// Creates a shared receive queue (`ibv_create_srq`).
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<SharedReceiveQueue> {
+        let l = self.ctx.query_device();
+        if max_wr == 0 || max_wr > l.max_srq_wr || max_sge > l.max_srq_sge {
+            return Err(Error::attr(
+                "ibv_create_srq",
+                "attr",
+                format!(
+                    "max_wr must be 1..={} and max_sge at most {}",
+                    l.max_srq_wr, l.max_srq_sge
+                ),
+            ));
+        }
+        Ok(SharedReceiveQueue {
+            inner: softrdma_proto::Srq::new(max_wr, max_sge),
+        })
+    }
+
+    /// Creates an address handle to the port whose GID is `dgid` (`ibv_create_ah`), sending
+    /// from the device's GID `sgid_index`.
+    pub fn create_ah(&self, dgid: std::net::Ipv6Addr, sgid_index: usize) -> Result<AddressHandle> {
+        let gids = self.ctx.gids();
+        let sgid = gids.get(sgid_index).ok_or_else(|| {
+            Error::attr(
+                "ibv_create_ah",
+                "grh.sgid_index",
+                format!("the GID table has {} entries", gids.len()),
+            )
+        })?;
+        if dgid.is_unspecified() {
+            return Err(Error::attr(
+                "ibv_create_ah",
+                "grh.dgid",
+                "RoCE needs a destination GID",
+            ));
+        }
+        Ok(AddressHandle {
+            src: std::net::IpAddr::V6(*sgid).to_canonical(),
+            dst: std::net::IpAddr::V6(dgid).to_canonical(),
+        })
     }
 
     /// Creates a queue pair in RESET (`ibv_create_qp`).
@@ -117,7 +222,7 @@ impl ProtectionDomain {
             pd: self.pd,
             caps: c,
             sq_sig_all: init.sq_sig_all,
-            srq: None,
+            srq: init.srq.as_ref().map(|s| s.inner.clone()),
             port_mtu: dev.mtu,
             udp_sport: Some(softrdma_wire::ROCE_V2_PORT),
         };
@@ -130,8 +235,10 @@ impl ProtectionDomain {
         qps.insert(qpn, shared.clone());
         Ok(QueuePair {
             ctx: self.ctx.clone(),
+            pd: self.clone(),
             shared,
             qpn: Qpn::new(qpn),
+            owned: Mutex::new(std::collections::HashMap::new()),
         })
     }
 }
@@ -159,8 +266,11 @@ pub(crate) struct QpShared {
 /// A queue pair (`struct ibv_qp`). Dropping it destroys it.
 pub struct QueuePair {
     ctx: Context,
+    pd: ProtectionDomain,
     shared: Arc<QpShared>,
     qpn: Qpn,
+    /// Buffers posted by value, by WR ID, until reclaimed.
+    owned: Mutex<std::collections::HashMap<u64, MemoryRegion>>,
 }
 
 impl std::fmt::Debug for QueuePair {
@@ -211,6 +321,82 @@ impl QueuePair {
     /// Posts a receive WR (`ibv_post_recv`).
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
         Ok(self.with(|qp| qp.post_recv(wr))?)
+    }
+
+    /// Posts a send WR whose data (or READ/atomic destination) is an owned buffer, which
+    /// travels with the WR: [`QueuePair::reclaim`] gives it back once the WR has completed.
+    /// The safe way to post without managing registrations.
+    pub fn post_send_owned(
+        &self,
+        wr_id: u64,
+        op: SendOp,
+        flags: SendFlags,
+        ud: Option<softrdma_proto::UdDest>,
+        buf: Vec<u8>,
+    ) -> Result<()> {
+        let len = u32::try_from(buf.len())
+            .map_err(|_| Error::attr("ibv_post_send", "sg_list", "longer than 4 GiB"))?;
+        let mr = self.pd.register(buf, AccessFlags::LOCAL_WRITE)?;
+        let sge = mr.sge(0, len);
+        self.park(wr_id, mr)?;
+        let r = self.post_send(SendWr {
+            wr_id,
+            op,
+            payload: softrdma_proto::Payload::Sges(vec![sge]),
+            flags,
+            ud,
+        });
+        if r.is_err() {
+            self.owned
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&wr_id);
+        }
+        r
+    }
+
+    /// Posts a receive into an owned buffer; [`QueuePair::reclaim`] gives it back, filled,
+    /// once the receive has completed.
+    pub fn post_recv_owned(&self, wr_id: u64, buf: Vec<u8>) -> Result<()> {
+        let len = u32::try_from(buf.len())
+            .map_err(|_| Error::attr("ibv_post_recv", "sg_list", "longer than 4 GiB"))?;
+        let mr = self.pd.register(buf, AccessFlags::LOCAL_WRITE)?;
+        let sge = mr.sge(0, len);
+        self.park(wr_id, mr)?;
+        let r = self.post_recv(RecvWr {
+            wr_id,
+            sg_list: vec![sge],
+        });
+        if r.is_err() {
+            self.owned
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&wr_id);
+        }
+        r
+    }
+
+    fn park(&self, wr_id: u64, mr: MemoryRegion) -> Result<()> {
+        let mut o = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        if o.contains_key(&wr_id) {
+            return Err(Error::attr(
+                "ibv_post",
+                "wr_id",
+                format!("{wr_id} already has a buffer in flight"),
+            ));
+        }
+        o.insert(wr_id, mr);
+        Ok(())
+    }
+
+    /// The owned buffer of WR `wr_id`, after its completion has been polled.
+    pub fn reclaim(&self, wr_id: u64) -> Option<Vec<u8>> {
+        let mr = self
+            .owned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&wr_id)?;
+        mr.into_vec()
     }
 
     /// The engine's counters for this QP.

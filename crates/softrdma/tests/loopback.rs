@@ -40,6 +40,7 @@ fn end_opts(last: u8, qp_type: QpType, cqe: usize, opts: DeviceOptions) -> End {
             recv_cq: cq.clone(),
             cap: QpCaps::default(),
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap();
     let mr = pd
@@ -540,4 +541,104 @@ fn the_six_steps_example_runs() {
     #[allow(dead_code)]
     mod six_steps;
     six_steps::main().unwrap();
+}
+
+#[test]
+fn srq_ah_owned_buffers_and_lending_poll() {
+    // B receives from an SRQ shared by two QPs; A sends by value and over UD via an AH.
+    let a = end(30, QpType::Rc);
+    let bctx = ctx(31);
+    let bpd = bctx.alloc_pd();
+    let bcq = bctx.create_cq(64, None).unwrap();
+    let srq = bpd.create_srq(16, 1).unwrap();
+    let bqp = bpd
+        .create_qp(QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: bcq.clone(),
+            recv_cq: bcq.clone(),
+            cap: QpCaps::default(),
+            sq_sig_all: false,
+            srq: Some(srq.clone()),
+        })
+        .unwrap();
+    let attr = ConnectAttr::default();
+    a.qp.connect(
+        Psn::new(1),
+        &Peer {
+            addr: bctx.addr(),
+            qpn: bqp.qp_num(),
+            psn: Psn::new(2),
+        },
+        &attr,
+    )
+    .unwrap();
+    bqp.connect(
+        Psn::new(2),
+        &Peer {
+            addr: a.ctx.addr(),
+            qpn: a.qp.qp_num(),
+            psn: Psn::new(1),
+        },
+        &attr,
+    )
+    .unwrap();
+    let bmr = bpd.register_zeroed(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    for i in 0..4 {
+        srq.post_recv(RecvWr {
+            wr_id: i,
+            sg_list: vec![bmr.sge(i * 1024, 1024)],
+        })
+        .unwrap();
+    }
+    srq.arm_limit(3);
+    // Two SENDs of owned buffers; the buffers come back after their completions.
+    for i in 0..2u64 {
+        a.qp.post_send_owned(
+            100 + i,
+            SendOp::Send,
+            SendFlags::SIGNALED,
+            None,
+            vec![i as u8 + 1; 500],
+        )
+        .unwrap();
+    }
+    let mut ids: Vec<u64> = wait(&a.cq, 2).iter().map(|w| w.wr_id).collect();
+    ids.sort();
+    assert_eq!(ids, [100, 101]);
+    assert_eq!(a.qp.reclaim(100), Some(vec![1; 500]));
+    assert_eq!(a.qp.reclaim(101), Some(vec![2; 500]));
+    assert_eq!(a.qp.reclaim(101), None);
+    // The lending poll lends each receive completion in turn.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let mut batch = bcq.poll_lending(8);
+        while let Some(wc) = batch.next() {
+            got.push((wc.wr_id, wc.byte_len));
+        }
+        drop(batch);
+        assert!(Instant::now() < deadline);
+    }
+    assert_eq!(got, [(0, 500), (1, 500)]);
+    assert_eq!(&bmr.to_vec()[1024..1524], &[2u8; 500][..]);
+    assert_eq!(srq.len(), 2);
+    let mut limit = false;
+    while let Some(e) = bctx.poll_async_event() {
+        limit |= e == AsyncEvent::SrqLimitReached;
+    }
+    assert!(limit, "the SRQ limit event fired");
+    // A receive by value comes back filled.
+    a.qp.post_recv_owned(55, vec![0; 64]).unwrap();
+    let bsend = bpd
+        .register(b"pong".to_vec(), AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    bqp.post_send(signaled(9, SendOp::Send, bsend.sge(0, 4)))
+        .unwrap();
+    let r = wait(&a.cq, 1);
+    assert_eq!((r[0].wr_id, r[0].byte_len), (55, 4));
+    assert_eq!(&a.qp.reclaim(55).unwrap()[..4], b"pong");
+    // An address handle from a GID.
+    let ah = a._pd.create_ah(bctx.gids()[1], 1).unwrap();
+    assert!(a._pd.create_ah(bctx.gids()[1], 9).is_err());
+    assert_eq!(ah.dest(bqp.qp_num(), 7).ip, bctx.addr());
 }

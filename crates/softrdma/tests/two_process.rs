@@ -61,6 +61,7 @@ fn peer_process() {
             recv_cq: cq.clone(),
             cap: QpCaps::default(),
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap();
     let mr = pd.register_zeroed(MR_LEN, all()).unwrap();
@@ -209,6 +210,7 @@ fn me(t: &str, addr: IpAddr, peer: &mut PeerProc, peer_addr: IpAddr, opts: Devic
             recv_cq: cq.clone(),
             cap: QpCaps::default(),
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap();
     let mr = pd.register_zeroed(MR_LEN, all()).unwrap();
