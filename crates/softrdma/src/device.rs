@@ -156,8 +156,14 @@ pub(crate) struct Device {
 
 struct RxState {
     check: IcrcCheck,
-    buf: Vec<u8>,
+    batch: crate::sys::RecvBatch,
     tx: Vec<u8>,
+}
+
+thread_local! {
+    /// Packets a thread has produced and not yet handed to the kernel.
+    static SEND_BATCH: std::cell::RefCell<crate::sys::SendBatch> =
+        std::cell::RefCell::new(crate::sys::SendBatch::default());
 }
 
 impl Device {
@@ -171,6 +177,23 @@ impl Device {
 
     pub fn wake(&self) {
         let _ = self.waker.wake();
+    }
+
+    /// Sends the packets this thread has batched, in as few system calls as possible.
+    fn flush_batch(&self) {
+        SEND_BATCH.with(|b| {
+            let mut b = b.borrow_mut();
+            if b.is_empty() {
+                return;
+            }
+            let (sent, failed) = b.flush(self.socket.as_raw_fd());
+            self.counters
+                .sent_pkts
+                .fetch_add(sent as u64, Ordering::Relaxed);
+            self.counters
+                .send_errors
+                .fetch_add(failed as u64, Ordering::Relaxed);
+        });
     }
 
     /// Sends one packet (and records it when capturing).
@@ -256,14 +279,24 @@ impl Device {
 
     fn drain(&self, st: &mut RxState) -> bool {
         let mut any = false;
-        let RxState { check, buf, tx } = st;
+        let RxState { check, batch, tx } = st;
         loop {
-            let (n, from) = match self.socket.recv_from(buf) {
-                Ok(x) => x,
-                Err(_) => return any,
+            let n = match crate::sys::recv_batch(self.socket.as_raw_fd(), batch) {
+                Ok(n) if n > 0 => n,
+                _ => return any,
             };
             any = true;
-            handle_datagram(self, check, &buf[..n], from, tx);
+            for i in 0..n {
+                match batch.get(i) {
+                    (data, Some(from), false) => handle_datagram(self, check, data, from, tx),
+                    _ => {
+                        self.counters.rcvd_malformed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            if n < crate::sys::BATCH {
+                return any;
+            }
         }
     }
 
@@ -279,7 +312,18 @@ impl Device {
         while let Some(t) = qp.poll_transmit(now, buf) {
             let dst = SocketAddr::new(t.dst.to_canonical(), ROCE_V2_PORT);
             match &self.faults {
-                None => self.send(&buf[..t.len], dst),
+                None => {
+                    if let Some(c) = &self.capture {
+                        c.lock().unwrap_or_else(|e| e.into_inner()).record(
+                            self.addr,
+                            dst.ip(),
+                            ROCE_V2_PORT,
+                            0,
+                            &buf[..t.len],
+                        );
+                    }
+                    SEND_BATCH.with(|b| b.borrow_mut().push(&buf[..t.len], dst));
+                }
                 Some(f) => {
                     let mut bytes = buf[..t.len].to_vec();
                     for delay in f.apply(&mut bytes) {
@@ -298,6 +342,7 @@ impl Device {
                 }
             }
         }
+        self.flush_batch();
         while let Some(wc) = qp.poll_completion() {
             let cq: &Arc<CqInner> = match wc.opcode {
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => &shared.recv_cq,
@@ -732,7 +777,7 @@ impl Context {
                 check: IcrcCheck {
                     basis: HashMap::new(),
                 },
-                buf: vec![0; 65536],
+                batch: crate::sys::RecvBatch::default(),
                 tx: Vec::with_capacity(9000),
             }),
         });

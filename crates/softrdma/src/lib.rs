@@ -23,6 +23,7 @@ mod error;
 mod mr;
 mod qp;
 pub mod stats;
+mod sys;
 pub mod wrap;
 
 pub use cq::{CompletionChannel, CompletionQueue, Polled};
