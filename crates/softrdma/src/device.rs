@@ -123,6 +123,8 @@ const WAKE: Token = Token(1);
 pub(crate) struct Device {
     pub name: String,
     pub addr: IpAddr,
+    /// IPv6 scope (interface index) of a link-local address; 0 otherwise.
+    pub scope_id: u32,
     pub mtu: Mtu,
     socket: UdpSocket,
     pub mrs: Arc<MrTable>,
@@ -310,7 +312,13 @@ impl Device {
     ) {
         let now = self.now();
         while let Some(t) = qp.poll_transmit(now, buf) {
-            let dst = SocketAddr::new(t.dst.to_canonical(), ROCE_V2_PORT);
+            let dst = match t.dst.to_canonical() {
+                // Link-local peers are reached through the device's interface.
+                IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => SocketAddr::V6(
+                    std::net::SocketAddrV6::new(v6, ROCE_V2_PORT, 0, self.scope_id),
+                ),
+                ip => SocketAddr::new(ip, ROCE_V2_PORT),
+            };
             match &self.faults {
                 None => {
                     if let Some(c) = &self.capture {
@@ -693,12 +701,29 @@ impl Context {
     /// Opens a device on `addr` with explicit fault injection and capture settings (what
     /// `SOFTRDMA_FAULTS` and `SOFTRDMA_PCAP` set for [`Context::open`]).
     pub fn open_with(name: &str, addr: IpAddr, mtu: Mtu, opts: DeviceOptions) -> Result<Self> {
+        // A link-local IPv6 address needs the scope of the interface that has it.
+        let scope_id = match addr {
+            IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => {
+                crate::config::resolve(&crate::config::DeviceSpec {
+                    name: name.to_owned(),
+                    binding: crate::config::Binding::Addr(addr),
+                })
+                .map(|d| d.scope_id)
+                .unwrap_or(0)
+            }
+            _ => 0,
+        };
         let faults = opts.faults;
         let capture = match &opts.pcap {
             Some(p) => Some(Mutex::new(crate::wrap::Capture::create(p)?)),
             None => None,
         };
-        let bind = SocketAddr::new(addr, ROCE_V2_PORT);
+        let bind = match addr {
+            IpAddr::V6(v6) => {
+                SocketAddr::V6(std::net::SocketAddrV6::new(v6, ROCE_V2_PORT, 0, scope_id))
+            }
+            v4 => SocketAddr::new(v4, ROCE_V2_PORT),
+        };
         let std_sock = std::net::UdpSocket::bind(bind).map_err(|e| {
             if e.kind() == std::io::ErrorKind::AddrInUse {
                 Error::AddrInUse { addr }
@@ -756,6 +781,7 @@ impl Context {
         let dev = Arc::new(Device {
             name: name.to_owned(),
             addr,
+            scope_id,
             mtu,
             socket,
             mrs: Arc::new(MrTable::default()),
