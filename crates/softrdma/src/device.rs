@@ -151,6 +151,8 @@ pub(crate) struct Device {
     delayed_seq: AtomicU64,
     /// Counters of QPs already destroyed.
     pub retired: Mutex<softrdma_proto::QpCounters>,
+    /// Send runs of equal packets as one GSO send (turned off if the kernel refuses).
+    gso: AtomicBool,
     /// Receive state; whoever holds it drains the socket (the progress thread, or an
     /// application thread polling a CQ, which saves two context switches per message).
     rx: Mutex<RxState>,
@@ -188,7 +190,7 @@ impl Device {
             if b.is_empty() {
                 return;
             }
-            let (sent, failed) = b.flush(self.socket.as_raw_fd());
+            let (sent, failed) = b.flush(self.socket.as_raw_fd(), &self.gso);
             self.counters
                 .sent_pkts
                 .fetch_add(sent as u64, Ordering::Relaxed);
@@ -290,13 +292,19 @@ impl Device {
             any = true;
             for i in 0..n {
                 match batch.get(i) {
-                    (data, Some(from), false) => handle_datagram(self, check, data, from, tx),
+                    // GRO coalesced equal segments (the last may be shorter).
+                    (data, Some(from), false, seg) if seg > 0 => {
+                        for d in data.chunks(seg) {
+                            handle_datagram(self, check, d, from, tx);
+                        }
+                    }
+                    (data, Some(from), false, _) => handle_datagram(self, check, data, from, tx),
                     _ => {
                         self.counters.rcvd_malformed.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
-            if n < crate::sys::BATCH {
+            if n < crate::sys::RX_BATCH {
                 return any;
             }
         }
@@ -771,6 +779,9 @@ impl Context {
                 let _ = set_int_opt(fd, libc::SOL_SOCKET, plain, 16 << 20);
             }
         }
+        if std::env::var_os("SOFTRDMA_NO_GSO").is_none() {
+            crate::sys::enable_gro(fd);
+        }
         let socket = UdpSocket::from_std(std_sock);
         let poll = Poll::new().map_err(Error::io("ibv_open_device: poll"))?;
         poll.registry()
@@ -794,6 +805,7 @@ impl Context {
             shutdown: AtomicBool::new(false),
             sleep_until: AtomicU64::new(u64::MAX),
             app_poll_until: AtomicU64::new(0),
+            gso: AtomicBool::new(std::env::var_os("SOFTRDMA_NO_GSO").is_none()),
             retired: Mutex::new(softrdma_proto::QpCounters::default()),
             faults,
             capture,

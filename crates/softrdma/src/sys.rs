@@ -1,5 +1,7 @@
 //! Batched datagram I/O: `recvmmsg(2)` and `sendmmsg(2)`, which move many packets per system
-//! call. std and mio offer one datagram per call; this is the FFI they lack, kept small.
+//! call, with UDP GSO (one send of many equal-sized segments, `UDP_SEGMENT`) and GRO (one
+//! receive of many coalesced segments, `UDP_GRO`). std and mio offer one datagram per call;
+//! this is the FFI they lack, kept small.
 
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -7,9 +9,40 @@ use std::os::fd::RawFd;
 
 /// Datagrams per system call.
 pub const BATCH: usize = 64;
-/// Room for one datagram: the largest RoCE packet (4096 bytes of payload plus headers) with
-/// space to spare; anything longer is truncated and then rejected as malformed.
-pub const SLOT: usize = 4608;
+/// Receive slots per system call; each can hold a GRO super-datagram.
+pub const RX_BATCH: usize = 16;
+/// Room for one received datagram: with GRO, up to 64 KiB of coalesced segments.
+pub const SLOT: usize = 65536;
+/// Most segments in one GSO send (the kernel's `UDP_MAX_SEGMENTS`).
+const GSO_MAX_SEGS: usize = 64;
+/// Most bytes in one GSO send (a UDP datagram's limit, minus room for headers).
+const GSO_MAX_BYTES: usize = 65000;
+const SOL_UDP: i32 = 17;
+const UDP_SEGMENT: i32 = 103;
+const UDP_GRO: i32 = 104;
+/// Control-message space for one `u16` or `int`.
+const CMSG_LEN: usize = 32;
+
+/// `SOFTRDMA_GSO=always` uses GSO toward every destination, not only loopback.
+fn gso_everywhere() -> bool {
+    static ALWAYS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ALWAYS.get_or_init(|| std::env::var("SOFTRDMA_GSO").is_ok_and(|v| v == "always"))
+}
+
+/// Asks the kernel to coalesce received segments (`UDP_GRO`); false if it cannot.
+pub fn enable_gro(fd: RawFd) -> bool {
+    let one: i32 = 1;
+    // SAFETY: a valid descriptor and a pointer to an int that outlives the call.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            SOL_UDP,
+            UDP_GRO,
+            (&one as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        ) == 0
+    }
+}
 
 fn to_storage(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: sockaddr_storage is plain data for which all zeros is valid.
@@ -76,42 +109,48 @@ pub struct RecvBatch {
     addrs: Vec<libc::sockaddr_storage>,
     lens: Vec<usize>,
     truncated: Vec<bool>,
+    cmsgs: Vec<[u64; CMSG_LEN / 8]>,
+    segs: Vec<usize>,
 }
 
 impl Default for RecvBatch {
     fn default() -> Self {
         Self {
-            bufs: vec![0; BATCH * SLOT],
+            bufs: vec![0; RX_BATCH * SLOT],
             // SAFETY: all-zero sockaddr_storage is valid.
-            addrs: vec![unsafe { MaybeUninit::zeroed().assume_init() }; BATCH],
-            lens: vec![0; BATCH],
-            truncated: vec![false; BATCH],
+            addrs: vec![unsafe { MaybeUninit::zeroed().assume_init() }; RX_BATCH],
+            lens: vec![0; RX_BATCH],
+            truncated: vec![false; RX_BATCH],
+            cmsgs: vec![[0; CMSG_LEN / 8]; RX_BATCH],
+            segs: vec![0; RX_BATCH],
         }
     }
 }
 
 impl RecvBatch {
-    /// Datagram `i` of the last batch: its bytes, sender, and whether it was cut short.
-    pub fn get(&self, i: usize) -> (&[u8], Option<SocketAddr>, bool) {
+    /// Datagram `i` of the last batch: its bytes, sender, whether it was cut short, and the
+    /// segment size when GRO coalesced several datagrams into it (0 otherwise).
+    pub fn get(&self, i: usize) -> (&[u8], Option<SocketAddr>, bool, usize) {
         (
             &self.bufs[i * SLOT..i * SLOT + self.lens[i]],
             from_storage(&self.addrs[i]),
             self.truncated[i],
+            self.segs[i],
         )
     }
 }
 
-/// Receives up to [`BATCH`] datagrams without blocking; returns how many.
+/// Receives up to [`RX_BATCH`] datagrams without blocking; returns how many.
 pub fn recv_batch(fd: RawFd, b: &mut RecvBatch) -> std::io::Result<usize> {
-    let mut iov: Vec<libc::iovec> = (0..BATCH)
+    let mut iov: Vec<libc::iovec> = (0..RX_BATCH)
         .map(|i| libc::iovec {
             iov_base: b.bufs[i * SLOT..].as_mut_ptr().cast(),
             iov_len: SLOT,
         })
         .collect();
-    // SAFETY: all-zero mmsghdr is valid; every pointer set below points into `iov` and
-    // `b.addrs`, which outlive the call.
-    let mut msgs: Vec<libc::mmsghdr> = (0..BATCH)
+    // SAFETY: all-zero mmsghdr is valid; every pointer set below points into `iov`,
+    // `b.addrs` and `b.cmsgs`, which outlive the call.
+    let mut msgs: Vec<libc::mmsghdr> = (0..RX_BATCH)
         .map(|_| unsafe { MaybeUninit::zeroed().assume_init() })
         .collect();
     for (i, m) in msgs.iter_mut().enumerate() {
@@ -119,13 +158,15 @@ pub fn recv_batch(fd: RawFd, b: &mut RecvBatch) -> std::io::Result<usize> {
         m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
         m.msg_hdr.msg_iov = &mut iov[i];
         m.msg_hdr.msg_iovlen = 1;
+        m.msg_hdr.msg_control = b.cmsgs[i].as_mut_ptr().cast();
+        m.msg_hdr.msg_controllen = CMSG_LEN;
     }
-    // SAFETY: `msgs` holds BATCH valid headers whose buffers stay alive for the call.
+    // SAFETY: `msgs` holds RX_BATCH valid headers whose buffers stay alive for the call.
     let n = unsafe {
         libc::recvmmsg(
             fd,
             msgs.as_mut_ptr(),
-            BATCH as u32,
+            RX_BATCH as u32,
             libc::MSG_DONTWAIT,
             std::ptr::null_mut(),
         )
@@ -136,6 +177,19 @@ pub fn recv_batch(fd: RawFd, b: &mut RecvBatch) -> std::io::Result<usize> {
     for (i, m) in msgs.iter().take(n as usize).enumerate() {
         b.lens[i] = (m.msg_len as usize).min(SLOT);
         b.truncated[i] = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        b.segs[i] = 0;
+        // SAFETY: the kernel filled `msg_control` with `msg_controllen` bytes of control
+        // messages; the CMSG macros walk exactly those.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&m.msg_hdr);
+            while !c.is_null() {
+                if (*c).cmsg_level == SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                    let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>());
+                    b.segs[i] = v.max(0) as usize;
+                }
+                c = libc::CMSG_NXTHDR(&m.msg_hdr, c);
+            }
+        }
     }
     Ok(n as usize)
 }
@@ -160,41 +214,106 @@ impl SendBatch {
         self.pkts.is_empty()
     }
 
-    /// Sends everything in as few calls as the kernel allows. Returns (sent, failed).
-    pub fn flush(&mut self, fd: RawFd) -> (usize, usize) {
+    /// Sends everything in as few calls as the kernel allows: runs of equal-sized packets to
+    /// one destination go as single GSO sends (the last of a run may be shorter), the rest
+    /// as individual datagrams, all through `sendmmsg`. Returns (sent, failed).
+    pub fn flush(&mut self, fd: RawFd, gso: &std::sync::atomic::AtomicBool) -> (usize, usize) {
+        use std::sync::atomic::Ordering;
+        // Group packets into messages: (first packet, packet count, segment size or 0).
+        let use_gso = gso.load(Ordering::Relaxed);
+        let mut groups: Vec<(usize, usize, usize)> = Vec::new();
+        let mut i = 0;
+        while i < self.pkts.len() {
+            let (_, len, dst) = self.pkts[i];
+            let mut j = i + 1;
+            let mut bytes = len;
+            // GSO only where the segments stay in the kernel (loopback): through a bridge to
+            // a VM's tap, Linux 6.1 delivered only the first segment of each burst.
+            let gso_here = use_gso && (dst.ip().is_loopback() || gso_everywhere());
+            while gso_here && j < self.pkts.len() && j - i < GSO_MAX_SEGS {
+                let (at, l, d) = self.pkts[j];
+                let contiguous = at == self.pkts[j - 1].0 + self.pkts[j - 1].1;
+                if d != dst || !contiguous || l > len || bytes + l > GSO_MAX_BYTES {
+                    break;
+                }
+                bytes += l;
+                j += 1;
+                if l < len {
+                    break; // only the last segment may be shorter
+                }
+            }
+            groups.push((i, j - i, if j - i > 1 { len } else { 0 }));
+            i = j;
+        }
         let (mut sent, mut failed) = (0, 0);
-        let mut start = 0;
-        while start < self.pkts.len() {
-            let chunk = &self.pkts[start..(start + BATCH).min(self.pkts.len())];
+        let mut g = 0;
+        while g < groups.len() {
+            let chunk = &groups[g..(g + BATCH).min(groups.len())];
             let mut names: Vec<(libc::sockaddr_storage, libc::socklen_t)> =
-                chunk.iter().map(|p| to_storage(p.2)).collect();
+                chunk.iter().map(|c| to_storage(self.pkts[c.0].2)).collect();
             let mut iov: Vec<libc::iovec> = chunk
                 .iter()
-                .map(|p| libc::iovec {
-                    iov_base: self.data[p.0..].as_mut_ptr().cast(),
-                    iov_len: p.1,
+                .map(|c| {
+                    let first = self.pkts[c.0];
+                    let last = self.pkts[c.0 + c.1 - 1];
+                    libc::iovec {
+                        iov_base: self.data[first.0..].as_mut_ptr().cast(),
+                        iov_len: last.0 + last.1 - first.0,
+                    }
                 })
                 .collect();
+            let mut cmsgs: Vec<[u64; CMSG_LEN / 8]> = vec![[0; CMSG_LEN / 8]; chunk.len()];
             // SAFETY: as in `recv_batch`: zeroed headers pointing into live vectors.
             let mut msgs: Vec<libc::mmsghdr> = (0..chunk.len())
                 .map(|_| unsafe { MaybeUninit::zeroed().assume_init() })
                 .collect();
-            for (i, m) in msgs.iter_mut().enumerate() {
-                m.msg_hdr.msg_name = (&mut names[i].0 as *mut libc::sockaddr_storage).cast();
-                m.msg_hdr.msg_namelen = names[i].1;
-                m.msg_hdr.msg_iov = &mut iov[i];
+            for (k, m) in msgs.iter_mut().enumerate() {
+                m.msg_hdr.msg_name = (&mut names[k].0 as *mut libc::sockaddr_storage).cast();
+                m.msg_hdr.msg_namelen = names[k].1;
+                m.msg_hdr.msg_iov = &mut iov[k];
                 m.msg_hdr.msg_iovlen = 1;
+                let seg = chunk[k].2;
+                if seg > 0 {
+                    m.msg_hdr.msg_control = cmsgs[k].as_mut_ptr().cast();
+                    // SAFETY: CMSG_SPACE of a u16 fits in CMSG_LEN; the header and data are
+                    // written inside `cmsgs[k]`, which outlives the call.
+                    unsafe {
+                        m.msg_hdr.msg_controllen = libc::CMSG_SPACE(2) as usize;
+                        let c = libc::CMSG_FIRSTHDR(&m.msg_hdr);
+                        (*c).cmsg_level = SOL_UDP;
+                        (*c).cmsg_type = UDP_SEGMENT;
+                        (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+                        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg as u16);
+                    }
+                }
             }
             // SAFETY: `msgs` holds valid headers for the whole call.
             let n = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), msgs.len() as u32, 0) };
             if n <= 0 {
-                // The first packet of the chunk could not go (a full buffer, an unreachable
-                // address): drop it; retransmission recovers what matters.
-                failed += 1;
-                start += 1;
+                let e = std::io::Error::last_os_error();
+                let no_gso = matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINVAL | libc::EIO | libc::ENOPROTOOPT)
+                );
+                if chunk[0].2 > 0 && no_gso {
+                    // No GSO here: send the rest one datagram at a time from now on.
+                    gso.store(false, Ordering::Relaxed);
+                    let rest: Vec<(usize, usize, SocketAddr)> = self.pkts[chunk[0].0..].to_vec();
+                    let data = std::mem::take(&mut self.data);
+                    self.pkts.clear();
+                    for (at, len, dst) in rest {
+                        self.push(&data[at..at + len], dst);
+                    }
+                    let (s2, f2) = self.flush(fd, gso);
+                    return (sent + s2, failed + f2);
+                }
+                // The first message could not go (a full buffer, an unreachable address):
+                // drop it; retransmission recovers what matters.
+                failed += chunk[0].1;
+                g += 1;
             } else {
-                sent += n as usize;
-                start += n as usize;
+                sent += chunk.iter().take(n as usize).map(|c| c.1).sum::<usize>();
+                g += n as usize;
             }
         }
         self.data.clear();
