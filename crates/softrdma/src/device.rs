@@ -113,6 +113,10 @@ impl DeviceCounters {
 }
 
 const SOCKET: Token = Token(0);
+/// How long the progress thread keeps polling without sleeping after it last found work:
+/// the next packet of a burst usually follows within microseconds, and a wake-up from sleep
+/// costs more than that.
+const SPIN: Duration = Duration::from_micros(20);
 /// A packet held back by the fault injector: due time, sequence, destination, bytes.
 type Held = (u64, u64, SocketAddr, Vec<u8>);
 /// How long after an application thread last drained the socket the progress thread leaves
@@ -425,6 +429,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
     let mut events = Events::with_capacity(64);
     let mut tx = Vec::with_capacity(9000);
     let mut published: (u64, std::time::Instant) = (u64::MAX, std::time::Instant::now());
+    let mut last_work = std::time::Instant::now();
     loop {
         if dev.shutdown.load(Ordering::Acquire) {
             crate::stats::write(&dev.name, &dev.hw_counters());
@@ -483,8 +488,12 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         }
         dev.sleep_until
             .store(next.map_or(u64::MAX, |t| t.as_nanos()), Ordering::Release);
-        let timeout =
+        let mut timeout =
             next.map(|t| Duration::from_nanos(t.as_nanos().saturating_sub(now.as_nanos())));
+        if socket_registered && last_work.elapsed() < SPIN {
+            // Work is pending: look again at once instead of sleeping.
+            timeout = Some(Duration::ZERO);
+        }
         if let Err(e) = poll.poll(&mut events, timeout) {
             if e.kind() != std::io::ErrorKind::Interrupted {
                 return;
@@ -492,7 +501,9 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         }
         if socket_registered {
             let mut st = dev.rx.lock().unwrap_or_else(|e| e.into_inner());
-            dev.drain(&mut st);
+            if dev.drain(&mut st) {
+                last_work = std::time::Instant::now();
+            }
         }
         // Timers.
         let now = dev.now();

@@ -642,3 +642,41 @@ fn srq_ah_owned_buffers_and_lending_poll() {
     assert!(a._pd.create_ah(bctx.gids()[1], 9).is_err());
     assert_eq!(ah.dest(bqp.qp_num(), 7).ip, bctx.addr());
 }
+
+#[test]
+fn a_taken_port_is_a_clear_error() {
+    let first = ctx(40);
+    let second = Context::open_with("again", first.addr(), Mtu::M1024, DeviceOptions::default());
+    let msg = second.unwrap_err().to_string();
+    assert!(msg.contains("127.0.77.40:4791 is already in use"), "{msg}");
+    assert!(msg.contains("SOFTRDMA_ADDR=127.0.0.N"), "{msg}");
+}
+
+#[test]
+fn an_idle_device_does_not_spin() {
+    // Measure the progress thread's CPU time over an idle 200 ms via /proc.
+    let c = ctx(41);
+    let cpu = || -> u64 {
+        let mut total = 0;
+        for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() == "softrdma-t41" {
+                let stat = std::fs::read_to_string(t.path().join("stat")).unwrap();
+                let f: Vec<&str> = stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap()
+                    .split_whitespace()
+                    .collect();
+                total += f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+            }
+        }
+        total
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let before = cpu();
+    std::thread::sleep(Duration::from_millis(200));
+    // Clock ticks are 10 ms: an idle thread uses none; a spinning one would use ~20.
+    assert!(cpu() - before <= 1, "the idle progress thread used CPU");
+    drop(c);
+}
