@@ -7,6 +7,7 @@
 mod demo;
 mod devices;
 mod pcap;
+mod perf;
 mod pingpong;
 mod sim;
 
@@ -33,6 +34,9 @@ enum Command {
     /// Two soft devices on loopback: SEND, WRITE, READ, FETCH_ADD and COMPARE_SWAP, checked,
     /// then latency and bandwidth.
     Demo,
+    /// perftest's bandwidth and latency tests, compatible with perftest 4.5 on the wire and
+    /// on the out-of-band connection.
+    Perf(perf::PerfArgs),
     /// Show devices and their attributes, as `ibv_devinfo` does.
     Devinfo(devices::DevinfoArgs),
     /// Add, delete and show soft devices, as iproute2's `rdma link` does.
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
         Command::Pcap(PcapCommand::Decode { json, file }) => pcap::decode(&file, json, &mut out),
         Command::Sim(args) => return sim::run(&args, &mut out),
         Command::Demo => return demo::run(),
+        Command::Perf(a) => return perf::run(&a, &mut out),
         Command::Devinfo(a) => return devices::devinfo(&a),
         Command::Link(c) => return devices::link(&c),
         Command::RcPingpong(a) => return pingpong::run(softrdma::QpType::Rc, &a),

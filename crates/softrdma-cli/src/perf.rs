@@ -1,0 +1,1272 @@
+//! `softrdma perf`: perftest's bandwidth and latency tests, speaking perftest 4.5's
+//! out-of-band protocol on TCP port 18515, so that either end can be `ib_write_bw`,
+//! `ib_read_lat`, `ib_send_lat`, `ib_atomic_lat`, ...
+//!
+//! The exchange (perftest's `perftest_communication.c`; the client writes first, the server
+//! reads first, in every step): a 16-byte version string; the page size and cache line size
+//! as 4-byte big-endian numbers; the MTU enum as a 2-byte string; then 108-byte key messages
+//! `LID:OUT_READS:QPN:PSN:RKEY:VADDR:GID(16 bytes):SRQN:`, which also serve as barriers. BW
+//! tests end with the client's report (size, iterations, peak, average, message rate, all
+//! big-endian) and a last barrier followed by `"done"`.
+
+use clap::{Args, ValueEnum};
+use softrdma::{
+    AccessFlags, Completion, CompletionQueue, ConnectAttr, Context, MemoryRegion, Mtu, Payload,
+    Peer, Psn, QpCaps, QpInitAttr, QpType, Qpn, QueuePair, RecvWr, SendFlags, SendOp, SendWr,
+    UdDest, WcOpcode, WcStatus,
+};
+use std::io::{IsTerminal, Read, Write};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// The tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Test {
+    /// RDMA WRITE bandwidth.
+    WriteBw,
+    /// RDMA WRITE latency (ping-pong).
+    WriteLat,
+    /// RDMA READ bandwidth.
+    ReadBw,
+    /// RDMA READ latency.
+    ReadLat,
+    /// SEND bandwidth.
+    SendBw,
+    /// SEND latency (ping-pong).
+    SendLat,
+    /// Atomic bandwidth.
+    AtomicBw,
+    /// Atomic latency.
+    AtomicLat,
+}
+
+impl Test {
+    fn is_bw(self) -> bool {
+        matches!(
+            self,
+            Test::WriteBw | Test::ReadBw | Test::SendBw | Test::AtomicBw
+        )
+    }
+    fn title(self) -> &'static str {
+        match self {
+            Test::WriteBw => "RDMA_Write BW Test",
+            Test::WriteLat => "RDMA_Write Latency Test",
+            Test::ReadBw => "RDMA_Read BW Test",
+            Test::ReadLat => "RDMA_Read Latency Test",
+            Test::SendBw => "Send BW Test",
+            Test::SendLat => "Send Latency Test",
+            Test::AtomicBw => "Atomic FETCH_AND_ADD BW Test",
+            Test::AtomicLat => "Atomic FETCH_AND_ADD Latency Test",
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Test::WriteBw => "write-bw",
+            Test::WriteLat => "write-lat",
+            Test::ReadBw => "read-bw",
+            Test::ReadLat => "read-lat",
+            Test::SendBw => "send-bw",
+            Test::SendLat => "send-lat",
+            Test::AtomicBw => "atomic-bw",
+            Test::AtomicLat => "atomic-lat",
+        }
+    }
+    fn reads(self) -> bool {
+        matches!(
+            self,
+            Test::ReadBw | Test::ReadLat | Test::AtomicBw | Test::AtomicLat
+        )
+    }
+}
+
+/// Connection types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[allow(clippy::upper_case_acronyms)]
+pub enum Conn {
+    /// Reliable connection.
+    #[value(name = "RC", alias = "rc")]
+    RC,
+    /// Unreliable connection.
+    #[value(name = "UC", alias = "uc")]
+    UC,
+    /// Unreliable datagram.
+    #[value(name = "UD", alias = "ud")]
+    UD,
+}
+
+/// Atomic operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+pub enum AtomicType {
+    /// Compare and swap.
+    #[value(name = "CMP_AND_SWAP")]
+    CMP_AND_SWAP,
+    /// Fetch and add.
+    #[value(name = "FETCH_AND_ADD")]
+    FETCH_AND_ADD,
+}
+
+/// Flags of `softrdma perf` (perftest's).
+#[derive(Debug, Args)]
+pub struct PerfArgs {
+    /// The test.
+    #[arg(value_enum)]
+    test: Test,
+    /// Connect to the server at HOST; without it, run as the server.
+    host: Option<String>,
+    /// Device (default: the first).
+    #[arg(short = 'd', long = "ib-dev")]
+    ib_dev: Option<String>,
+    /// Port of the device.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    ib_port: u8,
+    /// GID index (default 1: IPv4, as perftest picks on rxe).
+    #[arg(short = 'x', long = "gid-index", default_value_t = 1)]
+    gid_index: usize,
+    /// Message size (default 65536 for BW tests, 2 for latency tests).
+    #[arg(short = 's', long = "size")]
+    size: Option<u64>,
+    /// Iterations (default 5000 for BW tests, 1000 for latency tests).
+    #[arg(short = 'n', long = "iters")]
+    iters: Option<u64>,
+    /// Run for this many seconds instead of a number of iterations.
+    #[arg(short = 'D', long = "duration")]
+    duration: Option<u64>,
+    /// All sizes from 2 to 2^23 bytes.
+    #[arg(short = 'a', long = "all")]
+    all: bool,
+    /// Path MTU (256..4096; default the port's).
+    #[arg(short = 'm', long = "mtu")]
+    mtu: Option<usize>,
+    /// QPs (only 1 is supported).
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    qps: u32,
+    /// TX depth (outstanding work requests).
+    #[arg(short = 't', long = "tx-depth")]
+    tx_depth: Option<u32>,
+    /// Connection type.
+    #[arg(short = 'c', long = "connection", value_enum, default_value = "RC")]
+    conn: Conn,
+    /// TCP port of the out-of-band exchange.
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    port: u16,
+    /// Don't fail on CPU frequency differences (accepted for compatibility).
+    #[arg(short = 'F', long = "CPU-freq")]
+    cpu_freq: bool,
+    /// Report Gbit/s instead of MB/s.
+    #[arg(long = "report_gbits")]
+    report_gbits: bool,
+    /// Inline size (accepted; the soft device copies anyway).
+    #[arg(short = 'I', long = "inline_size")]
+    inline: Option<u32>,
+    /// Bidirectional (not supported yet: refused).
+    #[arg(short = 'b', long = "bidirectional")]
+    bidir: bool,
+    /// CQ moderation: signal every Nth send.
+    #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
+    cq_mod: u32,
+    /// Atomic operation.
+    #[arg(
+        short = 'A',
+        long = "atomic_type",
+        value_enum,
+        default_value = "FETCH_AND_ADD"
+    )]
+    atomic: AtomicType,
+    /// Print one JSON line of results after the table.
+    #[arg(long)]
+    json: bool,
+    /// With -a, draw the results against message size as SVG.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
+}
+
+/// The 108-byte key message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Keys {
+    lid: u16,
+    out_reads: u16,
+    qpn: u32,
+    psn: u32,
+    rkey: u32,
+    vaddr: u64,
+    gid: [u8; 16],
+    srqn: u32,
+}
+
+impl Keys {
+    fn wire(&self) -> [u8; 108] {
+        let mut s = format!(
+            "{:04x}:{:04x}:{:06x}:{:06x}:{:08x}:{:016x}:",
+            self.lid, self.out_reads, self.qpn, self.psn, self.rkey, self.vaddr
+        );
+        for b in self.gid {
+            s.push_str(&format!("{b:02x}:"));
+        }
+        s.push_str(&format!("{:08x}:", self.srqn));
+        let mut m = [0u8; 108];
+        let n = s.len().min(107);
+        m[..n].copy_from_slice(&s.as_bytes()[..n]);
+        m
+    }
+
+    fn parse(m: &[u8; 108]) -> Result<Self, String> {
+        let text = std::str::from_utf8(m).map_err(|_| "key message is not text")?;
+        let f: Vec<&str> = text.trim_end_matches('\0').split(':').collect();
+        if f.len() < 23 {
+            return Err(format!("key message {text:?} has {} fields", f.len()));
+        }
+        let h = |x: &str| u64::from_str_radix(x, 16).map_err(|e| format!("{x:?}: {e}"));
+        let mut gid = [0u8; 16];
+        for (i, g) in gid.iter_mut().enumerate() {
+            *g = h(f[6 + i])? as u8;
+        }
+        Ok(Self {
+            lid: h(f[0])? as u16,
+            out_reads: h(f[1])? as u16,
+            qpn: h(f[2])? as u32,
+            psn: h(f[3])? as u32,
+            rkey: h(f[4])? as u32,
+            vaddr: h(f[5])?,
+            gid,
+            srqn: h(f[22])? as u32,
+        })
+    }
+}
+
+/// The out-of-band connection.
+struct Oob {
+    s: TcpStream,
+    client: bool,
+}
+
+impl Oob {
+    /// Both sides send `mine`; the client first.
+    fn xchg(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
+        let mut theirs = vec![0u8; mine.len()];
+        let io = |e: std::io::Error| format!("out-of-band exchange failed: {e}");
+        if self.client {
+            self.s.write_all(mine).map_err(io)?;
+            self.s.read_exact(&mut theirs).map_err(io)?;
+        } else {
+            self.s.read_exact(&mut theirs).map_err(io)?;
+            self.s.write_all(mine).map_err(io)?;
+        }
+        Ok(theirs)
+    }
+
+    fn hand_shake(&mut self, me: &Keys) -> Result<Keys, String> {
+        let m = self.xchg(&me.wire())?;
+        let mut a = [0u8; 108];
+        a.copy_from_slice(&m);
+        Keys::parse(&a)
+    }
+
+    /// Connects to the server, or listens and accepts the client.
+    fn open(a: &PerfArgs) -> Result<Self, String> {
+        match &a.host {
+            Some(h) => {
+                let s = TcpStream::connect((h.as_str(), a.port))
+                    .map_err(|e| format!("Couldn't connect to {h}:{}: {e}", a.port))?;
+                Ok(Self::new(s, true))
+            }
+            None => {
+                let l = TcpListener::bind(SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), a.port))
+                    .or_else(|_| TcpListener::bind(("0.0.0.0", a.port)))
+                    .map_err(|e| format!("Couldn't listen to port {}: {e}", a.port))?;
+                println!("\n************************************");
+                println!("* Waiting for client to connect... *");
+                println!("************************************");
+                let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+                Ok(Self::new(s, false))
+            }
+        }
+    }
+
+    fn new(s: TcpStream, client: bool) -> Self {
+        // Barriers are tiny messages that the other side waits for: no Nagle delay. A peer
+        // that stops answering is an error, not a hang.
+        let _ = s.set_nodelay(true);
+        let _ = s.set_read_timeout(Some(Duration::from_secs(120)));
+        Self { s, client }
+    }
+
+    /// The client's BW report (perftest's `xchg_bw_reports`): size and iterations as
+    /// big-endian 64-bit integers, then peak and average MB/s and Mpps as big-endian doubles.
+    fn give_report(&mut self, r: &Row) -> Result<(), String> {
+        if let Row::Bw {
+            bytes,
+            iters,
+            peak,
+            avg,
+            rate,
+        } = *r
+        {
+            self.xchg(&bytes.to_be_bytes())?;
+            self.xchg(&iters.to_be_bytes())?;
+            for v in [peak / MB, avg / MB, rate / 1e6] {
+                self.xchg(&v.to_bits().to_be_bytes())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The server's side of [`Self::give_report`].
+    fn take_report(&mut self) -> Result<Row, String> {
+        let mut f = [0u64; 5];
+        for v in &mut f {
+            let got = self.xchg(&[0u8; 8])?;
+            *v = u64::from_be_bytes(got.try_into().map_err(|_| "short report")?);
+        }
+        let d = |i: usize| f64::from_bits(f[i]);
+        Ok(Row::Bw {
+            bytes: f[0],
+            iters: f[1],
+            peak: d(2) * MB,
+            avg: d(3) * MB,
+            rate: d(4) * 1e6,
+        })
+    }
+
+    /// The final barrier and `"done"`.
+    fn close(&mut self, me: &Keys) -> Result<(), String> {
+        self.hand_shake(me)?;
+        let _ = self.s.write_all(b"done\0");
+        Ok(())
+    }
+}
+
+const VERSION: &str = "6.06";
+const PAGE: u32 = 4096;
+const CACHE_LINE: u32 = 64;
+/// perftest's MB: 2^20 bytes.
+const MB: f64 = 1048576.0;
+
+/// Runs `softrdma perf`.
+pub fn run(a: &PerfArgs, out: &mut impl Write) -> ExitCode {
+    match perf(a, out) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("softrdma perf: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The Q_Key of perftest's UD tests.
+const QKEY: u32 = 0x1111_1111;
+/// Room for the GRH that a UD receive buffer starts with (IBTA 11.4.1.1).
+const GRH: u64 = 40;
+/// Receive WQEs kept posted by the SEND tests (perftest's default RX depth).
+const RX_DEPTH: u32 = 512;
+/// How long any single wait may take before the peer is declared gone.
+const PEER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Everything a test runs on, connected.
+struct Setup {
+    ctx: Context,
+    cq: CompletionQueue,
+    qp: QueuePair,
+    mr: MemoryRegion,
+    /// Bytes in each half of the buffer: sends come from the first, peers write into the second.
+    half: u64,
+    me: Keys,
+    rem: Keys,
+    oob: Oob,
+    mtu: Mtu,
+    /// Where UD sends go.
+    ud: Option<UdDest>,
+    /// Receive WQEs posted and not yet completed.
+    recvs: std::cell::Cell<u32>,
+}
+
+/// Checks the flags against what the test and this implementation allow, before touching the
+/// network, so that misuse is reported by name.
+fn check_args(a: &PerfArgs) -> Result<(), String> {
+    if a.qps != 1 {
+        return Err("only one QP (-q 1) is supported".into());
+    }
+    if a.bidir {
+        return Err("bidirectional tests (-b) are not supported yet".into());
+    }
+    let allowed: &[Conn] = match a.test {
+        Test::WriteBw | Test::WriteLat => &[Conn::RC, Conn::UC],
+        Test::SendBw | Test::SendLat => &[Conn::RC, Conn::UC, Conn::UD],
+        _ => &[Conn::RC],
+    };
+    if !allowed.contains(&a.conn) {
+        return Err(format!(
+            "{} does not run over {:?} (allowed: {allowed:?})",
+            a.test.name(),
+            a.conn
+        ));
+    }
+    if a.duration.is_some() && matches!(a.test, Test::WriteLat | Test::SendLat | Test::SendBw) {
+        return Err(format!(
+            "-D is not supported by {} here: use -n",
+            a.test.name()
+        ));
+    }
+    if a.duration == Some(0) {
+        return Err("-D must be at least 1 second".into());
+    }
+    if a.iters == Some(0) {
+        return Err("-n must be at least 1".into());
+    }
+    if a.cq_mod == 0 {
+        return Err("-Q must be at least 1".into());
+    }
+    if a.ib_port != 1 {
+        return Err(format!(
+            "port {} does not exist (the device has port 1)",
+            a.ib_port
+        ));
+    }
+    if let Some(s) = a.size {
+        if s == 0 || s > 1 << 31 {
+            return Err(format!("message size {s} is out of range (1..2^31)"));
+        }
+    }
+    Ok(())
+}
+
+fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, String> {
+    let ctx = Context::open(a.ib_dev.as_deref()).map_err(|e| e.to_string())?;
+    // perftest's buffer: two halves, sends from the first, the peer writes into the second.
+    let half = (max_size + GRH)
+        .max(u64::from(PAGE))
+        .next_multiple_of(u64::from(PAGE));
+    let pd = ctx.alloc_pd();
+    let mr = pd
+        .register_zeroed(
+            (2 * half) as usize,
+            AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+        )
+        .map_err(|e| format!("Couldn't register MR: {e}"))?;
+    let depth = tx_depth(a);
+    let cq = ctx
+        .create_cq((depth + RX_DEPTH + 1) as usize, None)
+        .map_err(|e| format!("Couldn't create CQ: {e}"))?;
+    let qp_type = match a.conn {
+        Conn::RC => QpType::Rc,
+        Conn::UC => QpType::Uc,
+        Conn::UD => QpType::Ud,
+    };
+    let qp = pd
+        .create_qp(QpInitAttr {
+            qp_type,
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            cap: QpCaps {
+                max_send_wr: depth,
+                max_recv_wr: RX_DEPTH,
+                ..QpCaps::default()
+            },
+            sq_sig_all: false,
+            srq: None,
+        })
+        .map_err(|e| format!("Couldn't create QP: {e}"))?;
+    let mut oob = Oob::open(a)?;
+    // Versions, then page and cache-line sizes, then the MTU (perftest's exchange_versions,
+    // check_sys_data and check_mtu).
+    let mut v = [0u8; 16];
+    v[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
+    let rv = oob.xchg(&v)?;
+    let rem_text = String::from_utf8_lossy(&rv)
+        .trim_end_matches('\0')
+        .to_string();
+    let rem_version: f64 = rem_text.parse().unwrap_or(0.0);
+    if rem_version < 5.70 {
+        return Err(format!(
+            "remote perftest version {rem_text:?} is older than 5.70"
+        ));
+    }
+    oob.xchg(&PAGE.to_be_bytes())?;
+    oob.xchg(&CACHE_LINE.to_be_bytes())?;
+    let want = match a.mtu {
+        Some(m) => Mtu::from_bytes(m)
+            .ok_or_else(|| format!("invalid MTU {m} (256, 512, 1024, 2048 or 4096)"))?,
+        None => ctx.active_mtu(),
+    };
+    let mine = (want as u8).min(ctx.active_mtu() as u8);
+    let r = oob.xchg(&[b'0' + mine, 0])?;
+    let theirs = (r[0] as char).to_digit(10).map_or(mine, |d| d as u8);
+    let mtu = match mine.min(theirs) {
+        1 => Mtu::M256,
+        2 => Mtu::M512,
+        3 => Mtu::M1024,
+        4 => Mtu::M2048,
+        _ => Mtu::M4096,
+    };
+    if a.conn == Conn::UD && a.size.is_some_and(|x| x > mtu.bytes() as u64) {
+        return Err(format!(
+            "Max message size in UD cannot be greater than MTU ({})",
+            mtu.bytes()
+        ));
+    }
+    let attr = ConnectAttr {
+        mtu,
+        qkey: QKEY,
+        max_rd_atomic: 16,
+        ..ConnectAttr::default()
+    };
+    qp.init(&attr)
+        .map_err(|e| format!("Failed to modify QP to INIT: {e}"))?;
+    let gid = *ctx
+        .gids()
+        .get(a.gid_index)
+        .ok_or_else(|| format!("GID index {} does not exist", a.gid_index))?;
+    let me = Keys {
+        lid: 0,
+        out_reads: if a.test.reads() { 16 } else { 1 },
+        qpn: qp.qp_num().value(),
+        psn: rand::random::<u32>() & 0xFF_FFFF,
+        rkey: mr.rkey(),
+        vaddr: mr.addr() + half,
+        gid: gid.octets(),
+        srqn: 0,
+    };
+    // perftest's sequence: latency tests of WRITE, READ and atomics shake hands once before the
+    // QP information; after connecting, SEND tests shake hands twice ("connected", "printed"),
+    // the others also twice ("printed", "after RTR").
+    if matches!(a.test, Test::ReadLat | Test::AtomicLat | Test::WriteLat) {
+        oob.hand_shake(&me)?;
+    }
+    let rem = oob.hand_shake(&me)?;
+    let peer_ip = if rem.gid == [0; 16] {
+        oob.s
+            .peer_addr()
+            .map_err(|e| e.to_string())?
+            .ip()
+            .to_canonical()
+    } else {
+        IpAddr::V6(Ipv6Addr::from(rem.gid)).to_canonical()
+    };
+    let attr = ConnectAttr {
+        max_rd_atomic: rem.out_reads.clamp(1, 16) as u8,
+        ..attr
+    };
+    qp.connect(
+        Psn::new(me.psn),
+        &Peer {
+            addr: peer_ip,
+            qpn: Qpn::new(rem.qpn),
+            psn: Psn::new(rem.psn),
+        },
+        &attr,
+    )
+    .map_err(|e| format!("Couldn't connect to remote QP: {e}"))?;
+    let s = Setup {
+        ctx,
+        cq,
+        qp,
+        mr,
+        half,
+        me,
+        rem,
+        oob,
+        mtu,
+        ud: (a.conn == Conn::UD).then(|| UdDest {
+            src: IpAddr::V6(gid).to_canonical(),
+            ip: peer_ip,
+            qpn: Qpn::new(rem.qpn),
+            qkey: QKEY,
+        }),
+        recvs: std::cell::Cell::new(0),
+    };
+    Ok(s)
+}
+
+fn tx_depth(a: &PerfArgs) -> u32 {
+    a.tx_depth
+        .unwrap_or(if a.test.is_bw() { 128 } else { 1 })
+        .clamp(1, 8192)
+}
+
+/// C's `%#0Nx`: like Rust's `{:#0N$x}` but zero prints without the prefix.
+fn c_hex(v: u64, width: usize) -> String {
+    if v == 0 {
+        format!("{:0width$}", 0)
+    } else {
+        format!("{v:#0width$x}")
+    }
+}
+
+/// perftest's test information block and the two address blocks.
+fn header(a: &PerfArgs, s: &Setup, out: &mut impl Write) -> std::io::Result<()> {
+    let line = "-".repeat(87);
+    let client = a.host.is_some();
+    writeln!(out, "{line}")?;
+    writeln!(out, "                    {}", s_title(a))?;
+    writeln!(
+        out,
+        " Dual-port       : OFF\t\tDevice         : {}",
+        s.ctx.name()
+    )?;
+    writeln!(out, " Number of qps   : 1\t\tTransport type : IB")?;
+    writeln!(
+        out,
+        " Connection type : {:?}\t\tUsing SRQ      : OFF",
+        a.conn
+    )?;
+    writeln!(out, " PCIe relax order: ON")?;
+    writeln!(out, " ibv_wr* API     : OFF")?;
+    if client || !a.test.is_bw() {
+        writeln!(out, " TX depth        : {}", tx_depth(a))?;
+    }
+    if matches!(a.test, Test::SendBw | Test::SendLat) && (!client || !a.test.is_bw()) {
+        writeln!(out, " RX depth        : {RX_DEPTH}")?;
+    }
+    if a.test.is_bw() {
+        writeln!(out, " CQ Moderation   : {}", a.cq_mod.min(tx_depth(a)))?;
+    }
+    writeln!(out, " Mtu             : {}[B]", s.mtu.bytes())?;
+    writeln!(out, " Link type       : Ethernet")?;
+    writeln!(out, " GID index       : {}", a.gid_index)?;
+    if a.test.reads() {
+        writeln!(out, " Outstand reads  : {}", s.me.out_reads)?;
+    } else {
+        writeln!(out, " Max inline data : {}[B]", a.inline.unwrap_or(0))?;
+    }
+    writeln!(out, " rdma_cm QPs\t : OFF")?;
+    writeln!(out, " Data ex. method : Ethernet")?;
+    writeln!(out, "{line}")?;
+    for (what, k) in [("local", &s.me), ("remote", &s.rem)] {
+        write!(
+            out,
+            " {what} address: LID {} QPN {} PSN {}",
+            c_hex(k.lid.into(), 4),
+            c_hex(k.qpn.into(), 6),
+            c_hex(k.psn.into(), 6)
+        )?;
+        if matches!(a.test, Test::ReadBw | Test::ReadLat) {
+            write!(out, " OUT {}", c_hex(k.out_reads.into(), 4))?;
+        }
+        if matches!(
+            a.test,
+            Test::ReadBw | Test::ReadLat | Test::WriteBw | Test::WriteLat
+        ) {
+            write!(
+                out,
+                " RKey {} VAddr {}",
+                c_hex(k.rkey.into(), 8),
+                c_hex(k.vaddr, 16)
+            )?;
+        }
+        writeln!(out)?;
+        let g: Vec<String> = k.gid.iter().map(|b| format!("{b:02}")).collect();
+        writeln!(out, " GID: {}", g.join(":"))?;
+    }
+    writeln!(out, "{line}")
+}
+
+fn s_title(a: &PerfArgs) -> String {
+    match (a.test, a.atomic) {
+        (Test::AtomicBw, AtomicType::CMP_AND_SWAP) => "Atomic CMP_AND_SWAP BW Test".into(),
+        (Test::AtomicLat, AtomicType::CMP_AND_SWAP) => "Atomic CMP_AND_SWAP Latency Test".into(),
+        (t, _) => t.title().into(),
+    }
+}
+
+/// One row of results.
+#[derive(Debug, Clone)]
+enum Row {
+    Bw {
+        bytes: u64,
+        iters: u64,
+        /// Bytes per second.
+        peak: f64,
+        /// Bytes per second.
+        avg: f64,
+        /// Messages per second.
+        rate: f64,
+    },
+    Lat {
+        bytes: u64,
+        iters: u64,
+        /// One sample per iteration, in microseconds.
+        us: Vec<f64>,
+    },
+}
+
+/// Polls for the next completion; a peer silent for `timeout` is an error.
+fn wait_one(s: &Setup, timeout: Duration) -> Result<Completion, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(wc) = s.cq.poll_one() {
+            if wc.status != WcStatus::Success {
+                return Err(format!(
+                    "completion with error {} for WR {}",
+                    wc.status, wc.wr_id
+                ));
+            }
+            if wc.opcode == WcOpcode::Recv {
+                s.recvs.set(s.recvs.get() - 1);
+            }
+            return Ok(wc);
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "no completion within {timeout:?}: is the peer alive?"
+            ));
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Waits for the next receive completion, skipping send completions.
+fn wait_recv(s: &Setup, timeout: Duration) -> Result<Completion, String> {
+    loop {
+        let wc = wait_one(s, timeout)?;
+        if wc.opcode == WcOpcode::Recv {
+            return Ok(wc);
+        }
+    }
+}
+
+/// Tops the receive queue up to `RX_DEPTH`; each WQE takes the whole second half, so that
+/// any message size (and a UD GRH) fits.
+fn fill_recvs(s: &Setup) -> Result<(), String> {
+    while s.recvs.get() < RX_DEPTH {
+        s.qp.post_recv(RecvWr {
+            wr_id: u64::MAX,
+            sg_list: vec![s.mr.sge(s.half, s.half as u32)],
+        })
+        .map_err(|e| format!("Couldn't post receive: {e}"))?;
+        s.recvs.set(s.recvs.get() + 1);
+    }
+    Ok(())
+}
+
+fn op_for(a: &PerfArgs, s: &Setup, seq: u64) -> SendOp {
+    let (remote_addr, rkey) = (s.rem.vaddr, s.rem.rkey);
+    match a.test {
+        Test::WriteBw | Test::WriteLat => SendOp::Write { remote_addr, rkey },
+        Test::ReadBw | Test::ReadLat => SendOp::Read { remote_addr, rkey },
+        Test::SendBw | Test::SendLat => SendOp::Send,
+        Test::AtomicBw | Test::AtomicLat => match a.atomic {
+            AtomicType::FETCH_AND_ADD => SendOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add: 1,
+            },
+            AtomicType::CMP_AND_SWAP => SendOp::CompareSwap {
+                remote_addr,
+                rkey,
+                compare: seq,
+                swap: seq + 1,
+            },
+        },
+    }
+}
+
+fn post(s: &Setup, op: SendOp, size: u64, wr_id: u64, signaled: bool) -> Result<(), String> {
+    s.qp.post_send(SendWr {
+        wr_id,
+        op,
+        payload: Payload::Sges(vec![s.mr.sge(0, size as u32)]),
+        flags: if signaled {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::empty()
+        },
+        ud: s.ud,
+    })
+    .map_err(|e| format!("Couldn't post send: {e}"))
+}
+
+/// Bandwidth from completion marks `(time, messages done)`: the average over the run, and the
+/// peak as the best of 16 equal slices of the run, so that a burst of completions reported
+/// together cannot pass for a rate.
+fn bw_row(size: u64, start: Instant, marks: &[(Instant, u64)]) -> Row {
+    let done = marks.last().map_or(0, |m| m.1);
+    let secs = marks
+        .last()
+        .map_or(0.0, |m| m.0.duration_since(start).as_secs_f64())
+        .max(1e-9);
+    let avg = (done * size) as f64 / secs;
+    let mut slices = [0u64; 16];
+    let mut prev = 0;
+    for &(t, n) in marks {
+        let i = (t.duration_since(start).as_secs_f64() / secs * 16.0) as usize;
+        slices[i.min(15)] += n - prev;
+        prev = n;
+    }
+    let best = slices.iter().copied().max().unwrap_or(0);
+    let peak = ((best * size) as f64 / (secs / 16.0)).max(avg);
+    Row::Bw {
+        bytes: size,
+        iters: done,
+        peak,
+        avg,
+        rate: done as f64 / secs,
+    }
+}
+
+/// The sending side of a bandwidth test: `depth` WRs in flight, every `cq_mod`-th signaled
+/// (completions come in order, so one signaled WR retires all before it).
+fn run_bw(
+    a: &PerfArgs,
+    s: &Setup,
+    size: u64,
+    iters: u64,
+    pb: &indicatif::ProgressBar,
+) -> Result<Row, String> {
+    let depth = u64::from(tx_depth(a));
+    let cq_mod = u64::from(a.cq_mod).clamp(1, depth);
+    let limit = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
+    let total = if limit.is_some() { u64::MAX } else { iters };
+    let start = Instant::now();
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut marks = Vec::new();
+    let mut stop = false;
+    loop {
+        while !stop && posted < total && posted - done < depth {
+            let signaled = (posted + 1) % cq_mod == 0 || posted + 1 == total;
+            post(s, op_for(a, s, posted), size, posted, signaled)?;
+            posted += 1;
+            // A timed run ends only after a signaled WR, so that its completion retires all.
+            if signaled && limit.is_some_and(|l| Instant::now() >= l) {
+                stop = true;
+            }
+        }
+        if done == posted && (stop || posted == total) {
+            break;
+        }
+        let wc = wait_one(s, PEER_TIMEOUT)?;
+        done = wc.wr_id + 1;
+        marks.push((Instant::now(), done));
+        pb.set_position(done.min(iters));
+    }
+    Ok(bw_row(size, start, &marks))
+}
+
+/// The receiving side of `send-bw`: counts `iters` messages, reposting as it goes. Over UC
+/// and UD, messages can be lost: the count ends when the sender has been quiet for a second.
+fn run_bw_server(
+    a: &PerfArgs,
+    s: &Setup,
+    size: u64,
+    iters: u64,
+    pb: &indicatif::ProgressBar,
+) -> Result<Row, String> {
+    let mut marks = Vec::new();
+    let mut start = None;
+    let mut got = 0u64;
+    while got < iters {
+        let quiet = if a.conn == Conn::RC || got == 0 {
+            PEER_TIMEOUT
+        } else {
+            Duration::from_secs(1)
+        };
+        match wait_recv(s, quiet) {
+            Ok(_) => {}
+            Err(_) if a.conn != Conn::RC && got > 0 => {
+                eprintln!(
+                    " {} of {iters} messages arrived ({:?} drops them when receives run out)",
+                    got, a.conn
+                );
+                break;
+            }
+            Err(e) => return Err(e),
+        }
+        let now = Instant::now();
+        start.get_or_insert(now);
+        got += 1;
+        marks.push((now, got));
+        fill_recvs(s)?;
+        pb.set_position(got);
+    }
+    // The first arrival starts the clock, so the messages after it make the rate.
+    let start = start.unwrap_or_else(Instant::now);
+    let after_first: Vec<(Instant, u64)> = marks.iter().skip(1).map(|&(t, n)| (t, n - 1)).collect();
+    let row = bw_row(size, start, &after_first);
+    Ok(match row {
+        Row::Bw {
+            peak,
+            avg,
+            rate,
+            bytes,
+            ..
+        } => Row::Bw {
+            bytes,
+            iters: got,
+            peak,
+            avg,
+            rate,
+        },
+        r => r,
+    })
+}
+
+/// Spins until the byte at `off` of the region equals `v`, letting the device make progress.
+fn poll_byte(s: &Setup, off: u64, v: u8) -> Result<(), String> {
+    let deadline = Instant::now() + PEER_TIMEOUT;
+    let mut b = [0u8; 1];
+    loop {
+        s.mr.read(off as usize, &mut b).map_err(|e| e.to_string())?;
+        if b[0] == v {
+            return Ok(());
+        }
+        s.cq.poll_lending(0);
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the peer's WRITE did not arrive within {PEER_TIMEOUT:?}"
+            ));
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// A latency test on either side (the WRITE and SEND ping-pongs run on both).
+fn run_lat(
+    a: &PerfArgs,
+    s: &Setup,
+    size: u64,
+    iters: u64,
+    pb: &indicatif::ProgressBar,
+) -> Result<Row, String> {
+    let client = a.host.is_some();
+    let mut us = Vec::with_capacity(iters.min(1 << 24) as usize);
+    match a.test {
+        Test::ReadLat | Test::AtomicLat => {
+            let limit = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
+            let mut i = 0;
+            while limit.map_or(i < iters, |l| Instant::now() < l) {
+                let t = Instant::now();
+                post(s, op_for(a, s, i), size, i, true)?;
+                wait_one(s, PEER_TIMEOUT)?;
+                us.push(t.elapsed().as_secs_f64() * 1e6);
+                i += 1;
+                pb.set_position(i);
+            }
+        }
+        Test::WriteLat => {
+            // perftest's ping-pong: the iteration count travels in the last byte of the
+            // message; each side waits for the peer's count before writing its own, the
+            // client going first. Half the time between a side's posts is one latency sample.
+            let poll_off = s.half + size - 1;
+            let mut last = None;
+            for i in 1..=iters {
+                if !client || i > 1 {
+                    poll_byte(s, poll_off, (if client { i - 1 } else { i }) as u8)?;
+                }
+                s.mr.write((size - 1) as usize, &[i as u8])
+                    .map_err(|e| e.to_string())?;
+                let now = Instant::now();
+                post(s, op_for(a, s, i), size, i, true)?;
+                if let Some(t) = last.replace(now) {
+                    us.push(now.duration_since(t).as_secs_f64() * 1e6 / 2.0);
+                }
+                wait_one(s, PEER_TIMEOUT)?;
+                pb.set_position(i);
+            }
+            if client {
+                poll_byte(s, poll_off, iters as u8)?;
+            }
+        }
+        Test::SendLat => {
+            // The same ping-pong with SENDs: wait for the peer's message, answer it.
+            let mut last = None;
+            for i in 0..iters {
+                if !client || i > 0 {
+                    wait_recv(s, PEER_TIMEOUT)?;
+                    fill_recvs(s)?;
+                }
+                let now = Instant::now();
+                post(s, SendOp::Send, size, i, true)?;
+                if let Some(t) = last.replace(now) {
+                    us.push(now.duration_since(t).as_secs_f64() * 1e6 / 2.0);
+                }
+                pb.set_position(i);
+            }
+            if client {
+                wait_recv(s, PEER_TIMEOUT)?;
+                fill_recvs(s)?;
+            }
+        }
+        _ => return Err(format!("{} is not a latency test", a.test.name())),
+    }
+    Ok(Row::Lat {
+        bytes: size,
+        iters,
+        us,
+    })
+}
+
+fn stats(us: &[f64]) -> (f64, f64, f64, f64, f64, f64, f64) {
+    let mut v = us.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
+    }
+    let n = v.len();
+    let avg = v.iter().sum::<f64>() / n as f64;
+    let stdev = (v.iter().map(|x| (x - avg) * (x - avg)).sum::<f64>() / n as f64).sqrt();
+    let pct = |p: f64| v[((n as f64 * p).ceil() as usize).clamp(1, n) - 1];
+    (v[0], v[n - 1], v[n / 2], avg, stdev, pct(0.99), pct(0.999))
+}
+
+fn print_table(a: &PerfArgs, rows: &[Row], out: &mut impl Write) -> std::io::Result<()> {
+    let line = "-".repeat(87);
+    let unit = if a.report_gbits { "Gb/sec" } else { "MB/sec" };
+    let conv = |b: f64| {
+        if a.report_gbits {
+            b * 8.0 / 1e9
+        } else {
+            b / 1048576.0
+        }
+    };
+    if a.test.is_bw() {
+        writeln!(
+            out,
+            " #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]"
+        )?;
+    } else {
+        writeln!(
+            out,
+            " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+        )?;
+    }
+    for r in rows {
+        match r {
+            Row::Bw {
+                bytes,
+                iters,
+                peak,
+                avg,
+                rate,
+            } => writeln!(
+                out,
+                " {bytes:<10} {iters:<10}       {:.2}            {:.2}   \t\t   {:.6}",
+                conv(*peak),
+                conv(*avg),
+                rate / 1e6
+            )?,
+            Row::Lat { bytes, iters, us } => {
+                let (min, max, typ, avg, sd, p99, p999) = stats(us);
+                writeln!(
+                    out,
+                    " {bytes:<7} {iters:<10} {min:<14.2} {max:<12.2} {typ:<8.2} \t       {avg:<11.2} \t{sd:.2}  \t\t{p99:.2} \t\t{p999:.2}"
+                )?
+            }
+        }
+    }
+    writeln!(out, "{line}")
+}
+
+fn json(a: &PerfArgs, rows: &[Row]) -> serde_json::Value {
+    let results: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| match r {
+            Row::Bw {
+                bytes,
+                iters,
+                peak,
+                avg,
+                rate,
+            } => serde_json::json!({
+                "bytes": bytes,
+                "iterations": iters,
+                "bw_peak_bytes_per_sec": peak,
+                "bw_avg_bytes_per_sec": avg,
+                "msg_rate_per_sec": rate,
+            }),
+            Row::Lat { bytes, iters, us } => {
+                let (min, max, typ, avg, sd, p99, p999) = stats(us);
+                serde_json::json!({
+                    "bytes": bytes,
+                    "iterations": iters,
+                    "t_min_us": min,
+                    "t_max_us": max,
+                    "t_typical_us": typ,
+                    "t_avg_us": avg,
+                    "t_stdev_us": sd,
+                    "p99_us": p99,
+                    "p999_us": p999,
+                })
+            }
+        })
+        .collect();
+    serde_json::json!({ "test": a.test.name(), "results": results })
+}
+
+fn plot(a: &PerfArgs, rows: &[Row], path: &std::path::Path) -> Result<(), String> {
+    let pts: Vec<(f64, f64)> = rows
+        .iter()
+        .map(|r| match r {
+            Row::Bw { bytes, avg, .. } => ((*bytes as f64).log2(), avg / 1e9),
+            Row::Lat { bytes, us, .. } => ((*bytes as f64).log2(), stats(us).2),
+        })
+        .collect();
+    let ymax = pts.iter().map(|p| p.1).fold(0.0f64, f64::max).max(1e-9) * 1.1;
+    let (w, h, m) = (720.0, 420.0, 60.0);
+    let x = |v: f64| m + (v - 1.0) / 22.0 * (w - 2.0 * m);
+    let y = |v: f64| h - m - v / ymax * (h - 2.0 * m);
+    let poly: Vec<String> = pts
+        .iter()
+        .map(|(a, b)| format!("{:.1},{:.1}", x(*a), y(*b)))
+        .collect();
+    let ylabel = if a.test.is_bw() {
+        "bandwidth [GB/s]"
+    } else {
+        "t_typical [us]"
+    };
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{}\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">softrdma perf {}</text>\n\
+         <line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n<line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"black\"/>\n\
+         <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">message size [bytes, log2]</text>\n\
+         <text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {})\" text-anchor=\"middle\">{ylabel}</text>\n\
+         <polyline fill=\"none\" stroke=\"steelblue\" stroke-width=\"2\" points=\"{}\"/>\n",
+        w / 2.0,
+        a.test.name(),
+        h - m,
+        w - m,
+        h - m,
+        h - m,
+        w / 2.0,
+        h - 20.0,
+        h / 2.0,
+        h / 2.0,
+        poly.join(" ")
+    );
+    for i in [1, 4, 8, 12, 16, 20, 23] {
+        svg.push_str(&format!(
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">2^{i}</text>\n",
+            x(f64::from(i)),
+            h - m + 16.0
+        ));
+    }
+    svg.push_str(&format!(
+        "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{ymax:.2}</text>\n</svg>\n",
+        m - 4.0,
+        m + 4.0
+    ));
+    std::fs::write(path, svg).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn perf(a: &PerfArgs, out: &mut impl Write) -> Result<(), String> {
+    check_args(a)?;
+    let atomic = matches!(a.test, Test::AtomicBw | Test::AtomicLat);
+    let (size, iters) = bw_or_lat_defaults(a);
+    let sizes: Vec<u64> = if atomic {
+        // Atomics move 8 bytes, whatever -s and -a say.
+        vec![8]
+    } else if a.all {
+        (1..=23).map(|i| 1u64 << i).collect()
+    } else {
+        vec![size]
+    };
+    let max = sizes.iter().copied().max().unwrap_or(size);
+    let mut s = setup(a, max)?;
+    let mut sizes = sizes;
+    if a.conn == Conn::UD {
+        // perftest: "Max msg size in UD is MTU": the default size and -a stop there.
+        let mtu = s.mtu.bytes() as u64;
+        sizes = sizes.into_iter().map(|x| x.min(mtu)).collect();
+        sizes.dedup();
+    }
+    let client = a.host.is_some();
+    let io = |e: std::io::Error| e.to_string();
+    header(a, &s, out).map_err(io)?;
+    let long = a.all || a.duration.is_some_and(|d| d >= 5);
+    let pb = if long && std::io::stdout().is_terminal() {
+        let pb = indicatif::ProgressBar::new(sizes.len() as u64 * iters);
+        if let Some(d) = a.duration {
+            pb.set_length(d);
+        }
+        pb
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let mut rows = Vec::new();
+    match (a.test, client) {
+        // One-sided bandwidth: the server only waits, then prints the client's report.
+        (Test::WriteBw | Test::ReadBw | Test::AtomicBw, false) => {
+            s.oob.hand_shake(&s.me)?;
+            rows.push(s.oob.take_report()?);
+            s.oob.close(&s.me)?;
+        }
+        (Test::WriteBw | Test::ReadBw | Test::AtomicBw, true) => {
+            for &sz in &sizes {
+                rows.push(run_bw(a, &s, sz, iters, &pb)?);
+            }
+            s.oob.hand_shake(&s.me)?;
+            if let Some(r) = rows.last() {
+                s.oob.give_report(r)?;
+            }
+            s.oob.close(&s.me)?;
+        }
+        (Test::SendBw, _) => {
+            for &sz in &sizes {
+                if !client {
+                    fill_recvs(&s)?;
+                }
+                s.oob.hand_shake(&s.me)?;
+                rows.push(if client {
+                    run_bw(a, &s, sz, iters, &pb)?
+                } else {
+                    run_bw_server(a, &s, sz, iters, &pb)?
+                });
+                if a.all {
+                    s.oob.hand_shake(&s.me)?;
+                }
+            }
+            s.oob.close(&s.me)?;
+        }
+        // Only the client reads; the server waits for the end.
+        (Test::ReadLat | Test::AtomicLat, false) => {
+            s.oob.close(&s.me)?;
+        }
+        (Test::ReadLat | Test::AtomicLat, true) => {
+            for &sz in &sizes {
+                rows.push(run_lat(a, &s, sz, iters, &pb)?);
+            }
+            s.oob.close(&s.me)?;
+        }
+        (Test::SendLat, _) => {
+            for &sz in &sizes {
+                fill_recvs(&s)?;
+                s.oob.hand_shake(&s.me)?;
+                rows.push(run_lat(a, &s, sz, iters, &pb)?);
+            }
+            s.oob.close(&s.me)?;
+        }
+        (Test::WriteLat, _) => {
+            for &sz in &sizes {
+                rows.push(run_lat(a, &s, sz, iters, &pb)?);
+            }
+        }
+    }
+    pb.finish_and_clear();
+    if !rows.is_empty() {
+        print_table(a, &rows, out).map_err(io)?;
+    } else {
+        writeln!(out, "{}", "-".repeat(87)).map_err(io)?;
+    }
+    if a.json {
+        writeln!(out, "{}", json(a, &rows)).map_err(io)?;
+    }
+    if let Some(p) = &a.plot {
+        plot(a, &rows, p)?;
+    }
+    Ok(())
+}
+
+/// perftest's defaults: 65536 bytes for BW tests and 2 for latency tests; 5000 and 1000
+/// iterations. UD messages cannot exceed one MTU: its default is cut to the path MTU later.
+fn bw_or_lat_defaults(a: &PerfArgs) -> (u64, u64) {
+    let size = a.size.unwrap_or(match (a.test.is_bw(), a.conn) {
+        (true, Conn::UD) => 4096,
+        (true, _) => 65536,
+        (false, _) => 2,
+    });
+    let iters = a.iters.unwrap_or(if a.test.is_bw() { 5000 } else { 1000 });
+    (size, iters)
+}
