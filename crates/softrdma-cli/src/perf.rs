@@ -560,6 +560,8 @@ fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, String> {
         &attr,
     )
     .map_err(|e| format!("Couldn't connect to remote QP: {e}"))?;
+    oob.hand_shake(&me)?;
+    oob.hand_shake(&me)?;
     let s = Setup {
         ctx,
         cq,
@@ -946,14 +948,18 @@ fn run_lat(
             }
         }
         Test::WriteLat => {
-            // perftest's ping-pong: the iteration count travels in the last byte of the
-            // message; each side waits for the peer's count before writing its own, the
-            // client going first. Half the time between a side's posts is one latency sample.
+            // perftest's ping-pong (`run_iter_lat_write`): the iteration count travels in the
+            // last byte of the message; each side waits for the peer's count before writing
+            // its own, the server going first. Half the time between a side's posts is one
+            // latency sample.
+            let first = !client;
             let poll_off = s.half + size - 1;
             let mut last = None;
             for i in 1..=iters {
-                if !client || i > 1 {
-                    poll_byte(s, poll_off, (if client { i - 1 } else { i }) as u8)?;
+                if !first {
+                    poll_byte(s, poll_off, i as u8)?;
+                } else if i > 1 {
+                    poll_byte(s, poll_off, (i - 1) as u8)?;
                 }
                 s.mr.write((size - 1) as usize, &[i as u8])
                     .map_err(|e| e.to_string())?;
@@ -965,7 +971,7 @@ fn run_lat(
                 wait_one(s, PEER_TIMEOUT)?;
                 pb.set_position(i);
             }
-            if client {
+            if first {
                 poll_byte(s, poll_off, iters as u8)?;
             }
         }

@@ -1,6 +1,7 @@
 //! Interoperability with real Linux Soft-RoCE: `softrdma {rc,uc,ud}-pingpong` against
-//! `ibv_{rc,uc,ud}_pingpong` of rdma-core 44 in a VM running kernel rxe, in both directions,
-//! over RoCE v2 on IPv4 at path MTU 1024, with `-c`. One exchange is captured on the bridge and
+//! `ibv_{rc,uc,ud}_pingpong` of rdma-core 44, and `softrdma perf` against perftest 4.5's
+//! `ib_write_bw`, `ib_read_lat`, `ib_send_lat` and `ib_atomic_lat`, in a VM running kernel rxe,
+//! in both directions, over RoCE v2 on IPv4 at path MTU 1024 (pingpongs with `-c`). One exchange is captured on the bridge and
 //! must pass `softrdma pcap verify` (every ICRC, ours and rxe's) and tshark.
 //!
 //! It needs root, qemu and the rxe-peer scripts (`../shared/rxe-peer`, or
@@ -100,6 +101,103 @@ fn ours(addr: &str, env: &[(&str, &str)], args: &[&str]) -> Command {
     c
 }
 
+/// Waits until something in the namespace listens on TCP `port` (the softrdma servers), so
+/// that the client in the VM is started only once it can connect.
+fn wait_listen(port: u16) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let o = run(
+            Command::new("ip").args([
+                "netns",
+                "exec",
+                "rxepeer",
+                "ss",
+                "-Hltn",
+                &format!("sport = :{port}"),
+            ]),
+            Duration::from_secs(10),
+        );
+        if !String::from_utf8_lossy(&o.stdout).trim().is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing listens on port {port} after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `softrdma perf <test>` against perftest's `ib_<test>` in the VM, both ways, with the same
+/// flags; both sides must finish, and the measuring side must print its table.
+fn perf_case(vm: &Vm, test: &str, flags: &[&str]) {
+    let ib = format!(
+        "ib_{} -d rxe0 -x 1 -F {}",
+        test.replace('-', "_"),
+        flags.join(" ")
+    );
+    let table = if test.ends_with("-bw") {
+        " #bytes     #iterations    BW peak[MB/sec]"
+    } else {
+        " #bytes #iterations    t_min[usec]"
+    };
+    let mut args = vec!["perf", test, "-x", "1", "--json"];
+    args.extend(flags);
+
+    // perftest serves, softrdma connects.
+    vm.exec_ok(&format!(
+        "{ib} > /tmp/perf.log 2>&1 & echo $! > /tmp/perf.pid"
+    ));
+    vm.exec_ok("waitport 18515");
+    let mut cli_args = args.clone();
+    cli_args.push(VM_IP);
+    let o = run(&mut ours(HOST_IP, &[], &cli_args), Duration::from_secs(90));
+    let srv = vm.exec_ok(
+        "while kill -0 $(cat /tmp/perf.pid) 2>/dev/null; do sleep 0.1; done; cat /tmp/perf.log",
+    );
+    let out = text(&o);
+    assert!(
+        o.status.success(),
+        "softrdma perf {test} -> perftest:\n{out}\nperftest:\n{srv}"
+    );
+    assert!(
+        out.contains(table) && out.contains("\"results\":[{"),
+        "{out}"
+    );
+    if test.ends_with("-bw") {
+        assert!(srv.contains(table), "perftest server:\n{srv}");
+    }
+    assert!(
+        !srv.contains("Failed") && !srv.contains("Couldn't"),
+        "{srv}"
+    );
+
+    // softrdma serves, perftest connects.
+    let server = ours(HOST_IP, &[], &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_listen(18515);
+    let cli = vm.exec(&format!("{ib} {HOST_IP}"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(server.wait_with_output()));
+    let srv = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("softrdma perf server ends")
+        .unwrap();
+    let (c, s) = (text(&cli), text(&srv));
+    assert!(
+        cli.status.success() && srv.status.success(),
+        "perftest {test} -> softrdma perf:\n{c}\nsoftrdma:\n{s}"
+    );
+    assert!(c.contains(table), "{c}");
+    if test.ends_with("-bw") {
+        assert!(s.contains(table) && s.contains("\"results\":[{"), "{s}");
+    }
+    eprintln!("ok: perf {test} {flags:?} both ways with perftest");
+}
+
 /// One pingpong both ways at one size. `gid` 1 is RoCE v2 over IPv4; 0 over IPv6 link-local.
 struct Case<'a> {
     t: &'a str,
@@ -159,7 +257,7 @@ fn case(vm: &Vm, c: Case<'_>) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    wait_listen(18515);
     let cli = vm.exec(&format!("{ibv} {HOST_IP}"));
     let srv = server.wait_with_output().unwrap();
     assert!(
@@ -282,4 +380,14 @@ fn pingpong_with_linux_rxe() {
             },
         );
     }
+
+    // perftest 4.5: the out-of-band exchange, the handshakes and the traffic of each test.
+    perf_case(&vm, "write-bw", &["-n", "20", "-s", "16384"]);
+    perf_case(&vm, "read-lat", &["-n", "20", "-s", "64"]);
+    perf_case(&vm, "send-lat", &["-n", "20", "-s", "64"]);
+    perf_case(&vm, "atomic-lat", &["-n", "20"]);
+    perf_case(&vm, "write-lat", &["-n", "20", "-s", "64"]);
+    perf_case(&vm, "read-bw", &["-n", "20", "-s", "16384"]);
+    perf_case(&vm, "send-bw", &["-n", "20", "-s", "4096"]);
+    perf_case(&vm, "atomic-bw", &["-n", "20"]);
 }
