@@ -1,0 +1,797 @@
+//! `softrdma-bench`: softrdma against its peers on loopback, in one run, so that every figure
+//! can be read as a ratio against the raw-UDP baseline measured minutes before it.
+//!
+//! `softrdma-bench compare` runs each pair of processes (server pinned to CPU 0, client to
+//! CPU 1 where there are two), bounds each run in time, skips peers that are not installed
+//! (saying so), and prints a markdown table. The raw-UDP baselines are subcommands of this
+//! binary itself: a busy-poll ping-pong and a GSO+GRO blaster with 4096-byte segments, the
+//! best a user-space UDP transport can do on this kernel.
+
+use clap::{Parser, Subcommand};
+use nix::sys::socket::{ControlMessage, MsgFlags, setsockopt, sockopt};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, IoSlice};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+#[command(about = "softrdma against raw UDP, iperf3, UCX and libfabric on loopback")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Runs every benchmark and prints the markdown table.
+    Compare {
+        /// The `softrdma` binary (default: next to this one).
+        #[arg(long)]
+        softrdma: Option<PathBuf>,
+        /// Seconds per bandwidth run.
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+    },
+    /// Raw UDP ping-pong, echo side: prints "ready", then echoes until `iters` came back.
+    UdpPingpongServer {
+        #[arg(long)]
+        addr: SocketAddr,
+        #[arg(long)]
+        iters: u64,
+    },
+    /// Raw UDP ping-pong, timing side: prints `{"half_rtt_p50_us": ...}`.
+    UdpPingpongClient {
+        #[arg(long)]
+        addr: SocketAddr,
+        #[arg(long)]
+        peer: SocketAddr,
+        #[arg(long)]
+        iters: u64,
+        #[arg(long, default_value_t = 8)]
+        size: usize,
+    },
+    /// GSO+GRO blaster, receiving side: prints "ready", then `{"bytes_per_sec": ...}`.
+    UdpBlastRecv {
+        #[arg(long)]
+        addr: SocketAddr,
+    },
+    /// GSO+GRO blaster, sending side: 4096-byte segments, 15 per system call.
+    UdpBlastSend {
+        #[arg(long)]
+        addr: SocketAddr,
+        #[arg(long)]
+        peer: SocketAddr,
+        #[arg(long)]
+        seconds: u64,
+    },
+}
+
+/// A silent peer ends a baseline run instead of hanging it.
+const QUIET: Duration = Duration::from_secs(2);
+const SEG: usize = 4096;
+
+fn main() -> std::process::ExitCode {
+    let r = match Cli::parse().cmd {
+        Cmd::Compare { softrdma, seconds } => compare(softrdma, seconds),
+        Cmd::UdpPingpongServer { addr, iters } => udp_pingpong_server(addr, iters),
+        Cmd::UdpPingpongClient {
+            addr,
+            peer,
+            iters,
+            size,
+        } => udp_pingpong_client(addr, peer, iters, size),
+        Cmd::UdpBlastRecv { addr } => udp_blast_recv(addr),
+        Cmd::UdpBlastSend {
+            addr,
+            peer,
+            seconds,
+        } => udp_blast_send(addr, peer, seconds),
+    };
+    match r {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("softrdma-bench: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn io(what: &str) -> impl Fn(std::io::Error) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+/// Receives one datagram, spinning on a non-blocking socket (busy poll).
+fn spin_recv(s: &UdpSocket, buf: &mut [u8]) -> Result<(usize, SocketAddr), String> {
+    let deadline = Instant::now() + QUIET;
+    loop {
+        match s.recv_from(buf) {
+            Ok(x) => return Ok(x),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    return Err(format!("no datagram within {QUIET:?}"));
+                }
+                std::hint::spin_loop();
+            }
+            Err(e) => return Err(format!("recv: {e}")),
+        }
+    }
+}
+
+fn udp_pingpong_server(addr: SocketAddr, iters: u64) -> Result<(), String> {
+    let s = UdpSocket::bind(addr).map_err(io("bind"))?;
+    s.set_nonblocking(true).map_err(io("nonblocking"))?;
+    println!("ready");
+    let mut buf = vec![0u8; 65536];
+    for _ in 0..iters {
+        let (n, from) = spin_recv(&s, &mut buf)?;
+        s.send_to(&buf[..n], from).map_err(io("send"))?;
+    }
+    Ok(())
+}
+
+fn udp_pingpong_client(
+    addr: SocketAddr,
+    peer: SocketAddr,
+    iters: u64,
+    size: usize,
+) -> Result<(), String> {
+    let s = UdpSocket::bind(addr).map_err(io("bind"))?;
+    s.connect(peer).map_err(io("connect"))?;
+    s.set_nonblocking(true).map_err(io("nonblocking"))?;
+    let msg = vec![7u8; size];
+    let mut buf = vec![0u8; 65536];
+    let mut half = Vec::with_capacity(iters as usize);
+    for _ in 0..iters {
+        let t = Instant::now();
+        s.send(&msg).map_err(io("send"))?;
+        spin_recv(&s, &mut buf)?;
+        half.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
+    }
+    half.sort_by(f64::total_cmp);
+    println!(
+        "{}",
+        json!({ "half_rtt_p50_us": half[half.len() / 2], "iterations": iters })
+    );
+    Ok(())
+}
+
+fn udp_blast_recv(addr: SocketAddr) -> Result<(), String> {
+    let s = UdpSocket::bind(addr).map_err(io("bind"))?;
+    setsockopt(&s, sockopt::UdpGroSegment, &true).map_err(|e| format!("UDP_GRO: {e}"))?;
+    // As root the buffer may exceed rmem_max; otherwise the kernel caps it.
+    let _ = setsockopt(&s, sockopt::RcvBufForce, &(32 << 20))
+        .or_else(|_| setsockopt(&s, sockopt::RcvBuf, &(32 << 20)));
+    s.set_read_timeout(Some(QUIET)).map_err(io("timeout"))?;
+    println!("ready");
+    let mut buf = vec![0u8; 65536];
+    let (mut first, mut last, mut bytes) = (None, Instant::now(), 0u64);
+    loop {
+        let n = match s.recv(&mut buf) {
+            Ok(n) => n,
+            Err(e) if first.is_some() && e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => return Err(format!("recv: {e}")),
+        };
+        if n == 1 {
+            break;
+        }
+        let now = Instant::now();
+        // The first batch only starts the clock.
+        if first.is_none() {
+            first = Some(now);
+        } else {
+            bytes += n as u64;
+        }
+        last = now;
+    }
+    let secs = last
+        .duration_since(first.unwrap_or(last))
+        .as_secs_f64()
+        .max(1e-9);
+    println!(
+        "{}",
+        json!({ "bytes_per_sec": bytes as f64 / secs, "bytes": bytes })
+    );
+    Ok(())
+}
+
+fn udp_blast_send(addr: SocketAddr, peer: SocketAddr, seconds: u64) -> Result<(), String> {
+    let s = UdpSocket::bind(addr).map_err(io("bind"))?;
+    s.connect(peer).map_err(io("connect"))?;
+    let buf = vec![0x5au8; SEG * 15];
+    let seg: u16 = SEG as u16;
+    let end = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < end {
+        let r = nix::sys::socket::sendmsg::<()>(
+            std::os::fd::AsRawFd::as_raw_fd(&s),
+            &[IoSlice::new(&buf)],
+            &[ControlMessage::UdpGsoSegments(&seg)],
+            MsgFlags::empty(),
+            None,
+        );
+        match r {
+            Ok(_) | Err(nix::errno::Errno::ENOBUFS) | Err(nix::errno::Errno::EAGAIN) => {}
+            Err(nix::errno::Errno::ECONNREFUSED) => {}
+            Err(e) => return Err(format!("sendmsg with UDP_SEGMENT: {e}")),
+        }
+    }
+    // The end marker, a few times in case one is dropped.
+    for _ in 0..8 {
+        let _ = s.send(&[0]);
+    }
+    Ok(())
+}
+
+/// One figure of the table.
+struct Figure {
+    what: String,
+    /// Microseconds for latency, bytes per second for bandwidth, messages per second for rate.
+    value: Option<f64>,
+    kind: Kind,
+    note: String,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Lat,
+    Bw,
+    Rate,
+}
+
+/// Where each process of a pair runs.
+struct Pin {
+    server: Vec<String>,
+    client: Vec<String>,
+}
+
+fn pinning() -> Pin {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let taskset = Command::new("taskset").arg("-V").output().is_ok();
+    if cpus >= 2 && taskset {
+        Pin {
+            server: vec!["taskset".into(), "-c".into(), "0".into()],
+            client: vec!["taskset".into(), "-c".into(), "1".into()],
+        }
+    } else {
+        Pin {
+            server: vec![],
+            client: vec![],
+        }
+    }
+}
+
+fn command(prefix: &[String], argv: &[String], env: &[(&str, &str)]) -> Command {
+    let mut all: Vec<String> = prefix.to_vec();
+    all.extend(argv.iter().cloned());
+    let mut c = Command::new(&all[0]);
+    c.args(&all[1..]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Waits for a child with a limit, killing it past the limit.
+fn finish(mut c: Child, limit: Duration) -> Result<String, String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        match c.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() > deadline => {
+                let _ = c.kill();
+                let _ = c.wait();
+                return Err(format!("ran longer than {limit:?}"));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let o = c.wait_with_output().map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    if o.status.success() {
+        Ok(text)
+    } else {
+        Err(format!(
+            "{}: {}{}",
+            o.status,
+            text.trim(),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ))
+    }
+}
+
+/// How the server of a pair tells that it is ready.
+enum Ready {
+    /// It prints this line.
+    Line(&'static str),
+    /// It listens on this TCP port.
+    Tcp(u16),
+}
+
+/// Waits until the server is ready. A server that announces itself by a line gets its other
+/// output forwarded through the returned channel.
+fn wait_ready(server: &mut Child, ready: &Ready) -> Result<Option<mpsc::Receiver<String>>, String> {
+    match ready {
+        Ready::Line(want) => {
+            let out = server.stdout.take().ok_or("no stdout")?;
+            let (tx_ready, rx_ready) = mpsc::channel();
+            let (tx_rest, rx_rest) = mpsc::channel();
+            let want = want.to_string();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(out);
+                let mut line = String::new();
+                let mut rest = String::new();
+                while r.read_line(&mut line).is_ok_and(|n| n > 0) {
+                    if line.trim() == want {
+                        let _ = tx_ready.send(());
+                    } else {
+                        rest.push_str(&line);
+                    }
+                    line.clear();
+                }
+                let _ = tx_rest.send(rest);
+            });
+            rx_ready
+                .recv_timeout(Duration::from_secs(15))
+                .map_err(|_| "the server did not get ready within 15 s".to_string())?;
+            Ok(Some(rx_rest))
+        }
+        Ready::Tcp(port) => {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while !listening(*port) {
+                if Instant::now() > deadline {
+                    return Err(format!("nothing listens on port {port} after 15 s"));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// Whether a TCP socket listens on `port`, from /proc (no connection made).
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines()
+                .skip(1)
+                .any(|l| l.split_whitespace().nth(3) == Some("0A") && l.contains(&want))
+        })
+    })
+}
+
+/// Runs a server and a client; returns (server stdout, client stdout).
+fn pair(
+    pin: &Pin,
+    server: (&[String], &[(&str, &str)]),
+    client: (&[String], &[(&str, &str)]),
+    ready: Ready,
+    limit: Duration,
+) -> Result<(String, String), String> {
+    let mut s = command(&pin.server, server.0, server.1)
+        .spawn()
+        .map_err(|e| format!("{}: {e}", server.0[0]))?;
+    let rest = match wait_ready(&mut s, &ready) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = s.kill();
+            let _ = s.wait();
+            return Err(e);
+        }
+    };
+    let c = command(&pin.client, client.0, client.1)
+        .spawn()
+        .map_err(|e| format!("{}: {e}", client.0[0]))?;
+    let cout = finish(c, limit);
+    let sout = finish(s, Duration::from_secs(10));
+    let sout = match rest {
+        Some(rx) => rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default(),
+        None => sout.unwrap_or_default(),
+    };
+    Ok((sout, cout?))
+}
+
+fn args(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+fn last_json(s: &str) -> Result<Value, String> {
+    s.lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .ok_or_else(|| format!("no JSON in {s:?}"))
+}
+
+fn have(prog: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {prog} >/dev/null")])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let softrdma = softrdma.unwrap_or_else(|| me.with_file_name("softrdma"));
+    if !softrdma.exists() {
+        return Err(format!(
+            "{} not found: build it with cargo build --release -p softrdma-cli",
+            softrdma.display()
+        ));
+    }
+    let me = me.to_string_lossy().into_owned();
+    let sr = softrdma.to_string_lossy().into_owned();
+    let pin = pinning();
+    let limit = Duration::from_secs(seconds * 4 + 60);
+    let mut figs: Vec<Figure> = Vec::new();
+    let mut add = |what: &str, kind: Kind, r: Result<f64, String>| {
+        let (value, note) = match r {
+            Ok(v) => (Some(v), String::new()),
+            Err(e) => (None, e.chars().take(120).collect()),
+        };
+        eprintln!(
+            "  {what}: {}",
+            value.map_or(format!("skipped ({note})"), |v| format!("{v:.3}"))
+        );
+        figs.push(Figure {
+            what: what.into(),
+            value,
+            kind,
+            note,
+        });
+    };
+
+    // Raw UDP.
+    let r = pair(
+        &pin,
+        (
+            &args(&[
+                &me,
+                "udp-pingpong-server",
+                "--addr",
+                "127.0.0.1:24001",
+                "--iters",
+                "100000",
+            ]),
+            &[],
+        ),
+        (
+            &args(&[
+                &me,
+                "udp-pingpong-client",
+                "--addr",
+                "127.0.0.1:24002",
+                "--peer",
+                "127.0.0.1:24001",
+                "--iters",
+                "100000",
+            ]),
+            &[],
+        ),
+        Ready::Line("ready"),
+        limit,
+    )
+    .and_then(|(_, c)| last_json(&c))
+    .and_then(|v| v["half_rtt_p50_us"].as_f64().ok_or("no half_rtt".into()));
+    add(
+        "raw UDP busy-poll ping-pong 8 B, half RTT p50",
+        Kind::Lat,
+        r,
+    );
+    let secs = seconds.to_string();
+    let r = pair(
+        &pin,
+        (
+            &args(&[&me, "udp-blast-recv", "--addr", "127.0.0.1:24003"]),
+            &[],
+        ),
+        (
+            &args(&[
+                &me,
+                "udp-blast-send",
+                "--addr",
+                "127.0.0.1:24004",
+                "--peer",
+                "127.0.0.1:24003",
+                "--seconds",
+                &secs,
+            ]),
+            &[],
+        ),
+        Ready::Line("ready"),
+        limit,
+    )
+    .and_then(|(s, _)| last_json(&s))
+    .and_then(|v| v["bytes_per_sec"].as_f64().ok_or("no rate".into()));
+    add("raw UDP GSO+GRO, 4096-byte segments", Kind::Bw, r);
+
+    // softrdma perf.
+    let perf = |test: &str, extra: &[&str], port: u16| -> Result<Value, String> {
+        let p = port.to_string();
+        let mut a = vec![sr.as_str(), "perf", test, "-p", &p, "--json"];
+        a.extend(extra);
+        let server = args(&a);
+        a.push("127.0.0.1");
+        let client = args(&a);
+        let (_, c) = pair(
+            &pin,
+            (&server, &[("SOFTRDMA_ADDR", "127.0.0.2")]),
+            (&client, &[("SOFTRDMA_ADDR", "127.0.0.3")]),
+            Ready::Tcp(port),
+            limit,
+        )?;
+        let v = last_json(&c)?;
+        Ok(v["results"][0].clone())
+    };
+    let lat = |v: Result<Value, String>| {
+        v.and_then(|x| x["t_typical_us"].as_f64().ok_or("no t_typical".into()))
+    };
+    let bw = |v: Result<Value, String>| {
+        v.and_then(|x| x["bw_avg_bytes_per_sec"].as_f64().ok_or("no bw".into()))
+    };
+    add(
+        "softrdma write-lat 8 B, t_typical",
+        Kind::Lat,
+        lat(perf("write-lat", &["-s", "8", "-n", "20000"], 24010)),
+    );
+    add(
+        "softrdma send-lat 8 B, t_typical",
+        Kind::Lat,
+        lat(perf("send-lat", &["-s", "8", "-n", "20000"], 24011)),
+    );
+    add(
+        "softrdma write-bw 64 KiB",
+        Kind::Bw,
+        bw(perf("write-bw", &["-s", "65536", "-D", &secs], 24012)),
+    );
+    add(
+        "softrdma write-bw 1 MiB",
+        Kind::Bw,
+        bw(perf("write-bw", &["-s", "1048576", "-D", &secs], 24013)),
+    );
+    add(
+        "softrdma write-bw 8 B, message rate [msg/s]",
+        Kind::Rate,
+        perf(
+            "write-bw",
+            &["-s", "8", "-D", &secs, "-t", "512", "-Q", "64"],
+            24014,
+        )
+        .and_then(|x| x["msg_rate_per_sec"].as_f64().ok_or("no rate".into())),
+    );
+
+    // iperf3.
+    let r = if have("iperf3") {
+        pair(
+            &pin,
+            (
+                &args(&["iperf3", "-s", "-1", "-p", "24020", "-B", "127.0.0.1"]),
+                &[],
+            ),
+            (
+                &args(&[
+                    "iperf3",
+                    "-c",
+                    "127.0.0.1",
+                    "-p",
+                    "24020",
+                    "-t",
+                    &secs,
+                    "-J",
+                ]),
+                &[],
+            ),
+            Ready::Tcp(24020),
+            limit,
+        )
+        .and_then(|(_, c)| serde_json::from_str::<Value>(&c).map_err(|e| e.to_string()))
+        .and_then(|v| {
+            v["end"]["sum_received"]["bits_per_second"]
+                .as_f64()
+                .map(|b| b / 8.0)
+                .ok_or("no sum_received".into())
+        })
+    } else {
+        Err("iperf3 is not installed".into())
+    };
+    add("iperf3 TCP", Kind::Bw, r);
+
+    // UCX: "Final:" iterations, latency 50%, avg, overall [us], bandwidth avg, overall [MiB/s].
+    let ucx = |tls: &str, test: &str, size: &str, n: &str, port: u16| -> Result<Vec<f64>, String> {
+        if !have("ucx_perftest") {
+            return Err("ucx_perftest is not installed (ucx-utils)".into());
+        }
+        let p = port.to_string();
+        let (_, c) = pair(
+            &pin,
+            (&args(&["ucx_perftest", "-p", &p]), &[("UCX_TLS", tls)]),
+            (
+                &args(&[
+                    "ucx_perftest",
+                    "127.0.0.1",
+                    "-p",
+                    &p,
+                    "-t",
+                    test,
+                    "-s",
+                    size,
+                    "-n",
+                    n,
+                ]),
+                &[("UCX_TLS", tls)],
+            ),
+            Ready::Tcp(port),
+            limit,
+        )?;
+        let line = c
+            .lines()
+            .find(|l| l.starts_with("Final:"))
+            .ok_or(format!("no Final: line in {c:?}"))?;
+        Ok(line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|x| x.parse().ok())
+            .collect())
+    };
+    for (name, tls, port) in [
+        ("tcp", "tcp", 24030),
+        ("shared memory", "posix,self", 24032),
+    ] {
+        add(
+            &format!("UCX {name} tag_lat 8 B, p50"),
+            Kind::Lat,
+            ucx(tls, "tag_lat", "8", "100000", port)
+                .and_then(|v| v.get(1).copied().ok_or("short line".into())),
+        );
+        add(
+            &format!("UCX {name} ucp_put_bw 1 MiB"),
+            Kind::Bw,
+            ucx(tls, "ucp_put_bw", "1048576", "5000", port + 1)
+                .and_then(|v| v.get(5).copied().ok_or("short line".into()))
+                .map(|mib| mib * 1048576.0),
+        );
+    }
+
+    // libfabric fi_pingpong: bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec.
+    let fi = |prov: &str, size: &str, n: &str, port: u16| -> Result<Vec<String>, String> {
+        if !have("fi_pingpong") {
+            return Err("fi_pingpong is not installed (libfabric-bin)".into());
+        }
+        let p = port.to_string();
+        let (_, c) = pair(
+            &pin,
+            (
+                &args(&[
+                    "fi_pingpong",
+                    "-p",
+                    prov,
+                    "-e",
+                    "rdm",
+                    "-B",
+                    &p,
+                    "-I",
+                    n,
+                    "-S",
+                    size,
+                ]),
+                &[],
+            ),
+            (
+                &args(&[
+                    "fi_pingpong",
+                    "-p",
+                    prov,
+                    "-e",
+                    "rdm",
+                    "-P",
+                    &p,
+                    "-I",
+                    n,
+                    "-S",
+                    size,
+                    "127.0.0.1",
+                ]),
+                &[],
+            ),
+            Ready::Tcp(port),
+            limit,
+        )?;
+        let line = c.lines().last().unwrap_or_default();
+        Ok(line.split_whitespace().map(str::to_owned).collect())
+    };
+    let field = |v: Result<Vec<String>, String>, i: usize| -> Result<f64, String> {
+        v.and_then(|f| {
+            f.get(i)
+                .and_then(|x| x.parse().ok())
+                .ok_or(format!("unexpected line {f:?}"))
+        })
+    };
+    for (prov, port, big_n) in [
+        ("tcp;ofi_rxm", 24040, "2000"),
+        ("udp;ofi_rxd", 24042, "200"),
+        ("shm", 24044, "2000"),
+    ] {
+        add(
+            &format!("libfabric {prov} fi_pingpong 8 B"),
+            Kind::Lat,
+            field(fi(prov, "8", "50000", port), 6),
+        );
+        add(
+            &format!("libfabric {prov} fi_pingpong 1 MiB"),
+            Kind::Bw,
+            field(fi(prov, "1048576", big_n, port + 1), 5).map(|mb| mb * 1e6),
+        );
+    }
+
+    print_table(&figs, &pin, seconds);
+    Ok(())
+}
+
+fn print_table(figs: &[Figure], pin: &Pin, seconds: u64) {
+    let base = |k: Kind| {
+        figs.iter()
+            .find(|f| f.kind == k && f.what.starts_with("raw UDP"))
+            .and_then(|f| f.value)
+    };
+    let (lat0, bw0) = (base(Kind::Lat), base(Kind::Bw));
+    println!();
+    if pin.server.is_empty() {
+        println!("Processes not pinned (fewer than 2 CPUs or no taskset).");
+    } else {
+        println!(
+            "Server pinned to CPU 0 and client to CPU 1 (taskset); bandwidth runs {seconds} s."
+        );
+    }
+    println!();
+    println!("| Figure | Value | Ratio to raw UDP |");
+    println!("|---|---:|---:|");
+    for f in figs {
+        let (val, ratio) = match (f.value, f.kind) {
+            (None, _) => (format!("skipped: {}", f.note.replace('|', "/")), "".into()),
+            (Some(v), Kind::Lat) => (
+                format!("{v:.2} µs"),
+                lat0.map_or(String::new(), |b| format!("{:.2}×", v / b)),
+            ),
+            (Some(v), Kind::Bw) => (
+                format!("{:.2} GB/s", v / 1e9),
+                bw0.map_or(String::new(), |b| format!("{:.2}×", v / b)),
+            ),
+            (Some(v), Kind::Rate) => (format!("{:.3} M/s", v / 1e6), String::new()),
+        };
+        println!("| {} | {val} | {ratio} |", f.what);
+    }
+    let get = |p: &str| {
+        figs.iter()
+            .find(|f| f.what.starts_with(p))
+            .and_then(|f| f.value)
+    };
+    println!();
+    println!("Goals:");
+    let verdict = |ok: bool| if ok { "met" } else { "missed" };
+    if let (Some(l), Some(b)) = (get("softrdma write-lat"), lat0) {
+        println!(
+            "- 8 B WRITE latency ≤ 1.3× raw UDP: {:.2}× ({})",
+            l / b,
+            verdict(l / b <= 1.3)
+        );
+    }
+    if let (Some(w), Some(b)) = (get("softrdma write-bw 1 MiB"), bw0) {
+        println!(
+            "- 1 MiB WRITE bandwidth ≥ 0.8× raw UDP GSO+GRO: {:.2}× ({})",
+            w / b,
+            verdict(w / b >= 0.8)
+        );
+    }
+    if let Some(r) = get("softrdma write-bw 8 B") {
+        println!(
+            "- 8 B WRITE message rate ≥ 1 M/s: {:.3} M/s ({})",
+            r / 1e6,
+            verdict(r >= 1e6)
+        );
+    }
+}
