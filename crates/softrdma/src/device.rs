@@ -294,19 +294,34 @@ impl Device {
                 _ => return any,
             };
             any = true;
+            // The QPs that received, serviced once after the whole batch: their responses
+            // (ACKs above all) coalesce, and leave in one system call instead of one each
+            // (IBTA 9.7.5.1.2 lets a responder acknowledge several requests with one ACK).
+            let mut touched: Vec<Arc<QpShared>> = Vec::new();
+            let mut note = |q: Option<Arc<QpShared>>| {
+                if let Some(q) = q {
+                    if !touched.iter().any(|t| Arc::ptr_eq(t, &q)) {
+                        touched.push(q);
+                    }
+                }
+            };
             for i in 0..n {
                 match batch.get(i) {
                     // GRO coalesced equal segments (the last may be shorter).
                     (data, Some(from), false, seg) if seg > 0 => {
                         for d in data.chunks(seg) {
-                            handle_datagram(self, check, d, from, tx);
+                            note(handle_datagram(self, check, d, from));
                         }
                     }
-                    (data, Some(from), false, _) => handle_datagram(self, check, data, from, tx),
+                    (data, Some(from), false, _) => note(handle_datagram(self, check, data, from)),
                     _ => {
                         self.counters.rcvd_malformed.fetch_add(1, Ordering::Relaxed);
                     }
                 }
+            }
+            for shared in touched {
+                let mut qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
+                self.service(&shared, &mut qp, tx);
             }
             if n < crate::sys::RX_BATCH {
                 return any;
@@ -539,13 +554,13 @@ impl mio::event::Source for SocketRef<'_> {
     }
 }
 
+/// Hands one received datagram to its QP; returns the QP, which the caller must service.
 fn handle_datagram(
     dev: &Device,
     check: &mut IcrcCheck,
     data: &[u8],
     from: SocketAddr,
-    tx: &mut Vec<u8>,
-) {
+) -> Option<Arc<QpShared>> {
     let capture = |ident: u16| {
         if let Some(c) = &dev.capture {
             c.lock().unwrap_or_else(|e| e.into_inner()).record(
@@ -560,7 +575,7 @@ fn handle_datagram(
     let Ok(pkt) = IbPacket::new_checked(data) else {
         capture(0);
         dev.counters.rcvd_malformed.fetch_add(1, Ordering::Relaxed);
-        return;
+        return None;
     };
     let ident = check.ok(dev, from.ip(), dev.addr, from.port(), data);
     capture(ident.unwrap_or(0));
@@ -569,7 +584,7 @@ fn handle_datagram(
         dev.counters
             .rcvd_icrc_errors
             .fetch_add(1, Ordering::Relaxed);
-        return;
+        return None;
     }
     let qpn = pkt.bth().dest_qp().value();
     let shared = dev
@@ -582,12 +597,13 @@ fn handle_datagram(
         dev.counters
             .rcvd_unknown_qpn
             .fetch_add(1, Ordering::Relaxed);
-        return;
+        return None;
     };
     dev.counters.rcvd_pkts.fetch_add(1, Ordering::Relaxed);
     let mut qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
     qp.handle_packet(dev.now(), from.ip().to_canonical(), dev.addr, &pkt);
-    dev.service(&shared, &mut qp, tx);
+    drop(qp);
+    Some(shared)
 }
 
 /// The limits of a device on `addr` (`ibv_query_device`), without opening it.

@@ -318,6 +318,25 @@ impl QueuePair {
         Ok(self.with(|qp| qp.post_send(wr))?)
     }
 
+    /// Posts a chain of send WRs at once (`ibv_post_send` with a linked list): one lock, one
+    /// pass of the engine, and their packets leave in as few system calls as the kernel
+    /// allows (one UDP GSO send for a run of equal packets). This is how message rate is won
+    /// on a soft device, where every system call costs more than the work it carries.
+    ///
+    /// Like `bad_wr`, an error says how many WRs were posted before the one that failed;
+    /// those stay posted.
+    pub fn post_send_list(
+        &self,
+        wrs: impl IntoIterator<Item = SendWr>,
+    ) -> std::result::Result<(), (usize, Error)> {
+        self.with(|qp| {
+            for (i, wr) in wrs.into_iter().enumerate() {
+                qp.post_send(wr).map_err(|e| (i, e.into()))?;
+            }
+            Ok(())
+        })
+    }
+
     /// Posts a receive WR (`ibv_post_recv`).
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
         Ok(self.with(|qp| qp.post_recv(wr))?)

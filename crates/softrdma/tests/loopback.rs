@@ -680,3 +680,65 @@ fn an_idle_device_does_not_spin() {
     assert!(cpu() - before <= 1, "the idle progress thread used CPU");
     drop(c);
 }
+
+#[test]
+fn a_posted_chain_leaves_together_and_its_acks_coalesce() {
+    let (a, b) = (end(44, QpType::Rc), end(45, QpType::Rc));
+    connect(&a, &b, ConnectAttr::default());
+    let n = 100u64;
+    for i in 0..n {
+        a.mr.write(i as usize * 8, &i.to_le_bytes()).unwrap();
+    }
+    let chain = (0..n).map(|i| SendWr {
+        wr_id: i,
+        op: SendOp::Write {
+            remote_addr: b.mr.addr() + i * 8,
+            rkey: b.mr.rkey(),
+        },
+        payload: Payload::Sges(vec![a.mr.sge(i * 8, 8)]),
+        // Only the last is signaled: its completion retires the chain.
+        flags: if i + 1 == n {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::empty()
+        },
+        ud: None,
+    });
+    a.qp.post_send_list(chain).unwrap();
+    let wc = wait(&a.cq, 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (n - 1, WcStatus::Success));
+    for i in 0..n {
+        let mut v = [0u8; 8];
+        b.mr.read(i as usize * 8, &mut v).unwrap();
+        assert_eq!(u64::from_le_bytes(v), i);
+    }
+    // The chain leaves in one burst and arrives in few receive batches: the responder
+    // answers each batch with one ACK, not one per WRITE.
+    let (sent, acks) = (a.qp.counters().sent_packets, b.qp.counters().sent_packets);
+    assert_eq!(sent, n);
+    assert!(acks < n / 2, "{acks} ACKs for {n} WRITEs");
+}
+
+#[test]
+fn a_chain_with_a_bad_wr_reports_how_many_were_posted() {
+    let (a, b) = (end(46, QpType::Rc), end(47, QpType::Rc));
+    connect(&a, &b, ConnectAttr::default());
+    let write = SendOp::Write {
+        remote_addr: b.mr.addr(),
+        rkey: b.mr.rkey(),
+    };
+    let good = |i: u64| signaled(i, write, a.mr.sge(0, 8));
+    // More SGEs than the QP was created with: refused at post time, as ibv_post_send does.
+    let bad = SendWr {
+        payload: Payload::Sges(vec![a.mr.sge(0, 1); 33]),
+        ..good(2)
+    };
+    let err =
+        a.qp.post_send_list([good(0), good(1), bad, good(3)])
+            .unwrap_err();
+    assert_eq!(err.0, 2, "{err:?}");
+    assert!(err.1.to_string().contains("max_send_sge"), "{}", err.1);
+    // The two before it were posted and complete; the one after it was not posted.
+    let wc = wait(&a.cq, 2);
+    assert_eq!(wc.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [0, 1]);
+}
