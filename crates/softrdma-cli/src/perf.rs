@@ -163,6 +163,9 @@ pub struct PerfArgs {
     /// Bidirectional (not supported yet: refused).
     #[arg(short = 'b', long = "bidirectional")]
     bidir: bool,
+    /// Post send WRs in chains of this many (one call, one system call for a run of packets).
+    #[arg(short = 'l', long = "post_list", default_value_t = 1)]
+    post_list: u32,
     /// CQ moderation: signal every Nth send.
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
     cq_mod: u32,
@@ -620,6 +623,9 @@ fn header(a: &PerfArgs, s: &Setup, out: &mut impl Write) -> std::io::Result<()> 
     if client || !a.test.is_bw() {
         writeln!(out, " TX depth        : {}", tx_depth(a))?;
     }
+    if a.post_list > 1 && a.test.is_bw() {
+        writeln!(out, " Post List       : {}", a.post_list)?;
+    }
     if matches!(a.test, Test::SendBw | Test::SendLat) && (!client || !a.test.is_bw()) {
         writeln!(out, " RX depth        : {RX_DEPTH}")?;
     }
@@ -766,8 +772,8 @@ fn op_for(a: &PerfArgs, s: &Setup, seq: u64) -> SendOp {
     }
 }
 
-fn post(s: &Setup, op: SendOp, size: u64, wr_id: u64, signaled: bool) -> Result<(), String> {
-    s.qp.post_send(SendWr {
+fn wr(s: &Setup, op: SendOp, size: u64, wr_id: u64, signaled: bool) -> SendWr {
+    SendWr {
         wr_id,
         op,
         payload: Payload::Sges(vec![s.mr.sge(0, size as u32)]),
@@ -777,8 +783,12 @@ fn post(s: &Setup, op: SendOp, size: u64, wr_id: u64, signaled: bool) -> Result<
             SendFlags::empty()
         },
         ud: s.ud,
-    })
-    .map_err(|e| format!("Couldn't post send: {e}"))
+    }
+}
+
+fn post(s: &Setup, op: SendOp, size: u64, wr_id: u64, signaled: bool) -> Result<(), String> {
+    s.qp.post_send(wr(s, op, size, wr_id, signaled))
+        .map_err(|e| format!("Couldn't post send: {e}"))
 }
 
 /// Bandwidth from completion marks `(time, messages done)`: the average over the run, and the
@@ -826,15 +836,23 @@ fn run_bw(
     let (mut posted, mut done) = (0u64, 0u64);
     let mut marks = Vec::new();
     let mut stop = false;
+    // perftest's -l: WRs go to the QP in chains of this many.
+    let list = u64::from(a.post_list).clamp(1, depth);
     loop {
-        while !stop && posted < total && posted - done < depth {
-            let signaled = (posted + 1) % cq_mod == 0 || posted + 1 == total;
-            post(s, op_for(a, s, posted), size, posted, signaled)?;
-            posted += 1;
-            // A timed run ends only after a signaled WR, so that its completion retires all.
-            if signaled && limit.is_some_and(|l| Instant::now() >= l) {
-                stop = true;
+        while !stop && posted < total && posted - done + list.min(total - posted) <= depth {
+            let mut chain = Vec::with_capacity(list as usize);
+            while (chain.len() as u64) < list && posted < total {
+                let signaled = (posted + 1) % cq_mod == 0 || posted + 1 == total;
+                chain.push(wr(s, op_for(a, s, posted), size, posted, signaled));
+                posted += 1;
+                // A timed run ends only after a signaled WR, so that its completion retires all.
+                if signaled && limit.is_some_and(|l| Instant::now() >= l) {
+                    stop = true;
+                    break;
+                }
             }
+            s.qp.post_send_list(chain)
+                .map_err(|(i, e)| format!("Couldn't post send ({i} of the list posted): {e}"))?;
         }
         if done == posted && (stop || posted == total) {
             break;
