@@ -539,6 +539,16 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
         Kind::Lat,
         lat(perf("write-lat", &["-s", "8", "-n", "20000"], 24010)),
     );
+    // The same over UC, which has no ACKs: what the ACK on the critical path costs.
+    add(
+        "softrdma write-lat 8 B over UC, t_typical",
+        Kind::Lat,
+        lat(perf(
+            "write-lat",
+            &["-s", "8", "-n", "20000", "-c", "UC"],
+            24015,
+        )),
+    );
     add(
         "softrdma send-lat 8 B, t_typical",
         Kind::Lat,

@@ -294,6 +294,8 @@ impl Device {
                 _ => return any,
             };
             any = true;
+            // One clock reading per batch: the packets of a batch arrived together.
+            let now = self.now();
             // The QPs that received, serviced once after the whole batch: their responses
             // (ACKs above all) coalesce, and leave in one system call instead of one each
             // (IBTA 9.7.5.1.2 lets a responder acknowledge several requests with one ACK).
@@ -310,10 +312,12 @@ impl Device {
                     // GRO coalesced equal segments (the last may be shorter).
                     (data, Some(from), false, seg) if seg > 0 => {
                         for d in data.chunks(seg) {
-                            note(handle_datagram(self, check, d, from));
+                            note(handle_datagram(self, check, d, from, now));
                         }
                     }
-                    (data, Some(from), false, _) => note(handle_datagram(self, check, data, from)),
+                    (data, Some(from), false, _) => {
+                        note(handle_datagram(self, check, data, from, now))
+                    }
                     _ => {
                         self.counters.rcvd_malformed.fetch_add(1, Ordering::Relaxed);
                     }
@@ -560,6 +564,7 @@ fn handle_datagram(
     check: &mut IcrcCheck,
     data: &[u8],
     from: SocketAddr,
+    now: Instant,
 ) -> Option<Arc<QpShared>> {
     let capture = |ident: u16| {
         if let Some(c) = &dev.capture {
@@ -601,7 +606,7 @@ fn handle_datagram(
     };
     dev.counters.rcvd_pkts.fetch_add(1, Ordering::Relaxed);
     let mut qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
-    qp.handle_packet(dev.now(), from.ip().to_canonical(), dev.addr, &pkt);
+    qp.handle_packet(now, from.ip().to_canonical(), dev.addr, &pkt);
     drop(qp);
     Some(shared)
 }
