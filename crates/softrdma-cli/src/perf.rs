@@ -139,7 +139,7 @@ pub struct PerfArgs {
     /// Path MTU (256..4096; default the port's).
     #[arg(short = 'm', long = "mtu")]
     mtu: Option<usize>,
-    /// QPs (only 1 is supported).
+    /// QPs (more than one in the bandwidth tests only).
     #[arg(short = 'q', long = "qp", default_value_t = 1)]
     qps: u32,
     /// TX depth (outstanding work requests).
@@ -370,25 +370,58 @@ const PEER_TIMEOUT: Duration = Duration::from_secs(30);
 struct Setup {
     ctx: Context,
     cq: CompletionQueue,
-    qp: QueuePair,
     mr: MemoryRegion,
-    /// Bytes in each half of the buffer: sends come from the first, peers write into the second.
+    /// Bytes in each slot of the buffer. As in perftest, QP `i` sends from slot `i` and the
+    /// peer writes into slot `qps + i`.
     half: u64,
-    me: Keys,
-    rem: Keys,
     oob: Oob,
     mtu: Mtu,
+    /// The QPs (`-q`), all on one CQ.
+    qps: Vec<QpEnd>,
+}
+
+/// One QP of a test and what both sides know about it.
+struct QpEnd {
+    qp: QueuePair,
+    me: Keys,
+    rem: Keys,
     /// Where UD sends go.
     ud: Option<UdDest>,
     /// Receive WQEs posted and not yet completed.
     recvs: std::cell::Cell<u32>,
+    /// Offset in the region of the data this QP sends.
+    send_off: u64,
+    /// Offset in the region that the peer writes into and receives land in.
+    recv_off: u64,
+}
+
+impl Setup {
+    /// QP 0's keys: the barriers carry them, as perftest's carry `my_dest[0]`.
+    fn me(&self) -> Keys {
+        self.qps[0].me
+    }
+
+    /// One of perftest's sync points (a key exchange).
+    fn barrier(&mut self) -> Result<(), String> {
+        let me = self.me();
+        self.oob.hand_shake(&me).map(|_| ())
+    }
+
+    /// The last sync point and `"done"`.
+    fn close(&mut self) -> Result<(), String> {
+        let me = self.me();
+        self.oob.close(&me)
+    }
 }
 
 /// Checks the flags against what the test and this implementation allow, before touching the
 /// network, so that misuse is reported by name.
 fn check_args(a: &PerfArgs) -> Result<(), String> {
-    if a.qps != 1 {
-        return Err("only one QP (-q 1) is supported".into());
+    if a.qps == 0 || a.qps > 64 {
+        return Err(format!("-q {} is out of range (1..64)", a.qps));
+    }
+    if a.qps > 1 && !a.test.is_bw() {
+        return Err("more than one QP (-q) is supported by the bandwidth tests only".into());
     }
     if a.bidir {
         return Err("bidirectional tests (-b) are not supported yet".into());
@@ -441,9 +474,10 @@ fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, String> {
         .max(u64::from(PAGE))
         .next_multiple_of(u64::from(PAGE));
     let pd = ctx.alloc_pd();
+    let n = u64::from(a.qps);
     let mr = pd
         .register_zeroed(
-            (2 * half) as usize,
+            (2 * n * half) as usize,
             AccessFlags::LOCAL_WRITE
                 | AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
@@ -452,27 +486,31 @@ fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, String> {
         .map_err(|e| format!("Couldn't register MR: {e}"))?;
     let depth = tx_depth(a);
     let cq = ctx
-        .create_cq((depth + RX_DEPTH + 1) as usize, None)
+        .create_cq(((depth + RX_DEPTH) * a.qps + 1) as usize, None)
         .map_err(|e| format!("Couldn't create CQ: {e}"))?;
     let qp_type = match a.conn {
         Conn::RC => QpType::Rc,
         Conn::UC => QpType::Uc,
         Conn::UD => QpType::Ud,
     };
-    let qp = pd
-        .create_qp(QpInitAttr {
-            qp_type,
-            send_cq: cq.clone(),
-            recv_cq: cq.clone(),
-            cap: QpCaps {
-                max_send_wr: depth,
-                max_recv_wr: RX_DEPTH,
-                ..QpCaps::default()
-            },
-            sq_sig_all: false,
-            srq: None,
-        })
-        .map_err(|e| format!("Couldn't create QP: {e}"))?;
+    let mut qps = Vec::new();
+    for _ in 0..a.qps {
+        qps.push(
+            pd.create_qp(QpInitAttr {
+                qp_type,
+                send_cq: cq.clone(),
+                recv_cq: cq.clone(),
+                cap: QpCaps {
+                    max_send_wr: depth,
+                    max_recv_wr: RX_DEPTH,
+                    ..QpCaps::default()
+                },
+                sq_sig_all: false,
+                srq: None,
+            })
+            .map_err(|e| format!("Couldn't create QP: {e}"))?,
+        );
+    }
     let mut oob = Oob::open(a)?;
     // Versions, then page and cache-line sizes, then the MTU (perftest's exchange_versions,
     // check_sys_data and check_mtu).
@@ -517,73 +555,96 @@ fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, String> {
         max_rd_atomic: 16,
         ..ConnectAttr::default()
     };
-    qp.init(&attr)
-        .map_err(|e| format!("Failed to modify QP to INIT: {e}"))?;
+    for qp in &qps {
+        qp.init(&attr)
+            .map_err(|e| format!("Failed to modify QP to INIT: {e}"))?;
+    }
     let gid = *ctx
         .gids()
         .get(a.gid_index)
         .ok_or_else(|| format!("GID index {} does not exist", a.gid_index))?;
-    let me = Keys {
-        lid: 0,
-        out_reads: if a.test.reads() { 16 } else { 1 },
-        qpn: qp.qp_num().value(),
-        psn: rand::random::<u32>() & 0xFF_FFFF,
-        rkey: mr.rkey(),
-        vaddr: mr.addr() + half,
-        gid: gid.octets(),
-        srqn: 0,
-    };
+    let keys: Vec<Keys> = (0..n)
+        .zip(&qps)
+        .map(|(i, qp)| Keys {
+            lid: 0,
+            out_reads: if a.test.reads() { 16 } else { 1 },
+            qpn: qp.qp_num().value(),
+            psn: rand::random::<u32>() & 0xFF_FFFF,
+            rkey: mr.rkey(),
+            vaddr: mr.addr() + (n + i) * half,
+            gid: gid.octets(),
+            srqn: 0,
+        })
+        .collect();
     // perftest's sequence: latency tests of WRITE, READ and atomics shake hands once before the
-    // QP information; after connecting, SEND tests shake hands twice ("connected", "printed"),
-    // the others also twice ("printed", "after RTR").
+    // QP information; after connecting, SEND tests shake hands once ("connected") then once
+    // per QP ("printed"), the others once per QP ("printed") then once ("after RTR").
     if matches!(a.test, Test::ReadLat | Test::AtomicLat | Test::WriteLat) {
-        oob.hand_shake(&me)?;
+        oob.hand_shake(&keys[0])?;
     }
-    let rem = oob.hand_shake(&me)?;
-    let peer_ip = if rem.gid == [0; 16] {
-        oob.s
-            .peer_addr()
-            .map_err(|e| e.to_string())?
-            .ip()
-            .to_canonical()
-    } else {
-        IpAddr::V6(Ipv6Addr::from(rem.gid)).to_canonical()
-    };
-    let attr = ConnectAttr {
-        max_rd_atomic: rem.out_reads.clamp(1, 16) as u8,
-        ..attr
-    };
-    qp.connect(
-        Psn::new(me.psn),
-        &Peer {
-            addr: peer_ip,
-            qpn: Qpn::new(rem.qpn),
-            psn: Psn::new(rem.psn),
-        },
-        &attr,
-    )
-    .map_err(|e| format!("Couldn't connect to remote QP: {e}"))?;
-    oob.hand_shake(&me)?;
-    oob.hand_shake(&me)?;
-    let s = Setup {
+    let mut rems = Vec::new();
+    for k in &keys {
+        rems.push(oob.hand_shake(k)?);
+    }
+    let mut ends = Vec::new();
+    for (i, ((qp, me), rem)) in (0..n).zip(qps.into_iter().zip(keys).zip(rems)) {
+        let peer_ip = if rem.gid == [0; 16] {
+            oob.s
+                .peer_addr()
+                .map_err(|e| e.to_string())?
+                .ip()
+                .to_canonical()
+        } else {
+            IpAddr::V6(Ipv6Addr::from(rem.gid)).to_canonical()
+        };
+        let attr = ConnectAttr {
+            max_rd_atomic: rem.out_reads.clamp(1, 16) as u8,
+            ..attr
+        };
+        qp.connect(
+            Psn::new(me.psn),
+            &Peer {
+                addr: peer_ip,
+                qpn: Qpn::new(rem.qpn),
+                psn: Psn::new(rem.psn),
+            },
+            &attr,
+        )
+        .map_err(|e| format!("Couldn't connect to remote QP: {e}"))?;
+        ends.push(QpEnd {
+            qp,
+            me,
+            rem,
+            ud: (a.conn == Conn::UD).then(|| UdDest {
+                src: IpAddr::V6(gid).to_canonical(),
+                ip: peer_ip,
+                qpn: Qpn::new(rem.qpn),
+                qkey: QKEY,
+            }),
+            recvs: std::cell::Cell::new(0),
+            send_off: i * half,
+            recv_off: (n + i) * half,
+        });
+    }
+    let send = matches!(a.test, Test::SendBw | Test::SendLat);
+    if send {
+        oob.hand_shake(&ends[0].me)?;
+    }
+    for e in &ends {
+        oob.hand_shake(&e.me)?;
+    }
+    if !send {
+        oob.hand_shake(&ends[0].me)?;
+    }
+    Ok(Setup {
         ctx,
         cq,
-        qp,
         mr,
         half,
-        me,
-        rem,
         oob,
         mtu,
-        ud: (a.conn == Conn::UD).then(|| UdDest {
-            src: IpAddr::V6(gid).to_canonical(),
-            ip: peer_ip,
-            qpn: Qpn::new(rem.qpn),
-            qkey: QKEY,
-        }),
-        recvs: std::cell::Cell::new(0),
-    };
-    Ok(s)
+        qps: ends,
+    })
 }
 
 fn tx_depth(a: &PerfArgs) -> u32 {
@@ -636,14 +697,15 @@ fn header(a: &PerfArgs, s: &Setup, out: &mut impl Write) -> std::io::Result<()> 
     writeln!(out, " Link type       : Ethernet")?;
     writeln!(out, " GID index       : {}", a.gid_index)?;
     if a.test.reads() {
-        writeln!(out, " Outstand reads  : {}", s.me.out_reads)?;
+        writeln!(out, " Outstand reads  : {}", s.me().out_reads)?;
     } else {
         writeln!(out, " Max inline data : {}[B]", a.inline.unwrap_or(0))?;
     }
     writeln!(out, " rdma_cm QPs\t : OFF")?;
     writeln!(out, " Data ex. method : Ethernet")?;
     writeln!(out, "{line}")?;
-    for (what, k) in [("local", &s.me), ("remote", &s.rem)] {
+    let sides = s.qps.iter().map(|q| ("local", &q.me));
+    for (what, k) in sides.chain(s.qps.iter().map(|q| ("remote", &q.rem))) {
         write!(
             out,
             " {what} address: LID {} QPN {} PSN {}",
@@ -713,7 +775,9 @@ fn wait_one(s: &Setup, timeout: Duration) -> Result<Completion, String> {
                 ));
             }
             if wc.opcode == WcOpcode::Recv {
-                s.recvs.set(s.recvs.get() - 1);
+                if let Some(q) = s.qps.iter().find(|q| q.qp.qp_num() == wc.qp_num) {
+                    q.recvs.set(q.recvs.get().saturating_sub(1));
+                }
             }
             return Ok(wc);
         }
@@ -739,19 +803,21 @@ fn wait_recv(s: &Setup, timeout: Duration) -> Result<Completion, String> {
 /// Tops the receive queue up to `RX_DEPTH`; each WQE takes the whole second half, so that
 /// any message size (and a UD GRH) fits.
 fn fill_recvs(s: &Setup) -> Result<(), String> {
-    while s.recvs.get() < RX_DEPTH {
-        s.qp.post_recv(RecvWr {
-            wr_id: u64::MAX,
-            sg_list: vec![s.mr.sge(s.half, s.half as u32)],
-        })
-        .map_err(|e| format!("Couldn't post receive: {e}"))?;
-        s.recvs.set(s.recvs.get() + 1);
+    for q in &s.qps {
+        while q.recvs.get() < RX_DEPTH {
+            q.qp.post_recv(RecvWr {
+                wr_id: u64::MAX,
+                sg_list: vec![s.mr.sge(q.recv_off, s.half as u32)],
+            })
+            .map_err(|e| format!("Couldn't post receive: {e}"))?;
+            q.recvs.set(q.recvs.get() + 1);
+        }
     }
     Ok(())
 }
 
-fn op_for(a: &PerfArgs, s: &Setup, seq: u64) -> SendOp {
-    let (remote_addr, rkey) = (s.rem.vaddr, s.rem.rkey);
+fn op_for(a: &PerfArgs, q: &QpEnd, seq: u64) -> SendOp {
+    let (remote_addr, rkey) = (q.rem.vaddr, q.rem.rkey);
     match a.test {
         Test::WriteBw | Test::WriteLat => SendOp::Write { remote_addr, rkey },
         Test::ReadBw | Test::ReadLat => SendOp::Read { remote_addr, rkey },
@@ -772,22 +838,24 @@ fn op_for(a: &PerfArgs, s: &Setup, seq: u64) -> SendOp {
     }
 }
 
-fn wr(s: &Setup, op: SendOp, size: u64, wr_id: u64, signaled: bool) -> SendWr {
+fn wr(s: &Setup, q: &QpEnd, op: SendOp, size: u64, wr_id: u64, signaled: bool) -> SendWr {
     SendWr {
         wr_id,
         op,
-        payload: Payload::Sges(vec![s.mr.sge(0, size as u32)]),
+        payload: Payload::Sges(vec![s.mr.sge(q.send_off, size as u32)]),
         flags: if signaled {
             SendFlags::SIGNALED
         } else {
             SendFlags::empty()
         },
-        ud: s.ud,
+        ud: q.ud,
     }
 }
 
+/// Posts on the first QP (the latency tests have one).
 fn post(s: &Setup, op: SendOp, size: u64, wr_id: u64, signaled: bool) -> Result<(), String> {
-    s.qp.post_send(wr(s, op, size, wr_id, signaled))
+    let q = &s.qps[0];
+    q.qp.post_send(wr(s, q, op, size, wr_id, signaled))
         .map_err(|e| format!("Couldn't post send: {e}"))
 }
 
@@ -833,36 +901,69 @@ fn run_bw(
     let limit = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
     let total = if limit.is_some() { u64::MAX } else { iters };
     let start = Instant::now();
-    let (mut posted, mut done) = (0u64, 0u64);
+    let n = s.qps.len();
+    // Per QP, as perftest counts: WRs posted, WRs completed, and whether a timed run ended.
+    let (mut posted, mut done, mut stop) = (vec![0u64; n], vec![0u64; n], vec![false; n]);
     let mut marks = Vec::new();
-    let mut stop = false;
     // perftest's -l: WRs go to the QP in chains of this many.
     let list = u64::from(a.post_list).clamp(1, depth);
+    // wr_id: the QP's index above bit 48, the WR's sequence number below.
+    const SEQ: u64 = (1 << 48) - 1;
     loop {
-        while !stop && posted < total && posted - done + list.min(total - posted) <= depth {
-            let mut chain = Vec::with_capacity(list as usize);
-            while (chain.len() as u64) < list && posted < total {
-                let signaled = (posted + 1) % cq_mod == 0 || posted + 1 == total;
-                chain.push(wr(s, op_for(a, s, posted), size, posted, signaled));
-                posted += 1;
-                // A timed run ends only after a signaled WR, so that its completion retires all.
-                if signaled && limit.is_some_and(|l| Instant::now() >= l) {
-                    stop = true;
-                    break;
+        for (i, q) in s.qps.iter().enumerate() {
+            while !stop[i]
+                && posted[i] < total
+                && posted[i] - done[i] + list.min(total - posted[i]) <= depth
+            {
+                let mut chain = Vec::with_capacity(list as usize);
+                while (chain.len() as u64) < list && posted[i] < total {
+                    let p = posted[i];
+                    let signaled = (p + 1) % cq_mod == 0 || p + 1 == total;
+                    let id = (i as u64) << 48 | p;
+                    chain.push(wr(s, q, op_for(a, q, p), size, id, signaled));
+                    posted[i] += 1;
+                    // A timed run ends only after a signaled WR, whose completion retires all.
+                    if signaled && limit.is_some_and(|l| Instant::now() >= l) {
+                        stop[i] = true;
+                        break;
+                    }
                 }
+                q.qp.post_send_list(chain).map_err(|(k, e)| {
+                    format!("Couldn't post send ({k} of the list posted): {e}")
+                })?;
             }
-            s.qp.post_send_list(chain)
-                .map_err(|(i, e)| format!("Couldn't post send ({i} of the list posted): {e}"))?;
         }
-        if done == posted && (stop || posted == total) {
+        if (0..n).all(|i| done[i] == posted[i] && (stop[i] || posted[i] == total)) {
             break;
         }
         let wc = wait_one(s, PEER_TIMEOUT)?;
-        done = wc.wr_id + 1;
-        marks.push((Instant::now(), done));
-        pb.set_position(done.min(iters));
+        let i = ((wc.wr_id >> 48) as usize).min(n - 1);
+        done[i] = (wc.wr_id & SEQ) + 1;
+        let sum: u64 = done.iter().sum();
+        marks.push((Instant::now(), sum));
+        pb.set_position((sum / n as u64).min(iters));
     }
-    Ok(bw_row(size, start, &marks))
+    Ok(per_qp(bw_row(size, start, &marks), n))
+}
+
+/// perftest reports iterations per QP and bandwidth over all QPs.
+fn per_qp(r: Row, n: usize) -> Row {
+    match r {
+        Row::Bw {
+            bytes,
+            iters,
+            peak,
+            avg,
+            rate,
+        } => Row::Bw {
+            bytes,
+            iters: iters / n as u64,
+            peak,
+            avg,
+            rate,
+        },
+        r => r,
+    }
 }
 
 /// The receiving side of `send-bw`: counts `iters` messages, reposting as it goes. Over UC
@@ -877,6 +978,8 @@ fn run_bw_server(
     let mut marks = Vec::new();
     let mut start = None;
     let mut got = 0u64;
+    // Every QP's sender sends `iters`.
+    let iters = iters * s.qps.len() as u64;
     while got < iters {
         let quiet = if a.conn == Conn::RC || got == 0 {
             PEER_TIMEOUT
@@ -914,7 +1017,7 @@ fn run_bw_server(
             ..
         } => Row::Bw {
             bytes,
-            iters: got,
+            iters: got / s.qps.len() as u64,
             peak,
             avg,
             rate,
@@ -958,7 +1061,7 @@ fn run_lat(
             let mut i = 0;
             while limit.map_or(i < iters, |l| Instant::now() < l) {
                 let t = Instant::now();
-                post(s, op_for(a, s, i), size, i, true)?;
+                post(s, op_for(a, &s.qps[0], i), size, i, true)?;
                 wait_one(s, PEER_TIMEOUT)?;
                 us.push(t.elapsed().as_secs_f64() * 1e6);
                 i += 1;
@@ -982,7 +1085,7 @@ fn run_lat(
                 s.mr.write((size - 1) as usize, &[i as u8])
                     .map_err(|e| e.to_string())?;
                 let now = Instant::now();
-                post(s, op_for(a, s, i), size, i, true)?;
+                post(s, op_for(a, &s.qps[0], i), size, i, true)?;
                 if let Some(t) = last.replace(now) {
                     us.push(now.duration_since(t).as_secs_f64() * 1e6 / 2.0);
                 }
@@ -1213,54 +1316,52 @@ fn perf(a: &PerfArgs, out: &mut impl Write) -> Result<(), String> {
     match (a.test, client) {
         // One-sided bandwidth: the server only waits, then prints the client's report.
         (Test::WriteBw | Test::ReadBw | Test::AtomicBw, false) => {
-            s.oob.hand_shake(&s.me)?;
+            s.barrier()?;
             rows.push(s.oob.take_report()?);
-            s.oob.close(&s.me)?;
+            s.close()?;
         }
         (Test::WriteBw | Test::ReadBw | Test::AtomicBw, true) => {
             for &sz in &sizes {
                 rows.push(run_bw(a, &s, sz, iters, &pb)?);
             }
-            s.oob.hand_shake(&s.me)?;
+            s.barrier()?;
             if let Some(r) = rows.last() {
                 s.oob.give_report(r)?;
             }
-            s.oob.close(&s.me)?;
+            s.close()?;
         }
         (Test::SendBw, _) => {
             for &sz in &sizes {
                 if !client {
                     fill_recvs(&s)?;
                 }
-                s.oob.hand_shake(&s.me)?;
+                s.barrier()?;
                 rows.push(if client {
                     run_bw(a, &s, sz, iters, &pb)?
                 } else {
                     run_bw_server(a, &s, sz, iters, &pb)?
                 });
                 if a.all {
-                    s.oob.hand_shake(&s.me)?;
+                    s.barrier()?;
                 }
             }
-            s.oob.close(&s.me)?;
+            s.close()?;
         }
         // Only the client reads; the server waits for the end.
-        (Test::ReadLat | Test::AtomicLat, false) => {
-            s.oob.close(&s.me)?;
-        }
+        (Test::ReadLat | Test::AtomicLat, false) => s.close()?,
         (Test::ReadLat | Test::AtomicLat, true) => {
             for &sz in &sizes {
                 rows.push(run_lat(a, &s, sz, iters, &pb)?);
             }
-            s.oob.close(&s.me)?;
+            s.close()?;
         }
         (Test::SendLat, _) => {
             for &sz in &sizes {
                 fill_recvs(&s)?;
-                s.oob.hand_shake(&s.me)?;
+                s.barrier()?;
                 rows.push(run_lat(a, &s, sz, iters, &pb)?);
             }
-            s.oob.close(&s.me)?;
+            s.close()?;
         }
         (Test::WriteLat, _) => {
             for &sz in &sizes {

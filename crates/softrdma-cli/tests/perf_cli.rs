@@ -175,6 +175,16 @@ fn bandwidth_tests_over_every_transport() {
     let r = check(20, "send-bw", &["-n", "300", "-s", "3000"]);
     assert_eq!(r[0]["iterations"], 300);
     check(22, "send-bw", &["-n", "300", "-s", "3000", "-c", "UC"]);
+    // Several QPs: iterations are per QP, as perftest counts them.
+    for (n, test, conn) in [
+        (26, "write-bw", "RC"),
+        (28, "read-bw", "RC"),
+        (30, "send-bw", "UC"),
+        (32, "atomic-bw", "RC"),
+    ] {
+        let r = check(n, test, &["-n", "200", "-s", "2048", "-q", "3", "-c", conn]);
+        assert_eq!(r[0]["iterations"], 200, "{test}");
+    }
     // UD without -s: one MTU.
     let r = check(24, "send-bw", &["-n", "300", "-c", "UD", "-t", "32"]);
     assert_eq!(r[0]["bytes"], 4096);
@@ -229,7 +239,8 @@ fn misuse_is_refused_by_name() {
             vec!["atomic-lat", "-c", "UD"],
             "atomic-lat does not run over UD",
         ),
-        (vec!["write-bw", "-q", "2"], "only one QP"),
+        (vec!["write-lat", "-q", "2"], "bandwidth tests only"),
+        (vec!["write-bw", "-q", "0"], "-q 0 is out of range"),
         (vec!["write-bw", "-b"], "bidirectional"),
         (
             vec!["send-lat", "-D", "2"],
