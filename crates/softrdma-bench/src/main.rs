@@ -673,41 +673,13 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
             return Err("fi_pingpong is not installed (libfabric-bin)".into());
         }
         let p = port.to_string();
+        let common = args(&["fi_pingpong", "-p", prov, "-e", "rdm", "-I", n, "-S", size]);
+        let server = [common.clone(), args(&["-B", &p])].concat();
+        let client = [common, args(&["-P", &p, "127.0.0.1"])].concat();
         let (_, c) = pair(
             &pin,
-            (
-                &args(&[
-                    "fi_pingpong",
-                    "-p",
-                    prov,
-                    "-e",
-                    "rdm",
-                    "-B",
-                    &p,
-                    "-I",
-                    n,
-                    "-S",
-                    size,
-                ]),
-                &[],
-            ),
-            (
-                &args(&[
-                    "fi_pingpong",
-                    "-p",
-                    prov,
-                    "-e",
-                    "rdm",
-                    "-P",
-                    &p,
-                    "-I",
-                    n,
-                    "-S",
-                    size,
-                    "127.0.0.1",
-                ]),
-                &[],
-            ),
+            (&server, &[]),
+            (&client, &[]),
             Ready::Tcp(port),
             limit,
         )?;

@@ -763,6 +763,15 @@ enum Row {
     },
 }
 
+impl Row {
+    /// Replaces the iteration count of a bandwidth row.
+    fn set_iters(&mut self, n: u64) {
+        if let Row::Bw { iters, .. } = self {
+            *iters = n;
+        }
+    }
+}
+
 /// Polls for the next completion; a peer silent for `timeout` is an error.
 fn wait_one(s: &Setup, timeout: Duration) -> Result<Completion, String> {
     let deadline = Instant::now() + timeout;
@@ -943,27 +952,10 @@ fn run_bw(
         marks.push((Instant::now(), sum));
         pb.set_position((sum / n as u64).min(iters));
     }
-    Ok(per_qp(bw_row(size, start, &marks), n))
-}
-
-/// perftest reports iterations per QP and bandwidth over all QPs.
-fn per_qp(r: Row, n: usize) -> Row {
-    match r {
-        Row::Bw {
-            bytes,
-            iters,
-            peak,
-            avg,
-            rate,
-        } => Row::Bw {
-            bytes,
-            iters: iters / n as u64,
-            peak,
-            avg,
-            rate,
-        },
-        r => r,
-    }
+    // perftest reports iterations per QP and bandwidth over all QPs.
+    let mut row = bw_row(size, start, &marks);
+    row.set_iters(marks.last().map_or(0, |m| m.1) / n as u64);
+    Ok(row)
 }
 
 /// The receiving side of `send-bw`: counts `iters` messages, reposting as it goes. Over UC
@@ -1007,23 +999,9 @@ fn run_bw_server(
     // The first arrival starts the clock, so the messages after it make the rate.
     let start = start.unwrap_or_else(Instant::now);
     let after_first: Vec<(Instant, u64)> = marks.iter().skip(1).map(|&(t, n)| (t, n - 1)).collect();
-    let row = bw_row(size, start, &after_first);
-    Ok(match row {
-        Row::Bw {
-            peak,
-            avg,
-            rate,
-            bytes,
-            ..
-        } => Row::Bw {
-            bytes,
-            iters: got / s.qps.len() as u64,
-            peak,
-            avg,
-            rate,
-        },
-        r => r,
-    })
+    let mut row = bw_row(size, start, &after_first);
+    row.set_iters(got / s.qps.len() as u64);
+    Ok(row)
 }
 
 /// Spins until the byte at `off` of the region equals `v`, letting the device make progress.
