@@ -160,7 +160,7 @@ pub struct PerfArgs {
     /// Inline size (accepted; the soft device copies anyway).
     #[arg(short = 'I', long = "inline_size")]
     inline: Option<u32>,
-    /// Bidirectional (not supported yet: refused).
+    /// Bidirectional: both sides send, and each prints the sum (WRITE, READ and atomic BW).
     #[arg(short = 'b', long = "bidirectional")]
     bidir: bool,
     /// Post send WRs in chains of this many (one call, one system call for a run of packets).
@@ -295,31 +295,30 @@ impl Oob {
         Self { s, client }
     }
 
-    /// The client's BW report (perftest's `xchg_bw_reports`): size and iterations as
-    /// big-endian 64-bit integers, then peak and average MB/s and Mpps as big-endian doubles.
-    fn give_report(&mut self, r: &Row) -> Result<(), String> {
-        if let Row::Bw {
+    /// BW reports both ways (perftest's `xchg_bw_reports`): size and iterations as big-endian
+    /// 64-bit integers, then peak and average MB/s and Mpps as big-endian doubles. A side
+    /// without a report of its own (the server of a one-way test) sends zeros.
+    fn xchg_report(&mut self, mine: Option<&Row>) -> Result<Row, String> {
+        let mut out = [0u64; 5];
+        if let Some(&Row::Bw {
             bytes,
             iters,
             peak,
             avg,
             rate,
-        } = *r
+        }) = mine
         {
-            self.xchg(&bytes.to_be_bytes())?;
-            self.xchg(&iters.to_be_bytes())?;
-            for v in [peak / MB, avg / MB, rate / 1e6] {
-                self.xchg(&v.to_bits().to_be_bytes())?;
-            }
+            out = [
+                bytes,
+                iters,
+                (peak / MB).to_bits(),
+                (avg / MB).to_bits(),
+                (rate / 1e6).to_bits(),
+            ];
         }
-        Ok(())
-    }
-
-    /// The server's side of [`Self::give_report`].
-    fn take_report(&mut self) -> Result<Row, String> {
         let mut f = [0u64; 5];
-        for v in &mut f {
-            let got = self.xchg(&[0u8; 8])?;
+        for (v, o) in f.iter_mut().zip(out) {
+            let got = self.xchg(&o.to_be_bytes())?;
             *v = u64::from_be_bytes(got.try_into().map_err(|_| "short report")?);
         }
         let d = |i: usize| f64::from_bits(f[i]);
@@ -423,8 +422,11 @@ fn check_args(a: &PerfArgs) -> Result<(), String> {
     if a.qps > 1 && !a.test.is_bw() {
         return Err("more than one QP (-q) is supported by the bandwidth tests only".into());
     }
-    if a.bidir {
-        return Err("bidirectional tests (-b) are not supported yet".into());
+    if a.bidir && !matches!(a.test, Test::WriteBw | Test::ReadBw | Test::AtomicBw) {
+        return Err(format!(
+            "-b is supported by write-bw, read-bw and atomic-bw, not {}",
+            a.test.name()
+        ));
     }
     let allowed: &[Conn] = match a.test {
         Test::WriteBw | Test::WriteLat => &[Conn::RC, Conn::UC],
@@ -681,7 +683,7 @@ fn header(a: &PerfArgs, s: &Setup, out: &mut impl Write) -> std::io::Result<()> 
     )?;
     writeln!(out, " PCIe relax order: ON")?;
     writeln!(out, " ibv_wr* API     : OFF")?;
-    if client || !a.test.is_bw() {
+    if client || a.bidir || !a.test.is_bw() {
         writeln!(out, " TX depth        : {}", tx_depth(a))?;
     }
     if a.post_list > 1 && a.test.is_bw() {
@@ -735,10 +737,15 @@ fn header(a: &PerfArgs, s: &Setup, out: &mut impl Write) -> std::io::Result<()> 
 }
 
 fn s_title(a: &PerfArgs) -> String {
-    match (a.test, a.atomic) {
-        (Test::AtomicBw, AtomicType::CMP_AND_SWAP) => "Atomic CMP_AND_SWAP BW Test".into(),
-        (Test::AtomicLat, AtomicType::CMP_AND_SWAP) => "Atomic CMP_AND_SWAP Latency Test".into(),
-        (t, _) => t.title().into(),
+    let t = match (a.test, a.atomic) {
+        (Test::AtomicBw, AtomicType::CMP_AND_SWAP) => "Atomic CMP_AND_SWAP BW Test",
+        (Test::AtomicLat, AtomicType::CMP_AND_SWAP) => "Atomic CMP_AND_SWAP Latency Test",
+        (t, _) => t.title(),
+    };
+    if a.bidir {
+        t.replace(" BW Test", " Bidirectional BW Test")
+    } else {
+        t.into()
     }
 }
 
@@ -764,6 +771,35 @@ enum Row {
 }
 
 impl Row {
+    /// Both directions of a bidirectional test: rates add up (perftest's
+    /// `print_full_bw_report`).
+    fn plus(&self, other: &Row) -> Row {
+        match (self, other) {
+            (
+                &Row::Bw {
+                    bytes,
+                    iters,
+                    peak,
+                    avg,
+                    rate,
+                },
+                &Row::Bw {
+                    peak: p2,
+                    avg: a2,
+                    rate: r2,
+                    ..
+                },
+            ) => Row::Bw {
+                bytes,
+                iters,
+                peak: peak + p2,
+                avg: avg + a2,
+                rate: rate + r2,
+            },
+            (r, _) => r.clone(),
+        }
+    }
+
     /// Replaces the iteration count of a bandwidth row.
     fn set_iters(&mut self, n: u64) {
         if let Row::Bw { iters, .. } = self {
@@ -1292,10 +1328,24 @@ fn perf(a: &PerfArgs, out: &mut impl Write) -> Result<(), String> {
     };
     let mut rows = Vec::new();
     match (a.test, client) {
+        // Bidirectional: both sides run, each size between barriers, and each prints the sum
+        // of both sides' reports (perftest's duplex path).
+        (Test::WriteBw | Test::ReadBw | Test::AtomicBw, _) if a.bidir => {
+            for &sz in &sizes {
+                s.barrier()?;
+                let mine = run_bw(a, &s, sz, iters, &pb)?;
+                if a.all {
+                    s.barrier()?;
+                }
+                let theirs = s.oob.xchg_report(Some(&mine))?;
+                rows.push(mine.plus(&theirs));
+            }
+            s.close()?;
+        }
         // One-sided bandwidth: the server only waits, then prints the client's report.
         (Test::WriteBw | Test::ReadBw | Test::AtomicBw, false) => {
             s.barrier()?;
-            rows.push(s.oob.take_report()?);
+            rows.push(s.oob.xchg_report(None)?);
             s.close()?;
         }
         (Test::WriteBw | Test::ReadBw | Test::AtomicBw, true) => {
@@ -1304,7 +1354,7 @@ fn perf(a: &PerfArgs, out: &mut impl Write) -> Result<(), String> {
             }
             s.barrier()?;
             if let Some(r) = rows.last() {
-                s.oob.give_report(r)?;
+                s.oob.xchg_report(Some(r))?;
             }
             s.close()?;
         }

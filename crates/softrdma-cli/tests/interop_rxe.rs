@@ -384,6 +384,7 @@ fn pingpong_with_linux_rxe() {
     // perftest 4.5: the out-of-band exchange, the handshakes and the traffic of each test.
     perf_case(&vm, "write-bw", &["-n", "20", "-s", "16384"]);
     perf_case(&vm, "write-bw", &["-n", "10", "-s", "4096", "-q", "2"]);
+    perf_case(&vm, "write-bw", &["-n", "10", "-s", "4096", "-b"]);
     perf_case(&vm, "read-lat", &["-n", "20", "-s", "64"]);
     perf_case(&vm, "send-lat", &["-n", "20", "-s", "64"]);
     perf_case(&vm, "atomic-lat", &["-n", "20"]);

@@ -185,6 +185,11 @@ fn bandwidth_tests_over_every_transport() {
         let r = check(n, test, &["-n", "200", "-s", "2048", "-q", "3", "-c", conn]);
         assert_eq!(r[0]["iterations"], 200, "{test}");
     }
+    // Bidirectional: both sides send and print the sum of both reports.
+    for (n, test) in [(34, "write-bw"), (36, "read-bw"), (38, "atomic-bw")] {
+        let r = check(n, test, &["-n", "300", "-s", "4096", "-b"]);
+        assert_eq!(r[0]["iterations"], 300, "{test}");
+    }
     // UD without -s: one MTU.
     let r = check(24, "send-bw", &["-n", "300", "-c", "UD", "-t", "32"]);
     assert_eq!(r[0]["bytes"], 4096);
@@ -241,7 +246,7 @@ fn misuse_is_refused_by_name() {
         ),
         (vec!["write-lat", "-q", "2"], "bandwidth tests only"),
         (vec!["write-bw", "-q", "0"], "-q 0 is out of range"),
-        (vec!["write-bw", "-b"], "bidirectional"),
+        (vec!["send-bw", "-b"], "-b is supported by write-bw"),
         (
             vec!["send-lat", "-D", "2"],
             "-D is not supported by send-lat",
