@@ -986,7 +986,12 @@ fn run_bw(
         done[i] = (wc.wr_id & SEQ) + 1;
         let sum: u64 = done.iter().sum();
         marks.push((Instant::now(), sum));
-        pb.set_position((sum / n as u64).min(iters));
+        // A timed run's bar counts seconds (its length is -D).
+        pb.set_position(if a.duration.is_some() {
+            start.elapsed().as_secs()
+        } else {
+            (sum / n as u64).min(iters)
+        });
     }
     // perftest reports iterations per QP and bandwidth over all QPs.
     let mut row = bw_row(size, start, &marks);
@@ -1069,9 +1074,11 @@ fn run_lat(
 ) -> Result<Row, String> {
     let client = a.host.is_some();
     let mut us = Vec::with_capacity(iters.min(1 << 24) as usize);
+    let mut done = iters;
     match a.test {
         Test::ReadLat | Test::AtomicLat => {
-            let limit = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
+            let start = Instant::now();
+            let limit = a.duration.map(|d| start + Duration::from_secs(d));
             let mut i = 0;
             while limit.map_or(i < iters, |l| Instant::now() < l) {
                 let t = Instant::now();
@@ -1079,8 +1086,14 @@ fn run_lat(
                 wait_one(s, PEER_TIMEOUT)?;
                 us.push(t.elapsed().as_secs_f64() * 1e6);
                 i += 1;
-                pb.set_position(i);
+                // A timed run's bar counts seconds (its length is -D).
+                pb.set_position(if limit.is_some() {
+                    start.elapsed().as_secs()
+                } else {
+                    i
+                });
             }
+            done = i;
         }
         Test::WriteLat => {
             // perftest's ping-pong (`run_iter_lat_write`): the iteration count travels in the
@@ -1134,7 +1147,7 @@ fn run_lat(
     }
     Ok(Row::Lat {
         bytes: size,
-        iters,
+        iters: done,
         us,
     })
 }

@@ -230,9 +230,10 @@ fn all_sizes_timed_runs_and_plots() {
     );
     let r = check(62, "send-lat", &["-a", "-n", "5"]);
     assert_eq!(r.len(), 23);
-    let r = check(64, "read-lat", &["-D", "1"]);
+    // Timed runs: -n (5) must not be what counts.
+    let r = check(64, "read-lat", &["-D", "1", "-n", "5"]);
     assert!(r[0]["iterations"].as_u64().unwrap() > 10);
-    let r = check(66, "read-bw", &["-D", "1", "-s", "4096"]);
+    let r = check(66, "read-bw", &["-D", "1", "-s", "4096", "-n", "5"]);
     assert!(r[0]["iterations"].as_u64().unwrap() > 10);
 }
 
