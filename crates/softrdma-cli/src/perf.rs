@@ -440,12 +440,6 @@ fn check_args(a: &PerfArgs) -> Result<(), String> {
             a.conn
         ));
     }
-    if a.duration.is_some() && matches!(a.test, Test::WriteLat | Test::SendLat | Test::SendBw) {
-        return Err(format!(
-            "-D is not supported by {} here: use -n",
-            a.test.name()
-        ));
-    }
     if a.duration == Some(0) {
         return Err("-D must be at least 1 second".into());
     }
@@ -1011,16 +1005,21 @@ fn run_bw_server(
     let mut marks = Vec::new();
     let mut start = None;
     let mut got = 0u64;
-    // Every QP's sender sends `iters`.
+    // Every QP's sender sends `iters`; a timed run counts until its end.
     let iters = iters * s.qps.len() as u64;
-    while got < iters {
+    let end = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
+    while end.map_or(got < iters, |e| Instant::now() < e) {
         let quiet = if a.conn == Conn::RC || got == 0 {
             PEER_TIMEOUT
         } else {
             Duration::from_secs(1)
         };
+        let quiet = end.map_or(quiet, |e| {
+            e.saturating_duration_since(Instant::now()).min(quiet)
+        });
         match wait_recv(s, quiet) {
             Ok(_) => {}
+            Err(_) if end.is_some_and(|e| Instant::now() >= e) => break,
             Err(_) if a.conn != Conn::RC && got > 0 => {
                 eprintln!(
                     " {} of {iters} messages arrived ({:?} drops them when receives run out)",
@@ -1046,21 +1045,39 @@ fn run_bw_server(
 }
 
 /// Spins until the byte at `off` of the region equals `v`, letting the device make progress.
-fn poll_byte(s: &Setup, off: u64, v: u8) -> Result<(), String> {
+/// False if the timed run ended (`end`) first; a peer silent for longer is an error.
+fn poll_byte(s: &Setup, off: u64, v: u8, end: Option<Instant>) -> Result<bool, String> {
     let deadline = Instant::now() + PEER_TIMEOUT;
     let mut b = [0u8; 1];
     loop {
         s.mr.read(off as usize, &mut b).map_err(|e| e.to_string())?;
         if b[0] == v {
-            return Ok(());
+            return Ok(true);
         }
         s.cq.poll_lending(0);
-        if Instant::now() > deadline {
+        let now = Instant::now();
+        if end.is_some_and(|e| now >= e) {
+            return Ok(false);
+        }
+        if now > deadline {
             return Err(format!(
                 "the peer's WRITE did not arrive within {PEER_TIMEOUT:?}"
             ));
         }
         std::hint::spin_loop();
+    }
+}
+
+/// Waits for the next receive; false if the timed run ended (`end`) first.
+fn recv_by(s: &Setup, end: Option<Instant>) -> Result<bool, String> {
+    let budget = end.map_or(PEER_TIMEOUT, |e| {
+        e.saturating_duration_since(Instant::now())
+            .min(PEER_TIMEOUT)
+    });
+    match wait_recv(s, budget) {
+        Ok(_) => Ok(true),
+        Err(_) if end.is_some_and(|e| Instant::now() >= e) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -1074,7 +1091,7 @@ fn run_lat(
 ) -> Result<Row, String> {
     let client = a.host.is_some();
     let mut us = Vec::with_capacity(iters.min(1 << 24) as usize);
-    let mut done = iters;
+    let done;
     match a.test {
         Test::ReadLat | Test::AtomicLat => {
             let start = Instant::now();
@@ -1101,13 +1118,19 @@ fn run_lat(
             // its own, the server going first. Half the time between a side's posts is one
             // latency sample.
             let first = !client;
-            let poll_off = s.half + size - 1;
+            let poll_off = s.qps[0].recv_off + size - 1;
+            let end = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
+            let more = |i: u64| end.map_or(i <= iters, |e| Instant::now() < e);
             let mut last = None;
-            for i in 1..=iters {
-                if !first {
-                    poll_byte(s, poll_off, i as u8)?;
-                } else if i > 1 {
-                    poll_byte(s, poll_off, (i - 1) as u8)?;
+            let mut i = 1;
+            while more(i) {
+                let seen = if !first {
+                    poll_byte(s, poll_off, i as u8, end)?
+                } else {
+                    i == 1 || poll_byte(s, poll_off, (i - 1) as u8, end)?
+                };
+                if !seen {
+                    break;
                 }
                 s.mr.write((size - 1) as usize, &[i as u8])
                     .map_err(|e| e.to_string())?;
@@ -1118,27 +1141,34 @@ fn run_lat(
                 }
                 wait_one(s, PEER_TIMEOUT)?;
                 pb.set_position(i);
+                i += 1;
             }
-            if first {
-                poll_byte(s, poll_off, iters as u8)?;
+            done = i - 1;
+            if first && end.is_none() {
+                poll_byte(s, poll_off, iters as u8, None)?;
             }
         }
         Test::SendLat => {
             // The same ping-pong with SENDs: wait for the peer's message, answer it.
+            let end = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
+            let more = |i: u64| end.map_or(i < iters, |e| Instant::now() < e);
             let mut last = None;
-            for i in 0..iters {
-                if !client || i > 0 {
-                    wait_recv(s, PEER_TIMEOUT)?;
-                    fill_recvs(s)?;
+            let mut i = 0;
+            while more(i) {
+                if (!client || i > 0) && !recv_by(s, end)? {
+                    break;
                 }
+                fill_recvs(s)?;
                 let now = Instant::now();
                 post(s, SendOp::Send, size, i, true)?;
                 if let Some(t) = last.replace(now) {
                     us.push(now.duration_since(t).as_secs_f64() * 1e6 / 2.0);
                 }
                 pb.set_position(i);
+                i += 1;
             }
-            if client {
+            done = i;
+            if client && end.is_none() {
                 wait_recv(s, PEER_TIMEOUT)?;
                 fill_recvs(s)?;
             }

@@ -235,6 +235,10 @@ fn all_sizes_timed_runs_and_plots() {
     assert!(r[0]["iterations"].as_u64().unwrap() > 10);
     let r = check(66, "read-bw", &["-D", "1", "-s", "4096", "-n", "5"]);
     assert!(r[0]["iterations"].as_u64().unwrap() > 10);
+    for (n, test) in [(68, "write-lat"), (70, "send-lat"), (72, "send-bw")] {
+        let r = check(n, test, &["-D", "1", "-s", "64", "-n", "5"]);
+        assert!(r[0]["iterations"].as_u64().unwrap() > 10, "{test}");
+    }
 }
 
 #[test]
@@ -248,10 +252,7 @@ fn misuse_is_refused_by_name() {
         (vec!["write-lat", "-q", "2"], "bandwidth tests only"),
         (vec!["write-bw", "-q", "0"], "-q 0 is out of range"),
         (vec!["send-bw", "-b"], "-b is supported by write-bw"),
-        (
-            vec!["send-lat", "-D", "2"],
-            "-D is not supported by send-lat",
-        ),
+        (vec!["send-lat", "-D", "0"], "-D must be at least 1 second"),
         (vec!["write-bw", "-n", "0"], "-n must be at least 1"),
         (vec!["write-bw", "-i", "2"], "port 2 does not exist"),
     ] {
