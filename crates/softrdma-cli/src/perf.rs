@@ -160,7 +160,7 @@ pub struct PerfArgs {
     /// Inline size (accepted; the soft device copies anyway).
     #[arg(short = 'I', long = "inline_size")]
     inline: Option<u32>,
-    /// Bidirectional: both sides send, and each prints the sum (WRITE, READ and atomic BW).
+    /// Bidirectional (BW tests): both sides send, and each prints the sum of both reports.
     #[arg(short = 'b', long = "bidirectional")]
     bidir: bool,
     /// Post send WRs in chains of this many (one call, one system call for a run of packets).
@@ -422,9 +422,9 @@ fn check_args(a: &PerfArgs) -> Result<(), String> {
     if a.qps > 1 && !a.test.is_bw() {
         return Err("more than one QP (-q) is supported by the bandwidth tests only".into());
     }
-    if a.bidir && !matches!(a.test, Test::WriteBw | Test::ReadBw | Test::AtomicBw) {
+    if a.bidir && !a.test.is_bw() {
         return Err(format!(
-            "-b is supported by write-bw, read-bw and atomic-bw, not {}",
+            "-b is for the bandwidth tests, not {}",
             a.test.name()
         ));
     }
@@ -927,7 +927,9 @@ fn bw_row(size: u64, start: Instant, marks: &[(Instant, u64)]) -> Row {
 }
 
 /// The sending side of a bandwidth test: `depth` WRs in flight, every `cq_mod`-th signaled
-/// (completions come in order, so one signaled WR retires all before it).
+/// (completions come in order, so one signaled WR retires all before it). In a bidirectional
+/// SEND test (`-b`) it also receives the peer's messages, reposting as it goes, and ends when
+/// both directions have (perftest's `run_iter_bi`).
 fn run_bw(
     a: &PerfArgs,
     s: &Setup,
@@ -946,6 +948,9 @@ fn run_bw(
     let mut marks = Vec::new();
     // perftest's -l: WRs go to the QP in chains of this many.
     let list = u64::from(a.post_list).clamp(1, depth);
+    let receiving = a.bidir && a.test == Test::SendBw;
+    let expect = if receiving { iters * n as u64 } else { 0 };
+    let mut got = 0u64;
     // wr_id: the QP's index above bit 48, the WR's sequence number below.
     const SEQ: u64 = (1 << 48) - 1;
     loop {
@@ -972,10 +977,33 @@ fn run_bw(
                 })?;
             }
         }
-        if (0..n).all(|i| done[i] == posted[i] && (stop[i] || posted[i] == total)) {
+        let sent = (0..n).all(|i| done[i] == posted[i] && (stop[i] || posted[i] == total));
+        let timed_out = limit.is_some_and(|l| Instant::now() >= l);
+        if sent && (got >= expect || timed_out) {
             break;
         }
-        let wc = wait_one(s, PEER_TIMEOUT)?;
+        // Once our side is done, UC and UD stop waiting for lost messages after a quiet second.
+        let budget = if sent && a.conn != Conn::RC {
+            Duration::from_secs(1)
+        } else {
+            PEER_TIMEOUT
+        };
+        let wc = match wait_one(s, budget) {
+            Ok(wc) => wc,
+            Err(_) if sent && a.conn != Conn::RC => {
+                eprintln!(
+                    " {got} of {expect} messages arrived ({:?} can lose them)",
+                    a.conn
+                );
+                break;
+            }
+            Err(e) => return Err(e),
+        };
+        if wc.opcode == WcOpcode::Recv {
+            got += 1;
+            fill_recvs(s)?;
+            continue;
+        }
         let i = ((wc.wr_id >> 48) as usize).min(n - 1);
         done[i] = (wc.wr_id & SEQ) + 1;
         let sum: u64 = done.iter().sum();
@@ -1403,15 +1431,23 @@ fn perf(a: &PerfArgs, out: &mut impl Write) -> Result<(), String> {
         }
         (Test::SendBw, _) => {
             for &sz in &sizes {
-                if !client {
+                if !client || a.bidir {
                     fill_recvs(&s)?;
                 }
                 s.barrier()?;
-                rows.push(if client {
+                let row = if client || a.bidir {
                     run_bw(a, &s, sz, iters, &pb)?
                 } else {
                     run_bw_server(a, &s, sz, iters, &pb)?
-                });
+                };
+                // perftest's send_bw: the duplex reports (not in timed runs), then a barrier
+                // between sizes.
+                if a.bidir && a.duration.is_none() {
+                    let theirs = s.oob.xchg_report(Some(&row))?;
+                    rows.push(row.plus(&theirs));
+                } else {
+                    rows.push(row);
+                }
                 if a.all {
                     s.barrier()?;
                 }

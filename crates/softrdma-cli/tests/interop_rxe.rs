@@ -391,5 +391,6 @@ fn pingpong_with_linux_rxe() {
     perf_case(&vm, "write-lat", &["-n", "20", "-s", "64"]);
     perf_case(&vm, "read-bw", &["-n", "20", "-s", "16384"]);
     perf_case(&vm, "send-bw", &["-n", "20", "-s", "4096"]);
+    perf_case(&vm, "send-bw", &["-n", "20", "-s", "4096", "-b"]);
     perf_case(&vm, "atomic-bw", &["-n", "20"]);
 }

@@ -186,8 +186,14 @@ fn bandwidth_tests_over_every_transport() {
         assert_eq!(r[0]["iterations"], 200, "{test}");
     }
     // Bidirectional: both sides send and print the sum of both reports.
-    for (n, test) in [(34, "write-bw"), (36, "read-bw"), (38, "atomic-bw")] {
-        let r = check(n, test, &["-n", "300", "-s", "4096", "-b"]);
+    for (n, test, conn) in [
+        (34, "write-bw", "RC"),
+        (36, "read-bw", "RC"),
+        (38, "atomic-bw", "RC"),
+        (74, "send-bw", "RC"),
+        (76, "send-bw", "UC"),
+    ] {
+        let r = check(n, test, &["-n", "300", "-s", "4096", "-b", "-c", conn]);
         assert_eq!(r[0]["iterations"], 300, "{test}");
     }
     // UD without -s: one MTU.
@@ -251,7 +257,7 @@ fn misuse_is_refused_by_name() {
         ),
         (vec!["write-lat", "-q", "2"], "bandwidth tests only"),
         (vec!["write-bw", "-q", "0"], "-q 0 is out of range"),
-        (vec!["send-bw", "-b"], "-b is supported by write-bw"),
+        (vec!["send-lat", "-b"], "-b is for the bandwidth tests"),
         (vec!["send-lat", "-D", "0"], "-D must be at least 1 second"),
         (vec!["write-bw", "-n", "0"], "-n must be at least 1"),
         (vec!["write-bw", "-i", "2"], "port 2 does not exist"),
