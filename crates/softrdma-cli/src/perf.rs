@@ -420,7 +420,10 @@ fn check_args(a: &PerfArgs) -> Result<(), String> {
         return Err(format!("-q {} is out of range (1..64)", a.qps));
     }
     if a.qps > 1 && !a.test.is_bw() {
-        return Err("more than one QP (-q) is supported by the bandwidth tests only".into());
+        // As perftest: "Multiple QPs only available on bw tests".
+        return Err(
+            "more than one QP (-q): multiple QPs are available on the bandwidth tests only".into(),
+        );
     }
     if a.bidir && !a.test.is_bw() {
         return Err(format!(
