@@ -298,7 +298,7 @@ impl Device {
             let now = self.now();
             // The QPs that received, serviced once after the whole batch: their responses
             // (ACKs above all) coalesce, and leave in one system call instead of one each
-            // (IBTA 9.7.5.1.2 lets a responder acknowledge several requests with one ACK).
+            // (IBTA vol. 1, 9.7.5.1: an ACK acknowledges every request before it, so one will do).
             let mut touched: Vec<Arc<QpShared>> = Vec::new();
             let mut note = |q: Option<Arc<QpShared>>| {
                 if let Some(q) = q {
