@@ -8,6 +8,13 @@
 //! `LID:OUT_READS:QPN:PSN:RKEY:VADDR:GID(16 bytes):SRQN:`, which also serve as barriers. BW
 //! tests end with the client's report (size, iterations, peak, average, message rate, all
 //! big-endian) and a last barrier followed by `"done"`.
+//!
+//! The contract: every test over the transports perftest allows for it (WRITE RC/UC, SEND
+//! RC/UC/UD, READ and atomics RC), `-q` and `-b` in the bandwidth tests (perftest refuses
+//! them in latency tests, and so do we), `-a`, `-D`, `-l`; the same sequence of exchanges as
+//! perftest for each combination, so either side may be perftest. Flags this implementation
+//! cannot honour are refused by name before anything is opened; a peer that stops answering
+//! is an error after 30 s (RDMA) or 120 s (out of band), never a hang.
 
 use clap::{Args, ValueEnum};
 use softrdma::{
