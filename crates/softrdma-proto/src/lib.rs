@@ -32,7 +32,7 @@ pub mod state;
 pub mod types;
 pub mod workload;
 
-pub use memory::{Access, AtomicOp, MemError, Memory, Pd, SimMemory};
+pub use memory::{Access, AtomicOp, MemError, Memory, Pd, RegionBounds, SimMemory};
 pub use qp::{PostError, QpCaps, QpConfig, QpCounters, QueuePair, Srq, Transmit};
 pub use state::{AttrMask, ModifyError, QpAttr};
 pub use types::*;

@@ -102,6 +102,42 @@ impl AtomicOp {
     }
 }
 
+/// A registered region as the checks of every [`Memory`] need it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionBounds {
+    /// Its key.
+    pub key: u32,
+    /// Its protection domain.
+    pub pd: Pd,
+    /// Its first virtual address.
+    pub addr: u64,
+    /// Its length in bytes.
+    pub len: u64,
+    /// What it grants.
+    pub access: AccessFlags,
+}
+
+impl RegionBounds {
+    /// The checks of an access to this region, in one place for every [`Memory`]: the PD,
+    /// the access right, then `addr..addr + len` inside the region (without overflow).
+    /// Returns the offset of `addr` in the region. (The key was matched by the caller.)
+    pub fn offset(&self, pd: Pd, addr: u64, len: u64, access: Access) -> Result<u64, MemError> {
+        let key = self.key;
+        if self.pd != pd {
+            return Err(MemError::WrongPd(key));
+        }
+        if !self.access.contains(access.required()) {
+            return Err(MemError::AccessDenied { key, access });
+        }
+        let oob = MemError::OutOfBounds { key, addr, len };
+        let off = addr.checked_sub(self.addr).ok_or(oob)?;
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => Ok(off),
+            _ => Err(oob),
+        }
+    }
+}
+
 /// Registered memory as the engine sees it.
 ///
 /// Implementations must check the key, PD, bounds and access flag on every call, and must
@@ -236,19 +272,15 @@ impl SimMemory {
             .iter_mut()
             .find(|r| r.key == key)
             .ok_or(MemError::InvalidKey(key))?;
-        if r.pd != pd {
-            return Err(MemError::WrongPd(key));
+        let start = RegionBounds {
+            key,
+            pd: r.pd,
+            addr: r.addr,
+            len: r.data.len() as u64,
+            access: r.access,
         }
-        if !r.access.contains(access.required()) {
-            return Err(MemError::AccessDenied { key, access });
-        }
-        let oob = MemError::OutOfBounds { key, addr, len };
-        let start = addr.checked_sub(r.addr).ok_or(oob)?;
-        let end = start.checked_add(len).ok_or(oob)?;
-        if end > r.data.len() as u64 {
-            return Err(oob);
-        }
-        Ok(f(&mut r.data[start as usize..end as usize]))
+        .offset(pd, addr, len, access)?;
+        Ok(f(&mut r.data[start as usize..(start + len) as usize]))
     }
 }
 

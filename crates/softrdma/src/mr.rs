@@ -1,7 +1,7 @@
 //! Memory regions and the table the device checks every access against.
 
 use crate::error::{Error, Result};
-use softrdma_proto::{Access, AccessFlags, AtomicOp, MemError, Memory, Pd};
+use softrdma_proto::{Access, AccessFlags, AtomicOp, MemError, Memory, Pd, RegionBounds};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -158,15 +158,15 @@ impl MrTable {
             .get(&key)
             .cloned()
             .ok_or(MemError::InvalidKey(key))?;
-        if mr.pd != pd {
-            return Err(MemError::WrongPd(key));
+        let off = RegionBounds {
+            key,
+            pd: mr.pd,
+            addr: mr.addr,
+            len: mr.len,
+            access: mr.access,
         }
-        if !mr.access.contains(access.required()) {
-            return Err(MemError::AccessDenied { key, access });
-        }
-        let p = mr
-            .range(addr, len)
-            .ok_or(MemError::OutOfBounds { key, addr, len })?;
+        .offset(pd, addr, len, access)?;
+        let p = (mr.addr + off) as *mut u8;
         Ok((mr, p))
     }
 }
