@@ -248,10 +248,7 @@ impl Device {
     pub fn hw_counters(&self) -> Vec<(&'static str, u64)> {
         let mut q = *self.retired.lock().unwrap_or_else(|e| e.into_inner());
         for s in self.qps.read().unwrap_or_else(|e| e.into_inner()).values() {
-            add_counters(
-                &mut q,
-                &s.qp.lock().unwrap_or_else(|e| e.into_inner()).counters(),
-            );
+            q += s.qp.lock().unwrap_or_else(|e| e.into_inner()).counters();
         }
         let c = &self.counters;
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -395,23 +392,6 @@ impl Device {
                 .push_back(e);
         }
     }
-}
-
-/// Adds `b` into `a`.
-pub(crate) fn add_counters(a: &mut softrdma_proto::QpCounters, b: &softrdma_proto::QpCounters) {
-    a.sent_packets += b.sent_packets;
-    a.rcvd_packets += b.rcvd_packets;
-    a.retransmits += b.retransmits;
-    a.timeouts += b.timeouts;
-    a.duplicate_requests += b.duplicate_requests;
-    a.out_of_sequence += b.out_of_sequence;
-    a.seq_naks_sent += b.seq_naks_sent;
-    a.seq_naks_rcvd += b.seq_naks_rcvd;
-    a.rnr_naks_sent += b.rnr_naks_sent;
-    a.rnr_naks_rcvd += b.rnr_naks_rcvd;
-    a.retry_exceeded += b.retry_exceeded;
-    a.rnr_retry_exceeded += b.rnr_retry_exceeded;
-    a.dropped += b.dropped;
 }
 
 /// Checks the ICRC of a received packet. IPv6 and IPv4 from senders with IP ID 0 verify

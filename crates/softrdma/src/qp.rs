@@ -436,10 +436,7 @@ impl Drop for QueuePair {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.qpn.value());
         let c = self.counters();
-        crate::device::add_counters(
-            &mut dev.retired.lock().unwrap_or_else(|e| e.into_inner()),
-            &c,
-        );
+        *dev.retired.lock().unwrap_or_else(|e| e.into_inner()) += c;
     }
 }
 

@@ -181,6 +181,25 @@ pub struct QpCounters {
     pub dropped: u64,
 }
 
+impl std::ops::AddAssign for QpCounters {
+    /// Sums counters, as a device does over its QPs (live and destroyed).
+    fn add_assign(&mut self, b: Self) {
+        self.sent_packets += b.sent_packets;
+        self.rcvd_packets += b.rcvd_packets;
+        self.retransmits += b.retransmits;
+        self.timeouts += b.timeouts;
+        self.duplicate_requests += b.duplicate_requests;
+        self.out_of_sequence += b.out_of_sequence;
+        self.seq_naks_sent += b.seq_naks_sent;
+        self.seq_naks_rcvd += b.seq_naks_rcvd;
+        self.rnr_naks_sent += b.rnr_naks_sent;
+        self.rnr_naks_rcvd += b.rnr_naks_rcvd;
+        self.retry_exceeded += b.retry_exceeded;
+        self.rnr_retry_exceeded += b.rnr_retry_exceeded;
+        self.dropped += b.dropped;
+    }
+}
+
 /// The attribute values in force.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Attrs {
@@ -637,19 +656,14 @@ impl QueuePair {
 
     pub(crate) fn send_wc(&self, wr: &SendWr, status: WcStatus, byte_len: u32) -> Completion {
         Completion {
-            wr_id: wr.wr_id,
-            status,
             opcode: wr.op.wc_opcode(),
             byte_len,
-            imm_data: 0,
-            invalidated_rkey: 0,
-            qp_num: self.cfg.qpn,
-            src_qp: Qpn::new(0),
-            wc_flags: WcFlags::empty(),
-            solicited: false,
+            ..self.recv_wc(wr.wr_id, status)
         }
     }
 
+    /// A completion of this QP with nothing but its WR and status filled in (a receive's
+    /// opcode); callers add what their completion carries.
     pub(crate) fn recv_wc(&self, wr_id: u64, status: WcStatus) -> Completion {
         Completion {
             wr_id,
