@@ -3,8 +3,8 @@
 
 use softrdma::{
     AccessFlags, Completion, CompletionQueue, ConnectAttr, Context, DeviceOptions, MemoryRegion,
-    Mtu, Payload, Peer, ProtectionDomain, Psn, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr,
-    SendFlags, SendOp, SendWr, WcStatus,
+    Mtu, Payload, Peer, ProtectionDomain, Psn, QpInitAttr, QpType, QueuePair, RecvWr, SendFlags,
+    SendOp, SendWr, WcStatus,
 };
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -27,14 +27,7 @@ fn end(addr: &str) -> Result<End, String> {
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(4096, None).map_err(|e| e.to_string())?;
     let qp = pd
-        .create_qp(QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: cq.clone(),
-            recv_cq: cq.clone(),
-            cap: QpCaps::default(),
-            sq_sig_all: false,
-            srq: None,
-        })
+        .create_qp(QpInitAttr::new(QpType::Rc, &cq))
         .map_err(|e| e.to_string())?;
     let mr = pd
         .register_zeroed(

@@ -503,16 +503,12 @@ fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, String> {
     for _ in 0..a.qps {
         qps.push(
             pd.create_qp(QpInitAttr {
-                qp_type,
-                send_cq: cq.clone(),
-                recv_cq: cq.clone(),
                 cap: QpCaps {
                     max_send_wr: depth,
                     max_recv_wr: RX_DEPTH,
                     ..QpCaps::default()
                 },
-                sq_sig_all: false,
-                srq: None,
+                ..QpInitAttr::new(qp_type, &cq)
             })
             .map_err(|e| format!("Couldn't create QP: {e}"))?,
         );

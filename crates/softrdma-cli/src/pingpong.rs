@@ -206,9 +206,6 @@ fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), String> {
         .map_err(|e| format!("Couldn't create CQ: {e}"))?;
     let qp = pd
         .create_qp(QpInitAttr {
-            qp_type,
-            send_cq: cq.clone(),
-            recv_cq: cq.clone(),
             cap: QpCaps {
                 max_send_wr: 1,
                 max_recv_wr: a.rx_depth as u32,
@@ -216,8 +213,7 @@ fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), String> {
                 max_recv_sge: 1,
                 max_inline_data: 0,
             },
-            sq_sig_all: false,
-            srq: None,
+            ..QpInitAttr::new(qp_type, &cq)
         })
         .map_err(|e| format!("Couldn't create QP: {e}"))?;
     let attr = ConnectAttr {

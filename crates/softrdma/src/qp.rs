@@ -41,6 +41,21 @@ pub struct QpInitAttr {
     pub srq: Option<SharedReceiveQueue>,
 }
 
+impl QpInitAttr {
+    /// The common case: sends and receives complete on one `cq`, default limits, send WRs
+    /// signaled only when they ask, no SRQ. Change single fields with struct-update syntax.
+    pub fn new(qp_type: QpType, cq: &CompletionQueue) -> Self {
+        Self {
+            qp_type,
+            send_cq: cq.clone(),
+            recv_cq: cq.clone(),
+            cap: QpCaps::default(),
+            sq_sig_all: false,
+            srq: None,
+        }
+    }
+}
+
 /// A shared receive queue (`struct ibv_srq`): receive WRs that any QP created with it
 /// consumes.
 #[derive(Debug, Clone)]

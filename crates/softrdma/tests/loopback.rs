@@ -33,16 +33,7 @@ fn end_opts(last: u8, qp_type: QpType, cqe: usize, opts: DeviceOptions) -> End {
         Context::open_with(&format!("t{last}"), addr, Mtu::M1024, opts).expect("device opens");
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(cqe, None).unwrap();
-    let qp = pd
-        .create_qp(QpInitAttr {
-            qp_type,
-            send_cq: cq.clone(),
-            recv_cq: cq.clone(),
-            cap: QpCaps::default(),
-            sq_sig_all: false,
-            srq: None,
-        })
-        .unwrap();
+    let qp = pd.create_qp(QpInitAttr::new(qp_type, &cq)).unwrap();
     let mr = pd
         .register_zeroed(
             1 << 20,
@@ -553,12 +544,8 @@ fn srq_ah_owned_buffers_and_lending_poll() {
     let srq = bpd.create_srq(16, 1).unwrap();
     let bqp = bpd
         .create_qp(QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: bcq.clone(),
-            recv_cq: bcq.clone(),
-            cap: QpCaps::default(),
-            sq_sig_all: false,
             srq: Some(srq.clone()),
+            ..QpInitAttr::new(QpType::Rc, &bcq)
         })
         .unwrap();
     let attr = ConnectAttr::default();

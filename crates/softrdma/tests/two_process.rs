@@ -56,16 +56,7 @@ fn peer_process() {
     let ctx = Context::open_addr("peer", addr.parse().unwrap(), Mtu::M1024).unwrap();
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(8192, None).unwrap();
-    let qp = pd
-        .create_qp(QpInitAttr {
-            qp_type: t,
-            send_cq: cq.clone(),
-            recv_cq: cq.clone(),
-            cap: QpCaps::default(),
-            sq_sig_all: false,
-            srq: None,
-        })
-        .unwrap();
+    let qp = pd.create_qp(QpInitAttr::new(t, &cq)).unwrap();
     let mr = pd.register_zeroed(MR_LEN, all()).unwrap();
     qp.init(&attr()).unwrap();
     for i in 0..512u64 {
@@ -205,16 +196,7 @@ fn me(t: &str, addr: IpAddr, peer: &mut PeerProc, peer_addr: IpAddr, opts: Devic
     let ctx = Context::open_with("me", addr, Mtu::M1024, opts).unwrap();
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(8192, None).unwrap();
-    let qp = pd
-        .create_qp(QpInitAttr {
-            qp_type: qp_type(t),
-            send_cq: cq.clone(),
-            recv_cq: cq.clone(),
-            cap: QpCaps::default(),
-            sq_sig_all: false,
-            srq: None,
-        })
-        .unwrap();
+    let qp = pd.create_qp(QpInitAttr::new(qp_type(t), &cq)).unwrap();
     let mr = pd.register_zeroed(MR_LEN, all()).unwrap();
     qp.init(&attr()).unwrap();
     for i in 0..512u64 {
