@@ -8,7 +8,7 @@ use crate::qp::{ProtectionDomain, QpShared};
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token, Waker};
 use softrdma_proto::{AsyncEvent, Instant, Mtu, Pd, WcOpcode};
-use softrdma_wire::{IbPacket, ROCE_V2_PORT, icrc};
+use softrdma_wire::{IbPacket, Opcode, ROCE_V2_PORT, icrc};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
@@ -94,6 +94,9 @@ pub struct DeviceCounters {
     pub rcvd_icrc_ip_id: AtomicU64,
     /// Sends the socket refused (buffer full); retransmission recovers them.
     pub send_errors: AtomicU64,
+    /// Batches handed to the kernel (`sendmmsg` calls, give or take a retry): with
+    /// `sent_pkts`, how well packets share system calls.
+    pub send_calls: AtomicU64,
 }
 
 impl DeviceCounters {
@@ -108,6 +111,7 @@ impl DeviceCounters {
             ("rcvd_icrc_errors", g(&self.rcvd_icrc_errors)),
             ("rcvd_icrc_ip_id", g(&self.rcvd_icrc_ip_id)),
             ("send_errors", g(&self.send_errors)),
+            ("send_calls", g(&self.send_calls)),
         ]
     }
 }
@@ -120,7 +124,7 @@ const SPIN: Duration = Duration::from_micros(20);
 /// A packet held back by the fault injector: due time, sequence, destination, bytes.
 type Held = (u64, u64, SocketAddr, Vec<u8>);
 /// How long after an application thread last drained the socket the progress thread leaves
-/// the socket to it.
+/// the socket to it (and so the longest an ACK it deferred can wait).
 const APP_POLL_GRACE: Duration = Duration::from_micros(200);
 const WAKE: Token = Token(1);
 
@@ -142,10 +146,11 @@ pub(crate) struct Device {
     /// When the progress thread will wake up by itself (nanoseconds on `now()`; `u64::MAX`:
     /// never). Threads that arm an earlier timer wake it; later ones need not.
     sleep_until: AtomicU64,
-    /// Until when an application thread is draining the socket itself (busy-polling a CQ).
-    /// Meanwhile the progress thread stops watching the socket: waking it for packets that
-    /// the poller receives anyway would cost a context switch per packet on small machines.
-    app_poll_until: AtomicU64,
+    /// How many times application threads have drained the socket themselves (busy-polling
+    /// a CQ). While this keeps moving the progress thread stops watching the socket: waking
+    /// it for packets that the poller receives anyway would cost a context switch per packet
+    /// on small machines. A count, not a deadline, so that a poll need not read the clock.
+    app_polls: AtomicU64,
     /// `SOFTRDMA_FAULTS`, if set.
     faults: Option<crate::wrap::Faults>,
     /// `SOFTRDMA_PCAP`, if set.
@@ -160,6 +165,13 @@ pub(crate) struct Device {
     /// Receive state; whoever holds it drains the socket (the progress thread, or an
     /// application thread polling a CQ, which saves two context switches per message).
     rx: Mutex<RxState>,
+    /// ACKs produced while an application thread drained the socket, held until that thread
+    /// next sends (they then leave in the same system call, behind its request: one UDP GSO
+    /// send on loopback) or next polls, or until the progress thread runs. See
+    /// [`Device::poll_rx`].
+    deferred: Mutex<crate::sys::SendBatch>,
+    /// Whether `deferred` holds anything (read without the lock on every poll).
+    has_deferred: AtomicBool,
 }
 
 struct RxState {
@@ -168,6 +180,8 @@ struct RxState {
     tx: Vec<u8>,
     /// The QPs a receive batch reached, kept between batches to spare an allocation each.
     touched: Vec<Arc<QpShared>>,
+    /// Datagrams to ask for in an application thread's next receive call.
+    want: usize,
 }
 
 thread_local! {
@@ -189,14 +203,21 @@ impl Device {
         let _ = self.waker.wake();
     }
 
-    /// Sends the packets this thread has batched, in as few system calls as possible.
-    fn flush_batch(&self) {
+    /// Sends the packets this thread has batched, in as few system calls as possible, and
+    /// the deferred ACKs behind them when there were any (`with_deferred`: always).
+    pub fn flush_batch(&self, with_deferred: bool) {
         SEND_BATCH.with(|b| {
             let mut b = b.borrow_mut();
+            if (with_deferred || !b.is_empty()) && self.has_deferred.load(Ordering::Acquire) {
+                let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+                b.append(&mut d);
+                self.has_deferred.store(false, Ordering::Release);
+            }
             if b.is_empty() {
                 return;
             }
             let (sent, failed) = b.flush(self.socket.as_raw_fd(), &self.gso);
+            self.counters.send_calls.fetch_add(1, Ordering::Relaxed);
             self.counters
                 .sent_pkts
                 .fetch_add(sent as u64, Ordering::Relaxed);
@@ -239,9 +260,9 @@ impl Device {
 
     /// Wakes the progress thread if `deadline` is earlier than it will wake by itself.
     pub fn timer_armed(&self, deadline: Instant) {
-        if deadline.as_nanos() < self.sleep_until.load(Ordering::Acquire) {
+        if deadline.as_nanos() < self.sleep_until.load(Ordering::SeqCst) {
             self.sleep_until
-                .store(deadline.as_nanos(), Ordering::Release);
+                .store(deadline.as_nanos(), Ordering::SeqCst);
             self.wake();
         }
     }
@@ -273,27 +294,46 @@ impl Device {
     }
 
     /// Drains the socket if no other thread is doing so. Returns true if it received anything.
+    ///
+    /// The ACKs this produces are deferred: an application polling for a message usually
+    /// answers it, and its answer then carries them out in the same system call (IBTA vol. 1,
+    /// 9.7.5.1.1 lets a responder coalesce and delay ACKs within the requester's timeout). A
+    /// ping-pong over RC thus costs one send per turn, as over UC, instead of two. Whatever
+    /// is still deferred leaves at this thread's next poll, its next post of a send, or when
+    /// the progress thread takes the socket back ([`APP_POLL_GRACE`] after the last poll).
     pub fn poll_rx(&self) -> bool {
         match self.rx.try_lock() {
             Ok(mut st) => {
-                let until = self.now().as_nanos() + APP_POLL_GRACE.as_nanos() as u64;
-                self.app_poll_until.store(until, Ordering::Release);
-                self.drain(&mut st)
+                self.flush_batch(true);
+                self.app_polls.fetch_add(1, Ordering::Relaxed);
+                self.drain(&mut st, true)
             }
             Err(_) => false,
         }
     }
 
-    fn drain(&self, st: &mut RxState) -> bool {
+    /// Receives and handles what is waiting. An application thread (`app`) makes one
+    /// receive call and defers the ACKs; the progress thread, woken by an edge-triggered
+    /// poll, empties the socket and sends at once.
+    fn drain(&self, st: &mut RxState, app: bool) -> bool {
         let mut any = false;
         let RxState {
             check,
             batch,
             tx,
             touched,
+            want,
         } = st;
         loop {
-            let n = match crate::sys::recv_batch(self.socket.as_raw_fd(), batch) {
+            let ask = if app { *want } else { crate::sys::RX_BATCH };
+            let got = crate::sys::recv_batch(self.socket.as_raw_fd(), batch, ask);
+            // One datagram is asked for while they come one at a time (a ping-pong); a full
+            // batch means more are queued.
+            *want = match got {
+                Ok(n) if n == ask => crate::sys::RX_BATCH,
+                _ => 1,
+            };
+            let n = match got {
                 Ok(n) if n > 0 => n,
                 _ => return any,
             };
@@ -330,14 +370,46 @@ impl Device {
                 let mut qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
                 self.service(&shared, &mut qp, tx);
             }
+            if app {
+                self.defer_acks(now);
+                return any;
+            }
+            self.flush_batch(true);
             if n < crate::sys::RX_BATCH {
                 return any;
             }
         }
     }
 
-    /// Sends what the QP wants to send and hands out its completions and events. Called with
-    /// the QP locked, by whichever thread touched it.
+    /// Moves this thread's batch to the deferred ACKs if it holds nothing else (RC
+    /// ACKNOWLEDGE packets: READ responses and atomic ACKs carry what a requester waits
+    /// for); otherwise sends it, deferred ACKs included.
+    fn defer_acks(&self, now: Instant) {
+        SEND_BATCH.with(|b| {
+            let mut b = b.borrow_mut();
+            if b.is_empty() {
+                return;
+            }
+            if b.first_bytes().all(|op| op == Opcode::RC_ACKNOWLEDGE.0) {
+                let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+                d.append(&mut b);
+                drop(d);
+                // Should this thread stop polling, the progress thread sends them: make sure
+                // it wakes in time. It reads `has_deferred` after publishing when it will
+                // wake, and this reads that time after setting `has_deferred` (both SeqCst):
+                // one of the two sees the other.
+                self.has_deferred.store(true, Ordering::SeqCst);
+                self.timer_armed(now.add(APP_POLL_GRACE));
+            } else {
+                drop(b);
+                self.flush_batch(true);
+            }
+        });
+    }
+
+    /// Puts what the QP wants to send in this thread's batch (sent by
+    /// [`Device::flush_batch`]) and hands out its completions and events. Called with the QP
+    /// locked, by whichever thread touched it.
     pub fn service(
         &self,
         shared: &QpShared,
@@ -384,7 +456,6 @@ impl Device {
                 }
             }
         }
-        self.flush_batch();
         while let Some(wc) = qp.poll_completion() {
             let cq: &Arc<CqInner> = match wc.opcode {
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => &shared.recv_cq,
@@ -435,6 +506,8 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
     let mut tx = Vec::with_capacity(9000);
     let mut published: (u64, std::time::Instant) = (u64::MAX, std::time::Instant::now());
     let mut last_work = std::time::Instant::now();
+    // The application pollers' count when last seen, and until when they count as active.
+    let (mut seen_polls, mut app_until) = (0u64, 0u64);
     loop {
         if dev.shutdown.load(Ordering::Acquire) {
             crate::stats::write(&dev.name, &dev.hw_counters());
@@ -462,7 +535,11 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
                 })
                 .min()
         };
-        let app_until = dev.app_poll_until.load(Ordering::Acquire);
+        let polls = dev.app_polls.load(Ordering::Relaxed);
+        if polls != seen_polls {
+            seen_polls = polls;
+            app_until = now.add(APP_POLL_GRACE).as_nanos();
+        }
         let app_polling = app_until > now.as_nanos();
         if app_polling == socket_registered {
             // Hand the socket to the busy poller, or take it back once it has stopped.
@@ -492,9 +569,14 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
         dev.sleep_until
-            .store(next.map_or(u64::MAX, |t| t.as_nanos()), Ordering::Release);
+            .store(next.map_or(u64::MAX, |t| t.as_nanos()), Ordering::SeqCst);
         let mut timeout =
             next.map(|t| Duration::from_nanos(t.as_nanos().saturating_sub(now.as_nanos())));
+        if dev.has_deferred.load(Ordering::SeqCst) {
+            // An application thread deferred ACKs (see `defer_acks`): send them at the
+            // latest when its grace ends.
+            timeout = Some(timeout.map_or(APP_POLL_GRACE, |t| t.min(APP_POLL_GRACE)));
+        }
         if socket_registered && last_work.elapsed() < SPIN {
             // Work is pending: look again at once instead of sleeping.
             timeout = Some(Duration::ZERO);
@@ -506,7 +588,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         }
         if socket_registered {
             let mut st = dev.rx.lock().unwrap_or_else(|e| e.into_inner());
-            if dev.drain(&mut st) {
+            if dev.drain(&mut st, false) {
                 last_work = std::time::Instant::now();
             }
         }
@@ -526,6 +608,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
             }
             dev.service(&s, &mut qp, &mut tx);
         }
+        dev.flush_batch(true);
     }
 }
 
@@ -822,7 +905,7 @@ impl Context {
             events: Arc::new(Mutex::new(VecDeque::from([AsyncEvent::PortActive(1)]))),
             shutdown: AtomicBool::new(false),
             sleep_until: AtomicU64::new(u64::MAX),
-            app_poll_until: AtomicU64::new(0),
+            app_polls: AtomicU64::new(0),
             gso: AtomicBool::new(std::env::var_os("SOFTRDMA_NO_GSO").is_none()),
             retired: Mutex::new(softrdma_proto::QpCounters::default()),
             faults,
@@ -836,7 +919,10 @@ impl Context {
                 batch: crate::sys::RecvBatch::default(),
                 tx: Vec::with_capacity(9000),
                 touched: Vec::new(),
+                want: 1,
             }),
+            deferred: Mutex::new(crate::sys::SendBatch::default()),
+            has_deferred: AtomicBool::new(false),
         });
         let d = dev.clone();
         let thread = std::thread::Builder::new()

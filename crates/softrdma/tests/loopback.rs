@@ -729,3 +729,99 @@ fn a_chain_with_a_bad_wr_reports_how_many_were_posted() {
     let wc = wait(&a.cq, 2);
     assert_eq!(wc.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [0, 1]);
 }
+
+/// Polls until the completion of the one outstanding WR, which must succeed.
+fn completion(cq: &CompletionQueue) -> Completion {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(wc) = cq.poll_one() {
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            return wc;
+        }
+        assert!(Instant::now() < deadline, "no completion within 10 s");
+    }
+}
+
+/// Spins (polling `cq`, which drives the device) until the u64 at offset 0 reads `v`.
+fn await_value(e: &End, v: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut b = [0u8; 8];
+    loop {
+        e.mr.read(0, &mut b).unwrap();
+        if u64::from_le_bytes(b) == v {
+            return;
+        }
+        assert!(e.cq.poll(1).is_empty(), "unexpected completion");
+        assert!(Instant::now() < deadline, "value {v} never arrived");
+    }
+}
+
+#[test]
+fn a_pollers_acks_leave_with_its_answers() {
+    let (a, b) = (end(48, QpType::Rc), end(49, QpType::Rc));
+    connect(&a, &b, ConnectAttr::default());
+    const ROUNDS: u64 = 2000;
+    // perftest's WRITE ping-pong: wait for the peer's count, WRITE one's own, wait for the
+    // WRITE's completion (its ACK). Both sides poll, so their devices defer each ACK until
+    // the answer that follows it, and the two leave in one system call.
+    let side = |me: &End, peer: &End, first: bool| {
+        for i in 1..=ROUNDS {
+            if !first || i > 1 {
+                await_value(me, if first { i - 1 } else { i });
+            }
+            me.mr.write(8, &i.to_le_bytes()).unwrap();
+            let op = SendOp::Write {
+                remote_addr: peer.mr.addr(),
+                rkey: peer.mr.rkey(),
+            };
+            me.qp.post_send(signaled(i, op, me.mr.sge(8, 8))).unwrap();
+            assert_eq!(completion(&me.cq).wr_id, i);
+        }
+    };
+    let before = b.ctx.counters().snapshot();
+    std::thread::scope(|s| {
+        s.spawn(|| side(&a, &b, true));
+        s.spawn(|| side(&b, &a, false));
+    });
+    await_value(&b, ROUNDS);
+    for e in [&a, &b] {
+        assert_eq!(e.qp.counters().retransmits, 0);
+    }
+    let after = b.ctx.counters().snapshot();
+    let delta = |name: &str| {
+        let get = |v: &[(&str, u64)]| v.iter().find(|c| c.0 == name).unwrap().1;
+        get(&after) - get(&before)
+    };
+    let (pkts, calls) = (delta("sent_pkts"), delta("send_calls"));
+    // A WRITE and an ACK per round; without deferral, a call each.
+    assert!(pkts >= 2 * ROUNDS - 1, "{pkts} packets");
+    assert!(
+        calls * 4 < pkts * 3,
+        "{calls} send calls for {pkts} packets: ACKs did not ride along"
+    );
+}
+
+#[test]
+fn an_ack_deferred_by_a_poller_that_stops_still_leaves() {
+    let (a, b) = (end(50, QpType::Rc), end(51, QpType::Rc));
+    // A 16 ms ACK timeout: an ACK held longer would show as a retransmission. (The progress
+    // thread sends it about a millisecond after the poller's last poll.)
+    let attr = ConnectAttr {
+        timeout: 12,
+        ..ConnectAttr::default()
+    };
+    connect(&a, &b, attr);
+    for i in 1..=20u64 {
+        a.mr.write(8, &i.to_le_bytes()).unwrap();
+        let op = SendOp::Write {
+            remote_addr: b.mr.addr(),
+            rkey: b.mr.rkey(),
+        };
+        a.qp.post_send(signaled(i, op, a.mr.sge(8, 8))).unwrap();
+        // B's application polls until the data is there, then walks away without posting.
+        await_value(&b, i);
+        let wc = completion(&a.cq);
+        assert_eq!(wc.wr_id, i);
+    }
+    assert_eq!(a.qp.counters().retransmits, 0);
+}
