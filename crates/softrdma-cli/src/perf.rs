@@ -1124,6 +1124,23 @@ fn recv_by(s: &Setup, end: Option<Instant>) -> Result<bool, String> {
     }
 }
 
+/// Waits for the completion of the SEND just posted, counting receives that complete
+/// meanwhile in `early`; false if the timed run ended (`end`) first.
+fn send_done_by(s: &Setup, end: Option<Instant>, early: &mut u64) -> Result<bool, String> {
+    loop {
+        let budget = end.map_or(PEER_TIMEOUT, |e| {
+            e.saturating_duration_since(Instant::now())
+                .min(PEER_TIMEOUT)
+        });
+        match wait_one(s, budget) {
+            Ok(wc) if wc.opcode == WcOpcode::Recv => *early += 1,
+            Ok(_) => return Ok(true),
+            Err(_) if end.is_some_and(|e| Instant::now() >= e) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// A latency test on either side (the WRITE and SEND ping-pongs run on both).
 fn run_lat(
     a: &PerfArgs,
@@ -1197,9 +1214,15 @@ fn run_lat(
             let more = |i: u64| end.map_or(i < iters, |e| Instant::now() < e);
             let mut last = None;
             let mut i = 0;
+            // Receives that completed while this side waited for a SEND's completion.
+            let mut early = 0u64;
             while more(i) {
-                if (!client || i > 0) && !recv_by(s, end)? {
-                    break;
+                if !client || i > 0 {
+                    if early > 0 {
+                        early -= 1;
+                    } else if !recv_by(s, end)? {
+                        break;
+                    }
                 }
                 fill_recvs(s)?;
                 let now = Instant::now();
@@ -1209,10 +1232,18 @@ fn run_lat(
                 }
                 pb.set_position(i);
                 i += 1;
+                // As perftest does, wait for the SEND's completion (its ACK) before posting
+                // again: the send queue holds one WR (-t 1), and the peer's answer may be
+                // polled before the ACK that frees it.
+                if !send_done_by(s, end, &mut early)? {
+                    break;
+                }
             }
             done = i;
-            if client && end.is_none() {
+            if client && end.is_none() && early == 0 {
                 wait_recv(s, PEER_TIMEOUT)?;
+            }
+            if client && end.is_none() {
                 fill_recvs(s)?;
             }
         }

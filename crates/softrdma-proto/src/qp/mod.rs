@@ -602,10 +602,11 @@ impl QueuePair {
         self.requester_timeout(now);
     }
 
-    /// The next packet to send, written into `buf` (cleared first), or `None` when there is
-    /// nothing to send now. Responses go before new requests.
+    /// The next packet to send, written into `buf` (from its start; the packet is
+    /// `buf[..len]`), or `None` when there is nothing to send now. Responses go before new
+    /// requests. `buf` is not cleared first: a buffer reused across calls keeps its length,
+    /// so a payload that overwrites the old one need not be zeroed before.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
-        buf.clear();
         let t = match self.responder_transmit(buf) {
             Some(t) => Some(t),
             None => self.requester_transmit(now, buf),
