@@ -1,5 +1,13 @@
 //! The soft RoCE v2 device: a UDP socket on `IP:4791`, the engine's QPs, the region table,
 //! and one progress thread that receives, runs timers and retransmits.
+//!
+//! Contract: whoever holds the receive state drains the socket: the progress thread, or an
+//! application thread busy-polling a CQ (the progress thread then stops watching the socket
+//! until the polls have stopped for [`APP_POLL_GRACE`]). ACKs produced by an application
+//! thread's drain are deferred until that thread's next send (which carries them in the same
+//! system call), its next poll, or the progress thread's next pass, at most about a
+//! millisecond after the last poll: far inside any ACK timeout, so a requester never
+//! retransmits for it. Everything else a drain produces leaves before the drain returns.
 
 use crate::cq::{CompletionChannel, CompletionQueue, CqInner};
 use crate::error::{Error, Result};
