@@ -119,9 +119,21 @@ impl CompletionQueue {
         }
     }
 
-    /// Takes the oldest completion, if any.
+    /// Takes the oldest completion, if any (as `poll(1)`, without a vector per call: a
+    /// latency loop polls one at a time).
     pub fn poll_one(&self) -> Option<Completion> {
-        self.poll(1).pop()
+        let take = || {
+            self.inner
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entries
+                .pop_front()
+        };
+        take().or_else(|| match self.inner.device.upgrade() {
+            Some(dev) if dev.poll_rx() => take(),
+            _ => None,
+        })
     }
 
     /// A lending iterator over the completions available now: each [`Polled::next`] lends the
