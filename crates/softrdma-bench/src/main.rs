@@ -41,6 +41,8 @@ enum Cmd {
         addr: SocketAddr,
         #[arg(long)]
         iters: u64,
+        #[command(flatten)]
+        how: Turn,
     },
     /// Raw UDP ping-pong, timing side: prints `{"half_rtt_p50_us": ...}`.
     UdpPingpongClient {
@@ -50,8 +52,8 @@ enum Cmd {
         peer: SocketAddr,
         #[arg(long)]
         iters: u64,
-        #[arg(long, default_value_t = 8)]
-        size: usize,
+        #[command(flatten)]
+        how: Turn,
     },
     /// GSO+GRO blaster, receiving side: prints "ready", then `{"bytes_per_sec": ...}`.
     UdpBlastRecv {
@@ -69,6 +71,76 @@ enum Cmd {
     },
 }
 
+/// How a ping-pong turn is sent.
+#[derive(clap::Args, Clone, Copy)]
+struct Turn {
+    /// Bytes per message.
+    #[arg(long, default_value_t = 8)]
+    size: usize,
+    /// Send as a RoCE v2 device must: from an unconnected socket (a connected one numbers
+    /// its IPv4 packets, which the ICRC covers) that receives with UDP_GRO.
+    #[arg(long)]
+    roce: bool,
+    /// Add a 20-byte ACK behind each message in the same GSO send (an RC turn).
+    #[arg(long)]
+    ack: bool,
+}
+
+impl Turn {
+    /// Bytes that arrive per turn.
+    fn bytes(&self) -> usize {
+        self.size + if self.ack { ACK_LEN } else { 0 }
+    }
+
+    fn socket(&self, addr: SocketAddr) -> Result<UdpSocket, String> {
+        let s = UdpSocket::bind(addr).map_err(io("bind"))?;
+        if self.roce {
+            setsockopt(&s, sockopt::UdpGroSegment, &true).map_err(|e| format!("UDP_GRO: {e}"))?;
+        }
+        s.set_nonblocking(true).map_err(io("nonblocking"))?;
+        Ok(s)
+    }
+
+    /// Sends one turn to `to` (`None`: the connected peer).
+    fn send(&self, s: &UdpSocket, msg: &[u8], to: Option<SocketAddr>) -> Result<(), String> {
+        let to = to.map(nix::sys::socket::SockaddrStorage::from);
+        let seg = msg.len() as u16;
+        let ack = [0u8; ACK_LEN];
+        let (iov, cmsg): (&[IoSlice], &[ControlMessage]) = if self.ack {
+            (
+                &[IoSlice::new(msg), IoSlice::new(&ack)],
+                &[ControlMessage::UdpGsoSegments(&seg)],
+            )
+        } else {
+            (&[IoSlice::new(msg)], &[])
+        };
+        nix::sys::socket::sendmsg(
+            std::os::fd::AsRawFd::as_raw_fd(s),
+            iov,
+            cmsg,
+            MsgFlags::empty(),
+            to.as_ref(),
+        )
+        .map_err(|e| format!("send: {e}"))?;
+        Ok(())
+    }
+
+    /// Receives one turn; returns who sent it.
+    fn recv(&self, s: &UdpSocket, buf: &mut [u8]) -> Result<SocketAddr, String> {
+        let mut got = 0;
+        loop {
+            let (n, from) = spin_recv(s, buf)?;
+            got += n;
+            if got >= self.bytes() {
+                return Ok(from);
+            }
+        }
+    }
+}
+
+/// An RC ACK: BTH, AETH and ICRC.
+const ACK_LEN: usize = 20;
+
 /// A silent peer ends a baseline run instead of hanging it.
 const QUIET: Duration = Duration::from_secs(2);
 const SEG: usize = 4096;
@@ -76,13 +148,13 @@ const SEG: usize = 4096;
 fn main() -> std::process::ExitCode {
     let r = match Cli::parse().cmd {
         Cmd::Compare { softrdma, seconds } => compare(softrdma, seconds),
-        Cmd::UdpPingpongServer { addr, iters } => udp_pingpong_server(addr, iters),
+        Cmd::UdpPingpongServer { addr, iters, how } => udp_pingpong_server(addr, iters, how),
         Cmd::UdpPingpongClient {
             addr,
             peer,
             iters,
-            size,
-        } => udp_pingpong_client(addr, peer, iters, size),
+            how,
+        } => udp_pingpong_client(addr, peer, iters, how),
         Cmd::UdpBlastRecv { addr } => udp_blast_recv(addr),
         Cmd::UdpBlastSend {
             addr,
@@ -120,14 +192,14 @@ fn spin_recv(s: &UdpSocket, buf: &mut [u8]) -> Result<(usize, SocketAddr), Strin
     }
 }
 
-fn udp_pingpong_server(addr: SocketAddr, iters: u64) -> Result<(), String> {
-    let s = UdpSocket::bind(addr).map_err(io("bind"))?;
-    s.set_nonblocking(true).map_err(io("nonblocking"))?;
+fn udp_pingpong_server(addr: SocketAddr, iters: u64, how: Turn) -> Result<(), String> {
+    let s = how.socket(addr)?;
     println!("ready");
     let mut buf = vec![0u8; 65536];
+    let msg = vec![9u8; how.size];
     for _ in 0..iters {
-        let (n, from) = spin_recv(&s, &mut buf)?;
-        s.send_to(&buf[..n], from).map_err(io("send"))?;
+        let from = how.recv(&s, &mut buf)?;
+        how.send(&s, &msg, Some(from))?;
     }
     Ok(())
 }
@@ -136,18 +208,22 @@ fn udp_pingpong_client(
     addr: SocketAddr,
     peer: SocketAddr,
     iters: u64,
-    size: usize,
+    how: Turn,
 ) -> Result<(), String> {
-    let s = UdpSocket::bind(addr).map_err(io("bind"))?;
-    s.connect(peer).map_err(io("connect"))?;
-    s.set_nonblocking(true).map_err(io("nonblocking"))?;
-    let msg = vec![7u8; size];
+    let s = how.socket(addr)?;
+    let to = if how.roce {
+        Some(peer)
+    } else {
+        s.connect(peer).map_err(io("connect"))?;
+        None
+    };
+    let msg = vec![7u8; how.size];
     let mut buf = vec![0u8; 65536];
     let mut half = Vec::with_capacity(iters as usize);
     for _ in 0..iters {
         let t = Instant::now();
-        s.send(&msg).map_err(io("send"))?;
-        spin_recv(&s, &mut buf)?;
+        how.send(&s, &msg, to)?;
+        how.recv(&s, &mut buf)?;
         half.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
     }
     half.sort_by(f64::total_cmp);
@@ -446,42 +522,44 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
         });
     };
 
-    // Raw UDP.
-    let r = pair(
-        &pin,
-        (
-            &args(&[
-                &me,
-                "udp-pingpong-server",
-                "--addr",
-                "127.0.0.1:24001",
-                "--iters",
-                "100000",
-            ]),
-            &[],
-        ),
-        (
-            &args(&[
-                &me,
-                "udp-pingpong-client",
-                "--addr",
-                "127.0.0.1:24002",
-                "--peer",
-                "127.0.0.1:24001",
-                "--iters",
-                "100000",
-            ]),
-            &[],
-        ),
-        Ready::Line("ready"),
-        limit,
-    )
-    .and_then(|(_, c)| last_json(&c))
-    .and_then(|v| v["half_rtt_p50_us"].as_f64().ok_or("no half_rtt".into()));
+    // Raw UDP. Besides the baseline (connected socket, 8 B), the same ping-pong sent the way
+    // a RoCE device must send it, with a softrdma 8 B WRITE's 40 bytes: the floor under
+    // softrdma's UC and RC (with the ACK in the same GSO send) latency, in the same run.
+    let pingpong = |port: u16, extra: &[&str]| -> Result<f64, String> {
+        let (srv, cli) = (
+            format!("127.0.0.1:{port}"),
+            format!("127.0.0.1:{}", port + 1),
+        );
+        let mut server = args(&[&me, "udp-pingpong-server", "--addr", &srv]);
+        let mut client = args(&[&me, "udp-pingpong-client", "--addr", &cli, "--peer", &srv]);
+        for v in [&mut server, &mut client] {
+            v.extend(args(&["--iters", "100000"]));
+            v.extend(args(extra));
+        }
+        pair(
+            &pin,
+            (&server, &[]),
+            (&client, &[]),
+            Ready::Line("ready"),
+            limit,
+        )
+        .and_then(|(_, c)| last_json(&c))
+        .and_then(|v| v["half_rtt_p50_us"].as_f64().ok_or("no half_rtt".into()))
+    };
     add(
         "raw UDP busy-poll ping-pong 8 B, half RTT p50",
         Kind::Lat,
-        r,
+        pingpong(24001, &[]),
+    );
+    add(
+        "UDP ping-pong as RoCE sends it (unconnected, GRO), 40 B: the UC floor",
+        Kind::Lat,
+        pingpong(24005, &["--roce", "--size", "40"]),
+    );
+    add(
+        "the same with a 20 B ACK in the same GSO send: the RC floor",
+        Kind::Lat,
+        pingpong(24007, &["--roce", "--ack", "--size", "40"]),
     );
     let secs = seconds.to_string();
     let r = pair(
@@ -767,6 +845,15 @@ fn print_table(figs: &[Figure], pin: &Pin, seconds: u64) {
             "- 1 MiB WRITE bandwidth ≥ 0.8× raw UDP GSO+GRO: {:.2}× ({})",
             w / b,
             verdict(w / b >= 0.8)
+        );
+    }
+    if let (Some(l), Some(f)) = (
+        get("softrdma write-lat 8 B,"),
+        get("the same with a 20 B ACK"),
+    ) {
+        println!(
+            "- (for reference) RC write-lat against the RC floor of this run: {:.2}×",
+            l / f
         );
     }
     if let Some(r) = get("softrdma write-bw 8 B") {
