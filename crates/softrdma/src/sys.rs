@@ -145,28 +145,31 @@ impl RecvBatch {
 /// queue: a quarter of a microsecond of a ping-pong's half round trip on loopback.
 pub fn recv_batch(fd: RawFd, b: &mut RecvBatch, want: usize) -> std::io::Result<usize> {
     let want = want.clamp(1, RX_BATCH);
-    let mut iov: [libc::iovec; RX_BATCH] = std::array::from_fn(|i| libc::iovec {
-        iov_base: b.bufs[i * SLOT..].as_mut_ptr().cast(),
-        iov_len: SLOT,
-    });
-    // SAFETY: all-zero mmsghdr is valid; every pointer set below points into `iov`,
-    // `b.addrs` and `b.cmsgs`, which outlive the call.
-    let mut msgs: [libc::mmsghdr; RX_BATCH] =
-        std::array::from_fn(|_| unsafe { MaybeUninit::zeroed().assume_init() });
-    for (i, m) in msgs.iter_mut().enumerate().take(want) {
+    // Only the headers asked for are written: an empty poll should cost the system call and
+    // little else, since a busy poller makes millions of them.
+    let mut iov = [const { MaybeUninit::<libc::iovec>::uninit() }; RX_BATCH];
+    let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; RX_BATCH];
+    for i in 0..want {
+        let io = iov[i].write(libc::iovec {
+            iov_base: b.bufs[i * SLOT..].as_mut_ptr().cast(),
+            iov_len: SLOT,
+        });
+        // SAFETY: all-zero mmsghdr is valid; every pointer set below points into `iov`,
+        // `b.addrs` and `b.cmsgs`, which outlive the call.
+        let m = msgs[i].write(unsafe { MaybeUninit::zeroed().assume_init() });
         m.msg_hdr.msg_name = (&mut b.addrs[i] as *mut libc::sockaddr_storage).cast();
         m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        m.msg_hdr.msg_iov = &mut iov[i];
+        m.msg_hdr.msg_iov = io;
         m.msg_hdr.msg_iovlen = 1;
         m.msg_hdr.msg_control = b.cmsgs[i].as_mut_ptr().cast();
         m.msg_hdr.msg_controllen = CMSG_LEN;
     }
-    // SAFETY: the first `want` headers of `msgs` are valid and their buffers stay alive for
-    // the call.
+    // SAFETY: the first `want` headers of `msgs` were written above and their buffers stay
+    // alive for the call.
     let n = unsafe {
         libc::recvmmsg(
             fd,
-            msgs.as_mut_ptr(),
+            msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
             want as u32,
             libc::MSG_DONTWAIT,
             std::ptr::null_mut(),
@@ -176,6 +179,8 @@ pub fn recv_batch(fd: RawFd, b: &mut RecvBatch, want: usize) -> std::io::Result<
         return Err(std::io::Error::last_os_error());
     }
     for (i, m) in msgs.iter().take(n as usize).enumerate() {
+        // SAFETY: `n <= want`, and the first `want` headers were written.
+        let m = unsafe { m.assume_init_ref() };
         b.lens[i] = (m.msg_len as usize).min(SLOT);
         b.truncated[i] = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
         b.segs[i] = 0;
