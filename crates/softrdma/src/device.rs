@@ -185,7 +185,6 @@ pub(crate) struct Device {
 struct RxState {
     check: IcrcCheck,
     batch: crate::sys::RecvBatch,
-    tx: Vec<u8>,
     /// The QPs a receive batch reached, kept between batches to spare an allocation each.
     touched: Vec<Arc<QpShared>>,
     /// Datagrams to ask for in an application thread's next receive call.
@@ -196,6 +195,10 @@ thread_local! {
     /// Packets a thread has produced and not yet handed to the kernel.
     static SEND_BATCH: std::cell::RefCell<crate::sys::SendBatch> =
         std::cell::RefCell::new(crate::sys::SendBatch::default());
+    /// Where this thread's engine writes each packet before it joins the batch (kept across
+    /// calls: a fresh buffer per packet would cost an allocation, and reusing one spares
+    /// zeroing it).
+    static PACKET: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Device {
@@ -235,8 +238,8 @@ impl Device {
         });
     }
 
-    /// Sends one packet (and records it when capturing).
-    fn send(&self, bytes: &[u8], dst: SocketAddr) {
+    /// Records a packet this device sends, when capturing.
+    fn capture_sent(&self, bytes: &[u8], dst: SocketAddr) {
         if let Some(c) = &self.capture {
             c.lock().unwrap_or_else(|e| e.into_inner()).record(
                 self.addr,
@@ -246,6 +249,11 @@ impl Device {
                 bytes,
             );
         }
+    }
+
+    /// Sends one packet (and records it when capturing).
+    fn send(&self, bytes: &[u8], dst: SocketAddr) {
+        self.capture_sent(bytes, dst);
         match self.socket.send_to(bytes, dst) {
             Ok(_) => self.counters.sent_pkts.fetch_add(1, Ordering::Relaxed),
             Err(_) => self.counters.send_errors.fetch_add(1, Ordering::Relaxed),
@@ -328,7 +336,6 @@ impl Device {
         let RxState {
             check,
             batch,
-            tx,
             touched,
             want,
         } = st;
@@ -376,7 +383,7 @@ impl Device {
             }
             for shared in touched.drain(..) {
                 let mut qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
-                self.service(&shared, &mut qp, tx);
+                self.service(&shared, &mut qp);
             }
             if app {
                 self.defer_acks(now);
@@ -415,16 +422,9 @@ impl Device {
         });
     }
 
-    /// Puts what the QP wants to send in this thread's batch (sent by
-    /// [`Device::flush_batch`]) and hands out its completions and events. Called with the QP
-    /// locked, by whichever thread touched it.
-    pub fn service(
-        &self,
-        shared: &QpShared,
-        qp: &mut softrdma_proto::QueuePair,
-        buf: &mut Vec<u8>,
-    ) {
-        let now = self.now();
+    /// Builds the QP's packets in `buf` and puts each in this thread's batch (or, with fault
+    /// injection, sends, delays or drops it).
+    fn transmit(&self, qp: &mut softrdma_proto::QueuePair, now: Instant, buf: &mut Vec<u8>) {
         while let Some(t) = qp.poll_transmit(now, buf) {
             let dst = match t.dst.to_canonical() {
                 // Link-local peers are reached through the device's interface.
@@ -433,37 +433,34 @@ impl Device {
                 ),
                 ip => SocketAddr::new(ip, ROCE_V2_PORT),
             };
-            match &self.faults {
-                None => {
-                    if let Some(c) = &self.capture {
-                        c.lock().unwrap_or_else(|e| e.into_inner()).record(
-                            self.addr,
-                            dst.ip(),
-                            ROCE_V2_PORT,
-                            0,
-                            &buf[..t.len],
-                        );
-                    }
-                    SEND_BATCH.with(|b| b.borrow_mut().push(&buf[..t.len], dst));
-                }
-                Some(f) => {
-                    let mut bytes = buf[..t.len].to_vec();
-                    for delay in f.apply(&mut bytes) {
-                        if delay.is_zero() {
-                            self.send(&bytes, dst);
-                        } else {
-                            let due = now.add(delay);
-                            let seq = self.delayed_seq.fetch_add(1, Ordering::Relaxed);
-                            self.delayed
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .push(std::cmp::Reverse((due.as_nanos(), seq, dst, bytes.clone())));
-                            self.timer_armed(due);
-                        }
-                    }
+            let Some(f) = &self.faults else {
+                self.capture_sent(&buf[..t.len], dst);
+                SEND_BATCH.with(|b| b.borrow_mut().push(&buf[..t.len], dst));
+                continue;
+            };
+            let mut bytes = buf[..t.len].to_vec();
+            for delay in f.apply(&mut bytes) {
+                if delay.is_zero() {
+                    self.send(&bytes, dst);
+                } else {
+                    let due = now.add(delay);
+                    let seq = self.delayed_seq.fetch_add(1, Ordering::Relaxed);
+                    self.delayed
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(std::cmp::Reverse((due.as_nanos(), seq, dst, bytes.clone())));
+                    self.timer_armed(due);
                 }
             }
         }
+    }
+
+    /// Puts what the QP wants to send in this thread's batch (sent by
+    /// [`Device::flush_batch`]) and hands out its completions and events. Called with the QP
+    /// locked, by whichever thread touched it.
+    pub fn service(&self, shared: &QpShared, qp: &mut softrdma_proto::QueuePair) {
+        let now = self.now();
+        PACKET.with(|b| self.transmit(qp, now, &mut b.borrow_mut()));
         while let Some(wc) = qp.poll_completion() {
             let cq: &Arc<CqInner> = match wc.opcode {
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => &shared.recv_cq,
@@ -511,7 +508,6 @@ impl IcrcCheck {
 
 fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
     let mut events = Events::with_capacity(64);
-    let mut tx = Vec::with_capacity(9000);
     let mut published: (u64, std::time::Instant) = (u64::MAX, std::time::Instant::now());
     let mut last_work = std::time::Instant::now();
     // The application pollers' count when last seen, and until when they count as active.
@@ -614,7 +610,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
             if qp.poll_timeout().is_some_and(|t| t <= now) {
                 qp.handle_timeout(now);
             }
-            dev.service(&s, &mut qp, &mut tx);
+            dev.service(&s, &mut qp);
         }
         dev.flush_batch(true);
     }
@@ -925,7 +921,6 @@ impl Context {
                     basis: HashMap::new(),
                 },
                 batch: crate::sys::RecvBatch::default(),
-                tx: Vec::with_capacity(9000),
                 touched: Vec::new(),
                 want: 1,
             }),

@@ -304,12 +304,7 @@ impl QueuePair {
         let dev = self.ctx.dev();
         let mut qp = self.shared.qp.lock().unwrap_or_else(|e| e.into_inner());
         let r = f(&mut qp);
-        thread_local! {
-            /// Where this thread's packets are built (kept: a fresh buffer per post would
-            /// cost an allocation per message).
-            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
-        BUF.with(|b| dev.service(&self.shared, &mut qp, &mut b.borrow_mut()));
+        dev.service(&self.shared, &mut qp);
         // Deferred ACKs ride along with whatever this sends.
         dev.flush_batch(false);
         // The progress thread sleeps until its earliest timer: tell it about an earlier one.
