@@ -369,39 +369,43 @@ impl QueuePair {
         ud: Option<softrdma_proto::UdDest>,
         buf: Vec<u8>,
     ) -> Result<()> {
-        let len = u32::try_from(buf.len())
-            .map_err(|_| Error::attr("ibv_post_send", "sg_list", "longer than 4 GiB"))?;
-        let mr = self.pd.register(buf, AccessFlags::LOCAL_WRITE)?;
-        let sge = mr.sge(0, len);
-        self.park(wr_id, mr)?;
-        let r = self.post_send(SendWr {
-            wr_id,
-            op,
-            payload: softrdma_proto::Payload::Sges(vec![sge]),
-            flags,
-            ud,
-        });
-        if r.is_err() {
-            self.owned
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&wr_id);
-        }
-        r
+        self.post_owned("ibv_post_send", wr_id, buf, |sge| {
+            self.post_send(SendWr {
+                wr_id,
+                op,
+                payload: softrdma_proto::Payload::Sges(vec![sge]),
+                flags,
+                ud,
+            })
+        })
     }
 
     /// Posts a receive into an owned buffer; [`QueuePair::reclaim`] gives it back, filled,
     /// once the receive has completed.
     pub fn post_recv_owned(&self, wr_id: u64, buf: Vec<u8>) -> Result<()> {
+        self.post_owned("ibv_post_recv", wr_id, buf, |sge| {
+            self.post_recv(RecvWr {
+                wr_id,
+                sg_list: vec![sge],
+            })
+        })
+    }
+
+    /// Registers `buf`, parks it under `wr_id` and posts the WR that `post` makes of its SGE;
+    /// if the post fails, the buffer is not left parked.
+    fn post_owned(
+        &self,
+        verb: &'static str,
+        wr_id: u64,
+        buf: Vec<u8>,
+        post: impl FnOnce(softrdma_proto::Sge) -> Result<()>,
+    ) -> Result<()> {
         let len = u32::try_from(buf.len())
-            .map_err(|_| Error::attr("ibv_post_recv", "sg_list", "longer than 4 GiB"))?;
+            .map_err(|_| Error::attr(verb, "sg_list", "longer than 4 GiB"))?;
         let mr = self.pd.register(buf, AccessFlags::LOCAL_WRITE)?;
         let sge = mr.sge(0, len);
         self.park(wr_id, mr)?;
-        let r = self.post_recv(RecvWr {
-            wr_id,
-            sg_list: vec![sge],
-        });
+        let r = post(sge);
         if r.is_err() {
             self.owned
                 .lock()
