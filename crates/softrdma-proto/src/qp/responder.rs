@@ -336,20 +336,38 @@ impl QueuePair {
         true
     }
 
+    /// The target (VA, R_Key, length) of the first packet of a WRITE, checked: a length
+    /// within the limit and no shorter than the payload (else invalid request), then the
+    /// R_Key, range and access (else remote access error). `None` without a RETH. RC answers
+    /// a failure with that NAK, UC drops the message.
+    fn write_target(&self, pkt: &IbPacket<&[u8]>) -> Option<Result<(u64, u32, u64), NakCode>> {
+        let reth = pkt.reth()?;
+        let (va, rkey, len) = (reth.va(), reth.rkey(), u64::from(reth.len()));
+        Some(
+            if len > MAX_MSG_SIZE || (pkt.payload().len() as u64) > len {
+                Err(NakCode::InvalidRequest)
+            } else if !self.remote_ok(rkey, va, len, Access::RemoteWrite) {
+                Err(NakCode::RemoteAccessError)
+            } else {
+                Ok((va, rkey, len))
+            },
+        )
+    }
+
     fn rc_write(&mut self, p: Psn, pkt: &IbPacket<&[u8]>) {
         let info = pkt.info();
         let data = pkt.payload();
         if info.starts_message() {
-            let Some(reth) = pkt.reth() else { return };
-            let (va, rkey, len) = (reth.va(), reth.rkey(), u64::from(reth.len()));
-            if len > MAX_MSG_SIZE || (data.len() as u64) > len {
-                self.nak_fatal(p, NakCode::InvalidRequest);
+            let Some(target) = self.write_target(pkt) else {
                 return;
-            }
-            if !self.remote_ok(rkey, va, len, Access::RemoteWrite) {
-                self.nak_fatal(p, NakCode::RemoteAccessError);
-                return;
-            }
+            };
+            let (va, rkey, len) = match target {
+                Ok(t) => t,
+                Err(code) => {
+                    self.nak_fatal(p, code);
+                    return;
+                }
+            };
             self.resp.cur = Some(InMsg::Write {
                 va,
                 rkey,
@@ -604,16 +622,14 @@ impl QueuePair {
         let info = pkt.info();
         let data = pkt.payload();
         if info.starts_message() {
-            let Some(reth) = pkt.reth() else { return };
-            let (va, rkey, len) = (reth.va(), reth.rkey(), u64::from(reth.len()));
-            if len > MAX_MSG_SIZE
-                || (data.len() as u64) > len
-                || !self.remote_ok(rkey, va, len, Access::RemoteWrite)
-            {
+            let Some(target) = self.write_target(pkt) else {
+                return;
+            };
+            let Ok((va, rkey, len)) = target else {
                 self.resp.uc_drop = !info.ends_message();
                 self.counters.dropped += 1;
                 return;
-            }
+            };
             self.resp.cur = Some(InMsg::Write {
                 va,
                 rkey,
