@@ -1111,32 +1111,36 @@ fn poll_byte(s: &Setup, off: u64, v: u8, end: Option<Instant>) -> Result<bool, S
     }
 }
 
-/// Waits for the next receive; false if the timed run ended (`end`) first.
-fn recv_by(s: &Setup, end: Option<Instant>) -> Result<bool, String> {
+/// Runs `wait` with at most [`PEER_TIMEOUT`], cut short at the end of a timed run (`end`):
+/// `None` if that end came first, otherwise what `wait` gave.
+fn by_end<T>(
+    end: Option<Instant>,
+    wait: impl FnOnce(Duration) -> Result<T, String>,
+) -> Result<Option<T>, String> {
     let budget = end.map_or(PEER_TIMEOUT, |e| {
         e.saturating_duration_since(Instant::now())
             .min(PEER_TIMEOUT)
     });
-    match wait_recv(s, budget) {
-        Ok(_) => Ok(true),
-        Err(_) if end.is_some_and(|e| Instant::now() >= e) => Ok(false),
+    match wait(budget) {
+        Ok(v) => Ok(Some(v)),
+        Err(_) if end.is_some_and(|e| Instant::now() >= e) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Waits for the next receive; false if the timed run ended (`end`) first.
+fn recv_by(s: &Setup, end: Option<Instant>) -> Result<bool, String> {
+    Ok(by_end(end, |budget| wait_recv(s, budget))?.is_some())
 }
 
 /// Waits for the completion of the SEND just posted, counting receives that complete
 /// meanwhile in `early`; false if the timed run ended (`end`) first.
 fn send_done_by(s: &Setup, end: Option<Instant>, early: &mut u64) -> Result<bool, String> {
     loop {
-        let budget = end.map_or(PEER_TIMEOUT, |e| {
-            e.saturating_duration_since(Instant::now())
-                .min(PEER_TIMEOUT)
-        });
-        match wait_one(s, budget) {
-            Ok(wc) if wc.opcode == WcOpcode::Recv => *early += 1,
-            Ok(_) => return Ok(true),
-            Err(_) if end.is_some_and(|e| Instant::now() >= e) => return Ok(false),
-            Err(e) => return Err(e),
+        match by_end(end, |budget| wait_one(s, budget))? {
+            None => return Ok(false),
+            Some(wc) if wc.opcode == WcOpcode::Recv => *early += 1,
+            Some(_) => return Ok(true),
         }
     }
 }
