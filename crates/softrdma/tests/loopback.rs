@@ -98,6 +98,14 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// A WRITE to `to`'s region at `offset`.
+fn write_to(to: &End, offset: u64) -> SendOp {
+    SendOp::Write {
+        remote_addr: to.mr.addr() + offset,
+        rkey: to.mr.rkey(),
+    }
+}
+
 fn signaled(wr_id: u64, op: SendOp, sge: Sge) -> SendWr {
     SendWr {
         wr_id,
@@ -123,10 +131,7 @@ fn rc_every_operation_over_udp() {
     .unwrap();
     let ops = [
         SendOp::SendWithImm(0xabc),
-        SendOp::Write {
-            remote_addr: b.mr.addr(),
-            rkey: b.mr.rkey(),
-        },
+        write_to(&b, 0),
         SendOp::Read {
             remote_addr: b.mr.addr() + 0x80000,
             rkey: b.mr.rkey(),
@@ -268,15 +273,8 @@ fn garbage_at_port_4791_is_counted_and_dropped() {
     s.send_to(&pkt, target).unwrap();
     // The device still works.
     a.mr.write(0, &pattern(9, 64)).unwrap();
-    a.qp.post_send(signaled(
-        1,
-        SendOp::Write {
-            remote_addr: b.mr.addr(),
-            rkey: b.mr.rkey(),
-        },
-        a.mr.sge(0, 64),
-    ))
-    .unwrap();
+    a.qp.post_send(signaled(1, write_to(&b, 0), a.mr.sge(0, 64)))
+        .unwrap();
     assert_eq!(wait(&a.cq, 1)[0].status, WcStatus::Success);
     let c: std::collections::HashMap<_, _> = b.ctx.counters().snapshot().into_iter().collect();
     assert!(c["rcvd_malformed"] >= 2, "{c:?}");
@@ -288,15 +286,8 @@ fn cq_overflow_raises_an_event() {
     let (a, b) = (end_cq(14, QpType::Rc, 8), end(15, QpType::Rc));
     connect(&a, &b, ConnectAttr::default());
     for i in 0..20u64 {
-        a.qp.post_send(signaled(
-            i,
-            SendOp::Write {
-                remote_addr: b.mr.addr(),
-                rkey: b.mr.rkey(),
-            },
-            a.mr.sge(0, 8),
-        ))
-        .unwrap();
+        a.qp.post_send(signaled(i, write_to(&b, 0), a.mr.sge(0, 8)))
+            .unwrap();
     }
     // A CQ of 8 entries that nobody polls overflows; the lost completions raise an event.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -322,15 +313,8 @@ fn cq_overflow_raises_an_event() {
         );
     }
     assert!(kept >= 8);
-    a.qp.post_send(signaled(
-        99,
-        SendOp::Write {
-            remote_addr: b.mr.addr(),
-            rkey: b.mr.rkey(),
-        },
-        a.mr.sge(0, 8),
-    ))
-    .unwrap();
+    a.qp.post_send(signaled(99, write_to(&b, 0), a.mr.sge(0, 8)))
+        .unwrap();
     assert_eq!(wait(&a.cq, 1)[0].wr_id, 99);
 }
 
@@ -378,13 +362,7 @@ fn rc_every_operation_under_faults_checks_data() {
             .unwrap();
         let (op, sge) = match i % 5 {
             0 => (SendOp::Send, a.mr.sge(src, len)),
-            1 => (
-                SendOp::Write {
-                    remote_addr: b.mr.addr() + src,
-                    rkey: b.mr.rkey(),
-                },
-                a.mr.sge(src, len),
-            ),
+            1 => (write_to(&b, src), a.mr.sge(src, len)),
             2 => (
                 SendOp::Read {
                     remote_addr: b.mr.addr() + 0xC0000,
@@ -678,10 +656,7 @@ fn a_posted_chain_leaves_together_and_its_acks_coalesce() {
     }
     let chain = (0..n).map(|i| SendWr {
         wr_id: i,
-        op: SendOp::Write {
-            remote_addr: b.mr.addr() + i * 8,
-            rkey: b.mr.rkey(),
-        },
+        op: write_to(&b, i * 8),
         payload: Payload::Sges(vec![a.mr.sge(i * 8, 8)]),
         // Only the last is signaled: its completion retires the chain.
         flags: if i + 1 == n {
@@ -710,10 +685,7 @@ fn a_posted_chain_leaves_together_and_its_acks_coalesce() {
 fn a_chain_with_a_bad_wr_reports_how_many_were_posted() {
     let (a, b) = (end(46, QpType::Rc), end(47, QpType::Rc));
     connect(&a, &b, ConnectAttr::default());
-    let write = SendOp::Write {
-        remote_addr: b.mr.addr(),
-        rkey: b.mr.rkey(),
-    };
+    let write = write_to(&b, 0);
     let good = |i: u64| signaled(i, write, a.mr.sge(0, 8));
     // More SGEs than the QP was created with: refused at post time, as ibv_post_send does.
     let bad = SendWr {
@@ -770,10 +742,7 @@ fn a_pollers_acks_leave_with_its_answers() {
                 await_value(me, if first { i - 1 } else { i });
             }
             me.mr.write(8, &i.to_le_bytes()).unwrap();
-            let op = SendOp::Write {
-                remote_addr: peer.mr.addr(),
-                rkey: peer.mr.rkey(),
-            };
+            let op = write_to(peer, 0);
             me.qp.post_send(signaled(i, op, me.mr.sge(8, 8))).unwrap();
             assert_eq!(completion(&me.cq).wr_id, i);
         }
@@ -813,10 +782,7 @@ fn an_ack_deferred_by_a_poller_that_stops_still_leaves() {
     connect(&a, &b, attr);
     for i in 1..=20u64 {
         a.mr.write(8, &i.to_le_bytes()).unwrap();
-        let op = SendOp::Write {
-            remote_addr: b.mr.addr(),
-            rkey: b.mr.rkey(),
-        };
+        let op = write_to(&b, 0);
         a.qp.post_send(signaled(i, op, a.mr.sge(8, 8))).unwrap();
         // B's application polls until the data is there, then walks away without posting.
         await_value(&b, i);
