@@ -2,8 +2,8 @@
 //!
 //! This crate is what applications use: the verbs objects ([`Context`], [`ProtectionDomain`],
 //! [`MemoryRegion`], [`CompletionQueue`], [`QueuePair`]) over the soft RoCE v2 device, which
-//! runs the `softrdma-proto` engine behind a UDP socket bound to `IP:4791` and a progress
-//! thread. One-sided operations complete without the target application calling anything.
+//! runs the `softrdma-proto` engine behind UDP sockets (receiving on `IP:4791`, sending from
+//! sockets connected to each peer) and a progress thread. One-sided operations complete without the target application calling anything.
 //!
 //! # Memory safety
 //! Work requests name memory by keys and addresses inside registered regions; the device
@@ -24,6 +24,7 @@ mod mr;
 mod qp;
 pub mod stats;
 mod sys;
+mod tx;
 pub mod wrap;
 
 pub use cq::{CompletionChannel, CompletionQueue, Polled};

@@ -239,7 +239,7 @@ impl ProtectionDomain {
             sq_sig_all: init.sq_sig_all,
             srq: init.srq.as_ref().map(|s| s.inner.clone()),
             port_mtu: dev.mtu,
-            udp_sport: Some(softrdma_wire::ROCE_V2_PORT),
+            udp_sport: Some(dev.tx.port()),
         };
         let mem: Arc<dyn softrdma_proto::Memory> = dev.mrs.clone();
         let shared = Arc::new(QpShared {

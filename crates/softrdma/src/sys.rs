@@ -206,6 +206,8 @@ struct Queued {
     at: usize,
     len: usize,
     dst: SocketAddr,
+    /// The IPv4 ID its ICRC is currently right for (the engine writes it for 0).
+    ident: u16,
 }
 
 /// Packets waiting to be sent together.
@@ -226,6 +228,7 @@ impl SendBatch {
             at,
             len: bytes.len(),
             dst,
+            ident: 0,
         });
     }
 
@@ -252,8 +255,13 @@ impl SendBatch {
 
     /// Sends everything in as few calls as the kernel allows: runs of equal-sized packets to
     /// one destination go as single GSO sends (the last of a run may be shorter), the rest
-    /// as individual datagrams, all through `sendmmsg`. Returns (sent, failed).
-    pub fn flush(&mut self, fd: RawFd, gso: &std::sync::atomic::AtomicBool) -> (usize, usize) {
+    /// as individual datagrams, all through `sendmmsg`: one call per destination that has a
+    /// connected socket, one for all others. Returns (sent, failed, system calls).
+    pub fn flush(
+        &mut self,
+        tx: &crate::tx::TxPath,
+        gso: &std::sync::atomic::AtomicBool,
+    ) -> (usize, usize, usize) {
         use std::sync::atomic::Ordering;
         let use_gso = gso.load(Ordering::Relaxed);
         let mut groups = std::mem::take(&mut self.groups);
@@ -284,11 +292,58 @@ impl SendBatch {
             groups.push((i, j - i, if j - i > 1 { p.len } else { 0 }));
             i = j;
         }
-        let (mut sent, mut failed) = (0, 0);
+        let (mut sent, mut failed, mut calls) = (0, 0, 0);
         let mut g = 0;
+        // The last destination looked up, and its connected socket: a batch mostly goes to one.
+        let mut route: Option<(
+            SocketAddr,
+            Option<std::sync::Arc<std::sync::Mutex<crate::tx::Conn>>>,
+        )> = None;
+        let mut conn_of = |dst: SocketAddr| match &route {
+            Some((d, c)) if *d == dst => c.clone(),
+            _ => {
+                let c = tx.conn(dst);
+                route = Some((dst, c.clone()));
+                c
+            }
+        };
         while g < groups.len() {
-            let chunk = &groups[g..(g + BATCH).min(groups.len())];
-            match self.send_chunk(fd, chunk) {
+            let dst = self.pkts[groups[g].0].dst;
+            let conn = conn_of(dst);
+            // A run: messages to this one destination when it has a connected socket, else
+            // to any destinations that have none.
+            let mut end = g + 1;
+            while end < groups.len() && end - g < BATCH {
+                let d = self.pkts[groups[end].0].dst;
+                if d != dst && (conn.is_some() || conn_of(d).is_some()) {
+                    break;
+                }
+                end += 1;
+            }
+            let chunk = &groups[g..end];
+            calls += 1;
+            let result = match &conn {
+                Some(c) => {
+                    self.send_connected(&mut c.lock().unwrap_or_else(|e| e.into_inner()), tx, chunk)
+                }
+                None => {
+                    // Only a packet that was patched for a connected socket needs moving back
+                    // to ID 0 here, which the routing above never asks for; the patch is
+                    // computed afresh for that case.
+                    self.set_idents(
+                        chunk,
+                        |_| 0,
+                        |ib_len, from, to| {
+                            let b = softrdma_wire::icrc::ipv4_ident_basis(ib_len);
+                            (0..16)
+                                .filter(|i| (from ^ to) >> i & 1 == 1)
+                                .fold(0, |x, i| x ^ b[i])
+                        },
+                    );
+                    self.send_chunk(tx.plain_fd(), chunk, true)
+                }
+            };
+            match result {
                 Ok(n) => {
                     sent += chunk.iter().take(n).map(|c| c.1).sum::<usize>();
                     g += n;
@@ -302,15 +357,10 @@ impl SendBatch {
                         // No GSO here: send the rest one datagram at a time from now on.
                         gso.store(false, Ordering::Relaxed);
                         let first = chunk[0].0;
-                        let rest: Vec<Queued> = self.pkts.drain(first..).collect();
-                        let data = std::mem::take(&mut self.data);
-                        self.pkts.clear();
-                        for q in rest {
-                            self.push(&data[q.at..q.at + q.len], q.dst);
-                        }
+                        self.pkts.drain(..first);
                         self.groups = groups;
-                        let (s2, f2) = self.flush(fd, gso);
-                        return (sent + s2, failed + f2);
+                        let (s2, f2, c2) = self.flush(tx, gso);
+                        return (sent + s2, failed + f2, calls + c2);
                     }
                     // The first message could not go (a full buffer, an unreachable address):
                     // drop it; retransmission recovers what matters.
@@ -322,11 +372,78 @@ impl SendBatch {
         self.data.clear();
         self.pkts.clear();
         self.groups = groups;
-        (sent, failed)
+        (sent, failed, calls)
+    }
+
+    /// Sends `chunk` (messages to one destination) on its connected socket, each packet's
+    /// ICRC patched for the IPv4 ID the kernel will give it. A socket whose counter cannot
+    /// be learnt sends nothing: the error drops the first message, as a full buffer would.
+    fn send_connected(
+        &mut self,
+        c: &mut crate::tx::Conn,
+        tx: &crate::tx::TxPath,
+        chunk: &[(usize, usize, usize)],
+    ) -> std::io::Result<usize> {
+        let Some(plan) = c.plan(tx, chunk.iter().map(|m| m.1 as u16)) else {
+            return Err(std::io::Error::other(
+                "the connected socket's IP ID is unknown",
+            ));
+        };
+        if !plan.ids.is_empty() {
+            // The segments of a GSO send get its ID plus their index when split.
+            self.set_idents(
+                chunk,
+                |m| plan.ids[m],
+                |ib_len, from, to| c.patch(ib_len, from, to),
+            );
+        }
+        let r = self.send_chunk(c.fd(), chunk, false);
+        match &r {
+            Ok(n) => c.commit(&plan, *n, true),
+            Err(_) => c.commit(&plan, 0, false),
+        }
+        r
+    }
+
+    /// Patches the ICRC of every packet of `chunk` for the ID its message gets (`ids(m)`
+    /// for message `m`, plus the segment's index), with `patch(ib_len, from, to)` giving
+    /// the XOR.
+    fn set_idents(
+        &mut self,
+        chunk: &[(usize, usize, usize)],
+        ids: impl Fn(usize) -> u16,
+        mut patch: impl FnMut(usize, u16, u16) -> u32,
+    ) {
+        for (m, &(first, count, seg)) in chunk.iter().enumerate() {
+            let base = ids(m);
+            for k in 0..count {
+                let p = &mut self.pkts[first + k];
+                let to = if seg > 0 {
+                    base.wrapping_add(k as u16)
+                } else {
+                    base
+                };
+                if p.ident == to || p.len < 4 {
+                    continue;
+                }
+                let x = patch(p.len - 4, p.ident, to);
+                let at = p.at + p.len - 4;
+                let icrc = &mut self.data[at..at + 4];
+                let v = u32::from_le_bytes([icrc[0], icrc[1], icrc[2], icrc[3]]) ^ x;
+                icrc.copy_from_slice(&v.to_le_bytes());
+                p.ident = to;
+            }
+        }
     }
 
     /// One `sendmmsg` of `chunk` (at most [`BATCH`] messages) on `fd`; how many went.
-    fn send_chunk(&mut self, fd: RawFd, chunk: &[(usize, usize, usize)]) -> std::io::Result<usize> {
+    /// Messages carry their destination when `named`; a connected socket needs none.
+    fn send_chunk(
+        &mut self,
+        fd: RawFd,
+        chunk: &[(usize, usize, usize)],
+        named: bool,
+    ) -> std::io::Result<usize> {
         // Only the headers in use are written: zeroing all BATCH of them would cost a
         // small message more than its system call.
         let mut names = [const { MaybeUninit::<libc::sockaddr_storage>::uninit() }; BATCH];
@@ -344,9 +461,11 @@ impl SendBatch {
             let m = msgs[k].write(unsafe { MaybeUninit::zeroed().assume_init() });
             m.msg_hdr.msg_iov = io;
             m.msg_hdr.msg_iovlen = 1;
-            let (ss, len) = to_storage(first.dst);
-            m.msg_hdr.msg_name = (names[k].write(ss) as *mut libc::sockaddr_storage).cast();
-            m.msg_hdr.msg_namelen = len;
+            if named {
+                let (ss, len) = to_storage(first.dst);
+                m.msg_hdr.msg_name = (names[k].write(ss) as *mut libc::sockaddr_storage).cast();
+                m.msg_hdr.msg_namelen = len;
+            }
             let seg = c.2;
             if seg > 0 {
                 m.msg_hdr.msg_control = cmsgs[k].write([0; CMSG_LEN / 8]).as_mut_ptr().cast();
@@ -376,5 +495,220 @@ impl SendBatch {
             return Err(std::io::Error::last_os_error());
         }
         Ok(n as usize)
+    }
+}
+
+/// `SOF_TIMESTAMPING_TX_SCHED`: a transmit timestamp when the packet reaches the device's
+/// queue, which every device has (loopback included), unlike driver timestamps.
+const SOF_TIMESTAMPING_TX_SCHED: u32 = 1 << 8;
+
+/// Sends a probe of `len` zero bytes from `fd` to `dst` (as GSO segments of `seg` bytes when
+/// `seg > 0`) and asks for its transmit timestamp, which brings the packet back, headers and
+/// all, on `fd`'s error queue: see [`sent_ipv4_ident`].
+pub fn send_probe(fd: RawFd, dst: SocketAddr, len: usize, seg: u16) -> std::io::Result<()> {
+    let mut data = [0u8; 64];
+    let len = len.min(data.len());
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: len,
+    };
+    let (mut name, namelen) = to_storage(dst);
+    let mut ctl = [0u64; 8];
+    // SAFETY: all-zero msghdr is valid; its pointers are set to locals that outlive the call.
+    let mut m: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+    m.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+    m.msg_namelen = namelen;
+    m.msg_iov = &mut iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl.as_mut_ptr().cast();
+    // SAFETY: two control messages (an int and a u16) fit in `ctl`'s 64 bytes; the length is
+    // set to both before CMSG_NXTHDR walks to the second, and every write stays inside `ctl`.
+    unsafe {
+        let one = libc::CMSG_SPACE(4) as usize;
+        m.msg_controllen = one
+            + if seg > 0 {
+                libc::CMSG_SPACE(2) as usize
+            } else {
+                0
+            };
+        let c = libc::CMSG_FIRSTHDR(&m);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SO_TIMESTAMPING;
+        (*c).cmsg_len = libc::CMSG_LEN(4) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u32>(), SOF_TIMESTAMPING_TX_SCHED);
+        if seg > 0 {
+            let c = libc::CMSG_NXTHDR(&m, c);
+            (*c).cmsg_level = SOL_UDP;
+            (*c).cmsg_type = UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+        }
+    }
+    // SAFETY: `m` points to live buffers for the duration of the call.
+    if unsafe { libc::sendmsg(fd, &m, 0) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The IPv4 identification of the packet that `fd` sent from `src` to `dst` with `len` bytes
+/// of UDP payload and a transmit timestamp request ([`send_probe`]): read from the copy the
+/// kernel queues on `fd`'s error queue. Waits at most `timeout` for it.
+pub fn sent_ipv4_ident(
+    fd: RawFd,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    len: usize,
+    timeout: std::time::Duration,
+) -> std::io::Result<u16> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut buf = [0u8; 256];
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let n = sent_copy(fd, &mut buf, left)?;
+        if let Some(at) = find_ipv4(&buf[..n], src, dst, 20 + 8 + len) {
+            return Ok(u16::from_be_bytes([buf[at + 4], buf[at + 5]]));
+        }
+        // Something else on the error queue (an older probe's copy): look at the next.
+    }
+}
+
+/// The next copy of a sent packet on `fd`'s error queue (what a transmit timestamp brings
+/// back: the packet from its link-layer header on), into `buf`; its length, cut to `buf`'s.
+/// Waits at most `timeout`.
+pub fn sent_copy(
+    fd: RawFd,
+    buf: &mut [u8],
+    timeout: std::time::Duration,
+) -> std::io::Result<usize> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut p = libc::pollfd {
+            fd,
+            events: 0, // POLLERR is always reported
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut p, 1, left.as_millis().min(1000) as i32) };
+        if r <= 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "no copy of a sent packet came back on the error queue",
+            ));
+        }
+        let mut ctl = [0u64; 32];
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: all-zero msghdr is valid; its pointers are set to buffers that outlive the
+        // call.
+        let mut m: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+        m.msg_iov = &mut iov;
+        m.msg_iovlen = 1;
+        m.msg_control = ctl.as_mut_ptr().cast();
+        m.msg_controllen = std::mem::size_of_val(&ctl);
+        // SAFETY: `m` points to live buffers for the duration of the call.
+        let n = unsafe { libc::recvmsg(fd, &mut m, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+        if n >= 0 {
+            return Ok((n as usize).min(buf.len()));
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::WouldBlock || left.is_zero() {
+            return Err(e);
+        }
+    }
+}
+
+/// Where the IPv4 header of a UDP packet from `src` to `dst`, `total` bytes long, starts in
+/// `copy`. The link-layer header before it depends on the device (14 bytes on loopback and
+/// Ethernet, none on a tun), so the header is found by what it must say.
+pub fn find_ipv4(copy: &[u8], src: Ipv4Addr, dst: Ipv4Addr, total: usize) -> Option<usize> {
+    (0..=copy.len().saturating_sub(20).min(64)).find(|&o| {
+        let h = &copy[o..];
+        h.len() >= 20
+            && h[0] == 0x45
+            && usize::from(u16::from_be_bytes([h[2], h[3]])) == total
+            && h[9] == 17
+            && h[12..16] == src.octets()
+            && h[16..20] == dst.octets()
+    })
+}
+
+/// Reads and drops every datagram waiting on `fd`.
+pub fn discard(fd: RawFd) {
+    let mut buf = [0u8; 64];
+    for _ in 0..256 {
+        // SAFETY: a valid descriptor and a buffer that outlives the call.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n < 0 {
+            break;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use softrdma_wire::icrc;
+
+    /// An InfiniBand part (BTH, payload) of `len` bytes with the ICRC that the engine writes:
+    /// for IP ID 0.
+    fn packet(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, len: usize, seed: u8) -> Vec<u8> {
+        let mut p: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(7) ^ seed).collect();
+        p[0] = 0x0a; // RC RDMA WRITE Only
+        let c = icrc::compute_for(src.into(), dst.into(), sport, &p[..len - 4]).unwrap();
+        p[len - 4..].copy_from_slice(&c.to_le_bytes());
+        p
+    }
+
+    /// What left a connected socket, read back from the kernel's own copies (a transmit
+    /// timestamp on every send): every segment's ICRC is right for the IP ID it carries
+    /// (the send's ID plus the segment's index), for single datagrams and GSO sends alike.
+    #[test]
+    fn connected_sends_carry_an_icrc_right_for_their_ip_id() {
+        let (me, peer) = (Ipv4Addr::new(127, 0, 77, 62), Ipv4Addr::new(127, 0, 77, 63));
+        let tx = crate::tx::TxPath::new(Default::default(), me.into(), 0, true, true).unwrap();
+        let _sink = std::net::UdpSocket::bind((peer, softrdma_wire::ROCE_V2_PORT)).unwrap();
+        let dst = SocketAddr::new(peer.into(), softrdma_wire::ROCE_V2_PORT);
+        let conn = tx.conn(dst).expect("a connected socket");
+        let fd = conn.lock().unwrap().fd();
+        crate::device::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, 1 << 8).unwrap();
+        let gso = std::sync::atomic::AtomicBool::new(true);
+        let mut b = SendBatch::default();
+        let mut checked = 0;
+        // A GSO send of four segments (the last shorter), a single datagram, a [WRITE, ACK]
+        // pair, and a run of 70 (two sends: at most 64 segments each).
+        for sizes in [vec![60, 60, 60, 32], vec![40], vec![56, 20], vec![48; 70]] {
+            for (i, &n) in sizes.iter().enumerate() {
+                b.push(&packet(me, peer, tx.port(), n, i as u8), dst);
+            }
+            let (sent, failed, _) = b.flush(&tx, &gso);
+            assert_eq!((sent, failed), (sizes.len(), 0));
+            let mut left = &sizes[..];
+            while !left.is_empty() {
+                let segs = left.len().min(GSO_MAX_SEGS);
+                let total: usize = left[..segs].iter().sum();
+                let mut copy = vec![0u8; 65536];
+                let n = sent_copy(fd, &mut copy, std::time::Duration::from_secs(2)).unwrap();
+                let at = find_ipv4(&copy[..n], me, peer, 28 + total).expect("an IPv4 header");
+                let ident = u16::from_be_bytes([copy[at + 4], copy[at + 5]]);
+                let mut p = at + 28;
+                for (k, &len) in left[..segs].iter().enumerate() {
+                    let ib = &copy[p..p + len];
+                    let wire = u32::from_le_bytes(ib[len - 4..].try_into().unwrap());
+                    let id = ident.wrapping_add(k as u16);
+                    let want =
+                        icrc::compute_for_ipv4_ident(me, peer, id, tx.port(), &ib[..len - 4])
+                            .unwrap();
+                    assert_eq!(wire, want, "segment {k} of {segs}, IP ID {id}");
+                    p += len;
+                    checked += 1;
+                }
+                left = &left[segs..];
+            }
+        }
+        assert_eq!(checked, 77);
     }
 }

@@ -1,0 +1,438 @@
+//! Where a device's packets leave: one connected UDP socket per destination, and one
+//! unconnected socket for everything else.
+//!
+//! Why connected sockets: Linux looks up the route of every datagram that an unconnected
+//! socket sends, and a connected socket caches it. On loopback that lookup is about 0.4 µs
+//! of a 2.7 µs half round trip.
+//!
+//! The catch is IPv4's identification field, which the ICRC covers (IBTA vol. 1, 7.8.1 and
+//! Annex A17: only TOS, TTL and the header checksum are masked). An unconnected socket with
+//! DF set sends ID 0, and that is what the engine computes every ICRC for. A connected socket
+//! numbers its packets from a private counter that starts at a random value (`inet_id`, see
+//! `ip_select_ident_segs`). So this module learns that counter and patches each packet's
+//! ICRC for the ID the kernel will give it. CRC-32 is affine, so the patch is an XOR that
+//! depends only on the ID and the packet's length ([`softrdma_wire::icrc::ipv4_ident_basis`]).
+//!
+//! - **Learning the counter.** A probe datagram goes from the connected socket to the device's
+//!   own unconnected socket, with a transmit timestamp requested (`SO_TIMESTAMPING`). The
+//!   error queue hands the packet back with its headers, ID included. The device's own socket
+//!   drops the probe.
+//! - **How the counter moves** differs between kernels: by one per datagram, by the GSO
+//!   segments before the send, or by them after. Three probes (one datagram, a two-segment
+//!   GSO send, one datagram) tell which rule holds. A pattern that fits none of them, or a
+//!   probe that does not come back, leaves that destination on the unconnected socket.
+//! - **The segments of a GSO send** carry the send's ID plus their index (`inet_gso_segment`)
+//!   when the kernel splits them; on loopback with GRO they are never split.
+//! - **A failed send loses track** (the kernel may or may not have used an ID for it), so the
+//!   next send to that destination probes again first.
+//!
+//! IPv6 has no identification field, and its connected sockets need no probes.
+//!
+//! Contract: every packet leaves from `address:`[`TxPath::port`], which is the UDP source port
+//! that the engine's ICRCs assume, with an ICRC that is right for the IP header Linux gives
+//! it. `SOFTRDMA_CONNECTED=0` keeps every packet on the unconnected socket.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+/// Destinations that get a connected socket; any further ones share the unconnected socket.
+const MAX_CONNECTED: usize = 256;
+/// How long a probe's copy may take to come back on the error queue.
+const PROBE_WAIT: Duration = Duration::from_millis(200);
+/// Bytes in a probe (two 8-byte segments when it tests GSO).
+const PROBE_LEN: usize = 8;
+/// Lengths whose ICRC patches a connected socket keeps.
+const BASIS_CACHE: usize = 1024;
+
+/// How a kernel advances a connected socket's IPv4 identification counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IdRule {
+    /// By one per datagram, whatever its GSO segments (Linux up to at least 6.18 for UDP).
+    PerSend,
+    /// By the previous send's segments (`atomic_fetch_add(segs)`).
+    SegsBefore,
+    /// By this send's segments, the ID being the counter after the add
+    /// (`atomic_add_return(segs)`).
+    SegsAfter,
+}
+
+impl IdRule {
+    /// The ID of a send of `segs` segments after one with ID `last` of `last_segs` segments.
+    fn next(self, last: u16, last_segs: u16, segs: u16) -> u16 {
+        match self {
+            IdRule::PerSend => last.wrapping_add(1),
+            IdRule::SegsBefore => last.wrapping_add(last_segs),
+            IdRule::SegsAfter => last.wrapping_add(segs),
+        }
+    }
+
+    /// The rule that explains the IDs of the calibration probes: one datagram (`a`), two GSO
+    /// segments (`b`), one datagram (`c`).
+    fn from_probes(a: u16, b: u16, c: u16) -> Option<IdRule> {
+        match (b.wrapping_sub(a), c.wrapping_sub(b)) {
+            (1, 1) => Some(IdRule::PerSend),
+            (1, 2) => Some(IdRule::SegsBefore),
+            (2, 1) => Some(IdRule::SegsAfter),
+            _ => None,
+        }
+    }
+}
+
+/// Where an IPv4 connected socket's counter stands.
+struct Ident {
+    rule: IdRule,
+    /// The ID of the last send, and its segments; `None` when a failed send lost track.
+    last: Option<(u16, u16)>,
+    /// ICRC patches by InfiniBand length (without ICRC).
+    basis: HashMap<usize, [u32; 16]>,
+}
+
+impl Ident {
+    /// The XOR that takes an ICRC computed for ID `from` to one for ID `to`.
+    fn patch(&mut self, ib_len: usize, from: u16, to: u16) -> u32 {
+        let diff = from ^ to;
+        if diff == 0 {
+            return 0;
+        }
+        if self.basis.len() >= BASIS_CACHE {
+            self.basis.clear();
+        }
+        let b = self
+            .basis
+            .entry(ib_len)
+            .or_insert_with(|| softrdma_wire::icrc::ipv4_ident_basis(ib_len));
+        (0..16).fold(0, |acc, i| {
+            acc ^ (b[i] & 0u32.wrapping_sub(u32::from(diff >> i & 1)))
+        })
+    }
+}
+
+/// A socket connected to one destination.
+pub(crate) struct Conn {
+    sock: socket2::Socket,
+    /// IPv4 only.
+    ident: Option<Ident>,
+}
+
+impl Conn {
+    /// The descriptor to send on (no address needed).
+    pub(crate) fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    /// The IDs the next sends will get, one per send of `segs[i]` segments, when the counter
+    /// is known; `Some(empty)` for IPv6. Probes again first if a failed send lost track.
+    pub(crate) fn plan(&mut self, tx: &TxPath, segs: impl Iterator<Item = u16>) -> Option<Plan> {
+        let Some(id) = &mut self.ident else {
+            return Some(Plan::default());
+        };
+        let (mut last, mut last_segs) = match id.last {
+            Some(l) => l,
+            None => {
+                let got = tx.probe(&self.sock, 0).ok()?;
+                id.last = Some((got, 1));
+                (got, 1)
+            }
+        };
+        let mut plan = Plan::default();
+        for s in segs {
+            let next = id.rule.next(last, last_segs, s);
+            plan.ids.push(next);
+            (last, last_segs) = (next, s);
+        }
+        plan.end = Some((last, last_segs));
+        Some(plan)
+    }
+
+    /// Records how a planned send went: `sent` of its sends left, and the kernel reported
+    /// no error. Anything else loses track of the counter.
+    pub(crate) fn commit(&mut self, plan: &Plan, sent: usize, clean: bool) {
+        if let Some(id) = &mut self.ident {
+            id.last = if clean && sent == plan.ids.len() {
+                plan.end
+            } else {
+                None
+            };
+        }
+    }
+
+    /// The XOR that moves the ICRC of a packet with `ib_len` bytes before its ICRC from ID
+    /// `from` to ID `to` (0 for IPv6).
+    pub(crate) fn patch(&mut self, ib_len: usize, from: u16, to: u16) -> u32 {
+        self.ident.as_mut().map_or(0, |i| i.patch(ib_len, from, to))
+    }
+}
+
+/// The IDs a connected socket's next sends will get.
+#[derive(Default)]
+pub(crate) struct Plan {
+    /// One per send (IPv4); empty for IPv6.
+    pub(crate) ids: Vec<u16>,
+    end: Option<(u16, u16)>,
+}
+
+/// A device's sending side.
+pub(crate) struct TxPath {
+    addr: SocketAddr,
+    /// Unconnected, bound to `addr`: sends where no connected socket serves, and receives
+    /// (and drops) the probes.
+    plain: std::net::UdpSocket,
+    /// Connected sockets by destination; `None` where one could not be set up.
+    conns: RwLock<HashMap<SocketAddr, Option<Arc<Mutex<Conn>>>>>,
+    /// Whether to connect at all (`SOFTRDMA_CONNECTED=0` says no; packet capture too, since
+    /// it records ID 0).
+    connect: bool,
+    /// Whether sends may use GSO (the probes then test how the counter moves for them).
+    gso: bool,
+    /// The device's counters (probes are counted).
+    counters: Arc<crate::device::DeviceCounters>,
+}
+
+impl TxPath {
+    /// Binds the unconnected socket on `ip` (any free port) and prepares the path.
+    pub(crate) fn new(
+        counters: Arc<crate::device::DeviceCounters>,
+        ip: IpAddr,
+        scope_id: u32,
+        connect: bool,
+        gso: bool,
+    ) -> std::io::Result<Self> {
+        let bind = match ip {
+            IpAddr::V6(v6) => SocketAddr::V6(std::net::SocketAddrV6::new(v6, 0, 0, scope_id)),
+            v4 => SocketAddr::new(v4, 0),
+        };
+        let plain = std::net::UdpSocket::from(new_socket(bind)?);
+        let addr = plain.local_addr()?;
+        let connect = connect && std::env::var("SOFTRDMA_CONNECTED").map_or(true, |v| v != "0");
+        Ok(Self {
+            addr,
+            plain,
+            conns: RwLock::new(HashMap::new()),
+            connect,
+            gso,
+            counters,
+        })
+    }
+
+    /// The UDP source port of every packet.
+    pub(crate) fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// The unconnected socket.
+    pub(crate) fn plain_fd(&self) -> RawFd {
+        self.plain.as_raw_fd()
+    }
+
+    /// Sends one datagram on the unconnected socket.
+    pub(crate) fn send_plain(&self, bytes: &[u8], dst: SocketAddr) -> std::io::Result<usize> {
+        self.plain.send_to(bytes, dst)
+    }
+
+    /// The connected socket for `dst`, set up on first use; `None` means the unconnected one.
+    pub(crate) fn conn(&self, dst: SocketAddr) -> Option<Arc<Mutex<Conn>>> {
+        if !self.connect {
+            return None;
+        }
+        if let Some(c) = self
+            .conns
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&dst)
+        {
+            return c.clone();
+        }
+        let mut conns = self.conns.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = conns.get(&dst) {
+            return c.clone();
+        }
+        let c = (conns.len() < MAX_CONNECTED)
+            .then(|| self.connect_to(dst).ok())
+            .flatten()
+            .map(|c| Arc::new(Mutex::new(c)));
+        conns.insert(dst, c.clone());
+        c
+    }
+
+    /// A socket bound next to the unconnected one and connected to `dst`, its counter
+    /// learnt.
+    fn connect_to(&self, dst: SocketAddr) -> std::io::Result<Conn> {
+        let sock = new_socket(self.addr)?;
+        sock.connect(&dst.into())?;
+        let ident = match (self.addr.ip(), dst.ip()) {
+            (IpAddr::V4(_), IpAddr::V4(_)) => {
+                let a = self.probe(&sock, 0)?;
+                let b = if self.gso {
+                    self.probe(&sock, PROBE_LEN as u16)?
+                } else {
+                    a.wrapping_add(1)
+                };
+                let c = self.probe(&sock, 0)?;
+                let rule = IdRule::from_probes(a, b, c).ok_or_else(|| {
+                    std::io::Error::other(format!(
+                        "IP ID probes came back as {a}, {b}, {c}: no known rule"
+                    ))
+                })?;
+                Some(Ident {
+                    rule,
+                    last: Some((c, 1)),
+                    basis: HashMap::new(),
+                })
+            }
+            _ => None,
+        };
+        Ok(Conn { sock, ident })
+    }
+
+    /// Sends a probe from `sock` to the unconnected socket (two GSO segments of `seg` bytes
+    /// when `seg > 0`) and returns the IPv4 ID it left with.
+    fn probe(&self, sock: &socket2::Socket, seg: u16) -> std::io::Result<u16> {
+        let IpAddr::V4(me) = self.addr.ip() else {
+            return Err(std::io::Error::other("IPv6 has no IP ID"));
+        };
+        let len = if seg > 0 {
+            2 * usize::from(seg)
+        } else {
+            PROBE_LEN
+        };
+        self.counters.ip_id_probes.fetch_add(1, Ordering::Relaxed);
+        let r = crate::sys::send_probe(sock.as_raw_fd(), self.addr, len, seg)
+            .and_then(|()| crate::sys::sent_ipv4_ident(sock.as_raw_fd(), me, me, len, PROBE_WAIT));
+        crate::sys::discard(self.plain.as_raw_fd());
+        r
+    }
+}
+
+/// A non-blocking UDP socket bound to `addr` (shared with the path's other sockets), with DF
+/// set and a deep send buffer.
+fn new_socket(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    // Every socket of the path sends from the same port: the ICRC covers it.
+    sock.set_reuse_address(true)?;
+    sock.set_nonblocking(true)?;
+    let fd = sock.as_raw_fd();
+    // DF on every packet: an unconnected socket then sends IP ID 0, and no packet is ever
+    // fragmented (RoCE has no reassembly).
+    match addr {
+        SocketAddr::V4(_) => crate::device::set_int_opt(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )?,
+        SocketAddr::V6(_) => crate::device::set_int_opt(
+            fd,
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )?,
+    }
+    // A burst of a whole send window must not find the buffer full. SO_SNDBUFFORCE passes
+    // net.core.wmem_max when the process may (CAP_NET_ADMIN); otherwise the kernel caps the
+    // plain request at that limit.
+    if crate::device::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 16 << 20).is_err() {
+        let _ = sock.set_send_buffer_size(16 << 20);
+    }
+    sock.bind(&addr.into())?;
+    Ok(sock)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn rules_are_told_apart_by_the_probes() {
+        assert_eq!(IdRule::from_probes(10, 11, 12), Some(IdRule::PerSend));
+        assert_eq!(IdRule::from_probes(10, 11, 13), Some(IdRule::SegsBefore));
+        assert_eq!(IdRule::from_probes(10, 12, 13), Some(IdRule::SegsAfter));
+        assert_eq!(IdRule::from_probes(65535, 0, 1), Some(IdRule::PerSend));
+        assert_eq!(IdRule::from_probes(10, 30, 31), None);
+        // Each rule predicts its own probes.
+        for rule in [IdRule::PerSend, IdRule::SegsBefore, IdRule::SegsAfter] {
+            let b = rule.next(100, 1, 2);
+            let c = rule.next(b, 2, 1);
+            assert_eq!(IdRule::from_probes(100, b, c), Some(rule));
+        }
+    }
+
+    #[test]
+    fn a_patch_moves_the_icrc_to_the_new_id() {
+        let src = Ipv4Addr::new(10, 0, 0, 1);
+        let dst = Ipv4Addr::new(10, 0, 0, 2);
+        let mut ib = vec![0u8; 12 + 16 + 64];
+        ib[0] = 0x0a; // RDMA WRITE First (any opcode will do)
+        ib.iter_mut()
+            .skip(12)
+            .enumerate()
+            .for_each(|(i, b)| *b = i as u8);
+        let mut id = Ident {
+            rule: IdRule::PerSend,
+            last: None,
+            basis: HashMap::new(),
+        };
+        let at = |ident| {
+            softrdma_wire::icrc::compute_for_ipv4_ident(src, dst, ident, 50000, &ib).unwrap()
+        };
+        for (from, to) in [(0u16, 1u16), (0, 0xBEEF), (7, 0xFFFF), (0x1234, 0x1234)] {
+            assert_eq!(
+                at(from) ^ id.patch(ib.len(), from, to),
+                at(to),
+                "{from} -> {to}"
+            );
+        }
+    }
+
+    /// The whole mechanism against this machine's kernel: the IDs that a connected socket's
+    /// packets leave with are the ones planned, single and GSO sends alike.
+    #[test]
+    fn planned_ids_match_what_the_kernel_sends() {
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 77, 60));
+        let tx = TxPath::new(Default::default(), ip, 0, true, true).unwrap();
+        let sink = std::net::UdpSocket::bind((ip, 0)).unwrap();
+        let dst = sink.local_addr().unwrap();
+        let c = tx
+            .conn(dst)
+            .expect("a connected socket with a known counter");
+        let mut c = c.lock().unwrap();
+        for segs in [1u16, 3, 1, 2, 2, 1] {
+            let plan = c.plan(&tx, [segs].into_iter()).unwrap();
+            // Send it to the destination as a probe would, and read the ID back.
+            let len = 8 * usize::from(segs);
+            let seg = if segs > 1 { 8 } else { 0 };
+            crate::sys::send_probe(c.fd(), dst, len, seg).unwrap();
+            let got = crate::sys::sent_ipv4_ident(
+                c.fd(),
+                Ipv4Addr::new(127, 0, 77, 60),
+                Ipv4Addr::new(127, 0, 77, 60),
+                len,
+                PROBE_WAIT,
+            )
+            .unwrap();
+            assert_eq!(got, plan.ids[0], "a send of {segs} segments");
+            c.commit(&plan, 1, true);
+        }
+        // A failed send loses track; the next plan probes again and is right again.
+        let plan = c.plan(&tx, [1].into_iter()).unwrap();
+        c.commit(&plan, 0, false);
+        let before = tx.counters.ip_id_probes.load(Ordering::Relaxed);
+        let plan = c.plan(&tx, [1].into_iter()).unwrap();
+        assert_eq!(tx.counters.ip_id_probes.load(Ordering::Relaxed), before + 1);
+        crate::sys::send_probe(c.fd(), dst, 8, 0).unwrap();
+        let got = crate::sys::sent_ipv4_ident(
+            c.fd(),
+            Ipv4Addr::new(127, 0, 77, 60),
+            Ipv4Addr::new(127, 0, 77, 60),
+            8,
+            PROBE_WAIT,
+        )
+        .unwrap();
+        assert_eq!(got, plan.ids[0]);
+    }
+}
