@@ -322,14 +322,15 @@ impl SendBatch {
             }
             let chunk = &groups[g..end];
             calls += 1;
-            let result = match &conn {
-                Some(c) => {
-                    self.send_connected(&mut c.lock().unwrap_or_else(|e| e.into_inner()), tx, chunk)
-                }
+            let connected = conn.as_ref().and_then(|c| {
+                self.send_connected(&mut c.lock().unwrap_or_else(|e| e.into_inner()), tx, chunk)
+            });
+            let result = match connected {
+                Some(r) => r,
                 None => {
-                    // Only a packet that was patched for a connected socket needs moving back
-                    // to ID 0 here, which the routing above never asks for; the patch is
-                    // computed afresh for that case.
+                    // Packets go out with ID 0 here. One already patched for a connected
+                    // socket (rare: a partial send, then a failed probe) moves back, with a
+                    // patch computed afresh.
                     self.set_idents(
                         chunk,
                         |_| 0,
@@ -376,19 +377,15 @@ impl SendBatch {
     }
 
     /// Sends `chunk` (messages to one destination) on its connected socket, each packet's
-    /// ICRC patched for the IPv4 ID the kernel will give it. A socket whose counter cannot
-    /// be learnt sends nothing: the error drops the first message, as a full buffer would.
+    /// ICRC patched for the IPv4 ID the kernel will give it; `None` if the socket's counter
+    /// is unknown and a probe could not learn it (the unconnected socket then serves).
     fn send_connected(
         &mut self,
         c: &mut crate::tx::Conn,
         tx: &crate::tx::TxPath,
         chunk: &[(usize, usize, usize)],
-    ) -> std::io::Result<usize> {
-        let Some(plan) = c.plan(tx, chunk.iter().map(|m| m.1 as u16)) else {
-            return Err(std::io::Error::other(
-                "the connected socket's IP ID is unknown",
-            ));
-        };
+    ) -> Option<std::io::Result<usize>> {
+        let plan = c.plan(tx, chunk.iter().map(|m| m.1 as u16))?;
         if !plan.ids.is_empty() {
             // The segments of a GSO send get its ID plus their index when split.
             self.set_idents(
@@ -402,7 +399,7 @@ impl SendBatch {
             Ok(n) => c.commit(&plan, *n, true),
             Err(_) => c.commit(&plan, 0, false),
         }
-        r
+        Some(r)
     }
 
     /// Patches the ICRC of every packet of `chunk` for the ID its message gets (`ids(m)`

@@ -144,7 +144,8 @@ fn line(rx: &mpsc::Receiver<String>) -> String {
         .expect("the peer answers within 30 s")
 }
 
-fn spawn_peer(t: &str, addr: &str, faults: Option<&str>) -> PeerProc {
+/// Starts the peer process; `env` adds to its environment.
+fn spawn_peer(t: &str, addr: &str, faults: Option<&str>, env: &[(&str, &str)]) -> PeerProc {
     let mut c = Command::new(std::env::current_exe().unwrap());
     c.args(["peer_process", "--exact", "--nocapture", "--test-threads=1"])
         .env("SOFTRDMA_E2E_PEER", addr)
@@ -155,6 +156,7 @@ fn spawn_peer(t: &str, addr: &str, faults: Option<&str>) -> PeerProc {
     if let Some(f) = faults {
         c.env("SOFTRDMA_FAULTS", f);
     }
+    c.envs(env.iter().copied());
     let mut child = c.spawn().unwrap();
     let stdin = child.stdin.take().unwrap();
     let out: ChildStdout = child.stdout.take().unwrap();
@@ -275,11 +277,11 @@ fn wr(wr_id: u64, op: SendOp, sge: Sge) -> SendWr {
 
 /// RC: WRITE, READ back, SEND (checked by READing the peer's receive buffer), FETCH_ADD and
 /// CMP_SWAP, against a peer process whose application thread never touches the QP.
-fn rc_round(faults: Option<&str>, last: u8) {
+fn rc_round(faults: Option<&str>, last: u8, peer_env: &[(&str, &str)]) {
     LOSSY.with(|l| l.set(faults.is_some()));
     let peer_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 79, last));
     let my_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 79, last + 1));
-    let mut p = spawn_peer("rc", &peer_ip.to_string(), faults);
+    let mut p = spawn_peer("rc", &peer_ip.to_string(), faults, peer_env);
     let opts = DeviceOptions {
         faults: faults.map(|f| softrdma::wrap::Faults::parse(f).unwrap()),
         pcap: None,
@@ -379,19 +381,26 @@ fn rc_round(faults: Option<&str>, last: u8) {
 
 #[test]
 fn rc_between_processes() {
-    rc_round(None, 1);
+    rc_round(None, 1, &[]);
+}
+
+/// A peer that sends only from its unconnected socket (IP ID 0) with one that numbers its
+/// packets from connected sockets.
+#[test]
+fn rc_between_processes_one_unconnected() {
+    rc_round(None, 13, &[("SOFTRDMA_CONNECTED", "0")]);
 }
 
 #[test]
 fn rc_between_processes_under_faults() {
-    rc_round(Some("drop=0.03,dup=0.03,reorder=0.05,corrupt=0.01"), 3);
+    rc_round(Some("drop=0.03,dup=0.03,reorder=0.05,corrupt=0.01"), 3, &[]);
 }
 
 fn echo_round(t: &str, faults: Option<&str>, last: u8) {
     LOSSY.with(|l| l.set(faults.is_some()));
     let peer_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 79, last));
     let my_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 79, last + 1));
-    let mut p = spawn_peer(t, &peer_ip.to_string(), faults);
+    let mut p = spawn_peer(t, &peer_ip.to_string(), faults, &[]);
     let opts = DeviceOptions {
         faults: faults.map(|f| softrdma::wrap::Faults::parse(f).unwrap()),
         pcap: None,
@@ -457,7 +466,7 @@ fn uc_and_ud_between_processes() {
 fn killed_peer_gives_retry_exc_err_then_flushes() {
     let peer_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 79, 20));
     let my_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 79, 21));
-    let mut p = spawn_peer("rc", &peer_ip.to_string(), None);
+    let mut p = spawn_peer("rc", &peer_ip.to_string(), None, &[]);
     let m = me("rc", my_ip, &mut p, peer_ip, DeviceOptions::default());
     m.mr.write(0, &pattern(1, 65536)).unwrap();
     let w = |i| {
