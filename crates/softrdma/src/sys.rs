@@ -217,6 +217,8 @@ pub struct SendBatch {
     pkts: Vec<Queued>,
     /// Messages of the last flush, kept to spare allocations: (first packet, count, GSO size).
     groups: Vec<(usize, usize, usize)>,
+    /// ICRC patches for IPv4 IDs other than 0.
+    patches: crate::tx::IdentPatches,
 }
 
 impl SendBatch {
@@ -328,19 +330,11 @@ impl SendBatch {
             let result = match connected {
                 Some(r) => r,
                 None => {
-                    // Packets go out with ID 0 here. One already patched for a connected
-                    // socket (rare: a partial send, then a failed probe) moves back, with a
-                    // patch computed afresh.
-                    self.set_idents(
-                        chunk,
-                        |_| 0,
-                        |ib_len, from, to| {
-                            let b = softrdma_wire::icrc::ipv4_ident_basis(ib_len);
-                            (0..16)
-                                .filter(|i| (from ^ to) >> i & 1 == 1)
-                                .fold(0, |x, i| x ^ b[i])
-                        },
-                    );
+                    // IPv4 packets leave with ID 0 here, and the segments of a GSO send, if
+                    // the kernel splits it, with their index.
+                    if dst.is_ipv4() {
+                        self.set_idents(chunk, |_| 0);
+                    }
                     self.send_chunk(tx.plain_fd(), chunk, true)
                 }
             };
@@ -388,11 +382,7 @@ impl SendBatch {
         let plan = c.plan(tx, chunk.iter().map(|m| m.1 as u16))?;
         if !plan.ids.is_empty() {
             // The segments of a GSO send get its ID plus their index when split.
-            self.set_idents(
-                chunk,
-                |m| plan.ids[m],
-                |ib_len, from, to| c.patch(ib_len, from, to),
-            );
+            self.set_idents(chunk, |m| plan.ids[m]);
         }
         let r = self.send_chunk(c.fd(), chunk, false);
         match &r {
@@ -402,28 +392,19 @@ impl SendBatch {
         Some(r)
     }
 
-    /// Patches the ICRC of every packet of `chunk` for the ID its message gets (`ids(m)`
-    /// for message `m`, plus the segment's index), with `patch(ib_len, from, to)` giving
-    /// the XOR.
-    fn set_idents(
-        &mut self,
-        chunk: &[(usize, usize, usize)],
-        ids: impl Fn(usize) -> u16,
-        mut patch: impl FnMut(usize, u16, u16) -> u32,
-    ) {
-        for (m, &(first, count, seg)) in chunk.iter().enumerate() {
+    /// Patches the ICRC of every packet of `chunk` for the IPv4 ID it gets: its message's
+    /// (`ids(m)` for message `m`) plus its index in the message, as the kernel numbers the
+    /// segments of a GSO send when it splits it (`inet_gso_segment`).
+    fn set_idents(&mut self, chunk: &[(usize, usize, usize)], ids: impl Fn(usize) -> u16) {
+        for (m, &(first, count, _)) in chunk.iter().enumerate() {
             let base = ids(m);
             for k in 0..count {
                 let p = &mut self.pkts[first + k];
-                let to = if seg > 0 {
-                    base.wrapping_add(k as u16)
-                } else {
-                    base
-                };
+                let to = base.wrapping_add(k as u16);
                 if p.ident == to || p.len < 4 {
                     continue;
                 }
-                let x = patch(p.len - 4, p.ident, to);
+                let x = self.patches.xor(p.len - 4, p.ident, to);
                 let at = p.at + p.len - 4;
                 let icrc = &mut self.data[at..at + 4];
                 let v = u32::from_le_bytes([icrc[0], icrc[1], icrc[2], icrc[3]]) ^ x;
@@ -665,12 +646,30 @@ mod tests {
     /// (the send's ID plus the segment's index), for single datagrams and GSO sends alike.
     #[test]
     fn connected_sends_carry_an_icrc_right_for_their_ip_id() {
-        let (me, peer) = (Ipv4Addr::new(127, 0, 77, 62), Ipv4Addr::new(127, 0, 77, 63));
-        let tx = crate::tx::TxPath::new(Default::default(), me.into(), 0, true, true).unwrap();
+        sends_carry_an_icrc_right_for_their_ip_id(true, 62);
+    }
+
+    /// The same for the unconnected socket, which sends ID 0 (its GSO segments: their index).
+    #[test]
+    fn unconnected_sends_carry_an_icrc_right_for_their_ip_id() {
+        sends_carry_an_icrc_right_for_their_ip_id(false, 64);
+    }
+
+    fn sends_carry_an_icrc_right_for_their_ip_id(connect: bool, last: u8) {
+        let (me, peer) = (
+            Ipv4Addr::new(127, 0, 77, last),
+            Ipv4Addr::new(127, 0, 77, last + 1),
+        );
+        let tx = crate::tx::TxPath::new(Default::default(), me.into(), 0, connect, true).unwrap();
         let _sink = std::net::UdpSocket::bind((peer, softrdma_wire::ROCE_V2_PORT)).unwrap();
         let dst = SocketAddr::new(peer.into(), softrdma_wire::ROCE_V2_PORT);
-        let conn = tx.conn(dst).expect("a connected socket");
-        let fd = conn.lock().unwrap().fd();
+        let fd = match tx.conn(dst) {
+            Some(c) => c.lock().unwrap().fd(),
+            None => {
+                assert!(!connect, "a connected socket");
+                tx.plain_fd()
+            }
+        };
         crate::device::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, 1 << 8).unwrap();
         let gso = std::sync::atomic::AtomicBool::new(true);
         let mut b = SendBatch::default();

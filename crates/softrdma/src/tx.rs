@@ -87,13 +87,18 @@ struct Ident {
     rule: IdRule,
     /// The ID of the last send, and its segments; `None` when a failed send lost track.
     last: Option<(u16, u16)>,
-    /// ICRC patches by InfiniBand length (without ICRC).
+}
+
+/// ICRC patches for a change of IPv4 ID, by InfiniBand length (without ICRC).
+#[derive(Default)]
+pub(crate) struct IdentPatches {
     basis: HashMap<usize, [u32; 16]>,
 }
 
-impl Ident {
-    /// The XOR that takes an ICRC computed for ID `from` to one for ID `to`.
-    fn patch(&mut self, ib_len: usize, from: u16, to: u16) -> u32 {
+impl IdentPatches {
+    /// The XOR that takes the ICRC of a packet with `ib_len` bytes before its ICRC from one
+    /// computed for ID `from` to one for ID `to`.
+    pub(crate) fn xor(&mut self, ib_len: usize, from: u16, to: u16) -> u32 {
         let diff = from ^ to;
         if diff == 0 {
             return 0;
@@ -158,12 +163,6 @@ impl Conn {
                 None
             };
         }
-    }
-
-    /// The XOR that moves the ICRC of a packet with `ib_len` bytes before its ICRC from ID
-    /// `from` to ID `to` (0 for IPv6).
-    pub(crate) fn patch(&mut self, ib_len: usize, from: u16, to: u16) -> u32 {
-        self.ident.as_mut().map_or(0, |i| i.patch(ib_len, from, to))
     }
 }
 
@@ -280,7 +279,6 @@ impl TxPath {
                 Some(Ident {
                     rule,
                     last: Some((c, 1)),
-                    basis: HashMap::new(),
                 })
             }
             _ => None,
@@ -372,17 +370,13 @@ mod tests {
             .skip(12)
             .enumerate()
             .for_each(|(i, b)| *b = i as u8);
-        let mut id = Ident {
-            rule: IdRule::PerSend,
-            last: None,
-            basis: HashMap::new(),
-        };
+        let mut id = IdentPatches::default();
         let at = |ident| {
             softrdma_wire::icrc::compute_for_ipv4_ident(src, dst, ident, 50000, &ib).unwrap()
         };
         for (from, to) in [(0u16, 1u16), (0, 0xBEEF), (7, 0xFFFF), (0x1234, 0x1234)] {
             assert_eq!(
-                at(from) ^ id.patch(ib.len(), from, to),
+                at(from) ^ id.xor(ib.len(), from, to),
                 at(to),
                 "{from} -> {to}"
             );
