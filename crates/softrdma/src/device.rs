@@ -18,7 +18,7 @@ use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token, Waker};
 use softrdma_proto::{AsyncEvent, Instant, Mtu, Pd, WcOpcode};
 use softrdma_wire::{IbPacket, Opcode, ROCE_V2_PORT, icrc};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -490,7 +490,7 @@ impl Device {
 /// directly; for IPv4 from senders that number their packets (rxe, NICs) the ID is
 /// recovered from the ICRC itself, which only a corrupt packet fails.
 struct IcrcCheck {
-    basis: HashMap<usize, [u32; 16]>,
+    basis: crate::mr::KeyMap<[u32; 16]>,
     /// The last ID recovered: a sender that numbers its packets (a softrdma connected
     /// socket, rxe) most often sent the next one or the same again, which a check of those
     /// guesses finds for a few XORs instead of a solve.
@@ -510,9 +510,13 @@ impl IcrcCheck {
         if !(src.to_canonical().is_ipv4() && dst.to_canonical().is_ipv4()) {
             return None;
         }
+        // Lengths are the peer's choice: keep the cache bounded.
+        if self.basis.len() >= 1024 {
+            self.basis.clear();
+        }
         let basis = self
             .basis
-            .entry(body.len())
+            .entry(body.len() as u32)
             .or_insert_with(|| icrc::ipv4_ident_basis(body.len()));
         // The kernel numbers a GSO send's segments from the send's ID on, and on Linux up
         // to at least 6.18 counts the send as one: a [WRITE, ACK] pair then takes IDs n and
@@ -939,7 +943,7 @@ impl Context {
             delayed_seq: AtomicU64::new(0),
             rx: Mutex::new(RxState {
                 check: IcrcCheck {
-                    basis: HashMap::new(),
+                    basis: Default::default(),
                     last: 0,
                 },
                 batch: crate::sys::RecvBatch::default(),

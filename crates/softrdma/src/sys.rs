@@ -219,6 +219,9 @@ pub struct SendBatch {
     groups: Vec<(usize, usize, usize)>,
     /// ICRC patches for IPv4 IDs other than 0.
     patches: crate::tx::IdentPatches,
+    /// The last destination looked up (with its path's id) and its connected socket: a
+    /// thread mostly sends to one, and this spares a lock and a hash per flush.
+    route: Option<(u64, SocketAddr, Option<crate::tx::SharedConn>)>,
 }
 
 impl SendBatch {
@@ -296,16 +299,12 @@ impl SendBatch {
         }
         let (mut sent, mut failed, mut calls) = (0, 0, 0);
         let mut g = 0;
-        // The last destination looked up, and its connected socket: a batch mostly goes to one.
-        let mut route: Option<(
-            SocketAddr,
-            Option<std::sync::Arc<std::sync::Mutex<crate::tx::Conn>>>,
-        )> = None;
+        let mut route = self.route.take();
         let mut conn_of = |dst: SocketAddr| match &route {
-            Some((d, c)) if *d == dst => c.clone(),
+            Some((id, d, c)) if *id == tx.id && *d == dst => c.clone(),
             _ => {
                 let c = tx.conn(dst);
-                route = Some((dst, c.clone()));
+                route = Some((tx.id, dst, c.clone()));
                 c
             }
         };
@@ -367,6 +366,7 @@ impl SendBatch {
         self.data.clear();
         self.pkts.clear();
         self.groups = groups;
+        self.route = route;
         (sent, failed, calls)
     }
 
@@ -380,9 +380,9 @@ impl SendBatch {
         chunk: &[(usize, usize, usize)],
     ) -> Option<std::io::Result<usize>> {
         let plan = c.plan(tx, chunk.iter().map(|m| m.1 as u16))?;
-        if !plan.ids.is_empty() {
+        if !plan.ids().is_empty() {
             // The segments of a GSO send get its ID plus their index when split.
-            self.set_idents(chunk, |m| plan.ids[m]);
+            self.set_idents(chunk, |m| plan.ids()[m]);
         }
         let r = self.send_chunk(c.fd(), chunk, false);
         match &r {

@@ -35,7 +35,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -92,7 +92,7 @@ struct Ident {
 /// ICRC patches for a change of IPv4 ID, by InfiniBand length (without ICRC).
 #[derive(Default)]
 pub(crate) struct IdentPatches {
-    basis: HashMap<usize, [u32; 16]>,
+    basis: crate::mr::KeyMap<[u32; 16]>,
 }
 
 impl IdentPatches {
@@ -108,13 +108,16 @@ impl IdentPatches {
         }
         let b = self
             .basis
-            .entry(ib_len)
+            .entry(ib_len as u32)
             .or_insert_with(|| softrdma_wire::icrc::ipv4_ident_basis(ib_len));
         (0..16).fold(0, |acc, i| {
             acc ^ (b[i] & 0u32.wrapping_sub(u32::from(diff >> i & 1)))
         })
     }
 }
+
+/// A connected socket, shared by the threads that send to its destination.
+pub(crate) type SharedConn = Arc<Mutex<Conn>>;
 
 /// A socket connected to one destination.
 pub(crate) struct Conn {
@@ -144,9 +147,10 @@ impl Conn {
             }
         };
         let mut plan = Plan::default();
-        for s in segs {
+        for s in segs.take(crate::sys::BATCH) {
             let next = id.rule.next(last, last_segs, s);
-            plan.ids.push(next);
+            plan.ids[plan.len] = next;
+            plan.len += 1;
             (last, last_segs) = (next, s);
         }
         plan.end = Some((last, last_segs));
@@ -157,7 +161,7 @@ impl Conn {
     /// no error. Anything else loses track of the counter.
     pub(crate) fn commit(&mut self, plan: &Plan, sent: usize, clean: bool) {
         if let Some(id) = &mut self.ident {
-            id.last = if clean && sent == plan.ids.len() {
+            id.last = if clean && sent == plan.len {
                 plan.end
             } else {
                 None
@@ -166,22 +170,40 @@ impl Conn {
     }
 }
 
-/// The IDs a connected socket's next sends will get.
-#[derive(Default)]
+/// The IDs a connected socket's next sends (at most [`crate::sys::BATCH`]) will get.
 pub(crate) struct Plan {
-    /// One per send (IPv4); empty for IPv6.
-    pub(crate) ids: Vec<u16>,
+    ids: [u16; crate::sys::BATCH],
+    len: usize,
     end: Option<(u16, u16)>,
+}
+
+impl Default for Plan {
+    fn default() -> Self {
+        Self {
+            ids: [0; crate::sys::BATCH],
+            len: 0,
+            end: None,
+        }
+    }
+}
+
+impl Plan {
+    /// One ID per send (IPv4); none for IPv6.
+    pub(crate) fn ids(&self) -> &[u16] {
+        &self.ids[..self.len]
+    }
 }
 
 /// A device's sending side.
 pub(crate) struct TxPath {
+    /// Tells paths apart for caches that outlive one (a thread's send batch).
+    pub(crate) id: u64,
     addr: SocketAddr,
     /// Unconnected, bound to `addr`: sends where no connected socket serves, and receives
     /// (and drops) the probes.
     plain: std::net::UdpSocket,
     /// Connected sockets by destination; `None` where one could not be set up.
-    conns: RwLock<HashMap<SocketAddr, Option<Arc<Mutex<Conn>>>>>,
+    conns: RwLock<HashMap<SocketAddr, Option<SharedConn>>>,
     /// Whether to connect at all (`SOFTRDMA_CONNECTED=0` says no; packet capture too, since
     /// it records ID 0).
     connect: bool,
@@ -207,7 +229,9 @@ impl TxPath {
         let plain = std::net::UdpSocket::from(new_socket(bind)?);
         let addr = plain.local_addr()?;
         let connect = connect && std::env::var("SOFTRDMA_CONNECTED").map_or(true, |v| v != "0");
+        static NEXT: AtomicU64 = AtomicU64::new(0);
         Ok(Self {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
             addr,
             plain,
             conns: RwLock::new(HashMap::new()),
@@ -233,7 +257,7 @@ impl TxPath {
     }
 
     /// The connected socket for `dst`, set up on first use; `None` means the unconnected one.
-    pub(crate) fn conn(&self, dst: SocketAddr) -> Option<Arc<Mutex<Conn>>> {
+    pub(crate) fn conn(&self, dst: SocketAddr) -> Option<SharedConn> {
         if !self.connect {
             return None;
         }
@@ -409,7 +433,7 @@ mod tests {
                 PROBE_WAIT,
             )
             .unwrap();
-            assert_eq!(got, plan.ids[0], "a send of {segs} segments");
+            assert_eq!(got, plan.ids()[0], "a send of {segs} segments");
             c.commit(&plan, 1, true);
         }
         // A failed send loses track; the next plan probes again and is right again.
@@ -427,6 +451,6 @@ mod tests {
             PROBE_WAIT,
         )
         .unwrap();
-        assert_eq!(got, plan.ids[0]);
+        assert_eq!(got, plan.ids()[0]);
     }
 }
