@@ -168,21 +168,21 @@ impl MrTable {
             .remove(&key);
     }
 
-    fn lookup(
+    /// Runs `f` on the address that `addr..addr + len` of region `key` starts at, after the
+    /// checks of [`RegionBounds::offset`]. The region stays registered while `f` runs: the
+    /// table's read lock is held, which only a deregistration waits for. (Every packet comes
+    /// here, so it takes no reference of its own to the region.)
+    fn with_range<T>(
         &self,
         pd: Pd,
         key: u32,
         addr: u64,
         len: u64,
         access: Access,
-    ) -> std::result::Result<(Arc<MrInner>, *mut u8), MemError> {
-        let mr = self
-            .regions
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .cloned()
-            .ok_or(MemError::InvalidKey(key))?;
+        f: impl FnOnce(*mut u8) -> T,
+    ) -> std::result::Result<T, MemError> {
+        let regions = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        let mr = regions.get(&key).ok_or(MemError::InvalidKey(key))?;
         let off = RegionBounds {
             key,
             pd: mr.pd,
@@ -191,8 +191,7 @@ impl MrTable {
             access: mr.access,
         }
         .offset(pd, addr, len, access)?;
-        let p = (mr.addr + off) as *mut u8;
-        Ok((mr, p))
+        Ok(f((mr.addr + off) as *mut u8))
     }
 }
 
@@ -205,7 +204,7 @@ impl Memory for MrTable {
         len: u64,
         access: Access,
     ) -> std::result::Result<(), MemError> {
-        self.lookup(pd, key, addr, len, access).map(|_| ())
+        self.with_range(pd, key, addr, len, access, |_| ())
     }
 
     fn read(
@@ -216,11 +215,11 @@ impl Memory for MrTable {
         buf: &mut [u8],
         access: Access,
     ) -> std::result::Result<(), MemError> {
-        let (_mr, p) = self.lookup(pd, key, addr, buf.len() as u64, access)?;
-        // SAFETY: `p..p + buf.len()` lies inside a registered region that `_mr` keeps alive
-        // for this call, and `buf` is a distinct Rust buffer.
-        unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) };
-        Ok(())
+        self.with_range(pd, key, addr, buf.len() as u64, access, |p| {
+            // SAFETY: `p..p + buf.len()` lies inside a region that stays registered while
+            // this runs, and `buf` is a distinct Rust buffer.
+            unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) }
+        })
     }
 
     fn write(
@@ -231,10 +230,10 @@ impl Memory for MrTable {
         data: &[u8],
         access: Access,
     ) -> std::result::Result<(), MemError> {
-        let (_mr, p) = self.lookup(pd, key, addr, data.len() as u64, access)?;
-        // SAFETY: as in `read`; the destination is inside the live region.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
-        Ok(())
+        self.with_range(pd, key, addr, data.len() as u64, access, |p| {
+            // SAFETY: as in `read`; the destination is inside the live region.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
+        })
     }
 
     fn atomic(
@@ -247,16 +246,17 @@ impl Memory for MrTable {
         if addr % 8 != 0 {
             return Err(MemError::Misaligned(addr));
         }
-        let (_mr, p) = self.lookup(pd, key, addr, 8, Access::RemoteAtomic)?;
-        // SAFETY: `p` is 8-byte aligned (checked above: addresses are the real pointers) and
-        // the 8 bytes lie in the live region; every atomic of the device goes through
-        // `AtomicU64`, so atomics are atomic with respect to each other.
-        let a = unsafe { AtomicU64::from_ptr(p as *mut u64) };
-        Ok(match op {
-            AtomicOp::FetchAdd { add } => a.fetch_add(add, Ordering::SeqCst),
-            AtomicOp::CompareSwap { compare, swap } => {
-                match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
-                    Ok(v) | Err(v) => v,
+        self.with_range(pd, key, addr, 8, Access::RemoteAtomic, |p| {
+            // SAFETY: `p` is 8-byte aligned (checked above: addresses are the real pointers)
+            // and the 8 bytes lie in the live region; every atomic of the device goes through
+            // `AtomicU64`, so atomics are atomic with respect to each other.
+            let a = unsafe { AtomicU64::from_ptr(p as *mut u64) };
+            match op {
+                AtomicOp::FetchAdd { add } => a.fetch_add(add, Ordering::SeqCst),
+                AtomicOp::CompareSwap { compare, swap } => {
+                    match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+                        Ok(v) | Err(v) => v,
+                    }
                 }
             }
         })
