@@ -810,7 +810,8 @@ impl Row {
 
 /// Polls for the next completion; a peer silent for `timeout` is an error.
 fn wait_one(s: &Setup, timeout: Duration) -> Result<Completion, String> {
-    let deadline = Instant::now() + timeout;
+    // The clock is first read at the first check: most waits end before it.
+    let mut deadline = None;
     let mut spin = 0u32;
     loop {
         spin = spin.wrapping_add(1);
@@ -829,7 +830,9 @@ fn wait_one(s: &Setup, timeout: Duration) -> Result<Completion, String> {
             return Ok(wc);
         }
         // The clock is read now and then: a read costs as much as a poll of an empty CQ.
-        if spin % 64 == 0 && Instant::now() > deadline {
+        if spin % 64 == 0
+            && Instant::now() > *deadline.get_or_insert_with(|| Instant::now() + timeout)
+        {
             return Err(format!(
                 "no completion within {timeout:?}: is the peer alive?"
             ));
@@ -1084,7 +1087,8 @@ fn run_bw_server(
 /// Spins until the byte at `off` of the region equals `v`, letting the device make progress.
 /// False if the timed run ended (`end`) first; a peer silent for longer is an error.
 fn poll_byte(s: &Setup, off: u64, v: u8, end: Option<Instant>) -> Result<bool, String> {
-    let deadline = Instant::now() + PEER_TIMEOUT;
+    // The clock is first read at the first check: most waits end before it.
+    let mut deadline = None;
     let mut b = [0u8; 1];
     let mut spin = 0u32;
     loop {
@@ -1102,7 +1106,7 @@ fn poll_byte(s: &Setup, off: u64, v: u8, end: Option<Instant>) -> Result<bool, S
         if end.is_some_and(|e| now >= e) {
             return Ok(false);
         }
-        if now > deadline {
+        if now > *deadline.get_or_insert(now + PEER_TIMEOUT) {
             return Err(format!(
                 "the peer's WRITE did not arrive within {PEER_TIMEOUT:?}"
             ));
@@ -1145,6 +1149,14 @@ fn send_done_by(s: &Setup, end: Option<Instant>, early: &mut u64) -> Result<bool
     }
 }
 
+/// Moves the bar now and then: a ping-pong round is a few microseconds, and the bar's
+/// bookkeeping is not free.
+fn progress(pb: &indicatif::ProgressBar, i: u64) {
+    if i % 1024 == 0 {
+        pb.set_position(i);
+    }
+}
+
 /// A latency test on either side (the WRITE and SEND ping-pongs run on both).
 fn run_lat(
     a: &PerfArgs,
@@ -1184,10 +1196,12 @@ fn run_lat(
             let first = !client;
             let poll_off = s.qps[0].recv_off + size - 1;
             let end = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
-            let more = |i: u64| end.map_or(i <= iters, |e| Instant::now() < e);
+            // The clock is read once per round, for the sample; the end of a timed run is
+            // checked against that reading.
+            let mut clock = Instant::now();
             let mut last = None;
             let mut i = 1;
-            while more(i) {
+            while end.map_or(i <= iters, |e| clock < e) {
                 let seen = if !first {
                     poll_byte(s, poll_off, i as u8, end)?
                 } else {
@@ -1203,11 +1217,13 @@ fn run_lat(
                 if let Some(t) = last.replace(now) {
                     us.push(now.duration_since(t).as_secs_f64() * 1e6 / 2.0);
                 }
+                clock = now;
                 wait_one(s, PEER_TIMEOUT)?;
-                pb.set_position(i);
+                progress(pb, i);
                 i += 1;
             }
             done = i - 1;
+            pb.set_position(done);
             if first && end.is_none() {
                 poll_byte(s, poll_off, iters as u8, None)?;
             }
@@ -1215,12 +1231,12 @@ fn run_lat(
         Test::SendLat => {
             // The same ping-pong with SENDs: wait for the peer's message, answer it.
             let end = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
-            let more = |i: u64| end.map_or(i < iters, |e| Instant::now() < e);
+            let mut clock = Instant::now();
             let mut last = None;
             let mut i = 0;
             // Receives that completed while this side waited for a SEND's completion.
             let mut early = 0u64;
-            while more(i) {
+            while end.map_or(i < iters, |e| clock < e) {
                 if !client || i > 0 {
                     if early > 0 {
                         early -= 1;
@@ -1234,7 +1250,8 @@ fn run_lat(
                 if let Some(t) = last.replace(now) {
                     us.push(now.duration_since(t).as_secs_f64() * 1e6 / 2.0);
                 }
-                pb.set_position(i);
+                clock = now;
+                progress(pb, i);
                 i += 1;
                 // As perftest does, wait for the SEND's completion (its ACK) before posting
                 // again: the send queue holds one WR (-t 1), and the peer's answer may be
@@ -1244,6 +1261,7 @@ fn run_lat(
                 }
             }
             done = i;
+            pb.set_position(done);
             if client && end.is_none() && early == 0 {
                 wait_recv(s, PEER_TIMEOUT)?;
             }
