@@ -4,6 +4,7 @@ use crate::error::{Error, Result};
 use softrdma_proto::{AsyncEvent, Completion, WcOpcode};
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -16,6 +17,9 @@ struct CqState {
 
 pub(crate) struct CqInner {
     state: Mutex<CqState>,
+    /// How many completions `state` holds, written under its lock: a poller of an empty CQ
+    /// (a busy loop's every turn but one) reads this instead of taking the lock.
+    queued: AtomicUsize,
     cap: usize,
     channel: Option<Arc<ChannelInner>>,
     events: Arc<Mutex<VecDeque<AsyncEvent>>>,
@@ -47,6 +51,7 @@ impl CqInner {
             && wc.solicited
             || wc.status != softrdma_proto::WcStatus::Success;
         s.entries.push_back(wc);
+        self.queued.store(s.entries.len(), Ordering::Release);
         if let Some(only_solicited) = s.armed {
             if !only_solicited || solicited {
                 s.armed = None;
@@ -90,6 +95,7 @@ impl CompletionQueue {
         Ok(Self {
             inner: Arc::new(CqInner {
                 state: Mutex::new(CqState::default()),
+                queued: AtomicUsize::new(0),
                 cap: cqe,
                 channel: channel.map(|c| c.inner.clone()),
                 events,
@@ -107,9 +113,11 @@ impl CompletionQueue {
         let take = || {
             let mut s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
             let n = max.min(s.entries.len());
-            s.entries.drain(..n).collect::<Vec<_>>()
+            let got = s.entries.drain(..n).collect::<Vec<_>>();
+            self.inner.queued.store(s.entries.len(), Ordering::Release);
+            got
         };
-        let got = take();
+        let got = if self.is_empty() { Vec::new() } else { take() };
         if !got.is_empty() || max == 0 {
             return got;
         }
@@ -123,17 +131,20 @@ impl CompletionQueue {
     /// latency loop polls one at a time).
     pub fn poll_one(&self) -> Option<Completion> {
         let take = || {
-            self.inner
-                .state
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .entries
-                .pop_front()
+            let mut s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+            let wc = s.entries.pop_front();
+            self.inner.queued.store(s.entries.len(), Ordering::Release);
+            wc
         };
-        take().or_else(|| match self.inner.device.upgrade() {
+        if !self.is_empty() {
+            if let Some(wc) = take() {
+                return Some(wc);
+            }
+        }
+        match self.inner.device.upgrade() {
             Some(dev) if dev.poll_rx() => take(),
             _ => None,
-        })
+        }
     }
 
     /// A lending iterator over the completions available now: each [`Polled::next`] lends the
@@ -147,6 +158,7 @@ impl CompletionQueue {
         }
         Polled {
             guard: self.inner.state.lock().unwrap_or_else(|e| e.into_inner()),
+            queued: &self.inner.queued,
             left: max,
             cur: None,
         }
@@ -186,12 +198,7 @@ impl CompletionQueue {
 
     /// Completions waiting.
     pub fn len(&self) -> usize {
-        self.inner
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entries
-            .len()
+        self.inner.queued.load(Ordering::Acquire)
     }
 
     /// True when no completion waits.
@@ -315,6 +322,7 @@ impl CompletionChannel {
 /// Completions lent one at a time by [`CompletionQueue::poll_lending`].
 pub struct Polled<'a> {
     guard: std::sync::MutexGuard<'a, CqState>,
+    queued: &'a AtomicUsize,
     left: usize,
     cur: Option<Completion>,
 }
@@ -328,6 +336,8 @@ impl Polled<'_> {
         }
         self.left -= 1;
         self.cur = self.guard.entries.pop_front();
+        self.queued
+            .store(self.guard.entries.len(), Ordering::Release);
         self.cur.as_ref()
     }
 }

@@ -393,7 +393,7 @@ impl Device {
             }
             for shared in touched.drain(..) {
                 let mut qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
-                self.service(&shared, &mut qp);
+                self.service_at(&shared, &mut qp, now);
             }
             if app {
                 self.defer_acks(now);
@@ -469,7 +469,14 @@ impl Device {
     /// [`Device::flush_batch`]) and hands out its completions and events. Called with the QP
     /// locked, by whichever thread touched it.
     pub fn service(&self, shared: &QpShared, qp: &mut softrdma_proto::QueuePair) {
-        let now = self.now();
+        self.service_at(shared, qp, self.now());
+    }
+
+    /// [`Device::service`] at `now`, a clock reading the caller already has. It may be a
+    /// little older than one another thread used for this QP: the engine's time arithmetic
+    /// saturates, and a timer set a microsecond early is still microseconds inside its
+    /// millisecond-scale timeout. (A clock read costs about 25 ns.)
+    fn service_at(&self, shared: &QpShared, qp: &mut softrdma_proto::QueuePair, now: Instant) {
         PACKET.with(|b| self.transmit(qp, now, &mut b.borrow_mut()));
         while let Some(wc) = qp.poll_completion() {
             let cq: &Arc<CqInner> = match wc.opcode {
