@@ -153,6 +153,8 @@ pub(crate) struct Device {
     pub(crate) tx: crate::tx::TxPath,
     pub mrs: Arc<MrTable>,
     pub qps: RwLock<crate::mr::KeyMap<Arc<QpShared>>>,
+    /// Moves on whenever a QP leaves `qps`, which makes receivers look their QP up again.
+    pub qps_gen: AtomicU64,
     next_pd: AtomicU32,
     waker: Waker,
     epoch: std::time::Instant,
@@ -191,7 +193,7 @@ pub(crate) struct Device {
 }
 
 struct RxState {
-    check: IcrcCheck,
+    check: RxMemo,
     batch: crate::sys::RecvBatch,
     /// The QPs a receive batch reached, kept between batches to spare an allocation each.
     touched: Vec<Arc<QpShared>>,
@@ -493,18 +495,22 @@ impl Device {
     }
 }
 
-/// Checks the ICRC of a received packet. IPv6 and IPv4 from senders with IP ID 0 verify
-/// directly; for IPv4 from senders that number their packets (rxe, NICs) the ID is
-/// recovered from the ICRC itself, which only a corrupt packet fails.
-struct IcrcCheck {
+/// What a receiver keeps from one packet to the next. It checks ICRCs: IPv6 and IPv4 from
+/// senders with IP ID 0 verify directly; for IPv4 from senders that number their packets
+/// (rxe, NICs, softrdma's connected sockets) the ID is recovered from the ICRC itself, which
+/// only a corrupt packet fails.
+struct RxMemo {
     basis: crate::mr::KeyMap<[u32; 16]>,
     /// The last ID recovered: a sender that numbers its packets (a softrdma connected
     /// socket, rxe) most often sent the next one or the same again, which a check of those
     /// guesses finds for a few XORs instead of a solve.
     last: u16,
+    /// The QP the last packet went to, with the QP table's generation then: packets come in
+    /// runs to one QP, and this spares the table's lock and hash for each.
+    last_qp: Option<(u64, u32, Arc<QpShared>)>,
 }
 
-impl IcrcCheck {
+impl RxMemo {
     /// The sender's IPv4 identification (0 for IPv6) if the ICRC is right.
     fn ok(&mut self, dev: &Device, src: IpAddr, dst: IpAddr, sport: u16, ib: &[u8]) -> Option<u16> {
         let n = ib.len();
@@ -675,7 +681,7 @@ impl mio::event::Source for SocketRef<'_> {
 /// Hands one received datagram to its QP; returns the QP, which the caller must service.
 fn handle_datagram(
     dev: &Device,
-    check: &mut IcrcCheck,
+    check: &mut RxMemo,
     data: &[u8],
     from: SocketAddr,
     now: Instant,
@@ -706,12 +712,20 @@ fn handle_datagram(
         return None;
     }
     let qpn = pkt.bth().dest_qp().value();
-    let shared = dev
-        .qps
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&qpn)
-        .cloned();
+    let table_gen = dev.qps_gen.load(Ordering::Acquire);
+    let shared = match &check.last_qp {
+        Some((g, n, q)) if *g == table_gen && *n == qpn => Some(q.clone()),
+        _ => {
+            let q = dev
+                .qps
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&qpn)
+                .cloned();
+            check.last_qp = q.clone().map(|q| (table_gen, qpn, q));
+            q
+        }
+    };
     let Some(shared) = shared else {
         dev.counters
             .rcvd_unknown_qpn
@@ -934,6 +948,7 @@ impl Context {
             tx,
             mrs: Arc::new(MrTable::default()),
             qps: RwLock::new(crate::mr::KeyMap::default()),
+            qps_gen: AtomicU64::new(0),
             next_pd: AtomicU32::new(1),
             waker,
             epoch: std::time::Instant::now(),
@@ -949,9 +964,10 @@ impl Context {
             delayed: Mutex::new(std::collections::BinaryHeap::new()),
             delayed_seq: AtomicU64::new(0),
             rx: Mutex::new(RxState {
-                check: IcrcCheck {
+                check: RxMemo {
                     basis: Default::default(),
                     last: 0,
+                    last_qp: None,
                 },
                 batch: crate::sys::RecvBatch::default(),
                 touched: Vec::new(),

@@ -455,6 +455,8 @@ impl Drop for QueuePair {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&self.qpn.value());
+        dev.qps_gen
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
         let c = self.counters();
         *dev.retired.lock().unwrap_or_else(|e| e.into_inner()) += c;
     }
