@@ -157,7 +157,9 @@ impl CompletionQueue {
             }
         }
         Polled {
-            guard: self.inner.state.lock().unwrap_or_else(|e| e.into_inner()),
+            // Polling for nothing (`max` 0: a loop that only wants the device driven) needs
+            // no lock.
+            guard: (max > 0).then(|| self.inner.state.lock().unwrap_or_else(|e| e.into_inner())),
             queued: &self.inner.queued,
             left: max,
             cur: None,
@@ -321,7 +323,7 @@ impl CompletionChannel {
 
 /// Completions lent one at a time by [`CompletionQueue::poll_lending`].
 pub struct Polled<'a> {
-    guard: std::sync::MutexGuard<'a, CqState>,
+    guard: Option<std::sync::MutexGuard<'a, CqState>>,
     queued: &'a AtomicUsize,
     left: usize,
     cur: Option<Completion>,
@@ -335,9 +337,9 @@ impl Polled<'_> {
             return None;
         }
         self.left -= 1;
-        self.cur = self.guard.entries.pop_front();
-        self.queued
-            .store(self.guard.entries.len(), Ordering::Release);
+        let guard = self.guard.as_mut()?;
+        self.cur = guard.entries.pop_front();
+        self.queued.store(guard.entries.len(), Ordering::Release);
         self.cur.as_ref()
     }
 }
