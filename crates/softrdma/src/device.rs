@@ -157,7 +157,11 @@ pub(crate) struct Device {
     pub qps_gen: AtomicU64,
     next_pd: AtomicU32,
     waker: Waker,
-    epoch: std::time::Instant,
+    /// The device's clock: the TSC where it is invariant (a read costs about 9 ns here against
+    /// 24 for `clock_gettime`, and a ping-pong turn reads it twice), scaled to nanoseconds.
+    clock: quanta::Clock,
+    /// The clock's raw reading at creation: the device's time 0.
+    epoch: u64,
     pub counters: Arc<DeviceCounters>,
     pub events: Arc<Mutex<VecDeque<AsyncEvent>>>,
     shutdown: AtomicBool,
@@ -213,7 +217,7 @@ thread_local! {
 
 impl Device {
     pub fn now(&self) -> Instant {
-        Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+        Instant::from_nanos(self.clock.delta_as_nanos(self.epoch, self.clock.raw()))
     }
 
     pub fn alloc_pd(&self) -> Pd {
@@ -924,6 +928,7 @@ impl Context {
         let socket = UdpSocket::from_std(std_sock);
         // A capture records every packet with IP ID 0, which only the unconnected socket
         // sends.
+        let clock = quanta::Clock::new();
         let counters = Arc::new(DeviceCounters::default());
         let tx = crate::tx::TxPath::new(
             counters.clone(),
@@ -951,7 +956,8 @@ impl Context {
             qps_gen: AtomicU64::new(0),
             next_pd: AtomicU32::new(1),
             waker,
-            epoch: std::time::Instant::now(),
+            epoch: clock.raw(),
+            clock,
             counters,
             events: Arc::new(Mutex::new(VecDeque::from([AsyncEvent::PortActive(1)]))),
             shutdown: AtomicBool::new(false),
