@@ -210,6 +210,13 @@ struct Queued {
     ident: u16,
 }
 
+/// A send batch's last route: path id, destination, connected socket.
+type Route = (
+    u64,
+    SocketAddr,
+    Option<std::sync::Weak<std::sync::Mutex<crate::tx::Conn>>>,
+);
+
 /// Packets waiting to be sent together.
 #[derive(Default)]
 pub struct SendBatch {
@@ -220,8 +227,9 @@ pub struct SendBatch {
     /// ICRC patches for IPv4 IDs other than 0.
     patches: crate::tx::IdentPatches,
     /// The last destination looked up (with its path's id) and its connected socket: a
-    /// thread mostly sends to one, and this spares a lock and a hash per flush.
-    route: Option<(u64, SocketAddr, Option<crate::tx::SharedConn>)>,
+    /// thread mostly sends to one, and this spares a lock and a hash per flush. Weak, so that
+    /// a thread's batch does not keep a closed device's socket open.
+    route: Option<Route>,
 }
 
 impl SendBatch {
@@ -301,10 +309,11 @@ impl SendBatch {
         let mut g = 0;
         let mut route = self.route.take();
         let mut conn_of = |dst: SocketAddr| match &route {
-            Some((id, d, c)) if *id == tx.id && *d == dst => c.clone(),
+            // The path is alive (it is `tx`) and holds its sockets: the upgrade succeeds.
+            Some((id, d, c)) if *id == tx.id && *d == dst => c.as_ref().and_then(|c| c.upgrade()),
             _ => {
                 let c = tx.conn(dst);
-                route = Some((tx.id, dst, c.clone()));
+                route = Some((tx.id, dst, c.as_ref().map(std::sync::Arc::downgrade)));
                 c
             }
         };

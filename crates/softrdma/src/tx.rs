@@ -45,7 +45,7 @@ const MAX_CONNECTED: usize = 256;
 const PROBE_WAIT: Duration = Duration::from_millis(200);
 /// Bytes in a probe (two 8-byte segments when it tests GSO).
 const PROBE_LEN: usize = 8;
-/// Lengths whose ICRC patches a connected socket keeps.
+/// Lengths whose ICRC patches a send batch keeps.
 const BASIS_CACHE: usize = 1024;
 
 /// How a kernel advances a connected socket's IPv4 identification counter.
