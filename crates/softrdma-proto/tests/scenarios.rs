@@ -937,3 +937,35 @@ fn sqd_drains_then_resumes() {
     p.run();
     assert_eq!(statuses(&p.completions(A)), [(2, WcStatus::Success)]);
 }
+
+#[test]
+fn packets_built_in_place_equal_packets_built_alone() {
+    // Two identical pairs send the same WRITE: one builds its packets alone, the other
+    // builds them back to back after a prefix, in a buffer longer than it needs.
+    let mut alone = pair(opts(), LinkFaults::default());
+    let mut in_place = pair(opts(), LinkFaults::default());
+    write(&mut alone, 1, 0, 10_000);
+    write(&mut in_place, 1, 0, 10_000);
+    let now = Instant::ZERO;
+    let mut buf = Vec::new();
+    let mut want = Vec::new();
+    while let Some(t) = alone.qa().poll_transmit(now, &mut buf) {
+        assert_eq!(buf.len(), t.len);
+        want.push(buf.clone());
+    }
+    let mut batch = vec![0xEEu8; 20_000];
+    let prefix = 7;
+    let mut at = prefix;
+    let mut got = Vec::new();
+    while let Some(t) = in_place.qa().poll_transmit_at(now, &mut batch, at) {
+        got.push(batch[at..at + t.len].to_vec());
+        at += t.len;
+    }
+    assert!(want.len() >= 3, "{} packets", want.len());
+    assert_eq!(got, want);
+    assert!(
+        batch[..prefix].iter().all(|&b| b == 0xEE),
+        "the prefix is left alone"
+    );
+    assert_eq!(batch.len(), 20_000, "the buffer is not shrunk");
+}

@@ -209,9 +209,9 @@ thread_local! {
     /// Packets a thread has produced and not yet handed to the kernel.
     static SEND_BATCH: std::cell::RefCell<crate::sys::SendBatch> =
         std::cell::RefCell::new(crate::sys::SendBatch::default());
-    /// Where this thread's engine writes each packet before it joins the batch (kept across
+    /// Where this thread's engine writes each packet for the fault injector (kept across
     /// calls: a fresh buffer per packet would cost an allocation, and reusing one spares
-    /// zeroing it).
+    /// zeroing it). Without faults, packets are built in the batch itself.
     static PACKET: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -440,20 +440,42 @@ impl Device {
 
     /// Builds the QP's packets in `buf` and puts each in this thread's batch (or, with fault
     /// injection, sends, delays or drops it).
-    fn transmit(&self, qp: &mut softrdma_proto::QueuePair, now: Instant, buf: &mut Vec<u8>) {
+    fn transmit(&self, qp: &mut softrdma_proto::QueuePair, now: Instant) {
+        let dst_of = |ip: IpAddr| match ip.to_canonical() {
+            // Link-local peers are reached through the device's interface.
+            IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => SocketAddr::V6(
+                std::net::SocketAddrV6::new(v6, ROCE_V2_PORT, 0, self.scope_id),
+            ),
+            ip => SocketAddr::new(ip, ROCE_V2_PORT),
+        };
+        let Some(f) = &self.faults else {
+            // Packets are built in place, at the end of this thread's batch.
+            SEND_BATCH.with(|b| {
+                let mut b = b.borrow_mut();
+                while let Some((bytes, dst)) = b.push_with(|buf, at| {
+                    let t = qp.poll_transmit_at(now, buf, at)?;
+                    Some((t.len, dst_of(t.dst)))
+                }) {
+                    self.capture_sent(bytes, dst);
+                }
+            });
+            return;
+        };
+        PACKET.with(|b| self.transmit_faulty(qp, now, &mut b.borrow_mut(), f, dst_of));
+    }
+
+    /// [`Device::transmit`] through the fault injector, which sends, delays or drops each
+    /// packet.
+    fn transmit_faulty(
+        &self,
+        qp: &mut softrdma_proto::QueuePair,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        f: &crate::wrap::Faults,
+        dst_of: impl Fn(IpAddr) -> SocketAddr,
+    ) {
         while let Some(t) = qp.poll_transmit(now, buf) {
-            let dst = match t.dst.to_canonical() {
-                // Link-local peers are reached through the device's interface.
-                IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => SocketAddr::V6(
-                    std::net::SocketAddrV6::new(v6, ROCE_V2_PORT, 0, self.scope_id),
-                ),
-                ip => SocketAddr::new(ip, ROCE_V2_PORT),
-            };
-            let Some(f) = &self.faults else {
-                self.capture_sent(&buf[..t.len], dst);
-                SEND_BATCH.with(|b| b.borrow_mut().push(&buf[..t.len], dst));
-                continue;
-            };
+            let dst = dst_of(t.dst);
             let mut bytes = buf[..t.len].to_vec();
             for delay in f.apply(&mut bytes) {
                 if delay.is_zero() {
@@ -483,7 +505,7 @@ impl Device {
     /// saturates, and a timer set a microsecond early is still microseconds inside its
     /// millisecond-scale timeout. (A clock read costs about 25 ns.)
     fn service_at(&self, shared: &QpShared, qp: &mut softrdma_proto::QueuePair, now: Instant) {
-        PACKET.with(|b| self.transmit(qp, now, &mut b.borrow_mut()));
+        self.transmit(qp, now);
         while let Some(wc) = qp.poll_completion() {
             let cq: &Arc<CqInner> = match wc.opcode {
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => &shared.recv_cq,

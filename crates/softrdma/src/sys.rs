@@ -220,7 +220,10 @@ type Route = (
 /// Packets waiting to be sent together.
 #[derive(Default)]
 pub struct SendBatch {
+    /// The packets, back to back in `data[..used]`. `data` keeps its length (the room it
+    /// once needed) across flushes, so that a packet built in place is never zeroed first.
     data: Vec<u8>,
+    used: usize,
     pkts: Vec<Queued>,
     /// Messages of the last flush, kept to spare allocations: (first packet, count, GSO size).
     groups: Vec<(usize, usize, usize)>,
@@ -233,16 +236,44 @@ pub struct SendBatch {
 }
 
 impl SendBatch {
-    /// Adds a packet.
-    pub fn push(&mut self, bytes: &[u8], dst: SocketAddr) {
-        let at = self.data.len();
-        self.data.extend_from_slice(bytes);
+    /// Room for `n` more bytes after the queued packets; where they start.
+    fn room(&mut self, n: usize) -> usize {
+        if self.data.len() < self.used + n {
+            self.data.resize(self.used + n, 0);
+        }
+        self.used
+    }
+
+    /// Queues the packet of `len` bytes at `at` (the end of the queued ones).
+    fn queue(&mut self, at: usize, len: usize, dst: SocketAddr) {
+        self.used = at + len;
         self.pkts.push(Queued {
             at,
-            len: bytes.len(),
+            len,
             dst,
             ident: 0,
         });
+    }
+
+    /// Adds a packet (a copy of `bytes`).
+    #[cfg(test)]
+    pub fn push(&mut self, bytes: &[u8], dst: SocketAddr) {
+        let at = self.room(bytes.len());
+        self.data[at..at + bytes.len()].copy_from_slice(bytes);
+        self.queue(at, bytes.len(), dst);
+    }
+
+    /// Adds a packet built in place: `build(buf, at)` writes it at `buf[at..]` (growing `buf`
+    /// as it needs) and says how long it is and where it goes, or gives `None` for no
+    /// packet. Returns the packet and its destination.
+    pub fn push_with(
+        &mut self,
+        build: impl FnOnce(&mut Vec<u8>, usize) -> Option<(usize, SocketAddr)>,
+    ) -> Option<(&[u8], SocketAddr)> {
+        let at = self.used;
+        let (len, dst) = build(&mut self.data, at)?;
+        self.queue(at, len, dst);
+        Some((&self.data[at..at + len], dst))
     }
 
     /// True when nothing waits.
@@ -257,13 +288,15 @@ impl SendBatch {
 
     /// Moves every packet of `other` to the end of this batch.
     pub fn append(&mut self, other: &mut SendBatch) {
-        let base = self.data.len();
-        self.data.extend_from_slice(&other.data);
+        let n = other.used;
+        let base = self.room(n);
+        self.data[base..base + n].copy_from_slice(&other.data[..n]);
+        self.used += n;
         self.pkts.extend(other.pkts.drain(..).map(|mut p| {
             p.at += base;
             p
         }));
-        other.data.clear();
+        other.used = 0;
     }
 
     /// Sends everything in as few calls as the kernel allows: runs of equal-sized packets to
@@ -372,7 +405,7 @@ impl SendBatch {
                 }
             }
         }
-        self.data.clear();
+        self.used = 0;
         self.pkts.clear();
         self.groups = groups;
         self.route = route;

@@ -603,13 +603,29 @@ impl QueuePair {
     }
 
     /// The next packet to send, written into `buf` (from its start; the packet is
-    /// `buf[..len]`), or `None` when there is nothing to send now. Responses go before new
-    /// requests. `buf` is not cleared first: a buffer reused across calls keeps its length,
-    /// so a payload that overwrites the old one need not be zeroed before.
+    /// `buf[..len]`, and `buf.len() == len` after), or `None` when there is nothing to send
+    /// now. Responses go before new requests. `buf` is not cleared first: a buffer reused
+    /// across calls keeps its room, so a payload that overwrites the old one need not be
+    /// zeroed before.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let t = match self.responder_transmit(buf) {
+        let t = self.poll_transmit_at(now, buf, 0)?;
+        buf.truncate(t.len);
+        Some(t)
+    }
+
+    /// [`QueuePair::poll_transmit`], writing the packet at `buf[at..at + len]` instead: what
+    /// `buf` holds before `at` stays, `buf` grows when it is too short, and it never shrinks.
+    /// A sender that lays its packets back to back in one buffer builds them in place (no
+    /// copy), and a buffer kept across batches is never zeroed twice.
+    pub fn poll_transmit_at(
+        &mut self,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        at: usize,
+    ) -> Option<Transmit> {
+        let t = match self.responder_transmit(buf, at) {
             Some(t) => Some(t),
-            None => self.requester_transmit(now, buf),
+            None => self.requester_transmit(now, buf, at),
         }?;
         self.counters.sent_packets += 1;
         Some(t)
@@ -730,11 +746,13 @@ pub fn same_ip(a: IpAddr, b: IpAddr) -> bool {
     a.to_canonical() == b.to_canonical()
 }
 
-/// Writes one packet into `buf`: headers from `bth` and `ext`, `payload_len` bytes produced by
-/// `fill`, pad, and the ICRC for the IP and UDP headers Linux would put around it.
+/// Writes one packet into `buf` at `at` (growing `buf` if needed, never shrinking it):
+/// headers from `bth` and `ext`, `payload_len` bytes produced by `fill`, pad, and the ICRC for
+/// the IP and UDP headers Linux would put around it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn emit_packet<E>(
     buf: &mut Vec<u8>,
+    at: usize,
     mut bth: softrdma_wire::BthRepr,
     ext: softrdma_wire::ExtHeaders,
     payload_len: usize,
@@ -755,21 +773,20 @@ pub(crate) fn emit_packet<E>(
     let total = hlen + payload_len + usize::from(pad) + ICRC_LEN;
     // Reuse the buffer without zeroing the payload, which `fill` overwrites whole: on a
     // 4 KiB packet the zeroing cost as much as the copy. Headers and pad are zeroed.
-    if buf.len() < total {
-        buf.resize(total, 0);
-    } else {
-        buf.truncate(total);
+    if buf.len() < at + total {
+        buf.resize(at + total, 0);
     }
-    buf[..(hlen + ICRC_LEN).min(total)].fill(0);
-    buf[hlen + payload_len..].fill(0);
+    let pkt = &mut buf[at..at + total];
+    pkt[..(hlen + ICRC_LEN).min(total)].fill(0);
+    pkt[hlen + payload_len..].fill(0);
     // The headers were built by the engine from its own tables, so they always match the
     // opcode; a failure here is a bug, caught by the tests, and leaves an all-zero header.
-    let _ = hdr.emit(&mut buf[..hlen + ICRC_LEN]);
-    softrdma_wire::Bth::new_unchecked(&mut buf[..]).set_pad_count(pad);
-    fill(&mut buf[hlen..hlen + payload_len])?;
+    let _ = hdr.emit(&mut pkt[..hlen + ICRC_LEN]);
+    softrdma_wire::Bth::new_unchecked(&mut pkt[..]).set_pad_count(pad);
+    fill(&mut pkt[hlen..hlen + payload_len])?;
     let body = total - ICRC_LEN;
-    let crc = icrc_for(src, dst, src_port, &buf[..body]);
-    buf[body..].copy_from_slice(&crc.to_le_bytes());
+    let crc = icrc_for(src, dst, src_port, &pkt[..body]);
+    pkt[body..].copy_from_slice(&crc.to_le_bytes());
     Ok(Transmit {
         src,
         dst,

@@ -256,6 +256,7 @@ impl QueuePair {
         &mut self,
         now: Instant,
         buf: &mut Vec<u8>,
+        at: usize,
     ) -> Option<Transmit> {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_until.is_some() {
             return None;
@@ -414,6 +415,7 @@ impl QueuePair {
         let payload = &w.wr.payload;
         let result = emit_packet(
             buf,
+            at,
             bth,
             ext,
             n,
@@ -425,7 +427,7 @@ impl QueuePair {
         let t = match result {
             Ok(t) => t,
             Err(_) => {
-                buf.clear();
+                buf.truncate(at);
                 self.local_send_error(WcStatus::LocProtErr);
                 return None;
             }

@@ -732,7 +732,7 @@ impl QueuePair {
         });
     }
 
-    pub(crate) fn responder_transmit(&mut self, buf: &mut Vec<u8>) -> Option<Transmit> {
+    pub(crate) fn responder_transmit(&mut self, buf: &mut Vec<u8>, at: usize) -> Option<Transmit> {
         let front = self.resp.responses.front_mut()?;
         let (src, dst, dqpn) = (self.attrs.av.src, self.attrs.av.dst, self.attrs.dest_qpn);
         let sport = self
@@ -798,6 +798,7 @@ impl QueuePair {
         };
         let result = emit_packet(
             buf,
+            at,
             bth,
             ext,
             len,
@@ -818,10 +819,10 @@ impl QueuePair {
             Ok(t) => Some(t),
             Err(_) => {
                 // The MR went away between the request and the response.
-                buf.clear();
+                buf.truncate(at);
                 self.resp.responses.clear();
                 self.nak_fatal(bth.psn, NakCode::RemoteAccessError);
-                self.responder_transmit(buf)
+                self.responder_transmit(buf, at)
             }
         }
     }
