@@ -195,6 +195,29 @@ fn benches(c: &mut Criterion) {
             black_box(a.poll_completion().unwrap());
         })
     });
+    // 8-byte WRITEs, a latency test's turn: WRITE, ACK, completion; counted per packet.
+    let (mut a, mut bq) = (
+        qp(5, 6, IP_A, IP_B, Mtu::M1024),
+        qp(6, 5, IP_B, IP_A, Mtu::M1024),
+    );
+    g.bench_function("write_8b_round_trip", |bch| {
+        bch.iter(|| {
+            a.post_send(SendWr {
+                wr_id: 1,
+                op: SendOp::Write {
+                    remote_addr: 0x10_0000,
+                    rkey: 1,
+                },
+                payload: sge(8),
+                flags: SendFlags::SIGNALED,
+                ud: None,
+            })
+            .unwrap();
+            pump(&mut a, &mut bq, IP_A, IP_B, &mut buf);
+            pump(&mut bq, &mut a, IP_B, IP_A, &mut buf);
+            black_box(a.poll_completion().unwrap());
+        })
+    });
     g.finish();
 }
 
