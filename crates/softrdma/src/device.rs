@@ -438,8 +438,8 @@ impl Device {
         });
     }
 
-    /// Builds the QP's packets in `buf` and puts each in this thread's batch (or, with fault
-    /// injection, sends, delays or drops it).
+    /// Builds the QP's packets in place at the end of this thread's batch (or, with fault
+    /// injection, sends, delays or drops each).
     fn transmit(&self, qp: &mut softrdma_proto::QueuePair, now: Instant) {
         let dst_of = |ip: IpAddr| match ip.to_canonical() {
             // Link-local peers are reached through the device's interface.
@@ -503,7 +503,7 @@ impl Device {
     /// [`Device::service`] at `now`, a clock reading the caller already has. It may be a
     /// little older than one another thread used for this QP: the engine's time arithmetic
     /// saturates, and a timer set a microsecond early is still microseconds inside its
-    /// millisecond-scale timeout. (A clock read costs about 25 ns.)
+    /// millisecond-scale timeout. (A clock read costs about 10 ns.)
     fn service_at(&self, shared: &QpShared, qp: &mut softrdma_proto::QueuePair, now: Instant) {
         self.transmit(qp, now);
         while let Some(wc) = qp.poll_completion() {
