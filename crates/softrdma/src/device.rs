@@ -526,7 +526,7 @@ impl Device {
 /// (rxe, NICs, softrdma's connected sockets) the ID is recovered from the ICRC itself, which
 /// only a corrupt packet fails.
 struct RxMemo {
-    basis: crate::mr::KeyMap<[u32; 16]>,
+    patches: crate::tx::IdentPatches,
     /// The last ID recovered: a sender that numbers its packets (a softrdma connected
     /// socket, rxe) most often sent the next one or the same again, which a check of those
     /// guesses finds for a few XORs instead of a solve.
@@ -549,29 +549,16 @@ impl RxMemo {
         if !(src.to_canonical().is_ipv4() && dst.to_canonical().is_ipv4()) {
             return None;
         }
-        // Lengths are the peer's choice: keep the cache bounded.
-        if self.basis.len() >= 1024 {
-            self.basis.clear();
-        }
-        let basis = self
-            .basis
-            .entry(body.len() as u32)
-            .or_insert_with(|| icrc::ipv4_ident_basis(body.len()));
         // The kernel numbers a GSO send's segments from the send's ID on, and on Linux up
         // to at least 6.18 counts the send as one: a [WRITE, ACK] pair then takes IDs n and
         // n+1, and the next send starts at n+1 again.
-        let at = |ident: u16| {
-            (0..16).fold(c0, |c, i| {
-                c ^ (basis[i] & 0u32.wrapping_sub(u32::from(ident >> i & 1)))
-            })
-        };
-        let (next, same) = (self.last.wrapping_add(1), self.last);
-        let ident = if at(next) == wire {
+        let (next, same, len) = (self.last.wrapping_add(1), self.last, body.len());
+        let ident = if c0 ^ self.patches.xor(len, 0, next) == wire {
             next
-        } else if at(same) == wire {
+        } else if c0 ^ self.patches.xor(len, 0, same) == wire {
             same
         } else {
-            icrc::solve_ipv4_ident(basis, c0, wire)?
+            icrc::solve_ipv4_ident(self.patches.basis(len), c0, wire)?
         };
         self.last = ident;
         dev.counters.rcvd_icrc_ip_id.fetch_add(1, Ordering::Relaxed);
@@ -993,7 +980,7 @@ impl Context {
             delayed_seq: AtomicU64::new(0),
             rx: Mutex::new(RxState {
                 check: RxMemo {
-                    basis: Default::default(),
+                    patches: Default::default(),
                     last: 0,
                     last_qp: None,
                 },

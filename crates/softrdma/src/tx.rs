@@ -45,7 +45,7 @@ const MAX_CONNECTED: usize = 256;
 const PROBE_WAIT: Duration = Duration::from_millis(200);
 /// Bytes in a probe (two 8-byte segments when it tests GSO).
 const PROBE_LEN: usize = 8;
-/// Lengths whose ICRC patches a send batch keeps.
+/// Lengths whose ICRC patches a sender or receiver keeps.
 const BASIS_CACHE: usize = 1024;
 
 /// How a kernel advances a connected socket's IPv4 identification counter.
@@ -89,13 +89,27 @@ struct Ident {
     last: Option<(u16, u16)>,
 }
 
-/// ICRC patches for a change of IPv4 ID, by InfiniBand length (without ICRC).
+/// ICRC patches for a change of IPv4 ID, by InfiniBand length (without ICRC): what a sender
+/// applies for the ID its packet will carry, and what a receiver tries or solves for to
+/// recover the ID a packet carried.
 #[derive(Default)]
 pub(crate) struct IdentPatches {
     basis: crate::mr::KeyMap<[u32; 16]>,
 }
 
 impl IdentPatches {
+    /// How each ID bit changes the ICRC of a packet with `ib_len` bytes before its ICRC
+    /// ([`softrdma_wire::icrc::ipv4_ident_basis`]), cached. Lengths may be a peer's choice,
+    /// so the cache is bounded.
+    pub(crate) fn basis(&mut self, ib_len: usize) -> &[u32; 16] {
+        if self.basis.len() >= BASIS_CACHE {
+            self.basis.clear();
+        }
+        self.basis
+            .entry(ib_len as u32)
+            .or_insert_with(|| softrdma_wire::icrc::ipv4_ident_basis(ib_len))
+    }
+
     /// The XOR that takes the ICRC of a packet with `ib_len` bytes before its ICRC from one
     /// computed for ID `from` to one for ID `to`.
     pub(crate) fn xor(&mut self, ib_len: usize, from: u16, to: u16) -> u32 {
@@ -103,13 +117,7 @@ impl IdentPatches {
         if diff == 0 {
             return 0;
         }
-        if self.basis.len() >= BASIS_CACHE {
-            self.basis.clear();
-        }
-        let b = self
-            .basis
-            .entry(ib_len as u32)
-            .or_insert_with(|| softrdma_wire::icrc::ipv4_ident_basis(ib_len));
+        let b = self.basis(ib_len);
         (0..16).fold(0, |acc, i| {
             acc ^ (b[i] & 0u32.wrapping_sub(u32::from(diff >> i & 1)))
         })
