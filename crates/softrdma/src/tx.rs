@@ -297,15 +297,18 @@ impl TxPath {
         let ident = match (self.addr.ip(), dst.ip()) {
             (IpAddr::V4(_), IpAddr::V4(_)) => {
                 let a = self.probe(&sock, 0)?;
-                let b = if self.gso {
-                    self.probe(&sock, PROBE_LEN as u16)?
+                let (rule, c) = if self.gso {
+                    let b = self.probe(&sock, PROBE_LEN as u16)?;
+                    let c = self.probe(&sock, 0)?;
+                    (IdRule::from_probes(a, b, c), c)
                 } else {
-                    a.wrapping_add(1)
+                    // Without GSO every send is one segment, and every rule moves by one.
+                    let c = self.probe(&sock, 0)?;
+                    ((c == a.wrapping_add(1)).then_some(IdRule::PerSend), c)
                 };
-                let c = self.probe(&sock, 0)?;
-                let rule = IdRule::from_probes(a, b, c).ok_or_else(|| {
+                let rule = rule.ok_or_else(|| {
                     std::io::Error::other(format!(
-                        "IP ID probes came back as {a}, {b}, {c}: no known rule"
+                        "IP ID probes came back as {a} … {c}: no known rule"
                     ))
                 })?;
                 Some(Ident {
@@ -413,6 +416,16 @@ mod tests {
                 "{from} -> {to}"
             );
         }
+    }
+
+    /// Without GSO (`SOFTRDMA_NO_GSO`), two single probes are enough to connect.
+    #[test]
+    fn without_gso_a_destination_still_connects() {
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 77, 66));
+        let tx = TxPath::new(Default::default(), ip, 0, true, false).unwrap();
+        let sink = std::net::UdpSocket::bind((ip, 0)).unwrap();
+        assert!(tx.conn(sink.local_addr().unwrap()).is_some());
+        assert_eq!(tx.counters.ip_id_probes.load(Ordering::Relaxed), 2);
     }
 
     /// The whole mechanism against this machine's kernel: the IDs that a connected socket's
