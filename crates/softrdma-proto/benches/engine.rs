@@ -118,12 +118,33 @@ fn pump(
     n
 }
 
-fn sge(len: u32) -> Payload {
-    Payload::Sges(vec![Sge {
-        addr: 0x1000,
-        length: len,
-        lkey: 1,
-    }])
+/// A signaled send WR of `len` bytes from the first region.
+fn signaled(op: SendOp, len: u32) -> SendWr {
+    SendWr {
+        wr_id: 1,
+        op,
+        payload: Payload::Sges(vec![Sge {
+            addr: 0x1000,
+            length: len,
+            lkey: 1,
+        }]),
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    }
+}
+
+/// A WRITE into the second region.
+const WRITE: SendOp = SendOp::Write {
+    remote_addr: 0x10_0000,
+    rkey: 1,
+};
+
+/// Two connected QPs, `qpn` on A and `qpn + 1` on B.
+fn pair(qpn: u32, mtu: Mtu) -> (QueuePair, QueuePair) {
+    (
+        qp(qpn, qpn + 1, IP_A, IP_B, mtu),
+        qp(qpn + 1, qpn, IP_B, IP_A, mtu),
+    )
 }
 
 fn benches(c: &mut Criterion) {
@@ -139,25 +160,12 @@ fn benches(c: &mut Criterion) {
 
     let mut g = c.benchmark_group("engine");
     // 64 KiB WRITEs: 16 packets of 4 KiB, one ACK; counted per request packet.
-    let (mut a, mut bq) = (
-        qp(1, 2, IP_A, IP_B, Mtu::M4096),
-        qp(2, 1, IP_B, IP_A, Mtu::M4096),
-    );
+    let (mut a, mut bq) = pair(1, Mtu::M4096);
     let mut buf = Vec::with_capacity(4200);
     g.throughput(Throughput::Elements(16));
     g.bench_function("write_4k_segment_x16", |bch| {
         bch.iter(|| {
-            a.post_send(SendWr {
-                wr_id: 1,
-                op: SendOp::Write {
-                    remote_addr: 0x10_0000,
-                    rkey: 1,
-                },
-                payload: sge(65536),
-                flags: SendFlags::SIGNALED,
-                ud: None,
-            })
-            .unwrap();
+            a.post_send(signaled(WRITE, 65536)).unwrap();
             let n = pump(&mut a, &mut bq, IP_A, IP_B, &mut buf);
             pump(&mut bq, &mut a, IP_B, IP_A, &mut buf);
             assert_eq!(n, 16);
@@ -165,10 +173,7 @@ fn benches(c: &mut Criterion) {
         })
     });
     // 8-byte SENDs: SEND, receive, ACK, completions; counted per packet (2 per message).
-    let (mut a, mut bq) = (
-        qp(3, 4, IP_A, IP_B, Mtu::M1024),
-        qp(4, 3, IP_B, IP_A, Mtu::M1024),
-    );
+    let (mut a, mut bq) = pair(3, Mtu::M1024);
     g.throughput(Throughput::Elements(2));
     g.bench_function("send_8b_round_trip", |bch| {
         bch.iter(|| {
@@ -181,14 +186,7 @@ fn benches(c: &mut Criterion) {
                 }],
             })
             .unwrap();
-            a.post_send(SendWr {
-                wr_id: 1,
-                op: SendOp::Send,
-                payload: sge(8),
-                flags: SendFlags::SIGNALED,
-                ud: None,
-            })
-            .unwrap();
+            a.post_send(signaled(SendOp::Send, 8)).unwrap();
             pump(&mut a, &mut bq, IP_A, IP_B, &mut buf);
             pump(&mut bq, &mut a, IP_B, IP_A, &mut buf);
             black_box(bq.poll_completion().unwrap());
@@ -196,23 +194,10 @@ fn benches(c: &mut Criterion) {
         })
     });
     // 8-byte WRITEs, a latency test's turn: WRITE, ACK, completion; counted per packet.
-    let (mut a, mut bq) = (
-        qp(5, 6, IP_A, IP_B, Mtu::M1024),
-        qp(6, 5, IP_B, IP_A, Mtu::M1024),
-    );
+    let (mut a, mut bq) = pair(5, Mtu::M1024);
     g.bench_function("write_8b_round_trip", |bch| {
         bch.iter(|| {
-            a.post_send(SendWr {
-                wr_id: 1,
-                op: SendOp::Write {
-                    remote_addr: 0x10_0000,
-                    rkey: 1,
-                },
-                payload: sge(8),
-                flags: SendFlags::SIGNALED,
-                ud: None,
-            })
-            .unwrap();
+            a.post_send(signaled(WRITE, 8)).unwrap();
             pump(&mut a, &mut bq, IP_A, IP_B, &mut buf);
             pump(&mut bq, &mut a, IP_B, IP_A, &mut buf);
             black_box(a.poll_completion().unwrap());
