@@ -830,12 +830,13 @@ fn wait_one(s: &Setup, timeout: Duration) -> Result<Completion, String> {
             return Ok(wc);
         }
         // The clock is read now and then: a read costs as much as a poll of an empty CQ.
-        if spin % 64 == 0
-            && Instant::now() > *deadline.get_or_insert_with(|| Instant::now() + timeout)
-        {
-            return Err(format!(
-                "no completion within {timeout:?}: is the peer alive?"
-            ));
+        if spin % 64 == 0 {
+            let now = Instant::now();
+            if now > *deadline.get_or_insert(now + timeout) {
+                return Err(format!(
+                    "no completion within {timeout:?}: is the peer alive?"
+                ));
+            }
         }
         std::hint::spin_loop();
     }
@@ -1157,6 +1158,32 @@ fn progress(pb: &indicatif::ProgressBar, i: u64) {
     }
 }
 
+/// How long a latency loop runs: a number of rounds, or `-D` seconds from `start` on the TSC,
+/// judged from the round's own sample (`now`) so that the check costs no clock read. (The
+/// waits inside a round take the same end as a `std` instant, the clock they read.)
+struct RunFor<'a> {
+    clock: &'a quanta::Clock,
+    start: u64,
+    nanos: Option<u64>,
+}
+
+impl<'a> RunFor<'a> {
+    fn new(clock: &'a quanta::Clock, seconds: Option<u64>) -> Self {
+        Self {
+            clock,
+            start: clock.raw(),
+            nanos: seconds.map(|d| d * 1_000_000_000),
+        }
+    }
+
+    /// Whether to run another round, given the last sample and whether rounds remain.
+    fn more(&self, now: u64, rounds_left: bool) -> bool {
+        self.nanos.map_or(rounds_left, |l| {
+            self.clock.delta_as_nanos(self.start, now) < l
+        })
+    }
+}
+
 /// A latency test on either side (the WRITE and SEND ping-pongs run on both).
 fn run_lat(
     a: &PerfArgs,
@@ -1173,11 +1200,10 @@ fn run_lat(
     let done;
     match a.test {
         Test::ReadLat | Test::AtomicLat => {
-            let start = clock.raw();
-            let limit = a.duration.map(|d| d * 1_000_000_000);
-            let mut now = start;
+            let run = RunFor::new(&clock, a.duration);
+            let mut now = run.start;
             let mut i = 0;
-            while limit.map_or(i < iters, |l| clock.delta_as_nanos(start, now) < l) {
+            while run.more(now, i < iters) {
                 let t = clock.raw();
                 post(s, op_for(a, &s.qps[0], i), size, i, true)?;
                 wait_one(s, PEER_TIMEOUT)?;
@@ -1185,14 +1211,14 @@ fn run_lat(
                 us.push(clock.delta_as_nanos(t, now) as f64 / 1e3);
                 i += 1;
                 // A timed run's bar counts seconds (its length is -D).
-                if limit.is_some() {
-                    pb.set_position(clock.delta_as_nanos(start, now) / 1_000_000_000);
+                if a.duration.is_some() {
+                    pb.set_position(clock.delta_as_nanos(run.start, now) / 1_000_000_000);
                 } else {
                     progress(pb, i);
                 }
             }
             done = i;
-            if limit.is_none() {
+            if a.duration.is_none() {
                 pb.set_position(done);
             }
         }
@@ -1204,13 +1230,11 @@ fn run_lat(
             let first = !client;
             let poll_off = s.qps[0].recv_off + size - 1;
             let end = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
-            let (start, limit) = (clock.raw(), a.duration.map(|d| d * 1_000_000_000));
-            // The clock is read once per round, for the sample; the end of a timed run is
-            // checked against that reading.
-            let mut now = start;
+            let run = RunFor::new(&clock, a.duration);
+            let mut now = run.start;
             let mut last = None;
             let mut i = 1;
-            while limit.map_or(i <= iters, |l| clock.delta_as_nanos(start, now) < l) {
+            while run.more(now, i <= iters) {
                 let seen = if !first {
                     poll_byte(s, poll_off, i as u8, end)?
                 } else {
@@ -1239,13 +1263,13 @@ fn run_lat(
         Test::SendLat => {
             // The same ping-pong with SENDs: wait for the peer's message, answer it.
             let end = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
-            let (start, limit) = (clock.raw(), a.duration.map(|d| d * 1_000_000_000));
-            let mut now = start;
+            let run = RunFor::new(&clock, a.duration);
+            let mut now = run.start;
             let mut last = None;
             let mut i = 0;
             // Receives that completed while this side waited for a SEND's completion.
             let mut early = 0u64;
-            while limit.map_or(i < iters, |l| clock.delta_as_nanos(start, now) < l) {
+            while run.more(now, i < iters) {
                 if !client || i > 0 {
                     if early > 0 {
                         early -= 1;
