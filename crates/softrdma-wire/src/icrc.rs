@@ -106,10 +106,22 @@ pub fn compute_for(
     src_port: u16,
     ib: &[u8],
 ) -> Result<u32> {
-    use core::net::IpAddr;
     Error::check_len(Layer::Bth, bth_field::LEN, ib.len())?;
-    let udp_len = udp_field::HEADER_LEN + ib.len() + crate::packet::ICRC_LEN;
-    let mut hdr = [0xFFu8; 8 + 40 + 8 + 12];
+    let prefix = prefix_crc(src, dst, src_port, ib.len())?;
+    Ok(finish(prefix, ib))
+}
+
+/// The CRC of what the ICRC covers before the BTH (LRH stand-in, masked IP and UDP headers)
+/// for a packet whose InfiniBand part without ICRC is `ib_len` bytes.
+fn prefix_crc(
+    src: core::net::IpAddr,
+    dst: core::net::IpAddr,
+    src_port: u16,
+    ib_len: usize,
+) -> Result<u32> {
+    use core::net::IpAddr;
+    let udp_len = udp_field::HEADER_LEN + ib_len + crate::packet::ICRC_LEN;
+    let mut hdr = [0xFFu8; 8 + 40 + 8];
     let ip_len = match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             let total = (ipv4_field::LEN + udp_len) as u16;
@@ -138,13 +150,85 @@ pub fn compute_for(
     u[0..2].copy_from_slice(&src_port.to_be_bytes());
     u[2..4].copy_from_slice(&crate::roce::ROCE_V2_PORT.to_be_bytes());
     u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-    let at = 8 + ip_len + 8;
-    hdr[at..at + bth_field::LEN].copy_from_slice(&ib[..bth_field::LEN]);
-    hdr[at + bth_field::RESV8] = 0xFF;
     let mut h = crc32fast::Hasher::new();
-    h.update(&hdr[..at + bth_field::LEN]);
-    h.update(&ib[bth_field::LEN..]);
+    h.update(&hdr[..8 + ip_len + 8]);
     Ok(h.finalize())
+}
+
+/// The ICRC from the CRC of the part before the BTH and the InfiniBand part `ib` (at least a
+/// BTH long): the BTH masked, then the rest.
+fn finish(prefix: u32, ib: &[u8]) -> u32 {
+    let mut bth = [0u8; bth_field::LEN];
+    bth.copy_from_slice(&ib[..bth_field::LEN]);
+    bth[bth_field::RESV8] = 0xFF;
+    // A CRC-32 goes on from the value of what came before.
+    let mut h = crc32fast::Hasher::new_with_initial(prefix);
+    h.update(&bth);
+    h.update(&ib[bth_field::LEN..]);
+    h.finalize()
+}
+
+/// [`compute_for`] with the CRC of each packet's fixed part remembered: the 36 (IPv4) or 56
+/// (IPv6) bytes before the BTH depend only on the addresses, the source port and the length,
+/// and a QP sends and receives a few lengths over and over. Small and direct-mapped: a miss
+/// costs one [`compute_for`].
+#[derive(Clone, Debug, Default)]
+pub struct IcrcPrefixes {
+    slots: [Option<PrefixSlot>; PREFIX_SLOTS],
+}
+
+/// Slots of an [`IcrcPrefixes`]: a ping-pong needs two lengths (its message and the ACK), a
+/// stream a few more.
+const PREFIX_SLOTS: usize = 8;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PrefixSlot {
+    src: core::net::IpAddr,
+    dst: core::net::IpAddr,
+    src_port: u16,
+    ib_len: usize,
+    crc: u32,
+}
+
+impl IcrcPrefixes {
+    /// An empty cache.
+    pub const fn new() -> Self {
+        Self {
+            slots: [None; PREFIX_SLOTS],
+        }
+    }
+
+    /// Exactly what [`compute_for`] gives for the same arguments.
+    pub fn compute_for(
+        &mut self,
+        src: core::net::IpAddr,
+        dst: core::net::IpAddr,
+        src_port: u16,
+        ib: &[u8],
+    ) -> Result<u32> {
+        Error::check_len(Layer::Bth, bth_field::LEN, ib.len())?;
+        let ib_len = ib.len();
+        let i = (ib_len ^ usize::from(src_port) ^ (ib_len >> 3)) % PREFIX_SLOTS;
+        let prefix = match &self.slots[i] {
+            Some(s)
+                if s.ib_len == ib_len && s.src_port == src_port && s.src == src && s.dst == dst =>
+            {
+                s.crc
+            }
+            _ => {
+                let crc = prefix_crc(src, dst, src_port, ib_len)?;
+                self.slots[i] = Some(PrefixSlot {
+                    src,
+                    dst,
+                    src_port,
+                    ib_len,
+                    crc,
+                });
+                crc
+            }
+        };
+        Ok(finish(prefix, ib))
+    }
 }
 
 /// The ICRC of `ib` as [`compute_for`] computes it, but for an IPv4 sender that set

@@ -350,6 +350,37 @@ proptest! {
 }
 
 proptest! {
+    /// A prefix cache gives what the direct computation gives, whatever mix of addresses,
+    /// ports and lengths goes through it (slots collide, are evicted and hit again).
+    #[test]
+    fn icrc_prefix_cache_matches_compute_for(
+        pkts in prop::collection::vec((packet(), 0usize..4, 0u16..2), 1..32),
+        again in prop::collection::vec(any::<prop::sample::Index>(), 0..24),
+    ) {
+        // Few addresses and ports, so that slots are shared by packets that differ in one.
+        let v4 = |x| IpAddr::V4(Ipv4Addr::new(10, 0, 0, x));
+        let pairs = [(v4(1), v4(2)), (v4(1), v4(3)), (v4(4), v4(2)), ("fe80::1".parse().unwrap(), "fe80::2".parse().unwrap())];
+        let mut cache = icrc::IcrcPrefixes::new();
+        let bufs: Vec<_> = pkts.iter().map(|((bth, ext, payload), pair, sport)| {
+            let (src, dst) = pairs[*pair];
+            let ib = IbRepr { bth: *bth, ext: *ext, payload };
+            let mut buf = vec![0u8; ib.buffer_len()];
+            ib.emit(&mut buf).unwrap();
+            buf.truncate(buf.len() - 4);
+            (src, dst, 50000 + 8 * *sport, buf)
+        }).collect();
+        let order = (0..bufs.len()).chain(again.iter().map(|i| i.index(bufs.len())));
+        for i in order {
+            let (src, dst, sport, ib) = &bufs[i];
+            prop_assert_eq!(
+                cache.compute_for(*src, *dst, *sport, ib).unwrap(),
+                icrc::compute_for(*src, *dst, *sport, ib).unwrap()
+            );
+        }
+    }
+}
+
+proptest! {
     /// The identification of an IPv4 sender is recovered from the ICRC, and a corrupted
     /// packet is (almost always) told apart.
     #[test]

@@ -527,6 +527,8 @@ impl Device {
 /// only a corrupt packet fails.
 struct RxMemo {
     patches: crate::tx::IdentPatches,
+    /// The CRCs of the part before the BTH, per sender and length.
+    prefixes: softrdma_wire::icrc::IcrcPrefixes,
     /// The last ID recovered: a sender that numbers its packets (a softrdma connected
     /// socket, rxe) most often sent the next one or the same again, which a check of those
     /// guesses finds for a few XORs instead of a solve.
@@ -542,7 +544,8 @@ impl RxMemo {
         let n = ib.len();
         let wire = u32::from_le_bytes([ib[n - 4], ib[n - 3], ib[n - 2], ib[n - 1]]);
         let body = &ib[..n - 4];
-        let c0 = softrdma_proto::qp::icrc_for(src, dst, sport, body);
+        let (s, d) = softrdma_proto::qp::icrc_pair(src, dst);
+        let c0 = self.prefixes.compute_for(s, d, sport, body).unwrap_or(0);
         if c0 == wire {
             return Some(0);
         }
@@ -981,6 +984,7 @@ impl Context {
             rx: Mutex::new(RxState {
                 check: RxMemo {
                     patches: Default::default(),
+                    prefixes: Default::default(),
                     last: 0,
                     last_qp: None,
                 },

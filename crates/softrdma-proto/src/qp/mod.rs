@@ -339,6 +339,9 @@ pub struct QueuePair {
     pub(crate) completions: VecDeque<Completion>,
     pub(crate) events: VecDeque<AsyncEvent>,
     pub(crate) counters: QpCounters,
+    /// The CRCs of the fixed part of this QP's packets, per length: it sends a few lengths
+    /// over and over to one peer.
+    pub(crate) icrc: softrdma_wire::icrc::IcrcPrefixes,
 }
 
 impl core::fmt::Debug for QueuePair {
@@ -368,6 +371,7 @@ impl QueuePair {
             completions: VecDeque::new(),
             events: VecDeque::new(),
             counters: QpCounters::default(),
+            icrc: softrdma_wire::icrc::IcrcPrefixes::new(),
         }
     }
 
@@ -760,6 +764,7 @@ pub(crate) fn emit_packet<E>(
     src: IpAddr,
     dst: IpAddr,
     src_port: u16,
+    icrc: &mut softrdma_wire::icrc::IcrcPrefixes,
 ) -> Result<Transmit, E> {
     use softrdma_wire::packet::{ICRC_LEN, pad_for};
     let pad = pad_for(payload_len);
@@ -785,7 +790,8 @@ pub(crate) fn emit_packet<E>(
     softrdma_wire::Bth::new_unchecked(&mut pkt[..]).set_pad_count(pad);
     fill(&mut pkt[hlen..hlen + payload_len])?;
     let body = total - ICRC_LEN;
-    let crc = icrc_for(src, dst, src_port, &pkt[..body]);
+    let (s, d) = icrc_pair(src, dst);
+    let crc = icrc.compute_for(s, d, src_port, &pkt[..body]).unwrap_or(0);
     pkt[body..].copy_from_slice(&crc.to_le_bytes());
     Ok(Transmit {
         src,
@@ -798,11 +804,17 @@ pub(crate) fn emit_packet<E>(
 /// The ICRC of `ib` (BTH through pad) sent from `src` to `dst` by an unconnected DF socket.
 /// IPv4-mapped IPv6 addresses count as IPv4; a mixed pair is sent as IPv6.
 pub fn icrc_for(src: IpAddr, dst: IpAddr, src_port: u16, ib: &[u8]) -> u32 {
-    let (src, dst) = match (src.to_canonical(), dst.to_canonical()) {
+    let (src, dst) = icrc_pair(src, dst);
+    softrdma_wire::icrc::compute_for(src, dst, src_port, ib).unwrap_or(0)
+}
+
+/// The addresses as the ICRC sees them: IPv4 when both are IPv4 (or IPv4-mapped), IPv6
+/// otherwise.
+pub fn icrc_pair(src: IpAddr, dst: IpAddr) -> (IpAddr, IpAddr) {
+    match (src.to_canonical(), dst.to_canonical()) {
         (s @ IpAddr::V4(_), d @ IpAddr::V4(_)) => (s, d),
         _ => (to_v6(src), to_v6(dst)),
-    };
-    softrdma_wire::icrc::compute_for(src, dst, src_port, ib).unwrap_or(0)
+    }
 }
 
 fn to_v6(a: IpAddr) -> IpAddr {

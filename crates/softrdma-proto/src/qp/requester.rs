@@ -423,6 +423,7 @@ impl QueuePair {
             src,
             dst,
             sport,
+            &mut self.icrc,
         );
         let t = match result {
             Ok(t) => t,

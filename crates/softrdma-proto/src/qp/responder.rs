@@ -811,6 +811,7 @@ impl QueuePair {
             src,
             dst,
             sport,
+            &mut self.icrc,
         );
         if done {
             self.resp.responses.pop_front();
