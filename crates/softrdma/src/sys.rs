@@ -456,7 +456,8 @@ impl SendBatch {
         }
     }
 
-    /// One `sendmmsg` of `chunk` (at most [`BATCH`] messages) on `fd`; how many went.
+    /// One `sendmmsg` of `chunk` (at most [`BATCH`] messages; `sendmsg` for one) on `fd`;
+    /// how many went.
     /// Messages carry their destination when `named`; a connected socket needs none.
     fn send_chunk(
         &mut self,
@@ -500,6 +501,18 @@ impl SendBatch {
                     std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg as u16);
                 }
             }
+        }
+        if chunk.len() == 1 {
+            // One message (a ping-pong's turn) goes through `sendmsg`, which spares
+            // `sendmmsg`'s loop and copy of the message vector: about 50 ns a turn.
+            // SAFETY: the first header was written above and points into arrays and
+            // `self.data`, which live across the call.
+            let r = unsafe { libc::sendmsg(fd, &msgs[0].assume_init_ref().msg_hdr, 0) };
+            return if r < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(1)
+            };
         }
         // SAFETY: the first `chunk.len()` headers of `msgs` were written above and point into
         // arrays and `self.data`, which live across the call.
