@@ -242,15 +242,16 @@ impl Device {
                 return;
             }
             let (sent, failed, calls) = b.flush(&self.tx, &self.gso);
-            self.counters
-                .send_calls
-                .fetch_add(calls as u64, Ordering::Relaxed);
-            self.counters
-                .sent_pkts
-                .fetch_add(sent as u64, Ordering::Relaxed);
-            self.counters
-                .send_errors
-                .fetch_add(failed as u64, Ordering::Relaxed);
+            // Zeros are not added: each add is a locked instruction, and failures are rare.
+            for (c, n) in [
+                (&self.counters.send_calls, calls),
+                (&self.counters.sent_pkts, sent),
+                (&self.counters.send_errors, failed),
+            ] {
+                if n > 0 {
+                    c.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            }
         });
     }
 
@@ -337,7 +338,12 @@ impl Device {
         match self.rx.try_lock() {
             Ok(mut st) => {
                 self.flush_batch(true);
-                self.app_polls.fetch_add(1, Ordering::Relaxed);
+                // Only a change matters to the progress thread, so two pollers that race
+                // and count one poll instead of two are fine, and a plain store spares a
+                // locked instruction on every poll.
+                let polls = self.app_polls.load(Ordering::Relaxed);
+                self.app_polls
+                    .store(polls.wrapping_add(1), Ordering::Relaxed);
                 self.drain(&mut st, true)
             }
             Err(_) => false,
@@ -374,10 +380,10 @@ impl Device {
             // The QPs that received, serviced once after the whole batch: their responses
             // (ACKs above all) coalesce, and leave in one system call instead of one each
             // (IBTA vol. 1, 9.7.5.1: an ACK acknowledges every request before it, so one will do).
-            let mut note = |q: Option<Arc<QpShared>>| {
+            let mut note = |q: Option<&Arc<QpShared>>| {
                 if let Some(q) = q {
-                    if !touched.iter().any(|t| Arc::ptr_eq(t, &q)) {
-                        touched.push(q);
+                    if !touched.iter().any(|t| Arc::ptr_eq(t, q)) {
+                        touched.push(q.clone());
                     }
                 }
             };
@@ -397,6 +403,7 @@ impl Device {
                     }
                 }
             }
+            check.publish(&self.counters);
             for shared in touched.drain(..) {
                 let mut qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
                 self.service_at(&shared, &mut qp, now);
@@ -536,11 +543,15 @@ struct RxMemo {
     /// The QP the last packet went to, with the QP table's generation then: packets come in
     /// runs to one QP, and this spares the table's lock and hash for each.
     last_qp: Option<(u64, u32, Arc<QpShared>)>,
+    /// Packets handed to a QP, and IDs recovered, since the counters were last published
+    /// (once per receive batch rather than once per packet).
+    rcvd: u64,
+    ip_ids: u64,
 }
 
 impl RxMemo {
     /// The sender's IPv4 identification (0 for IPv6) if the ICRC is right.
-    fn ok(&mut self, dev: &Device, src: IpAddr, dst: IpAddr, sport: u16, ib: &[u8]) -> Option<u16> {
+    fn ok(&mut self, src: IpAddr, dst: IpAddr, sport: u16, ib: &[u8]) -> Option<u16> {
         let n = ib.len();
         let wire = u32::from_le_bytes([ib[n - 4], ib[n - 3], ib[n - 2], ib[n - 1]]);
         let body = &ib[..n - 4];
@@ -564,8 +575,19 @@ impl RxMemo {
             icrc::solve_ipv4_ident(self.patches.basis(len), c0, wire)?
         };
         self.last = ident;
-        dev.counters.rcvd_icrc_ip_id.fetch_add(1, Ordering::Relaxed);
+        self.ip_ids += 1;
         Some(ident)
+    }
+
+    /// Adds the counts gathered since the last call to the device's counters.
+    fn publish(&mut self, c: &DeviceCounters) {
+        if self.rcvd > 0 {
+            c.rcvd_pkts.fetch_add(self.rcvd, Ordering::Relaxed);
+        }
+        if self.ip_ids > 0 {
+            c.rcvd_icrc_ip_id.fetch_add(self.ip_ids, Ordering::Relaxed);
+        }
+        (self.rcvd, self.ip_ids) = (0, 0);
     }
 }
 
@@ -695,13 +717,13 @@ impl mio::event::Source for SocketRef<'_> {
 }
 
 /// Hands one received datagram to its QP; returns the QP, which the caller must service.
-fn handle_datagram(
+fn handle_datagram<'m>(
     dev: &Device,
-    check: &mut RxMemo,
+    check: &'m mut RxMemo,
     data: &[u8],
     from: SocketAddr,
     now: Instant,
-) -> Option<Arc<QpShared>> {
+) -> Option<&'m Arc<QpShared>> {
     let capture = |ident: u16| {
         if let Some(c) = &dev.capture {
             c.lock().unwrap_or_else(|e| e.into_inner()).record(
@@ -718,7 +740,7 @@ fn handle_datagram(
         dev.counters.rcvd_malformed.fetch_add(1, Ordering::Relaxed);
         return None;
     };
-    let ident = check.ok(dev, from.ip(), dev.addr, from.port(), data);
+    let ident = check.ok(from.ip(), dev.addr, from.port(), data);
     capture(ident.unwrap_or(0));
     if ident.is_none() {
         // rxe drops a bad ICRC silently; we count it.
@@ -729,26 +751,23 @@ fn handle_datagram(
     }
     let qpn = pkt.bth().dest_qp().value();
     let table_gen = dev.qps_gen.load(Ordering::Acquire);
-    let shared = match &check.last_qp {
-        Some((g, n, q)) if *g == table_gen && *n == qpn => Some(q.clone()),
-        _ => {
-            let q = dev
-                .qps
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&qpn)
-                .cloned();
-            check.last_qp = q.clone().map(|q| (table_gen, qpn, q));
-            q
-        }
-    };
-    let Some(shared) = shared else {
+    // The QP is borrowed from the memo, not cloned: the caller clones it once per batch.
+    if !matches!(&check.last_qp, Some((g, n, _)) if *g == table_gen && *n == qpn) {
+        let q = dev
+            .qps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&qpn)
+            .cloned();
+        check.last_qp = q.map(|q| (table_gen, qpn, q));
+    }
+    let Some((_, _, shared)) = &check.last_qp else {
         dev.counters
             .rcvd_unknown_qpn
             .fetch_add(1, Ordering::Relaxed);
         return None;
     };
-    dev.counters.rcvd_pkts.fetch_add(1, Ordering::Relaxed);
+    check.rcvd += 1;
     let mut qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
     qp.handle_packet(now, from.ip().to_canonical(), dev.addr, &pkt);
     drop(qp);
@@ -987,6 +1006,8 @@ impl Context {
                     prefixes: Default::default(),
                     last: 0,
                     last_qp: None,
+                    rcvd: 0,
+                    ip_ids: 0,
                 },
                 batch: crate::sys::RecvBatch::default(),
                 touched: Vec::new(),
