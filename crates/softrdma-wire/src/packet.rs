@@ -222,8 +222,11 @@ fn emit_opt<'b, R, V>(
     emit: fn(&R, &mut V),
     wrap: fn(&'b mut [u8]) -> V,
 ) {
-    if let Some(r) = repr {
-        emit(r, &mut wrap(b));
+    match repr {
+        Some(r) => emit(r, &mut wrap(b)),
+        // A header the opcode calls for but the repr lacks is written as zeros, so that
+        // every byte of the header area is written either way.
+        None => b.fill(0),
     }
 }
 
@@ -327,6 +330,28 @@ impl<'a> IbRepr<'a> {
             + self.payload.len()
             + usize::from(pad_for(self.payload.len()))
             + ICRC_LEN
+    }
+
+    /// Writes the BTH (its pad count set for `payload_len` bytes of payload) and the extension
+    /// headers the opcode calls for into the start of `buf`, and returns their length: the
+    /// payload, pad and ICRC go after. Every byte of that length is written. Unlike
+    /// [`IbRepr::emit`], this does not check that the repr holds exactly the headers the
+    /// opcode calls for (a missing one is written as zeros, an extra one is left out), nor
+    /// look at `payload`: it is for a sender that builds its reprs from the opcode table and
+    /// writes the payload in place. Fails on an unknown opcode or a short buffer.
+    pub fn emit_headers(&self, payload_len: usize, buf: &mut [u8]) -> Result<usize> {
+        let info = self.bth.opcode.checked_info()?;
+        let len = Bth::<&[u8]>::LEN + info.headers_len();
+        Error::check_len(Layer::Bth, len, buf.len())?;
+        let mut bth = self.bth;
+        bth.pad_count = pad_for(payload_len);
+        bth.emit(&mut Bth::new_unchecked(&mut buf[..]));
+        let mut at = Bth::<&[u8]>::LEN;
+        for &h in info.headers {
+            self.ext.emit_one(h, &mut buf[at..at + h.len()]);
+            at += h.len();
+        }
+        Ok(len)
     }
 
     /// Writes the packet into the start of `buf` and returns its length. The ICRC is written

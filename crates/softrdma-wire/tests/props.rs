@@ -219,6 +219,24 @@ proptest! {
         }
     }
 
+    /// The headers written alone, into a buffer of stale bytes, followed by the payload and
+    /// the pad, are the bytes `emit` writes; and a too-short buffer is an error.
+    #[test]
+    fn headers_emitted_alone_equal_emit((bth, ext, payload) in packet(), stale in any::<u8>(), short in 0usize..64) {
+        let ib = IbRepr { bth, ext, payload: &payload };
+        let mut whole = vec![0u8; ib.buffer_len()];
+        ib.emit(&mut whole).unwrap();
+        let mut alone = vec![stale; whole.len()];
+        let hlen = ib.emit_headers(payload.len(), &mut alone).unwrap();
+        alone[hlen..hlen + payload.len()].copy_from_slice(&payload);
+        let n = alone.len();
+        alone[hlen + payload.len()..n - 4].fill(0);
+        alone[n - 4..].fill(0);
+        prop_assert_eq!(&alone, &whole);
+        let short = short.min(hlen - 1);
+        prop_assert!(ib.emit_headers(payload.len(), &mut alone[..short]).is_err());
+    }
+
     /// A repr whose headers do not match its opcode is refused, not emitted.
     #[test]
     fn mismatched_headers_are_refused((bth, ext, payload) in packet(), extra in all_ext()) {

@@ -767,27 +767,30 @@ pub(crate) fn emit_packet<E>(
     icrc: &mut softrdma_wire::icrc::IcrcPrefixes,
 ) -> Result<Transmit, E> {
     use softrdma_wire::packet::{ICRC_LEN, pad_for};
-    let pad = pad_for(payload_len);
-    bth.pad_count = pad;
+    let pad = usize::from(pad_for(payload_len));
+    bth.pad_count = pad as u8;
     let hdr = softrdma_wire::IbRepr {
         bth,
         ext,
         payload: &[],
     };
-    let hlen = hdr.buffer_len() - ICRC_LEN;
-    let total = hlen + payload_len + usize::from(pad) + ICRC_LEN;
-    // Reuse the buffer without zeroing the payload, which `fill` overwrites whole: on a
-    // 4 KiB packet the zeroing cost as much as the copy. Headers and pad are zeroed.
+    debug_assert!(
+        hdr.check().is_ok(),
+        "the engine built a bad header: {hdr:?}"
+    );
+    let hlen = softrdma_wire::Bth::<&[u8]>::LEN + bth.opcode.info().map_or(0, |i| i.headers_len());
+    let total = hlen + payload_len + pad + ICRC_LEN;
+    // Reuse the buffer without zeroing it: the headers are written whole, `fill` overwrites
+    // the payload whole (on a 4 KiB packet zeroing cost as much as the copy), and the pad
+    // and ICRC are written below.
     if buf.len() < at + total {
         buf.resize(at + total, 0);
     }
     let pkt = &mut buf[at..at + total];
-    pkt[..(hlen + ICRC_LEN).min(total)].fill(0);
-    pkt[hlen + payload_len..].fill(0);
-    // The headers were built by the engine from its own tables, so they always match the
-    // opcode; a failure here is a bug, caught by the tests, and leaves an all-zero header.
-    let _ = hdr.emit(&mut pkt[..hlen + ICRC_LEN]);
-    softrdma_wire::Bth::new_unchecked(&mut pkt[..]).set_pad_count(pad);
+    // The engine builds its headers from the opcode table, so they always match the opcode;
+    // a failure here is a bug (the debug assertion above, and the tests, catch it).
+    let _ = hdr.emit_headers(payload_len, &mut pkt[..hlen]);
+    pkt[hlen + payload_len..hlen + payload_len + pad].fill(0);
     fill(&mut pkt[hlen..hlen + payload_len])?;
     let body = total - ICRC_LEN;
     let (s, d) = icrc_pair(src, dst);
