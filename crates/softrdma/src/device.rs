@@ -566,13 +566,14 @@ impl RxMemo {
         // The kernel numbers a GSO send's segments from the send's ID on, and on Linux up
         // to at least 6.18 counts the send as one: a [WRITE, ACK] pair then takes IDs n and
         // n+1, and the next send starts at n+1 again.
-        let (next, same, len) = (self.last.wrapping_add(1), self.last, body.len());
-        let ident = if c0 ^ self.patches.xor(len, 0, next) == wire {
+        let (next, same) = (self.last.wrapping_add(1), self.last);
+        let basis = self.patches.basis(body.len());
+        let ident = if c0 ^ crate::tx::apply(basis, next) == wire {
             next
-        } else if c0 ^ self.patches.xor(len, 0, same) == wire {
+        } else if c0 ^ crate::tx::apply(basis, same) == wire {
             same
         } else {
-            icrc::solve_ipv4_ident(self.patches.basis(len), c0, wire)?
+            icrc::solve_ipv4_ident(basis, c0, wire)?
         };
         self.last = ident;
         self.ip_ids += 1;

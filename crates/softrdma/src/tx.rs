@@ -95,33 +95,49 @@ struct Ident {
 #[derive(Default)]
 pub(crate) struct IdentPatches {
     basis: crate::mr::KeyMap<[u32; 16]>,
+    /// The last few lengths' bases, in front of the map: a ping-pong sends and receives two
+    /// lengths over and over, and a compare is cheaper than a hash lookup on every packet.
+    /// Keyed by length + 1 (0: empty), direct-mapped.
+    front: [(usize, [u32; 16]); FRONT],
 }
+
+/// Slots of [`IdentPatches::front`].
+const FRONT: usize = 4;
 
 impl IdentPatches {
     /// How each ID bit changes the ICRC of a packet with `ib_len` bytes before its ICRC
     /// ([`softrdma_wire::icrc::ipv4_ident_basis`]), cached. Lengths may be a peer's choice,
     /// so the cache is bounded.
     pub(crate) fn basis(&mut self, ib_len: usize) -> &[u32; 16] {
-        if self.basis.len() >= BASIS_CACHE {
-            self.basis.clear();
+        let slot = (ib_len ^ ib_len >> 2) % FRONT;
+        if self.front[slot].0 != ib_len + 1 {
+            if self.basis.len() >= BASIS_CACHE {
+                self.basis.clear();
+            }
+            let b = *self
+                .basis
+                .entry(ib_len as u32)
+                .or_insert_with(|| softrdma_wire::icrc::ipv4_ident_basis(ib_len));
+            self.front[slot] = (ib_len + 1, b);
         }
-        self.basis
-            .entry(ib_len as u32)
-            .or_insert_with(|| softrdma_wire::icrc::ipv4_ident_basis(ib_len))
+        &self.front[slot].1
     }
 
     /// The XOR that takes the ICRC of a packet with `ib_len` bytes before its ICRC from one
     /// computed for ID `from` to one for ID `to`.
     pub(crate) fn xor(&mut self, ib_len: usize, from: u16, to: u16) -> u32 {
-        let diff = from ^ to;
-        if diff == 0 {
+        if from == to {
             return 0;
         }
-        let b = self.basis(ib_len);
-        (0..16).fold(0, |acc, i| {
-            acc ^ (b[i] & 0u32.wrapping_sub(u32::from(diff >> i & 1)))
-        })
+        apply(self.basis(ib_len), from ^ to)
     }
+}
+
+/// The ICRC change for the ID bits in `diff`, given a length's basis.
+pub(crate) fn apply(basis: &[u32; 16], diff: u16) -> u32 {
+    (0..16).fold(0, |acc, i| {
+        acc ^ (basis[i] & 0u32.wrapping_sub(u32::from(diff >> i & 1)))
+    })
 }
 
 /// A connected socket, shared by the threads that send to its destination.
