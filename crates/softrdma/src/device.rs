@@ -567,13 +567,13 @@ impl RxMemo {
         // to at least 6.18 counts the send as one: a [WRITE, ACK] pair then takes IDs n and
         // n+1, and the next send starts at n+1 again.
         let (next, same) = (self.last.wrapping_add(1), self.last);
-        let basis = self.patches.basis(body.len());
-        let ident = if c0 ^ crate::tx::apply(basis, next) == wire {
+        let p = self.patches.patches(body.len());
+        let ident = if c0 ^ p.apply(next) == wire {
             next
-        } else if c0 ^ crate::tx::apply(basis, same) == wire {
+        } else if c0 ^ p.apply(same) == wire {
             same
         } else {
-            icrc::solve_ipv4_ident(basis, c0, wire)?
+            icrc::solve_ipv4_ident(&p.basis, c0, wire)?
         };
         self.last = ident;
         self.ip_ids += 1;

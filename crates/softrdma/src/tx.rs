@@ -45,8 +45,8 @@ const MAX_CONNECTED: usize = 256;
 const PROBE_WAIT: Duration = Duration::from_millis(200);
 /// Bytes in a probe (two 8-byte segments when it tests GSO).
 const PROBE_LEN: usize = 8;
-/// Lengths whose ICRC patches a sender or receiver keeps.
-const BASIS_CACHE: usize = 1024;
+/// Lengths whose ICRC patches (2 KiB each) a sender or receiver keeps.
+const PATCH_CACHE: usize = 256;
 
 /// How a kernel advances a connected socket's IPv4 identification counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,35 +92,97 @@ struct Ident {
 /// ICRC patches for a change of IPv4 ID, by InfiniBand length (without ICRC): what a sender
 /// applies for the ID its packet will carry, and what a receiver tries or solves for to
 /// recover the ID a packet carried.
-#[derive(Default)]
 pub(crate) struct IdentPatches {
-    basis: crate::mr::KeyMap<[u32; 16]>,
-    /// The last few lengths' bases, in front of the map: a ping-pong sends and receives two
-    /// lengths over and over, and a compare is cheaper than a hash lookup on every packet.
-    /// Keyed by length + 1 (0: empty), direct-mapped.
-    front: [(usize, [u32; 16]); FRONT],
+    /// The lengths in use, whose patches are found by a compare of four keys: a ping-pong
+    /// sends and receives two lengths over and over, a stream a few, and every packet needs
+    /// one or two patches.
+    keys: [usize; FRONT],
+    front: [Box<Patches>; FRONT],
+    /// The slot the next new length takes.
+    victim: usize,
+    /// Lengths seen before and pushed out of `front`, kept for their return (bounded:
+    /// lengths may be a peer's choice).
+    kept: crate::mr::KeyMap<Box<Patches>>,
 }
 
 /// Slots of [`IdentPatches::front`].
 const FRONT: usize = 4;
 
-impl IdentPatches {
-    /// How each ID bit changes the ICRC of a packet with `ib_len` bytes before its ICRC
-    /// ([`softrdma_wire::icrc::ipv4_ident_basis`]), cached. Lengths may be a peer's choice,
-    /// so the cache is bounded.
-    pub(crate) fn basis(&mut self, ib_len: usize) -> &[u32; 16] {
-        let slot = (ib_len ^ ib_len >> 2) % FRONT;
-        if self.front[slot].0 != ib_len + 1 {
-            if self.basis.len() >= BASIS_CACHE {
-                self.basis.clear();
-            }
-            let b = *self
-                .basis
-                .entry(ib_len as u32)
-                .or_insert_with(|| softrdma_wire::icrc::ipv4_ident_basis(ib_len));
-            self.front[slot] = (ib_len + 1, b);
+impl Default for IdentPatches {
+    fn default() -> Self {
+        Self {
+            keys: [usize::MAX; FRONT],
+            front: std::array::from_fn(|_| Box::new(Patches::empty())),
+            victim: 0,
+            kept: Default::default(),
         }
-        &self.front[slot].1
+    }
+}
+
+/// One length's ID basis, and the patch for every value of each ID byte: two table reads per
+/// patch instead of sixteen masked XORs.
+pub(crate) struct Patches {
+    /// What each ID bit changes ([`softrdma_wire::icrc::ipv4_ident_basis`]).
+    pub(crate) basis: [u32; 16],
+    lo: [u32; 256],
+    hi: [u32; 256],
+}
+
+impl Patches {
+    fn empty() -> Self {
+        Self {
+            basis: [0; 16],
+            lo: [0; 256],
+            hi: [0; 256],
+        }
+    }
+
+    /// The patches for packets of `ib_len` bytes before the ICRC.
+    fn new(ib_len: usize) -> Self {
+        let basis = softrdma_wire::icrc::ipv4_ident_basis(ib_len);
+        let mut p = Self {
+            basis,
+            ..Self::empty()
+        };
+        // Each entry is the one without its lowest set bit, plus that bit's vector.
+        for b in 1..256usize {
+            let low = b.trailing_zeros() as usize;
+            p.lo[b] = p.lo[b & (b - 1)] ^ basis[low];
+            p.hi[b] = p.hi[b & (b - 1)] ^ basis[8 + low];
+        }
+        p
+    }
+
+    /// The ICRC change for the ID bits in `diff`.
+    pub(crate) fn apply(&self, diff: u16) -> u32 {
+        self.lo[usize::from(diff & 0xFF)] ^ self.hi[usize::from(diff >> 8)]
+    }
+}
+
+impl IdentPatches {
+    /// The patches for a packet with `ib_len` bytes before its ICRC.
+    pub(crate) fn patches(&mut self, ib_len: usize) -> &Patches {
+        let slot = match self.keys.iter().position(|&k| k == ib_len) {
+            Some(slot) => slot,
+            None => {
+                let slot = self.victim;
+                self.victim = (slot + 1) % FRONT;
+                let p = self
+                    .kept
+                    .remove(&(ib_len as u32))
+                    .unwrap_or_else(|| Box::new(Patches::new(ib_len)));
+                let old = std::mem::replace(&mut self.front[slot], p);
+                let old_key = std::mem::replace(&mut self.keys[slot], ib_len);
+                if old_key != usize::MAX {
+                    if self.kept.len() >= PATCH_CACHE {
+                        self.kept.clear();
+                    }
+                    self.kept.insert(old_key as u32, old);
+                }
+                slot
+            }
+        };
+        &self.front[slot]
     }
 
     /// The XOR that takes the ICRC of a packet with `ib_len` bytes before its ICRC from one
@@ -129,15 +191,8 @@ impl IdentPatches {
         if from == to {
             return 0;
         }
-        apply(self.basis(ib_len), from ^ to)
+        self.patches(ib_len).apply(from ^ to)
     }
-}
-
-/// The ICRC change for the ID bits in `diff`, given a length's basis.
-pub(crate) fn apply(basis: &[u32; 16], diff: u16) -> u32 {
-    (0..16).fold(0, |acc, i| {
-        acc ^ (basis[i] & 0u32.wrapping_sub(u32::from(diff >> i & 1)))
-    })
 }
 
 /// A connected socket, shared by the threads that send to its destination.
@@ -431,6 +486,25 @@ mod tests {
                 at(to),
                 "{from} -> {to}"
             );
+        }
+    }
+
+    /// The byte tables give, for every ID change, the XOR of the basis vectors of its bits,
+    /// also after a slot was taken by another length and taken back.
+    #[test]
+    fn table_patches_equal_the_basis_sum_for_every_id() {
+        let mut id = IdentPatches::default();
+        // Six lengths through four slots: some are pushed out and come back.
+        for len in [36usize, 52, 36, 4124, 16, 20, 24, 36, 52] {
+            let basis = softrdma_wire::icrc::ipv4_ident_basis(len);
+            let p = id.patches(len);
+            assert_eq!(p.basis, basis);
+            for d in 0..=u16::MAX {
+                let sum = (0..16)
+                    .filter(|i| d >> i & 1 == 1)
+                    .fold(0, |acc, i| acc ^ basis[i]);
+                assert_eq!(p.apply(d), sum, "length {len}, ID change {d:#06x}");
+            }
         }
     }
 
