@@ -923,7 +923,7 @@ fn print_table(figs: &[Figure], pin: &Pin, seconds: u64, paired: &Paired) {
             .and_then(|f| f.value)
     };
     println!();
-    println!("Goals (each ratio the median of {PAIRS} back-to-back pairs, listed):");
+    println!("Goals (the two ratios: the median of {PAIRS} back-to-back pairs, each listed):");
     let verdict = |ok: bool| if ok { "met" } else { "missed" };
     match median_of(&paired.lat) {
         Some((m, list)) => println!(
