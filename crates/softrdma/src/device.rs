@@ -878,24 +878,6 @@ impl std::fmt::Debug for Context {
     }
 }
 
-pub(crate) fn set_int_opt(fd: i32, level: i32, name: i32, value: i32) -> std::io::Result<()> {
-    // SAFETY: a valid socket descriptor and a pointer to an int that outlives the call.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&value as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
 impl Context {
     /// Opens the device named `name` bound to `addr`, with path MTU `mtu`.
     pub fn open_addr(name: &str, addr: IpAddr, mtu: Mtu) -> Result<Self> {
@@ -945,14 +927,14 @@ impl Context {
         // This socket only receives (the sending side is `tx`).
         if addr.is_ipv6() {
             // rxe sends IPv6 UDP with checksum 0, which Linux drops unless told not to.
-            set_int_opt(fd, libc::IPPROTO_UDP, 102 /* UDP_NO_CHECK6_RX */, 1)
+            crate::sys::set_int_opt(fd, libc::IPPROTO_UDP, 102 /* UDP_NO_CHECK6_RX */, 1)
                 .map_err(Error::io("ibv_open_device: setsockopt"))?;
         }
         // A deep receive buffer: a burst of a whole send window must not overflow the queue.
         // SO_RCVBUFFORCE passes net.core.rmem_max when the process may (CAP_NET_ADMIN);
         // otherwise the kernel caps the plain request at that limit.
-        if set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 16 << 20).is_err() {
-            let _ = set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 16 << 20);
+        if crate::sys::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 16 << 20).is_err() {
+            let _ = crate::sys::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 16 << 20);
         }
         if std::env::var_os("SOFTRDMA_NO_GSO").is_none() {
             crate::sys::enable_gro(fd);

@@ -29,19 +29,28 @@ fn gso_everywhere() -> bool {
     *ALWAYS.get_or_init(|| std::env::var("SOFTRDMA_GSO").is_ok_and(|v| v == "always"))
 }
 
-/// Asks the kernel to coalesce received segments (`UDP_GRO`); false if it cannot.
-pub fn enable_gro(fd: RawFd) -> bool {
-    let one: i32 = 1;
-    // SAFETY: a valid descriptor and a pointer to an int that outlives the call.
-    unsafe {
+/// Sets an `int` socket option.
+pub(crate) fn set_int_opt(fd: RawFd, level: i32, name: i32, value: i32) -> std::io::Result<()> {
+    // SAFETY: a valid socket descriptor and a pointer to an int that outlives the call.
+    let r = unsafe {
         libc::setsockopt(
             fd,
-            SOL_UDP,
-            UDP_GRO,
-            (&one as *const i32).cast(),
+            level,
+            name,
+            (&value as *const i32).cast(),
             std::mem::size_of::<i32>() as libc::socklen_t,
-        ) == 0
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
+}
+
+/// Asks the kernel to coalesce received segments (`UDP_GRO`); false if it cannot.
+pub fn enable_gro(fd: RawFd) -> bool {
+    set_int_opt(fd, SOL_UDP, UDP_GRO, 1).is_ok()
 }
 
 fn to_storage(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
@@ -725,7 +734,7 @@ mod tests {
                 tx.plain_fd()
             }
         };
-        crate::device::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, 1 << 8).unwrap();
+        set_int_opt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, 1 << 8).unwrap();
         let gso = std::sync::atomic::AtomicBool::new(true);
         let mut b = SendBatch::default();
         let mut checked = 0;

@@ -423,13 +423,13 @@ fn new_socket(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
     // DF on every packet: an unconnected socket then sends IP ID 0, and no packet is ever
     // fragmented (RoCE has no reassembly).
     match addr {
-        SocketAddr::V4(_) => crate::device::set_int_opt(
+        SocketAddr::V4(_) => crate::sys::set_int_opt(
             fd,
             libc::IPPROTO_IP,
             libc::IP_MTU_DISCOVER,
             libc::IP_PMTUDISC_DO,
         )?,
-        SocketAddr::V6(_) => crate::device::set_int_opt(
+        SocketAddr::V6(_) => crate::sys::set_int_opt(
             fd,
             libc::IPPROTO_IPV6,
             libc::IPV6_MTU_DISCOVER,
@@ -439,7 +439,7 @@ fn new_socket(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
     // A burst of a whole send window must not find the buffer full. SO_SNDBUFFORCE passes
     // net.core.wmem_max when the process may (CAP_NET_ADMIN); otherwise the kernel caps the
     // plain request at that limit.
-    if crate::device::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 16 << 20).is_err() {
+    if crate::sys::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 16 << 20).is_err() {
         let _ = sock.set_send_buffer_size(16 << 20);
     }
     sock.bind(&addr.into())?;
