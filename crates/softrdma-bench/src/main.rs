@@ -79,7 +79,7 @@ struct Turn {
     size: usize,
     /// Send and receive as softrdma's device does: both sides connected (softrdma learns the
     /// IPv4 IDs a connected socket numbers its packets with, and patches its ICRCs for them),
-    /// receiving with UDP_GRO through `recvmmsg` with the sender's address and the GRO
+    /// receiving with UDP_GRO through `recvmsg` with the sender's address and the GRO
     /// control message (which a RoCE receiver needs: the address for the ICRC, the segment
     /// size to split what GRO joined).
     #[arg(long)]
@@ -199,34 +199,20 @@ fn spin_recv(s: &UdpSocket, buf: &mut [u8]) -> Result<(usize, SocketAddr), Strin
     }
 }
 
-/// [`spin_recv`] the way softrdma's device receives: one-message `recvmmsg` with room for
+/// [`spin_recv`] the way softrdma's device receives one datagram: `recvmsg` with room for
 /// the sender's address and a UDP_GRO control message.
 fn spin_recv_roce(s: &UdpSocket, buf: &mut [u8]) -> Result<(usize, SocketAddr), String> {
-    use nix::sys::socket::{MultiHeaders, SockaddrStorage};
-    thread_local! {
-        // Allocated once: the floor should cost the system call and little else.
-        static HEADERS: std::cell::RefCell<MultiHeaders<SockaddrStorage>> = std::cell::RefCell::new(
-            MultiHeaders::preallocate(1, Some(nix::cmsg_space!(i32))),
-        );
-    }
-    HEADERS.with(|h| spin_recv_with(s, buf, &mut h.borrow_mut()))
-}
-
-fn spin_recv_with(
-    s: &UdpSocket,
-    buf: &mut [u8],
-    headers: &mut nix::sys::socket::MultiHeaders<nix::sys::socket::SockaddrStorage>,
-) -> Result<(usize, SocketAddr), String> {
-    use nix::sys::socket::recvmmsg;
+    use nix::sys::socket::{SockaddrStorage, recvmsg};
     let deadline = Instant::now() + QUIET;
     let fd = std::os::fd::AsRawFd::as_raw_fd(s);
+    // On the stack and reused: the floor should cost the system call and little else.
+    let mut cmsg = nix::cmsg_space!(i32);
     loop {
         let mut iov = [std::io::IoSliceMut::new(&mut buf[..])];
-        let mut slices = [&mut iov];
-        let got = recvmmsg(fd, headers, &mut slices, MsgFlags::MSG_DONTWAIT, None)
-            .map(|mut r| r.next().map(|m| (m.bytes, m.address)));
+        let got = recvmsg::<SockaddrStorage>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_DONTWAIT)
+            .map(|m| (m.bytes, m.address));
         match got {
-            Ok(Some((n, Some(from)))) => {
+            Ok((n, Some(from))) => {
                 let from = from
                     .as_sockaddr_in()
                     .map(|a| SocketAddr::from(std::net::SocketAddrV4::from(*a)))
@@ -234,7 +220,7 @@ fn spin_recv_with(
                         from.as_sockaddr_in6()
                             .map(|a| SocketAddr::from(std::net::SocketAddrV6::from(*a)))
                     })
-                    .ok_or("recvmmsg: not an IP address")?;
+                    .ok_or("recvmsg: not an IP address")?;
                 return Ok((n, from));
             }
             Ok(_) | Err(nix::errno::Errno::EAGAIN) => {
@@ -243,7 +229,7 @@ fn spin_recv_with(
                 }
                 std::hint::spin_loop();
             }
-            Err(e) => return Err(format!("recvmmsg: {e}")),
+            Err(e) => return Err(format!("recvmsg: {e}")),
         }
     }
 }
@@ -610,7 +596,7 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
         pingpong(24001, &[]),
     );
     add(
-        "UDP ping-pong as softrdma's device sends and receives (connected, recvmmsg with address and GRO), 40 B: the UC floor",
+        "UDP ping-pong as softrdma's device sends and receives (connected, recvmsg with address and GRO), 40 B: the UC floor",
         Kind::Lat,
         pingpong(24005, &["--roce", "--size", "40"]),
     );
