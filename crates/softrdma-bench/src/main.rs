@@ -5,7 +5,9 @@
 //! CPU 1 where there are two), bounds each run in time, skips peers that are not installed
 //! (saying so), and prints a markdown table. The raw-UDP baselines are subcommands of this
 //! binary itself: a busy-poll ping-pong and a GSO+GRO blaster with 4096-byte segments, the
-//! best a user-space UDP transport can do on this kernel.
+//! best a user-space UDP transport can do on this kernel. Each also runs as a RoCE endpoint
+//! must at the least (the address and segment size on receive, the ACK segment, the CRC over
+//! every segment): the floors under softrdma's own figures.
 
 use clap::{Parser, Subcommand};
 use nix::sys::socket::{ControlMessage, MsgFlags, setsockopt, sockopt};
@@ -59,6 +61,11 @@ enum Cmd {
     UdpBlastRecv {
         #[arg(long)]
         addr: SocketAddr,
+        /// Receive as a RoCE receiver must at the least: with the sender's address and the
+        /// GRO segment size, checking each segment's trailing CRC-32 and copying its payload
+        /// into a 1 MiB region (a socket cannot place it there by itself).
+        #[arg(long)]
+        roce: bool,
     },
     /// GSO+GRO blaster, sending side: 4096-byte segments, 15 per system call.
     UdpBlastSend {
@@ -68,6 +75,11 @@ enum Cmd {
         peer: SocketAddr,
         #[arg(long)]
         seconds: u64,
+        /// Send as a RoCE sender must at the least: each 4096-byte payload taken in place
+        /// from a 1 MiB region, behind a 12-byte header and followed by a CRC-32 of both (the
+        /// ICRC's share of the work), as header / region / CRC pieces of one GSO send.
+        #[arg(long)]
+        roce: bool,
     },
 }
 
@@ -151,6 +163,10 @@ const ACK_LEN: usize = 20;
 /// A silent peer ends a baseline run instead of hanging it.
 const QUIET: Duration = Duration::from_secs(2);
 const SEG: usize = 4096;
+/// The region a RoCE-like blaster sends from and receives into.
+const REGION: usize = 1 << 20;
+/// A RoCE-like blaster's header per segment (a BTH's length).
+const HDR: usize = 12;
 
 fn main() -> std::process::ExitCode {
     let r = match Cli::parse().cmd {
@@ -162,12 +178,13 @@ fn main() -> std::process::ExitCode {
             iters,
             how,
         } => udp_pingpong_client(addr, peer, iters, how),
-        Cmd::UdpBlastRecv { addr } => udp_blast_recv(addr),
+        Cmd::UdpBlastRecv { addr, roce } => udp_blast_recv(addr, roce),
         Cmd::UdpBlastSend {
             addr,
             peer,
             seconds,
-        } => udp_blast_send(addr, peer, seconds),
+            roce,
+        } => udp_blast_send(addr, peer, seconds, roce),
     };
     match r {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -278,7 +295,7 @@ fn udp_pingpong_client(
     Ok(())
 }
 
-fn udp_blast_recv(addr: SocketAddr) -> Result<(), String> {
+fn udp_blast_recv(addr: SocketAddr, roce: bool) -> Result<(), String> {
     let s = UdpSocket::bind(addr).map_err(io("bind"))?;
     setsockopt(&s, sockopt::UdpGroSegment, &true).map_err(|e| format!("UDP_GRO: {e}"))?;
     // As root the buffer may exceed rmem_max; otherwise the kernel caps it.
@@ -287,10 +304,22 @@ fn udp_blast_recv(addr: SocketAddr) -> Result<(), String> {
     s.set_read_timeout(Some(QUIET)).map_err(io("timeout"))?;
     println!("ready");
     let mut buf = vec![0u8; 65536];
+    let mut region = vec![0u8; REGION];
+    let mut at = 0;
     let (mut first, mut last, mut bytes) = (None, Instant::now(), 0u64);
     loop {
-        let n = match s.recv(&mut buf) {
-            Ok(n) => n,
+        let got = if roce {
+            recv_roce(&s, &mut buf).map(|(n, seg)| {
+                if n > 1 {
+                    check_and_place(&buf[..n], seg, &mut region, &mut at)?;
+                }
+                Ok::<usize, String>(n)
+            })
+        } else {
+            s.recv(&mut buf).map(Ok)
+        };
+        let n = match got {
+            Ok(r) => r?,
             Err(e) if first.is_some() && e.kind() == std::io::ErrorKind::WouldBlock => break,
             Err(e) => return Err(format!("recv: {e}")),
         };
@@ -317,16 +346,99 @@ fn udp_blast_recv(addr: SocketAddr) -> Result<(), String> {
     Ok(())
 }
 
-fn udp_blast_send(addr: SocketAddr, peer: SocketAddr, seconds: u64) -> Result<(), String> {
+/// One GSO batch the way softrdma's device receives it: `recvmsg` with the sender's
+/// address and the UDP_GRO segment size. Returns (bytes, segment size; 0 if not joined).
+fn recv_roce(s: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, usize)> {
+    use nix::sys::socket::{ControlMessageOwned, SockaddrStorage, recvmsg};
+    let mut cmsg = nix::cmsg_space!(i32);
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let m = recvmsg::<SockaddrStorage>(
+        std::os::fd::AsRawFd::as_raw_fd(s),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::empty(),
+    )
+    .map_err(std::io::Error::from)?;
+    let mut seg = 0;
+    for c in m.cmsgs().map_err(std::io::Error::from)? {
+        if let ControlMessageOwned::UdpGroSegments(n) = c {
+            seg = n.max(0) as usize;
+        }
+    }
+    Ok((m.bytes, seg))
+}
+
+/// Checks each segment's trailing CRC-32 (over header and payload) and copies its payload
+/// into `region` at `at`, wrapping around: what a RoCE receiver does at the least.
+fn check_and_place(
+    data: &[u8],
+    seg: usize,
+    region: &mut [u8],
+    at: &mut usize,
+) -> Result<(), String> {
+    let seg = if seg == 0 { data.len() } else { seg };
+    for p in data.chunks(seg) {
+        let Some(body_len) = p.len().checked_sub(4).filter(|n| *n >= HDR) else {
+            return Err(format!("a {}-byte segment is too short", p.len()));
+        };
+        let (body, crc) = p.split_at(body_len);
+        if crc32fast::hash(body).to_le_bytes() != crc {
+            return Err("a segment's CRC-32 is wrong".into());
+        }
+        let payload = &body[HDR..];
+        let n = payload.len().min(region.len() - *at);
+        region[*at..*at + n].copy_from_slice(&payload[..n]);
+        *at = (*at + n) % region.len();
+    }
+    Ok(())
+}
+
+fn udp_blast_send(
+    addr: SocketAddr,
+    peer: SocketAddr,
+    seconds: u64,
+    roce: bool,
+) -> Result<(), String> {
     let s = UdpSocket::bind(addr).map_err(io("bind"))?;
     s.connect(peer).map_err(io("connect"))?;
     let buf = vec![0x5au8; SEG * 15];
-    let seg: u16 = SEG as u16;
+    let region: Vec<u8> = (0..REGION).map(|i| i as u8).collect();
+    let mut at = 0;
+    let mut heads = [[0u8; HDR]; 15];
+    let mut crcs = [[0u8; 4]; 15];
+    let seg: u16 = if roce {
+        (HDR + SEG + 4) as u16
+    } else {
+        SEG as u16
+    };
     let end = Instant::now() + Duration::from_secs(seconds);
     while Instant::now() < end {
+        let mut pieces = [IoSlice::new(&[]); 45];
+        let pieces: &[IoSlice] = if roce {
+            let start = at;
+            for k in 0..15 {
+                let payload = &region[at..at + SEG];
+                at = (at + SEG) % REGION;
+                heads[k][..8].copy_from_slice(&(at as u64).to_be_bytes());
+                let mut h = crc32fast::Hasher::new();
+                h.update(&heads[k]);
+                h.update(payload);
+                crcs[k] = h.finalize().to_le_bytes();
+            }
+            for k in 0..15 {
+                let payload = &region[(start + k * SEG) % REGION..][..SEG];
+                pieces[3 * k] = IoSlice::new(&heads[k]);
+                pieces[3 * k + 1] = IoSlice::new(payload);
+                pieces[3 * k + 2] = IoSlice::new(&crcs[k]);
+            }
+            &pieces
+        } else {
+            pieces[0] = IoSlice::new(&buf);
+            &pieces[..1]
+        };
         let r = nix::sys::socket::sendmsg::<()>(
             std::os::fd::AsRawFd::as_raw_fd(&s),
-            &[IoSlice::new(&buf)],
+            pieces,
             &[ControlMessage::UdpGsoSegments(&seg)],
             MsgFlags::empty(),
             None,
@@ -606,33 +718,37 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
         pingpong(24007, &["--roce", "--ack", "--size", "40"]),
     );
     let secs = seconds.to_string();
-    let blast = || {
+    let blast_as = |extra: &[&str]| {
+        let mut recv = vec![me.as_str(), "udp-blast-recv", "--addr", "127.0.0.1:24003"];
+        let mut send = vec![
+            me.as_str(),
+            "udp-blast-send",
+            "--addr",
+            "127.0.0.1:24004",
+            "--peer",
+            "127.0.0.1:24003",
+            "--seconds",
+            &secs,
+        ];
+        recv.extend(extra);
+        send.extend(extra);
         pair(
             &pin,
-            (
-                &args(&[&me, "udp-blast-recv", "--addr", "127.0.0.1:24003"]),
-                &[],
-            ),
-            (
-                &args(&[
-                    &me,
-                    "udp-blast-send",
-                    "--addr",
-                    "127.0.0.1:24004",
-                    "--peer",
-                    "127.0.0.1:24003",
-                    "--seconds",
-                    &secs,
-                ]),
-                &[],
-            ),
+            (&args(&recv), &[]),
+            (&args(&send), &[]),
             Ready::Line("ready"),
             limit,
         )
         .and_then(|(s, _)| last_json(&s))
         .and_then(|v| v["bytes_per_sec"].as_f64().ok_or("no rate".into()))
     };
+    let blast = || blast_as(&[]);
     add("raw UDP GSO+GRO, 4096-byte segments", Kind::Bw, blast());
+    add(
+        "the same with what a RoCE endpoint cannot skip (a CRC-32 over each 4112-byte segment at both ends, payload sent from and copied into a 1 MiB region): the bandwidth floor",
+        Kind::Bw,
+        blast_as(&["--roce"]),
+    );
 
     // softrdma perf.
     let perf = |test: &str, extra: &[&str], port: u16| -> Result<Value, String> {
@@ -938,6 +1054,15 @@ fn print_table(figs: &[Figure], pin: &Pin, seconds: u64, paired: &Paired) {
         println!(
             "- (for reference) RC write-lat against the RC floor of this run: {:.2}×",
             l / f
+        );
+    }
+    if let (Some(w), Some(f)) = (
+        get("softrdma write-bw 1 MiB"),
+        get("the same with what a RoCE endpoint"),
+    ) {
+        println!(
+            "- (for reference) write-bw 1 MiB against the bandwidth floor of this run: {:.2}×",
+            w / f
         );
     }
     if let Some(r) = get("softrdma write-bw 8 B") {
