@@ -168,6 +168,23 @@ pub trait Memory: Send + Sync {
     /// Performs `op` on the 8-byte value at `addr` (remote atomic access) and returns the
     /// original value.
     fn atomic(&self, pd: Pd, key: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError>;
+    /// Shows the `len` bytes at `addr` to `visit` where they lie, so that a packet can carry
+    /// them without a copy (a zero-copy send). `Ok(true)`: `visit` saw them, in order and in
+    /// one or more pieces, and the sender will take them from the region when it sends (the
+    /// engine's `Transmit` names them in its `lent`). `Ok(false)`: this memory does not lend
+    /// this range, `visit` was not called, and the engine copies it with [`Memory::read`].
+    /// The checks are those of `read`. The default lends nothing.
+    fn lend(
+        &self,
+        _pd: Pd,
+        _key: u32,
+        _addr: u64,
+        _len: u64,
+        _access: Access,
+        _visit: &mut dyn FnMut(&[u8]),
+    ) -> Result<bool, MemError> {
+        Ok(false)
+    }
 }
 
 #[derive(Debug)]
@@ -185,6 +202,9 @@ struct Region {
 pub struct SimMemory {
     regions: Mutex<Vec<Region>>,
     key_salt: u32,
+    /// Whether [`Memory::lend`] lends (off by default: a test that looks at the engine's
+    /// packets then finds every payload in the buffer).
+    lends: std::sync::atomic::AtomicBool,
 }
 
 impl SimMemory {
@@ -194,7 +214,28 @@ impl SimMemory {
         Self {
             regions: Mutex::new(Vec::new()),
             key_salt: salt & 0xFF,
+            lends: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Makes [`Memory::lend`] lend every range it checks (as the soft device's owned regions
+    /// do), so that the engine sends payloads of [`LEND_MIN_BYTES`](crate::LEND_MIN_BYTES)
+    /// and more as [`Lent`](crate::Lent) ranges; take their bytes with
+    /// [`SimMemory::lent_bytes`].
+    pub fn set_lending(&self, on: bool) {
+        self.lends.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The bytes of a lent payload, as the sender takes them when it sends: no PD or access
+    /// check (the engine made them when it lent the range), only that the range is still in
+    /// a region. `None` if it is not (the region went away in between).
+    pub fn lent_bytes(&self, lent: &crate::Lent) -> Option<Vec<u8>> {
+        let r = self.lock();
+        let reg = r.iter().find(|r| r.key == lent.key)?;
+        let off = usize::try_from(lent.addr.checked_sub(reg.addr)?).ok()?;
+        reg.data
+            .get(off..off + lent.len as usize)
+            .map(<[u8]>::to_vec)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Region>> {
@@ -285,6 +326,22 @@ impl SimMemory {
 }
 
 impl Memory for SimMemory {
+    fn lend(
+        &self,
+        pd: Pd,
+        key: u32,
+        addr: u64,
+        len: u64,
+        access: Access,
+        visit: &mut dyn FnMut(&[u8]),
+    ) -> Result<bool, MemError> {
+        if !self.lends.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(false);
+        }
+        self.with(pd, key, addr, len, access, |m| visit(m))?;
+        Ok(true)
+    }
+
     fn check(&self, pd: Pd, key: u32, addr: u64, len: u64, access: Access) -> Result<(), MemError> {
         self.with(pd, key, addr, len, access, |_| ())
     }

@@ -101,6 +101,10 @@ pub struct SimStats {
     pub malformed_drops: u64,
     /// Packets for an address or QPN nobody has.
     pub unroutable: u64,
+    /// Packets sent with a lent payload (taken from the sender's memory as it sent).
+    pub lent: u64,
+    /// Packets not sent because their lent payload's region went away first.
+    pub lent_gone: u64,
     /// Packets lost to the partition.
     pub partitioned: u64,
     /// Timer expiries handled.
@@ -216,7 +220,21 @@ impl Sim {
         for ep in 0..self.endpoints.len() {
             for q in 0..self.endpoints[ep].qps.len() {
                 while let Some(t) = self.endpoints[ep].qps[q].poll_transmit(now, &mut self.buf) {
-                    let bytes = self.buf[..t.len].to_vec();
+                    let bytes = match &t.lent {
+                        None => self.buf[..t.len].to_vec(),
+                        // The sender takes a lent payload from the region as it sends.
+                        Some(l) => match self.endpoints[ep].mem.lent_bytes(l) {
+                            Some(payload) => {
+                                self.stats.lent += 1;
+                                let at = usize::from(l.at);
+                                [&self.buf[..at], &payload, &self.buf[at..t.len]].concat()
+                            }
+                            None => {
+                                self.stats.lent_gone += 1;
+                                continue;
+                            }
+                        },
+                    };
                     self.send(ep, t.src, t.dst, t.src_port, bytes);
                 }
             }

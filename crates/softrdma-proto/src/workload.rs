@@ -223,6 +223,9 @@ pub fn run_workload(cfg: &WorkloadConfig) -> Result<WorkloadReport, SimError> {
     let region = layout.per_pair * u64::from(cfg.qps.max(1));
     let mem_a = Arc::new(SimMemory::new(0xA));
     let mem_b = Arc::new(SimMemory::new(0xB));
+    // A lends its payloads (zero-copy sends, as the soft device's owned regions), B copies
+    // them: every run takes both paths, in both directions (A's READ responses are lent).
+    mem_a.set_lending(true);
     let key_a = mem_a.register(Pd(1), 0, region as usize, all);
     let key_b = mem_b.register(Pd(1), 0, region as usize, all);
 

@@ -158,6 +158,12 @@ fn prefix_crc(
 /// The ICRC from the CRC of the part before the BTH and the InfiniBand part `ib` (at least a
 /// BTH long): the BTH masked, then the rest.
 fn finish(prefix: u32, ib: &[u8]) -> u32 {
+    begin(prefix, ib).finalize()
+}
+
+/// The CRC so far from the CRC of the part before the BTH and `ib` (at least a BTH long):
+/// the BTH masked, then the rest.
+fn begin(prefix: u32, ib: &[u8]) -> crc32fast::Hasher {
     let mut bth = [0u8; bth_field::LEN];
     bth.copy_from_slice(&ib[..bth_field::LEN]);
     bth[bth_field::RESV8] = 0xFF;
@@ -165,7 +171,7 @@ fn finish(prefix: u32, ib: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new_with_initial(prefix);
     h.update(&bth);
     h.update(&ib[bth_field::LEN..]);
-    h.finalize()
+    h
 }
 
 /// [`compute_for`] with the CRC of each packet's fixed part remembered: the 36 (IPv4) or 56
@@ -207,7 +213,39 @@ impl IcrcPrefixes {
         ib: &[u8],
     ) -> Result<u32> {
         Error::check_len(Layer::Bth, bth_field::LEN, ib.len())?;
-        let ib_len = ib.len();
+        let prefix = self.prefix(src, dst, src_port, ib.len())?;
+        Ok(finish(prefix, ib))
+    }
+
+    /// [`IcrcPrefixes::compute_for`] of a packet whose InfiniBand part is not in one piece:
+    /// `head` (at least the BTH), then `rest_len` more bytes that `rest` feeds to the CRC in
+    /// order. A sender that leaves the payload where it lies (a zero-copy send) checksums
+    /// it there. Returns the ICRC and what `rest` returned; the ICRC is right only if `rest`
+    /// fed exactly `rest_len` bytes.
+    pub fn compute_for_parts<R>(
+        &mut self,
+        src: core::net::IpAddr,
+        dst: core::net::IpAddr,
+        src_port: u16,
+        head: &[u8],
+        rest_len: usize,
+        rest: impl FnOnce(&mut RunningCrc) -> R,
+    ) -> Result<(u32, R)> {
+        Error::check_len(Layer::Bth, bth_field::LEN, head.len())?;
+        let prefix = self.prefix(src, dst, src_port, head.len() + rest_len)?;
+        let mut h = RunningCrc(begin(prefix, head));
+        let r = rest(&mut h);
+        Ok((h.0.finalize(), r))
+    }
+
+    /// The CRC of the part before the BTH, from the cache or computed into it.
+    fn prefix(
+        &mut self,
+        src: core::net::IpAddr,
+        dst: core::net::IpAddr,
+        src_port: u16,
+        ib_len: usize,
+    ) -> Result<u32> {
         let i = (ib_len ^ usize::from(src_port) ^ (ib_len >> 3)) % PREFIX_SLOTS;
         let prefix = match &self.slots[i] {
             Some(s)
@@ -227,7 +265,18 @@ impl IcrcPrefixes {
                 crc
             }
         };
-        Ok(finish(prefix, ib))
+        Ok(prefix)
+    }
+}
+
+/// An ICRC being computed, fed the parts of a packet that [`IcrcPrefixes::compute_for_parts`]
+/// does not hold.
+pub struct RunningCrc(crc32fast::Hasher);
+
+impl RunningCrc {
+    /// Feeds the next `bytes` of the packet.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
     }
 }
 

@@ -145,8 +145,53 @@ pub struct Transmit {
     pub dst: IpAddr,
     /// UDP source port (rxe's function of the two QPNs).
     pub src_port: u16,
-    /// Bytes in the buffer.
+    /// Bytes in the buffer: the whole packet or, when `lent`, all of it but the payload.
     pub len: usize,
+    /// The payload, when it stays in registered memory for the sender to take from there
+    /// (a zero-copy send; see [`Memory::lend`](crate::Memory::lend)).
+    pub lent: Option<Lent>,
+}
+
+impl Transmit {
+    /// The packet's length on the wire (BTH through ICRC).
+    pub fn wire_len(&self) -> usize {
+        self.len + self.lent.map_or(0, |l| l.len as usize)
+    }
+}
+
+/// A payload a packet carries from registered memory instead of from the buffer: the packet
+/// is the buffer's first `at` bytes (the headers), then `len` bytes of region `key` at
+/// `addr`, then the rest of the buffer (the pad and the ICRC, which covers the payload).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Lent {
+    /// The region's key (the L_Key of a send, the R_Key of a READ response).
+    pub key: u32,
+    /// Where the payload starts.
+    pub addr: u64,
+    /// Its length.
+    pub len: u32,
+    /// Where it goes in the packet: after this many bytes of the buffer.
+    pub at: u16,
+}
+
+/// Payloads shorter than this are copied into the packet even where the memory lends them:
+/// a copy of less than a KiB costs less than a lent payload's extra pieces in the system
+/// call and the sender's look-up of its region.
+pub const LEND_MIN_BYTES: usize = 1024;
+
+/// Where a packet's payload comes from.
+pub(crate) enum PayloadSource<'a, F> {
+    /// Written into the packet by the closure.
+    Fill(F),
+    /// One range of registered memory: lent (left in place) if the memory lends it and it is
+    /// at least [`LEND_MIN_BYTES`] long, copied otherwise.
+    Range {
+        mem: &'a dyn crate::Memory,
+        pd: crate::Pd,
+        key: u32,
+        addr: u64,
+        access: crate::Access,
+    },
 }
 
 /// Per-QP counters, the raw material of the device's `hw_counters`.
@@ -751,21 +796,25 @@ pub fn same_ip(a: IpAddr, b: IpAddr) -> bool {
 }
 
 /// Writes one packet into `buf` at `at` (growing `buf` if needed, never shrinking it):
-/// headers from `bth` and `ext`, `payload_len` bytes produced by `fill`, pad, and the ICRC for
-/// the IP and UDP headers Linux would put around it.
+/// headers from `bth` and `ext`, `payload_len` bytes from `source`, pad, and the ICRC for
+/// the IP and UDP headers Linux would put around it. A lent payload is left out of `buf`
+/// (see [`Lent`]); the ICRC covers it all the same.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn emit_packet<E>(
+pub(crate) fn emit_packet<F>(
     buf: &mut Vec<u8>,
     at: usize,
     mut bth: softrdma_wire::BthRepr,
     ext: softrdma_wire::ExtHeaders,
     payload_len: usize,
-    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+    source: PayloadSource<'_, F>,
     src: IpAddr,
     dst: IpAddr,
     src_port: u16,
     icrc: &mut softrdma_wire::icrc::IcrcPrefixes,
-) -> Result<Transmit, E> {
+) -> Result<Transmit, crate::MemError>
+where
+    F: FnOnce(&mut [u8]) -> Result<(), crate::MemError>,
+{
     use softrdma_wire::packet::{ICRC_LEN, pad_for};
     let pad = usize::from(pad_for(payload_len));
     bth.pad_count = pad as u8;
@@ -779,9 +828,54 @@ pub(crate) fn emit_packet<E>(
         "the engine built a bad header: {hdr:?}"
     );
     let hlen = softrdma_wire::Bth::<&[u8]>::LEN + bth.opcode.info().map_or(0, |i| i.headers_len());
+    let (s, d) = icrc_pair(src, dst);
+    if let PayloadSource::Range {
+        mem,
+        pd,
+        key,
+        addr,
+        access,
+    } = source
+        && payload_len >= LEND_MIN_BYTES
+    {
+        let in_buf = hlen + pad + ICRC_LEN;
+        if buf.len() < at + in_buf {
+            buf.resize(at + in_buf, 0);
+        }
+        let pkt = &mut buf[at..at + in_buf];
+        let _ = hdr.emit_headers(payload_len, &mut pkt[..hlen]);
+        let (head, tail) = pkt.split_at_mut(hlen);
+        // The ICRC over the payload where it lies: the one pass over its bytes this side
+        // makes (the kernel's copy into the socket buffer is the other).
+        let (crc, lent) = icrc
+            .compute_for_parts(s, d, src_port, head, payload_len + pad, |r| {
+                let lent = mem.lend(pd, key, addr, payload_len as u64, access, &mut |b| {
+                    r.update(b)
+                });
+                r.update(&[0; 3][..pad]);
+                lent
+            })
+            .unwrap_or((0, Ok(false)));
+        if lent? {
+            tail[..pad].fill(0);
+            tail[pad..].copy_from_slice(&crc.to_le_bytes());
+            return Ok(Transmit {
+                src,
+                dst,
+                src_port,
+                len: in_buf,
+                lent: Some(Lent {
+                    key,
+                    addr,
+                    len: payload_len as u32,
+                    at: hlen as u16,
+                }),
+            });
+        }
+    }
     let total = hlen + payload_len + pad + ICRC_LEN;
-    // Reuse the buffer without zeroing it: the headers are written whole, `fill` overwrites
-    // the payload whole (on a 4 KiB packet zeroing cost as much as the copy), and the pad
+    // Reuse the buffer without zeroing it: the headers are written whole, the payload is
+    // overwritten whole (on a 4 KiB packet zeroing cost as much as the copy), and the pad
     // and ICRC are written below.
     if buf.len() < at + total {
         buf.resize(at + total, 0);
@@ -791,9 +885,18 @@ pub(crate) fn emit_packet<E>(
     // a failure here is a bug (the debug assertion above, and the tests, catch it).
     let _ = hdr.emit_headers(payload_len, &mut pkt[..hlen]);
     pkt[hlen + payload_len..hlen + payload_len + pad].fill(0);
-    fill(&mut pkt[hlen..hlen + payload_len])?;
+    let out = &mut pkt[hlen..hlen + payload_len];
+    match source {
+        PayloadSource::Fill(fill) => fill(out)?,
+        PayloadSource::Range {
+            mem,
+            pd,
+            key,
+            addr,
+            access,
+        } => mem.read(pd, key, addr, out, access)?,
+    }
     let body = total - ICRC_LEN;
-    let (s, d) = icrc_pair(src, dst);
     let crc = icrc.compute_for(s, d, src_port, &pkt[..body]).unwrap_or(0);
     pkt[body..].copy_from_slice(&crc.to_le_bytes());
     Ok(Transmit {
@@ -801,6 +904,7 @@ pub(crate) fn emit_packet<E>(
         dst,
         src_port,
         len: total,
+        lent: None,
     })
 }
 

@@ -137,6 +137,26 @@ impl Requester {
     }
 }
 
+/// The `len` bytes of a send's data at `offset` as one range of memory (its key and first
+/// address), when they lie inside one SGE.
+fn within_one_sge(payload: &Payload, mut offset: u64, len: u64) -> Option<Sge> {
+    let Payload::Sges(sges) = payload else {
+        return None;
+    };
+    for s in sges {
+        let l = u64::from(s.length);
+        if offset < l {
+            return (offset + len <= l).then_some(Sge {
+                addr: s.addr + offset,
+                length: len as u32,
+                lkey: s.lkey,
+            });
+        }
+        offset -= l;
+    }
+    None
+}
+
 /// Reads `out.len()` bytes of a send's data starting at `offset`.
 pub(crate) fn gather(
     mem: &dyn Memory,
@@ -413,13 +433,24 @@ impl QueuePair {
         };
         let (mem, pd) = (&*self.mem, self.cfg.pd);
         let payload = &w.wr.payload;
+        let fill = |out: &mut [u8]| gather(mem, pd, payload, offset, out);
+        let source = match within_one_sge(payload, offset, n as u64) {
+            Some(sge) => PayloadSource::Range {
+                mem,
+                pd,
+                key: sge.lkey,
+                addr: sge.addr,
+                access: Access::LocalRead,
+            },
+            None => PayloadSource::Fill(fill),
+        };
         let result = emit_packet(
             buf,
             at,
             bth,
             ext,
             n,
-            |out| gather(mem, pd, payload, offset, out),
+            source,
             src,
             dst,
             sport,

@@ -792,9 +792,18 @@ impl QueuePair {
             }
         }
         let (mem, pd) = (&*self.mem, self.cfg.pd);
-        let (len, fill_from) = match read {
-            Some((va, rkey, n)) => (n, Some((va, rkey))),
-            None => (0, None),
+        let (len, source) = match read {
+            Some((va, rkey, n)) if n > 0 => (
+                n,
+                PayloadSource::Range {
+                    mem,
+                    pd,
+                    key: rkey,
+                    addr: va,
+                    access: Access::RemoteRead,
+                },
+            ),
+            _ => (0, PayloadSource::Fill(|_: &mut [u8]| Ok(()))),
         };
         let result = emit_packet(
             buf,
@@ -802,12 +811,7 @@ impl QueuePair {
             bth,
             ext,
             len,
-            |out| match fill_from {
-                Some((va, rkey)) if !out.is_empty() => {
-                    mem.read(pd, rkey, va, out, Access::RemoteRead)
-                }
-                _ => Ok(()),
-            },
+            source,
             src,
             dst,
             sport,
