@@ -168,6 +168,11 @@ pub trait Memory: Send + Sync {
     /// Performs `op` on the 8-byte value at `addr` (remote atomic access) and returns the
     /// original value.
     fn atomic(&self, pd: Pd, key: u32, addr: u64, op: AtomicOp) -> Result<u64, MemError>;
+    /// Whether [`Memory::lend`] may lend at all: when not, the engine copies every payload
+    /// without first checksumming headers for a loan that will not come. The default: no.
+    fn lends(&self) -> bool {
+        false
+    }
     /// Shows the `len` bytes at `addr` to `visit` where they lie, so that a packet can carry
     /// them without a copy (a zero-copy send). `Ok(true)`: `visit` saw them, in order and in
     /// one or more pieces, and the sender will take them from the region when it sends (the
@@ -326,6 +331,10 @@ impl SimMemory {
 }
 
 impl Memory for SimMemory {
+    fn lends(&self) -> bool {
+        self.lends.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     fn lend(
         &self,
         pd: Pd,

@@ -238,21 +238,25 @@ impl Device {
                 b.append(&mut d);
                 self.has_deferred.store(false, Ordering::Release);
             }
-            if b.is_empty() {
-                return;
-            }
-            let (sent, failed, calls) = b.flush(&self.tx, &self.gso);
-            // Zeros are not added: each add is a locked instruction, and failures are rare.
-            for (c, n) in [
-                (&self.counters.send_calls, calls),
-                (&self.counters.sent_pkts, sent),
-                (&self.counters.send_errors, failed),
-            ] {
-                if n > 0 {
-                    c.fetch_add(n as u64, Ordering::Relaxed);
-                }
+            if !b.is_empty() {
+                self.send_batch(&mut b);
             }
         });
+    }
+
+    /// Hands `b` to the kernel and counts what went.
+    fn send_batch(&self, b: &mut crate::sys::SendBatch) {
+        let (sent, failed, calls) = b.flush(&self.tx, &self.gso);
+        // Zeros are not added: each add is a locked instruction, and failures are rare.
+        for (c, n) in [
+            (&self.counters.send_calls, calls),
+            (&self.counters.sent_pkts, sent),
+            (&self.counters.send_errors, failed),
+        ] {
+            if n > 0 {
+                c.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Records a packet this device sends, when capturing.
@@ -459,11 +463,19 @@ impl Device {
             // Packets are built in place, at the end of this thread's batch.
             SEND_BATCH.with(|b| {
                 let mut b = b.borrow_mut();
-                while let Some((bytes, dst)) = b.push_with(|buf, at| {
+                while let Some(queued) = b.push_with(&self.mrs, |buf, at| {
                     let t = qp.poll_transmit_at(now, buf, at)?;
-                    Some((t.len, dst_of(t.dst)))
+                    Some((t.len, dst_of(t.dst), t.lent))
                 }) {
-                    self.capture_sent(bytes, dst);
+                    if !queued {
+                        self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    if self.capture.is_some()
+                        && let Some((bytes, dst)) = b.last_packet()
+                    {
+                        self.capture_sent(&bytes, dst);
+                    }
                 }
             });
             return;
@@ -483,7 +495,19 @@ impl Device {
     ) {
         while let Some(t) = qp.poll_transmit(now, buf) {
             let dst = dst_of(t.dst);
-            let mut bytes = buf[..t.len].to_vec();
+            let mut bytes = match &t.lent {
+                None => buf[..t.len].to_vec(),
+                Some(l) => match self.mrs.lent_bytes(l) {
+                    Some(payload) => {
+                        let at = usize::from(l.at);
+                        [&buf[..at], &payload, &buf[at..t.len]].concat()
+                    }
+                    None => {
+                        self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                },
+            };
             for delay in f.apply(&mut bytes) {
                 if delay.is_zero() {
                     self.send(&bytes, dst);
@@ -831,10 +855,15 @@ pub struct DeviceOptions {
     pub faults: Option<crate::wrap::Faults>,
     /// A pcap file for every packet sent and received.
     pub pcap: Option<String>,
+    /// Zero-copy sends: payloads of a KiB and more leave straight from owned regions (the
+    /// kernel copies them from there) instead of through a copy in the send batch. Off by
+    /// default: on loopback here the kernel's copy from the region measured 2.2x slower
+    /// per byte than from the batch, which cost more than the copy saved.
+    pub zero_copy: bool,
 }
 
 impl DeviceOptions {
-    /// The options `SOFTRDMA_FAULTS` and `SOFTRDMA_PCAP` ask for.
+    /// The options `SOFTRDMA_FAULTS`, `SOFTRDMA_PCAP` and `SOFTRDMA_ZERO_COPY=1` ask for.
     pub fn from_env() -> Result<Self> {
         Ok(Self {
             faults: match std::env::var("SOFTRDMA_FAULTS") {
@@ -842,6 +871,7 @@ impl DeviceOptions {
                 Err(_) => None,
             },
             pcap: std::env::var("SOFTRDMA_PCAP").ok(),
+            zero_copy: std::env::var("SOFTRDMA_ZERO_COPY").is_ok_and(|v| v == "1"),
         })
     }
 }
@@ -965,7 +995,7 @@ impl Context {
             mtu,
             socket,
             tx,
-            mrs: Arc::new(MrTable::default()),
+            mrs: Arc::new(MrTable::new(opts.zero_copy)),
             qps: RwLock::new(crate::mr::KeyMap::default()),
             qps_gen: AtomicU64::new(0),
             next_pd: AtomicU32::new(1),

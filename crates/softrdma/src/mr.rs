@@ -46,6 +46,22 @@ impl MrInner {
         let off = addr.checked_sub(self.addr)?;
         (off.checked_add(len)? <= self.len).then_some((self.addr + off) as *mut u8)
     }
+
+    /// Whether the region owns its buffer, which a reference to it therefore keeps alive:
+    /// only such a region lends its bytes to a send (see [`MrTable::lendable`]).
+    fn owns_buffer(&self) -> bool {
+        matches!(self.storage, Storage::Owned(_))
+    }
+
+    /// The lent payload `addr..addr + len` of this owned region, as a pointer valid while
+    /// `self` lives; `None` if the range is not inside it or the region does not own its
+    /// buffer.
+    pub fn lent_ptr(&self, addr: u64, len: u64) -> Option<*const u8> {
+        if !self.owns_buffer() {
+            return None;
+        }
+        self.range(addr, len).map(|p| p as *const u8)
+    }
 }
 
 /// Hashes a key that is already random (an L_Key/R_Key or a QPN, which the device draws at
@@ -77,9 +93,19 @@ pub(crate) type KeyMap<V> = HashMap<u32, V, std::hash::BuildHasherDefault<KeyHas
 #[derive(Default)]
 pub(crate) struct MrTable {
     regions: RwLock<KeyMap<Arc<MrInner>>>,
+    /// Whether owned regions lend their bytes to sends (zero-copy sends).
+    lends: bool,
 }
 
 impl MrTable {
+    /// An empty table; `lends`: see [`MrTable::lendable`].
+    pub fn new(lends: bool) -> Self {
+        Self {
+            regions: RwLock::default(),
+            lends,
+        }
+    }
+
     fn fresh_key(map: &KeyMap<Arc<MrInner>>) -> u32 {
         // Keys are not guessable: random, never 0, never reused while registered.
         loop {
@@ -168,6 +194,25 @@ impl MrTable {
             .remove(&key);
     }
 
+    /// Region `key`, if it lends its bytes to sends: a region over an owned buffer, which the
+    /// returned reference keeps alive until the send is done with it even if it is
+    /// deregistered meanwhile (as a NIC's DMA may finish after a deregistration starts). A
+    /// raw region does not: its memory is the application's to free once it is deregistered.
+    pub fn lendable(&self, key: u32) -> Option<Arc<MrInner>> {
+        let regions = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        regions.get(&key).filter(|mr| mr.owns_buffer()).cloned()
+    }
+
+    /// A copy of a lent payload, for a sender that needs the packet whole (the fault injector).
+    pub fn lent_bytes(&self, l: &softrdma_proto::Lent) -> Option<Vec<u8>> {
+        let mr = self.lendable(l.key)?;
+        let p = mr.lent_ptr(l.addr, u64::from(l.len))?;
+        let mut v = vec![0; l.len as usize];
+        // SAFETY: `p..p + len` lies inside the owned buffer, which `mr` keeps alive.
+        unsafe { std::ptr::copy_nonoverlapping(p, v.as_mut_ptr(), v.len()) };
+        Some(v)
+    }
+
     /// Runs `f` on the address that `addr..addr + len` of region `key` starts at, after the
     /// checks of [`RegionBounds::offset`]. The region stays registered while `f` runs: the
     /// table's read lock is held, which only a deregistration waits for. (Every packet comes
@@ -181,6 +226,19 @@ impl MrTable {
         access: Access,
         f: impl FnOnce(*mut u8) -> T,
     ) -> std::result::Result<T, MemError> {
+        self.with_region(pd, key, addr, len, access, |_, p| f(p))
+    }
+
+    /// [`MrTable::with_range`], with the region as well.
+    fn with_region<T>(
+        &self,
+        pd: Pd,
+        key: u32,
+        addr: u64,
+        len: u64,
+        access: Access,
+        f: impl FnOnce(&MrInner, *mut u8) -> T,
+    ) -> std::result::Result<T, MemError> {
         let regions = self.regions.read().unwrap_or_else(|e| e.into_inner());
         let mr = regions.get(&key).ok_or(MemError::InvalidKey(key))?;
         let off = RegionBounds {
@@ -191,11 +249,43 @@ impl MrTable {
             access: mr.access,
         }
         .offset(pd, addr, len, access)?;
-        Ok(f((mr.addr + off) as *mut u8))
+        Ok(f(mr, (mr.addr + off) as *mut u8))
     }
 }
 
 impl Memory for MrTable {
+    fn lends(&self) -> bool {
+        self.lends
+    }
+
+    /// Lends ranges of regions over owned buffers (see [`MrTable::lendable`]); the device
+    /// takes the bytes from the region when it sends, and holds the region until then.
+    fn lend(
+        &self,
+        pd: Pd,
+        key: u32,
+        addr: u64,
+        len: u64,
+        access: Access,
+        visit: &mut dyn FnMut(&[u8]),
+    ) -> std::result::Result<bool, MemError> {
+        if !self.lends {
+            return Ok(false);
+        }
+        self.with_region(pd, key, addr, len, access, |mr, p| {
+            if !mr.owns_buffer() {
+                return false;
+            }
+            // SAFETY: `p..p + len` lies inside the region's owned buffer, which stays
+            // registered (the table's read lock is held) while this runs. As with `read`,
+            // bytes that change while a send uses them (a peer's WRITE into them, say) go
+            // out as whatever they were, as from a NIC: the application must leave a send
+            // buffer alone until its WR completes.
+            visit(unsafe { std::slice::from_raw_parts(p, len as usize) });
+            true
+        })
+    }
+
     fn check(
         &self,
         pd: Pd,

@@ -22,6 +22,10 @@ const UDP_SEGMENT: i32 = 103;
 const UDP_GRO: i32 = 104;
 /// Control-message space for one `u16` or `int`.
 const CMSG_LEN: usize = 32;
+/// Pieces (iovecs) per send call: a packet with a lent payload is up to three (headers,
+/// payload, pad and ICRC), and one call carries whole messages only. (The kernel allows
+/// 1024 per message, `UIO_MAXIOV`.)
+const IOV_PER_CALL: usize = 1024;
 
 /// `SOFTRDMA_GSO=always` uses GSO toward every destination, not only loopback.
 fn gso_everywhere() -> bool {
@@ -227,11 +231,34 @@ pub fn recv_batch(fd: RawFd, b: &mut RecvBatch, want: usize) -> std::io::Result<
 /// One queued packet: where its bytes are in the batch, and where it goes.
 #[derive(Clone, Copy)]
 struct Queued {
+    /// Its bytes in the batch, `data[at..at + len]`: the whole packet, or with `ext` all of
+    /// it but the payload.
     at: usize,
     len: usize,
     dst: SocketAddr,
     /// The IPv4 ID its ICRC is currently right for (the engine writes it for 0).
     ident: u16,
+    /// The payload it takes from a region instead (a zero-copy send).
+    ext: Option<Ext>,
+}
+
+impl Queued {
+    /// Its length on the wire.
+    fn wire_len(&self) -> usize {
+        self.len + self.ext.map_or(0, |e| e.len)
+    }
+}
+
+/// A payload a queued packet takes from a region that the batch holds.
+#[derive(Clone, Copy)]
+struct Ext {
+    /// The region, in the batch's `held`.
+    region: usize,
+    /// Its address in the region and its length.
+    addr: u64,
+    len: usize,
+    /// Where it goes: after this many of the packet's bytes in the batch.
+    at: usize,
 }
 
 /// A send batch's last route: path id, destination, connected socket.
@@ -257,6 +284,9 @@ pub struct SendBatch {
     /// thread mostly sends to one, and this spares a lock and a hash per flush. Weak, so that
     /// a thread's batch does not keep a closed device's socket open.
     route: Option<Route>,
+    /// The regions that queued packets take payloads from, held until the flush has handed
+    /// their bytes to the kernel (which copies them before the send call returns).
+    held: Vec<std::sync::Arc<crate::mr::MrInner>>,
 }
 
 impl SendBatch {
@@ -269,14 +299,68 @@ impl SendBatch {
     }
 
     /// Queues the packet of `len` bytes at `at` (the end of the queued ones).
-    fn queue(&mut self, at: usize, len: usize, dst: SocketAddr) {
+    fn queue(&mut self, at: usize, len: usize, dst: SocketAddr, ext: Option<Ext>) {
         self.used = at + len;
         self.pkts.push(Queued {
             at,
             len,
             dst,
             ident: 0,
+            ext,
         });
+    }
+
+    /// Holds the region a lent payload comes from until the flush, and says where the
+    /// payload is; `None` if the region no longer lends it (deregistered since the engine
+    /// checked it, or the range is outside it).
+    fn hold(&mut self, table: &crate::mr::MrTable, l: &softrdma_proto::Lent) -> Option<Ext> {
+        // A batch mostly sends from one or two regions: a look along `held` spares the
+        // table's lock and a reference count per packet.
+        let region = match self.held.iter().rposition(|r| r.key == l.key) {
+            Some(i) => i,
+            None => {
+                self.held.push(table.lendable(l.key)?);
+                self.held.len() - 1
+            }
+        };
+        self.held[region].lent_ptr(l.addr, u64::from(l.len))?;
+        Some(Ext {
+            region,
+            addr: l.addr,
+            len: l.len as usize,
+            at: usize::from(l.at),
+        })
+    }
+
+    /// The pieces of packet `p` in order: its bytes in the batch, or with a lent payload
+    /// the headers, the payload where it lies, and the pad and ICRC.
+    fn pieces(&self, p: &Queued) -> [(*const u8, usize); 3] {
+        let base = self.data[p.at..].as_ptr();
+        match p.ext {
+            None => [(base, p.len), (base, 0), (base, 0)],
+            Some(e) => {
+                // `hold` checked the range, and `held` keeps the region alive.
+                let payload = self.held[e.region]
+                    .lent_ptr(e.addr, e.len as u64)
+                    .unwrap_or(base);
+                // SAFETY: `e.at <= p.len`: the engine's headers come before its pad and ICRC.
+                let tail = unsafe { base.add(e.at) };
+                [(base, e.at), (payload, e.len), (tail, p.len - e.at)]
+            }
+        }
+    }
+
+    /// A copy of packet `p`, whole (for a capture).
+    fn packet_bytes(&self, p: &Queued) -> std::borrow::Cow<'_, [u8]> {
+        if p.ext.is_none() {
+            return std::borrow::Cow::Borrowed(&self.data[p.at..p.at + p.len]);
+        }
+        let mut v = Vec::with_capacity(p.wire_len());
+        for (ptr, len) in self.pieces(p) {
+            // SAFETY: each piece lies in `data` or in a region `held` keeps alive.
+            v.extend_from_slice(unsafe { std::slice::from_raw_parts(ptr, len) });
+        }
+        std::borrow::Cow::Owned(v)
     }
 
     /// Adds a packet (a copy of `bytes`).
@@ -284,20 +368,39 @@ impl SendBatch {
     pub fn push(&mut self, bytes: &[u8], dst: SocketAddr) {
         let at = self.room(bytes.len());
         self.data[at..at + bytes.len()].copy_from_slice(bytes);
-        self.queue(at, bytes.len(), dst);
+        self.queue(at, bytes.len(), dst, None);
     }
 
     /// Adds a packet built in place: `build(buf, at)` writes it at `buf[at..]` (growing `buf`
-    /// as it needs) and says how long it is and where it goes, or gives `None` for no
-    /// packet. Returns the packet and its destination.
+    /// as it needs) and says how long it is, where it goes and, for a zero-copy send, which
+    /// payload of `table` it takes; or gives `None` for no packet. Returns `Some(true)` when
+    /// it queued one, `Some(false)` when it dropped one whose region went away after the
+    /// engine lent it (retransmission then finds the key gone and fails the WR).
     pub fn push_with(
         &mut self,
-        build: impl FnOnce(&mut Vec<u8>, usize) -> Option<(usize, SocketAddr)>,
-    ) -> Option<(&[u8], SocketAddr)> {
+        table: &crate::mr::MrTable,
+        build: impl FnOnce(
+            &mut Vec<u8>,
+            usize,
+        ) -> Option<(usize, SocketAddr, Option<softrdma_proto::Lent>)>,
+    ) -> Option<bool> {
         let at = self.used;
-        let (len, dst) = build(&mut self.data, at)?;
-        self.queue(at, len, dst);
-        Some((&self.data[at..at + len], dst))
+        let (len, dst, lent) = build(&mut self.data, at)?;
+        let ext = match lent {
+            None => None,
+            Some(l) => match self.hold(table, &l) {
+                Some(e) => Some(e),
+                None => return Some(false),
+            },
+        };
+        self.queue(at, len, dst, ext);
+        Some(true)
+    }
+
+    /// The packet queued last, whole, and its destination.
+    pub fn last_packet(&self) -> Option<(std::borrow::Cow<'_, [u8]>, SocketAddr)> {
+        let p = self.pkts.last()?;
+        Some((self.packet_bytes(p), p.dst))
     }
 
     /// True when nothing waits.
@@ -316,8 +419,13 @@ impl SendBatch {
         let base = self.room(n);
         self.data[base..base + n].copy_from_slice(&other.data[..n]);
         self.used += n;
+        let regions = self.held.len();
+        self.held.append(&mut other.held);
         self.pkts.extend(other.pkts.drain(..).map(|mut p| {
             p.at += base;
+            if let Some(e) = &mut p.ext {
+                e.region += regions;
+            }
             p
         }));
         other.used = 0;
@@ -339,27 +447,25 @@ impl SendBatch {
         let mut i = 0;
         while i < self.pkts.len() {
             let p = self.pkts[i];
+            let seg = p.wire_len();
             let mut j = i + 1;
-            let mut bytes = p.len;
+            let mut bytes = seg;
             // GSO only where the segments stay in the kernel (loopback): through a bridge to
             // a VM's tap, Linux 6.1 delivered only the first segment of each burst.
             let gso_here = use_gso && (p.dst.ip().is_loopback() || gso_everywhere());
             while gso_here && j < self.pkts.len() && j - i < GSO_MAX_SEGS {
                 let q = &self.pkts[j];
-                let prev = &self.pkts[j - 1];
-                if q.dst != p.dst || q.at != prev.at + prev.len || q.len > p.len {
+                let len = q.wire_len();
+                if q.dst != p.dst || len > seg || bytes + len > GSO_MAX_BYTES {
                     break;
                 }
-                if bytes + q.len > GSO_MAX_BYTES {
-                    break;
-                }
-                bytes += q.len;
+                bytes += len;
                 j += 1;
-                if q.len < p.len {
+                if len < seg {
                     break; // only the last segment may be shorter
                 }
             }
-            groups.push((i, j - i, if j - i > 1 { p.len } else { 0 }));
+            groups.push((i, j - i, if j - i > 1 { seg } else { 0 }));
             i = j;
         }
         let (mut sent, mut failed, mut calls) = (0, 0, 0);
@@ -431,6 +537,8 @@ impl SendBatch {
         }
         self.used = 0;
         self.pkts.clear();
+        // The kernel has copied every payload by now (or the packet was dropped).
+        self.held.clear();
         self.groups = groups;
         self.route = route;
         (sent, failed, calls)
@@ -470,7 +578,7 @@ impl SendBatch {
                 if p.ident == to || p.len < 4 {
                     continue;
                 }
-                let x = self.patches.xor(p.len - 4, p.ident, to);
+                let x = self.patches.xor(p.wire_len() - 4, p.ident, to);
                 let at = p.at + p.len - 4;
                 let icrc = &mut self.data[at..at + 4];
                 let v = u32::from_le_bytes([icrc[0], icrc[1], icrc[2], icrc[3]]) ^ x;
@@ -492,22 +600,63 @@ impl SendBatch {
         // Only the headers in use are written: zeroing all BATCH of them would cost a
         // small message more than its system call.
         let mut names = [const { MaybeUninit::<libc::sockaddr_storage>::uninit() }; BATCH];
-        let mut iov = [const { MaybeUninit::<libc::iovec>::uninit() }; BATCH];
+        let mut iov = [const { MaybeUninit::<libc::iovec>::uninit() }; IOV_PER_CALL];
         let mut cmsgs = [const { MaybeUninit::<[u64; CMSG_LEN / 8]>::uninit() }; BATCH];
         let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; BATCH];
+        let mut starts = [0usize; BATCH];
+        let mut used = 0;
+        let mut count = 0;
         for (k, c) in chunk.iter().enumerate() {
-            let first = &self.pkts[c.0];
-            let last = &self.pkts[c.0 + c.1 - 1];
-            let io = iov[k].write(libc::iovec {
-                iov_base: self.data[first.at..].as_mut_ptr().cast(),
-                iov_len: last.at + last.len - first.at,
-            });
+            let pkts = &self.pkts[c.0..c.0 + c.1];
+            let most: usize = pkts
+                .iter()
+                .map(|p| if p.ext.is_some() { 3 } else { 1 })
+                .sum();
+            if used + most > IOV_PER_CALL {
+                break; // the rest goes in the next call
+            }
+            // The message's pieces, each joined to the one before where they touch: packets
+            // built back to back in the batch are one piece, as are a lent payload's pad and
+            // ICRC and the next packet's headers.
+            let start = used;
+            if self.held.is_empty() {
+                // Nothing lent: packets are queued back to back, so a message is one piece.
+                let (first, last) = (&pkts[0], &pkts[pkts.len() - 1]);
+                iov[used].write(libc::iovec {
+                    iov_base: self.data[first.at..].as_ptr() as *mut libc::c_void,
+                    iov_len: last.at + last.len - first.at,
+                });
+                used += 1;
+            }
+            let mut end: *const u8 = std::ptr::null();
+            for p in pkts.iter().filter(|_| !self.held.is_empty()) {
+                for (ptr, len) in self.pieces(p) {
+                    if len == 0 {
+                        continue;
+                    }
+                    if used > start && ptr == end {
+                        // SAFETY: written in an earlier round of this loop.
+                        unsafe { iov[used - 1].assume_init_mut() }.iov_len += len;
+                    } else {
+                        iov[used].write(libc::iovec {
+                            iov_base: ptr as *mut libc::c_void,
+                            iov_len: len,
+                        });
+                        used += 1;
+                    }
+                    // SAFETY: one past the end of the piece, which lies in one allocation.
+                    end = unsafe { ptr.add(len) };
+                }
+            }
             // SAFETY: all-zero mmsghdr is valid.
             let m = msgs[k].write(unsafe { MaybeUninit::zeroed().assume_init() });
-            m.msg_hdr.msg_iov = io;
-            m.msg_hdr.msg_iovlen = 1;
+            // `msg_iov` is set below, once `iov` is written: a pointer taken now would not
+            // survive the writes of the next messages' pieces.
+            m.msg_hdr.msg_iovlen = used - start;
+            starts[k] = start;
+            count += 1;
             if named {
-                let (ss, len) = to_storage(first.dst);
+                let (ss, len) = to_storage(pkts[0].dst);
                 m.msg_hdr.msg_name = (names[k].write(ss) as *mut libc::sockaddr_storage).cast();
                 m.msg_hdr.msg_namelen = len;
             }
@@ -526,7 +675,13 @@ impl SendBatch {
                 }
             }
         }
-        if chunk.len() == 1 {
+        let iov = iov.as_mut_ptr().cast::<libc::iovec>();
+        for (m, start) in msgs.iter_mut().zip(starts).take(count) {
+            // SAFETY: the first `count` headers were written above; `start < used <=
+            // IOV_PER_CALL`, so the pointer stays inside `iov`.
+            unsafe { m.assume_init_mut().msg_hdr.msg_iov = iov.add(start) };
+        }
+        if count == 1 {
             // One message (a ping-pong's turn) goes through `sendmsg`, which spares
             // `sendmmsg`'s loop and copy of the message vector: about 50 ns a turn.
             // SAFETY: the first header was written above and points into arrays and
@@ -538,13 +693,13 @@ impl SendBatch {
                 Ok(1)
             };
         }
-        // SAFETY: the first `chunk.len()` headers of `msgs` were written above and point into
-        // arrays and `self.data`, which live across the call.
+        // SAFETY: the first `count` headers of `msgs` were written above and point into
+        // arrays, `self.data` and the regions `self.held` keeps, which live across the call.
         let n = unsafe {
             libc::sendmmsg(
                 fd,
                 msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
-                chunk.len() as u32,
+                count as u32,
                 0,
             )
         };

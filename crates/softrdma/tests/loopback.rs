@@ -118,7 +118,24 @@ fn signaled(wr_id: u64, op: SendOp, sge: Sge) -> SendWr {
 
 #[test]
 fn rc_every_operation_over_udp() {
-    let (a, b) = (end(1, QpType::Rc), end(2, QpType::Rc));
+    rc_every_operation(end(1, QpType::Rc), end(2, QpType::Rc));
+}
+
+/// The same with both devices sending payloads straight from their regions.
+#[test]
+fn rc_every_operation_with_zero_copy_sends() {
+    let zc = || DeviceOptions {
+        zero_copy: true,
+        ..Default::default()
+    };
+    let (a, b) = (
+        end_opts(60, QpType::Rc, 4096, zc()),
+        end_opts(61, QpType::Rc, 4096, zc()),
+    );
+    rc_every_operation(a, b);
+}
+
+fn rc_every_operation(a: End, b: End) {
     connect(&a, &b, ConnectAttr::default());
     let data = pattern(1, 100_000);
     a.mr.write(0, &data).unwrap();
@@ -324,16 +341,33 @@ fn faulty() -> DeviceOptions {
             softrdma::wrap::Faults::parse("drop=0.05,dup=0.05,reorder=0.1,corrupt=0.01,delay_us=5")
                 .unwrap(),
         ),
-        pcap: None,
+        ..Default::default()
     }
 }
 
 #[test]
 fn rc_every_operation_under_faults_checks_data() {
-    let (a, b) = (
+    rc_every_operation_under_faults(
         end_opts(20, QpType::Rc, 4096, faulty()),
         end_opts(21, QpType::Rc, 4096, faulty()),
     );
+}
+
+/// The same with one side's payloads lent from its region (the fault injector then builds
+/// each packet whole from the region before it drops, corrupts or delays it).
+#[test]
+fn rc_under_faults_with_zero_copy_sends_checks_data() {
+    let zc = DeviceOptions {
+        zero_copy: true,
+        ..faulty()
+    };
+    rc_every_operation_under_faults(
+        end_opts(62, QpType::Rc, 4096, zc),
+        end_opts(63, QpType::Rc, 4096, faulty()),
+    );
+}
+
+fn rc_every_operation_under_faults(a: End, b: End) {
     // A short ACK timeout (2^6 x 4.096 us) keeps the test quick under loss.
     connect(
         &a,

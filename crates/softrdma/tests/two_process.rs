@@ -284,7 +284,7 @@ fn rc_round(faults: Option<&str>, last: u8, peer_env: &[(&str, &str)]) {
     let mut p = spawn_peer("rc", &peer_ip.to_string(), faults, peer_env);
     let opts = DeviceOptions {
         faults: faults.map(|f| softrdma::wrap::Faults::parse(f).unwrap()),
-        pcap: None,
+        ..Default::default()
     };
     let m = me("rc", my_ip, &mut p, peer_ip, opts);
     let mut id = 0;
@@ -403,7 +403,7 @@ fn echo_round(t: &str, faults: Option<&str>, last: u8) {
     let mut p = spawn_peer(t, &peer_ip.to_string(), faults, &[]);
     let opts = DeviceOptions {
         faults: faults.map(|f| softrdma::wrap::Faults::parse(f).unwrap()),
-        pcap: None,
+        ..Default::default()
     };
     let m = me(t, my_ip, &mut p, peer_ip, opts);
     let n = 200u64;

@@ -837,6 +837,7 @@ where
         access,
     } = source
         && payload_len >= LEND_MIN_BYTES
+        && mem.lends()
     {
         let in_buf = hlen + pad + ICRC_LEN;
         if buf.len() < at + in_buf {
