@@ -615,9 +615,6 @@ impl SendBatch {
             if used + most > IOV_PER_CALL {
                 break; // the rest goes in the next call
             }
-            // The message's pieces, each joined to the one before where they touch: packets
-            // built back to back in the batch are one piece, as are a lent payload's pad and
-            // ICRC and the next packet's headers.
             let start = used;
             if self.held.is_empty() {
                 // Nothing lent: packets are queued back to back, so a message is one piece.
@@ -627,10 +624,12 @@ impl SendBatch {
                     iov_len: last.at + last.len - first.at,
                 });
                 used += 1;
-            }
-            let mut end: *const u8 = std::ptr::null();
-            for p in pkts.iter().filter(|_| !self.held.is_empty()) {
-                for (ptr, len) in self.pieces(p) {
+            } else {
+                // The message's pieces, each joined to the one before where they touch:
+                // packets built back to back are one piece, as are a lent payload's pad and
+                // ICRC and the next packet's headers.
+                let mut end: *const u8 = std::ptr::null();
+                for (ptr, len) in pkts.iter().flat_map(|p| self.pieces(p)) {
                     if len == 0 {
                         continue;
                     }
