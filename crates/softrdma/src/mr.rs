@@ -213,24 +213,11 @@ impl MrTable {
         Some(v)
     }
 
-    /// Runs `f` on the address that `addr..addr + len` of region `key` starts at, after the
-    /// checks of [`RegionBounds::offset`]. The region stays registered while `f` runs: the
-    /// table's read lock is held, which only a deregistration waits for. (Every packet comes
-    /// here, so it takes no reference of its own to the region.)
+    /// Runs `f` on the region `key` and the address that `addr..addr + len` starts at, after
+    /// the checks of [`RegionBounds::offset`]. The region stays registered while `f` runs:
+    /// the table's read lock is held, which only a deregistration waits for. (Every packet
+    /// comes here, so it takes no reference of its own to the region.)
     fn with_range<T>(
-        &self,
-        pd: Pd,
-        key: u32,
-        addr: u64,
-        len: u64,
-        access: Access,
-        f: impl FnOnce(*mut u8) -> T,
-    ) -> std::result::Result<T, MemError> {
-        self.with_region(pd, key, addr, len, access, |_, p| f(p))
-    }
-
-    /// [`MrTable::with_range`], with the region as well.
-    fn with_region<T>(
         &self,
         pd: Pd,
         key: u32,
@@ -272,7 +259,7 @@ impl Memory for MrTable {
         if !self.lends {
             return Ok(false);
         }
-        self.with_region(pd, key, addr, len, access, |mr, p| {
+        self.with_range(pd, key, addr, len, access, |mr, p| {
             if !mr.owns_buffer() {
                 return false;
             }
@@ -294,7 +281,7 @@ impl Memory for MrTable {
         len: u64,
         access: Access,
     ) -> std::result::Result<(), MemError> {
-        self.with_range(pd, key, addr, len, access, |_| ())
+        self.with_range(pd, key, addr, len, access, |_, _| ())
     }
 
     fn read(
@@ -305,7 +292,7 @@ impl Memory for MrTable {
         buf: &mut [u8],
         access: Access,
     ) -> std::result::Result<(), MemError> {
-        self.with_range(pd, key, addr, buf.len() as u64, access, |p| {
+        self.with_range(pd, key, addr, buf.len() as u64, access, |_, p| {
             // SAFETY: `p..p + buf.len()` lies inside a region that stays registered while
             // this runs, and `buf` is a distinct Rust buffer.
             unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) }
@@ -320,7 +307,7 @@ impl Memory for MrTable {
         data: &[u8],
         access: Access,
     ) -> std::result::Result<(), MemError> {
-        self.with_range(pd, key, addr, data.len() as u64, access, |p| {
+        self.with_range(pd, key, addr, data.len() as u64, access, |_, p| {
             // SAFETY: as in `read`; the destination is inside the live region.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) }
         })
@@ -336,7 +323,7 @@ impl Memory for MrTable {
         if addr % 8 != 0 {
             return Err(MemError::Misaligned(addr));
         }
-        self.with_range(pd, key, addr, 8, Access::RemoteAtomic, |p| {
+        self.with_range(pd, key, addr, 8, Access::RemoteAtomic, |_, p| {
             // SAFETY: `p` is 8-byte aligned (checked above: addresses are the real pointers)
             // and the 8 bytes lie in the live region; every atomic of the device goes through
             // `AtomicU64`, so atomics are atomic with respect to each other.
