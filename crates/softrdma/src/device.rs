@@ -857,8 +857,9 @@ pub struct DeviceOptions {
     pub pcap: Option<String>,
     /// Zero-copy sends: payloads of a KiB and more leave straight from owned regions (the
     /// kernel copies them from there) instead of through a copy in the send batch. Off by
-    /// default: on loopback here the kernel's copy from the region measured 2.2x slower
-    /// per byte than from the batch, which cost more than the copy saved.
+    /// default: on loopback here the kernel copies a send of many pieces far slower than a
+    /// send of one (2.2x the time per byte in its copy), which cost more than the copy saved
+    /// (write-bw 1 MiB 5.2 against 6.3 GB/s).
     pub zero_copy: bool,
 }
 
