@@ -221,13 +221,12 @@ impl Sim {
             for q in 0..self.endpoints[ep].qps.len() {
                 while let Some(t) = self.endpoints[ep].qps[q].poll_transmit(now, &mut self.buf) {
                     let bytes = match &t.lent {
-                        None => self.buf[..t.len].to_vec(),
+                        None => t.whole(&self.buf, &[]),
                         // The sender takes a lent payload from the region as it sends.
                         Some(l) => match self.endpoints[ep].mem.lent_bytes(l) {
                             Some(payload) => {
                                 self.stats.lent += 1;
-                                let at = usize::from(l.at);
-                                [&self.buf[..at], &payload, &self.buf[at..t.len]].concat()
+                                t.whole(&self.buf, &payload)
                             }
                             None => {
                                 self.stats.lent_gone += 1;

@@ -496,12 +496,9 @@ impl Device {
         while let Some(t) = qp.poll_transmit(now, buf) {
             let dst = dst_of(t.dst);
             let mut bytes = match &t.lent {
-                None => buf[..t.len].to_vec(),
+                None => t.whole(buf, &[]),
                 Some(l) => match self.mrs.lent_bytes(l) {
-                    Some(payload) => {
-                        let at = usize::from(l.at);
-                        [&buf[..at], &payload, &buf[at..t.len]].concat()
-                    }
+                    Some(payload) => t.whole(buf, &payload),
                     None => {
                         self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
                         continue;

@@ -157,6 +157,18 @@ impl Transmit {
     pub fn wire_len(&self) -> usize {
         self.len + self.lent.map_or(0, |l| l.len as usize)
     }
+
+    /// The packet whole, from the buffer it was built in and, when `lent`, the payload's
+    /// bytes taken from the region (which the caller reads: the engine holds no pointers).
+    pub fn whole(&self, buf: &[u8], payload: &[u8]) -> Vec<u8> {
+        match &self.lent {
+            None => buf[..self.len].to_vec(),
+            Some(l) => {
+                let at = usize::from(l.at);
+                [&buf[..at], payload, &buf[at..self.len]].concat()
+            }
+        }
+    }
 }
 
 /// A payload a packet carries from registered memory instead of from the buffer: the packet
