@@ -238,25 +238,21 @@ impl Device {
                 b.append(&mut d);
                 self.has_deferred.store(false, Ordering::Release);
             }
-            if !b.is_empty() {
-                self.send_batch(&mut b);
+            if b.is_empty() {
+                return;
+            }
+            let (sent, failed, calls) = b.flush(&self.tx, &self.gso);
+            // Zeros are not added: each add is a locked instruction, and failures are rare.
+            for (c, n) in [
+                (&self.counters.send_calls, calls),
+                (&self.counters.sent_pkts, sent),
+                (&self.counters.send_errors, failed),
+            ] {
+                if n > 0 {
+                    c.fetch_add(n as u64, Ordering::Relaxed);
+                }
             }
         });
-    }
-
-    /// Hands `b` to the kernel and counts what went.
-    fn send_batch(&self, b: &mut crate::sys::SendBatch) {
-        let (sent, failed, calls) = b.flush(&self.tx, &self.gso);
-        // Zeros are not added: each add is a locked instruction, and failures are rare.
-        for (c, n) in [
-            (&self.counters.send_calls, calls),
-            (&self.counters.sent_pkts, sent),
-            (&self.counters.send_errors, failed),
-        ] {
-            if n > 0 {
-                c.fetch_add(n as u64, Ordering::Relaxed);
-            }
-        }
     }
 
     /// Records a packet this device sends, when capturing.
