@@ -219,17 +219,12 @@ fn spin_recv(s: &UdpSocket, buf: &mut [u8]) -> Result<(usize, SocketAddr), Strin
 /// [`spin_recv`] the way softrdma's device receives one datagram: `recvmsg` with room for
 /// the sender's address and a UDP_GRO control message.
 fn spin_recv_roce(s: &UdpSocket, buf: &mut [u8]) -> Result<(usize, SocketAddr), String> {
-    use nix::sys::socket::{SockaddrStorage, recvmsg};
     let deadline = Instant::now() + QUIET;
-    let fd = std::os::fd::AsRawFd::as_raw_fd(s);
-    // On the stack and reused: the floor should cost the system call and little else.
+    // Made once and reused: the floor should cost the system call and little else.
     let mut cmsg = nix::cmsg_space!(i32);
     loop {
-        let mut iov = [std::io::IoSliceMut::new(&mut buf[..])];
-        let got = recvmsg::<SockaddrStorage>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_DONTWAIT)
-            .map(|m| (m.bytes, m.address));
-        match got {
-            Ok((n, Some(from))) => {
+        match recvmsg_roce(s, buf, &mut cmsg, MsgFlags::MSG_DONTWAIT) {
+            Ok((n, Some(from), _)) => {
                 let from = from
                     .as_sockaddr_in()
                     .map(|a| SocketAddr::from(std::net::SocketAddrV4::from(*a)))
@@ -306,15 +301,18 @@ fn udp_blast_recv(addr: SocketAddr, roce: bool) -> Result<(), String> {
     let mut buf = vec![0u8; 65536];
     let mut region = vec![0u8; REGION];
     let mut at = 0;
+    let mut cmsg = nix::cmsg_space!(i32);
     let (mut first, mut last, mut bytes) = (None, Instant::now(), 0u64);
     loop {
         let got = if roce {
-            recv_roce(&s, &mut buf).map(|(n, seg)| {
-                if n > 1 {
-                    check_and_place(&buf[..n], seg, &mut region, &mut at)?;
-                }
-                Ok::<usize, String>(n)
-            })
+            recvmsg_roce(&s, &mut buf, &mut cmsg, MsgFlags::empty())
+                .map_err(std::io::Error::from)
+                .map(|(n, _, seg)| {
+                    if n > 1 {
+                        check_and_place(&buf[..n], seg, &mut region, &mut at)?;
+                    }
+                    Ok::<usize, String>(n)
+                })
         } else {
             s.recv(&mut buf).map(Ok)
         };
@@ -346,26 +344,31 @@ fn udp_blast_recv(addr: SocketAddr, roce: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// One GSO batch the way softrdma's device receives it: `recvmsg` with the sender's
-/// address and the UDP_GRO segment size. Returns (bytes, segment size; 0 if not joined).
-fn recv_roce(s: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, usize)> {
+/// One receive the way softrdma's device makes it: `recvmsg` with room for the sender's
+/// address and the UDP_GRO segment size (`cmsg`: space for one `int`). Returns the bytes,
+/// the sender, and the segment size (0 if not joined).
+#[allow(clippy::ptr_arg)] // nix's `recvmsg` takes the control buffer as a `Vec`.
+fn recvmsg_roce(
+    s: &UdpSocket,
+    buf: &mut [u8],
+    cmsg: &mut Vec<u8>,
+    flags: MsgFlags,
+) -> nix::Result<(usize, Option<nix::sys::socket::SockaddrStorage>, usize)> {
     use nix::sys::socket::{ControlMessageOwned, SockaddrStorage, recvmsg};
-    let mut cmsg = nix::cmsg_space!(i32);
     let mut iov = [std::io::IoSliceMut::new(buf)];
     let m = recvmsg::<SockaddrStorage>(
         std::os::fd::AsRawFd::as_raw_fd(s),
         &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::empty(),
-    )
-    .map_err(std::io::Error::from)?;
+        Some(cmsg),
+        flags,
+    )?;
     let mut seg = 0;
-    for c in m.cmsgs().map_err(std::io::Error::from)? {
+    for c in m.cmsgs()? {
         if let ControlMessageOwned::UdpGroSegments(n) = c {
             seg = n.max(0) as usize;
         }
     }
-    Ok((m.bytes, seg))
+    Ok((m.bytes, m.address, seg))
 }
 
 /// Checks each segment's trailing CRC-32 (over header and payload) and copies its payload
