@@ -87,6 +87,29 @@ impl Default for WorkloadConfig {
     }
 }
 
+impl WorkloadReport {
+    /// Goodput: bytes of successful operations per simulated second.
+    pub fn goodput_bps(&self) -> f64 {
+        self.goodput_bytes as f64 * 1e9 / self.sim_time_ns.max(1) as f64
+    }
+}
+
+/// The same work without loss, duplication, reordering, corruption or partition: the
+/// lossless run a faulty one is measured against.
+pub fn lossless(cfg: &WorkloadConfig) -> WorkloadConfig {
+    WorkloadConfig {
+        faults: LinkFaults {
+            loss: 0.0,
+            dup: 0.0,
+            reorder: 0.0,
+            corrupt: 0.0,
+            partition_at: None,
+            ..cfg.faults
+        },
+        ..*cfg
+    }
+}
+
 /// The outcome of a workload.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkloadReport {
@@ -102,8 +125,14 @@ pub struct WorkloadReport {
     pub packets_sent: u64,
     /// Request packets sent again.
     pub retransmits: u64,
-    /// Simulated time.
+    /// Every QP's counters, both sides, summed: local ACK timeouts, probes, sequence NAKs.
+    pub counters: crate::QpCounters,
+    /// Bytes of the operations that completed successfully (8 per atomic).
+    pub goodput_bytes: u64,
+    /// Simulated time, in microseconds.
     pub sim_time_us: u64,
+    /// Simulated time, in nanoseconds.
+    pub sim_time_ns: u64,
     /// The simulator's statistics.
     pub sim: SimStats,
     /// The transport's guarantees held (see [`run_workload`]).
@@ -459,6 +488,16 @@ pub fn run_workload(cfg: &WorkloadConfig) -> Result<WorkloadReport, SimError> {
         .flat_map(|e| e.qps.iter())
         .map(|q| q.counters().retransmits)
         .sum();
+    let mut counters = crate::QpCounters::default();
+    for q in sim.endpoints.iter().flat_map(|e| e.qps.iter()) {
+        counters += q.counters();
+    }
+    let goodput_bytes = pairs
+        .iter()
+        .flat_map(|p| p.ops.iter().zip(&p.succeeded))
+        .filter(|(_, ok)| **ok)
+        .map(|(o, _)| u64::from(o.size))
+        .sum();
     let every_wr_completed = pairs.iter().all(|p| p.completed.iter().all(|&c| c));
     if !every_wr_completed {
         problems.push("some work requests never completed".into());
@@ -479,7 +518,10 @@ pub fn run_workload(cfg: &WorkloadConfig) -> Result<WorkloadReport, SimError> {
         data_verified,
         packets_sent: sim.stats.packets_sent,
         retransmits,
+        counters,
+        goodput_bytes,
         sim_time_us: sim.now.as_nanos() / 1000,
+        sim_time_ns: sim.now.as_nanos(),
         sim: sim.stats,
         guarantees_met,
         problems,

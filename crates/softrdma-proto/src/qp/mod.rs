@@ -4,6 +4,7 @@
 
 mod requester;
 mod responder;
+pub mod rtt;
 
 use crate::memory::{Memory, Pd};
 use crate::state::{ModifyError, QpAttr, check_modify};
@@ -17,6 +18,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 
 pub(crate) use requester::Requester;
+pub use responder::REORDER_PSNS;
 pub(crate) use responder::Responder;
 
 /// Most unacknowledged PSNs a requester keeps in flight (rxe's `RXE_MAX_UNACKED_PSNS`).
@@ -217,6 +219,9 @@ pub struct QpCounters {
     pub retransmits: u64,
     /// Local ACK timeouts.
     pub timeouts: u64,
+    /// Tail-loss probes sent (the oldest unacknowledged packet again, after a few round
+    /// trips of silence; not a retry).
+    pub probes: u64,
     /// Duplicate requests received.
     pub duplicate_requests: u64,
     /// Requests received ahead of the expected PSN.
@@ -245,6 +250,7 @@ impl std::ops::AddAssign for QpCounters {
         self.rcvd_packets += b.rcvd_packets;
         self.retransmits += b.retransmits;
         self.timeouts += b.timeouts;
+        self.probes += b.probes;
         self.duplicate_requests += b.duplicate_requests;
         self.out_of_sequence += b.out_of_sequence;
         self.seq_naks_sent += b.seq_naks_sent;
@@ -651,14 +657,19 @@ impl QueuePair {
 
     /// When [`QueuePair::handle_timeout`] must next be called, if ever.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match (self.req.retx_deadline, self.req.rnr_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.req.retx_deadline,
+            self.req.rnr_until,
+            self.req.probe_deadline,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
-    /// Fires the timers due at `now`: RNR waits end, and an expired local ACK timeout
-    /// retransmits or, with retries exhausted, fails the oldest WR with RETRY_EXC_ERR.
+    /// Fires the timers due at `now`: RNR waits end, a tail-loss probe goes out after a few
+    /// round trips of silence, and an expired local ACK timeout retransmits or, with retries
+    /// exhausted, fails the oldest WR with RETRY_EXC_ERR.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.requester_timeout(now);
     }
@@ -779,6 +790,8 @@ impl QueuePair {
         }
         self.req.retx_deadline = None;
         self.req.rnr_until = None;
+        self.req.probe_deadline = None;
+        self.resp.drop_kept();
     }
 
     /// Flushes every send WR still queued (UC/UD SQE, or ERROR).

@@ -1,6 +1,7 @@
 //! The send side: turning send WRs into request packets (rxe's `rxe_req.c`) and acting on
 //! ACKs, NAKs, READ responses, atomic ACKs and timers (rxe's `rxe_comp.c`).
 
+use super::rtt::RttEstimator;
 use super::*;
 use crate::memory::{Access, MemError};
 use softrdma_wire::{
@@ -21,6 +22,9 @@ pub(crate) struct SendWqe {
     pub signaled: bool,
     /// READ: bytes received in order so far.
     pub read_done: u64,
+    /// READ: responses placed ahead of `read_done`: bit `i` is the response PSN `i + 1`
+    /// after the next one expected.
+    pub read_ahead: u128,
 }
 
 /// The requester and completer state.
@@ -49,13 +53,42 @@ pub(crate) struct Requester {
     /// Go-back-N resends the whole window after a loss, so a full window under loss
     /// collapses into retransmission storms; rxe has no such limit.
     pub window: i32,
-    /// A NAK-driven retry is under way; further sequence NAKs wait for progress or a timeout
-    /// (rxe's `started_retry`).
-    pub started_retry: bool,
+    /// The round-trip estimate that times probes and tells congestion from a lossy link.
+    pub rtt: RttEstimator,
+    /// The packet being timed for a round-trip sample: one past the last PSN it covers, and
+    /// when it left. Never a retransmitted packet (Karn's rule).
+    pub timed: Option<(Psn, Instant)>,
+    /// When a tail-loss probe goes out if nothing is heard before.
+    pub probe_deadline: Option<Instant>,
+    /// Probes sent since the last progress; each doubles the wait for the next.
+    pub probes_unanswered: u32,
+    /// A probe is out: only the packet at `una` may be sent until something answers it.
+    pub probing: bool,
+    /// Until `una` reaches this PSN, the window is not shrunk again: one reduction per loss
+    /// episode, however many packets of one window were lost.
+    pub recover: Option<Psn>,
+    /// The last go-back-N: the PSN it went back to, and when.
+    pub rewound: Option<(Psn, Instant)>,
+    /// The last PSN sent asking for an ACK (for a READ, its last response's).
+    pub ack_asked: Option<Psn>,
 }
 
 /// The smallest in-flight window.
 pub const MIN_WINDOW: i32 = 4;
+
+/// Why the requester goes back to its oldest unacknowledged PSN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Loss {
+    /// The local ACK timeout expired: a retry in the IBTA sense.
+    Timeout,
+    /// The responder said so (a sequence NAK) or a later response implied it (a READ
+    /// response beyond the expected PSN, or an ACK beyond an unanswered READ or atomic).
+    /// `progressed`: the same packet also acknowledged something.
+    Detected {
+        /// The report moved `una` forward.
+        progressed: bool,
+    },
+}
 
 /// What an acknowledgement up to a PSN did.
 #[derive(Debug, PartialEq, Eq)]
@@ -76,7 +109,12 @@ impl Requester {
         self.retry_left = attrs.retry_cnt;
         self.rnr_left = attrs.rnr_retry;
         self.window = MAX_UNACKED_PSNS;
-        self.started_retry = false;
+        self.probing = false;
+        self.probe_deadline = None;
+        self.probes_unanswered = 0;
+        self.recover = None;
+        self.rewound = None;
+        self.timed = None;
     }
 
     pub fn push(&mut self, wr: SendWr, len: u64, signaled: bool, mtu: Mtu) {
@@ -92,6 +130,7 @@ impl Requester {
             first_psn: None,
             signaled,
             read_done: 0,
+            read_ahead: 0,
         });
         self.drain_reported = false;
     }
@@ -121,7 +160,11 @@ impl Requester {
                 self.send_idx = i;
                 self.send_pkt = off as u32;
                 if matches!(w.wr.op, SendOp::Read { .. }) {
-                    w.read_done = w.read_done.min(u64::from(self.send_pkt) * mtu);
+                    let to = u64::from(self.send_pkt) * mtu;
+                    if to < w.read_done {
+                        w.read_done = to;
+                        w.read_ahead = 0;
+                    }
                 }
                 return;
             }
@@ -134,6 +177,30 @@ impl Requester {
     fn send_psn(&self) -> Option<Psn> {
         let w = self.sq.get(self.send_idx)?;
         Some(w.first_psn?.add(self.send_pkt))
+    }
+
+    /// PSNs that may be unacknowledged now: the window, or one while a probe is out.
+    fn limit(&self) -> i32 {
+        if self.probing { 1 } else { self.window }
+    }
+
+    /// The PSN the next packet sent will carry: the send pointers', or the next new one.
+    fn send_point(&self) -> Psn {
+        self.send_psn().unwrap_or(self.next_psn)
+    }
+
+    /// True when a loss reported at `e` (a sequence NAK's PSN, or the first missing READ
+    /// response) is already being repaired: the last go-back-N went back to `e` itself and
+    /// has sent it again less than a round trip ago, so this is a late or duplicated report
+    /// of the same gap, and acting on it would send the same packets once more. A report of
+    /// another PSN, or of the same one a round trip later (the repair itself was lost), is
+    /// news and is acted on at once: waiting for a probe costs more than a needless pass.
+    fn repairing(&self, e: Psn, now: Instant) -> bool {
+        let Some((r, t)) = self.rewound else {
+            return false;
+        };
+        let rtt = self.rtt.srtt().unwrap_or(super::rtt::MIN_PTO);
+        e == r && self.send_point().diff(e) > 0 && now.since(t) < rtt
     }
 }
 
@@ -268,8 +335,12 @@ impl QueuePair {
         self.attrs.mtu.bytes() as u64
     }
 
+    fn ack_timeout(&self) -> Option<Duration> {
+        ack_timeout(self.attrs.timeout)
+    }
+
     fn ack_timeout_at(&self, now: Instant) -> Option<Instant> {
-        ack_timeout(self.attrs.timeout).map(|d| now.add(d))
+        self.ack_timeout().map(|d| now.add(d))
     }
 
     pub(crate) fn requester_transmit(
@@ -301,7 +372,7 @@ impl QueuePair {
                 }
             }
             let first = self.req.next_psn;
-            if rc && first.diff(self.req.una) >= self.req.window {
+            if rc && first.diff(self.req.una) >= self.req.limit() {
                 return None;
             }
             let npkts = w.npkts;
@@ -315,7 +386,8 @@ impl QueuePair {
         let w = &self.req.sq[idx];
         let first = w.first_psn?;
         let psn = first.add(self.req.send_pkt);
-        if rc && psn.diff(self.req.una) >= self.req.window {
+        let limit = self.req.limit();
+        if rc && psn.diff(self.req.una) >= limit {
             return None;
         }
         let own = self.cfg.qpn;
@@ -418,7 +490,21 @@ impl QueuePair {
                     }
                     solicited = w.wr.flags.contains(SendFlags::SOLICITED);
                 }
-                ack_req = rc && (last || self.req.noack_pkts + 1 >= MAX_PKT_PER_ACK);
+                // IBTA 9.7.5.1.2: the responder may coalesce ACKs, so only a packet that asks
+                // is sure to be answered: a window's last packet always asks (else a window
+                // filled in the middle of a message waits for the ACK timeout), as does a
+                // probe; and the window is ACKed at least twice over, so that ACKs keep it
+                // moving.
+                let interval = ((self.req.window / 2) as u32).clamp(1, MAX_PKT_PER_ACK);
+                let asked = self
+                    .req
+                    .ack_asked
+                    .is_some_and(|a| a.diff(self.req.una) >= 0 && a.diff(psn) < 0);
+                ack_req = rc
+                    && (last
+                        || self.req.probing
+                        || (psn.next().diff(self.req.una) >= limit && !asked)
+                        || self.req.noack_pkts + 1 >= interval);
             }
         }
         let bth = BthRepr {
@@ -474,13 +560,26 @@ impl QueuePair {
         };
         if psn.diff(self.req.sent_hwm) < 0 {
             self.counters.retransmits += 1;
+        } else if rc && ack_req && self.req.timed.is_none() {
+            // A READ is timed to its first response, which comes a round trip after the
+            // request whatever the READ's length.
+            self.req.timed = Some((if is_read { psn.next() } else { end }, now));
         }
         if end.diff(self.req.sent_hwm) > 0 {
             self.req.sent_hwm = end;
         }
+        if rc && !self.req.probing {
+            // Silence for a probe timeout after the last packet sent means its ACK, or
+            // the NAK it caused, or the packet itself was lost.
+            self.req.probe_deadline = Some(now.add(self.req.rtt.pto(self.ack_timeout())));
+        }
         self.req.noack_pkts = if ack_req { 0 } else { self.req.noack_pkts + 1 };
-        if is_read {
+        if ack_req {
+            self.req.ack_asked = Some(if is_read { end.sub(1) } else { psn });
+        }
+        if is_read && self.req.sq[idx].read_done != offset {
             self.req.sq[idx].read_done = offset;
+            self.req.sq[idx].read_ahead = 0;
         }
         if rc && self.req.retx_deadline.is_none() {
             self.req.retx_deadline = self.ack_timeout_at(now);
@@ -538,17 +637,39 @@ impl QueuePair {
         }
     }
 
-    /// Forward progress: retry budgets refill and the timer restarts.
-    fn progress(&mut self, now: Instant) {
-        self.req.retry_left = self.attrs.retry_cnt;
-        self.req.rnr_left = self.attrs.rnr_retry;
-        self.req.started_retry = false;
-        self.req.window = (self.req.window + 1).min(MAX_UNACKED_PSNS);
-        self.req.retx_deadline = if self.req.una == self.req.sent_hwm {
+    /// Forward progress (`una` moved up from `old_una`): retry budgets refill, the timers
+    /// restart, a probe is answered, and the window grows: by every PSN acknowledged while
+    /// no queue builds (it was shrunk for a loss that was not congestion, or it is the
+    /// first burst), by one per ACK otherwise.
+    fn progress(&mut self, now: Instant, old_una: Psn) {
+        let timeout = self.ack_timeout();
+        let r = &mut self.req;
+        r.retry_left = self.attrs.retry_cnt;
+        r.rnr_left = self.attrs.rnr_retry;
+        r.probing = false;
+        r.probes_unanswered = 0;
+        if let Some((end, sent)) = r.timed
+            && r.una.diff(end) >= 0
+        {
+            r.rtt.sample(now.since(sent));
+            r.timed = None;
+        }
+        if r.recover.is_some_and(|p| r.una.diff(p) >= 0) {
+            r.recover = None;
+        }
+        let grow = if r.rtt.queueing() {
+            1
+        } else {
+            r.una.diff(old_una).max(1)
+        };
+        r.window = r.window.saturating_add(grow).min(MAX_UNACKED_PSNS);
+        let idle = r.una == r.sent_hwm;
+        r.retx_deadline = if idle {
             None
         } else {
-            self.ack_timeout_at(now)
+            timeout.map(|d| now.add(d))
         };
+        r.probe_deadline = (!idle).then(|| now.add(r.rtt.pto(timeout)));
         if let Some(sp) = self.req.send_psn() {
             if sp.diff(self.req.una) < 0 {
                 self.req.rewind(self.req.una, self.mtu());
@@ -556,21 +677,39 @@ impl QueuePair {
         }
     }
 
-    /// Go back to the oldest unacknowledged PSN, spending one retry; with none left, the
-    /// oldest WR fails with RETRY_EXC_ERR and the QP goes to ERROR. As in rxe, a `retry_cnt`
-    /// of 7 retries without limit, like `rnr_retry` 7 does in the IBTA rules.
-    fn retry(&mut self) {
-        if self.req.retry_left == 0 {
-            self.complete_front(WcStatus::RetryExcErr);
-            self.enter_error(None);
-            return;
+    /// Go back to the oldest unacknowledged PSN (go-back-N). A timeout spends one retry; a
+    /// detected loss spends one only when it came with no progress (as rxe counts its
+    /// sequence-NAK retries), so a responder that NAKs one PSN forever still ends. With no
+    /// retry left, the oldest WR fails with RETRY_EXC_ERR and the QP goes to ERROR. As in
+    /// rxe, a `retry_cnt` of 7 retries without limit, like `rnr_retry` 7 does in the IBTA
+    /// rules. The window halves on a timeout, and on a detected loss while a queue builds,
+    /// once per loss episode: random loss on an idle link must not collapse it.
+    fn retry(&mut self, now: Instant, why: Loss) {
+        if !matches!(why, Loss::Detected { progressed: true }) {
+            if self.req.retry_left == 0 {
+                self.complete_front(WcStatus::RetryExcErr);
+                self.enter_error(None);
+                return;
+            }
+            if self.attrs.retry_cnt != 7 {
+                self.req.retry_left -= 1;
+            }
         }
-        if self.attrs.retry_cnt != 7 {
-            self.req.retry_left -= 1;
+        let r = &mut self.req;
+        let in_episode = r.recover.is_some_and(|p| r.una.diff(p) < 0);
+        if why == Loss::Timeout || (!in_episode && r.rtt.queueing()) {
+            r.window = (r.window / 2).max(MIN_WINDOW);
+            r.recover = Some(r.sent_hwm);
         }
-        self.req.window = (self.req.window / 2).max(MIN_WINDOW);
-        self.req.rewind(self.req.una, self.mtu());
-        self.req.retx_deadline = None;
+        r.probing = false;
+        // Karn's rule: an ACK from here on may answer either copy.
+        r.timed = None;
+        r.rewound = Some((r.una, now));
+        let una = r.una;
+        self.req.rewind(una, self.mtu());
+        if why == Loss::Timeout {
+            self.req.retx_deadline = None;
+        }
     }
 
     /// Everything up to and including `p` is acknowledged (IBTA vol. 1, 9.7.5.1: an ACK or
@@ -583,6 +722,7 @@ impl QueuePair {
             return Acked::Done;
         }
         let mtu = self.mtu();
+        let old_una = self.req.una;
         while let Some(w) = self.req.sq.front() {
             let Some(first) = w.first_psn else { break };
             if first.add(w.npkts - 1).diff(p) > 0 {
@@ -594,20 +734,45 @@ impl QueuePair {
                 _ => false,
             };
             if lost_response {
-                // Implied NAK: a later PSN is acknowledged, so the responses are lost.
-                self.req.una = first.add((w.read_done / mtu) as u32);
-                self.retry();
+                // IBTA 9.7.5.1.2: an ACK of a later PSN implies that every earlier one was
+                // answered, so the READ's or atomic's missing responses were lost: re-issue
+                // it from its first missing response (IBTA 9.4.4 lets a retried READ ask for
+                // only the rest; an atomic is answered again from the responder's saved result).
+                let resume = first.add((w.read_done / mtu) as u32);
+                let progressed = resume.diff(old_una) > 0;
+                self.req.una = resume;
+                if progressed {
+                    self.progress(now, old_una);
+                }
+                if !self.req.repairing(resume, now) {
+                    self.retry(now, Loss::Detected { progressed });
+                }
                 return Acked::Retried;
             }
             self.complete_front(WcStatus::Success);
         }
-        self.req.una = p.next();
-        self.progress(now);
+        // A READ response acknowledges the PSNs before its READ, but of the READ's own
+        // only those whose responses came.
+        let mut una = p.next();
+        if let Some(w) = self.req.sq.front()
+            && let (SendOp::Read { .. }, Some(first)) = (w.wr.op, w.first_psn)
+            && p.diff(first) >= 0
+        {
+            let resume = first.add((w.read_done / mtu) as u32);
+            if resume.diff(una) < 0 {
+                una = resume;
+            }
+        }
+        if una.diff(self.req.una) > 0 {
+            self.req.una = una;
+            self.progress(now, old_una);
+        }
         Acked::Done
     }
 
     pub(crate) fn handle_response(&mut self, now: Instant, pkt: &IbPacket<&[u8]>) {
         let p = pkt.bth().psn();
+        let old_una = self.req.una;
         let in_window = p.diff(self.req.una) >= 0 && p.diff(self.req.sent_hwm) < 0;
         match pkt.info().operation {
             softrdma_wire::Operation::Acknowledge => {
@@ -632,13 +797,17 @@ impl QueuePair {
                         self.req.rewind(p, self.mtu());
                         self.req.rnr_until = Some(now.add(rnr_delay(timer)));
                         self.req.retx_deadline = None;
+                        self.req.probe_deadline = None;
+                        self.req.probing = false;
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) => {
                         if in_window && self.ack_until(now, p.sub(1)) == Acked::Done {
                             self.counters.seq_naks_rcvd += 1;
-                            if !self.req.started_retry {
-                                self.req.started_retry = true;
-                                self.retry();
+                            // IBTA 9.7.5.2.1: resend from the NAK's PSN, at once, unless
+                            // that is already under way (a late NAK of the same gap).
+                            if !self.req.repairing(p, now) {
+                                let progressed = self.req.una != old_una;
+                                self.retry(now, Loss::Detected { progressed });
                             }
                         }
                     }
@@ -664,7 +833,7 @@ impl QueuePair {
             softrdma_wire::Operation::ReadResponse
                 if in_window && self.ack_until(now, p.sub(1)) == Acked::Done =>
             {
-                self.read_response(now, p, pkt);
+                self.read_response(now, p, pkt, old_una);
             }
             softrdma_wire::Operation::AtomicAcknowledge
                 if in_window && self.ack_until(now, p.sub(1)) == Acked::Done =>
@@ -675,19 +844,15 @@ impl QueuePair {
         }
     }
 
-    fn read_response(&mut self, now: Instant, p: Psn, pkt: &IbPacket<&[u8]>) {
+    fn read_response(&mut self, now: Instant, p: Psn, pkt: &IbPacket<&[u8]>, old_una: Psn) {
         let mtu = self.mtu();
         let Some(w) = self.req.sq.front() else { return };
         let (SendOp::Read { .. }, Some(first)) = (w.wr.op, w.first_psn) else {
             return;
         };
         let expected = first.add((w.read_done / mtu) as u32);
-        if p != expected {
-            if p.is_after(expected) {
-                // A response in the middle was lost: ask again for the rest.
-                self.req.una = expected;
-                self.retry();
-            }
+        let ahead = p.diff(expected);
+        if ahead < 0 || p.diff(first) >= w.npkts as i32 {
             return;
         }
         let data = pkt.payload();
@@ -713,16 +878,47 @@ impl QueuePair {
         let Payload::Sges(sges) = &w.wr.payload else {
             return;
         };
-        if scatter(&*self.mem, self.cfg.pd, sges, w.read_done, data).is_err() {
+        let bit = 1u128.checked_shl(ahead as u32 - 1).unwrap_or(0);
+        let place = ahead == 0 || (bit != 0 && w.read_ahead & bit == 0);
+        if place && scatter(&*self.mem, self.cfg.pd, sges, j * mtu, data).is_err() {
             self.complete_front(WcStatus::LocProtErr);
             self.enter_error(None);
             return;
         }
+        if ahead > 0 {
+            // The responses between were lost (or are late). This one is placed where it
+            // belongs and remembered, so that the gap, once filled, completes it.
+            self.req.sq[0].read_ahead |= bit;
+            // IBTA 9.4.4: re-issue the READ for the rest, at once, unless that is already
+            // under way (this is a later response of the same lost sequence).
+            if !self.req.repairing(expected, now) {
+                self.req.una = expected;
+                let progressed = expected != old_una;
+                self.retry(now, Loss::Detected { progressed });
+            }
+            return;
+        }
         let w = &mut self.req.sq[0];
         w.read_done += n;
+        // Responses placed ahead of this one, now in order.
+        let mut k = j;
+        loop {
+            let next_placed = w.read_ahead & 1 != 0;
+            w.read_ahead >>= 1;
+            if !next_placed {
+                break;
+            }
+            k += 1;
+            w.read_done += if k + 1 == u64::from(w.npkts) {
+                w.len - k * mtu
+            } else {
+                mtu
+            };
+        }
         let done = w.read_done == w.len;
-        self.req.una = p.next();
-        self.progress(now);
+        let before = self.req.una;
+        self.req.una = first.add(k as u32 + 1);
+        self.progress(now, before);
         if done {
             self.complete_front(WcStatus::Success);
         }
@@ -744,8 +940,9 @@ impl QueuePair {
             self.enter_error(None);
             return;
         }
+        let before = self.req.una;
         self.req.una = p.next();
-        self.progress(now);
+        self.progress(now, before);
         self.complete_front(WcStatus::Success);
     }
 
@@ -753,12 +950,41 @@ impl QueuePair {
         if self.req.rnr_until.is_some_and(|t| t <= now) {
             self.req.rnr_until = None;
         }
+        let outstanding =
+            self.req.una != self.req.sent_hwm && matches!(self.state, QpState::Rts | QpState::Sqd);
         if self.req.retx_deadline.is_some_and(|t| t <= now) {
             self.req.retx_deadline = None;
-            if self.req.una != self.req.sent_hwm && self.state != QpState::Error {
+            if outstanding {
                 self.counters.timeouts += 1;
-                self.retry();
+                self.retry(now, Loss::Timeout);
+            }
+            return;
+        }
+        if self.req.probe_deadline.is_some_and(|t| t <= now) {
+            self.req.probe_deadline = None;
+            if outstanding && self.req.rnr_until.is_none() {
+                self.probe(now);
             }
         }
+    }
+
+    /// A tail-loss probe: the packet at `una` again, asking for an ACK, and nothing else
+    /// until something answers it. It is never ahead of the responder's expected PSN, so
+    /// the responder always answers (IBTA 9.7.5.1.3: a duplicate is ACKed again, a READ
+    /// re-executed, an atomic answered from its saved result), and the answer tells where
+    /// the responder stands: everything after that is sent again, as after a sequence NAK.
+    /// It costs no retry: `retry_cnt` counts local ACK timeouts, which keep running.
+    fn probe(&mut self, now: Instant) {
+        self.counters.probes += 1;
+        let r = &mut self.req;
+        r.probing = true;
+        r.timed = None;
+        let backoff = 1u32 << r.probes_unanswered.min(16);
+        r.probes_unanswered += 1;
+        let cap = ack_timeout(self.attrs.timeout);
+        let wait = r.rtt.pto(cap).saturating_mul(backoff);
+        r.probe_deadline = Some(now.add(cap.map_or(wait, |c| wait.min(c))));
+        let una = r.una;
+        self.req.rewind(una, self.mtu());
     }
 }

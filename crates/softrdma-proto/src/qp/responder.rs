@@ -71,7 +71,15 @@ pub(crate) struct Responder {
     resources: VecDeque<RdResource>,
     /// SE bit of the packet being handled.
     last_solicited: bool,
+    /// Request packets that came ahead of the expected PSN, kept to be executed in order
+    /// once the gap is filled: slot `i` holds PSN `ahead_base + i`.
+    ahead: VecDeque<Option<Vec<u8>>>,
+    ahead_base: Psn,
 }
+
+/// How far ahead of the expected PSN an RC responder keeps request packets: the
+/// requester's largest window, so that every packet of a window with a hole is kept.
+pub const REORDER_PSNS: i32 = MAX_UNACKED_PSNS;
 
 impl Responder {
     /// The receive WR of the message in progress, for flushing.
@@ -106,6 +114,43 @@ impl Responder {
             syndrome,
             msn: self.msn,
         });
+    }
+
+    /// Forgets the packets kept ahead of the expected PSN (the QP left RTS or RTR).
+    pub fn drop_kept(&mut self) {
+        self.ahead.clear();
+    }
+
+    /// Keeps request packet `bytes` with PSN `p`, ahead of the expected PSN, for later.
+    fn keep_ahead(&mut self, p: Psn, bytes: &[u8]) {
+        if self.ahead.is_empty() {
+            self.ahead_base = self.epsn;
+        }
+        let i = p.diff(self.ahead_base);
+        if !(0..REORDER_PSNS).contains(&i) {
+            return;
+        }
+        let i = i as usize;
+        if self.ahead.len() <= i {
+            self.ahead.resize(i + 1, None);
+        }
+        if self.ahead[i].is_none() {
+            self.ahead[i] = Some(bytes.to_vec());
+        }
+    }
+
+    /// The kept packet with the expected PSN, if there is one; kept packets the expected
+    /// PSN has passed (a READ spans many PSNs) are dropped on the way.
+    fn take_ahead(&mut self) -> Option<Vec<u8>> {
+        while !self.ahead.is_empty() && self.epsn.diff(self.ahead_base) > 0 {
+            self.ahead.pop_front();
+            self.ahead_base = self.ahead_base.next();
+        }
+        if self.ahead.is_empty() || self.ahead_base != self.epsn {
+            return None;
+        }
+        self.ahead_base = self.ahead_base.next();
+        self.ahead.pop_front().flatten()
     }
 
     fn remember(&mut self, r: RdResource, max: u8) {
@@ -196,7 +241,10 @@ impl QueuePair {
     pub(crate) fn handle_request(&mut self, src: IpAddr, dst: IpAddr, pkt: &IbPacket<&[u8]>) {
         self.resp.last_solicited = pkt.bth().solicited();
         match self.cfg.qp_type {
-            QpType::Rc => self.rc_request(pkt),
+            QpType::Rc => {
+                self.rc_request(pkt);
+                self.run_kept_requests();
+            }
             QpType::Uc => self.uc_request(pkt),
             QpType::Ud => self.ud_request(src, dst, pkt),
         }
@@ -227,12 +275,39 @@ impl QueuePair {
         seq && len
     }
 
+    /// Executes, in PSN order, the packets kept while a gap was open, as far as the gap is
+    /// now filled.
+    fn run_kept_requests(&mut self) {
+        while self.state != QpState::Error {
+            let before = self.resp.epsn;
+            let Some(bytes) = self.resp.take_ahead() else {
+                return;
+            };
+            // The packet was checked (ICRC, header, P_Key, addresses) when it arrived.
+            let Ok(pkt) = IbPacket::new_checked(&bytes[..]) else {
+                return;
+            };
+            self.resp.last_solicited = pkt.bth().solicited();
+            self.rc_request(&pkt);
+            if self.resp.epsn == before {
+                // Not executed (an RNR NAK): the requester sends it again.
+                return;
+            }
+        }
+    }
+
     fn rc_request(&mut self, pkt: &IbPacket<&[u8]>) {
         let p = pkt.bth().psn();
         let d = p.diff(self.resp.epsn);
         if d > 0 {
-            // Ahead: one sequence NAK, then silence until the expected PSN comes.
+            // IBTA 9.7.5.2.1: ahead of the expected PSN, one sequence NAK, then nothing
+            // more for the gap until the expected PSN comes. The packet is kept, not
+            // executed: once the gap is filled (by the late packet, or by the requester's
+            // go-back-N) it runs in order, and the requester's resent copies of it are
+            // duplicates. A reordered packet then costs no round trip, and a window with
+            // several holes is repaired by one go-back-N pass instead of one per hole.
             self.counters.out_of_sequence += 1;
+            self.resp.keep_ahead(p, pkt.as_bytes());
             if !self.resp.nak_sent {
                 self.resp.nak_sent = true;
                 self.counters.seq_naks_sent += 1;
