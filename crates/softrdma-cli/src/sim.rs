@@ -2,7 +2,7 @@
 
 use clap::{Args, ValueEnum};
 use serde_json::json;
-use softrdma_proto::sim::LinkFaults;
+use softrdma_proto::sim::{LinkFaults, LinkRate};
 use softrdma_proto::workload::{OpMix, WorkloadConfig, lossless, run_workload};
 use softrdma_proto::{Instant, Mtu, QpType};
 use std::io::Write;
@@ -73,6 +73,13 @@ pub struct SimArgs {
     /// Local ACK timeout exponent, 1-31 (4.096 us x 2^N).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u8).range(1..=31))]
     timeout: u8,
+    /// Give each direction of the link this rate, in Gb/s, with a drop-tail queue
+    /// (`--queue-pkts`) that every QP pair shares: congestion loss.
+    #[arg(long, value_parser = parse_gbps)]
+    link_gbps: Option<f64>,
+    /// Packets the link's queue holds (with `--link-gbps`).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    queue_pkts: u64,
     /// Print one JSON line instead of a summary.
     #[arg(long)]
     json: bool,
@@ -102,6 +109,15 @@ fn parse_mtu(s: &str) -> Result<usize, String> {
     Mtu::from_bytes(v)
         .map(|m| m.bytes())
         .ok_or_else(|| format!("{v} is not an IB MTU (256, 512, 1024, 2048 or 4096)"))
+}
+
+fn parse_gbps(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    if v > 0.0 && v <= 10_000.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not a link rate between 0 and 10000 Gb/s"))
+    }
 }
 
 fn parse_prob(s: &str) -> Result<f64, String> {
@@ -164,6 +180,10 @@ pub fn run(a: &SimArgs, out: &mut impl Write) -> ExitCode {
             delay: Duration::from_micros(a.delay_us),
             jitter: Duration::from_micros(a.delay_us / 5),
             partition_at: a.partition_at_us.map(|t| Instant::from_nanos(t * 1000)),
+            rate: a.link_gbps.map(|g| LinkRate {
+                bits_per_sec: (g * 1e9) as u64,
+                queue_pkts: a.queue_pkts as usize,
+            }),
         },
         seed: a.seed,
         retry_cnt: a
@@ -189,6 +209,8 @@ pub fn run(a: &SimArgs, out: &mut impl Write) -> ExitCode {
     };
     let slowdown = r.sim_time_ns as f64 / base.sim_time_ns.max(1) as f64;
     let c = &r.counters;
+    // Goodput as a share of the line rate.
+    let utilization = a.link_gbps.map(|g| r.goodput_bps() * 8.0 / (g * 1e9));
     let written = if a.json {
         let line = json!({
             "posted": r.posted,
@@ -204,6 +226,8 @@ pub fn run(a: &SimArgs, out: &mut impl Write) -> ExitCode {
             "goodput_bytes_per_s": r.goodput_bps().round(),
             "lossless_us": base.sim_time_us,
             "slowdown": (slowdown * 1000.0).round() / 1000.0,
+            "queue_drops": r.sim.queue_drops,
+            "link_utilization": utilization.map(|u| (u * 1000.0).round() / 1000.0),
         });
         writeln!(out, "{line}")
     } else {
@@ -216,7 +240,7 @@ pub fn run(a: &SimArgs, out: &mut impl Write) -> ExitCode {
              {} corrupted ({} caught by ICRC), {} partitioned\n\
              retransmits: {}, timeouts: {}, probes: {}, sequence NAKs: {}, timers: {}, steps: {}\n\
              simulated time: {} us, {:.2}x the same work without faults ({} us); \
-             goodput {:.3} Gb/s\n\
+             goodput {:.3} Gb/s{}\n\
              guarantees {}{}",
             a.transport,
             a.op,
@@ -242,6 +266,11 @@ pub fn run(a: &SimArgs, out: &mut impl Write) -> ExitCode {
             slowdown,
             base.sim_time_us,
             r.goodput_bps() * 8.0 / 1e9,
+            utilization.map_or(String::new(), |u| format!(
+                " ({:.1} % of the link; {} packets dropped by its full queue)",
+                u * 100.0,
+                r.sim.queue_drops
+            )),
             if r.guarantees_met { "met" } else { "NOT met" },
             r.problems
                 .iter()

@@ -9,6 +9,7 @@
 //! the soft device does and drops the packet, so corruption must never reach a QP.
 
 use crate::memory::SimMemory;
+use crate::qp::rtt::PathRtt;
 use crate::qp::{QueuePair, icrc_for, same_ip};
 use crate::types::Instant;
 use core::time::Duration;
@@ -37,6 +38,31 @@ pub struct LinkFaults {
     pub jitter: Duration,
     /// From this instant on, nothing is delivered.
     pub partition_at: Option<Instant>,
+    /// A link of finite rate with a drop-tail queue; `None`: infinitely fast.
+    pub rate: Option<LinkRate>,
+}
+
+/// A link's speed and its sending queue: packets leave one after another at `bits_per_sec`,
+/// each taking its length plus [`FRAME_OVERHEAD`] bytes of the wire, and a packet that
+/// finds `queue_pkts` packets waiting is dropped (drop-tail), as a switch port does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkRate {
+    /// Line rate.
+    pub bits_per_sec: u64,
+    /// Packets the queue holds, the one on the wire included.
+    pub queue_pkts: usize,
+}
+
+/// Bytes a RoCE v2 packet takes on an Ethernet wire beyond its InfiniBand part: preamble and
+/// inter-frame gap (20), Ethernet header and FCS (18), IPv4 (20) and UDP (8) headers.
+pub const FRAME_OVERHEAD: usize = 66;
+
+impl LinkRate {
+    /// How long a packet of `len` bytes (InfiniBand part) occupies the wire.
+    pub fn wire_time(&self, len: usize) -> Duration {
+        let bits = ((len + FRAME_OVERHEAD) * 8) as u128;
+        Duration::from_nanos((bits * 1_000_000_000 / u128::from(self.bits_per_sec.max(1))) as u64)
+    }
 }
 
 impl Default for LinkFaults {
@@ -49,6 +75,7 @@ impl Default for LinkFaults {
             delay: Duration::from_micros(5),
             jitter: Duration::ZERO,
             partition_at: None,
+            rate: None,
         }
     }
 }
@@ -107,6 +134,8 @@ pub struct SimStats {
     pub lent_gone: u64,
     /// Packets lost to the partition.
     pub partitioned: u64,
+    /// Packets dropped because the link's queue was full.
+    pub queue_drops: u64,
     /// Timer expiries handled.
     pub timers: u64,
     /// Steps taken.
@@ -169,6 +198,10 @@ pub struct Sim {
     /// Latest arrival scheduled on each (from, to) link: links are FIFO unless a packet is
     /// deliberately reordered.
     link_tail: std::collections::HashMap<(usize, usize), Instant>,
+    /// When each packet in each rated link's queue finishes leaving, oldest first.
+    link_queue: std::collections::HashMap<(usize, usize), std::collections::VecDeque<Instant>>,
+    /// The round-trip record each (from, to) pair of endpoints shares among its QPs.
+    paths: std::collections::HashMap<(usize, usize), Arc<PathRtt>>,
 }
 
 impl Sim {
@@ -187,6 +220,8 @@ impl Sim {
             seq: 0,
             buf: Vec::with_capacity(4200),
             link_tail: std::collections::HashMap::new(),
+            link_queue: std::collections::HashMap::new(),
+            paths: std::collections::HashMap::new(),
         }
     }
 
@@ -264,6 +299,22 @@ impl Sim {
             self.stats.lost += 1;
             return;
         }
+        // A rated link: the packet waits for those before it to leave, or is dropped if the
+        // queue is full; it then arrives its wire time plus the delay after it started.
+        let mut left = self.now;
+        if let Some(rate) = f.rate {
+            let q = self.link_queue.entry((from, to)).or_default();
+            while q.front().is_some_and(|&t| t <= self.now) {
+                q.pop_front();
+            }
+            if q.len() >= rate.queue_pkts.max(1) {
+                self.stats.queue_drops += 1;
+                return;
+            }
+            let start = q.back().copied().unwrap_or(self.now).max(self.now);
+            left = start.add(rate.wire_time(bytes.len()));
+            q.push_back(left);
+        }
         let copies = if verdict == Verdict::Duplicate || self.rng.random_bool(f.dup) {
             self.stats.duplicated += 1;
             2
@@ -288,7 +339,7 @@ impl Sim {
             if let Verdict::Delay(d) = verdict {
                 delay += d;
             }
-            let mut at = self.now.add(delay);
+            let mut at = left.add(delay);
             if self.rng.random_bool(f.reorder) {
                 // Long enough to be overtaken by packets sent after it.
                 at = at.add(
@@ -553,6 +604,8 @@ impl Sim {
                 qp.modify(s)
                     .expect("the connect sequence follows the modify rules");
             }
+            let path = self.paths.entry((me, peer)).or_default();
+            qp.share_path_rtt(path.clone());
             self.endpoints[me].qps.push(qp);
         }
     }

@@ -438,6 +438,13 @@ impl QueuePair {
         }
     }
 
+    /// Shares this QP's smallest round trip with the other QPs of `path` (those to the same
+    /// destination from the same device), so that congestion control knows the path's
+    /// delay when empty even if this QP never saw it so.
+    pub fn share_path_rtt(&mut self, path: std::sync::Arc<rtt::PathRtt>) {
+        self.req.rtt.share(path);
+    }
+
     /// This QP's number.
     pub fn qpn(&self) -> Qpn {
         self.cfg.qpn

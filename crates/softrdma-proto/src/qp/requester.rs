@@ -55,9 +55,11 @@ pub(crate) struct Requester {
     pub window: i32,
     /// The round-trip estimate that times probes and tells congestion from a lossy link.
     pub rtt: RttEstimator,
-    /// The packet being timed for a round-trip sample: one past the last PSN it covers, and
-    /// when it left. Never a retransmitted packet (Karn's rule).
-    pub timed: Option<(Psn, Instant)>,
+    /// Packets in flight that asked for an ACK, oldest first, for round-trip samples: one
+    /// past the last PSN each covers, when it left, and whether it was its first
+    /// transmission. A resent packet's ACK may answer an earlier copy (Karn's rule), so its
+    /// sample is only a lower bound: it can show a queue, not set the estimate.
+    pub timed: VecDeque<(Psn, Instant, bool)>,
     /// When a tail-loss probe goes out if nothing is heard before.
     pub probe_deadline: Option<Instant>,
     /// Probes sent since the last progress; each doubles the wait for the next.
@@ -69,9 +71,17 @@ pub(crate) struct Requester {
     pub recover: Option<Psn>,
     /// The last go-back-N: the PSN it went back to, and when.
     pub rewound: Option<(Psn, Instant)>,
+    /// PSNs acknowledged towards the window's next step up while a queue builds.
+    pub grow_credit: i32,
+    /// When the window was last cut for queueing delay.
+    pub last_cut: Option<Instant>,
     /// The last PSN sent asking for an ACK (for a READ, its last response's).
     pub ack_asked: Option<Psn>,
 }
+
+/// Most packets asking for an ACK that are timed at once: a window asks at least twice, and
+/// a window of one-packet messages once per message.
+const MAX_TIMED: usize = 32;
 
 /// The smallest in-flight window.
 pub const MIN_WINDOW: i32 = 4;
@@ -114,7 +124,7 @@ impl Requester {
         self.probes_unanswered = 0;
         self.recover = None;
         self.rewound = None;
-        self.timed = None;
+        self.timed.clear();
     }
 
     pub fn push(&mut self, wr: SendWr, len: u64, signaled: bool, mtu: Mtu) {
@@ -560,10 +570,16 @@ impl QueuePair {
         };
         if psn.diff(self.req.sent_hwm) < 0 {
             self.counters.retransmits += 1;
-        } else if rc && ack_req && self.req.timed.is_none() {
+        }
+        if rc && ack_req {
             // A READ is timed to its first response, which comes a round trip after the
             // request whatever the READ's length.
-            self.req.timed = Some((if is_read { psn.next() } else { end }, now));
+            let fresh = psn.diff(self.req.sent_hwm) >= 0;
+            let t = &mut self.req.timed;
+            if t.len() == MAX_TIMED {
+                t.pop_front();
+            }
+            t.push_back((if is_read { psn.next() } else { end }, now, fresh));
         }
         if end.diff(self.req.sent_hwm) > 0 {
             self.req.sent_hwm = end;
@@ -648,21 +664,44 @@ impl QueuePair {
         r.rnr_left = self.attrs.rnr_retry;
         r.probing = false;
         r.probes_unanswered = 0;
-        if let Some((end, sent)) = r.timed
+        let mut newest = None;
+        while let Some(&(end, sent, fresh)) = r.timed.front()
             && r.una.diff(end) >= 0
         {
-            r.rtt.sample(now.since(sent));
-            r.timed = None;
+            newest = Some((sent, fresh));
+            r.timed.pop_front();
+        }
+        match newest {
+            Some((sent, true)) => r.rtt.sample(now.since(sent)),
+            Some((sent, false)) => r.rtt.sample_lower_bound(now.since(sent)),
+            None => {}
         }
         if r.recover.is_some_and(|p| r.una.diff(p) >= 0) {
             r.recover = None;
         }
-        let grow = if r.rtt.queueing() {
-            1
+        let acked = r.una.diff(old_una).max(1);
+        if r.rtt.queueing() {
+            // A queue is building: grow by about one PSN a round trip, and cut at most once
+            // a round trip in proportion to how far the delay is over its target (as Swift
+            // does), so that the queue drains before it overflows.
+            r.grow_credit += acked;
+            if r.grow_credit >= r.window {
+                r.grow_credit -= r.window;
+                r.window += 1;
+            }
+            let rtt = r.rtt.srtt().unwrap_or(super::rtt::INITIAL_PTO);
+            if let Some(over) = r.rtt.over_target()
+                && r.last_cut.is_none_or(|t| now.since(t) >= rtt)
+            {
+                let kept = (1.0 - 0.8 * over).max(0.5);
+                r.window = ((f64::from(r.window) * kept) as i32).max(MIN_WINDOW);
+                r.last_cut = Some(now);
+            }
         } else {
-            r.una.diff(old_una).max(1)
-        };
-        r.window = r.window.saturating_add(grow).min(MAX_UNACKED_PSNS);
+            // No queue: back to the full window quickly, at most doubling per ACK.
+            r.window += acked.min(r.window);
+        }
+        r.window = r.window.min(MAX_UNACKED_PSNS);
         let idle = r.una == r.sent_hwm;
         r.retx_deadline = if idle {
             None
@@ -702,8 +741,8 @@ impl QueuePair {
             r.recover = Some(r.sent_hwm);
         }
         r.probing = false;
-        // Karn's rule: an ACK from here on may answer either copy.
-        r.timed = None;
+        // What is in flight is sent again, and timed again as it is.
+        r.timed.clear();
         r.rewound = Some((r.una, now));
         let una = r.una;
         self.req.rewind(una, self.mtu());
@@ -978,7 +1017,7 @@ impl QueuePair {
         self.counters.probes += 1;
         let r = &mut self.req;
         r.probing = true;
-        r.timed = None;
+        r.timed.clear();
         let backoff = 1u32 << r.probes_unanswered.min(16);
         r.probes_unanswered += 1;
         let cap = ack_timeout(self.attrs.timeout);

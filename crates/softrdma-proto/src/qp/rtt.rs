@@ -5,6 +5,8 @@
 //! retransmitted one (Karn's rule), smoothed with gains 1/8 and 1/4. All time is injected.
 
 use core::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The shortest probe timeout. Below this a probe would race the ACK it waits for on any
 /// real host, whose scheduler alone delays a reply by microseconds.
@@ -18,20 +20,68 @@ pub const INITIAL_PTO: Duration = Duration::from_micros(250);
 /// when the smallest round trip is tiny.
 pub const MIN_QUEUE_DELAY: Duration = Duration::from_micros(20);
 
+/// The smallest round trip seen on one path (one destination, from one device) by any of
+/// the QPs that share it, as Linux keeps TCP's metrics per destination. A QP that opens
+/// while the path's queue is already full never sees the path empty by itself, and would
+/// take the full queue for the path's normal delay; the QPs that share a path share their
+/// smallest sample. Lock-free: any thread may offer samples.
+#[derive(Debug)]
+pub struct PathRtt(AtomicU64);
+
+impl Default for PathRtt {
+    /// A path with no sample yet.
+    fn default() -> Self {
+        Self(AtomicU64::new(u64::MAX))
+    }
+}
+
+impl PathRtt {
+    /// A path with no sample yet, to share.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// The smallest sample offered, if any.
+    pub fn min(&self) -> Option<Duration> {
+        match self.0.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
+
+    /// Offers a sample.
+    pub fn offer(&self, r: Duration) {
+        let ns = u64::try_from(r.as_nanos()).unwrap_or(u64::MAX - 1);
+        self.0.fetch_min(ns, Ordering::Relaxed);
+    }
+}
+
 /// Smoothed round trip, its variation, and the smallest and latest samples.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct RttEstimator {
     srtt: Option<Duration>,
     rttvar: Duration,
     min: Option<Duration>,
     latest: Duration,
+    path: Option<Arc<PathRtt>>,
 }
 
 impl RttEstimator {
+    /// Shares the smallest round trip with the other QPs of `path`.
+    pub fn share(&mut self, path: Arc<PathRtt>) {
+        if let Some(m) = self.min {
+            path.offer(m);
+        }
+        self.path = Some(path);
+    }
+
     /// Takes one sample.
     pub fn sample(&mut self, r: Duration) {
         self.latest = r;
         self.min = Some(self.min.map_or(r, |m| m.min(r)));
+        if let Some(p) = &self.path {
+            p.offer(r);
+        }
         match self.srtt {
             None => {
                 self.srtt = Some(r);
@@ -45,14 +95,30 @@ impl RttEstimator {
         }
     }
 
+    /// Takes a sample that may be short of the real round trip (the ACK of a resent packet,
+    /// which may answer an earlier copy): it counts only if it shows a queue even so.
+    pub fn sample_lower_bound(&mut self, r: Duration) {
+        let before = self.latest;
+        self.latest = r;
+        if self.over_target().is_none() {
+            self.latest = before;
+        }
+    }
+
     /// The smoothed round trip, once there is a sample.
     pub fn srtt(&self) -> Option<Duration> {
         self.srtt
     }
 
-    /// The smallest sample, once there is one.
+    /// The smallest sample, this QP's or the path's, once there is one of its own.
     pub fn min(&self) -> Option<Duration> {
-        self.min
+        let own = self.min?;
+        Some(
+            self.path
+                .as_ref()
+                .and_then(|p| p.min())
+                .map_or(own, |m| m.min(own)),
+        )
     }
 
     /// How long silence must last before a probe: two round trips, or one plus four
@@ -66,14 +132,23 @@ impl RttEstimator {
         cap.map_or(p, |c| p.min(c))
     }
 
-    /// True when the latest sample shows a queue building: more than twice the smallest
-    /// round trip and at least [`MIN_QUEUE_DELAY`] above it. With no sample yet, the answer
-    /// is yes: a first burst that loses packets has no better evidence.
+    /// True when the latest sample shows a queue building (see
+    /// [`RttEstimator::over_target`]). With no sample yet, the answer is yes: a first burst
+    /// that loses packets has no better evidence.
     pub fn queueing(&self) -> bool {
-        match self.min {
-            None => true,
-            Some(m) => self.latest > 2 * m && self.latest > m + MIN_QUEUE_DELAY,
-        }
+        self.min.is_none() || self.over_target().is_some()
+    }
+
+    /// How far the latest sample is over the delay target (half as much again as the
+    /// smallest round trip, and at least [`MIN_QUEUE_DELAY`] above it), as a share of the
+    /// sample: `None` when it is not over, or there is no sample yet. The margin is no wider
+    /// because a QP that first measured a queue already half full must still see the rest
+    /// of it; narrower, and a host's scheduling jitter would pass for a queue.
+    pub fn over_target(&self) -> Option<f64> {
+        let m = self.min()?;
+        let target = m + (m / 2).max(MIN_QUEUE_DELAY);
+        (self.latest > target)
+            .then(|| (self.latest - target).as_secs_f64() / self.latest.as_secs_f64())
     }
 }
 
@@ -111,16 +186,31 @@ mod tests {
     }
 
     #[test]
-    fn queueing_needs_twice_the_minimum_and_a_margin() {
+    fn queueing_needs_half_the_minimum_and_a_margin_more() {
         let mut r = RttEstimator::default();
         assert!(r.queueing());
         r.sample(us(10));
         assert!(!r.queueing());
         r.sample(us(25));
         assert!(!r.queueing(), "2.5x but only 15 us above the minimum");
-        r.sample(us(90));
+        r.sample(us(31));
         assert!(r.queueing());
         r.sample(us(11));
         assert!(!r.queueing());
+    }
+
+    #[test]
+    fn a_path_shares_its_smallest_round_trip() {
+        let path = PathRtt::new();
+        let mut early = RttEstimator::default();
+        early.share(path.clone());
+        early.sample(us(10));
+        let mut late = RttEstimator::default();
+        late.share(path.clone());
+        // Its first sample already waited in a full queue.
+        late.sample(us(90));
+        assert_eq!(late.min(), Some(us(10)));
+        assert!(late.queueing());
+        assert_eq!(path.min(), Some(us(10)));
     }
 }
