@@ -50,7 +50,15 @@ fn rc_under_faults_is_exactly_once_and_verified() {
             "data_verified",
             "packets_sent",
             "retransmits",
-            "sim_time_us"
+            "timeouts",
+            "probes",
+            "seq_naks",
+            "sim_time_us",
+            "goodput_bytes_per_s",
+            "lossless_us",
+            "slowdown",
+            "queue_drops",
+            "link_utilization"
         ]
     );
     assert_eq!(v["posted"], 300);
@@ -58,6 +66,40 @@ fn rc_under_faults_is_exactly_once_and_verified() {
     assert_eq!(v["errors"], serde_json::json!({}));
     assert_eq!(v["data_verified"], true);
     assert!(v["retransmits"].as_u64().unwrap() > 0);
+    assert!(v["seq_naks"].as_u64().unwrap() > 0);
+    assert!(v["slowdown"].as_f64().unwrap() > 1.0, "{v}");
+    assert!(v["goodput_bytes_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["link_utilization"], serde_json::Value::Null);
+}
+
+/// The congestion goal: 16 RC QPs write 1 MiB messages through one 25 Gb/s link
+/// with a 256-packet queue; every op completes and goodput is at least 80 % of the link.
+#[test]
+fn sixteen_qps_share_a_congested_link() {
+    let (code, v) = json(&[
+        "--op",
+        "write",
+        "--ops",
+        "32",
+        "--qps",
+        "16",
+        "--size",
+        "1048576",
+        "--timeout",
+        "14",
+        "--link-gbps",
+        "25",
+        "--queue-pkts",
+        "256",
+    ]);
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["ok"], 32);
+    assert!(
+        v["queue_drops"].as_u64().unwrap() > 0,
+        "the queue overflowed: {v}"
+    );
+    let u = v["link_utilization"].as_f64().unwrap();
+    assert!(u >= 0.8, "goodput {u} of the link: {v}");
 }
 
 #[test]

@@ -139,6 +139,11 @@ type Held = (u64, u64, SocketAddr, Vec<u8>);
 /// How long after an application thread last drained the socket the progress thread leaves
 /// the socket to it (and so the longest an ACK it deferred can wait).
 const APP_POLL_GRACE: Duration = Duration::from_micros(200);
+
+/// How long a soft device may hold an ACK back: [`APP_POLL_GRACE`], then the progress
+/// thread's next pass, with room for the scheduler. A requester waits this much longer
+/// before it probes for a lost tail, so that a deferred ACK is not taken for a lost one.
+pub(crate) const PEER_ACK_DELAY: Duration = Duration::from_millis(1);
 const WAKE: Token = Token(1);
 
 pub(crate) struct Device {
@@ -153,6 +158,9 @@ pub(crate) struct Device {
     pub(crate) tx: crate::tx::TxPath,
     pub mrs: Arc<MrTable>,
     pub qps: RwLock<crate::mr::KeyMap<Arc<QpShared>>>,
+    /// The smallest round trip to each destination, shared by the QPs that go there (see
+    /// [`softrdma_proto::qp::rtt::PathRtt`]).
+    paths: Mutex<std::collections::HashMap<IpAddr, Arc<softrdma_proto::qp::rtt::PathRtt>>>,
     /// Moves on whenever a QP leaves `qps`, which makes receivers look their QP up again.
     pub qps_gen: AtomicU64,
     next_pd: AtomicU32,
@@ -300,6 +308,12 @@ impl Device {
         }
     }
 
+    /// The round-trip record of the path to `dst`, which every QP going there shares.
+    pub fn path_rtt(&self, dst: IpAddr) -> Arc<softrdma_proto::qp::rtt::PathRtt> {
+        let mut paths = self.paths.lock().unwrap_or_else(|e| e.into_inner());
+        paths.entry(dst.to_canonical()).or_default().clone()
+    }
+
     /// The device's counters with rxe's names (see [`crate::stats`]).
     pub fn hw_counters(&self) -> Vec<(&'static str, u64)> {
         let mut q = *self.retired.lock().unwrap_or_else(|e| e.into_inner());
@@ -323,6 +337,7 @@ impl Device {
             ("rcvd_icrc_err", g(&c.rcvd_icrc_errors)),
             ("rcvd_unknown_qpn", g(&c.rcvd_unknown_qpn)),
             ("rcvd_malformed", g(&c.rcvd_malformed)),
+            ("tail_loss_probes", q.probes),
         ]
     }
 
@@ -991,6 +1006,7 @@ impl Context {
             tx,
             mrs: Arc::new(MrTable::new(opts.zero_copy)),
             qps: RwLock::new(crate::mr::KeyMap::default()),
+            paths: Mutex::new(std::collections::HashMap::new()),
             qps_gen: AtomicU64::new(0),
             next_pd: AtomicU32::new(1),
             waker,

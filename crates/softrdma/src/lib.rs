@@ -37,9 +37,9 @@ pub use mr::MemoryRegion;
 pub use qp::{
     AddressHandle, ConnectAttr, Peer, ProtectionDomain, QpInitAttr, QueuePair, SharedReceiveQueue,
 };
-pub use softrdma_proto::QpCaps;
 pub use softrdma_proto::{
     AccessFlags, AddressVector, AsyncEvent, Completion, Mtu, Payload, QpAttr, QpState, QpType,
     RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
 };
+pub use softrdma_proto::{QpCaps, QpCounters};
 pub use softrdma_wire::{Psn, Qpn};

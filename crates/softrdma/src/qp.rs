@@ -242,8 +242,11 @@ impl ProtectionDomain {
             udp_sport: Some(dev.tx.port()),
         };
         let mem: Arc<dyn softrdma_proto::Memory> = dev.mrs.clone();
+        let mut engine = softrdma_proto::QueuePair::new(cfg, mem);
+        // The peer may be a soft device too, which defers ACKs (see `device`).
+        engine.set_peer_ack_delay(crate::device::PEER_ACK_DELAY);
         let shared = Arc::new(QpShared {
-            qp: Mutex::new(softrdma_proto::QueuePair::new(cfg, mem)),
+            qp: Mutex::new(engine),
             send_cq: init.send_cq.inner.clone(),
             recv_cq: init.recv_cq.inner.clone(),
         });
@@ -316,7 +319,14 @@ impl QueuePair {
 
     /// Modifies attributes and state (`ibv_modify_qp`).
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
-        Ok(self.with(|qp| qp.modify(attr))?)
+        let path = attr.av.map(|av| self.ctx.dev().path_rtt(av.dst));
+        Ok(self.with(|qp| {
+            qp.modify(attr)?;
+            if let Some(p) = path {
+                qp.share_path_rtt(p);
+            }
+            Ok::<_, softrdma_proto::ModifyError>(())
+        })?)
     }
 
     /// The attributes in force (`ibv_query_qp`).

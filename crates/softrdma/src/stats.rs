@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// The counter names, in the order `rdma statistic` prints rxe's, then softrdma's own.
-pub const NAMES: [&str; 14] = [
+pub const NAMES: [&str; 15] = [
     "sent_pkts",
     "rcvd_pkts",
     "duplicate_request",
@@ -24,6 +24,7 @@ pub const NAMES: [&str; 14] = [
     "rcvd_icrc_err",
     "rcvd_unknown_qpn",
     "rcvd_malformed",
+    "tail_loss_probes",
 ];
 
 /// Where counter files go.

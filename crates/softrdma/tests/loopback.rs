@@ -777,7 +777,7 @@ fn a_pollers_acks_leave_with_its_answers() {
     });
     await_value(&b, ROUNDS);
     for e in [&a, &b] {
-        assert_eq!(e.qp.counters().retransmits, 0);
+        assert_nothing_resent(&e.qp.counters());
     }
     let after = b.ctx.counters().snapshot();
     let delta = |name: &str| {
@@ -812,7 +812,7 @@ fn an_ack_deferred_by_a_poller_that_stops_still_leaves() {
         let wc = wait(&a.cq, 1).remove(0);
         assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success));
     }
-    assert_eq!(a.qp.counters().retransmits, 0);
+    assert_nothing_resent(&a.qp.counters());
 }
 
 /// Packets leave through connected sockets, which number them (IPv4 ID), and every ICRC
@@ -853,5 +853,13 @@ fn connected_sockets_number_packets_and_every_icrc_holds() {
     assert!(count(&b, "rcvd_pkts") > 200);
     assert_eq!(count(&b, "rcvd_icrc_errors"), 0);
     assert_eq!(count(&a, "rcvd_icrc_errors"), 0);
-    assert_eq!(a.qp.counters().retransmits, 0);
+    assert_nothing_resent(&a.qp.counters());
+}
+
+/// Nothing was sent again but tail-loss probes: on a loaded machine a thread descheduled
+/// for a millisecond makes a probe go out, which the peer answers as a duplicate. A timeout
+/// or a sequence NAK would mean an ACK or a packet really went missing.
+fn assert_nothing_resent(c: &QpCounters) {
+    assert_eq!((c.timeouts, c.seq_naks_rcvd), (0, 0), "{c:?}");
+    assert!(c.retransmits <= c.probes, "{c:?}");
 }

@@ -445,6 +445,13 @@ impl QueuePair {
         self.req.rtt.share(path);
     }
 
+    /// Tells the requester that the peer may hold an ACK back up to `d` (a soft device that
+    /// defers ACKs to ride along with its application's answer), so that it waits that much
+    /// longer before it probes for a lost tail. The default is no delay.
+    pub fn set_peer_ack_delay(&mut self, d: Duration) {
+        self.req.rtt.set_peer_ack_delay(d);
+    }
+
     /// This QP's number.
     pub fn qpn(&self) -> Qpn {
         self.cfg.qpn

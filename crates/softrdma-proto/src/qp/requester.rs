@@ -691,6 +691,7 @@ impl QueuePair {
             }
             let rtt = r.rtt.srtt().unwrap_or(super::rtt::INITIAL_PTO);
             if let Some(over) = r.rtt.over_target()
+                && r.recover.is_some()
                 && r.last_cut.is_none_or(|t| now.since(t) >= rtt)
             {
                 let kept = (1.0 - 0.8 * over).max(0.5);
@@ -917,7 +918,10 @@ impl QueuePair {
         let Payload::Sges(sges) = &w.wr.payload else {
             return;
         };
-        let bit = 1u128.checked_shl(ahead as u32 - 1).unwrap_or(0);
+        let bit = (ahead as u32)
+            .checked_sub(1)
+            .and_then(|i| 1u128.checked_shl(i))
+            .unwrap_or(0);
         let place = ahead == 0 || (bit != 0 && w.read_ahead & bit == 0);
         if place && scatter(&*self.mem, self.cfg.pd, sges, j * mtu, data).is_err() {
             self.complete_front(WcStatus::LocProtErr);

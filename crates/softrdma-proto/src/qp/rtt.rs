@@ -64,6 +64,7 @@ pub struct RttEstimator {
     min: Option<Duration>,
     latest: Duration,
     path: Option<Arc<PathRtt>>,
+    ack_delay: Duration,
 }
 
 impl RttEstimator {
@@ -121,14 +122,22 @@ impl RttEstimator {
         )
     }
 
+    /// Allows for a peer that may hold an ACK back this long (IBTA 9.7.5.1.2 lets it
+    /// coalesce and delay ACKs within the requester's timeout): probes wait that much more,
+    /// as TCP's tail-loss probe waits out a delayed ACK.
+    pub fn set_peer_ack_delay(&mut self, d: Duration) {
+        self.ack_delay = d;
+    }
+
     /// How long silence must last before a probe: two round trips, or one plus four
-    /// deviations when the round trip varies that much, at least [`MIN_PTO`], and at most
-    /// `cap` (the ACK timeout, which a probe must come well before to be of any use).
+    /// deviations when the round trip varies that much, at least [`MIN_PTO`], plus the
+    /// peer's ACK delay, and at most `cap` (the ACK timeout, which a probe must come well
+    /// before to be of any use).
     pub fn pto(&self, cap: Option<Duration>) -> Duration {
         let p = match self.srtt {
             None => INITIAL_PTO,
             Some(s) => (2 * s).max(s + 4 * self.rttvar).max(MIN_PTO),
-        };
+        } + self.ack_delay;
         cap.map_or(p, |c| p.min(c))
     }
 
@@ -183,6 +192,8 @@ mod tests {
             r.sample(us(1));
         }
         assert_eq!(r.pto(None), MIN_PTO);
+        r.set_peer_ack_delay(us(1000));
+        assert_eq!(r.pto(None), MIN_PTO + us(1000));
     }
 
     #[test]
