@@ -87,6 +87,17 @@ impl Pair {
         let qp = self.sim.qp(ep, qpn);
         std::iter::from_fn(|| qp.poll_completion()).collect()
     }
+    /// Posts a signaled RDMA WRITE of A's `len` bytes at `off` to the same offset on B.
+    pub fn write_same_offset(&mut self, id: u64, off: u64, len: u32) {
+        let (ka, kb) = (self.key_a, self.key_b);
+        let op = SendOp::Write {
+            remote_addr: BUF + off,
+            rkey: kb,
+        };
+        self.qa()
+            .post_send(wr(id, op, sge(BUF + off, len, ka)))
+            .unwrap();
+    }
     pub fn fill_a(&self, offset: usize, data: &[u8]) {
         self.mem_a.fill(self.key_a, offset, data);
     }
