@@ -131,6 +131,11 @@ fn wait_listen(port: u16) {
 /// `softrdma perf <test>` against perftest's `ib_<test>` in the VM, both ways, with the same
 /// flags; both sides must finish, and the measuring side must print its table.
 fn perf_case(vm: &Vm, test: &str, flags: &[&str]) {
+    perf_case_env(vm, test, flags, &[]);
+}
+
+/// [`perf_case`] with extra environment for softrdma (`SOFTRDMA_FAULTS`, say).
+fn perf_case_env(vm: &Vm, test: &str, flags: &[&str], env: &[(&str, &str)]) {
     let ib = format!(
         "ib_{} -d rxe0 -x 1 -F {}",
         test.replace('-', "_"),
@@ -151,7 +156,7 @@ fn perf_case(vm: &Vm, test: &str, flags: &[&str]) {
     vm.exec_ok("waitport 18515");
     let mut cli_args = args.clone();
     cli_args.push(VM_IP);
-    let o = run(&mut ours(HOST_IP, &[], &cli_args), Duration::from_secs(90));
+    let o = run(&mut ours(HOST_IP, env, &cli_args), Duration::from_secs(90));
     let srv = vm.exec_ok(
         "while kill -0 $(cat /tmp/perf.pid) 2>/dev/null; do sleep 0.1; done; cat /tmp/perf.log",
     );
@@ -173,7 +178,7 @@ fn perf_case(vm: &Vm, test: &str, flags: &[&str]) {
     );
 
     // softrdma serves, perftest connects.
-    let server = ours(HOST_IP, &[], &args)
+    let server = ours(HOST_IP, env, &args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -195,7 +200,7 @@ fn perf_case(vm: &Vm, test: &str, flags: &[&str]) {
     if test.ends_with("-bw") {
         assert!(s.contains(table) && s.contains("\"results\":[{"), "{s}");
     }
-    eprintln!("ok: perf {test} {flags:?} both ways with perftest");
+    eprintln!("ok: perf {test} {flags:?} {env:?} both ways with perftest");
 }
 
 /// One pingpong both ways at one size. `gid` 1 is RoCE v2 over IPv4; 0 over IPv6 link-local.
@@ -205,6 +210,7 @@ struct Case<'a> {
     gid: &'a str,
     addr: &'a str,
     env: &'a [(&'a str, &'a str)],
+    iters: &'a str,
 }
 
 fn case(vm: &Vm, c: Case<'_>) {
@@ -214,8 +220,8 @@ fn case(vm: &Vm, c: Case<'_>) {
         gid,
         addr,
         env,
+        iters,
     } = c;
-    let iters = "5";
     let s = size.to_string();
     let mut flags = vec!["-g", gid, "-n", iters, "-s", &s, "-c"];
     if t != "ud" {
@@ -308,6 +314,7 @@ fn pingpong_with_linux_rxe() {
         gid: "1",
         addr: HOST_IP,
         env: &[],
+        iters: "5",
     };
     // One exchange captured by softrdma itself (SOFTRDMA_PCAP) must verify, ICRCs and all,
     // and tshark must read it. Again with UDP GSO toward rxe (SOFTRDMA_GSO=always; by
@@ -396,6 +403,7 @@ fn pingpong_with_linux_rxe() {
                 gid: "0",
                 addr: &ll,
                 env: &[],
+                iters: "5",
             },
         );
     }
@@ -412,4 +420,19 @@ fn pingpong_with_linux_rxe() {
     perf_case(&vm, "send-bw", &["-n", "20", "-s", "4096"]);
     perf_case(&vm, "send-bw", &["-n", "20", "-s", "4096", "-b"]);
     perf_case(&vm, "atomic-bw", &["-n", "20"]);
+
+    // Loss on softrdma's side (2 % of what it sends, requests and responses alike): rxe
+    // must take our go-back-N passes and tail-loss probes (duplicates to it) and answer
+    // them, and every exchange must complete, the pingpong's data checked at both ends.
+    let lossy = [("SOFTRDMA_FAULTS", "drop=0.02")];
+    case(
+        &vm,
+        Case {
+            env: &lossy,
+            iters: "50",
+            ..v4("rc", 65536)
+        },
+    );
+    perf_case_env(&vm, "write-bw", &["-n", "200", "-s", "65536"], &lossy);
+    perf_case_env(&vm, "read-bw", &["-n", "200", "-s", "65536"], &lossy);
 }

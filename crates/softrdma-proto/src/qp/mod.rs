@@ -674,7 +674,7 @@ impl QueuePair {
         [
             self.req.retx_deadline,
             self.req.rnr_until,
-            self.req.probe_deadline,
+            self.probe_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -804,7 +804,7 @@ impl QueuePair {
         }
         self.req.retx_deadline = None;
         self.req.rnr_until = None;
-        self.req.probe_deadline = None;
+        self.req.probe_from = None;
         self.resp.drop_kept();
     }
 

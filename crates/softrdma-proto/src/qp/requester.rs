@@ -60,8 +60,11 @@ pub(crate) struct Requester {
     /// transmission. A resent packet's ACK may answer an earlier copy (Karn's rule), so its
     /// sample is only a lower bound: it can show a queue, not set the estimate.
     pub timed: VecDeque<(Psn, Instant, bool)>,
-    /// When a tail-loss probe goes out if nothing is heard before.
-    pub probe_deadline: Option<Instant>,
+    /// When the silence a tail-loss probe waits out began (the last packet sent, the last
+    /// progress or the last probe), if anything is outstanding. The probe's deadline is
+    /// worked out from it when asked for, so that a round trip learnt meanwhile (by another
+    /// QP of the path, say) brings it forward.
+    pub probe_from: Option<Instant>,
     /// Probes sent since the last progress; each doubles the wait for the next.
     pub probes_unanswered: u32,
     /// A probe is out: only the packet at `una` may be sent until something answers it.
@@ -82,6 +85,11 @@ pub(crate) struct Requester {
 /// Most packets asking for an ACK that are timed at once: a window asks at least twice, and
 /// a window of one-packet messages once per message.
 const MAX_TIMED: usize = 32;
+
+/// Unanswered probes double the wait for the next one up to 2^this: a probe lost in a full
+/// queue must not leave its QP silent until the ACK timeout, and a dead peer costs one packet
+/// per 16 probe timeouts until the timeouts, which still run, end it.
+const MAX_PROBE_BACKOFF: u32 = 4;
 
 /// The smallest in-flight window.
 pub const MIN_WINDOW: i32 = 4;
@@ -120,7 +128,7 @@ impl Requester {
         self.rnr_left = attrs.rnr_retry;
         self.window = MAX_UNACKED_PSNS;
         self.probing = false;
-        self.probe_deadline = None;
+        self.probe_from = None;
         self.probes_unanswered = 0;
         self.recover = None;
         self.rewound = None;
@@ -187,6 +195,16 @@ impl Requester {
     fn send_psn(&self) -> Option<Psn> {
         let w = self.sq.get(self.send_idx)?;
         Some(w.first_psn?.add(self.send_pkt))
+    }
+
+    /// A loss: the window halves on a timeout, and on a detected loss while a queue builds
+    /// (or before any round trip is known), once per loss episode.
+    fn shrink_for_loss(&mut self, timeout: bool) {
+        let in_episode = self.recover.is_some_and(|p| self.una.diff(p) < 0);
+        if timeout || (!in_episode && self.rtt.queueing()) {
+            self.window = (self.window / 2).max(MIN_WINDOW);
+            self.recover = Some(self.sent_hwm);
+        }
     }
 
     /// PSNs that may be unacknowledged now: the window, or one while a probe is out.
@@ -587,7 +605,7 @@ impl QueuePair {
         if rc && !self.req.probing {
             // Silence for a probe timeout after the last packet sent means its ACK, or
             // the NAK it caused, or the packet itself was lost.
-            self.req.probe_deadline = Some(now.add(self.req.rtt.pto(self.ack_timeout())));
+            self.req.probe_from = Some(now);
         }
         self.req.noack_pkts = if ack_req { 0 } else { self.req.noack_pkts + 1 };
         if ack_req {
@@ -662,6 +680,9 @@ impl QueuePair {
         let r = &mut self.req;
         r.retry_left = self.attrs.retry_cnt;
         r.rnr_left = self.attrs.rnr_retry;
+        // A probe's answer that stops short of what was sent tells of packets lost: what
+        // follows is a go-back-N from there, and a loss for the window.
+        let probe_found_loss = r.probing && r.una.diff(r.sent_hwm) < 0;
         r.probing = false;
         r.probes_unanswered = 0;
         let mut newest = None;
@@ -703,13 +724,17 @@ impl QueuePair {
             r.window += acked.min(r.window);
         }
         r.window = r.window.min(MAX_UNACKED_PSNS);
+        if probe_found_loss {
+            r.shrink_for_loss(false);
+            r.rewound = Some((r.una, now));
+        }
         let idle = r.una == r.sent_hwm;
         r.retx_deadline = if idle {
             None
         } else {
             timeout.map(|d| now.add(d))
         };
-        r.probe_deadline = (!idle).then(|| now.add(r.rtt.pto(timeout)));
+        r.probe_from = (!idle).then_some(now);
         if let Some(sp) = self.req.send_psn() {
             if sp.diff(self.req.una) < 0 {
                 self.req.rewind(self.req.una, self.mtu());
@@ -735,12 +760,8 @@ impl QueuePair {
                 self.req.retry_left -= 1;
             }
         }
+        self.req.shrink_for_loss(why == Loss::Timeout);
         let r = &mut self.req;
-        let in_episode = r.recover.is_some_and(|p| r.una.diff(p) < 0);
-        if why == Loss::Timeout || (!in_episode && r.rtt.queueing()) {
-            r.window = (r.window / 2).max(MIN_WINDOW);
-            r.recover = Some(r.sent_hwm);
-        }
         r.probing = false;
         // What is in flight is sent again, and timed again as it is.
         r.timed.clear();
@@ -837,7 +858,7 @@ impl QueuePair {
                         self.req.rewind(p, self.mtu());
                         self.req.rnr_until = Some(now.add(rnr_delay(timer)));
                         self.req.retx_deadline = None;
-                        self.req.probe_deadline = None;
+                        self.req.probe_from = None;
                         self.req.probing = false;
                     }
                     Syndrome::Nak(NakCode::PsnSequenceError) => {
@@ -1003,12 +1024,22 @@ impl QueuePair {
             }
             return;
         }
-        if self.req.probe_deadline.is_some_and(|t| t <= now) {
-            self.req.probe_deadline = None;
+        if self.probe_deadline().is_some_and(|t| t <= now) {
+            self.req.probe_from = None;
             if outstanding && self.req.rnr_until.is_none() {
                 self.probe(now);
             }
         }
+    }
+
+    /// When the next tail-loss probe is due: a probe timeout after the silence began,
+    /// doubled for each probe left unanswered, and never after the ACK timeout.
+    pub(crate) fn probe_deadline(&self) -> Option<Instant> {
+        let from = self.req.probe_from?;
+        let cap = self.ack_timeout();
+        let backoff = 1u32 << self.req.probes_unanswered.min(MAX_PROBE_BACKOFF);
+        let wait = self.req.rtt.pto(cap).saturating_mul(backoff);
+        Some(from.add(cap.map_or(wait, |c| wait.min(c))))
     }
 
     /// A tail-loss probe: the packet at `una` again, asking for an ACK, and nothing else
@@ -1022,11 +1053,8 @@ impl QueuePair {
         let r = &mut self.req;
         r.probing = true;
         r.timed.clear();
-        let backoff = 1u32 << r.probes_unanswered.min(16);
         r.probes_unanswered += 1;
-        let cap = ack_timeout(self.attrs.timeout);
-        let wait = r.rtt.pto(cap).saturating_mul(backoff);
-        r.probe_deadline = Some(now.add(cap.map_or(wait, |c| wait.min(c))));
+        r.probe_from = Some(now);
         let una = r.una;
         self.req.rewind(una, self.mtu());
     }

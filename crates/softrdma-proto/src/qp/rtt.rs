@@ -12,9 +12,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// real host, whose scheduler alone delays a reply by microseconds.
 pub const MIN_PTO: Duration = Duration::from_micros(10);
 
-/// The probe timeout before the first sample: long against a LAN's round trip, short
-/// against every IBTA ACK timeout a program uses (ibv_rc_pingpong's 14 is 67 ms).
-pub const INITIAL_PTO: Duration = Duration::from_micros(250);
+/// The probe timeout before the first sample, with no ACK timeout to scale it from (an
+/// infinite one); otherwise it is a quarter of the ACK timeout (17 ms at ibv_rc_pingpong's
+/// 14). A path's first round trip may be slow (a peer's first message through a cold
+/// emulated VM took 5.5 ms here), and a probe then would only be a needless duplicate.
+pub const INITIAL_PTO: Duration = Duration::from_millis(20);
 
 /// Queueing delay (on top of the smallest round trip seen) that counts as congestion even
 /// when the smallest round trip is tiny.
@@ -130,13 +132,17 @@ impl RttEstimator {
     }
 
     /// How long silence must last before a probe: two round trips, or one plus four
-    /// deviations when the round trip varies that much, at least [`MIN_PTO`], plus the
-    /// peer's ACK delay, and at most `cap` (the ACK timeout, which a probe must come well
-    /// before to be of any use).
+    /// deviations when the round trip varies that much, at least [`MIN_PTO`] (before any
+    /// sample of its own, three of the path's smallest round trips, or with none of those
+    /// either [`INITIAL_PTO`] or a quarter of `cap`), plus the peer's ACK delay, and at most
+    /// `cap` (the ACK timeout, which a probe must come well before to be of any use).
     pub fn pto(&self, cap: Option<Duration>) -> Duration {
-        let p = match self.srtt {
-            None => INITIAL_PTO,
-            Some(s) => (2 * s).max(s + 4 * self.rttvar).max(MIN_PTO),
+        let path = self.path.as_ref().and_then(|p| p.min());
+        let p = match (self.srtt, path) {
+            // As if the path's smallest round trip were this QP's first sample.
+            (None, Some(m)) => (3 * m).max(MIN_PTO),
+            (None, None) => cap.map_or(INITIAL_PTO, |c| c / 4),
+            (Some(s), _) => (2 * s).max(s + 4 * self.rttvar).max(MIN_PTO),
         } + self.ack_delay;
         cap.map_or(p, |c| p.min(c))
     }
@@ -173,6 +179,7 @@ mod tests {
     fn first_sample_sets_srtt_and_half_variation() {
         let mut r = RttEstimator::default();
         assert_eq!(r.pto(None), INITIAL_PTO);
+        assert_eq!(r.pto(Some(us(1000))), us(250));
         r.sample(us(100));
         assert_eq!(r.srtt(), Some(us(100)));
         // max(2 * 100, 100 + 4 * 50)
@@ -219,6 +226,13 @@ mod tests {
         let mut late = RttEstimator::default();
         late.share(path.clone());
         // Its first sample already waited in a full queue.
+        let mut fresh = RttEstimator::default();
+        fresh.share(path.clone());
+        assert_eq!(
+            fresh.pto(Some(us(100_000))),
+            us(30),
+            "before its own first sample"
+        );
         late.sample(us(90));
         assert_eq!(late.min(), Some(us(10)));
         assert!(late.queueing());
