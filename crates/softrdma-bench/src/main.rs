@@ -9,6 +9,8 @@
 //! must at the least (the address and segment size on receive, the ACK segment, the CRC over
 //! every segment): the floors under softrdma's own figures.
 
+mod loss;
+
 use clap::{Parser, Subcommand};
 use nix::sys::socket::{ControlMessage, MsgFlags, setsockopt, sockopt};
 use serde_json::{Value, json};
@@ -36,6 +38,19 @@ enum Cmd {
         /// Seconds per bandwidth run.
         #[arg(long, default_value_t = 3)]
         seconds: u64,
+    },
+    /// Goodput against loss rate on the soft device (a markdown table and, with `--svg`, a
+    /// plot), and the loss-recovery goals, each against the lossless run of the same work.
+    Loss {
+        /// The `softrdma` binary (default: next to this one).
+        #[arg(long)]
+        softrdma: Option<PathBuf>,
+        /// Seconds per bandwidth run.
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+        /// Where to write the plot of goodput against loss.
+        #[arg(long)]
+        svg: Option<PathBuf>,
     },
     /// Raw UDP ping-pong, echo side: prints "ready", then echoes until `iters` came back.
     UdpPingpongServer {
@@ -171,6 +186,15 @@ const HDR: usize = 12;
 fn main() -> std::process::ExitCode {
     let r = match Cli::parse().cmd {
         Cmd::Compare { softrdma, seconds } => compare(softrdma, seconds),
+        Cmd::Loss {
+            softrdma,
+            seconds,
+            svg,
+        } => softrdma_bin(softrdma).and_then(|sr| {
+            let md = loss::run(&pinning(), &sr, seconds, svg.as_deref())?;
+            println!("{md}");
+            Ok(())
+        }),
         Cmd::UdpPingpongServer { addr, iters, how } => udp_pingpong_server(addr, iters, how),
         Cmd::UdpPingpongClient {
             addr,
@@ -650,17 +674,23 @@ fn have(prog: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
+/// The `softrdma` binary: `given`, or the one next to this one.
+fn softrdma_bin(given: Option<PathBuf>) -> Result<String, String> {
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let softrdma = softrdma.unwrap_or_else(|| me.with_file_name("softrdma"));
+    let softrdma = given.unwrap_or_else(|| me.with_file_name("softrdma"));
     if !softrdma.exists() {
         return Err(format!(
             "{} not found: build it with cargo build --release -p softrdma-cli",
             softrdma.display()
         ));
     }
+    Ok(softrdma.to_string_lossy().into_owned())
+}
+
+fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let me = me.to_string_lossy().into_owned();
-    let sr = softrdma.to_string_lossy().into_owned();
+    let sr = softrdma_bin(softrdma)?;
     let pin = pinning();
     let limit = Duration::from_secs(seconds * 4 + 60);
     let mut figs: Vec<Figure> = Vec::new();

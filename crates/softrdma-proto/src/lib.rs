@@ -17,7 +17,14 @@
 //!   key, protection domain, bounds and access flags on every access.
 //! * Nothing blocks, sleeps, allocates per packet beyond the caller's buffer, or panics on
 //!   any packet: bad input is dropped and counted, or answered with the NAK the IBTA rules
-//!   call for.
+//!   call for. The one allocation on the packet path is on the loss path: an RC responder
+//!   copies a request that arrives ahead of a gap (at most [`qp::REORDER_PSNS`] of them per
+//!   QP) to execute it once the gap is filled.
+//! * **Loss recovery** costs round trips, not the ACK timeout: see [`qp`] for the rules
+//!   (AckReq on every window, sequence NAKs acted on at once, tail-loss probes timed from a
+//!   per-QP round-trip estimate, packets kept ahead of a gap, congestion control that looks
+//!   for queueing delay). The only state shared between QPs is a path's smallest round trip
+//!   ([`qp::rtt::PathRtt`]), behind an atomic.
 //!
 //! # Not yet implemented
 //! FLUSH and ATOMIC WRITE requests are refused with an invalid-request NAK; memory windows and

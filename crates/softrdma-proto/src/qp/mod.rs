@@ -1,6 +1,30 @@
 //! One queue pair: requester, completer and responder of RC, UC and UD, with no I/O.
 //!
 //! See the crate documentation for the calling contract.
+//!
+//! # Loss recovery (RC)
+//!
+//! A lost or reordered packet costs about a round trip, never the local ACK timeout:
+//!
+//! * **AckReq.** The requester asks for an ACK on a message's last packet, at least every
+//!   half window (at most every 64 packets), and on the packet that fills the window, so
+//!   that a full window always has an ACK coming.
+//! * **Sequence NAKs** start go-back-N at once; a late or duplicated NAK of the gap already
+//!   being repaired (the same PSN, less than a round trip after the repair) is ignored, so a
+//!   few reordered packets do not start a resend per NAK.
+//! * **Tail-loss probes.** After a probe timeout of silence (two smoothed round trips, or one
+//!   plus four deviations, plus the peer's ACK delay; see [`rtt`]) the packet at the oldest
+//!   unacknowledged PSN goes out again, asking for an ACK, and nothing else until something
+//!   answers it. The answer says where the responder stands. Probes back off and are not
+//!   retries: `retry_cnt` still counts local ACK timeouts, which keep running, so a vanished
+//!   peer ends in RETRY_EXC_ERR as before.
+//! * **The responder** sends one sequence NAK per gap (IBTA) but keeps the packets that come
+//!   ahead of it and executes them in order once the gap is filled; the requester places
+//!   READ responses that come ahead of a lost one, so a lost response costs one re-issue.
+//! * **The window** (at most 128 PSNs, as rxe) halves on a timeout, and on a detected loss
+//!   only while the round trip shows a queue, once per loss episode; inside an episode it is
+//!   also cut in proportion to the queueing delay, at most once a round trip. Random loss on
+//!   an idle link does not shrink it; a congested link (the simulator's `LinkRate`) does.
 
 mod requester;
 mod responder;
