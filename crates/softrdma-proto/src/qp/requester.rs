@@ -48,10 +48,10 @@ pub(crate) struct Requester {
     /// READs and atomics sent and not completed.
     pub rd_outstanding: u32,
     pub drain_reported: bool,
-    /// Unacknowledged PSNs allowed in flight: halved on every retry, grown by one on every
-    /// acknowledgement that makes progress, between [`MIN_WINDOW`] and [`MAX_UNACKED_PSNS`].
-    /// Go-back-N resends the whole window after a loss, so a full window under loss
-    /// collapses into retransmission storms; rxe has no such limit.
+    /// Unacknowledged PSNs allowed in flight, between [`MIN_WINDOW`] and
+    /// [`MAX_UNACKED_PSNS`]: the congestion window (see the module documentation of `qp`).
+    /// It shrinks for timeouts and for losses that come with queueing delay, since a
+    /// go-back-N pass into a full queue only fills it further; rxe has no such limit.
     pub window: i32,
     /// The round-trip estimate that times probes and tells congestion from a lossy link.
     pub rtt: RttEstimator,
@@ -133,6 +133,9 @@ impl Requester {
         self.recover = None;
         self.rewound = None;
         self.timed.clear();
+        self.grow_credit = 0;
+        self.last_cut = None;
+        self.ack_asked = None;
     }
 
     pub fn push(&mut self, wr: SendWr, len: u64, signaled: bool, mtu: Mtu) {
@@ -672,9 +675,9 @@ impl QueuePair {
     }
 
     /// Forward progress (`una` moved up from `old_una`): retry budgets refill, the timers
-    /// restart, a probe is answered, and the window grows: by every PSN acknowledged while
-    /// no queue builds (it was shrunk for a loss that was not congestion, or it is the
-    /// first burst), by one per ACK otherwise.
+    /// restart, a probe is answered, a round trip is sampled, and the window grows: by the
+    /// PSNs acknowledged (at most doubling) while no queue builds, by one a window's worth
+    /// of them while one does.
     fn progress(&mut self, now: Instant, old_una: Psn) {
         let timeout = self.ack_timeout();
         let r = &mut self.req;

@@ -123,6 +123,7 @@ impl Responder {
 
     /// Keeps request packet `bytes` with PSN `p`, ahead of the expected PSN, for later.
     fn keep_ahead(&mut self, p: Psn, bytes: &[u8]) {
+        self.drop_passed();
         if self.ahead.is_empty() {
             self.ahead_base = self.epsn;
         }
@@ -139,18 +140,22 @@ impl Responder {
         }
     }
 
-    /// The kept packet with the expected PSN, if there is one; kept packets the expected
-    /// PSN has passed (a READ spans many PSNs) are dropped on the way.
+    /// The kept packet with the expected PSN, if there is one.
     fn take_ahead(&mut self) -> Option<Vec<u8>> {
-        while !self.ahead.is_empty() && self.epsn.diff(self.ahead_base) > 0 {
-            self.ahead.pop_front();
-            self.ahead_base = self.ahead_base.next();
-        }
+        self.drop_passed();
         if self.ahead.is_empty() || self.ahead_base != self.epsn {
             return None;
         }
         self.ahead_base = self.ahead_base.next();
         self.ahead.pop_front().flatten()
+    }
+
+    /// Drops the kept slots of PSNs before the expected one.
+    fn drop_passed(&mut self) {
+        while !self.ahead.is_empty() && self.epsn.diff(self.ahead_base) > 0 {
+            self.ahead.pop_front();
+            self.ahead_base = self.ahead_base.next();
+        }
     }
 
     fn remember(&mut self, r: RdResource, max: u8) {
