@@ -58,77 +58,112 @@ impl PathRtt {
     }
 }
 
-/// Smoothed round trip, its variation, and the smallest and latest samples.
-#[derive(Debug, Clone, Default)]
+/// Smoothed round trip, its variation, and the smallest and latest samples. Kept in
+/// nanoseconds, and the probe timeout worked out once per sample, because the engine consults
+/// them on every ACK and every timer poll.
+#[derive(Debug, Clone)]
 pub struct RttEstimator {
-    srtt: Option<Duration>,
-    rttvar: Duration,
-    min: Option<Duration>,
-    latest: Duration,
+    /// Smoothed round trip; 0 before the first sample.
+    srtt: u64,
+    rttvar: u64,
+    /// This QP's smallest sample; `u64::MAX` before the first.
+    min: u64,
+    latest: u64,
+    /// The probe timeout the samples give, before the ACK delay and the cap.
+    pto: u64,
     path: Option<Arc<PathRtt>>,
-    ack_delay: Duration,
+    ack_delay: u64,
+}
+
+impl Default for RttEstimator {
+    fn default() -> Self {
+        Self {
+            srtt: 0,
+            rttvar: 0,
+            min: u64::MAX,
+            latest: 0,
+            pto: 0,
+            path: None,
+            ack_delay: 0,
+        }
+    }
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl RttEstimator {
     /// Shares the smallest round trip with the other QPs of `path`.
     pub fn share(&mut self, path: Arc<PathRtt>) {
-        if let Some(m) = self.min {
-            path.offer(m);
+        if self.min != u64::MAX {
+            path.offer(Duration::from_nanos(self.min));
         }
         self.path = Some(path);
     }
 
     /// Takes one sample.
     pub fn sample(&mut self, r: Duration) {
+        let r = ns(r).max(1);
         self.latest = r;
-        self.min = Some(self.min.map_or(r, |m| m.min(r)));
-        if let Some(p) = &self.path {
-            p.offer(r);
-        }
-        match self.srtt {
-            None => {
-                self.srtt = Some(r);
-                self.rttvar = r / 2;
-            }
-            Some(s) => {
-                let err = s.abs_diff(r);
-                self.rttvar = (self.rttvar * 3 + err) / 4;
-                self.srtt = Some((s * 7 + r) / 8);
+        if r < self.min {
+            self.min = r;
+            if let Some(p) = &self.path
+                && p.min().is_none_or(|m| r < ns(m))
+            {
+                p.offer(Duration::from_nanos(r));
             }
         }
+        if self.srtt == 0 {
+            self.srtt = r;
+            self.rttvar = r / 2;
+        } else {
+            let err = self.srtt.abs_diff(r);
+            self.rttvar = (self.rttvar * 3 + err) / 4;
+            self.srtt = (self.srtt * 7 + r) / 8;
+        }
+        self.pto = (2 * self.srtt)
+            .max(self.srtt + 4 * self.rttvar)
+            .max(ns(MIN_PTO));
     }
 
     /// Takes a sample that may be short of the real round trip (the ACK of a resent packet,
     /// which may answer an earlier copy): it counts only if it shows a queue even so.
     pub fn sample_lower_bound(&mut self, r: Duration) {
         let before = self.latest;
-        self.latest = r;
-        if self.over_target().is_none() {
+        self.latest = ns(r);
+        if !self.over() {
             self.latest = before;
         }
     }
 
     /// The smoothed round trip, once there is a sample.
     pub fn srtt(&self) -> Option<Duration> {
-        self.srtt
+        (self.srtt != 0).then(|| Duration::from_nanos(self.srtt))
     }
 
     /// The smallest sample, this QP's or the path's, once there is one of its own.
     pub fn min(&self) -> Option<Duration> {
-        let own = self.min?;
-        Some(
-            self.path
-                .as_ref()
-                .and_then(|p| p.min())
-                .map_or(own, |m| m.min(own)),
-        )
+        self.min_ns().map(Duration::from_nanos)
+    }
+
+    fn min_ns(&self) -> Option<u64> {
+        if self.min == u64::MAX {
+            return None;
+        }
+        let path = self
+            .path
+            .as_ref()
+            .and_then(|p| p.min())
+            .map_or(u64::MAX, ns);
+        Some(self.min.min(path))
     }
 
     /// Allows for a peer that may hold an ACK back this long (IBTA 9.7.5.1.2 lets it
     /// coalesce and delay ACKs within the requester's timeout): probes wait that much more,
     /// as TCP's tail-loss probe waits out a delayed ACK.
     pub fn set_peer_ack_delay(&mut self, d: Duration) {
-        self.ack_delay = d;
+        self.ack_delay = ns(d);
     }
 
     /// How long silence must last before a probe: two round trips, or one plus four
@@ -137,13 +172,16 @@ impl RttEstimator {
     /// either [`INITIAL_PTO`] or a quarter of `cap`), plus the peer's ACK delay, and at most
     /// `cap` (the ACK timeout, which a probe must come well before to be of any use).
     pub fn pto(&self, cap: Option<Duration>) -> Duration {
-        let path = self.path.as_ref().and_then(|p| p.min());
-        let p = match (self.srtt, path) {
-            // As if the path's smallest round trip were this QP's first sample.
-            (None, Some(m)) => (3 * m).max(MIN_PTO),
-            (None, None) => cap.map_or(INITIAL_PTO, |c| c / 4),
-            (Some(s), _) => (2 * s).max(s + 4 * self.rttvar).max(MIN_PTO),
-        } + self.ack_delay;
+        let p = if self.srtt != 0 {
+            self.pto
+        } else {
+            match self.path.as_ref().and_then(|p| p.min()) {
+                // As if the path's smallest round trip were this QP's first sample.
+                Some(m) => (3 * ns(m)).max(ns(MIN_PTO)),
+                None => ns(cap.map_or(INITIAL_PTO, |c| c / 4)),
+            }
+        };
+        let p = Duration::from_nanos(p.saturating_add(self.ack_delay));
         cap.map_or(p, |c| p.min(c))
     }
 
@@ -151,19 +189,27 @@ impl RttEstimator {
     /// [`RttEstimator::over_target`]). With no sample yet, the answer is yes: a first burst
     /// that loses packets has no better evidence.
     pub fn queueing(&self) -> bool {
-        self.min.is_none() || self.over_target().is_some()
+        self.min == u64::MAX || self.over()
     }
 
-    /// How far the latest sample is over the delay target (half as much again as the
-    /// smallest round trip, and at least [`MIN_QUEUE_DELAY`] above it), as a share of the
+    /// The delay target: half as much again as the smallest round trip, and at least
+    /// [`MIN_QUEUE_DELAY`] above it.
+    fn target(&self) -> Option<u64> {
+        let m = self.min_ns()?;
+        Some(m + (m / 2).max(ns(MIN_QUEUE_DELAY)))
+    }
+
+    fn over(&self) -> bool {
+        self.target().is_some_and(|t| self.latest > t)
+    }
+
+    /// How far the latest sample is over the delay target (see above), as a share of the
     /// sample: `None` when it is not over, or there is no sample yet. The margin is no wider
     /// because a QP that first measured a queue already half full must still see the rest
     /// of it; narrower, and a host's scheduling jitter would pass for a queue.
     pub fn over_target(&self) -> Option<f64> {
-        let m = self.min()?;
-        let target = m + (m / 2).max(MIN_QUEUE_DELAY);
-        (self.latest > target)
-            .then(|| (self.latest - target).as_secs_f64() / self.latest.as_secs_f64())
+        let t = self.target()?;
+        (self.latest > t).then(|| (self.latest - t) as f64 / self.latest as f64)
     }
 }
 
