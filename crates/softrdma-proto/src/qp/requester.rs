@@ -58,7 +58,8 @@ pub(crate) struct Requester {
     /// Packets in flight that asked for an ACK, oldest first, for round-trip samples: one
     /// past the last PSN each covers, when it left, and whether it was its first
     /// transmission. A resent packet's ACK may answer an earlier copy (Karn's rule), so its
-    /// sample is only a lower bound: it can show a queue, not set the estimate.
+    /// sample is only a lower bound: it can show a queue, not set the estimate. Its newest
+    /// entry also says whether an ACK is already asked for in the window.
     pub timed: VecDeque<(Psn, Instant, bool)>,
     /// When the silence a tail-loss probe waits out began (the last packet sent, the last
     /// progress or the last probe), if anything is outstanding. The probe's deadline is
@@ -78,8 +79,6 @@ pub(crate) struct Requester {
     pub grow_credit: i32,
     /// When the window was last cut for queueing delay.
     pub last_cut: Option<Instant>,
-    /// The last PSN sent asking for an ACK (for a READ, its last response's).
-    pub ack_asked: Option<Psn>,
 }
 
 /// Most packets asking for an ACK that are timed at once: a window asks at least twice, and
@@ -135,7 +134,6 @@ impl Requester {
         self.timed.clear();
         self.grow_credit = 0;
         self.last_cut = None;
-        self.ack_asked = None;
     }
 
     pub fn push(&mut self, wr: SendWr, len: u64, signaled: bool, mtu: Mtu) {
@@ -527,10 +525,12 @@ impl QueuePair {
                 // probe; and the window is ACKed at least twice over, so that ACKs keep it
                 // moving.
                 let interval = ((self.req.window / 2) as u32).clamp(1, MAX_PKT_PER_ACK);
-                let asked = self
-                    .req
-                    .ack_asked
-                    .is_some_and(|a| a.diff(self.req.una) >= 0 && a.diff(psn) < 0);
+                // Whether a packet before this one, still unanswered and not to be sent
+                // again, asked: the newest entry of the timed ring, which a go-back-N or a
+                // probe empties and an ACK of it pops.
+                let asked = self.req.timed.back().is_some_and(|&(end, _, _)| {
+                    end.diff(self.req.una) > 0 && end.sub(1).diff(psn) < 0
+                });
                 ack_req = rc
                     && (last
                         || self.req.probing
@@ -611,9 +611,6 @@ impl QueuePair {
             self.req.probe_from = Some(now);
         }
         self.req.noack_pkts = if ack_req { 0 } else { self.req.noack_pkts + 1 };
-        if ack_req {
-            self.req.ack_asked = Some(if is_read { end.sub(1) } else { psn });
-        }
         if is_read && self.req.sq[idx].read_done != offset {
             self.req.sq[idx].read_done = offset;
             self.req.sq[idx].read_ahead = 0;
