@@ -656,6 +656,41 @@ fn pair(
     Ok((sout, cout?))
 }
 
+/// `softrdma CMD -p PORT` as a server on 127.0.0.2 and as its client on 127.0.0.3, with
+/// `SOFTRDMA_FAULTS=faults` on both unless `faults` is empty (a device with faults sends
+/// through the fault injector, not its own send path); returns the client's output.
+fn softrdma_pair(
+    pin: &Pin,
+    sr: &str,
+    cmd: &[&str],
+    faults: &str,
+    port: u16,
+    limit: Duration,
+) -> Result<String, String> {
+    let p = port.to_string();
+    let mut a = vec![sr];
+    a.extend(cmd);
+    a.extend(["-p", &p]);
+    let server = args(&a);
+    a.push("127.0.0.1");
+    let client = args(&a);
+    let env = |addr| {
+        let mut e = vec![("SOFTRDMA_ADDR", addr)];
+        if !faults.is_empty() {
+            e.push(("SOFTRDMA_FAULTS", faults));
+        }
+        e
+    };
+    let (_, c) = pair(
+        pin,
+        (&server, &env("127.0.0.2")),
+        (&client, &env("127.0.0.3")),
+        Ready::Tcp(port),
+        limit,
+    )?;
+    Ok(c)
+}
+
 fn args(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
@@ -785,19 +820,9 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
 
     // softrdma perf.
     let perf = |test: &str, extra: &[&str], port: u16| -> Result<Value, String> {
-        let p = port.to_string();
-        let mut a = vec![sr.as_str(), "perf", test, "-p", &p, "--json"];
-        a.extend(extra);
-        let server = args(&a);
-        a.push("127.0.0.1");
-        let client = args(&a);
-        let (_, c) = pair(
-            &pin,
-            (&server, &[("SOFTRDMA_ADDR", "127.0.0.2")]),
-            (&client, &[("SOFTRDMA_ADDR", "127.0.0.3")]),
-            Ready::Tcp(port),
-            limit,
-        )?;
+        let mut cmd = vec!["perf", test, "--json"];
+        cmd.extend(extra);
+        let c = softrdma_pair(&pin, &sr, &cmd, "", port, limit)?;
         let v = last_json(&c)?;
         Ok(v["results"][0].clone())
     };
