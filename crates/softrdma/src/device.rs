@@ -494,7 +494,7 @@ impl Device {
         PACKET.with(|b| self.transmit_faulty(qp, now, &mut b.borrow_mut(), f, dst_of));
     }
 
-    /// [`Device::transmit`] through the fault injector, which sends, delays or drops each
+    /// [`Device::transmit`] through the fault injector, which batches, delays or drops each
     /// packet.
     fn transmit_faulty(
         &self,
@@ -518,7 +518,18 @@ impl Device {
             };
             for delay in f.apply(&mut bytes) {
                 if delay.is_zero() {
-                    self.send(&bytes, dst);
+                    // What the faults spare goes the way every packet goes: into this
+                    // thread's batch, so that a faulty device measures the device's own
+                    // send path (GSO, connected sockets, deferred ACKs), not a slower one.
+                    SEND_BATCH.with(|b| {
+                        let mut b = b.borrow_mut();
+                        b.push(&bytes, dst);
+                        if self.capture.is_some()
+                            && let Some((sent, to)) = b.last_packet()
+                        {
+                            self.capture_sent(&sent, to);
+                        }
+                    });
                 } else {
                     let due = now.add(delay);
                     let seq = self.delayed_seq.fetch_add(1, Ordering::Relaxed);

@@ -363,8 +363,7 @@ impl SendBatch {
         std::borrow::Cow::Owned(v)
     }
 
-    /// Adds a packet (a copy of `bytes`).
-    #[cfg(test)]
+    /// Adds a packet (a copy of `bytes`): the fault injector's, which built it whole.
     pub fn push(&mut self, bytes: &[u8], dst: SocketAddr) {
         let at = self.room(bytes.len());
         self.data[at..at + bytes.len()].copy_from_slice(bytes);
