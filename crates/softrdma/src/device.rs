@@ -9,6 +9,11 @@
 //! system call), its next poll, or the progress thread's next pass, at most about a
 //! millisecond after the last poll: far inside any ACK timeout, so a requester never
 //! retransmits for it. Everything else a drain produces leaves before the drain returns.
+//!
+//! Timers (retransmission, probes, RNR waits, packets the fault injector holds back) are run
+//! by whichever thread finds them due: the progress thread, or a busy poller, which compares
+//! the earliest deadline with the clock on each empty poll. While pollers spin on every
+//! core, the progress thread may wait milliseconds for a CPU; the timers must not.
 
 use crate::cq::{CompletionChannel, CompletionQueue, CqInner};
 use crate::error::{Error, Result};
@@ -176,6 +181,23 @@ pub(crate) struct Device {
     /// When the progress thread will wake up by itself (nanoseconds on `now()`; `u64::MAX`:
     /// never). Threads that arm an earlier timer wake it; later ones need not.
     sleep_until: AtomicU64,
+    /// The earliest deadline of any QP timer or held-back packet (nanoseconds on `now()`;
+    /// `u64::MAX`: none), lowered by whoever arms one and recomputed by each sweep
+    /// ([`Device::run_timers`]). An application thread busy-polling a CQ compares it with
+    /// the clock on each empty poll and runs the due timers itself: while pollers spin on
+    /// every core, a woken progress thread may wait a scheduler slice (milliseconds) for a
+    /// CPU, and a probe or held packet would wait with it.
+    next_timer: AtomicU64,
+    /// Held by the thread sweeping the timers, so that two do not run the same pass.
+    sweeping: Mutex<()>,
+    /// The progress thread has left the socket to busy-polling application threads. It then
+    /// wakes at least every [`APP_POLL_GRACE`] by itself, and the pollers run due timers,
+    /// so arming one need not wake it: a wake-up per held-back packet or probe would make
+    /// it compete for the CPUs the pollers (of this process and its peers) spin on.
+    app_polling: AtomicBool,
+    /// Tests starve the progress thread with this (it then does nothing but sleep).
+    #[cfg(test)]
+    progress_paused: AtomicBool,
     /// How many times application threads have drained the socket themselves (busy-polling
     /// a CQ). While this keeps moving the progress thread stops watching the socket: waking
     /// it for packets that the poller receives anyway would cost a context switch per packet
@@ -299,8 +321,17 @@ impl Device {
         None
     }
 
-    /// Wakes the progress thread if `deadline` is earlier than it will wake by itself.
+    /// Records a timer's deadline, and wakes the progress thread if it is earlier than the
+    /// thread will wake by itself. The deadline is published before `sleep_until` is read,
+    /// and the progress thread reads `next_timer` after publishing `sleep_until` (all
+    /// SeqCst): either this sees the thread's new wake-up time, or the thread sees this
+    /// deadline.
     pub fn timer_armed(&self, deadline: Instant) {
+        self.next_timer
+            .fetch_min(deadline.as_nanos(), Ordering::SeqCst);
+        if self.app_polling.load(Ordering::SeqCst) {
+            return;
+        }
         if deadline.as_nanos() < self.sleep_until.load(Ordering::SeqCst) {
             self.sleep_until
                 .store(deadline.as_nanos(), Ordering::SeqCst);
@@ -359,9 +390,60 @@ impl Device {
                 let polls = self.app_polls.load(Ordering::Relaxed);
                 self.app_polls
                     .store(polls.wrapping_add(1), Ordering::Relaxed);
-                self.drain(&mut st, true)
+                let got = self.drain(&mut st, true);
+                drop(st);
+                self.run_due_timers() || got
             }
-            Err(_) => false,
+            // Another thread receives (the progress thread, which may have lost its CPU in
+            // the middle): the timers need not wait for it as well.
+            Err(_) => self.run_due_timers(),
+        }
+    }
+
+    /// A poller's part in the timers: [`Device::run_timers`] if one is due. The progress
+    /// thread may be waiting for a CPU that this poller holds. True if it ran them.
+    fn run_due_timers(&self) -> bool {
+        let now = self.now();
+        let due = now.as_nanos() >= self.next_timer.load(Ordering::Relaxed);
+        if due {
+            self.run_timers(now);
+        }
+        due
+    }
+
+    /// Fires the QP timers due at `now`, sends the held-back packets that are due, services
+    /// every QP, and records when the next timer is due. Skipped when another thread is
+    /// doing it. Takes the QP table's read lock, then each QP's lock in turn.
+    fn run_timers(&self, now: Instant) {
+        let Ok(_sweeping) = self.sweeping.try_lock() else {
+            return;
+        };
+        // Deadlines armed from here on are recorded beside what this pass finds, and any
+        // armed before are in the QPs this pass reads.
+        self.next_timer.store(u64::MAX, Ordering::SeqCst);
+        let mut next = self.send_delayed(now);
+        let qps: Vec<Arc<QpShared>> = self
+            .qps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for s in qps {
+            let mut qp = s.qp.lock().unwrap_or_else(|e| e.into_inner());
+            if qp.poll_timeout().is_some_and(|t| t <= now) {
+                qp.handle_timeout(now);
+            }
+            self.service_at(&s, &mut qp, now);
+            if let Some(t) = qp.poll_timeout() {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        self.flush_batch(true);
+        if let Some(t) = next {
+            // Through `timer_armed`: the progress thread may have read `next_timer` while
+            // this pass had it cleared.
+            self.timer_armed(t);
         }
     }
 
@@ -422,6 +504,11 @@ impl Device {
             for shared in touched.drain(..) {
                 let mut qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
                 self.service_at(&shared, &mut qp, now);
+                // What arrived may have armed a timer (a probe after a window's last
+                // ACK-asking packet was answered, say).
+                if let Some(t) = qp.poll_timeout() {
+                    self.timer_armed(t);
+                }
             }
             if app {
                 self.defer_acks(now);
@@ -649,6 +736,11 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
             }
             return;
         }
+        #[cfg(test)]
+        if dev.progress_paused.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
         // Publish the counters at most once a second while they change.
         let activity = dev.counters.sent_pkts.load(Ordering::Relaxed)
             + dev.counters.rcvd_pkts.load(Ordering::Relaxed);
@@ -658,16 +750,9 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         }
         // Sleep until a packet, a wake-up (a new timer from another thread) or the next timer.
         let now = dev.now();
-        let mut next = {
-            let qps = dev.qps.read().unwrap_or_else(|e| e.into_inner());
-            qps.values()
-                .filter_map(|s| {
-                    s.qp.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .poll_timeout()
-                })
-                .min()
-        };
+        // The last sweep's findings, and what was armed since.
+        let timer = |t: u64| (t != u64::MAX).then(|| Instant::from_nanos(t));
+        let mut next = timer(dev.next_timer.load(Ordering::SeqCst));
         let polls = dev.app_polls.load(Ordering::Relaxed);
         if polls != seen_polls {
             seen_polls = polls;
@@ -684,13 +769,11 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
             };
             if r.is_ok() {
                 socket_registered = !app_polling;
+                dev.app_polling.store(app_polling, Ordering::SeqCst);
             }
         }
         if app_polling {
             let t = Instant::from_nanos(app_until);
-            next = Some(next.map_or(t, |n| n.min(t)));
-        }
-        if let Some(t) = dev.send_delayed(now) {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
         if let Some(c) = &dev.capture {
@@ -703,6 +786,11 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         }
         dev.sleep_until
             .store(next.map_or(u64::MAX, |t| t.as_nanos()), Ordering::SeqCst);
+        // A timer armed while `next` was worked out saw the old wake-up time and may not
+        // have woken this thread (see `Device::timer_armed`).
+        if let Some(t) = timer(dev.next_timer.load(Ordering::SeqCst)) {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
         let mut timeout =
             next.map(|t| Duration::from_nanos(t.as_nanos().saturating_sub(now.as_nanos())));
         if dev.has_deferred.load(Ordering::SeqCst) {
@@ -725,22 +813,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
                 last_work = std::time::Instant::now();
             }
         }
-        // Timers.
-        let now = dev.now();
-        let qps: Vec<Arc<QpShared>> = dev
-            .qps
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        for s in qps {
-            let mut qp = s.qp.lock().unwrap_or_else(|e| e.into_inner());
-            if qp.poll_timeout().is_some_and(|t| t <= now) {
-                qp.handle_timeout(now);
-            }
-            dev.service(&s, &mut qp);
-        }
+        dev.run_timers(dev.now());
         dev.flush_batch(true);
     }
 }
@@ -1027,6 +1100,11 @@ impl Context {
             events: Arc::new(Mutex::new(VecDeque::from([AsyncEvent::PortActive(1)]))),
             shutdown: AtomicBool::new(false),
             sleep_until: AtomicU64::new(u64::MAX),
+            next_timer: AtomicU64::new(u64::MAX),
+            sweeping: Mutex::new(()),
+            app_polling: AtomicBool::new(false),
+            #[cfg(test)]
+            progress_paused: AtomicBool::new(false),
             app_polls: AtomicU64::new(0),
             gso: AtomicBool::new(std::env::var_os("SOFTRDMA_NO_GSO").is_none()),
             retired: Mutex::new(softrdma_proto::QpCounters::default()),
@@ -1165,5 +1243,82 @@ impl Context {
     /// Every counter, named as rxe's `hw_counters` (QP counters summed over the device).
     pub fn hw_counters(&self) -> Vec<(&'static str, u64)> {
         self.inner.dev.hw_counters()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::*;
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    /// A busy poller runs the timers itself: with both progress threads starved and every
+    /// packet held back by the fault injector, a WRITE still completes, because the polls
+    /// send the held packets when they fall due. (The progress thread of a process whose
+    /// pollers spin on every core waits milliseconds for a CPU; before pollers ran timers,
+    /// each held packet, probe and retransmission waited with it.)
+    #[test]
+    fn busy_pollers_run_the_timers_of_a_starved_progress_thread() {
+        let faults = DeviceOptions {
+            faults: Some(wrap::Faults::parse("reorder=1").unwrap()),
+            ..Default::default()
+        };
+        let open = |last: u8| {
+            let addr = IpAddr::V4(Ipv4Addr::new(127, 0, 78, last));
+            let ctx = Context::open_with(&format!("u{last}"), addr, Mtu::M1024, faults.clone())
+                .expect("device opens");
+            ctx.dev().progress_paused.store(true, Ordering::Relaxed);
+            let pd = ctx.alloc_pd();
+            let cq = ctx.create_cq(64, None).unwrap();
+            let qp = pd.create_qp(QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+            let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+            let mr = pd.register_zeroed(64 << 10, access).unwrap();
+            (ctx, pd, cq, qp, mr)
+        };
+        let a = open(1);
+        let b = open(2);
+        let (pa, pb) = (Psn::new(7), Psn::new(0xFFFFF0));
+        let peer = |e: &(
+            Context,
+            ProtectionDomain,
+            CompletionQueue,
+            QueuePair,
+            MemoryRegion,
+        ),
+                    psn| Peer {
+            addr: e.0.addr(),
+            qpn: e.3.qp_num(),
+            psn,
+        };
+        a.3.connect(pa, &peer(&b, pb), &ConnectAttr::default())
+            .unwrap();
+        b.3.connect(pb, &peer(&a, pa), &ConnectAttr::default())
+            .unwrap();
+        let data: Vec<u8> = (0..40_000u32).map(|i| (i * 7) as u8).collect();
+        a.4.write(0, &data).unwrap();
+        a.3.post_send(SendWr {
+            wr_id: 1,
+            op: SendOp::Write {
+                remote_addr: b.4.addr(),
+                rkey: b.4.rkey(),
+            },
+            payload: Payload::Sges(vec![a.4.sge(0, data.len() as u32)]),
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        })
+        .unwrap();
+        // Bounds a hang only: the WRITE takes milliseconds.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let wc = loop {
+            if let Some(wc) = a.2.poll(1).pop() {
+                break wc;
+            }
+            assert!(b.2.poll(1).is_empty());
+            assert!(Instant::now() < deadline, "the WRITE never completed");
+        };
+        assert_eq!(wc.status, WcStatus::Success);
+        assert_eq!(b.4.to_vec()[..data.len()], data[..]);
+        assert!(a.3.counters().sent_packets >= 40);
     }
 }
