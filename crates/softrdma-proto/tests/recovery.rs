@@ -330,6 +330,60 @@ fn a_vanished_peer_still_ends_after_retry_cnt_timeouts() {
     assert!(a.probes > 0, "probes went out and did not count: {a:?}");
 }
 
+/// B receives A's WRITE, its ACK is lost, and B's QP is destroyed before A's probe comes
+/// (the server of `ibv_rc_pingpong` exits as soon as it is done). B's farewell ACK completes
+/// A's WRITE; without it A ends in RETRY_EXC_ERR.
+#[test]
+fn a_farewell_ack_completes_a_peer_whose_last_ack_was_lost() {
+    for farewell in [false, true] {
+        let mut p = pair(
+            ConnectOpts {
+                retry_cnt: 2,
+                timeout: 8,
+                ..ConnectOpts::default()
+            },
+            LinkFaults::default(),
+        );
+        write(&mut p, 100, 0, 8);
+        p.run();
+        p.completions(A);
+        // From now on B answers nothing but its farewell, and hears nothing after the WRITE.
+        let (mut from_a, mut from_b) = (0, 0);
+        p.sim.set_script(Box::new(move |m| {
+            let n = if m.from == A {
+                &mut from_a
+            } else {
+                &mut from_b
+            };
+            *n += 1;
+            if *n == 1 && m.from == B || *n > 1 && m.from == A {
+                Verdict::Drop
+            } else {
+                Verdict::Pass
+            }
+        }));
+        let before = p.qb().counters().rcvd_packets;
+        write(&mut p, 1, 0, 8);
+        let got = p
+            .sim
+            .run_until(|s| s.qp(B, QB).counters().rcvd_packets > before)
+            .unwrap();
+        assert!(got);
+        if farewell {
+            p.qb().farewell_ack();
+            p.sim.flush();
+        }
+        p.run();
+        let st: Vec<_> = p.completions(A).iter().map(|w| w.status).collect();
+        let want = if farewell {
+            WcStatus::Success
+        } else {
+            WcStatus::RetryExcErr
+        };
+        assert_eq!(st, [want], "farewell: {farewell}");
+    }
+}
+
 #[test]
 fn uc_loses_one_message_and_goes_on() {
     let mut p = pair(

@@ -730,6 +730,10 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
     let (mut seen_polls, mut app_until) = (0u64, 0u64);
     loop {
         if dev.shutdown.load(Ordering::Acquire) {
+            // Nothing already accepted is lost: what the fault injector holds back and the
+            // ACKs pollers deferred leave now.
+            dev.send_delayed(Instant::from_nanos(u64::MAX));
+            dev.flush_batch(true);
             crate::stats::write(&dev.name, &dev.hw_counters());
             if let Some(c) = &dev.capture {
                 c.lock().unwrap_or_else(|e| e.into_inner()).flush();

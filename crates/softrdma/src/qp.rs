@@ -461,6 +461,13 @@ impl QueuePair {
 impl Drop for QueuePair {
     fn drop(&mut self) {
         let dev = self.ctx.dev();
+        {
+            let mut qp = self.shared.qp.lock().unwrap_or_else(|e| e.into_inner());
+            qp.farewell_ack();
+            dev.service(&self.shared, &mut qp);
+        }
+        // The farewell, and ACKs this thread deferred, leave before the QP is gone.
+        dev.flush_batch(true);
         dev.qps
             .write()
             .unwrap_or_else(|e| e.into_inner())

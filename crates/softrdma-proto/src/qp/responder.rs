@@ -174,6 +174,22 @@ fn is_rd(op: Operation) -> bool {
 }
 
 impl QueuePair {
+    /// Queues one more ACK of every request received, for an RC QP about to be destroyed,
+    /// so that a peer whose last ACK was lost completes its WR instead of retrying against
+    /// a QP that is gone (it would end, after `retry_cnt` timeouts, in RETRY_EXC_ERR: the
+    /// usual end of a lossy `ibv_rc_pingpong`, whose server exits as soon as it is done). A
+    /// duplicate ACK is harmless: it acknowledges nothing new (IBTA 9.7.5.1: an ACK covers
+    /// every PSN up to its own, and a requester ignores one below its oldest outstanding
+    /// PSN). Nothing is sent for a QP that has no peer yet.
+    pub fn farewell_ack(&mut self) {
+        if self.cfg.qp_type == QpType::Rc
+            && matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+        {
+            let last = self.resp.epsn.sub(1);
+            self.resp.push_ack(last, Syndrome::ACK_UNLIMITED);
+        }
+    }
+
     fn take_recv(&mut self) -> Option<(RecvWr, bool)> {
         match &self.cfg.srq {
             Some(srq) => {
