@@ -87,29 +87,57 @@ fn rnr_retry_7_waits_forever_until_a_receive_is_posted() {
 
 // ---------------------------------------------------------------- PSN sequence NAK
 
-#[test]
-fn lost_packet_gets_one_sequence_nak_and_go_back_n() {
+/// Ten WRITEs of four packets, each losing its second packet once, to a responder that keeps
+/// the packets after a gap (softrdma's) or drops them (rxe's). Returns A's and B's counters.
+fn second_packets_lost(keep_ahead: bool) -> (QpCounters, QpCounters) {
     let mut p = pair(opts(), LinkFaults::default());
-    // Drop the second packet of the WRITE, once.
-    p.sim.set_script(Box::new(|m| {
-        if m.from == A && m.index == 1 {
-            Verdict::Drop
-        } else {
-            Verdict::Pass
-        }
+    p.qb().set_keep_ahead(keep_ahead);
+    let mut seen = std::collections::HashSet::new();
+    // Each WRITE's second packet (PSN 1, 5, 9, ... after the first), its first time only.
+    p.sim.set_script(Box::new(move |m| {
+        let psn = m.packet.bth().psn().value();
+        let lose = m.from == A && psn.wrapping_sub(0x10_0000) % 4 == 1 && seen.insert(psn);
+        if lose { Verdict::Drop } else { Verdict::Pass }
     }));
     let data = pattern(5, 4000);
     p.fill_a(0, &data);
-    write(&mut p, 1, 0x1000, 4000);
-    p.run();
-    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
-    assert_eq!(p.read_b(0x1000, 4000), data);
-    let (a, b) = (p.qa().counters(), p.qb().counters());
-    assert_eq!(b.seq_naks_sent, 1, "one NAK, then silent drops");
-    assert_eq!(b.out_of_sequence, 2, "packets 3 and 4 arrived early");
-    assert_eq!(a.seq_naks_rcvd, 1);
-    assert_eq!(a.timeouts, 0, "the NAK, not the timer, recovered");
-    assert_eq!(a.retransmits, 3);
+    for i in 0..10u64 {
+        write(&mut p, i, 0x1000 * (i + 1), 4000);
+        p.run();
+        assert_eq!(statuses(&p.completions(A)), [(i, WcStatus::Success)]);
+        assert_eq!(p.read_b(0x1000 * (i as usize + 1), 4000), data);
+    }
+    (p.qa().counters(), p.qb().counters())
+}
+
+#[test]
+fn lost_packet_gets_one_sequence_nak_and_is_sent_again_alone() {
+    let (a, b) = second_packets_lost(true);
+    assert_eq!(b.seq_naks_sent, 10, "one NAK per gap");
+    assert_eq!(
+        b.out_of_sequence, 20,
+        "packets 3 and 4 arrived early, and were kept"
+    );
+    assert_eq!(a.seq_naks_rcvd, 10);
+    assert_eq!(
+        (a.timeouts, a.probes),
+        (0, 0),
+        "the NAK, not a timer, recovered"
+    );
+    assert_eq!(a.retransmits, 10, "only the lost packet again: {a:?}");
+    assert_eq!(b.duplicate_requests, 0, "{b:?}");
+}
+
+#[test]
+fn a_responder_that_drops_what_follows_a_gap_gets_go_back_n() {
+    let (a, b) = second_packets_lost(false);
+    assert_eq!(b.seq_naks_sent, 10);
+    assert_eq!((a.timeouts, a.probes), (0, 0), "{a:?}");
+    // The first two losses try the lost packet alone, and the answer (an ACK of it, not
+    // beyond) sends the two after it again; from then on go-back-N at once. Either way the
+    // responder gets packets 2 to 4 again, and sees no duplicate.
+    assert_eq!(a.retransmits, 30, "{a:?}");
+    assert_eq!(b.duplicate_requests, 0, "{b:?}");
 }
 
 // ---------------------------------------------------------------- access errors

@@ -9,9 +9,17 @@
 //! * **AckReq.** The requester asks for an ACK on a message's last packet, at least every
 //!   half window (at most every 64 packets), and on the packet that fills the window, so
 //!   that a full window always has an ACK coming.
-//! * **Sequence NAKs** start go-back-N at once; a late or duplicated NAK of the gap already
+//! * **Sequence NAKs** start a repair at once; a late or duplicated NAK of the gap already
 //!   being repaired (the same PSN, less than a round trip after the repair) is ignored, so a
 //!   few reordered packets do not start a resend per NAK.
+//! * **Selective repair.** A responder that keeps what follows a gap (softrdma's) needs only
+//!   the missing PSNs again: the NAK's PSN goes out alone, asking for an ACK, and the
+//!   answer, which covers what the responder ran from its kept packets, points at the next
+//!   missing PSN, which goes out the same way (NewReno's partial ACKs, RFC 6582); a repair
+//!   left unanswered for two round trips goes out again. A responder that drops what
+//!   follows a gap (rxe's) answers with an ACK of the repaired packet alone: everything
+//!   after it is sent again (go-back-N), and after two such answers every later loss goes
+//!   straight to go-back-N. READs and atomics are always re-issued from the lost PSN on.
 //! * **Tail-loss probes.** After a probe timeout of silence (two smoothed round trips, or one
 //!   plus four deviations, plus the peer's ACK delay; see [`rtt`]) the packet at the oldest
 //!   unacknowledged PSN goes out again, asking for an ACK, and nothing else until something
@@ -21,9 +29,10 @@
 //! * **The responder** sends one sequence NAK per gap (IBTA) but keeps the packets that come
 //!   ahead of it and executes them in order once the gap is filled; the requester places
 //!   READ responses that come ahead of a lost one, so a lost response costs one re-issue.
-//! * **The window** (at most 128 PSNs, as rxe) halves on a timeout, and on a detected loss
-//!   only while the round trip shows a queue, once per loss episode; inside an episode it is
-//!   also cut in proportion to the queueing delay, at most once a round trip. Random loss on
+//! * **The window** (at most 128 PSNs, as rxe) halves on a timeout; a detected loss cuts it
+//!   only while the round trip shows a queue, once per loss episode, in proportion to how
+//!   far the delay is over its target (by half at most); inside an episode it is also cut
+//!   in proportion to the queueing delay, at most once a round trip. Random loss on
 //!   an idle link does not shrink it; a congested link (the simulator's `LinkRate`) does.
 
 mod requester;
@@ -698,6 +707,7 @@ impl QueuePair {
         [
             self.req.retx_deadline,
             self.req.rnr_until,
+            self.req.repair_at,
             self.probe_deadline(),
         ]
         .into_iter()

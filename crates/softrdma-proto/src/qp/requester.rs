@@ -79,6 +79,32 @@ pub(crate) struct Requester {
     pub grow_credit: i32,
     /// When the window was last cut for queueing delay.
     pub last_cut: Option<Instant>,
+    /// Selective repair: one PSN to send again next, ahead of the send pointers, which stay
+    /// where they are (see [`QueuePair::retry`]).
+    pub repair: Option<Psn>,
+    /// The selective repair under way: until `una` reaches this PSN (the highest sent when
+    /// it began), every ACK that moves `una` without reaching it has the next missing PSN
+    /// sent again (a partial ACK, as in NewReno, RFC 6582).
+    pub sel_recover: Option<Psn>,
+    /// Whether the responder keeps the packets that come after a gap (softrdma does) or
+    /// drops them (rxe does; IBTA 9.7.5.2.1 allows either): `None` until an answer tells.
+    /// Only a responder that keeps them is repaired selectively; one that drops them needs
+    /// everything after the gap again (go-back-N).
+    pub peer_keeps: Option<bool>,
+    /// While `peer_keeps` is unknown: the PSN sent again alone whose answer will tell.
+    pub keep_test: Option<Psn>,
+    /// Answers that stopped exactly at the PSN sent again. A responder that keeps packets
+    /// gives one when two packets in a row were lost; two make the verdict "drops them".
+    pub dropped_votes: u8,
+    /// The packet being built asks for an ACK whatever its place (a selective repair).
+    pub force_ack: bool,
+    /// When the last selective repair, unanswered, is sent again: it asked for an ACK, so
+    /// two round trips of silence mean it (or its answer) was lost, and the responder,
+    /// which sent its one NAK for the gap already, will not say so. Sending it once more
+    /// costs one packet, so this waits neither for the peer's ACK delay nor for a probe.
+    pub repair_at: Option<Instant>,
+    /// Repairs sent again since the last progress; each doubles the wait for the next.
+    pub repair_tries: u32,
 }
 
 /// Most packets asking for an ACK that are timed at once: a window asks at least twice, and
@@ -134,6 +160,13 @@ impl Requester {
         self.timed.clear();
         self.grow_credit = 0;
         self.last_cut = None;
+        self.repair = None;
+        self.sel_recover = None;
+        self.peer_keeps = None;
+        self.keep_test = None;
+        self.dropped_votes = 0;
+        self.repair_at = None;
+        self.repair_tries = 0;
     }
 
     pub fn push(&mut self, wr: SendWr, len: u64, signaled: bool, mtu: Mtu) {
@@ -202,10 +235,44 @@ impl Requester {
     /// (or before any round trip is known), once per loss episode.
     fn shrink_for_loss(&mut self, timeout: bool) {
         let in_episode = self.recover.is_some_and(|p| self.una.diff(p) < 0);
-        if timeout || (!in_episode && self.rtt.queueing()) {
+        if timeout {
             self.window = (self.window / 2).max(MIN_WINDOW);
             self.recover = Some(self.sent_hwm);
+        } else if !in_episode && self.rtt.queueing() {
+            // In proportion to how far the delay is over its target, and by half at most
+            // (with no sample yet, by half): a loss with a queue about to overflow halves
+            // the window, one beside a small standing queue (a receiver slower than its
+            // sender, a reordering link) trims it.
+            let kept = self
+                .rtt
+                .over_target()
+                .map_or(0.5, |o| (1.0 - 0.8 * o).max(0.5));
+            self.window = ((f64::from(self.window) * kept) as i32).max(MIN_WINDOW);
+            self.recover = Some(self.sent_hwm);
         }
+    }
+
+    /// Starts (or goes on with) a selective repair at `p`: that PSN alone is sent again,
+    /// asking for an ACK, and the answer says how far the responder got with the packets it
+    /// kept, and so what to send next.
+    fn start_repair(&mut self, p: Psn, now: Instant) {
+        self.repair = Some(p);
+        self.rewound = Some((p, now));
+        self.sel_recover = Some(self.sent_hwm);
+        // The packets after the gap are answered only once it is filled: their round trips
+        // would show a queue that is not there.
+        self.timed.clear();
+        if self.peer_keeps.is_none() && p.next() != self.sent_hwm {
+            self.keep_test = Some(p);
+        }
+    }
+
+    /// Ends a selective repair (a go-back-N, a timeout or an RNR NAK takes over).
+    fn end_repair(&mut self) {
+        self.repair = None;
+        self.sel_recover = None;
+        self.keep_test = None;
+        self.repair_at = None;
     }
 
     /// PSNs that may be unacknowledged now: the window, or one while a probe is out.
@@ -378,6 +445,61 @@ impl QueuePair {
         buf: &mut Vec<u8>,
         at: usize,
     ) -> Option<Transmit> {
+        if let Some(p) = self.req.repair.take()
+            && let Some(t) = self.transmit_repair(now, buf, at, p)
+        {
+            return Some(t);
+        }
+        self.transmit_next(now, buf, at)
+    }
+
+    /// Sends PSN `p` (a SEND or WRITE packet) again, alone and asking for an ACK; the send
+    /// pointers stay where they are. Nothing when `p` is acknowledged by now, or when the
+    /// pointers are about to send it anyway.
+    fn transmit_repair(
+        &mut self,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        at: usize,
+        p: Psn,
+    ) -> Option<Transmit> {
+        if p.diff(self.req.una) < 0 || p.diff(self.req.send_point()) >= 0 {
+            return None;
+        }
+        let saved = (self.req.send_idx, self.req.send_pkt);
+        self.req.rewind(p, self.mtu());
+        self.req.force_ack = true;
+        let t = self.transmit_next(now, buf, at);
+        self.req.force_ack = false;
+        if self.state != QpState::Error {
+            (self.req.send_idx, self.req.send_pkt) = saved;
+        }
+        if t.is_some() {
+            let rtt = self.req.rtt.srtt().unwrap_or(super::rtt::MIN_PTO);
+            let wait = (2 * rtt).max(super::rtt::MIN_PTO) * (1 << self.req.repair_tries.min(4));
+            self.req.repair_at = Some(now.add(wait));
+        }
+        t
+    }
+
+    /// Whether a loss reported at `p` can be repaired selectively: the responder is not
+    /// known to drop what follows a gap, no go-back-N pass is under way, and `p` is a SEND
+    /// or WRITE packet (a READ or atomic is re-issued from `p` on).
+    fn selective_ok(&self, p: Psn) -> bool {
+        let r = &self.req;
+        r.peer_keeps != Some(false)
+            && r.send_point() == r.sent_hwm
+            && p.diff(r.sent_hwm) < 0
+            && r.sq.iter().any(|w| {
+                w.first_psn.is_some_and(|f| {
+                    let off = p.diff(f);
+                    off >= 0 && (off as u32) < w.npkts && !w.wr.op.is_read_or_atomic()
+                })
+            })
+    }
+
+    /// The next packet at the send pointers.
+    fn transmit_next(&mut self, now: Instant, buf: &mut Vec<u8>, at: usize) -> Option<Transmit> {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_until.is_some() {
             return None;
         }
@@ -534,6 +656,7 @@ impl QueuePair {
                 ack_req = rc
                     && (last
                         || self.req.probing
+                        || self.req.force_ack
                         || (psn.next().diff(self.req.una) >= limit && !asked)
                         || self.req.noack_pkts + 1 >= interval);
             }
@@ -685,6 +808,8 @@ impl QueuePair {
         let probe_found_loss = r.probing && r.una.diff(r.sent_hwm) < 0;
         r.probing = false;
         r.probes_unanswered = 0;
+        r.repair_tries = 0;
+        r.repair_at = None;
         let mut newest = None;
         while let Some(&(end, sent, fresh)) = r.timed.front()
             && r.una.diff(end) >= 0
@@ -724,6 +849,38 @@ impl QueuePair {
             r.window += acked.min(r.window);
         }
         r.window = r.window.min(MAX_UNACKED_PSNS);
+        let mut go_back = false;
+        if let Some(rec) = r.sel_recover {
+            if r.una.diff(rec) >= 0 {
+                r.end_repair();
+            } else {
+                // A partial ACK: the responder ran what it kept up to the next gap.
+                if let Some(t) = r.keep_test
+                    && r.una.diff(t) > 0
+                {
+                    r.keep_test = None;
+                    if r.una == t.next() {
+                        r.dropped_votes = r.dropped_votes.saturating_add(1);
+                        if r.dropped_votes >= 2 {
+                            r.peer_keeps = Some(false);
+                        }
+                        go_back = true;
+                    } else {
+                        r.peer_keeps = Some(true);
+                    }
+                }
+                let srtt = r.rtt.srtt().unwrap_or(super::rtt::MIN_PTO);
+                let resent_lately =
+                    matches!(r.rewound, Some((p, t)) if p == r.una && now.since(t) < srtt);
+                if go_back {
+                    r.end_repair();
+                    r.rewound = Some((r.una, now));
+                    r.timed.clear();
+                } else if !resent_lately {
+                    r.start_repair(r.una, now);
+                }
+            }
+        }
         if probe_found_loss {
             r.shrink_for_loss(false);
             r.rewound = Some((r.una, now));
@@ -735,6 +892,10 @@ impl QueuePair {
             timeout.map(|d| now.add(d))
         };
         r.probe_from = (!idle).then_some(now);
+        if go_back {
+            // The responder dropped what followed the gap: all of it again.
+            self.req.rewind(self.req.una, self.mtu());
+        }
         if let Some(sp) = self.req.send_psn() {
             if sp.diff(self.req.una) < 0 {
                 self.req.rewind(self.req.una, self.mtu());
@@ -761,12 +922,20 @@ impl QueuePair {
             }
         }
         self.req.shrink_for_loss(why == Loss::Timeout);
+        let una = self.req.una;
+        if why != Loss::Timeout && self.selective_ok(una) {
+            // IBTA 9.7.5.2.1 has the requester resend from the NAK's PSN; a responder that
+            // kept what followed needs only the PSNs it is missing, which its answers tell.
+            self.req.probing = false;
+            self.req.start_repair(una, now);
+            return;
+        }
         let r = &mut self.req;
         r.probing = false;
+        r.end_repair();
         // What is in flight is sent again, and timed again as it is.
         r.timed.clear();
         r.rewound = Some((r.una, now));
-        let una = r.una;
         self.req.rewind(una, self.mtu());
         if why == Loss::Timeout {
             self.req.retx_deadline = None;
@@ -855,6 +1024,7 @@ impl QueuePair {
                             }
                             self.req.rnr_left -= 1;
                         }
+                        self.req.end_repair();
                         self.req.rewind(p, self.mtu());
                         self.req.rnr_until = Some(now.add(rnr_delay(timer)));
                         self.req.retx_deadline = None;
@@ -1014,6 +1184,14 @@ impl QueuePair {
         if self.req.rnr_until.is_some_and(|t| t <= now) {
             self.req.rnr_until = None;
         }
+        if self.req.repair_at.is_some_and(|t| t <= now) {
+            self.req.repair_at = None;
+            if self.req.sel_recover.is_some() && self.req.rnr_until.is_none() {
+                self.req.repair_tries += 1;
+                let una = self.req.una;
+                self.req.start_repair(una, now);
+            }
+        }
         let outstanding =
             self.req.una != self.req.sent_hwm && matches!(self.state, QpState::Rts | QpState::Sqd);
         if self.req.retx_deadline.is_some_and(|t| t <= now) {
@@ -1055,6 +1233,7 @@ impl QueuePair {
         r.timed.clear();
         r.probes_unanswered += 1;
         r.probe_from = Some(now);
+        r.end_repair();
         let una = r.una;
         self.req.rewind(una, self.mtu());
     }

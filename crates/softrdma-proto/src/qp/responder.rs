@@ -75,6 +75,8 @@ pub(crate) struct Responder {
     /// once the gap is filled: slot `i` holds PSN `ahead_base + i`.
     ahead: VecDeque<Option<Vec<u8>>>,
     ahead_base: Psn,
+    /// Drop packets that come ahead of the expected PSN instead of keeping them (rxe does).
+    drop_ahead: bool,
 }
 
 /// How far ahead of the expected PSN an RC responder keeps request packets: the
@@ -174,6 +176,16 @@ fn is_rd(op: Operation) -> bool {
 }
 
 impl QueuePair {
+    /// Whether the RC responder keeps the packets that come ahead of the expected PSN, to run
+    /// them once the gap is filled (the default), or drops them as rxe does (IBTA 9.7.5.2.1
+    /// allows either). Dropping them is for tests of a requester against such a peer.
+    pub fn set_keep_ahead(&mut self, keep: bool) {
+        self.resp.drop_ahead = !keep;
+        if !keep {
+            self.resp.drop_kept();
+        }
+    }
+
     /// Queues one more ACK of every request received, for an RC QP about to be destroyed,
     /// so that a peer whose last ACK was lost completes its WR instead of retrying against
     /// a QP that is gone (it would end, after `retry_cnt` timeouts, in RETRY_EXC_ERR: the
@@ -264,7 +276,16 @@ impl QueuePair {
         match self.cfg.qp_type {
             QpType::Rc => {
                 self.rc_request(pkt);
+                let filled = self.resp.epsn;
                 self.run_kept_requests();
+                if self.resp.epsn.diff(filled) > 0 && self.state != QpState::Error {
+                    // A gap was filled and the packets kept behind it ran: say how far, so
+                    // that the requester resends only what is still missing (IBTA
+                    // 9.7.5.1.2: a responder may acknowledge at any time, and one ACK
+                    // covers every PSN before its own).
+                    let last = self.resp.epsn.sub(1);
+                    self.resp.push_ack(last, Syndrome::ACK_UNLIMITED);
+                }
             }
             QpType::Uc => self.uc_request(pkt),
             QpType::Ud => self.ud_request(src, dst, pkt),
@@ -324,11 +345,13 @@ impl QueuePair {
             // IBTA 9.7.5.2.1: ahead of the expected PSN, one sequence NAK, then nothing
             // more for the gap until the expected PSN comes. The packet is kept, not
             // executed: once the gap is filled (by the late packet, or by the requester's
-            // go-back-N) it runs in order, and the requester's resent copies of it are
-            // duplicates. A reordered packet then costs no round trip, and a window with
-            // several holes is repaired by one go-back-N pass instead of one per hole.
+            // repair) it runs in order, and the ACK that follows says how far that got. A
+            // reordered packet then costs no round trip, and a requester that repairs
+            // selectively sends only the missing packets again.
             self.counters.out_of_sequence += 1;
-            self.resp.keep_ahead(p, pkt.as_bytes());
+            if !self.resp.drop_ahead {
+                self.resp.keep_ahead(p, pkt.as_bytes());
+            }
             if !self.resp.nak_sent {
                 self.resp.nak_sent = true;
                 self.counters.seq_naks_sent += 1;
