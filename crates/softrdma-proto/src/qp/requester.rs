@@ -456,6 +456,7 @@ impl QueuePair {
     /// Sends PSN `p` (a SEND or WRITE packet) again, alone and asking for an ACK; the send
     /// pointers stay where they are. Nothing when `p` is acknowledged by now, or when the
     /// pointers are about to send it anyway.
+    #[inline(never)]
     fn transmit_repair(
         &mut self,
         now: Instant,
@@ -498,7 +499,8 @@ impl QueuePair {
             })
     }
 
-    /// The next packet at the send pointers.
+    /// The next packet at the send pointers. Inlined in its callers: the per-packet path.
+    #[inline(always)]
     fn transmit_next(&mut self, now: Instant, buf: &mut Vec<u8>, at: usize) -> Option<Transmit> {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_until.is_some() {
             return None;
