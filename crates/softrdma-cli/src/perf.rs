@@ -365,7 +365,7 @@ pub fn run(a: &PerfArgs, out: &mut impl Write) -> ExitCode {
 
 /// The Q_Key of perftest's UD tests.
 const QKEY: u32 = 0x1111_1111;
-/// Room for the GRH that a UD receive buffer starts with (IBTA 11.4.1.1).
+/// Room for the GRH that a UD receive buffer starts with (IBTA 11.4.1.2).
 const GRH: u64 = 40;
 /// Receive WQEs kept posted by the SEND tests (perftest's default RX depth).
 const RX_DEPTH: u32 = 512;

@@ -1,5 +1,5 @@
 //! QP attributes and the modify-QP rules: which transitions exist and which attributes each
-//! one requires and allows, per transport (IBTA vol. 1, 11.2.4.2, table "QP State Transition
+//! one requires and allows, per transport (IBTA vol. 1, 11.2.5.2, table "QP State Transition
 //! Properties"; the same table as Linux `ib_modify_qp_is_ok`).
 
 use crate::types::{AccessFlags, AddressVector, Mtu, QpState, QpType};

@@ -1,4 +1,4 @@
-//! The common MAD header (IBTA vol. 1, 13.4.3) that starts every management datagram, as
+//! The common MAD header (IBTA vol. 1, 13.4.2) that starts every management datagram, as
 //! carried to QP1 by connection management (chapter 12).
 //!
 //! rdma_cm runs IB CM MADs as UD SEND_ONLY packets to QP1 with Q_Key 0x80010000; this module

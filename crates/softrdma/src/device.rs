@@ -376,7 +376,7 @@ impl Device {
     ///
     /// The ACKs this produces are deferred: an application polling for a message usually
     /// answers it, and its answer then carries them out in the same system call (IBTA vol. 1,
-    /// 9.7.5.1.1 lets a responder coalesce and delay ACKs within the requester's timeout). A
+    /// 9.7.5.1 lets a responder coalesce and delay ACKs within the requester's timeout). A
     /// ping-pong over RC thus costs one send per turn, as over UC, instead of two. Whatever
     /// is still deferred leaves at this thread's next poll, its next post of a send, or when
     /// the progress thread takes the socket back ([`APP_POLL_GRACE`] after the last poll).

@@ -87,7 +87,7 @@ pub(crate) struct Requester {
     /// sent again (a partial ACK, as in NewReno, RFC 6582).
     pub sel_recover: Option<Psn>,
     /// Whether the responder keeps the packets that come after a gap (softrdma does) or
-    /// drops them (rxe does; IBTA 9.7.5.2.1 allows either): `None` until an answer tells.
+    /// drops them (rxe does, as IBTA 9.7.5.2.1 describes): `None` until an answer tells.
     /// Only a responder that keeps them is repaired selectively; one that drops them needs
     /// everything after the gap again (go-back-N).
     pub peer_keeps: Option<bool>,
@@ -643,7 +643,7 @@ impl QueuePair {
                     }
                     solicited = w.wr.flags.contains(SendFlags::SOLICITED);
                 }
-                // IBTA 9.7.5.1.2: the responder may coalesce ACKs, so only a packet that asks
+                // IBTA 9.7.5.1: the responder may coalesce ACKs, so only a packet that asks
                 // is sure to be answered: a window's last packet always asks (else a window
                 // filled in the middle of a message waits for the ACK timeout), as does a
                 // probe; and the window is ACKed at least twice over, so that ACKs keep it
@@ -905,13 +905,16 @@ impl QueuePair {
         }
     }
 
-    /// Go back to the oldest unacknowledged PSN (go-back-N). A timeout spends one retry; a
-    /// detected loss spends one only when it came with no progress (as rxe counts its
-    /// sequence-NAK retries), so a responder that NAKs one PSN forever still ends. With no
-    /// retry left, the oldest WR fails with RETRY_EXC_ERR and the QP goes to ERROR. As in
-    /// rxe, a `retry_cnt` of 7 retries without limit, like `rnr_retry` 7 does in the IBTA
-    /// rules. The window halves on a timeout, and on a detected loss while a queue builds,
-    /// once per loss episode: random loss on an idle link must not collapse it.
+    /// Repairs from the oldest unacknowledged PSN: selectively (that PSN alone) when the
+    /// loss was reported and the responder keeps what follows a gap, else go-back-N. A
+    /// timeout spends one retry; a detected loss spends one only when it came with no
+    /// progress (as rxe counts its sequence-NAK retries), so a responder that NAKs one PSN
+    /// forever still ends. With no retry left, the oldest WR fails with RETRY_EXC_ERR and the
+    /// QP goes to ERROR. A `retry_cnt` of 7 retries without limit: that is rxe's rule, not
+    /// IBTA's (whose only unlimited count is an `rnr_retry` of 7), kept so that softrdma and
+    /// rxe behave alike. The window halves on a timeout; a detected loss while a queue builds
+    /// cuts it once per loss episode, in proportion to the queueing delay: random loss on an
+    /// idle link must not collapse it.
     fn retry(&mut self, now: Instant, why: Loss) {
         if !matches!(why, Loss::Detected { progressed: true }) {
             if self.req.retry_left == 0 {
@@ -966,7 +969,7 @@ impl QueuePair {
                 _ => false,
             };
             if lost_response {
-                // IBTA 9.7.5.1.2: an ACK of a later PSN implies that every earlier one was
+                // IBTA 9.7.5.1: an ACK of a later PSN implies that every earlier one was
                 // answered, so the READ's or atomic's missing responses were lost: re-issue
                 // it from its first missing response (IBTA 9.4.4 lets a retried READ ask for
                 // only the rest; an atomic is answered again from the responder's saved result).

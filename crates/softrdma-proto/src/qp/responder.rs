@@ -177,8 +177,10 @@ fn is_rd(op: Operation) -> bool {
 
 impl QueuePair {
     /// Whether the RC responder keeps the packets that come ahead of the expected PSN, to run
-    /// them once the gap is filled (the default), or drops them as rxe does (IBTA 9.7.5.2.1
-    /// allows either). Dropping them is for tests of a requester against such a peer.
+    /// them once the gap is filled (the default), or drops them as rxe does, and as IBTA
+    /// 9.7.5.2.1 describes: keeping them is softrdma's own addition, which a requester
+    /// cannot tell from the wire except by the ACKs that follow. Dropping them is for tests
+    /// of a requester against such a peer.
     pub fn set_keep_ahead(&mut self, keep: bool) {
         self.resp.drop_ahead = !keep;
         if !keep {
@@ -250,7 +252,8 @@ impl QueuePair {
         });
     }
 
-    /// A responder error of class B, C or D (IBTA vol. 1, 9.9.3): NAK, then ERROR.
+    /// A responder error of class A or C (IBTA vol. 1, 9.9.3: Invalid Request, Remote
+    /// Access Error, Remote Operational Error): NAK, then ERROR.
     fn nak_fatal(&mut self, psn: Psn, code: NakCode) {
         self.resp.push_ack(psn, Syndrome::Nak(code));
         let event = match code {
@@ -281,7 +284,7 @@ impl QueuePair {
                 if self.resp.epsn.diff(filled) > 0 && self.state != QpState::Error {
                     // A gap was filled and the packets kept behind it ran: say how far, so
                     // that the requester resends only what is still missing (IBTA
-                    // 9.7.5.1.2: a responder may acknowledge at any time, and one ACK
+                    // 9.7.5.1: a responder may coalesce acknowledgements, and one ACK
                     // covers every PSN before its own).
                     let last = self.resp.epsn.sub(1);
                     self.resp.push_ack(last, Syndrome::ACK_UNLIMITED);
@@ -343,7 +346,8 @@ impl QueuePair {
         let d = p.diff(self.resp.epsn);
         if d > 0 {
             // IBTA 9.7.5.2.1: ahead of the expected PSN, one sequence NAK, then nothing
-            // more for the gap until the expected PSN comes. The packet is kept, not
+            // more for the gap until the expected PSN comes. IBTA has the packet ignored;
+            // softrdma keeps it instead (the peer sees no difference but in the ACKs), not
             // executed: once the gap is filled (by the late packet, or by the requester's
             // repair) it runs in order, and the ACK that follows says how far that got. A
             // reordered packet then costs no round trip, and a requester that repairs

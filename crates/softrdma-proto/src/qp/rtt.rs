@@ -159,7 +159,7 @@ impl RttEstimator {
         Some(self.min.min(path))
     }
 
-    /// Allows for a peer that may hold an ACK back this long (IBTA 9.7.5.1.2 lets it
+    /// Allows for a peer that may hold an ACK back this long (IBTA 9.7.5.1 lets it
     /// coalesce and delay ACKs within the requester's timeout): probes wait that much more,
     /// as TCP's tail-loss probe waits out a delayed ACK.
     pub fn set_peer_ack_delay(&mut self, d: Duration) {
