@@ -3,7 +3,7 @@
 # kernel has no netem), and the loss-recovery goals, each as a ratio against the lossless
 # run of the same work in the same invocation. Prints markdown; writes the plot to
 # bench/loss.svg (or the file given with --svg).
-# Usage: bench/loss.sh [--seconds N] [--svg FILE]
+# Usage: bench/loss.sh [--seconds N] [--rounds N] [--svg FILE]   (figures: medians of N runs, 5)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked -p softrdma-cli -p softrdma-bench >&2

@@ -10,6 +10,9 @@
 //!   each rate's ratio to the lossless run, also drawn as an SVG (`--svg FILE`);
 //! * the goals of the loss-recovery issue: `rc-pingpong -s 100000 -n 200` (timeout 14) under
 //!   drop, reorder and a mix, in usec/iter against lossless, and write-bw under 1 % loss.
+//!
+//! Every figure is the median of `--rounds` runs (5), taken in rounds that start with the
+//! lossless run, with the range of the runs beside it.
 
 use super::{Pin, last_json, softrdma_pair};
 use std::fmt::Write as _;
@@ -61,73 +64,132 @@ fn pingpong(pin: &Pin, sr: &str, faults: &str, port: u16) -> Result<f64, String>
         .ok_or_else(|| format!("no usec/iter in {out:?}"))
 }
 
-/// Runs both tables; returns the markdown, and writes the plot to `svg`.
+/// The median of `v` (the upper one of an even count); `None` when empty.
+fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
+/// One cell: the median and the range of the runs that finished, and how many failed.
+fn cell(v: &[f64], failed: usize, scale: f64, unit: &str) -> String {
+    let mut out = match median(v) {
+        Some(m) => {
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(0.0, f64::max);
+            let unit = if unit.is_empty() {
+                String::new()
+            } else {
+                format!(" {unit}")
+            };
+            format!(
+                "{:.2}{unit} ({:.2}-{:.2})",
+                m / scale,
+                lo / scale,
+                hi / scale
+            )
+        }
+        None => "failed".into(),
+    };
+    if failed > 0 && !v.is_empty() {
+        let _ = write!(out, ", {failed} failed");
+    }
+    out
+}
+
+/// Runs both tables; returns the markdown, and writes the plot to `svg`. Each figure is the
+/// median of `rounds` runs, and the runs of one round (lossless first) follow each other,
+/// so that a slow spell of this noisy machine touches the baseline and the faulty runs
+/// alike.
 pub(crate) fn run(
     pin: &Pin,
     sr: &str,
     seconds: u64,
+    rounds: usize,
     svg: Option<&std::path::Path>,
 ) -> Result<String, String> {
     let secs = seconds.to_string();
     let mut md = String::new();
-    let mut points = Vec::new();
-    let _ = writeln!(
-        md,
-        "| loss | write-bw 1 MiB goodput [GB/s] | against lossless |\n|---:|---:|---:|"
-    );
-    let mut base = None;
-    for (i, rate) in RATES.iter().enumerate() {
-        // The lossless run goes without SOFTRDMA_FAULTS: the device's own send path.
-        let faults = if *rate == 0.0 {
-            String::new()
-        } else {
-            format!("drop={}", rate / 100.0)
-        };
-        let r = write_bw(pin, sr, &secs, &faults, 24100 + i as u16);
-        eprintln!("  drop {rate} %: {r:?}");
-        match r {
-            Ok(v) => {
-                let b = *base.get_or_insert(v);
-                points.push((*rate, v));
-                let _ = writeln!(md, "| {rate} % | {:.3} | {:.2}x |", v / 1e9, v / b);
+    let rounds = rounds.max(1);
+    // The lossless run goes without SOFTRDMA_FAULTS: the device's own send path.
+    let bw_faults: Vec<String> = RATES
+        .iter()
+        .map(|r| {
+            if *r == 0.0 {
+                String::new()
+            } else {
+                format!("drop={}", r / 100.0)
             }
-            Err(e) => {
-                let _ = writeln!(md, "| {rate} % | failed: {} | |", e.replace('|', "/"));
+        })
+        .collect();
+    let mut bw: Vec<(Vec<f64>, usize)> = vec![(Vec::new(), 0); RATES.len()];
+    for round in 0..rounds {
+        for (i, faults) in bw_faults.iter().enumerate() {
+            let r = write_bw(pin, sr, &secs, faults, 24100 + i as u16);
+            eprintln!("  round {round}, drop {} %: {r:?}", RATES[i]);
+            match r {
+                Ok(v) => bw[i].0.push(v),
+                Err(_) => bw[i].1 += 1,
             }
         }
+    }
+    let _ = writeln!(
+        md,
+        "Medians of {rounds} runs (range in brackets).\n\n\
+         | loss | write-bw 1 MiB goodput [GB/s] | against lossless |\n|---:|---:|---:|"
+    );
+    let base = median(&bw[0].0);
+    let mut points = Vec::new();
+    for (rate, (v, failed)) in RATES.iter().zip(&bw) {
+        let ratio = match (median(v), base) {
+            (Some(m), Some(b)) => {
+                points.push((*rate, m));
+                format!("{:.2}x", m / b)
+            }
+            _ => String::new(),
+        };
+        let _ = writeln!(md, "| {rate} % | {} | {ratio} |", cell(v, *failed, 1e9, ""));
     }
     if let Some(path) = svg {
         std::fs::write(path, plot(&points)).map_err(|e| format!("{}: {e}", path.display()))?;
     }
 
+    let goals = [
+        ("", 0.0),
+        ("drop=0.01", 3.0),
+        ("reorder=0.05", 3.0),
+        ("drop=0.02,reorder=0.05,dup=0.01", 6.0),
+    ];
+    let mut pp: Vec<(Vec<f64>, usize)> = vec![(Vec::new(), 0); goals.len()];
+    for round in 0..rounds {
+        for (i, (faults, _)) in goals.iter().enumerate() {
+            let r = pingpong(pin, sr, faults, 24110 + i as u16);
+            eprintln!("  round {round}, rc-pingpong {faults:?}: {r:?}");
+            match r {
+                Ok(v) => pp[i].0.push(v),
+                Err(_) => pp[i].1 += 1,
+            }
+        }
+    }
     let _ = writeln!(
         md,
         "\n| goal | lossless | faulty | ratio | bound |\n|---|---:|---:|---:|---:|"
     );
-    let clean = pingpong(pin, sr, "", 24110);
-    eprintln!("  rc-pingpong lossless: {clean:?}");
-    for (i, (faults, bound)) in [
-        ("drop=0.01", 3.0),
-        ("reorder=0.05", 3.0),
-        ("drop=0.02,reorder=0.05,dup=0.01", 6.0),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let r = pingpong(pin, sr, faults, 24111 + i as u16);
-        eprintln!("  rc-pingpong {faults}: {r:?}");
-        let row = match (&clean, r) {
-            (Ok(c), Ok(f)) => format!(
-                "| {:.1} usec/iter | {f:.1} usec/iter | {:.2}x | <= {bound}x |",
-                c,
-                f / c
-            ),
-            (c, f) => format!("| {c:?} | {f:?} | | <= {bound}x |"),
+    let clean = median(&pp[0].0);
+    for ((faults, bound), (v, failed)) in goals.iter().zip(&pp).skip(1) {
+        let ratio = match (median(v), clean) {
+            (Some(f), Some(c)) => format!("{:.2}x", f / c),
+            _ => "failed".into(),
         };
-        let _ = writeln!(md, "| rc-pingpong 100000 B, {faults} {row}");
+        let _ = writeln!(
+            md,
+            "| rc-pingpong 100000 B, {faults} | {} | {} | {ratio} | <= {bound}x |",
+            cell(&pp[0].0, pp[0].1, 1.0, "usec/iter"),
+            cell(v, *failed, 1.0, "usec/iter"),
+        );
     }
-    let lossy = points.iter().find(|p| p.0 == 1.0).map(|p| p.1);
-    let _ = match (base, lossy) {
+    let one = RATES.iter().position(|r| *r == 1.0).unwrap_or(0);
+    let _ = match (base, median(&bw[one].0)) {
         (Some(b), Some(l)) => writeln!(
             md,
             "| write-bw 1 MiB, drop=0.01 | {:.3} GB/s | {:.3} GB/s | {:.2}x | >= 0.3x |",
@@ -207,6 +269,17 @@ fn plot(points: &[(f64, f64)]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn medians_and_cells() {
+        assert_eq!(super::median(&[]), None);
+        assert_eq!(super::median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(
+            super::cell(&[2e9, 1e9, 3e9], 1, 1e9, ""),
+            "2.00 (1.00-3.00), 1 failed"
+        );
+        assert_eq!(super::cell(&[], 2, 1.0, "x"), "failed");
+    }
+
     #[test]
     fn the_plot_has_a_point_per_rate() {
         let svg = super::plot(&[(0.0, 1e9), (1.0, 8e8), (5.0, 2e8)]);

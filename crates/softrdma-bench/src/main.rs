@@ -51,6 +51,9 @@ enum Cmd {
         /// Where to write the plot of goodput against loss.
         #[arg(long)]
         svg: Option<PathBuf>,
+        /// Runs of each measurement; the tables give their medians.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
     },
     /// Raw UDP ping-pong, echo side: prints "ready", then echoes until `iters` came back.
     UdpPingpongServer {
@@ -190,8 +193,9 @@ fn main() -> std::process::ExitCode {
             softrdma,
             seconds,
             svg,
+            rounds,
         } => softrdma_bin(softrdma).and_then(|sr| {
-            let md = loss::run(&pinning(), &sr, seconds, svg.as_deref())?;
+            let md = loss::run(&pinning(), &sr, seconds, rounds, svg.as_deref())?;
             println!("{md}");
             Ok(())
         }),
