@@ -89,6 +89,26 @@ fn tail_loss_is_probed_within_round_trips() {
     assert!(us < 100, "{us} us: a probe, not the 67 ms timeout");
 }
 
+/// A new QP whose first window lost a packet has its round-trip estimate from the answer to
+/// the resend (the window's own ACK-asking packets are answered only after the gap), so a
+/// later tail loss is probed within round trips, not after a quarter of the ACK timeout.
+#[test]
+fn a_first_window_with_a_loss_still_times_the_probes() {
+    let mut p = pair(opts(), LinkFaults::default());
+    p.fill_a(0x1000, &pattern(7, 16 * MTU as usize));
+    // The second packet of the first WRITE, and the only packet of the second, once each.
+    drop_where(&mut p, A, |i, _| i == 1 || i == 17);
+    write(&mut p, 1, 0x1000, 16 * MTU);
+    p.run();
+    check_write(&mut p, 0x1000, 16 * MTU as usize);
+    write(&mut p, 2, 0x1000, 8);
+    let us = run_us(&mut p);
+    check_write(&mut p, 0x1000, 8);
+    let c = p.qa().counters();
+    assert_eq!((c.timeouts, c.probes), (0, 1), "{c:?}");
+    assert!(us < 200, "{us} us: a probe timed by round trips, not 17 ms");
+}
+
 #[test]
 fn a_lost_nak_is_probed() {
     let mut p = warm(LinkFaults::default());

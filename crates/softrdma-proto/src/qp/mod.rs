@@ -32,7 +32,9 @@
 //! * **The window** (at most 128 PSNs, as rxe) halves on a timeout; a detected loss cuts it
 //!   only while the round trip shows a queue, once per loss episode, in proportion to how
 //!   far the delay is over its target (by half at most); inside an episode it is also cut
-//!   in proportion to the queueing delay, at most once a round trip. Random loss on
+//!   in proportion to the queueing delay, at most once a round trip. While a queue builds it
+//!   grows once a round trip, by half the way back to where the last loss cut it from (as
+//!   BIC does), then by one PSN. Random loss on
 //!   an idle link does not shrink it; a congested link (the simulator's `LinkRate`) does.
 
 mod requester;

@@ -77,6 +77,9 @@ pub(crate) struct Requester {
     pub rewound: Option<(Psn, Instant)>,
     /// PSNs acknowledged towards the window's next step up while a queue builds.
     pub grow_credit: i32,
+    /// The window before the last cut for loss: growth while a queue builds heads back
+    /// there quickly, then slows (as BIC and CUBIC do).
+    pub w_max: i32,
     /// When the window was last cut for queueing delay.
     pub last_cut: Option<Instant>,
     /// Selective repair: one PSN to send again next, ahead of the send pointers, which stay
@@ -159,6 +162,7 @@ impl Requester {
         self.rewound = None;
         self.timed.clear();
         self.grow_credit = 0;
+        self.w_max = 0;
         self.last_cut = None;
         self.repair = None;
         self.sel_recover = None;
@@ -236,6 +240,7 @@ impl Requester {
     fn shrink_for_loss(&mut self, timeout: bool) {
         let in_episode = self.recover.is_some_and(|p| self.una.diff(p) < 0);
         if timeout {
+            self.w_max = self.window;
             self.window = (self.window / 2).max(MIN_WINDOW);
             self.recover = Some(self.sent_hwm);
         } else if !in_episode && self.rtt.queueing() {
@@ -247,6 +252,7 @@ impl Requester {
                 .rtt
                 .over_target()
                 .map_or(0.5, |o| (1.0 - 0.8 * o).max(0.5));
+            self.w_max = self.window;
             self.window = ((f64::from(self.window) * kept) as i32).max(MIN_WINDOW);
             self.recover = Some(self.sent_hwm);
         }
@@ -798,8 +804,10 @@ impl QueuePair {
 
     /// Forward progress (`una` moved up from `old_una`): retry budgets refill, the timers
     /// restart, a probe is answered, a round trip is sampled, and the window grows: by the
-    /// PSNs acknowledged (at most doubling) while no queue builds, by one a window's worth
-    /// of them while one does.
+    /// PSNs acknowledged (at most doubling) while no queue builds; while one does, once a
+    /// window's worth of them, by half the way back to the window the last loss cut (a
+    /// random loss costs a few round trips, not one round trip per PSN of the cut), and by
+    /// one once it is back there.
     fn progress(&mut self, now: Instant, old_una: Psn) {
         let timeout = self.ack_timeout();
         let r = &mut self.req;
@@ -821,6 +829,11 @@ impl QueuePair {
         }
         match newest {
             Some((sent, true)) => r.rtt.sample(now.since(sent)),
+            // Karn's rule has no sample come from a resent packet, but a QP whose first
+            // windows all lost packets would then have no estimate, and its probes would
+            // wait a quarter of the ACK timeout (17 ms at ibv_rc_pingpong's 14): an answer
+            // to a resend, short of the real round trip at worst, is a far better start.
+            Some((sent, false)) if r.rtt.srtt().is_none() => r.rtt.sample(now.since(sent)),
             Some((sent, false)) => r.rtt.sample_lower_bound(now.since(sent)),
             None => {}
         }
@@ -829,13 +842,15 @@ impl QueuePair {
         }
         let acked = r.una.diff(old_una).max(1);
         if r.rtt.queueing() {
-            // A queue is building: grow by about one PSN a round trip, and cut at most once
+            // A queue is building: grow by a step a round trip, and cut at most once
             // a round trip in proportion to how far the delay is over its target (as Swift
             // does), so that the queue drains before it overflows.
             r.grow_credit += acked;
             if r.grow_credit >= r.window {
                 r.grow_credit -= r.window;
-                r.window += 1;
+                // Half the way back to where the last loss cut it from, at least one.
+                let step = ((r.w_max - r.window) / 2).max(1);
+                r.window += step;
             }
             let rtt = r.rtt.srtt().unwrap_or(super::rtt::INITIAL_PTO);
             if let Some(over) = r.rtt.over_target()
