@@ -1,4 +1,10 @@
-//! The check the responder fuzz target and its tests share. Not a stable API.
+//! The checks the fuzz targets and their tests share. Not a stable API.
+//!
+//! [`requester`] feeds an RC requester with posted SENDs, WRITEs, READs and atomics an
+//! adversarial stream of ACKs, NAKs, RNR NAKs, READ responses, atomic ACKs and timer firings,
+//! and asserts: no panic; no completion for a WR that was not posted, none twice, and all in
+//! the order the WRs were posted (IBTA 10.8.5: a send queue completes in order); and
+//! everything it sends is a request that parses, with a valid ICRC.
 //!
 //! [`responder`] feeds a sequence of arbitrary packets to a QP with registered memory and
 //! asserts what must hold whatever arrives: no panic; every write lands inside a registered
@@ -153,6 +159,15 @@ pub fn encode(qp_type: QpType, pkts: &[Vec<u8>]) -> Vec<u8> {
 }
 
 const ME: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+
+/// What a QP sent, checked: it parses and its ICRC is right.
+fn sent<'b>(t: &crate::qp::Transmit, buf: &'b [u8]) -> IbPacket<&'b [u8]> {
+    let out = &buf[..t.len];
+    let n = out.len();
+    let wire = u32::from_le_bytes([out[n - 4], out[n - 3], out[n - 2], out[n - 1]]);
+    assert_eq!(icrc_for(t.src, t.dst, t.src_port, &out[..n - 4]), wire);
+    IbPacket::new_checked(out).expect("what the QP sends parses")
+}
 const PEER: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
 
 /// Runs the packets in `data` into a responder and checks the invariants; panics on a
@@ -243,11 +258,7 @@ pub fn responder(data: &[u8]) {
             qp.handle_packet(now, PEER, ME, &pkt);
         }
         while let Some(t) = qp.poll_transmit(now, &mut buf) {
-            let out = &buf[..t.len];
-            let parsed = IbPacket::new_checked(out).expect("what the QP sends parses");
-            let n = out.len();
-            let wire = u32::from_le_bytes([out[n - 4], out[n - 3], out[n - 2], out[n - 1]]);
-            assert_eq!(icrc_for(t.src, t.dst, t.src_port, &out[..n - 4]), wire);
+            let parsed = sent(&t, &buf);
             assert!(
                 parsed.info().is_response || !rc,
                 "a responder only responds"
@@ -271,4 +282,271 @@ pub fn responder(data: &[u8]) {
         Some(vec![0xCD; 4096]),
         "other PD's region changed"
     );
+}
+
+/// WRs the requester fuzz check posts, by index: SENDs, a WRITE, READs and atomics, each a
+/// few packets long at the MTU of 256 bytes.
+fn template(i: u8, wr_id: u64) -> SendWr {
+    let local = |addr: u64, length: u32| {
+        Payload::Sges(vec![Sge {
+            addr,
+            length,
+            lkey: 0x100,
+        }])
+    };
+    let (op, payload) = match i % 8 {
+        0 => (SendOp::Send, local(0x1000, 100)),
+        1 => (SendOp::Send, local(0x1000, 1000)),
+        2 => (
+            SendOp::Write {
+                remote_addr: 0x9000,
+                rkey: 0x77,
+            },
+            local(0x1400, 600),
+        ),
+        3 => (
+            SendOp::Read {
+                remote_addr: 0x9000,
+                rkey: 0x77,
+            },
+            local(0x1800, 700),
+        ),
+        4 => (
+            SendOp::CompareSwap {
+                remote_addr: 0x9000,
+                rkey: 0x77,
+                compare: 1,
+                swap: 2,
+            },
+            local(0x1C00, 8),
+        ),
+        5 => (
+            SendOp::FetchAdd {
+                remote_addr: 0x9008,
+                rkey: 0x77,
+                add: 3,
+            },
+            local(0x1C08, 8),
+        ),
+        6 => (SendOp::Send, Payload::Sges(vec![])),
+        _ => (
+            SendOp::Read {
+                remote_addr: 0x9100,
+                rkey: 0x77,
+            },
+            local(0x1D00, 100),
+        ),
+    };
+    SendWr {
+        wr_id,
+        op,
+        payload,
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    }
+}
+
+/// Runs the stream in `data` into an RC requester and checks the invariants; panics on a
+/// violation. Returns the completions' WR IDs and statuses, in order (for tests that check
+/// what the streams reach).
+///
+/// Format: a byte whose bits choose which of eight WR templates are posted first (none: a
+/// READ and a SEND), then events of five bytes `[kind, psn, a, b, c]`. A response's PSN is
+/// one the requester has used (`psn` picks it), or, with its two top bits set, one near the
+/// first. Kinds: ACK, sequence NAK, RNR NAK, another NAK (or a reserved syndrome), READ
+/// response (`a` picks first/middle/last/only, `b` and `c` the length), atomic ACK, time
+/// passing (`a` × 37 µs, firing the timers that are due), and posting another WR (`a`).
+pub fn requester(data: &[u8]) -> Vec<(u64, WcStatus)> {
+    use softrdma_wire::{
+        AethRepr, AtomicAckEthRepr, BthRepr, ExtHeaders, IbRepr, Msn, NakCode, Opcode, Syndrome,
+    };
+    let inner = SimMemory::new(0);
+    inner.register_with_key(0x100, Pd(1), 0x1000, 0x2000, AccessFlags::all());
+    let mem: Arc<dyn Memory> = Arc::new(inner);
+    let mut qp = QueuePair::new(
+        QpConfig {
+            qpn: Qpn::new(0x11),
+            qp_type: QpType::Rc,
+            pd: Pd(1),
+            caps: crate::QpCaps::default(),
+            sq_sig_all: true,
+            srq: None,
+            port_mtu: Mtu::M256,
+            udp_sport: None,
+        },
+        mem,
+    );
+    let sq_psn = Psn::new(0xFF_FFF0);
+    for a in [
+        QpAttr {
+            state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port: Some(1),
+            access_flags: Some(AccessFlags::all()),
+            ..Default::default()
+        },
+        QpAttr {
+            state: Some(QpState::Rtr),
+            av: Some(AddressVector {
+                src: ME,
+                dst: PEER,
+                flow_label: 0,
+            }),
+            path_mtu: Some(Mtu::M256),
+            dest_qpn: Some(Qpn::new(0x22)),
+            rq_psn: Some(Psn::new(0)),
+            max_dest_rd_atomic: Some(4),
+            min_rnr_timer: Some(1),
+            ..Default::default()
+        },
+        QpAttr {
+            state: Some(QpState::Rts),
+            sq_psn: Some(sq_psn),
+            timeout: Some(1),
+            retry_cnt: Some(2),
+            rnr_retry: Some(2),
+            max_rd_atomic: Some(4),
+            ..Default::default()
+        },
+    ] {
+        qp.modify(&a)
+            .expect("the fuzz set-up follows the modify rules");
+    }
+    let mut posted: Vec<u64> = Vec::new();
+    let mut done = 0usize;
+    let mut seen = Vec::new();
+    let post = |qp: &mut QueuePair, posted: &mut Vec<u64>, t: u8| {
+        let id = 1000 + posted.len() as u64;
+        if qp.post_send(template(t, id)).is_ok() {
+            posted.push(id);
+        }
+    };
+    let first = data.first().copied().unwrap_or(0);
+    let first = if first == 0 { 0b1010 } else { first };
+    for t in 0..8u8 {
+        if first & (1 << t) != 0 {
+            post(&mut qp, &mut posted, t);
+        }
+    }
+    let mut now = Instant::ZERO;
+    let mut buf = Vec::new();
+    // PSNs used so far, as an offset from `sq_psn` one past the highest.
+    let mut used = 0u32;
+    let mut step =
+        |qp: &mut QueuePair, now: Instant, used: &mut u32, done: &mut usize, posted: &[u64]| {
+            while let Some(t) = qp.poll_transmit(now, &mut buf) {
+                let pkt = sent(&t, &buf);
+                assert!(!pkt.info().is_response, "a requester only requests");
+                let off = pkt.bth().psn().diff(sq_psn);
+                assert!(off >= 0, "a PSN before the first: {off}");
+                // A READ request holds the PSNs of all its responses.
+                let span = pkt
+                    .reth()
+                    .filter(|_| pkt.info().operation == softrdma_wire::Operation::ReadRequest)
+                    .map_or(1, |r| r.len().div_ceil(256).max(1));
+                *used = (*used).max(off as u32 + span);
+            }
+            while let Some(wc) = qp.poll_completion() {
+                assert!(
+                    *done < posted.len(),
+                    "a completion for a WR never posted: {wc:?}, after {done} of {posted:?}"
+                );
+                assert_eq!(
+                    wc.wr_id, posted[*done],
+                    "completions out of order or twice: {wc:?}"
+                );
+                *done += 1;
+                seen.push((wc.wr_id, wc.status));
+            }
+        };
+    step(&mut qp, now, &mut used, &mut done, &posted);
+    for ev in data.get(1..).unwrap_or(&[]).chunks_exact(5) {
+        let (kind, sel, a, b, c) = (ev[0], ev[1], ev[2], ev[3], ev[4]);
+        let psn = if sel & 0xC0 == 0xC0 {
+            sq_psn.add(u32::from(sel & 0x3F)).sub(8)
+        } else {
+            sq_psn.add(u32::from(sel) % (used + 2))
+        };
+        let mut ext = ExtHeaders::default();
+        let mut payload = Vec::new();
+        let aeth = |syndrome| {
+            Some(AethRepr {
+                syndrome,
+                msn: Msn::new(u32::from(b)),
+            })
+        };
+        let opcode = match kind % 8 {
+            0 => {
+                ext.aeth = aeth(Syndrome::Ack { credits: a & 0x1F });
+                Opcode::RC_ACKNOWLEDGE
+            }
+            1 => {
+                ext.aeth = aeth(Syndrome::Nak(NakCode::PsnSequenceError));
+                Opcode::RC_ACKNOWLEDGE
+            }
+            2 => {
+                ext.aeth = aeth(Syndrome::RnrNak { timer: a & 0x1F });
+                Opcode::RC_ACKNOWLEDGE
+            }
+            3 => {
+                ext.aeth = aeth(Syndrome::from_u8(if a & 0x80 != 0 {
+                    a
+                } else {
+                    0x60 | (a % 8)
+                }));
+                Opcode::RC_ACKNOWLEDGE
+            }
+            4 => {
+                let len = if b & 1 == 0 {
+                    256
+                } else {
+                    usize::from(c) % 257
+                };
+                payload = vec![0x5A; len];
+                let (op, with_aeth) = match a % 4 {
+                    0 => (0x0D, true),
+                    1 => (0x0E, false),
+                    2 => (0x0F, true),
+                    _ => (0x10, true),
+                };
+                if with_aeth {
+                    ext.aeth = aeth(Syndrome::ACK_UNLIMITED);
+                }
+                Opcode(op)
+            }
+            5 => {
+                ext.aeth = aeth(Syndrome::ACK_UNLIMITED);
+                ext.atomic_ack_eth = Some(AtomicAckEthRepr {
+                    orig: u64::from_be_bytes([a, b, c, a, b, c, a, b]),
+                });
+                Opcode(0x12)
+            }
+            6 => {
+                now = now.add(core::time::Duration::from_micros(u64::from(a) * 37 + 1));
+                if qp.poll_timeout().is_some_and(|t| t <= now) {
+                    qp.handle_timeout(now);
+                }
+                step(&mut qp, now, &mut used, &mut done, &posted);
+                continue;
+            }
+            _ => {
+                post(&mut qp, &mut posted, a);
+                step(&mut qp, now, &mut used, &mut done, &posted);
+                continue;
+            }
+        };
+        let ib = IbRepr {
+            bth: BthRepr::new(opcode, Qpn::new(0x11), psn),
+            ext,
+            payload: &payload,
+        };
+        let mut pkt = vec![0u8; ib.buffer_len()];
+        if ib.emit(&mut pkt).is_ok()
+            && let Ok(p) = IbPacket::new_checked(&pkt[..])
+        {
+            qp.handle_packet(now, PEER, ME, &p);
+        }
+        step(&mut qp, now, &mut used, &mut done, &posted);
+    }
+    seen
 }
