@@ -147,9 +147,11 @@ impl CompletionQueue {
         }
     }
 
-    /// A lending iterator over the completions available now: each [`Polled::next`] lends the
-    /// next completion until the following call, without copying the batch out. The CQ is
-    /// locked while the iterator lives.
+    /// A lending iterator over up to `max` completions: each [`Polled::next`] lends the next
+    /// one until the following call, without copying the batch out. No lock is held between
+    /// calls, so the loop body may post, poll other CQs, or create and destroy QPs (the
+    /// device locks a QP, then its CQ, to complete a WR; a UC or UD send completes as it
+    /// leaves, inside `post_send`).
     pub fn poll_lending(&self, max: usize) -> Polled<'_> {
         if self.is_empty() {
             if let Some(dev) = self.inner.device.upgrade() {
@@ -157,10 +159,7 @@ impl CompletionQueue {
             }
         }
         Polled {
-            // Polling for nothing (`max` 0: a loop that only wants the device driven) needs
-            // no lock.
-            guard: (max > 0).then(|| self.inner.state.lock().unwrap_or_else(|e| e.into_inner())),
-            queued: &self.inner.queued,
+            cq: &self.inner,
             left: max,
             cur: None,
         }
@@ -323,23 +322,25 @@ impl CompletionChannel {
 
 /// Completions lent one at a time by [`CompletionQueue::poll_lending`].
 pub struct Polled<'a> {
-    guard: Option<std::sync::MutexGuard<'a, CqState>>,
-    queued: &'a AtomicUsize,
+    cq: &'a CqInner,
     left: usize,
     cur: Option<Completion>,
 }
 
 impl Polled<'_> {
-    /// The next completion, valid until the next call.
+    /// The next completion, valid until the next call. Takes the CQ's lock for the moment it
+    /// takes the completion out, never across the caller's code.
     #[allow(clippy::should_implement_trait)] // a lending iterator cannot be an Iterator
     pub fn next(&mut self) -> Option<&Completion> {
-        if self.left == 0 {
+        if self.left == 0 || self.cq.queued.load(Ordering::Acquire) == 0 {
+            self.cur = None;
             return None;
         }
         self.left -= 1;
-        let guard = self.guard.as_mut()?;
-        self.cur = guard.entries.pop_front();
-        self.queued.store(guard.entries.len(), Ordering::Release);
+        let mut s = self.cq.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.cur = s.entries.pop_front();
+        self.cq.queued.store(s.entries.len(), Ordering::Release);
+        drop(s);
         self.cur.as_ref()
     }
 }

@@ -615,7 +615,6 @@ fn srq_ah_owned_buffers_and_lending_poll() {
         while let Some(wc) = batch.next() {
             got.push((wc.wr_id, wc.byte_len));
         }
-        drop(batch);
         assert!(Instant::now() < deadline);
     }
     assert_eq!(got, [(0, 500), (1, 500)]);
@@ -862,4 +861,70 @@ fn connected_sockets_number_packets_and_every_icrc_holds() {
 fn assert_nothing_resent(c: &QpCounters) {
     assert_eq!((c.timeouts, c.seq_naks_rcvd), (0, 0), "{c:?}");
     assert!(c.retransmits <= c.probes, "{c:?}");
+}
+
+/// Posting from inside a lending-poll loop, the natural way to use it, must not deadlock, nor
+/// may polling another CQ, creating and destroying a QP, or re-arming the polled CQ's
+/// channel: UC and UD complete a send as it leaves, which pushes to the CQ being polled, and
+/// on RC the progress thread locks a QP and then its CQ. The loop runs in a thread of its
+/// own so that a deadlock fails the test instead of hanging it.
+#[test]
+fn posting_inside_a_lending_poll_does_not_deadlock() {
+    for (qp_type, ip) in [(QpType::Rc, 70), (QpType::Uc, 72), (QpType::Ud, 74)] {
+        let mut a = end(ip, qp_type);
+        let channel = a.ctx.create_comp_channel().unwrap();
+        a.cq = a.ctx.create_cq(4096, Some(&channel)).unwrap();
+        a.qp = a._pd.create_qp(QpInitAttr::new(qp_type, &a.cq)).unwrap();
+        let b = end(ip + 1, qp_type);
+        connect(&a, &b, ConnectAttr::default());
+        let ud = (qp_type == QpType::Ud).then_some(UdDest {
+            src: a.ctx.addr(),
+            ip: b.ctx.addr(),
+            qpn: b.qp.qp_num(),
+            qkey: 0x1111_1111,
+        });
+        for i in 0..64 {
+            b.qp.post_recv(RecvWr {
+                wr_id: i,
+                sg_list: vec![b.mr.sge(i * 1024, 1024)],
+            })
+            .unwrap();
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            let send = |id: u64| {
+                let mut wr = signaled(id, SendOp::Send, a.mr.sge(0, 64));
+                wr.ud = ud;
+                a.qp.post_send(wr).unwrap();
+            };
+            send(0);
+            let (mut posted, mut done) = (1u64, 0u64);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while done < 40 && Instant::now() < deadline {
+                let mut batch = a.cq.poll_lending(4);
+                while let Some(wc) = batch.next() {
+                    assert_eq!(wc.status, WcStatus::Success, "{qp_type:?}");
+                    done += 1;
+                    // Inside the loop, with the completion still lent: post the next two,
+                    // poll the peer's CQ, re-arm this CQ's channel, and make and drop a QP.
+                    for _ in 0..2 {
+                        if posted < 40 {
+                            send(posted);
+                            posted += 1;
+                        }
+                    }
+                    let _ = b.cq.poll(1);
+                    a.cq.req_notify(false).unwrap();
+                    drop(a._pd.create_qp(QpInitAttr::new(qp_type, &a.cq)).unwrap());
+                }
+            }
+            let _ = tx.send(done);
+            (a, b)
+        });
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(done) => assert_eq!(done, 40, "{qp_type:?}: not every send completed"),
+            Err(_) => panic!("{qp_type:?}: posting inside a lending poll deadlocked"),
+        }
+        drop(worker.join());
+    }
 }
