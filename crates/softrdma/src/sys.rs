@@ -474,8 +474,9 @@ impl SendBatch {
             // The path is alive (it is `tx`) and holds its sockets: the upgrade succeeds.
             Some((id, d, c)) if *id == tx.id && *d == dst => c.as_ref().and_then(|c| c.upgrade()),
             _ => {
-                let c = tx.conn(dst);
-                route = Some((tx.id, dst, c.as_ref().map(std::sync::Arc::downgrade)));
+                let (c, settled) = tx.route(dst);
+                // Not while the learner is connecting it: ask again at the next flush.
+                route = settled.then(|| (tx.id, dst, c.as_ref().map(std::sync::Arc::downgrade)));
                 c
             }
         };
@@ -895,7 +896,7 @@ mod tests {
         let tx = crate::tx::TxPath::new(Default::default(), me.into(), 0, connect, true).unwrap();
         let _sink = std::net::UdpSocket::bind((peer, softrdma_wire::ROCE_V2_PORT)).unwrap();
         let dst = SocketAddr::new(peer.into(), softrdma_wire::ROCE_V2_PORT);
-        let fd = match tx.conn(dst) {
+        let fd = match tx.conn_settled(dst) {
             Some(c) => c.lock().unwrap().fd(),
             None => {
                 assert!(!connect, "a connected socket");

@@ -23,8 +23,13 @@
 //!   probe that does not come back, leaves that destination on the unconnected socket.
 //! - **The segments of a GSO send** carry the send's ID plus their index (`inet_gso_segment`)
 //!   when the kernel splits them; on loopback with GRO they are never split.
-//! - **A failed send loses track** (the kernel may or may not have used an ID for it), so the
-//!   next send to that destination probes again first.
+//! - **A failed send loses track** (the kernel may or may not have used an ID for it), so
+//!   that destination's counter is learnt again.
+//! - **Nobody waits for a probe.** A probe's copy may take up to [`PROBE_WAIT`] to come back,
+//!   so the probes run on a learner thread of the path's own, started with its first job.
+//!   A sender never blocks on them, nor on a lock that a probing thread holds: until a
+//!   destination's counter is known (first use, or after a failed send) its packets leave
+//!   from the unconnected socket, with ID 0.
 //!
 //! IPv6 has no identification field, and its connected sockets need no probes.
 //!
@@ -87,6 +92,8 @@ struct Ident {
     rule: IdRule,
     /// The ID of the last send, and its segments; `None` when a failed send lost track.
     last: Option<(u16, u16)>,
+    /// The learner has been asked to probe the counter again.
+    relearning: bool,
 }
 
 /// ICRC patches for a change of IPv4 ID, by InfiniBand length (without ICRC): what a sender
@@ -200,7 +207,10 @@ pub(crate) type SharedConn = Arc<Mutex<Conn>>;
 
 /// A socket connected to one destination.
 pub(crate) struct Conn {
-    sock: socket2::Socket,
+    /// Shared with the learner, which probes on it without the lock while `ident.last` is
+    /// `None` (and so no sender uses it).
+    sock: Arc<socket2::Socket>,
+    dst: SocketAddr,
     /// IPv4 only.
     ident: Option<Ident>,
 }
@@ -212,18 +222,18 @@ impl Conn {
     }
 
     /// The IDs the next sends will get, one per send of `segs[i]` segments, when the counter
-    /// is known; `Some(empty)` for IPv6. Probes again first if a failed send lost track.
+    /// is known; `Some(empty)` for IPv6. `None` while a failed send has lost track: the
+    /// learner is asked to probe again, and meanwhile the unconnected socket serves.
     pub(crate) fn plan(&mut self, tx: &TxPath, segs: impl Iterator<Item = u16>) -> Option<Plan> {
         let Some(id) = &mut self.ident else {
             return Some(Plan::default());
         };
-        let (mut last, mut last_segs) = match id.last {
-            Some(l) => l,
-            None => {
-                let got = tx.probe(&self.sock, 0).ok()?;
-                id.last = Some((got, 1));
-                (got, 1)
+        let Some((mut last, mut last_segs)) = id.last else {
+            if !id.relearning {
+                id.relearning = true;
+                tx.learn(self.dst);
             }
+            return None;
         };
         let mut plan = Plan::default();
         for s in segs.take(crate::sys::BATCH) {
@@ -277,19 +287,39 @@ impl Plan {
 pub(crate) struct TxPath {
     /// Tells paths apart for caches that outlive one (a thread's send batch).
     pub(crate) id: u64,
+    /// Whether to connect at all (`SOFTRDMA_CONNECTED=0` says no; packet capture too, since
+    /// it records ID 0).
+    connect: bool,
+    /// What the learner shares.
+    shared: Arc<Shared>,
+    /// Jobs for the learner thread (a destination to connect or to probe again), once it
+    /// runs; it ends when this is dropped.
+    learner: Mutex<Option<std::sync::mpsc::Sender<SocketAddr>>>,
+}
+
+/// The part of a path that its learner thread uses too.
+struct Shared {
     addr: SocketAddr,
     /// Unconnected, bound to `addr`: sends where no connected socket serves, and receives
     /// (and drops) the probes.
     plain: std::net::UdpSocket,
-    /// Connected sockets by destination; `None` where one could not be set up.
-    conns: RwLock<HashMap<SocketAddr, Option<SharedConn>>>,
-    /// Whether to connect at all (`SOFTRDMA_CONNECTED=0` says no; packet capture too, since
-    /// it records ID 0).
-    connect: bool,
+    /// Connected sockets by destination. Only the learner writes an entry other than
+    /// `Pending`, and it probes with no lock of this map held.
+    conns: RwLock<HashMap<SocketAddr, Slot>>,
     /// Whether sends may use GSO (the probes then test how the counter moves for them).
     gso: bool,
     /// The device's counters (probes are counted).
     counters: Arc<crate::device::DeviceCounters>,
+}
+
+/// A destination's connected socket, as far as it goes.
+#[derive(Clone)]
+enum Slot {
+    /// The learner is connecting it.
+    Pending,
+    Ready(SharedConn),
+    /// It could not be set up (too many, or its counter follows no known rule).
+    Unusable,
 }
 
 impl TxPath {
@@ -311,53 +341,152 @@ impl TxPath {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         Ok(Self {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
-            addr,
-            plain,
-            conns: RwLock::new(HashMap::new()),
             connect,
-            gso,
-            counters,
+            shared: Arc::new(Shared {
+                addr,
+                plain,
+                conns: RwLock::new(HashMap::new()),
+                gso,
+                counters,
+            }),
+            learner: Mutex::new(None),
         })
     }
 
     /// The UDP source port of every packet.
     pub(crate) fn port(&self) -> u16 {
-        self.addr.port()
+        self.shared.addr.port()
     }
 
     /// The unconnected socket.
     pub(crate) fn plain_fd(&self) -> RawFd {
-        self.plain.as_raw_fd()
+        self.shared.plain.as_raw_fd()
     }
 
     /// Sends one datagram on the unconnected socket.
     pub(crate) fn send_plain(&self, bytes: &[u8], dst: SocketAddr) -> std::io::Result<usize> {
-        self.plain.send_to(bytes, dst)
+        self.shared.plain.send_to(bytes, dst)
     }
 
-    /// The connected socket for `dst`, set up on first use; `None` means the unconnected one.
+    /// The connected socket for `dst` once it is ready; `None` means the unconnected one.
+    /// Never blocks: a destination's first use hands it to the learner.
+    #[cfg(test)]
     pub(crate) fn conn(&self, dst: SocketAddr) -> Option<SharedConn> {
+        self.route(dst).0
+    }
+
+    /// [`TxPath::conn`], and whether that answer is final (a caller may keep it): not while
+    /// the learner is still connecting `dst`.
+    pub(crate) fn route(&self, dst: SocketAddr) -> (Option<SharedConn>, bool) {
         if !self.connect {
-            return None;
+            return (None, true);
         }
-        if let Some(c) = self
+        let look = |map: &HashMap<SocketAddr, Slot>| {
+            map.get(&dst).map(|slot| match slot {
+                Slot::Ready(c) => (Some(c.clone()), true),
+                Slot::Pending => (None, false),
+                Slot::Unusable => (None, true),
+            })
+        };
+        let conns = &self.shared.conns;
+        if let Some(r) = look(&conns.read().unwrap_or_else(|e| e.into_inner())) {
+            return r;
+        }
+        let mut map = conns.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = look(&map) {
+            return r;
+        }
+        if map.len() >= MAX_CONNECTED {
+            map.insert(dst, Slot::Unusable);
+            return (None, true);
+        }
+        map.insert(dst, Slot::Pending);
+        drop(map);
+        self.learn(dst);
+        (None, false)
+    }
+
+    /// [`TxPath::conn`], once the learner has settled `dst` (bounded by `PROBE_WAIT`s).
+    #[cfg(test)]
+    pub(crate) fn conn_settled(&self, dst: SocketAddr) -> Option<SharedConn> {
+        let deadline = std::time::Instant::now() + 4 * PROBE_WAIT;
+        loop {
+            let c = self.conn(dst);
+            let pending = matches!(
+                self.shared.conns.read().unwrap().get(&dst),
+                Some(Slot::Pending)
+            );
+            if !pending || std::time::Instant::now() > deadline {
+                return c;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Asks the learner to connect `dst`, or to probe its counter again; starts the learner
+    /// on the first job. If the thread cannot start, the destination stays unconnected.
+    fn learn(&self, dst: SocketAddr) {
+        let mut l = self.learner.lock().unwrap_or_else(|e| e.into_inner());
+        if l.is_none() {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let shared = Arc::downgrade(&self.shared);
+            let spawned = std::thread::Builder::new()
+                .name("softrdma-ipid".into())
+                .spawn(move || learner(shared, rx));
+            if spawned.is_err() {
+                self.shared.set(dst, Slot::Unusable);
+                return;
+            }
+            *l = Some(tx);
+        }
+        if let Some(tx) = l.as_ref() {
+            let _ = tx.send(dst);
+        }
+    }
+}
+
+/// The learner thread: connects the destinations it is given, or probes their counters
+/// again, until its path is gone.
+fn learner(shared: std::sync::Weak<Shared>, jobs: std::sync::mpsc::Receiver<SocketAddr>) {
+    while let Ok(dst) = jobs.recv() {
+        let Some(s) = shared.upgrade() else { return };
+        let slot = s
             .conns
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(&dst)
-        {
-            return c.clone();
+            .cloned();
+        match slot {
+            Some(Slot::Pending) => {
+                let slot = match s.connect_to(dst) {
+                    Ok(c) => Slot::Ready(Arc::new(Mutex::new(c))),
+                    Err(_) => Slot::Unusable,
+                };
+                s.set(dst, slot);
+            }
+            Some(Slot::Ready(c)) => {
+                // No sender uses the socket while its counter is unknown, so the probe runs
+                // without the lock, and the lock is taken only to record what it found.
+                let sock = c.lock().unwrap_or_else(|e| e.into_inner()).sock.clone();
+                let got = s.probe(&sock, 0).ok();
+                let mut c = c.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(id) = &mut c.ident {
+                    id.last = got.map(|g| (g, 1));
+                    // A probe that did not come back is tried again at the next send.
+                    id.relearning = false;
+                }
+            }
+            _ => {}
         }
-        let mut conns = self.conns.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = conns.get(&dst) {
-            return c.clone();
-        }
-        let c = (conns.len() < MAX_CONNECTED)
-            .then(|| self.connect_to(dst).ok())
-            .flatten()
-            .map(|c| Arc::new(Mutex::new(c)));
-        conns.insert(dst, c.clone());
-        c
+    }
+}
+
+impl Shared {
+    fn set(&self, dst: SocketAddr, slot: Slot) {
+        self.conns
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(dst, slot);
     }
 
     /// A socket bound next to the unconnected one and connected to `dst`, its counter
@@ -385,11 +514,16 @@ impl TxPath {
                 Some(Ident {
                     rule,
                     last: Some((c, 1)),
+                    relearning: false,
                 })
             }
             _ => None,
         };
-        Ok(Conn { sock, ident })
+        Ok(Conn {
+            sock: Arc::new(sock),
+            dst,
+            ident,
+        })
     }
 
     /// Sends a probe from `sock` to the unconnected socket (two GSO segments of `seg` bytes
@@ -514,8 +648,8 @@ mod tests {
         let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 77, 66));
         let tx = TxPath::new(Default::default(), ip, 0, true, false).unwrap();
         let sink = std::net::UdpSocket::bind((ip, 0)).unwrap();
-        assert!(tx.conn(sink.local_addr().unwrap()).is_some());
-        assert_eq!(tx.counters.ip_id_probes.load(Ordering::Relaxed), 2);
+        assert!(tx.conn_settled(sink.local_addr().unwrap()).is_some());
+        assert_eq!(tx.shared.counters.ip_id_probes.load(Ordering::Relaxed), 2);
     }
 
     /// The whole mechanism against this machine's kernel: the IDs that a connected socket's
@@ -526,10 +660,12 @@ mod tests {
         let tx = TxPath::new(Default::default(), ip, 0, true, true).unwrap();
         let sink = std::net::UdpSocket::bind((ip, 0)).unwrap();
         let dst = sink.local_addr().unwrap();
-        let c = tx
-            .conn(dst)
+        // The first use hands the destination to the learner and sends unconnected.
+        assert!(tx.conn(dst).is_none());
+        let shared = tx
+            .conn_settled(dst)
             .expect("a connected socket with a known counter");
-        let mut c = c.lock().unwrap();
+        let mut c = shared.lock().unwrap();
         for segs in [1u16, 3, 1, 2, 2, 1] {
             let plan = c.plan(&tx, [segs].into_iter()).unwrap();
             // Send it to the destination as a probe would, and read the ID back.
@@ -547,12 +683,29 @@ mod tests {
             assert_eq!(got, plan.ids()[0], "a send of {segs} segments");
             c.commit(&plan, 1, true);
         }
-        // A failed send loses track; the next plan probes again and is right again.
+        // A failed send loses track: the next plan is refused (the unconnected socket then
+        // serves) while the learner probes again, and after it the plans are right again.
         let plan = c.plan(&tx, [1].into_iter()).unwrap();
         c.commit(&plan, 0, false);
-        let before = tx.counters.ip_id_probes.load(Ordering::Relaxed);
-        let plan = c.plan(&tx, [1].into_iter()).unwrap();
-        assert_eq!(tx.counters.ip_id_probes.load(Ordering::Relaxed), before + 1);
+        let before = tx.shared.counters.ip_id_probes.load(Ordering::Relaxed);
+        assert!(c.plan(&tx, [1].into_iter()).is_none());
+        drop(c);
+        let deadline = std::time::Instant::now() + 4 * PROBE_WAIT;
+        let plan = loop {
+            if let Some(p) = shared.lock().unwrap().plan(&tx, [1].into_iter()) {
+                break p;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the learner never probed"
+            );
+            std::thread::yield_now();
+        };
+        let c = shared.lock().unwrap();
+        assert_eq!(
+            tx.shared.counters.ip_id_probes.load(Ordering::Relaxed),
+            before + 1
+        );
         crate::sys::send_probe(c.fd(), dst, 8, 0).unwrap();
         let got = crate::sys::sent_ipv4_ident(
             c.fd(),
