@@ -14,7 +14,13 @@
 //! is `unsafe`: the caller promises the memory outlives the registration.
 //!
 //! As on a real NIC, the contents of a region that a peer may be writing are unspecified
-//! while the operation is in flight; read them after its completion.
+//! while the operation is in flight; read them after its completion. Concurrent access is
+//! treated like DMA: the device reaches region memory only through raw-pointer copies and
+//! 64-bit atomics, never through a Rust reference, so a race between a peer's WRITE, a
+//! send's gather and the application leaves unspecified bytes, not undefined behaviour in
+//! the device (see [`MemoryRegion::read`] and [`MemoryRegion::write`], which copy likewise).
+//! The lending poll ([`CompletionQueue::poll_lending`]) holds no lock between calls, so its
+//! loop may post, poll, re-arm and create or destroy QPs.
 
 pub mod config;
 mod cq;

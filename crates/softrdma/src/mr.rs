@@ -1,4 +1,12 @@
 //! Memory regions and the table the device checks every access against.
+//!
+//! Region memory is treated like memory a NIC reaches by DMA: a peer's WRITE, READ or
+//! atomic, a send's gather and the application may all touch the same bytes at once, and
+//! the device makes no promise about what such a race leaves there (IBTA leaves it
+//! undefined too). So no Rust reference ever points into a region: every access is a copy
+//! through a raw pointer (or an `AtomicU64` for atomics), and every pointer is the region's
+//! base pointer (the owned buffer's, or the one `register_raw` was given) offset with
+//! `add`, never an integer cast back, so that it keeps the provenance of the allocation.
 
 use crate::error::{Error, Result};
 use softrdma_proto::{Access, AccessFlags, AtomicOp, MemError, Memory, Pd, RegionBounds};
@@ -17,9 +25,12 @@ enum Storage {
 pub(crate) struct MrInner {
     pub key: u32,
     pub pd: Pd,
+    /// `base`'s address: what peers and SGEs name.
     pub addr: u64,
     pub len: u64,
     pub access: AccessFlags,
+    /// The first byte, with the provenance of the memory it points into.
+    base: *mut u8,
     storage: Storage,
 }
 
@@ -44,7 +55,15 @@ impl MrInner {
     /// The address range `[addr, addr + len)` as a pointer, if inside the region.
     fn range(&self, addr: u64, len: u64) -> Option<*mut u8> {
         let off = addr.checked_sub(self.addr)?;
-        (off.checked_add(len)? <= self.len).then_some((self.addr + off) as *mut u8)
+        (off.checked_add(len)? <= self.len).then(|| self.at(off))
+    }
+
+    /// The pointer `off` bytes into the region; `off` must be at most its length.
+    fn at(&self, off: u64) -> *mut u8 {
+        debug_assert!(off <= self.len);
+        // SAFETY: `off <= len`, so the result is inside the region or one past its end,
+        // which is within (or one past) the allocation `base` points into.
+        unsafe { self.base.add(off as usize) }
     }
 
     /// Whether the region owns its buffer, which a reference to it therefore keeps alive:
@@ -138,13 +157,15 @@ impl MrTable {
             ));
         }
         let ptr = Box::into_raw(buf.into_boxed_slice());
-        let (addr, len) = (ptr as *mut u8 as u64, ptr.len() as u64);
+        let base = ptr as *mut u8;
+        let (addr, len) = (base as u64, ptr.len() as u64);
         Ok(self.insert(|key| MrInner {
             key,
             pd,
             addr,
             len,
             access,
+            base,
             storage: Storage::Owned(ptr),
         }))
     }
@@ -167,6 +188,7 @@ impl MrTable {
             addr: addr as u64,
             len: len as u64,
             access,
+            base: addr,
             storage: Storage::Raw,
         }))
     }
@@ -236,7 +258,7 @@ impl MrTable {
             access: mr.access,
         }
         .offset(pd, addr, len, access)?;
-        Ok(f(mr, (mr.addr + off) as *mut u8))
+        Ok(f(mr, mr.at(off)))
     }
 }
 
@@ -263,12 +285,22 @@ impl Memory for MrTable {
             if !mr.owns_buffer() {
                 return false;
             }
-            // SAFETY: `p..p + len` lies inside the region's owned buffer, which stays
-            // registered (the table's read lock is held) while this runs. As with `read`,
-            // bytes that change while a send uses them (a peer's WRITE into them, say) go
-            // out as whatever they were, as from a NIC: the application must leave a send
-            // buffer alone until its WR completes.
-            visit(unsafe { std::slice::from_raw_parts(p, len as usize) });
+            // The bytes are shown a piece at a time from a copy, never through a reference
+            // into the region, which a peer's WRITE may be changing (see the module docs).
+            // Bytes that change meanwhile make an ICRC that the packet the kernel sends
+            // from the region fails, and the peer drops it, as it would a NIC's: the
+            // application must leave a send buffer alone until its WR completes.
+            let mut piece = [0u8; 1024];
+            let mut done = 0;
+            while done < len as usize {
+                let n = piece.len().min(len as usize - done);
+                // SAFETY: `p + done .. p + done + n` lies inside the region's owned buffer,
+                // which stays registered (the table's read lock is held) while this runs;
+                // `piece` is a distinct Rust buffer.
+                unsafe { std::ptr::copy_nonoverlapping(p.add(done), piece.as_mut_ptr(), n) };
+                visit(&piece[..n]);
+                done += n;
+            }
             true
         })
     }

@@ -355,11 +355,19 @@ impl SendBatch {
         if p.ext.is_none() {
             return std::borrow::Cow::Borrowed(&self.data[p.at..p.at + p.len]);
         }
-        let mut v = Vec::with_capacity(p.wire_len());
+        let mut v = vec![0u8; p.wire_len()];
+        let mut at = 0;
         for (ptr, len) in self.pieces(p) {
-            // SAFETY: each piece lies in `data` or in a region `held` keeps alive.
-            v.extend_from_slice(unsafe { std::slice::from_raw_parts(ptr, len) });
+            if v.len() < at + len {
+                v.resize(at + len, 0);
+            }
+            // SAFETY: each piece lies in `data` or in a region `held` keeps alive, and `v`
+            // has room for it; a copy, not a reference, since a region's bytes may be
+            // changing (see `crate::mr`).
+            unsafe { std::ptr::copy_nonoverlapping(ptr, v.as_mut_ptr().add(at), len) };
+            at += len;
         }
+        v.truncate(at);
         std::borrow::Cow::Owned(v)
     }
 
