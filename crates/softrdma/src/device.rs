@@ -944,8 +944,10 @@ pub fn port_attr(active_mtu: Mtu) -> PortAttr {
     }
 }
 
-/// How a device wraps its socket: fault injection and capture.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// How a device is opened: fault injection, capture and the send path's choices. Every
+/// `SOFTRDMA_*` variable that shapes an open device is read here, once, by
+/// [`DeviceOptions::from_env`]; [`Context::open_with`] uses only what it is given.
+#[derive(Debug, Clone, PartialEq)]
 pub struct DeviceOptions {
     /// Faults applied to every packet sent.
     pub faults: Option<crate::wrap::Faults>,
@@ -957,12 +959,38 @@ pub struct DeviceOptions {
     /// send of one (2.2x the time per byte in its copy), which cost more than the copy saved
     /// (write-bw 1 MiB 5.2 against 6.3 GB/s).
     pub zero_copy: bool,
+    /// UDP GSO and GRO: runs of equal packets leave in one send, and arrive in one receive
+    /// (on by default; `SOFTRDMA_NO_GSO` turns them off).
+    pub gso: bool,
+    /// GSO toward every destination, not only loopback (`SOFTRDMA_GSO=always`).
+    pub gso_everywhere: bool,
+    /// Send from a socket connected to each peer, which spares the kernel a route lookup
+    /// per packet (on by default; `SOFTRDMA_CONNECTED=0` turns it off; a capture does too,
+    /// since it records every packet with IP ID 0).
+    pub connected: bool,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        Self {
+            faults: None,
+            pcap: None,
+            zero_copy: false,
+            gso: true,
+            gso_everywhere: false,
+            connected: true,
+        }
+    }
 }
 
 impl DeviceOptions {
-    /// The options `SOFTRDMA_FAULTS`, `SOFTRDMA_PCAP` and `SOFTRDMA_ZERO_COPY=1` ask for.
+    /// The options `SOFTRDMA_FAULTS`, `SOFTRDMA_PCAP`, `SOFTRDMA_ZERO_COPY=1`,
+    /// `SOFTRDMA_NO_GSO`, `SOFTRDMA_GSO=always` and `SOFTRDMA_CONNECTED=0` ask for.
     pub fn from_env() -> Result<Self> {
         Ok(Self {
+            gso: std::env::var_os("SOFTRDMA_NO_GSO").is_none(),
+            gso_everywhere: std::env::var("SOFTRDMA_GSO").is_ok_and(|v| v == "always"),
+            connected: std::env::var("SOFTRDMA_CONNECTED").map_or(true, |v| v != "0"),
             faults: match std::env::var("SOFTRDMA_FAULTS") {
                 Ok(s) => Some(crate::wrap::Faults::parse(&s)?),
                 Err(_) => None,
@@ -1063,7 +1091,7 @@ impl Context {
         if crate::sys::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 16 << 20).is_err() {
             let _ = crate::sys::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 16 << 20);
         }
-        if std::env::var_os("SOFTRDMA_NO_GSO").is_none() {
+        if opts.gso {
             crate::sys::enable_gro(fd);
         }
         let socket = UdpSocket::from_std(std_sock);
@@ -1075,8 +1103,11 @@ impl Context {
             counters.clone(),
             addr,
             scope_id,
-            capture.is_none(),
-            std::env::var_os("SOFTRDMA_NO_GSO").is_none(),
+            crate::tx::TxOptions {
+                connect: opts.connected && capture.is_none(),
+                gso: opts.gso,
+                gso_everywhere: opts.gso_everywhere,
+            },
         )
         .map_err(Error::io("ibv_open_device: send socket"))?;
         let poll = Poll::new().map_err(Error::io("ibv_open_device: poll"))?;
@@ -1110,7 +1141,7 @@ impl Context {
             #[cfg(test)]
             progress_paused: AtomicBool::new(false),
             app_polls: AtomicU64::new(0),
-            gso: AtomicBool::new(std::env::var_os("SOFTRDMA_NO_GSO").is_none()),
+            gso: AtomicBool::new(opts.gso),
             retired: Mutex::new(softrdma_proto::QpCounters::default()),
             faults,
             capture,

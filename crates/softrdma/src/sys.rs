@@ -27,12 +27,6 @@ const CMSG_LEN: usize = 32;
 /// 1024 per message, `UIO_MAXIOV`.)
 const IOV_PER_CALL: usize = 1024;
 
-/// `SOFTRDMA_GSO=always` uses GSO toward every destination, not only loopback.
-fn gso_everywhere() -> bool {
-    static ALWAYS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ALWAYS.get_or_init(|| std::env::var("SOFTRDMA_GSO").is_ok_and(|v| v == "always"))
-}
-
 /// Sets an `int` socket option.
 pub(crate) fn set_int_opt(fd: RawFd, level: i32, name: i32, value: i32) -> std::io::Result<()> {
     // SAFETY: a valid socket descriptor and a pointer to an int that outlives the call.
@@ -459,7 +453,7 @@ impl SendBatch {
             let mut bytes = seg;
             // GSO only where the segments stay in the kernel (loopback): through a bridge to
             // a VM's tap, Linux 6.1 delivered only the first segment of each burst.
-            let gso_here = use_gso && (p.dst.ip().is_loopback() || gso_everywhere());
+            let gso_here = use_gso && (p.dst.ip().is_loopback() || tx.gso_everywhere);
             while gso_here && j < self.pkts.len() && j - i < GSO_MAX_SEGS {
                 let q = &self.pkts[j];
                 let len = q.wire_len();
@@ -901,7 +895,17 @@ mod tests {
             Ipv4Addr::new(127, 0, 77, last),
             Ipv4Addr::new(127, 0, 77, last + 1),
         );
-        let tx = crate::tx::TxPath::new(Default::default(), me.into(), 0, connect, true).unwrap();
+        let tx = crate::tx::TxPath::new(
+            Default::default(),
+            me.into(),
+            0,
+            crate::tx::TxOptions {
+                connect,
+                gso: true,
+                gso_everywhere: false,
+            },
+        )
+        .unwrap();
         let _sink = std::net::UdpSocket::bind((peer, softrdma_wire::ROCE_V2_PORT)).unwrap();
         let dst = SocketAddr::new(peer.into(), softrdma_wire::ROCE_V2_PORT);
         let fd = match tx.conn_settled(dst) {

@@ -283,6 +283,17 @@ impl Plan {
     }
 }
 
+/// How a path sends.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TxOptions {
+    /// Connected sockets at all.
+    pub connect: bool,
+    /// Sends may use GSO (the probes then test how the counter moves for them).
+    pub gso: bool,
+    /// GSO toward every destination, not only loopback.
+    pub gso_everywhere: bool,
+}
+
 /// A device's sending side.
 pub(crate) struct TxPath {
     /// Tells paths apart for caches that outlive one (a thread's send batch).
@@ -290,6 +301,8 @@ pub(crate) struct TxPath {
     /// Whether to connect at all (`SOFTRDMA_CONNECTED=0` says no; packet capture too, since
     /// it records ID 0).
     connect: bool,
+    /// GSO toward every destination (`SOFTRDMA_GSO=always`), not only loopback.
+    pub(crate) gso_everywhere: bool,
     /// What the learner shares.
     shared: Arc<Shared>,
     /// Jobs for the learner thread (a destination to connect or to probe again), once it
@@ -328,8 +341,7 @@ impl TxPath {
         counters: Arc<crate::device::DeviceCounters>,
         ip: IpAddr,
         scope_id: u32,
-        connect: bool,
-        gso: bool,
+        opts: TxOptions,
     ) -> std::io::Result<Self> {
         let bind = match ip {
             IpAddr::V6(v6) => SocketAddr::V6(std::net::SocketAddrV6::new(v6, 0, 0, scope_id)),
@@ -337,16 +349,16 @@ impl TxPath {
         };
         let plain = std::net::UdpSocket::from(new_socket(bind)?);
         let addr = plain.local_addr()?;
-        let connect = connect && std::env::var("SOFTRDMA_CONNECTED").map_or(true, |v| v != "0");
         static NEXT: AtomicU64 = AtomicU64::new(0);
         Ok(Self {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
-            connect,
+            connect: opts.connect,
+            gso_everywhere: opts.gso_everywhere,
             shared: Arc::new(Shared {
                 addr,
                 plain,
                 conns: RwLock::new(HashMap::new()),
-                gso,
+                gso: opts.gso,
                 counters,
             }),
             learner: Mutex::new(None),
@@ -646,7 +658,17 @@ mod tests {
     #[test]
     fn without_gso_a_destination_still_connects() {
         let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 77, 66));
-        let tx = TxPath::new(Default::default(), ip, 0, true, false).unwrap();
+        let tx = TxPath::new(
+            Default::default(),
+            ip,
+            0,
+            TxOptions {
+                connect: true,
+                gso: false,
+                gso_everywhere: false,
+            },
+        )
+        .unwrap();
         let sink = std::net::UdpSocket::bind((ip, 0)).unwrap();
         assert!(tx.conn_settled(sink.local_addr().unwrap()).is_some());
         assert_eq!(tx.shared.counters.ip_id_probes.load(Ordering::Relaxed), 2);
@@ -657,7 +679,17 @@ mod tests {
     #[test]
     fn planned_ids_match_what_the_kernel_sends() {
         let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 77, 60));
-        let tx = TxPath::new(Default::default(), ip, 0, true, true).unwrap();
+        let tx = TxPath::new(
+            Default::default(),
+            ip,
+            0,
+            TxOptions {
+                connect: true,
+                gso: true,
+                gso_everywhere: false,
+            },
+        )
+        .unwrap();
         let sink = std::net::UdpSocket::bind((ip, 0)).unwrap();
         let dst = sink.local_addr().unwrap();
         // The first use hands the destination to the learner and sends unconnected.
