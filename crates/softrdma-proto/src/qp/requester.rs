@@ -70,6 +70,8 @@ pub(crate) struct Requester {
     pub probes_unanswered: u32,
     /// A probe is out: only the packet at `una` may be sent until something answers it.
     pub probing: bool,
+    /// When the last probe went out.
+    pub probe_sent: Option<Instant>,
     /// Until `una` reaches this PSN, the window is not shrunk again: one reduction per loss
     /// episode, however many packets of one window were lost.
     pub recover: Option<Psn>,
@@ -156,6 +158,7 @@ impl Requester {
         self.rnr_left = attrs.rnr_retry;
         self.window = MAX_UNACKED_PSNS;
         self.probing = false;
+        self.probe_sent = None;
         self.probe_from = None;
         self.probes_unanswered = 0;
         self.recover = None;
@@ -814,9 +817,18 @@ impl QueuePair {
         r.retry_left = self.attrs.retry_cnt;
         r.rnr_left = self.attrs.rnr_retry;
         // A probe's answer that stops short of what was sent tells of packets lost: what
-        // follows is a go-back-N from there, and a loss for the window.
-        let probe_found_loss = r.probing && r.una.diff(r.sent_hwm) < 0;
-        r.probing = false;
+        // follows is a go-back-N from there, and a loss for the window. But an ACK that
+        // comes sooner after the probe than any round trip took is no answer to it: the
+        // responder sent it before the probe came (a slow peer's late ACK, which is what
+        // the probe was waiting for). It moves `una`, and the probe stays out, with nothing
+        // sent again, until its answer tells.
+        let short = r.probing && r.una.diff(r.sent_hwm) < 0;
+        let stale = short
+            && r.probe_sent
+                .zip(r.rtt.min())
+                .is_some_and(|(t, m)| now.since(t) < m);
+        let probe_found_loss = short && !stale;
+        r.probing = stale;
         r.probes_unanswered = 0;
         r.repair_tries = 0;
         r.repair_at = None;
@@ -912,6 +924,11 @@ impl QueuePair {
         if go_back {
             // The responder dropped what followed the gap: all of it again.
             self.req.rewind(self.req.una, self.mtu());
+        }
+        if stale {
+            // Undo the probe's go-back-N: nothing is known to be lost.
+            let hwm = self.req.sent_hwm;
+            self.req.rewind(hwm, self.mtu());
         }
         if let Some(sp) = self.req.send_psn() {
             if sp.diff(self.req.una) < 0 {
@@ -1253,6 +1270,7 @@ impl QueuePair {
         r.timed.clear();
         r.probes_unanswered += 1;
         r.probe_from = Some(now);
+        r.probe_sent = Some(now);
         r.end_repair();
         let una = r.una;
         self.req.rewind(una, self.mtu());
