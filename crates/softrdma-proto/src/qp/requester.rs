@@ -276,6 +276,16 @@ impl Requester {
         }
     }
 
+    /// Whether PSN `p` is a packet of a SEND or WRITE that has been sent.
+    fn sends_or_writes(&self, p: Psn) -> bool {
+        self.sq.iter().any(|w| {
+            w.first_psn.is_some_and(|f| {
+                let off = p.diff(f);
+                off >= 0 && (off as u32) < w.npkts && !w.wr.op.is_read_or_atomic()
+            })
+        })
+    }
+
     /// Ends a selective repair (a go-back-N, a timeout or an RNR NAK takes over).
     fn end_repair(&mut self) {
         self.repair = None;
@@ -500,12 +510,7 @@ impl QueuePair {
         r.peer_keeps != Some(false)
             && r.send_point() == r.sent_hwm
             && p.diff(r.sent_hwm) < 0
-            && r.sq.iter().any(|w| {
-                w.first_psn.is_some_and(|f| {
-                    let off = p.diff(f);
-                    off >= 0 && (off as u32) < w.npkts && !w.wr.op.is_read_or_atomic()
-                })
-            })
+            && r.sends_or_writes(p)
     }
 
     /// The next packet at the send pointers. Inlined in its callers: the per-packet path.
@@ -906,7 +911,13 @@ impl QueuePair {
                     r.rewound = Some((r.una, now));
                     r.timed.clear();
                 } else if !resent_lately {
-                    r.start_repair(r.una, now);
+                    if r.sends_or_writes(r.una) {
+                        r.start_repair(r.una, now);
+                    } else {
+                        // A READ or atomic at the gap: its responses may still be on their
+                        // way, and its own rules re-issue it when they are not.
+                        r.end_repair();
+                    }
                 }
             }
         }
