@@ -86,11 +86,13 @@ impl CompletionQueue {
         device: Weak<crate::device::Device>,
     ) -> Result<Self> {
         if cqe == 0 || cqe > crate::device::MAX_CQE {
-            return Err(Error::attr(
-                "ibv_create_cq",
-                "cqe",
-                format!("must be 1..={}", crate::device::MAX_CQE),
-            ));
+            return Err(Error::OutOfRange {
+                verb: "ibv_create_cq",
+                attr: "cqe",
+                requested: cqe as u64,
+                min: 1,
+                max: crate::device::MAX_CQE as u64,
+            });
         }
         Ok(Self {
             inner: Arc::new(CqInner {
@@ -174,11 +176,7 @@ impl CompletionQueue {
     /// with `solicited_only`, only at the next solicited receive or error completion.
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         if self.inner.channel.is_none() {
-            return Err(Error::attr(
-                "ibv_req_notify_cq",
-                "cq",
-                "the CQ was created without a completion channel",
-            ));
+            return Err(Error::NoChannel);
         }
         let mut s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
         s.armed = Some(solicited_only);

@@ -1,4 +1,5 @@
-//! Errors of the verbs API: each names the verb and what was wrong.
+//! Errors of the verbs API: each names the verb and what was wrong, and [`Error::errno`]
+//! gives the errno a C caller of that verb would see (for the C ABI).
 
 /// Result of a verb.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -17,6 +18,32 @@ pub enum Error {
         /// What is wrong with it.
         why: String,
     },
+    /// A count beyond what the device supports (a CQ's entries, a QP's or SRQ's work
+    /// requests, scatter-gather entries or inline bytes).
+    #[error("{verb}: {attr} = {requested} is out of range (the device allows {min}..={max})")]
+    OutOfRange {
+        /// The verb, as in libibverbs.
+        verb: &'static str,
+        /// The attribute, as in libibverbs' structs (`cqe`, `cap.max_send_wr`, ...).
+        attr: &'static str,
+        /// What was asked for.
+        requested: u64,
+        /// The smallest value allowed.
+        min: u64,
+        /// The largest value allowed.
+        max: u64,
+    },
+    /// A work request ID that already has a buffer in flight (the `*_owned` posts).
+    #[error("{verb}: wr_id {wr_id} already has a buffer in flight")]
+    WrIdInFlight {
+        /// `ibv_post_send` or `ibv_post_recv`.
+        verb: &'static str,
+        /// The work request ID.
+        wr_id: u64,
+    },
+    /// `ibv_req_notify_cq` on a CQ that has no completion channel.
+    #[error("ibv_req_notify_cq: the CQ was created without a completion channel")]
+    NoChannel,
     /// A modify-QP the state table refuses.
     #[error(transparent)]
     Modify(#[from] softrdma_proto::ModifyError),
@@ -47,6 +74,48 @@ pub enum Error {
 }
 
 impl Error {
+    /// The errno a C caller of the verb would see, as libibverbs and rxe return them:
+    /// EINVAL for a bad argument, ENOMEM for a full queue (as `ibv_post_send` reports it),
+    /// EBUSY for a WR ID in use, ENODEV, EADDRINUSE, and the operating system's own error
+    /// where it refused.
+    pub fn errno(&self) -> i32 {
+        use softrdma_proto::PostError;
+        match self {
+            Error::InvalidAttr { .. }
+            | Error::OutOfRange { .. }
+            | Error::NoChannel
+            | Error::Modify(_) => libc::EINVAL,
+            Error::WrIdInFlight { .. } => libc::EBUSY,
+            Error::Post(PostError::QueueFull { .. }) => libc::ENOMEM,
+            Error::Post(_) => libc::EINVAL,
+            Error::NoDevice(_) => libc::ENODEV,
+            Error::AddrInUse { .. } => libc::EADDRINUSE,
+            Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+
+    /// An [`Error::OutOfRange`] unless `min <= requested <= max`.
+    pub(crate) fn check_range(
+        verb: &'static str,
+        attr: &'static str,
+        requested: impl Into<u64>,
+        min: impl Into<u64>,
+        max: impl Into<u64>,
+    ) -> Result<()> {
+        let (requested, min, max) = (requested.into(), min.into(), max.into());
+        if (min..=max).contains(&requested) {
+            Ok(())
+        } else {
+            Err(Error::OutOfRange {
+                verb,
+                attr,
+                requested,
+                min,
+                max,
+            })
+        }
+    }
+
     pub(crate) fn attr(verb: &'static str, attr: &'static str, why: impl Into<String>) -> Self {
         Error::InvalidAttr {
             verb,

@@ -155,16 +155,14 @@ impl ProtectionDomain {
     /// Creates a shared receive queue (`ibv_create_srq`).
     pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<SharedReceiveQueue> {
         let l = self.ctx.query_device();
-        if max_wr == 0 || max_wr > l.max_srq_wr || max_sge > l.max_srq_sge {
-            return Err(Error::attr(
-                "ibv_create_srq",
-                "attr",
-                format!(
-                    "max_wr must be 1..={} and max_sge at most {}",
-                    l.max_srq_wr, l.max_srq_sge
-                ),
-            ));
-        }
+        Error::check_range("ibv_create_srq", "attr.max_wr", max_wr, 1u32, l.max_srq_wr)?;
+        Error::check_range(
+            "ibv_create_srq",
+            "attr.max_sge",
+            max_sge,
+            0u32,
+            l.max_srq_sge,
+        )?;
         Ok(SharedReceiveQueue {
             inner: softrdma_proto::Srq::new(max_wr, max_sge),
         })
@@ -199,30 +197,13 @@ impl ProtectionDomain {
         let dev = self.ctx.dev().clone();
         let limits = self.ctx.query_device();
         let c = init.cap;
-        if c.max_send_wr == 0
-            || c.max_send_wr > limits.max_qp_wr
-            || c.max_recv_wr > limits.max_qp_wr
-        {
-            return Err(Error::attr(
-                "ibv_create_qp",
-                "cap.max_send_wr",
-                format!("must be 1..={}", limits.max_qp_wr),
-            ));
-        }
-        if c.max_send_sge > limits.max_sge || c.max_recv_sge > limits.max_sge {
-            return Err(Error::attr(
-                "ibv_create_qp",
-                "cap.max_send_sge",
-                format!("at most {}", limits.max_sge),
-            ));
-        }
-        if c.max_inline_data > limits.max_inline_data {
-            return Err(Error::attr(
-                "ibv_create_qp",
-                "cap.max_inline_data",
-                format!("at most {}", limits.max_inline_data),
-            ));
-        }
+        let v = "ibv_create_qp";
+        Error::check_range(v, "cap.max_send_wr", c.max_send_wr, 1u32, limits.max_qp_wr)?;
+        Error::check_range(v, "cap.max_recv_wr", c.max_recv_wr, 0u32, limits.max_qp_wr)?;
+        Error::check_range(v, "cap.max_send_sge", c.max_send_sge, 0u32, limits.max_sge)?;
+        Error::check_range(v, "cap.max_recv_sge", c.max_recv_sge, 0u32, limits.max_sge)?;
+        let inline = limits.max_inline_data;
+        Error::check_range(v, "cap.max_inline_data", c.max_inline_data, 0u32, inline)?;
         let mut qps = dev.qps.write().unwrap_or_else(|e| e.into_inner());
         // QPNs are random, so they cannot be guessed; 0 and 1 are the special QPs.
         let qpn = loop {
@@ -428,11 +409,10 @@ impl QueuePair {
     fn park(&self, wr_id: u64, mr: MemoryRegion) -> Result<()> {
         let mut o = self.owned.lock().unwrap_or_else(|e| e.into_inner());
         if o.contains_key(&wr_id) {
-            return Err(Error::attr(
-                "ibv_post",
-                "wr_id",
-                format!("{wr_id} already has a buffer in flight"),
-            ));
+            return Err(Error::WrIdInFlight {
+                verb: "ibv_post",
+                wr_id,
+            });
         }
         o.insert(wr_id, mr);
         Ok(())

@@ -423,12 +423,8 @@ impl TxPath {
     pub(crate) fn conn_settled(&self, dst: SocketAddr) -> Option<SharedConn> {
         let deadline = std::time::Instant::now() + 4 * PROBE_WAIT;
         loop {
-            let c = self.conn(dst);
-            let pending = matches!(
-                self.shared.conns.read().unwrap().get(&dst),
-                Some(Slot::Pending)
-            );
-            if !pending || std::time::Instant::now() > deadline {
+            let (c, settled) = self.route(dst);
+            if settled || std::time::Instant::now() > deadline {
                 return c;
             }
             std::thread::yield_now();

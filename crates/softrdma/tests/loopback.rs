@@ -945,3 +945,85 @@ fn posting_inside_a_lending_poll_does_not_deadlock() {
         drop(worker.join());
     }
 }
+
+/// A refusal names the verb, the attribute and the limit, and maps to the errno a C caller of
+/// that verb would see.
+#[test]
+fn refusals_are_typed_and_map_to_errno() {
+    let c = ctx(76);
+    let e = c.create_cq(0, None).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::OutOfRange {
+                verb: "ibv_create_cq",
+                attr: "cqe",
+                requested: 0,
+                min: 1,
+                max: 32767
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(e.errno(), libc::EINVAL);
+    assert_eq!(
+        e.to_string(),
+        "ibv_create_cq: cqe = 0 is out of range (the device allows 1..=32767)"
+    );
+    let cq = c.create_cq(4, None).unwrap();
+    let e = cq.req_notify(false).unwrap_err();
+    assert!(matches!(e, Error::NoChannel), "{e:?}");
+    assert_eq!(e.errno(), libc::EINVAL);
+    let pd = c.alloc_pd();
+    let mut init = QpInitAttr::new(QpType::Rc, &cq);
+    init.cap.max_send_sge = 1000;
+    let e = pd.create_qp(init).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::OutOfRange {
+                attr: "cap.max_send_sge",
+                requested: 1000,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let e = pd.create_srq(0, 1).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::OutOfRange {
+                verb: "ibv_create_srq",
+                attr: "attr.max_wr",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    // A post to a QP that is not ready is EINVAL (a full queue would be ENOMEM).
+    let mut init = QpInitAttr::new(QpType::Uc, &cq);
+    init.cap.max_send_wr = 1;
+    let qp = pd.create_qp(init).unwrap();
+    let e = qp
+        .post_send(SendWr {
+            wr_id: 1,
+            op: SendOp::Send,
+            payload: Payload::Sges(vec![]),
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        })
+        .unwrap_err();
+    assert_eq!(
+        e.errno(),
+        libc::EINVAL,
+        "a QP in RESET refuses posts: {e:?}"
+    );
+    let taken = Context::open_addr(
+        "again",
+        IpAddr::V4(Ipv4Addr::new(127, 0, 77, 76)),
+        Mtu::M1024,
+    )
+    .unwrap_err();
+    assert_eq!(taken.errno(), libc::EADDRINUSE, "{taken:?}");
+}
