@@ -160,6 +160,70 @@ pub fn encode(qp_type: QpType, pkts: &[Vec<u8>]) -> Vec<u8> {
 
 const ME: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
 
+/// The fuzzed QP (number 0x11, peer 0x22 at `PEER`, MTU 256, protection domain 1), brought
+/// to RTS with `rq_psn` and `sq_psn`, and for RC with short timeouts and two retries.
+fn fuzzed_qp(
+    qp_type: QpType,
+    mem: Arc<dyn Memory>,
+    sq_sig_all: bool,
+    rq_psn: Psn,
+    sq_psn: Psn,
+) -> QueuePair {
+    let mut qp = QueuePair::new(
+        QpConfig {
+            qpn: Qpn::new(0x11),
+            qp_type,
+            pd: Pd(1),
+            caps: crate::QpCaps::default(),
+            sq_sig_all,
+            srq: None,
+            port_mtu: Mtu::M256,
+            udp_sport: None,
+        },
+        mem,
+    );
+    let ud = qp_type == QpType::Ud;
+    let rc = qp_type == QpType::Rc;
+    let attrs = [
+        QpAttr {
+            state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port: Some(1),
+            access_flags: (!ud).then_some(AccessFlags::all()),
+            qkey: ud.then_some(0x1111_1111),
+            ..Default::default()
+        },
+        QpAttr {
+            state: Some(QpState::Rtr),
+            av: (!ud).then_some(AddressVector {
+                src: ME,
+                dst: PEER,
+                flow_label: 0,
+            }),
+            path_mtu: (!ud).then_some(Mtu::M256),
+            dest_qpn: (!ud).then_some(Qpn::new(0x22)),
+            rq_psn: (!ud).then_some(rq_psn),
+            max_dest_rd_atomic: rc.then_some(4),
+            min_rnr_timer: rc.then_some(1),
+            ..Default::default()
+        },
+        QpAttr {
+            state: Some(QpState::Rts),
+            sq_psn: Some(sq_psn),
+            timeout: rc.then_some(1),
+            retry_cnt: rc.then_some(2),
+            rnr_retry: rc.then_some(2),
+            max_rd_atomic: rc.then_some(4),
+            ..Default::default()
+        },
+    ];
+    for a in &attrs {
+        qp.modify(a)
+            .expect("the fuzz set-up follows the modify rules");
+    }
+    qp
+}
+
 /// What a QP sent, checked: it parses and its ICRC is right.
 fn sent<'b>(t: &crate::qp::Transmit, buf: &'b [u8]) -> IbPacket<&'b [u8]> {
     let out = &buf[..t.len];
@@ -184,63 +248,13 @@ pub fn responder(data: &[u8]) {
         inner,
         violations: Mutex::new(Vec::new()),
     });
-    let mut qp = QueuePair::new(
-        QpConfig {
-            qpn: Qpn::new(0x11),
-            qp_type,
-            pd: Pd(1),
-            caps: crate::QpCaps::default(),
-            sq_sig_all: false,
-            srq: None,
-            port_mtu: Mtu::M256,
-            udp_sport: None,
-        },
-        mem.clone(),
-    );
     // Expect the first packet's PSN, so that the fuzzer reaches past the sequence check.
     let first_psn = pkts
         .iter()
         .find_map(|p| IbPacket::new_checked(*p).ok())
         .map_or(Psn::new(0), |p| p.bth().psn());
-    let ud = qp_type == QpType::Ud;
+    let mut qp = fuzzed_qp(qp_type, mem.clone(), false, first_psn, Psn::new(0));
     let rc = qp_type == QpType::Rc;
-    let attrs = [
-        QpAttr {
-            state: Some(QpState::Init),
-            pkey_index: Some(0),
-            port: Some(1),
-            access_flags: (!ud).then_some(AccessFlags::all()),
-            qkey: ud.then_some(0x1111_1111),
-            ..Default::default()
-        },
-        QpAttr {
-            state: Some(QpState::Rtr),
-            av: (!ud).then_some(AddressVector {
-                src: ME,
-                dst: PEER,
-                flow_label: 0,
-            }),
-            path_mtu: (!ud).then_some(Mtu::M256),
-            dest_qpn: (!ud).then_some(Qpn::new(0x22)),
-            rq_psn: (!ud).then_some(first_psn),
-            max_dest_rd_atomic: rc.then_some(4),
-            min_rnr_timer: rc.then_some(1),
-            ..Default::default()
-        },
-        QpAttr {
-            state: Some(QpState::Rts),
-            sq_psn: Some(Psn::new(0)),
-            timeout: rc.then_some(1),
-            retry_cnt: rc.then_some(2),
-            rnr_retry: rc.then_some(2),
-            max_rd_atomic: rc.then_some(4),
-            ..Default::default()
-        },
-    ];
-    for a in &attrs {
-        qp.modify(a)
-            .expect("the fuzz set-up follows the modify rules");
-    }
     for i in 0..8u64 {
         let _ = qp.post_recv(RecvWr {
             wr_id: i,
@@ -363,55 +377,8 @@ pub fn requester(data: &[u8]) -> Vec<(u64, WcStatus)> {
     let inner = SimMemory::new(0);
     inner.register_with_key(0x100, Pd(1), 0x1000, 0x2000, AccessFlags::all());
     let mem: Arc<dyn Memory> = Arc::new(inner);
-    let mut qp = QueuePair::new(
-        QpConfig {
-            qpn: Qpn::new(0x11),
-            qp_type: QpType::Rc,
-            pd: Pd(1),
-            caps: crate::QpCaps::default(),
-            sq_sig_all: true,
-            srq: None,
-            port_mtu: Mtu::M256,
-            udp_sport: None,
-        },
-        mem,
-    );
     let sq_psn = Psn::new(0xFF_FFF0);
-    for a in [
-        QpAttr {
-            state: Some(QpState::Init),
-            pkey_index: Some(0),
-            port: Some(1),
-            access_flags: Some(AccessFlags::all()),
-            ..Default::default()
-        },
-        QpAttr {
-            state: Some(QpState::Rtr),
-            av: Some(AddressVector {
-                src: ME,
-                dst: PEER,
-                flow_label: 0,
-            }),
-            path_mtu: Some(Mtu::M256),
-            dest_qpn: Some(Qpn::new(0x22)),
-            rq_psn: Some(Psn::new(0)),
-            max_dest_rd_atomic: Some(4),
-            min_rnr_timer: Some(1),
-            ..Default::default()
-        },
-        QpAttr {
-            state: Some(QpState::Rts),
-            sq_psn: Some(sq_psn),
-            timeout: Some(1),
-            retry_cnt: Some(2),
-            rnr_retry: Some(2),
-            max_rd_atomic: Some(4),
-            ..Default::default()
-        },
-    ] {
-        qp.modify(&a)
-            .expect("the fuzz set-up follows the modify rules");
-    }
+    let mut qp = fuzzed_qp(QpType::Rc, mem, true, Psn::new(0), sq_psn);
     let mut posted: Vec<u64> = Vec::new();
     let mut done = 0usize;
     let mut seen = Vec::new();

@@ -298,6 +298,15 @@ impl Device {
         }
     }
 
+    /// Records the packet last put in `batch`, when capturing.
+    fn capture_last(&self, batch: &crate::sys::SendBatch) {
+        if self.capture.is_some()
+            && let Some((bytes, dst)) = batch.last_packet()
+        {
+            self.capture_sent(&bytes, dst);
+        }
+    }
+
     /// Sends one packet (and records it when capturing).
     fn send(&self, bytes: &[u8], dst: SocketAddr) {
         self.capture_sent(bytes, dst);
@@ -569,11 +578,7 @@ impl Device {
                         self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
-                    if self.capture.is_some()
-                        && let Some((bytes, dst)) = b.last_packet()
-                    {
-                        self.capture_sent(&bytes, dst);
-                    }
+                    self.capture_last(&b);
                 }
             });
             return;
@@ -611,11 +616,7 @@ impl Device {
                     SEND_BATCH.with(|b| {
                         let mut b = b.borrow_mut();
                         b.push(&bytes, dst);
-                        if self.capture.is_some()
-                            && let Some((sent, to)) = b.last_packet()
-                        {
-                            self.capture_sent(&sent, to);
-                        }
+                        self.capture_last(&b);
                     });
                 } else {
                     let due = now.add(delay);

@@ -34,8 +34,8 @@
 //!   far the delay is over its target (by half at most); inside an episode it is also cut
 //!   in proportion to the queueing delay, at most once a round trip. While a queue builds it
 //!   grows once a round trip, by half the way back to where the last loss cut it from (as
-//!   BIC does), then by one PSN. Random loss on
-//!   an idle link does not shrink it; a congested link (the simulator's `LinkRate`) does.
+//!   BIC does), then by one PSN. Random loss on an idle link does not shrink it; a
+//!   congested link (the simulator's `LinkRate`) does.
 
 mod requester;
 mod responder;
@@ -717,9 +717,10 @@ impl QueuePair {
         .min()
     }
 
-    /// Fires the timers due at `now`: RNR waits end, a tail-loss probe goes out after a few
-    /// round trips of silence, and an expired local ACK timeout retransmits or, with retries
-    /// exhausted, fails the oldest WR with RETRY_EXC_ERR.
+    /// Fires the timers due at `now`: RNR waits end, an unanswered selective repair goes out
+    /// again, a tail-loss probe goes out after a few round trips of silence, and an expired
+    /// local ACK timeout retransmits or, with retries exhausted, fails the oldest WR with
+    /// RETRY_EXC_ERR.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.requester_timeout(now);
     }

@@ -238,27 +238,44 @@ impl Requester {
         Some(w.first_psn?.add(self.send_pkt))
     }
 
-    /// A loss: the window halves on a timeout, and on a detected loss while a queue builds
-    /// (or before any round trip is known), once per loss episode.
+    /// A loss: the window halves on a timeout; a detected loss while a queue builds (or
+    /// before any round trip is known) cuts it once per loss episode, in proportion to how
+    /// far the delay is over its target (by half at most; with no sample yet, by half): a
+    /// loss with a queue about to overflow halves the window, one beside a small standing
+    /// queue (a receiver slower than its sender, a reordering link) trims it.
     fn shrink_for_loss(&mut self, timeout: bool) {
         let in_episode = self.recover.is_some_and(|p| self.una.diff(p) < 0);
-        if timeout {
-            self.w_max = self.window;
-            self.window = (self.window / 2).max(MIN_WINDOW);
-            self.recover = Some(self.sent_hwm);
+        let kept = if timeout {
+            0.5
         } else if !in_episode && self.rtt.queueing() {
-            // In proportion to how far the delay is over its target, and by half at most
-            // (with no sample yet, by half): a loss with a queue about to overflow halves
-            // the window, one beside a small standing queue (a receiver slower than its
-            // sender, a reordering link) trims it.
-            let kept = self
-                .rtt
-                .over_target()
-                .map_or(0.5, |o| (1.0 - 0.8 * o).max(0.5));
-            self.w_max = self.window;
-            self.window = ((f64::from(self.window) * kept) as i32).max(MIN_WINDOW);
-            self.recover = Some(self.sent_hwm);
-        }
+            self.delay_cut().unwrap_or(0.5)
+        } else {
+            return;
+        };
+        self.w_max = self.window;
+        self.cut_window(kept);
+        self.recover = Some(self.sent_hwm);
+    }
+
+    /// The share of the window to keep for the queueing delay (as Swift scales its
+    /// decrease): less the further the delay is over its target, half at most; `None` while
+    /// it is not over.
+    fn delay_cut(&self) -> Option<f64> {
+        self.rtt.over_target().map(|o| (1.0 - 0.8 * o).max(0.5))
+    }
+
+    /// Keeps `kept` of the window, and at least [`MIN_WINDOW`].
+    fn cut_window(&mut self, kept: f64) {
+        self.window = ((f64::from(self.window) * kept) as i32).max(MIN_WINDOW);
+    }
+
+    /// Goes back to `una` (go-back-N): what is in flight is sent again, and timed again as
+    /// it is; a selective repair under way ends.
+    fn go_back_n(&mut self, now: Instant, mtu: u64) {
+        self.end_repair();
+        self.timed.clear();
+        self.rewound = Some((self.una, now));
+        self.rewind(self.una, mtu);
     }
 
     /// Starts (or goes on with) a selective repair at `p`: that PSN alone is sent again,
@@ -304,12 +321,14 @@ impl Requester {
         self.send_psn().unwrap_or(self.next_psn)
     }
 
-    /// True when a loss reported at `e` (a sequence NAK's PSN, or the first missing READ
-    /// response) is already being repaired: the last go-back-N went back to `e` itself and
-    /// has sent it again less than a round trip ago, so this is a late or duplicated report
-    /// of the same gap, and acting on it would send the same packets once more. A report of
-    /// another PSN, or of the same one a round trip later (the repair itself was lost), is
-    /// news and is acted on at once: waiting for a probe costs more than a needless pass.
+    /// True when a loss reported at `e` (a sequence NAK's PSN, the first missing READ
+    /// response, or the first PSN a partial ACK leaves unacknowledged) is already being
+    /// repaired: the last repair (a go-back-N or a selective one) went back to `e` itself
+    /// and has sent it again less than a round trip ago, so this is a late or duplicated
+    /// report of the same gap, and acting on it would send the same packets once more. A
+    /// report of another PSN, or of the same one a round trip later (the repair itself was
+    /// lost), is news and is acted on at once: waiting for a probe costs more than a
+    /// needless pass.
     fn repairing(&self, e: Psn, now: Instant) -> bool {
         let Some((r, t)) = self.rewound else {
             return false;
@@ -496,7 +515,8 @@ impl QueuePair {
         }
         if t.is_some() {
             let rtt = self.req.rtt.srtt().unwrap_or(super::rtt::MIN_PTO);
-            let wait = (2 * rtt).max(super::rtt::MIN_PTO) * (1 << self.req.repair_tries.min(4));
+            let backoff = 1 << self.req.repair_tries.min(MAX_PROBE_BACKOFF);
+            let wait = (2 * rtt).max(super::rtt::MIN_PTO) * backoff;
             self.req.repair_at = Some(now.add(wait));
         }
         t
@@ -818,6 +838,7 @@ impl QueuePair {
     /// one once it is back there.
     fn progress(&mut self, now: Instant, old_una: Psn) {
         let timeout = self.ack_timeout();
+        let mtu = self.mtu();
         let r = &mut self.req;
         r.retry_left = self.attrs.retry_cnt;
         r.rnr_left = self.attrs.rnr_retry;
@@ -870,12 +891,11 @@ impl QueuePair {
                 r.window += step;
             }
             let rtt = r.rtt.srtt().unwrap_or(super::rtt::INITIAL_PTO);
-            if let Some(over) = r.rtt.over_target()
+            if let Some(kept) = r.delay_cut()
                 && r.recover.is_some()
                 && r.last_cut.is_none_or(|t| now.since(t) >= rtt)
             {
-                let kept = (1.0 - 0.8 * over).max(0.5);
-                r.window = ((f64::from(r.window) * kept) as i32).max(MIN_WINDOW);
+                r.cut_window(kept);
                 r.last_cut = Some(now);
             }
         } else {
@@ -883,12 +903,12 @@ impl QueuePair {
             r.window += acked.min(r.window);
         }
         r.window = r.window.min(MAX_UNACKED_PSNS);
-        let mut go_back = false;
         if let Some(rec) = r.sel_recover {
             if r.una.diff(rec) >= 0 {
                 r.end_repair();
             } else {
                 // A partial ACK: the responder ran what it kept up to the next gap.
+                let mut go_back = false;
                 if let Some(t) = r.keep_test
                     && r.una.diff(t) > 0
                 {
@@ -903,14 +923,10 @@ impl QueuePair {
                         r.peer_keeps = Some(true);
                     }
                 }
-                let srtt = r.rtt.srtt().unwrap_or(super::rtt::MIN_PTO);
-                let resent_lately =
-                    matches!(r.rewound, Some((p, t)) if p == r.una && now.since(t) < srtt);
                 if go_back {
-                    r.end_repair();
-                    r.rewound = Some((r.una, now));
-                    r.timed.clear();
-                } else if !resent_lately {
+                    // The responder dropped what followed the gap: all of it again.
+                    r.go_back_n(now, mtu);
+                } else if !r.repairing(r.una, now) {
                     if r.sends_or_writes(r.una) {
                         r.start_repair(r.una, now);
                     } else {
@@ -932,14 +948,10 @@ impl QueuePair {
             timeout.map(|d| now.add(d))
         };
         r.probe_from = (!idle).then_some(now);
-        if go_back {
-            // The responder dropped what followed the gap: all of it again.
-            self.req.rewind(self.req.una, self.mtu());
-        }
         if stale {
             // Undo the probe's go-back-N: nothing is known to be lost.
-            let hwm = self.req.sent_hwm;
-            self.req.rewind(hwm, self.mtu());
+            let hwm = r.sent_hwm;
+            r.rewind(hwm, mtu);
         }
         if let Some(sp) = self.req.send_psn() {
             if sp.diff(self.req.una) < 0 {
@@ -970,21 +982,16 @@ impl QueuePair {
             }
         }
         self.req.shrink_for_loss(why == Loss::Timeout);
+        self.req.probing = false;
         let una = self.req.una;
         if why != Loss::Timeout && self.selective_ok(una) {
             // IBTA 9.7.5.2.1 has the requester resend from the NAK's PSN; a responder that
             // kept what followed needs only the PSNs it is missing, which its answers tell.
-            self.req.probing = false;
             self.req.start_repair(una, now);
             return;
         }
-        let r = &mut self.req;
-        r.probing = false;
-        r.end_repair();
-        // What is in flight is sent again, and timed again as it is.
-        r.timed.clear();
-        r.rewound = Some((r.una, now));
-        self.req.rewind(una, self.mtu());
+        let mtu = self.mtu();
+        self.req.go_back_n(now, mtu);
         if why == Loss::Timeout {
             self.req.retx_deadline = None;
         }

@@ -118,6 +118,13 @@ impl Responder {
         });
     }
 
+    /// Queues an ACK of every request received so far (IBTA 9.7.5.1: an ACK covers every
+    /// PSN up to its own).
+    fn ack_received(&mut self) {
+        let last = self.epsn.sub(1);
+        self.push_ack(last, Syndrome::ACK_UNLIMITED);
+    }
+
     /// Forgets the packets kept ahead of the expected PSN (the QP left RTS or RTR).
     pub fn drop_kept(&mut self) {
         self.ahead.clear();
@@ -199,8 +206,7 @@ impl QueuePair {
         if self.cfg.qp_type == QpType::Rc
             && matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
         {
-            let last = self.resp.epsn.sub(1);
-            self.resp.push_ack(last, Syndrome::ACK_UNLIMITED);
+            self.resp.ack_received();
         }
     }
 
@@ -286,8 +292,7 @@ impl QueuePair {
                     // that the requester resends only what is still missing (IBTA
                     // 9.7.5.1: a responder may coalesce acknowledgements, and one ACK
                     // covers every PSN before its own).
-                    let last = self.resp.epsn.sub(1);
-                    self.resp.push_ack(last, Syndrome::ACK_UNLIMITED);
+                    self.resp.ack_received();
                 }
             }
             QpType::Uc => self.uc_request(pkt),
@@ -650,8 +655,7 @@ impl QueuePair {
     fn rc_duplicate(&mut self, p: Psn, pkt: &IbPacket<&[u8]>) {
         let op = pkt.info().operation;
         if !is_rd(op) {
-            let last = self.resp.epsn.sub(1);
-            self.resp.push_ack(last, Syndrome::ACK_UNLIMITED);
+            self.resp.ack_received();
             return;
         }
         let found = self
