@@ -14,7 +14,7 @@
 //! Every figure is the median of `--rounds` runs (5), taken in rounds that start with the
 //! lossless run, with the range of the runs beside it.
 
-use super::{Pin, last_json, softrdma_pair};
+use super::{Pin, last_json, median, softrdma_pair};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -62,13 +62,6 @@ fn pingpong(pin: &Pin, sr: &str, faults: &str, port: u16) -> Result<f64, String>
         .find(|w| w[1] == "usec/iter")
         .and_then(|w| w[0].parse().ok())
         .ok_or_else(|| format!("no usec/iter in {out:?}"))
-}
-
-/// The median of `v` (the upper one of an even count); `None` when empty.
-fn median(v: &[f64]) -> Option<f64> {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied()
 }
 
 /// One cell: the median and the range of the runs that finished, and how many failed.
@@ -271,8 +264,8 @@ fn plot(points: &[(f64, f64)]) -> String {
 mod tests {
     #[test]
     fn medians_and_cells() {
-        assert_eq!(super::median(&[]), None);
-        assert_eq!(super::median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(crate::median(&[]), None);
+        assert_eq!(crate::median(&[3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(
             super::cell(&[2e9, 1e9, 3e9], 1, 1e9, ""),
             "2.00 (1.00-3.00), 1 failed"

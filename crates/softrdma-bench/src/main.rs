@@ -1045,16 +1045,21 @@ struct Paired {
     bw_floor: Vec<f64>,
 }
 
+/// The median of `v` (the upper one of an even count); `None` when empty.
+pub(crate) fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
+}
+
 /// The median of `v` and the list it came from, as the table prints them.
 fn median_of(v: &[f64]) -> Option<(f64, String)> {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
     let list = v
         .iter()
         .map(|r| format!("{r:.2}×"))
         .collect::<Vec<_>>()
         .join(", ");
-    s.get(s.len() / 2).map(|m| (*m, list))
+    median(v).map(|m| (m, list))
 }
 
 fn print_table(figs: &[Figure], pin: &Pin, seconds: u64, paired: &Paired) {
