@@ -88,6 +88,11 @@ impl Default for WorkloadConfig {
 }
 
 impl WorkloadReport {
+    /// Simulated time, in whole microseconds.
+    pub fn sim_time_us(&self) -> u64 {
+        self.sim_time_ns / 1000
+    }
+
     /// Goodput: bytes of successful operations per simulated second.
     pub fn goodput_bps(&self) -> f64 {
         self.goodput_bytes as f64 * 1e9 / self.sim_time_ns.max(1) as f64
@@ -129,8 +134,6 @@ pub struct WorkloadReport {
     pub counters: crate::QpCounters,
     /// Bytes of the operations that completed successfully (8 per atomic).
     pub goodput_bytes: u64,
-    /// Simulated time, in microseconds.
-    pub sim_time_us: u64,
     /// Simulated time, in nanoseconds.
     pub sim_time_ns: u64,
     /// The simulator's statistics.
@@ -520,7 +523,6 @@ pub fn run_workload(cfg: &WorkloadConfig) -> Result<WorkloadReport, SimError> {
         retransmits,
         counters,
         goodput_bytes,
-        sim_time_us: sim.now.as_nanos() / 1000,
         sim_time_ns: sim.now.as_nanos(),
         sim: sim.stats,
         guarantees_met,
