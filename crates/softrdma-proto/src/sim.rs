@@ -5,12 +5,15 @@
 //! simulated time. The same seed gives the same run, packet for packet. Every run is bounded
 //! in steps, so a livelock fails fast with [`SimError::StepLimit`] instead of hanging.
 //!
-//! Corruption flips one bit of the InfiniBand part; the receiving endpoint checks the ICRC as
-//! the soft device does and drops the packet, so corruption must never reach a QP.
+//! Each host is an [`Endpoint`], the device core the soft device runs: the same QP table,
+//! receive checks and timer queue. Corruption flips one bit of the InfiniBand part; the
+//! receiving endpoint checks the ICRC as the soft device does and drops the packet, so
+//! corruption must never reach a QP.
 
+use crate::endpoint::{Endpoint, RxOutcome};
 use crate::memory::SimMemory;
 use crate::qp::rtt::PathRtt;
-use crate::qp::{QueuePair, icrc_for, same_ip};
+use crate::qp::{QueuePair, same_ip};
 use crate::types::Instant;
 use core::time::Duration;
 use rand::{Rng, SeedableRng};
@@ -19,7 +22,7 @@ use softrdma_wire::IbPacket;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 
 /// Faults applied to every packet on a link. Probabilities are in `0.0..=1.0`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -155,14 +158,13 @@ pub enum SimError {
     },
 }
 
-/// One simulated host.
-pub struct Endpoint {
-    /// Its address.
-    pub ip: IpAddr,
+/// One simulated host: an [`Endpoint`] (the same device core the soft device runs) and its
+/// registered memory.
+pub struct Host {
     /// Its registered memory.
     pub mem: Arc<SimMemory>,
-    /// Its QPs.
-    pub qps: Vec<QueuePair>,
+    /// Its QPs, receive path and timers.
+    pub ep: Endpoint,
 }
 
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -180,8 +182,8 @@ struct InFlight {
 pub struct Sim {
     /// Simulated time.
     pub now: Instant,
-    /// Endpoints.
-    pub endpoints: Vec<Endpoint>,
+    /// Hosts, by the index [`Sim::add_endpoint`] gave.
+    pub endpoints: Vec<Host>,
     /// Faults on every link without its own entry in `links`.
     pub faults: LinkFaults,
     /// Faults of particular (from, to) links, overriding `faults`.
@@ -202,6 +204,8 @@ pub struct Sim {
     link_queue: std::collections::HashMap<(usize, usize), std::collections::VecDeque<Instant>>,
     /// The round-trip record each (from, to) pair of endpoints shares among its QPs.
     paths: std::collections::HashMap<(usize, usize), Arc<PathRtt>>,
+    /// Packets a flush collected, kept to spare an allocation per step.
+    outbox: Vec<(usize, IpAddr, IpAddr, u16, Vec<u8>)>,
 }
 
 impl Sim {
@@ -222,15 +226,15 @@ impl Sim {
             link_tail: std::collections::HashMap::new(),
             link_queue: std::collections::HashMap::new(),
             paths: std::collections::HashMap::new(),
+            outbox: Vec::new(),
         }
     }
 
     /// Adds an endpoint and returns its index.
     pub fn add_endpoint(&mut self, ip: IpAddr, mem: Arc<SimMemory>) -> usize {
-        self.endpoints.push(Endpoint {
-            ip,
+        self.endpoints.push(Host {
             mem,
-            qps: Vec::new(),
+            ep: Endpoint::new(ip),
         });
         self.endpoints.len() - 1
     }
@@ -240,45 +244,57 @@ impl Sim {
         self.script = Some(script);
     }
 
-    /// The QP with number `qpn` on endpoint `ep`.
-    pub fn qp(&mut self, ep: usize, qpn: u32) -> &mut QueuePair {
+    /// The QP with number `qpn` on endpoint `ep`, locked (it is serviced at the next step).
+    pub fn qp(&mut self, ep: usize, qpn: u32) -> MutexGuard<'_, QueuePair> {
         self.endpoints[ep]
-            .qps
-            .iter_mut()
-            .find(|q| q.qpn().value() == qpn)
+            .ep
+            .qp(qpn)
             .expect("the QP exists on that endpoint")
+    }
+
+    /// Every QP of every endpoint, locked one at a time by `f`.
+    pub fn for_each_qp(&self, mut f: impl FnMut(&mut QueuePair)) {
+        for h in &self.endpoints {
+            h.ep.for_each_qp(&mut f);
+        }
     }
 
     /// Collects every packet the QPs want to send and puts it on the wire.
     pub fn flush(&mut self) {
         let now = self.now;
-        for ep in 0..self.endpoints.len() {
-            for q in 0..self.endpoints[ep].qps.len() {
-                while let Some(t) = self.endpoints[ep].qps[q].poll_transmit(now, &mut self.buf) {
+        let mut out = std::mem::take(&mut self.outbox);
+        for (ep, host) in self.endpoints.iter_mut().enumerate() {
+            let (mem, stats, buf) = (&host.mem, &mut self.stats, &mut self.buf);
+            host.ep.service(|qp| {
+                while let Some(t) = qp.poll_transmit(now, buf) {
                     let bytes = match &t.lent {
-                        None => t.whole(&self.buf, &[]),
+                        None => t.whole(buf, &[]),
                         // The sender takes a lent payload from the region as it sends.
-                        Some(l) => match self.endpoints[ep].mem.lent_bytes(l) {
+                        Some(l) => match mem.lent_bytes(l) {
                             Some(payload) => {
-                                self.stats.lent += 1;
-                                t.whole(&self.buf, &payload)
+                                stats.lent += 1;
+                                t.whole(buf, &payload)
                             }
                             None => {
-                                self.stats.lent_gone += 1;
+                                stats.lent_gone += 1;
                                 continue;
                             }
                         },
                     };
-                    self.send(ep, t.src, t.dst, t.src_port, bytes);
+                    out.push((ep, t.src, t.dst, t.src_port, bytes));
                 }
-            }
+            });
         }
+        for (ep, src, dst, sport, bytes) in out.drain(..) {
+            self.send(ep, src, dst, sport, bytes);
+        }
+        self.outbox = out;
     }
 
     fn send(&mut self, from: usize, src: IpAddr, dst: IpAddr, sport: u16, mut bytes: Vec<u8>) {
         self.stats.packets_sent += 1;
         let index = self.stats.packets_sent - 1;
-        let Some(to) = self.endpoints.iter().position(|e| same_ip(e.ip, dst)) else {
+        let Some(to) = self.endpoints.iter().position(|e| same_ip(e.ep.ip, dst)) else {
             self.stats.unroutable += 1;
             return;
         };
@@ -367,45 +383,23 @@ impl Sim {
     }
 
     fn deliver(&mut self, p: InFlight) {
-        let n = p.bytes.len();
-        if n < 4 {
-            self.stats.malformed_drops += 1;
-            return;
-        }
-        let wire = u32::from_le_bytes([
-            p.bytes[n - 4],
-            p.bytes[n - 3],
-            p.bytes[n - 2],
-            p.bytes[n - 1],
-        ]);
-        if icrc_for(p.src, p.dst, p.sport, &p.bytes[..n - 4]) != wire {
-            self.stats.icrc_drops += 1;
-            return;
-        }
-        let Ok(pkt) = IbPacket::new_checked(&p.bytes[..]) else {
-            self.stats.malformed_drops += 1;
-            return;
-        };
-        let dqpn = pkt.bth().dest_qp();
         let now = self.now;
-        match self.endpoints[p.to]
-            .qps
-            .iter_mut()
-            .find(|q| q.qpn() == dqpn)
-        {
-            Some(qp) => {
-                qp.handle_packet(now, p.src, p.dst, &pkt);
-                self.stats.delivered += 1;
-            }
-            None => self.stats.unroutable += 1,
+        // The receiving endpoint checks the packet as the soft device does, with the same
+        // code: it parses, its ICRC verifies, its QPN exists.
+        let ep = &mut self.endpoints[p.to].ep;
+        debug_assert!(same_ip(ep.ip, p.dst));
+        match ep.handle_datagram(now, p.src, p.sport, &p.bytes) {
+            RxOutcome::Delivered { .. } => self.stats.delivered += 1,
+            RxOutcome::Malformed => self.stats.malformed_drops += 1,
+            RxOutcome::BadIcrc => self.stats.icrc_drops += 1,
+            RxOutcome::UnknownQpn { .. } => self.stats.unroutable += 1,
         }
     }
 
-    fn next_timer(&self) -> Option<Instant> {
+    fn next_timer(&mut self) -> Option<Instant> {
         self.endpoints
-            .iter()
-            .flat_map(|e| e.qps.iter())
-            .filter_map(|q| q.poll_timeout())
+            .iter_mut()
+            .filter_map(|h| h.ep.poll_timeout())
             .min()
     }
 
@@ -432,13 +426,8 @@ impl Sim {
             }
         } else {
             let now = self.now;
-            for e in &mut self.endpoints {
-                for q in &mut e.qps {
-                    if q.poll_timeout().is_some_and(|d| d <= now) {
-                        q.handle_timeout(now);
-                        self.stats.timers += 1;
-                    }
-                }
+            for h in &mut self.endpoints {
+                self.stats.timers += h.ep.handle_timeout(now) as u64;
             }
         }
         self.flush();
@@ -569,8 +558,8 @@ impl Sim {
                     QpAttr {
                         state: Some(QpState::Rtr),
                         av: Some(crate::AddressVector {
-                            src: self.endpoints[me].ip,
-                            dst: self.endpoints[peer].ip,
+                            src: self.endpoints[me].ep.ip,
+                            dst: self.endpoints[peer].ep.ip,
                             flow_label: 0,
                         }),
                         path_mtu: Some(o.mtu),
@@ -606,7 +595,7 @@ impl Sim {
             }
             let path = self.paths.entry((me, peer)).or_default();
             qp.share_path_rtt(path.clone());
-            self.endpoints[me].qps.push(qp);
+            self.endpoints[me].ep.insert(qp);
         }
     }
 }

@@ -485,16 +485,9 @@ pub fn run_workload(cfg: &WorkloadConfig) -> Result<WorkloadReport, SimError> {
             ));
         }
     }
-    let retransmits = sim
-        .endpoints
-        .iter()
-        .flat_map(|e| e.qps.iter())
-        .map(|q| q.counters().retransmits)
-        .sum();
     let mut counters = crate::QpCounters::default();
-    for q in sim.endpoints.iter().flat_map(|e| e.qps.iter()) {
-        counters += q.counters();
-    }
+    sim.for_each_qp(|q| counters += q.counters());
+    let retransmits = counters.retransmits;
     let goodput_bytes = pairs
         .iter()
         .flat_map(|p| p.ops.iter().zip(&p.succeeded))

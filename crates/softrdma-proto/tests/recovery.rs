@@ -137,7 +137,8 @@ fn a_lost_nak_is_probed() {
     write(&mut p, 1, 0x1000, 8 * MTU);
     let us = run_us(&mut p);
     check_write(&mut p, 0x1000, 8 * MTU as usize);
-    let (a, b) = (p.qa().counters(), p.qb().counters());
+    let a = p.qa().counters();
+    let b = p.qb().counters();
     assert_eq!(a.timeouts, 0, "{a:?}");
     assert!(a.probes >= 1, "{a:?}");
     assert_eq!(b.seq_naks_sent, 1, "one NAK per gap: {b:?}");
@@ -152,7 +153,8 @@ fn a_lost_last_ack_is_probed() {
     write(&mut p, 1, 0x1000, 100);
     let us = run_us(&mut p);
     check_write(&mut p, 0x1000, 100);
-    let (a, b) = (p.qa().counters(), p.qb().counters());
+    let a = p.qa().counters();
+    let b = p.qb().counters();
     assert_eq!((a.timeouts, a.probes, a.retransmits), (0, 1, 1), "{a:?}");
     assert_eq!(b.duplicate_requests, 1, "the probe is a duplicate: {b:?}");
     assert!(us < 100, "{us} us");
@@ -255,7 +257,8 @@ fn a_reordered_window_costs_no_round_trip_and_no_storm() {
     write(&mut p, 1, 0x1000, len);
     let us = run_us(&mut p);
     check_write(&mut p, 0x1000, len as usize);
-    let (a, b) = (p.qa().counters(), p.qb().counters());
+    let a = p.qa().counters();
+    let b = p.qb().counters();
     assert_eq!(a.timeouts, 0, "{a:?}");
     // One NAK per gap, each answered by at most one pass over the window.
     assert!(b.seq_naks_sent <= 2, "{b:?}");
@@ -522,4 +525,36 @@ fn the_loss_goals_hold_in_the_simulator() {
             assert_eq!(r.counters.timeouts, 0, "{mix:?} {faults:?}");
         }
     }
+}
+
+/// Idle QPs cost the timers nothing: with 10,000 connected, idle QPs beside a pair that
+/// repairs losses, the timer queue only ever holds the busy pair's entries, and the run
+/// takes as many steps and timer expiries as without them.
+#[test]
+fn ten_thousand_idle_qps_cost_the_timers_nothing() {
+    let lossy = LinkFaults {
+        loss: 0.05,
+        ..Default::default()
+    };
+    let run = |idle: u32| {
+        let mut p = pair(opts(), lossy);
+        for i in 0..idle / 2 {
+            p.sim.connect(A, 0x1000 + i, B, 0x10_0000 + i, opts());
+        }
+        write(&mut p, 1, 0, 64 * MTU);
+        let mut most = 0;
+        p.sim
+            .run_until(|s| {
+                let held = s.endpoints.iter().map(|h| h.ep.timers.len()).sum::<usize>();
+                most = most.max(held);
+                false
+            })
+            .expect("the run ends within its step budget");
+        check_write(&mut p, 0, 64 * MTU as usize);
+        (p.sim.stats.steps, p.sim.stats.timers, most)
+    };
+    let (steps, timers, most) = run(0);
+    let (steps_idle, timers_idle, most_idle) = run(10_000);
+    assert!(most_idle <= 4, "the timer queue held {most_idle} entries");
+    assert_eq!((steps_idle, timers_idle, most_idle), (steps, timers, most));
 }

@@ -107,7 +107,8 @@ fn second_packets_lost(keep_ahead: bool) -> (QpCounters, QpCounters) {
         assert_eq!(statuses(&p.completions(A)), [(i, WcStatus::Success)]);
         assert_eq!(p.read_b(0x1000 * (i as usize + 1), 4000), data);
     }
-    (p.qa().counters(), p.qb().counters())
+    let a = p.qa().counters();
+    (a, p.qb().counters())
 }
 
 #[test]
@@ -676,7 +677,8 @@ fn uc_write_missing_a_packet_leaves_memory_untouched() {
     write(&mut p, 1, 0x10_000, 3000);
     p.run();
     assert_eq!(p.read_b(0x10_000, 3000), vec![0; 3000]);
-    assert!(p.qb().counters().dropped + p.qb().counters().out_of_sequence > 0);
+    let c = p.qb().counters();
+    assert!(c.dropped + c.out_of_sequence > 0);
 }
 
 #[test]
@@ -832,7 +834,7 @@ fn srq_feeds_receives_and_fires_its_limit() {
             .unwrap();
     }
     p.run();
-    let qb = p.sim.qp(B, 0x44);
+    let mut qb = p.sim.qp(B, 0x44);
     let r: Vec<_> = std::iter::from_fn(|| qb.poll_completion()).collect();
     assert_eq!(
         statuses(&r),

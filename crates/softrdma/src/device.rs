@@ -21,8 +21,10 @@ use crate::mr::MrTable;
 use crate::qp::{ProtectionDomain, QpShared};
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token, Waker};
+use softrdma_proto::endpoint::timers::TimerQueue;
+use softrdma_proto::endpoint::{Lookup, QpCell, QpTable, Receiver, RxOutcome};
 use softrdma_proto::{AsyncEvent, Instant, Mtu, Pd, WcOpcode};
-use softrdma_wire::{IbPacket, Opcode, ROCE_V2_PORT, icrc};
+use softrdma_wire::{Opcode, ROCE_V2_PORT};
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
@@ -162,7 +164,7 @@ pub(crate) struct Device {
     /// Sends, from another port (see [`crate::tx`]).
     pub(crate) tx: crate::tx::TxPath,
     pub mrs: Arc<MrTable>,
-    pub qps: RwLock<crate::mr::KeyMap<Arc<QpShared>>>,
+    pub qps: RwLock<QpTable<QpShared>>,
     /// The smallest round trip to each destination, shared by the QPs that go there (see
     /// [`softrdma_proto::qp::rtt::PathRtt`]).
     paths: Mutex<std::collections::HashMap<IpAddr, Arc<softrdma_proto::qp::rtt::PathRtt>>>,
@@ -188,8 +190,12 @@ pub(crate) struct Device {
     /// every core, a woken progress thread may wait a scheduler slice (milliseconds) for a
     /// CPU, and a probe or held packet would wait with it.
     next_timer: AtomicU64,
-    /// Held by the thread sweeping the timers, so that two do not run the same pass.
+    /// Held by the thread running the timers, so that two do not run the same pass.
     sweeping: Mutex<()>,
+    /// The QPs' deadlines (see [`softrdma_proto::endpoint::timers`]): a QP enters one only
+    /// when it is earlier than the one it has, so this lock is taken about once per
+    /// deadline a QP arms from idle, not once per packet; idle QPs have no entry.
+    timers: Mutex<TimerQueue>,
     /// The progress thread has left the socket to busy-polling application threads. It then
     /// wakes at least every [`APP_POLL_GRACE`] by itself, and the pollers run due timers,
     /// so arming one need not wake it: a wake-up per held-back packet or probe would make
@@ -227,10 +233,10 @@ pub(crate) struct Device {
 }
 
 struct RxState {
-    check: RxMemo,
+    /// The receive checks, QPN demultiplexing and ACK coalescing (the device core's, shared
+    /// with the simulator).
+    rx: Receiver<QpShared>,
     batch: crate::sys::RecvBatch,
-    /// The QPs a receive batch reached, kept between batches to spare an allocation each.
-    touched: Vec<Arc<QpShared>>,
     /// Datagrams to ask for in an application thread's next receive call.
     want: usize,
 }
@@ -348,6 +354,19 @@ impl Device {
         }
     }
 
+    /// Enters the QP's deadline in the timer queue if it is earlier than the entry it has
+    /// (see [`softrdma_proto::QueuePair::timer_to_enter`]), and wakes whoever must run it.
+    /// Called, with the QP locked, after everything that may arm one of its timers.
+    pub fn enter_timer(&self, qp: &mut softrdma_proto::QueuePair) {
+        if let Some(t) = qp.timer_to_enter() {
+            self.timers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(t, qp.qpn().value());
+            self.timer_armed(t);
+        }
+    }
+
     /// The round-trip record of the path to `dst`, which every QP going there shares.
     pub fn path_rtt(&self, dst: IpAddr) -> Arc<softrdma_proto::qp::rtt::PathRtt> {
         let mut paths = self.paths.lock().unwrap_or_else(|e| e.into_inner());
@@ -420,35 +439,35 @@ impl Device {
         due
     }
 
-    /// Fires the QP timers due at `now`, sends the held-back packets that are due, services
-    /// every QP, and records when the next timer is due. Skipped when another thread is
-    /// doing it. Takes the QP table's read lock, then each QP's lock in turn.
+    /// Fires the QP timers due at `now` (and services those QPs), sends the held-back
+    /// packets that are due, and records when the next timer is due. Skipped when another
+    /// thread is doing it. Visits only the QPs whose timer entries came due: an idle QP
+    /// costs nothing here. Takes the timer queue's lock per entry (not across a QP's), then
+    /// that QP's lock.
     fn run_timers(&self, now: Instant) {
         let Ok(_sweeping) = self.sweeping.try_lock() else {
             return;
         };
         // Deadlines armed from here on are recorded beside what this pass finds, and any
-        // armed before are in the QPs this pass reads.
+        // armed before are in the queue this pass reads.
         self.next_timer.store(u64::MAX, Ordering::SeqCst);
         let mut next = self.send_delayed(now);
-        let qps: Vec<Arc<QpShared>> = self
-            .qps
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        for s in qps {
-            let mut qp = s.qp.lock().unwrap_or_else(|e| e.into_inner());
-            if qp.poll_timeout().is_some_and(|t| t <= now) {
-                qp.handle_timeout(now);
-            }
-            self.service_at(&s, &mut qp, now);
-            if let Some(t) = qp.poll_timeout() {
-                next = Some(next.map_or(t, |n| n.min(t)));
-            }
+        loop {
+            let due = self
+                .timers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_due(now);
+            let Some((at, qpn)) = due else { break };
+            softrdma_proto::endpoint::fire_entry(self, at, qpn, now, |shared, qp| {
+                self.service_at(shared, qp, now);
+                self.enter_timer(qp);
+            });
         }
         self.flush_batch(true);
+        if let Some((t, _)) = self.timers.lock().unwrap_or_else(|e| e.into_inner()).peek() {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
         if let Some(t) = next {
             // Through `timer_armed`: the progress thread may have read `next_timer` while
             // this pass had it cleared.
@@ -461,12 +480,7 @@ impl Device {
     /// poll, empties the socket and sends at once.
     fn drain(&self, st: &mut RxState, app: bool) -> bool {
         let mut any = false;
-        let RxState {
-            check,
-            batch,
-            touched,
-            want,
-        } = st;
+        let RxState { rx, batch, want } = st;
         loop {
             let ask = if app { *want } else { crate::sys::RX_BATCH };
             let got = crate::sys::recv_batch(self.socket.as_raw_fd(), batch, ask);
@@ -483,41 +497,30 @@ impl Device {
             any = true;
             // One clock reading per batch: the packets of a batch arrived together.
             let now = self.now();
-            // The QPs that received, serviced once after the whole batch: their responses
-            // (ACKs above all) coalesce, and leave in one system call instead of one each
-            // (IBTA vol. 1, 9.7.5.1: an ACK acknowledges every request before it, so one will do).
-            let mut note = |q: Option<&Arc<QpShared>>| {
-                if let Some(q) = q {
-                    if !touched.iter().any(|t| Arc::ptr_eq(t, q)) {
-                        touched.push(q.clone());
-                    }
-                }
-            };
             for i in 0..n {
                 match batch.get(i) {
                     // GRO coalesced equal segments (the last may be shorter).
                     (data, Some(from), false, seg) if seg > 0 => {
                         for d in data.chunks(seg) {
-                            note(handle_datagram(self, check, d, from, now));
+                            self.receive(rx, d, from, now);
                         }
                     }
-                    (data, Some(from), false, _) => {
-                        note(handle_datagram(self, check, data, from, now))
-                    }
+                    (data, Some(from), false, _) => self.receive(rx, data, from, now),
                     _ => {
                         self.counters.rcvd_malformed.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
-            check.publish(&self.counters);
-            for shared in touched.drain(..) {
+            self.publish(rx.take_counts());
+            // The QPs that received, serviced once after the whole batch: their responses
+            // (ACKs above all) coalesce, and leave in one system call instead of one each
+            // (IBTA 9.7.5.1: an ACK acknowledges every request before it, so one will do).
+            for shared in rx.touched() {
                 let mut qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
                 self.service_at(&shared, &mut qp, now);
                 // What arrived may have armed a timer (a probe after a window's last
                 // ACK-asking packet was answered, say).
-                if let Some(t) = qp.poll_timeout() {
-                    self.timer_armed(t);
-                }
+                self.enter_timer(&mut qp);
             }
             if app {
                 self.defer_acks(now);
@@ -526,6 +529,39 @@ impl Device {
             self.flush_batch(true);
             if n < crate::sys::RX_BATCH {
                 return any;
+            }
+        }
+    }
+
+    /// Hands one received datagram to its QP through the receive path, and records it when
+    /// capturing.
+    fn receive(&self, rx: &mut Receiver<QpShared>, data: &[u8], from: SocketAddr, now: Instant) {
+        let out = rx.datagram(self, now, self.addr, from.ip(), from.port(), data);
+        if let Some(c) = &self.capture {
+            c.lock().unwrap_or_else(|e| e.into_inner()).record(
+                from.ip(),
+                self.addr,
+                from.port(),
+                out.ident(),
+                data,
+            );
+        }
+        let _: RxOutcome = out;
+    }
+
+    /// Adds a receive batch's counts to the device's counters (zeros are not added: each
+    /// add is a locked instruction).
+    fn publish(&self, c: softrdma_proto::endpoint::RxCounts) {
+        let d = &self.counters;
+        for (counter, n) in [
+            (&d.rcvd_pkts, c.rcvd),
+            (&d.rcvd_malformed, c.malformed),
+            (&d.rcvd_icrc_errors, c.icrc_errors),
+            (&d.rcvd_icrc_ip_id, c.ip_ids),
+            (&d.rcvd_unknown_qpn, c.unknown_qpn),
+        ] {
+            if n > 0 {
+                counter.fetch_add(n, Ordering::Relaxed);
             }
         }
     }
@@ -659,70 +695,6 @@ impl Device {
     }
 }
 
-/// What a receiver keeps from one packet to the next. It checks ICRCs: IPv6 and IPv4 from
-/// senders with IP ID 0 verify directly; for IPv4 from senders that number their packets
-/// (rxe, NICs, softrdma's connected sockets) the ID is recovered from the ICRC itself, which
-/// only a corrupt packet fails.
-struct RxMemo {
-    patches: crate::tx::IdentPatches,
-    /// The CRCs of the part before the BTH, per sender and length.
-    prefixes: softrdma_wire::icrc::IcrcPrefixes,
-    /// The last ID recovered: a sender that numbers its packets (a softrdma connected
-    /// socket, rxe) most often sent the next one or the same again, which a check of those
-    /// guesses finds for a few XORs instead of a solve.
-    last: u16,
-    /// The QP the last packet went to, with the QP table's generation then: packets come in
-    /// runs to one QP, and this spares the table's lock and hash for each.
-    last_qp: Option<(u64, u32, Arc<QpShared>)>,
-    /// Packets handed to a QP, and IDs recovered, since the counters were last published
-    /// (once per receive batch rather than once per packet).
-    rcvd: u64,
-    ip_ids: u64,
-}
-
-impl RxMemo {
-    /// The sender's IPv4 identification (0 for IPv6) if the ICRC is right.
-    fn ok(&mut self, src: IpAddr, dst: IpAddr, sport: u16, ib: &[u8]) -> Option<u16> {
-        let n = ib.len();
-        let wire = u32::from_le_bytes([ib[n - 4], ib[n - 3], ib[n - 2], ib[n - 1]]);
-        let body = &ib[..n - 4];
-        let (s, d) = softrdma_proto::qp::icrc_pair(src, dst);
-        let c0 = self.prefixes.compute_for(s, d, sport, body).unwrap_or(0);
-        if c0 == wire {
-            return Some(0);
-        }
-        if !(src.to_canonical().is_ipv4() && dst.to_canonical().is_ipv4()) {
-            return None;
-        }
-        // The kernel numbers a GSO send's segments from the send's ID on, and on Linux up
-        // to at least 6.18 counts the send as one: a [WRITE, ACK] pair then takes IDs n and
-        // n+1, and the next send starts at n+1 again.
-        let (next, same) = (self.last.wrapping_add(1), self.last);
-        let p = self.patches.patches(body.len());
-        let ident = if c0 ^ p.apply(next) == wire {
-            next
-        } else if c0 ^ p.apply(same) == wire {
-            same
-        } else {
-            icrc::solve_ipv4_ident(&p.basis, c0, wire)?
-        };
-        self.last = ident;
-        self.ip_ids += 1;
-        Some(ident)
-    }
-
-    /// Adds the counts gathered since the last call to the device's counters.
-    fn publish(&mut self, c: &DeviceCounters) {
-        if self.rcvd > 0 {
-            c.rcvd_pkts.fetch_add(self.rcvd, Ordering::Relaxed);
-        }
-        if self.ip_ids > 0 {
-            c.rcvd_icrc_ip_id.fetch_add(self.ip_ids, Ordering::Relaxed);
-        }
-        (self.rcvd, self.ip_ids) = (0, 0);
-    }
-}
-
 fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
     let mut events = Events::with_capacity(64);
     let mut published: (u64, std::time::Instant) = (u64::MAX, std::time::Instant::now());
@@ -838,62 +810,19 @@ impl mio::event::Source for SocketRef<'_> {
     }
 }
 
-/// Hands one received datagram to its QP; returns the QP, which the caller must service.
-fn handle_datagram<'m>(
-    dev: &Device,
-    check: &'m mut RxMemo,
-    data: &[u8],
-    from: SocketAddr,
-    now: Instant,
-) -> Option<&'m Arc<QpShared>> {
-    let capture = |ident: u16| {
-        if let Some(c) = &dev.capture {
-            c.lock().unwrap_or_else(|e| e.into_inner()).record(
-                from.ip(),
-                dev.addr,
-                from.port(),
-                ident,
-                data,
-            );
-        }
-    };
-    let Ok(pkt) = IbPacket::new_checked(data) else {
-        capture(0);
-        dev.counters.rcvd_malformed.fetch_add(1, Ordering::Relaxed);
-        return None;
-    };
-    let ident = check.ok(from.ip(), dev.addr, from.port(), data);
-    capture(ident.unwrap_or(0));
-    if ident.is_none() {
-        // rxe drops a bad ICRC silently; we count it.
-        dev.counters
-            .rcvd_icrc_errors
-            .fetch_add(1, Ordering::Relaxed);
-        return None;
+impl QpCell for QpShared {
+    fn lock_qp(&self) -> impl std::ops::DerefMut<Target = softrdma_proto::QueuePair> + '_ {
+        self.qp.lock().unwrap_or_else(|e| e.into_inner())
     }
-    let qpn = pkt.bth().dest_qp().value();
-    let table_gen = dev.qps_gen.load(Ordering::Acquire);
-    // The QP is borrowed from the memo, not cloned: the caller clones it once per batch.
-    if !matches!(&check.last_qp, Some((g, n, _)) if *g == table_gen && *n == qpn) {
-        let q = dev
-            .qps
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&qpn)
-            .cloned();
-        check.last_qp = q.map(|q| (table_gen, qpn, q));
+}
+
+impl Lookup<QpShared> for Device {
+    fn generation(&self) -> u64 {
+        self.qps_gen.load(Ordering::Acquire)
     }
-    let Some((_, _, shared)) = &check.last_qp else {
-        dev.counters
-            .rcvd_unknown_qpn
-            .fetch_add(1, Ordering::Relaxed);
-        return None;
-    };
-    check.rcvd += 1;
-    let mut qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
-    qp.handle_packet(now, from.ip().to_canonical(), dev.addr, &pkt);
-    drop(qp);
-    Some(shared)
+    fn get(&self, qpn: u32) -> Option<Arc<QpShared>> {
+        self.qps.read().unwrap_or_else(|e| e.into_inner()).get(qpn)
+    }
 }
 
 /// The limits of a device on `addr` (`ibv_query_device`), without opening it.
@@ -1125,7 +1054,7 @@ impl Context {
             socket,
             tx,
             mrs: Arc::new(MrTable::new(opts.zero_copy)),
-            qps: RwLock::new(crate::mr::KeyMap::default()),
+            qps: RwLock::new(QpTable::default()),
             paths: Mutex::new(std::collections::HashMap::new()),
             qps_gen: AtomicU64::new(0),
             next_pd: AtomicU32::new(1),
@@ -1138,6 +1067,7 @@ impl Context {
             sleep_until: AtomicU64::new(u64::MAX),
             next_timer: AtomicU64::new(u64::MAX),
             sweeping: Mutex::new(()),
+            timers: Mutex::new(TimerQueue::default()),
             app_polling: AtomicBool::new(false),
             #[cfg(test)]
             progress_paused: AtomicBool::new(false),
@@ -1149,16 +1079,8 @@ impl Context {
             delayed: Mutex::new(std::collections::BinaryHeap::new()),
             delayed_seq: AtomicU64::new(0),
             rx: Mutex::new(RxState {
-                check: RxMemo {
-                    patches: Default::default(),
-                    prefixes: Default::default(),
-                    last: 0,
-                    last_qp: None,
-                    rcvd: 0,
-                    ip_ids: 0,
-                },
+                rx: Receiver::default(),
                 batch: crate::sys::RecvBatch::default(),
-                touched: Vec::new(),
                 want: 1,
             }),
             deferred: Mutex::new(crate::sys::SendBatch::default()),

@@ -10,7 +10,6 @@
 
 use crate::error::{Error, Result};
 use softrdma_proto::{Access, AccessFlags, AtomicOp, MemError, Memory, Pd, RegionBounds};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -83,30 +82,7 @@ impl MrInner {
     }
 }
 
-/// Hashes a key that is already random (an L_Key/R_Key or a QPN, which the device draws at
-/// random) by itself. Every packet looks its keys up; SipHash, std's default, was a tenth of
-/// the per-packet work here, and it defends against chosen keys, which only the device makes.
-/// (A one-method hasher: not worth a dependency.)
-#[derive(Default, Clone, Copy)]
-pub(crate) struct KeyHasher(u64);
-
-impl std::hash::Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-    fn write_u32(&mut self, k: u32) {
-        // Spread the bits over the word: hashbrown takes its control bits from the top.
-        self.0 = u64::from(k).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-/// A map keyed by a random u32.
-pub(crate) type KeyMap<V> = HashMap<u32, V, std::hash::BuildHasherDefault<KeyHasher>>;
+pub(crate) use softrdma_proto::endpoint::check::KeyMap;
 
 /// The device's region table: key to region.
 #[derive(Default)]

@@ -208,7 +208,7 @@ impl ProtectionDomain {
         // QPNs are random, so they cannot be guessed; 0 and 1 are the special QPs.
         let qpn = loop {
             let n = rand::random::<u32>() & 0xFF_FFFF;
-            if n > 1 && !qps.contains_key(&n) {
+            if n > 1 && !qps.contains(n) {
                 break n;
             }
         };
@@ -292,9 +292,7 @@ impl QueuePair {
         // Deferred ACKs ride along with whatever this sends.
         dev.flush_batch(false);
         // The progress thread sleeps until its earliest timer: tell it about an earlier one.
-        if let Some(t) = qp.poll_timeout() {
-            dev.timer_armed(t);
-        }
+        dev.enter_timer(&mut qp);
         r
     }
 
@@ -451,7 +449,7 @@ impl Drop for QueuePair {
         dev.qps
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(&self.qpn.value());
+            .remove(self.qpn.value());
         dev.qps_gen
             .fetch_add(1, std::sync::atomic::Ordering::Release);
         let c = self.counters();

@@ -273,7 +273,7 @@ pub struct SendBatch {
     /// Messages of the last flush, kept to spare allocations: (first packet, count, GSO size).
     groups: Vec<(usize, usize, usize)>,
     /// ICRC patches for IPv4 IDs other than 0.
-    patches: crate::tx::IdentPatches,
+    patches: softrdma_proto::endpoint::check::IdentPatches,
     /// The last destination looked up (with its path's id) and its connected socket: a
     /// thread mostly sends to one, and this spares a lock and a hash per flush. Weak, so that
     /// a thread's batch does not keep a closed device's socket open.

@@ -50,8 +50,6 @@ const MAX_CONNECTED: usize = 256;
 const PROBE_WAIT: Duration = Duration::from_millis(200);
 /// Bytes in a probe (two 8-byte segments when it tests GSO).
 const PROBE_LEN: usize = 8;
-/// Lengths whose ICRC patches (2 KiB each) a sender or receiver keeps.
-const PATCH_CACHE: usize = 256;
 
 /// How a kernel advances a connected socket's IPv4 identification counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,112 +92,6 @@ struct Ident {
     last: Option<(u16, u16)>,
     /// The learner has been asked to probe the counter again.
     relearning: bool,
-}
-
-/// ICRC patches for a change of IPv4 ID, by InfiniBand length (without ICRC): what a sender
-/// applies for the ID its packet will carry, and what a receiver tries or solves for to
-/// recover the ID a packet carried.
-pub(crate) struct IdentPatches {
-    /// The lengths in use, whose patches are found by a compare of four keys: a ping-pong
-    /// sends and receives two lengths over and over, a stream a few, and every packet needs
-    /// one or two patches.
-    keys: [usize; FRONT],
-    front: [Box<Patches>; FRONT],
-    /// The slot the next new length takes.
-    victim: usize,
-    /// Lengths seen before and pushed out of `front`, kept for their return (bounded:
-    /// lengths may be a peer's choice).
-    kept: crate::mr::KeyMap<Box<Patches>>,
-}
-
-/// Slots of [`IdentPatches::front`].
-const FRONT: usize = 4;
-
-impl Default for IdentPatches {
-    fn default() -> Self {
-        Self {
-            keys: [usize::MAX; FRONT],
-            front: std::array::from_fn(|_| Box::new(Patches::empty())),
-            victim: 0,
-            kept: Default::default(),
-        }
-    }
-}
-
-/// One length's ID basis, and the patch for every value of each ID byte: two table reads per
-/// patch instead of sixteen masked XORs.
-pub(crate) struct Patches {
-    /// What each ID bit changes ([`softrdma_wire::icrc::ipv4_ident_basis`]).
-    pub(crate) basis: [u32; 16],
-    lo: [u32; 256],
-    hi: [u32; 256],
-}
-
-impl Patches {
-    fn empty() -> Self {
-        Self {
-            basis: [0; 16],
-            lo: [0; 256],
-            hi: [0; 256],
-        }
-    }
-
-    /// The patches for packets of `ib_len` bytes before the ICRC.
-    fn new(ib_len: usize) -> Self {
-        let basis = softrdma_wire::icrc::ipv4_ident_basis(ib_len);
-        let mut p = Self {
-            basis,
-            ..Self::empty()
-        };
-        // Each entry is the one without its lowest set bit, plus that bit's vector.
-        for b in 1..256usize {
-            let low = b.trailing_zeros() as usize;
-            p.lo[b] = p.lo[b & (b - 1)] ^ basis[low];
-            p.hi[b] = p.hi[b & (b - 1)] ^ basis[8 + low];
-        }
-        p
-    }
-
-    /// The ICRC change for the ID bits in `diff`.
-    pub(crate) fn apply(&self, diff: u16) -> u32 {
-        self.lo[usize::from(diff & 0xFF)] ^ self.hi[usize::from(diff >> 8)]
-    }
-}
-
-impl IdentPatches {
-    /// The patches for a packet with `ib_len` bytes before its ICRC.
-    pub(crate) fn patches(&mut self, ib_len: usize) -> &Patches {
-        let slot = match self.keys.iter().position(|&k| k == ib_len) {
-            Some(slot) => slot,
-            None => {
-                let slot = self.victim;
-                self.victim = (slot + 1) % FRONT;
-                let p = self
-                    .kept
-                    .remove(&(ib_len as u32))
-                    .unwrap_or_else(|| Box::new(Patches::new(ib_len)));
-                let old = std::mem::replace(&mut self.front[slot], p);
-                let old_key = std::mem::replace(&mut self.keys[slot], ib_len);
-                if old_key != usize::MAX {
-                    if self.kept.len() >= PATCH_CACHE {
-                        self.kept.clear();
-                    }
-                    self.kept.insert(old_key as u32, old);
-                }
-                slot
-            }
-        };
-        &self.front[slot]
-    }
-
-    /// The XOR that takes the ICRC of a packet with `ib_len` bytes before its ICRC from one
-    /// computed for ID `from` to one for ID `to`.
-    pub(crate) fn xor(&mut self, ib_len: usize, from: u16, to: u16) -> u32 {
-        if from == to {
-            return 0;
-        }
-        self.patches(ib_len).apply(from ^ to)
-    }
 }
 
 /// A connected socket, shared by the threads that send to its destination.
@@ -605,48 +497,6 @@ mod tests {
             let b = rule.next(100, 1, 2);
             let c = rule.next(b, 2, 1);
             assert_eq!(IdRule::from_probes(100, b, c), Some(rule));
-        }
-    }
-
-    #[test]
-    fn a_patch_moves_the_icrc_to_the_new_id() {
-        let src = Ipv4Addr::new(10, 0, 0, 1);
-        let dst = Ipv4Addr::new(10, 0, 0, 2);
-        let mut ib = vec![0u8; 12 + 16 + 64];
-        ib[0] = 0x0a; // RDMA WRITE First (any opcode will do)
-        ib.iter_mut()
-            .skip(12)
-            .enumerate()
-            .for_each(|(i, b)| *b = i as u8);
-        let mut id = IdentPatches::default();
-        let at = |ident| {
-            softrdma_wire::icrc::compute_for_ipv4_ident(src, dst, ident, 50000, &ib).unwrap()
-        };
-        for (from, to) in [(0u16, 1u16), (0, 0xBEEF), (7, 0xFFFF), (0x1234, 0x1234)] {
-            assert_eq!(
-                at(from) ^ id.xor(ib.len(), from, to),
-                at(to),
-                "{from} -> {to}"
-            );
-        }
-    }
-
-    /// The byte tables give, for every ID change, the XOR of the basis vectors of its bits,
-    /// also after a slot was taken by another length and taken back.
-    #[test]
-    fn table_patches_equal_the_basis_sum_for_every_id() {
-        let mut id = IdentPatches::default();
-        // Six lengths through four slots: some are pushed out and come back.
-        for len in [36usize, 52, 36, 4124, 16, 20, 24, 36, 52] {
-            let basis = softrdma_wire::icrc::ipv4_ident_basis(len);
-            let p = id.patches(len);
-            assert_eq!(p.basis, basis);
-            for d in 0..=u16::MAX {
-                let sum = (0..16)
-                    .filter(|i| d >> i & 1 == 1)
-                    .fold(0, |acc, i| acc ^ basis[i]);
-                assert_eq!(p.apply(d), sum, "length {len}, ID change {d:#06x}");
-            }
         }
     }
 

@@ -440,6 +440,9 @@ pub struct QueuePair {
     /// The CRCs of the fixed part of this QP's packets, per length: it sends a few lengths
     /// over and over to one peer.
     pub(crate) icrc: softrdma_wire::icrc::IcrcPrefixes,
+    /// The deadline this QP last entered in its owner's timer queue and has not seen come
+    /// due (see [`crate::endpoint::timers`]): never later than [`QueuePair::poll_timeout`].
+    timer_entry: Option<Instant>,
 }
 
 impl core::fmt::Debug for QueuePair {
@@ -470,6 +473,34 @@ impl QueuePair {
             events: VecDeque::new(),
             counters: QpCounters::default(),
             icrc: softrdma_wire::icrc::IcrcPrefixes::new(),
+            timer_entry: None,
+        }
+    }
+
+    /// The deadline to enter in the owner's timer queue, if any: the QP's next deadline when
+    /// it is earlier than the entry it already has. Call after every input, as
+    /// [`QueuePair::poll_timeout`]; a later deadline needs no new entry, since the old
+    /// entry's coming due finds it ([`QueuePair::timer_entry_due`]).
+    pub fn timer_to_enter(&mut self) -> Option<Instant> {
+        let t = self.poll_timeout()?;
+        if self.timer_entry.is_some_and(|e| e <= t) {
+            return None;
+        }
+        self.timer_entry = Some(t);
+        Some(t)
+    }
+
+    /// An entry for `at` came due in the owner's timer queue. True if it is this QP's live
+    /// entry, which is then used up: the owner runs [`QueuePair::handle_timeout`] if
+    /// [`QueuePair::poll_timeout`] is due, and enters what [`QueuePair::timer_to_enter`]
+    /// gives. False for a stale entry (one that a earlier entry replaced), which the owner
+    /// drops.
+    pub fn timer_entry_due(&mut self, at: Instant) -> bool {
+        if self.timer_entry == Some(at) {
+            self.timer_entry = None;
+            true
+        } else {
+            false
         }
     }
 

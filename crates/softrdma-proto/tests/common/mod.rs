@@ -5,7 +5,7 @@
 use softrdma_proto::sim::{ConnectOpts, LinkFaults, Sim};
 use softrdma_proto::*;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 
 pub const A: usize = 0;
 pub const B: usize = 1;
@@ -73,10 +73,10 @@ pub fn recv(wr_id: u64, addr: u64, length: u32, lkey: u32) -> RecvWr {
 }
 
 impl Pair {
-    pub fn qa(&mut self) -> &mut QueuePair {
+    pub fn qa(&mut self) -> MutexGuard<'_, QueuePair> {
         self.sim.qp(A, QA)
     }
-    pub fn qb(&mut self) -> &mut QueuePair {
+    pub fn qb(&mut self) -> MutexGuard<'_, QueuePair> {
         self.sim.qp(B, QB)
     }
     pub fn run(&mut self) {
@@ -84,7 +84,7 @@ impl Pair {
     }
     pub fn completions(&mut self, ep: usize) -> Vec<Completion> {
         let qpn = if ep == A { QA } else { QB };
-        let qp = self.sim.qp(ep, qpn);
+        let mut qp = self.sim.qp(ep, qpn);
         std::iter::from_fn(|| qp.poll_completion()).collect()
     }
     /// Posts a signaled RDMA WRITE of A's `len` bytes at `off` to the same offset on B.

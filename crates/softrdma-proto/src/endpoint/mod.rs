@@ -1,0 +1,472 @@
+//! The device core without I/O: what stands between a datagram and a QP, and between a QP's
+//! deadlines and the clock. quinn-proto's `Endpoint` is the model.
+//!
+//! - [`QpTable`]: the QPs by number, and the QPN demultiplexing of every packet.
+//! - [`Receiver`]: the receive checks of each datagram (it parses; its ICRC verifies, with
+//!   the IPv4 identification recovered, see [`check`]; its QPN is known), the QP's handling
+//!   of it, and the coalescing of responses: the QPs a batch of datagrams reached are
+//!   serviced once, after the batch, so that one ACK answers all of a batch's requests
+//!   (IBTA 9.7.5.1: an ACK acknowledges every request before it).
+//! - [`timers::TimerQueue`]: the QPs' deadlines, which an idle QP has none of.
+//! - [`Counter`]: the device's counters, named once, as rxe's `hw_counters`.
+//! - [`Endpoint`]: all of these for one owner, as the simulator drives them.
+//!
+//! # Contract
+//! Nothing here reads a clock, touches a socket, starts a thread or uses `unsafe`: time is
+//! the `now` the caller passes, and datagrams are bytes. Where the QPs live is the caller's
+//! choice, through [`QpCell`]: the simulator keeps each behind a `Mutex` it alone uses; the
+//! soft device keeps them behind its per-QP locks, with its receive state, QP table and timer
+//! queue each behind a lock of its own, and drives the same [`Receiver`] and
+//! [`timers::TimerQueue`] from whichever thread holds them. [`Receiver::datagram`] locks one
+//! QP at a time and holds no lock of the caller's own beyond that.
+
+pub mod check;
+pub mod timers;
+
+use crate::qp::QueuePair;
+use crate::types::Instant;
+use check::{IcrcCheck, IcrcOk, KeyMap};
+use softrdma_wire::IbPacket;
+use std::net::IpAddr;
+use std::ops::DerefMut;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Where a QP lives: something that lends it out for one call at a time.
+pub trait QpCell {
+    /// Exclusive access to the QP until the guard is dropped.
+    fn lock_qp(&self) -> impl DerefMut<Target = QueuePair> + '_;
+}
+
+impl QpCell for Mutex<QueuePair> {
+    fn lock_qp(&self) -> impl DerefMut<Target = QueuePair> + '_ {
+        // A panic under the lock leaves the QP as it was between two calls: keep going.
+        Mutex::lock(self).unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A QP table as the receive path reads it.
+pub trait Lookup<C> {
+    /// Moves on whenever a QP leaves the table, so that a receiver's memo of the last QP
+    /// found is known to be stale.
+    fn generation(&self) -> u64;
+    /// The QP numbered `qpn`.
+    fn get(&self, qpn: u32) -> Option<Arc<C>>;
+}
+
+/// The QPs by number.
+pub struct QpTable<C> {
+    map: KeyMap<Arc<C>>,
+    generation: u64,
+}
+
+impl<C> Default for QpTable<C> {
+    fn default() -> Self {
+        Self {
+            map: KeyMap::default(),
+            generation: 0,
+        }
+    }
+}
+
+impl<C> QpTable<C> {
+    /// Adds a QP; false (and nothing changed) if the number is taken.
+    pub fn insert(&mut self, qpn: u32, qp: Arc<C>) -> bool {
+        if self.map.contains_key(&qpn) {
+            return false;
+        }
+        self.map.insert(qpn, qp);
+        true
+    }
+
+    /// Removes the QP numbered `qpn`.
+    pub fn remove(&mut self, qpn: u32) -> Option<Arc<C>> {
+        let q = self.map.remove(&qpn);
+        self.generation += 1;
+        q
+    }
+
+    /// Whether `qpn` is taken.
+    pub fn contains(&self, qpn: u32) -> bool {
+        self.map.contains_key(&qpn)
+    }
+
+    /// Every QP, in no particular order.
+    pub fn values(&self) -> impl Iterator<Item = &Arc<C>> {
+        self.map.values()
+    }
+
+    /// How many QPs there are.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+impl<C> Lookup<C> for QpTable<C> {
+    fn generation(&self) -> u64 {
+        self.generation
+    }
+    fn get(&self, qpn: u32) -> Option<Arc<C>> {
+        self.map.get(&qpn).cloned()
+    }
+}
+
+/// The device's counters, named once: each has its rxe `hw_counters` name where rxe has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum Counter {
+    SentPkts,
+    RcvdPkts,
+    RcvdUnknownQpn,
+    RcvdMalformed,
+    RcvdIcrcErr,
+    RcvdIcrcIpId,
+    SendErr,
+    SendCalls,
+    IpIdProbes,
+}
+
+impl Counter {
+    /// Every counter, in the order they are shown.
+    pub const ALL: [Counter; 9] = [
+        Counter::SentPkts,
+        Counter::RcvdPkts,
+        Counter::RcvdUnknownQpn,
+        Counter::RcvdMalformed,
+        Counter::RcvdIcrcErr,
+        Counter::RcvdIcrcIpId,
+        Counter::SendErr,
+        Counter::SendCalls,
+        Counter::IpIdProbes,
+    ];
+
+    /// Its name, as rxe's `hw_counters` (or in their style, for the ones rxe has not).
+    pub fn name(self) -> &'static str {
+        match self {
+            Counter::SentPkts => "sent_pkts",
+            Counter::RcvdPkts => "rcvd_pkts",
+            Counter::RcvdUnknownQpn => "rcvd_unknown_qpn",
+            Counter::RcvdMalformed => "rcvd_malformed",
+            Counter::RcvdIcrcErr => "rcvd_icrc_err",
+            Counter::RcvdIcrcIpId => "rcvd_icrc_ip_id",
+            Counter::SendErr => "send_err",
+            Counter::SendCalls => "send_calls",
+            Counter::IpIdProbes => "ip_id_probes",
+        }
+    }
+
+    /// What it counts.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Counter::SentPkts => "packets sent",
+            Counter::RcvdPkts => "packets received and handed to a QP",
+            Counter::RcvdUnknownQpn => "packets for a QPN the device does not have",
+            Counter::RcvdMalformed => "packets that did not parse",
+            Counter::RcvdIcrcErr => "packets whose ICRC did not match",
+            Counter::RcvdIcrcIpId => {
+                "IPv4 packets whose ICRC matched only with the sender's recovered IP ID"
+            }
+            Counter::SendErr => "sends the socket refused; retransmission recovers them",
+            Counter::SendCalls => "batches handed to the kernel (sendmmsg calls)",
+            Counter::IpIdProbes => "probes sent to learn a connected socket's IPv4 ID counter",
+        }
+    }
+}
+
+/// Counts of the receive path, gathered per batch and added to the device's counters once
+/// per batch (a shared counter's add is a locked instruction).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RxCounts {
+    /// Packets handed to a QP.
+    pub rcvd: u64,
+    /// Packets that did not parse.
+    pub malformed: u64,
+    /// Packets whose ICRC no IPv4 identification made right.
+    pub icrc_errors: u64,
+    /// Packets whose ICRC matched with a recovered IPv4 identification.
+    pub ip_ids: u64,
+    /// Packets for a QPN nobody has.
+    pub unknown_qpn: u64,
+}
+
+impl RxCounts {
+    /// The counts with their [`Counter`]s.
+    pub fn by_counter(&self) -> [(Counter, u64); 5] {
+        [
+            (Counter::RcvdPkts, self.rcvd),
+            (Counter::RcvdMalformed, self.malformed),
+            (Counter::RcvdIcrcErr, self.icrc_errors),
+            (Counter::RcvdIcrcIpId, self.ip_ids),
+            (Counter::RcvdUnknownQpn, self.unknown_qpn),
+        ]
+    }
+}
+
+/// What became of one datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxOutcome {
+    /// Handed to its QP. `ident`: the IPv4 identification it carried (0 for IPv6).
+    Delivered {
+        /// IPv4 identification.
+        ident: u16,
+    },
+    /// Not an InfiniBand packet (too short, or headers that do not parse).
+    Malformed,
+    /// The ICRC is wrong for every IPv4 identification: corrupt.
+    BadIcrc,
+    /// For a QPN this device does not have.
+    UnknownQpn {
+        /// IPv4 identification.
+        ident: u16,
+    },
+}
+
+impl RxOutcome {
+    /// The IPv4 identification the datagram carried, as far as it is known (0 otherwise).
+    pub fn ident(self) -> u16 {
+        match self {
+            RxOutcome::Delivered { ident } | RxOutcome::UnknownQpn { ident } => ident,
+            _ => 0,
+        }
+    }
+}
+
+/// The receive path's state: the checks' memo, the last QP found, the QPs a batch reached.
+pub struct Receiver<C> {
+    check: IcrcCheck,
+    /// The QP the last packet went to, with the table's generation then: packets come in
+    /// runs to one QP, and this spares the table's lock and hash for each.
+    last_qp: Option<(u64, u32, Arc<C>)>,
+    /// The QPs the current batch reached, each once.
+    touched: Vec<Arc<C>>,
+    counts: RxCounts,
+}
+
+impl<C> Default for Receiver<C> {
+    fn default() -> Self {
+        Self {
+            check: IcrcCheck::default(),
+            last_qp: None,
+            touched: Vec::new(),
+            counts: RxCounts::default(),
+        }
+    }
+}
+
+impl<C: QpCell> Receiver<C> {
+    /// Checks one datagram, sent from `src`:`sport` to `local`, and hands it to its QP
+    /// (found in `table`), which is then among [`Receiver::touched`].
+    pub fn datagram(
+        &mut self,
+        table: &impl Lookup<C>,
+        now: Instant,
+        local: IpAddr,
+        src: IpAddr,
+        sport: u16,
+        data: &[u8],
+    ) -> RxOutcome {
+        let Ok(pkt) = IbPacket::new_checked(data) else {
+            self.counts.malformed += 1;
+            return RxOutcome::Malformed;
+        };
+        let ident = match self.check.check(src, local, sport, data) {
+            None => {
+                // rxe drops a bad ICRC silently; it is counted here.
+                self.counts.icrc_errors += 1;
+                return RxOutcome::BadIcrc;
+            }
+            Some(IcrcOk::Direct) => 0,
+            Some(IcrcOk::Ident(i)) => {
+                self.counts.ip_ids += 1;
+                i
+            }
+        };
+        let qpn = pkt.bth().dest_qp().value();
+        let generation = table.generation();
+        if !matches!(&self.last_qp, Some((g, n, _)) if *g == generation && *n == qpn) {
+            self.last_qp = table.get(qpn).map(|q| (generation, qpn, q));
+        }
+        let Some((_, _, cell)) = &self.last_qp else {
+            self.counts.unknown_qpn += 1;
+            return RxOutcome::UnknownQpn { ident };
+        };
+        self.counts.rcvd += 1;
+        cell.lock_qp()
+            .handle_packet(now, src.to_canonical(), local, &pkt);
+        if !self.touched.iter().any(|t| Arc::ptr_eq(t, cell)) {
+            self.touched.push(cell.clone());
+        }
+        RxOutcome::Delivered { ident }
+    }
+}
+
+impl<C> Receiver<C> {
+    /// Takes the QPs the datagrams since the last call reached, each once: the caller
+    /// services each (transmit, completions, timer) after the batch.
+    pub fn touched(&mut self) -> std::vec::Drain<'_, Arc<C>> {
+        self.touched.drain(..)
+    }
+
+    /// Takes the counts gathered since the last call.
+    pub fn take_counts(&mut self) -> RxCounts {
+        std::mem::take(&mut self.counts)
+    }
+
+    /// Forgets the memo of the last QP (its table changed without a new generation).
+    pub fn forget(&mut self) {
+        self.last_qp = None;
+    }
+}
+
+/// Fires the timer entry `(at, qpn)` that came due at `now`: the QP handles its timeout if
+/// its deadline is due, and `then` services it, under the same lock. `None` for a stale
+/// entry, or a QP that is gone; otherwise whether its timeout was handled (false when its
+/// deadline had moved later than the entry). Either way the caller enters the QP's next
+/// deadline ([`QueuePair::timer_to_enter`]) in `then`.
+pub fn fire_entry<C: QpCell>(
+    table: &impl Lookup<C>,
+    at: Instant,
+    qpn: u32,
+    now: Instant,
+    then: impl FnOnce(&Arc<C>, &mut QueuePair),
+) -> Option<bool> {
+    let cell = table.get(qpn)?;
+    let mut qp = cell.lock_qp();
+    if !qp.timer_entry_due(at) {
+        return None;
+    }
+    let due = qp.poll_timeout().is_some_and(|t| t <= now);
+    if due {
+        qp.handle_timeout(now);
+    }
+    then(&cell, &mut qp);
+    Some(due)
+}
+
+/// The endpoint for one owner: a table, its receiver and timer queue. This is what the
+/// simulator drives; the soft device drives the same parts behind locks of their own.
+pub struct Endpoint {
+    /// Its address.
+    pub ip: IpAddr,
+    /// Its QPs.
+    pub qps: QpTable<Mutex<QueuePair>>,
+    /// Its receive path.
+    pub rx: Receiver<Mutex<QueuePair>>,
+    /// Its QPs' deadlines.
+    pub timers: timers::TimerQueue,
+    /// QPs to service (transmit from) before anything else happens: those the last inputs
+    /// reached.
+    dirty: Vec<Arc<Mutex<QueuePair>>>,
+}
+
+impl Endpoint {
+    /// An endpoint at `ip` with no QPs.
+    pub fn new(ip: IpAddr) -> Self {
+        Self {
+            ip,
+            qps: QpTable::default(),
+            rx: Receiver::default(),
+            timers: timers::TimerQueue::default(),
+            dirty: Vec::new(),
+        }
+    }
+
+    /// Adds a QP, and enters its deadline.
+    pub fn insert(&mut self, qp: QueuePair) -> Arc<Mutex<QueuePair>> {
+        let qpn = qp.qpn().value();
+        let cell = Arc::new(Mutex::new(qp));
+        self.qps.insert(qpn, cell.clone());
+        self.dirty.push(cell.clone());
+        cell
+    }
+
+    /// The QP numbered `qpn`, locked. It is serviced (and its deadline entered) at the next
+    /// [`Endpoint::service`].
+    pub fn qp(&mut self, qpn: u32) -> Option<MutexGuard<'_, QueuePair>> {
+        let cell = self.qps.get(qpn)?;
+        if !self.dirty.iter().any(|d| Arc::ptr_eq(d, &cell)) {
+            self.dirty.push(cell);
+        }
+        let cell = self.qps.map.get(&qpn)?;
+        Some(Mutex::lock(cell).unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Every QP, locked one at a time by `f`.
+    pub fn for_each_qp(&self, mut f: impl FnMut(&mut QueuePair)) {
+        for c in self.qps.values() {
+            f(&mut c.lock_qp());
+        }
+    }
+
+    /// Hands one datagram to its QP (see [`Receiver::datagram`]).
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        src: IpAddr,
+        sport: u16,
+        data: &[u8],
+    ) -> RxOutcome {
+        let out = self.rx.datagram(&self.qps, now, self.ip, src, sport, data);
+        let Self { rx, dirty, .. } = self;
+        for t in rx.touched() {
+            if !dirty.iter().any(|d| Arc::ptr_eq(d, &t)) {
+                dirty.push(t);
+            }
+        }
+        out
+    }
+
+    /// Fires the timers due at `now`; returns how many fired.
+    pub fn handle_timeout(&mut self, now: Instant) -> usize {
+        let mut fired = 0;
+        while let Some((at, qpn)) = self.timers.pop_due(now) {
+            let dirty = &mut self.dirty;
+            let handled = fire_entry(&self.qps, at, qpn, now, |cell, _| {
+                if !dirty.iter().any(|d| Arc::ptr_eq(d, cell)) {
+                    dirty.push(cell.clone());
+                }
+            });
+            fired += usize::from(handled == Some(true));
+        }
+        fired
+    }
+
+    /// The earliest deadline of any QP. Stale entries at the front are dropped, and a live
+    /// one whose QP's deadline moved later is entered again at the real deadline, so the
+    /// answer is exact.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        loop {
+            let (at, qpn) = self.timers.peek()?;
+            let Some(cell) = self.qps.get(qpn) else {
+                self.timers.pop();
+                continue;
+            };
+            let mut qp = cell.lock_qp();
+            if qp.poll_timeout() == Some(at) {
+                return Some(at);
+            }
+            self.timers.pop();
+            if qp.timer_entry_due(at) {
+                if let Some(t) = qp.timer_to_enter() {
+                    self.timers.push(t, qpn);
+                }
+            }
+        }
+    }
+
+    /// Services the QPs the last inputs reached: `f` takes each one's packets (and
+    /// completions, as it likes), and then its deadline is entered.
+    pub fn service(&mut self, mut f: impl FnMut(&mut QueuePair)) {
+        for cell in self.dirty.drain(..) {
+            let mut qp = cell.lock_qp();
+            f(&mut qp);
+            if let Some(t) = qp.timer_to_enter() {
+                self.timers.push(t, qp.qpn().value());
+            }
+        }
+    }
+}
