@@ -31,6 +31,7 @@
 //! SEND with invalidate's actual invalidation are left to the device layer.
 
 pub mod endpoint;
+pub mod faults;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod memory;

@@ -16,7 +16,7 @@ use crate::qp::rtt::PathRtt;
 use crate::qp::{QueuePair, same_ip};
 use crate::types::Instant;
 use core::time::Duration;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use softrdma_wire::IbPacket;
 use std::cmp::Reverse;
@@ -24,64 +24,7 @@ use std::collections::BinaryHeap;
 use std::net::IpAddr;
 use std::sync::{Arc, MutexGuard};
 
-/// Faults applied to every packet on a link. Probabilities are in `0.0..=1.0`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LinkFaults {
-    /// Probability a packet is lost.
-    pub loss: f64,
-    /// Probability a packet is delivered twice.
-    pub dup: f64,
-    /// Probability a packet is held back long enough to arrive after later ones.
-    pub reorder: f64,
-    /// Probability one bit of a packet is flipped.
-    pub corrupt: f64,
-    /// One-way delay.
-    pub delay: Duration,
-    /// Extra random delay, uniform in `0..=jitter`.
-    pub jitter: Duration,
-    /// From this instant on, nothing is delivered.
-    pub partition_at: Option<Instant>,
-    /// A link of finite rate with a drop-tail queue; `None`: infinitely fast.
-    pub rate: Option<LinkRate>,
-}
-
-/// A link's speed and its sending queue: packets leave one after another at `bits_per_sec`,
-/// each taking its length plus [`FRAME_OVERHEAD`] bytes of the wire, and a packet that
-/// finds `queue_pkts` packets waiting is dropped (drop-tail), as a switch port does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LinkRate {
-    /// Line rate.
-    pub bits_per_sec: u64,
-    /// Packets the queue holds, the one on the wire included.
-    pub queue_pkts: usize,
-}
-
-/// Bytes a RoCE v2 packet takes on an Ethernet wire beyond its InfiniBand part: preamble and
-/// inter-frame gap (20), Ethernet header and FCS (18), IPv4 (20) and UDP (8) headers.
-pub const FRAME_OVERHEAD: usize = 66;
-
-impl LinkRate {
-    /// How long a packet of `len` bytes (InfiniBand part) occupies the wire.
-    pub fn wire_time(&self, len: usize) -> Duration {
-        let bits = ((len + FRAME_OVERHEAD) * 8) as u128;
-        Duration::from_nanos((bits * 1_000_000_000 / u128::from(self.bits_per_sec.max(1))) as u64)
-    }
-}
-
-impl Default for LinkFaults {
-    fn default() -> Self {
-        Self {
-            loss: 0.0,
-            dup: 0.0,
-            reorder: 0.0,
-            corrupt: 0.0,
-            delay: Duration::from_micros(5),
-            jitter: Duration::ZERO,
-            partition_at: None,
-            rate: None,
-        }
-    }
-}
+pub use crate::faults::{FRAME_OVERHEAD, LinkFaults, LinkRate};
 
 /// What a scripted test decides for one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -311,7 +254,7 @@ impl Sim {
             self.stats.partitioned += 1;
             return;
         }
-        if verdict == Verdict::Drop || self.rng.random_bool(f.loss) {
+        if verdict == Verdict::Drop || f.lost(&mut self.rng) {
             self.stats.lost += 1;
             return;
         }
@@ -331,7 +274,7 @@ impl Sim {
             left = start.add(rate.wire_time(bytes.len()));
             q.push_back(left);
         }
-        let copies = if verdict == Verdict::Duplicate || self.rng.random_bool(f.dup) {
+        let copies = if verdict == Verdict::Duplicate || f.duplicated(&mut self.rng) {
             self.stats.duplicated += 1;
             2
         } else {
@@ -343,25 +286,15 @@ impl Sim {
             } else {
                 bytes.clone()
             };
-            if self.rng.random_bool(f.corrupt) {
-                let bit = self.rng.random_range(0..b.len() * 8);
-                b[bit / 8] ^= 1 << (bit % 8);
+            if f.corrupted(&mut self.rng, &mut b) {
                 self.stats.corrupted += 1;
             }
-            let mut delay = f.delay;
-            if !f.jitter.is_zero() {
-                delay += f.jitter.mul_f64(self.rng.random::<f64>());
-            }
+            let (mut delay, held) = f.copy_delay(&mut self.rng);
             if let Verdict::Delay(d) = verdict {
                 delay += d;
             }
             let mut at = left.add(delay);
-            if self.rng.random_bool(f.reorder) {
-                // Long enough to be overtaken by packets sent after it.
-                at = at.add(
-                    (f.delay + Duration::from_micros(1))
-                        .mul_f64(1.0 + 4.0 * self.rng.random::<f64>()),
-                );
+            if held {
                 self.stats.reordered += 1;
             } else {
                 // Jitter never reorders a link by itself.

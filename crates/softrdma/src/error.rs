@@ -63,6 +63,24 @@ pub enum Error {
         /// The address.
         addr: std::net::IpAddr,
     },
+    /// `SOFTRDMA_FAULTS` (or a fault specification given another way) did not parse.
+    #[error("ibv_open_device: SOFTRDMA_FAULTS={spec:?}: {source}")]
+    Faults {
+        /// The specification.
+        spec: String,
+        /// What was wrong with it.
+        source: softrdma_proto::faults::FaultsError,
+    },
+    /// An environment variable that must hold an IP address does not.
+    #[error("{var}={value:?} is not an IP address: {source}")]
+    BadAddr {
+        /// The variable (`SOFTRDMA_ADDR`).
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// Why it did not parse.
+        source: std::net::AddrParseError,
+    },
     /// An operating-system call failed.
     #[error("{verb}: {source}")]
     Io {
@@ -84,6 +102,8 @@ impl Error {
             Error::InvalidAttr { .. }
             | Error::OutOfRange { .. }
             | Error::NoChannel
+            | Error::Faults { .. }
+            | Error::BadAddr { .. }
             | Error::Modify(_) => libc::EINVAL,
             Error::WrIdInFlight { .. } => libc::EBUSY,
             Error::Post(PostError::QueueFull { .. }) => libc::ENOMEM,

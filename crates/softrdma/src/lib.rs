@@ -23,29 +23,26 @@
 //! loop may post, poll, re-arm and create or destroy QPs.
 
 pub mod config;
-mod cq;
+mod counters;
+pub mod datapath;
 mod device;
 mod error;
-mod mr;
-mod qp;
-pub mod stats;
-mod sys;
-mod tx;
-pub mod wrap;
+pub mod verbs;
 
-pub use cq::{CompletionChannel, CompletionQueue, Polled};
-pub use device::{
-    Context, DeviceAttr, DeviceCounters, DeviceOptions, PortAttr, default_addr, device_attr,
-    port_attr,
-};
+pub use config::{DeviceAttr, DeviceOptions, PortAttr, default_addr, device_attr, port_attr};
+pub use counters::DeviceCounters;
+pub use device::stats;
 pub use error::{Error, Result};
-pub use mr::MemoryRegion;
-pub use qp::{
-    AddressHandle, ConnectAttr, Peer, ProtectionDomain, QpInitAttr, QueuePair, SharedReceiveQueue,
-};
+pub use softrdma_proto::faults::{FaultsError, LinkFaults};
 pub use softrdma_proto::{
     AccessFlags, AddressVector, AsyncEvent, Completion, Mtu, Payload, QpAttr, QpState, QpType,
     RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
 };
 pub use softrdma_proto::{QpCaps, QpCounters};
 pub use softrdma_wire::{Psn, Qpn};
+pub use verbs::context::Context;
+pub use verbs::cq::{CompletionChannel, CompletionQueue, Polled};
+pub use verbs::mr::MemoryRegion;
+pub use verbs::qp::{
+    AddressHandle, ConnectAttr, Peer, ProtectionDomain, QpInitAttr, QueuePair, SharedReceiveQueue,
+};

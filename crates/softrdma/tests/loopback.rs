@@ -338,7 +338,7 @@ fn cq_overflow_raises_an_event() {
 fn faulty() -> DeviceOptions {
     DeviceOptions {
         faults: Some(
-            softrdma::wrap::Faults::parse("drop=0.05,dup=0.05,reorder=0.1,corrupt=0.01,delay_us=5")
+            softrdma::LinkFaults::parse("drop=0.05,dup=0.05,reorder=0.1,corrupt=0.01,delay_us=5")
                 .unwrap(),
         ),
         ..Default::default()

@@ -283,7 +283,7 @@ fn rc_round(faults: Option<&str>, last: u8, peer_env: &[(&str, &str)]) {
     let my_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 79, last + 1));
     let mut p = spawn_peer("rc", &peer_ip.to_string(), faults, peer_env);
     let opts = DeviceOptions {
-        faults: faults.map(|f| softrdma::wrap::Faults::parse(f).unwrap()),
+        faults: faults.map(|f| softrdma::LinkFaults::parse(f).unwrap()),
         ..Default::default()
     };
     let m = me("rc", my_ip, &mut p, peer_ip, opts);
@@ -402,7 +402,7 @@ fn echo_round(t: &str, faults: Option<&str>, last: u8) {
     let my_ip = IpAddr::V4(Ipv4Addr::new(127, 0, 79, last + 1));
     let mut p = spawn_peer(t, &peer_ip.to_string(), faults, &[]);
     let opts = DeviceOptions {
-        faults: faults.map(|f| softrdma::wrap::Faults::parse(f).unwrap()),
+        faults: faults.map(|f| softrdma::LinkFaults::parse(f).unwrap()),
         ..Default::default()
     };
     let m = me(t, my_ip, &mut p, peer_ip, opts);

@@ -1,15 +1,23 @@
 //! Protection domains and queue pairs.
 
-use crate::cq::{CompletionQueue, CqInner};
-use crate::device::Context;
+use crate::device::qp::QpShared;
 use crate::error::{Error, Result};
-use crate::mr::MemoryRegion;
+use crate::verbs::context::Context;
+use crate::verbs::cq::CompletionQueue;
+use crate::verbs::mr::MemoryRegion;
 use softrdma_proto::SendOp;
 use softrdma_proto::{
     AccessFlags, Pd, QpAttr, QpCaps, QpConfig, QpType, RecvWr, SendFlags, SendWr,
 };
 use softrdma_wire::Qpn;
 use std::sync::{Arc, Mutex};
+
+impl Context {
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> ProtectionDomain {
+        ProtectionDomain::new(self.clone())
+    }
+}
 
 /// A protection domain (`struct ibv_pd`).
 #[derive(Clone)]
@@ -254,12 +262,6 @@ fn check_access(access: AccessFlags) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-pub(crate) struct QpShared {
-    pub qp: Mutex<softrdma_proto::QueuePair>,
-    pub send_cq: Arc<CqInner>,
-    pub recv_cq: Arc<CqInner>,
 }
 
 /// A queue pair (`struct ibv_qp`). Dropping it destroys it.

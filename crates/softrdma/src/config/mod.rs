@@ -6,6 +6,12 @@
 //! device, `softrdma0`, on 127.0.0.1, or on `$SOFTRDMA_ADDR` if set (so two processes on one
 //! host can use 127.0.0.2 and 127.0.0.3).
 
+pub mod limits;
+pub mod options;
+
+pub use limits::{DeviceAttr, MAX_CQE, PortAttr, device_attr, port_attr};
+pub use options::{DeviceOptions, default_addr};
+
 use crate::error::{Error, Result};
 use softrdma_proto::Mtu;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -125,16 +131,14 @@ pub fn specs() -> Result<Vec<DeviceSpec>> {
             // SOFTRDMA_ADDR moves the default (first) device for this process.
             if std::env::var_os("SOFTRDMA_ADDR").is_some() {
                 if let Some(first) = specs.first_mut() {
-                    let addr = crate::device::default_addr()
-                        .map_err(|why| Error::attr("ibv_get_device_list", "SOFTRDMA_ADDR", why))?;
+                    let addr = default_addr()?;
                     first.binding = Binding::Addr(addr);
                 }
             }
             Ok(specs)
         }
         None => {
-            let addr = crate::device::default_addr()
-                .map_err(|why| Error::attr("ibv_get_device_list", "SOFTRDMA_ADDR", why))?;
+            let addr = default_addr()?;
             Ok(vec![DeviceSpec {
                 name: "softrdma0".into(),
                 binding: Binding::Addr(addr),

@@ -1,5 +1,5 @@
 //! The soft RoCE v2 device: a UDP socket on `IP:4791` that receives, the sockets that send
-//! (`crate::tx`: connected ones, from another port), the engine's QPs, the region table, and
+//! (`crate::datapath::tx`: connected ones, from another port), the engine's QPs, the region table, and
 //! one progress thread that receives, runs timers and retransmits.
 //!
 //! Contract: whoever holds the receive state drains the socket: the progress thread, or an
@@ -15,126 +15,34 @@
 //! the earliest deadline with the clock on each empty poll. While pollers spin on every
 //! core, the progress thread may wait milliseconds for a CPU; the timers must not.
 
-use crate::cq::{CompletionChannel, CompletionQueue, CqInner};
+pub(crate) mod cq;
+pub(crate) mod qp;
+pub(crate) mod regions;
+pub mod stats;
+
+use crate::config::DeviceOptions;
+use crate::counters::DeviceCounters;
+use crate::datapath::batch::SendBatch;
+use crate::datapath::pcap::Capture;
+use crate::datapath::socket::{self as sys, RecvBatch};
+use crate::datapath::tx::{TxOptions, TxPath};
 use crate::error::{Error, Result};
-use crate::mr::MrTable;
-use crate::qp::{ProtectionDomain, QpShared};
+use cq::CqInner;
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token, Waker};
+use qp::QpShared;
+use regions::MrTable;
 use softrdma_proto::endpoint::timers::TimerQueue;
 use softrdma_proto::endpoint::{Lookup, QpCell, QpTable, Receiver, RxOutcome};
+use softrdma_proto::faults::LinkFaults;
 use softrdma_proto::{AsyncEvent, Instant, Mtu, Pd, WcOpcode};
 use softrdma_wire::{Opcode, ROCE_V2_PORT};
 use std::collections::VecDeque;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
-
-/// Largest CQ (rxe's `RXE_MAX_CQE`).
-pub const MAX_CQE: usize = 32767;
-
-/// The address of the default device: `$SOFTRDMA_ADDR`, else 127.0.0.1.
-pub fn default_addr() -> std::result::Result<IpAddr, String> {
-    match std::env::var("SOFTRDMA_ADDR") {
-        Ok(s) => s
-            .parse()
-            .map_err(|e| format!("SOFTRDMA_ADDR={s:?} is not an IP address: {e}")),
-        Err(_) => Ok(IpAddr::V4(Ipv4Addr::LOCALHOST)),
-    }
-}
-
-/// Device limits (`struct ibv_device_attr`), modelled on rxe's `rxe_param.h`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(missing_docs)]
-pub struct DeviceAttr {
-    pub fw_ver: String,
-    pub node_guid: u64,
-    pub sys_image_guid: u64,
-    pub max_mr_size: u64,
-    pub page_size_cap: u64,
-    pub vendor_id: u32,
-    pub vendor_part_id: u32,
-    pub hw_ver: u32,
-    pub max_qp: u32,
-    pub max_qp_wr: u32,
-    pub max_sge: u32,
-    pub max_sge_rd: u32,
-    pub max_cq: u32,
-    pub max_cqe: u32,
-    pub max_mr: u32,
-    pub max_pd: u32,
-    pub max_qp_rd_atom: u32,
-    pub max_qp_init_rd_atom: u32,
-    pub max_res_rd_atom: u32,
-    pub atomic_cap: &'static str,
-    pub max_srq: u32,
-    pub max_srq_wr: u32,
-    pub max_srq_sge: u32,
-    pub max_pkeys: u32,
-    pub local_ca_ack_delay: u32,
-    pub max_inline_data: u32,
-    pub phys_port_cnt: u8,
-    pub max_ah: u32,
-    pub max_msg_sz: u64,
-}
-
-/// Port attributes (`struct ibv_port_attr`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(missing_docs)]
-pub struct PortAttr {
-    pub state: &'static str,
-    pub max_mtu: Mtu,
-    pub active_mtu: Mtu,
-    pub gid_tbl_len: u32,
-    pub lid: u16,
-    pub sm_lid: u16,
-    pub link_layer: &'static str,
-}
-
-/// Device counters, named as rxe's `hw_counters`.
-#[derive(Debug, Default)]
-pub struct DeviceCounters {
-    /// Packets sent.
-    pub sent_pkts: AtomicU64,
-    /// Packets received and handed to a QP.
-    pub rcvd_pkts: AtomicU64,
-    /// Packets for a QPN the device does not have.
-    pub rcvd_unknown_qpn: AtomicU64,
-    /// Packets that did not parse.
-    pub rcvd_malformed: AtomicU64,
-    /// Packets whose ICRC did not match.
-    pub rcvd_icrc_errors: AtomicU64,
-    /// IPv4 packets whose ICRC matched only with the sender's (recovered) IP ID.
-    pub rcvd_icrc_ip_id: AtomicU64,
-    /// Sends the socket refused (buffer full); retransmission recovers them.
-    pub send_errors: AtomicU64,
-    /// Batches handed to the kernel (`sendmmsg` calls, give or take a retry): with
-    /// `sent_pkts`, how well packets share system calls.
-    pub send_calls: AtomicU64,
-    /// Probes sent to learn where a connected socket's IPv4 identification counter stands
-    /// (see `tx`): three per destination, and one after each failed send.
-    pub ip_id_probes: AtomicU64,
-}
-
-impl DeviceCounters {
-    /// Name and value of every counter.
-    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        vec![
-            ("sent_pkts", g(&self.sent_pkts)),
-            ("rcvd_pkts", g(&self.rcvd_pkts)),
-            ("rcvd_unknown_qpn", g(&self.rcvd_unknown_qpn)),
-            ("rcvd_malformed", g(&self.rcvd_malformed)),
-            ("rcvd_icrc_errors", g(&self.rcvd_icrc_errors)),
-            ("rcvd_icrc_ip_id", g(&self.rcvd_icrc_ip_id)),
-            ("send_errors", g(&self.send_errors)),
-            ("send_calls", g(&self.send_calls)),
-            ("ip_id_probes", g(&self.ip_id_probes)),
-        ]
-    }
-}
 
 const SOCKET: Token = Token(0);
 /// How long the progress thread keeps polling without sleeping after it last found work:
@@ -161,8 +69,8 @@ pub(crate) struct Device {
     pub mtu: Mtu,
     /// Receives: every peer sends to port 4791.
     socket: UdpSocket,
-    /// Sends, from another port (see [`crate::tx`]).
-    pub(crate) tx: crate::tx::TxPath,
+    /// Sends, from another port (see [`crate::datapath::tx`]).
+    pub(crate) tx: TxPath,
     pub mrs: Arc<MrTable>,
     pub qps: RwLock<QpTable<QpShared>>,
     /// The smallest round trip to each destination, shared by the QPs that go there (see
@@ -203,16 +111,16 @@ pub(crate) struct Device {
     app_polling: AtomicBool,
     /// Tests starve the progress thread with this (it then does nothing but sleep).
     #[cfg(test)]
-    progress_paused: AtomicBool,
+    pub(crate) progress_paused: AtomicBool,
     /// How many times application threads have drained the socket themselves (busy-polling
     /// a CQ). While this keeps moving the progress thread stops watching the socket: waking
     /// it for packets that the poller receives anyway would cost a context switch per packet
     /// on small machines. A count, not a deadline, so that a poll need not read the clock.
     app_polls: AtomicU64,
     /// `SOFTRDMA_FAULTS`, if set.
-    faults: Option<crate::wrap::Faults>,
+    faults: Option<LinkFaults>,
     /// `SOFTRDMA_PCAP`, if set.
-    capture: Option<Mutex<crate::wrap::Capture>>,
+    capture: Option<Mutex<Capture>>,
     /// Packets the fault injector holds back: (due, sequence, destination, bytes).
     delayed: Mutex<std::collections::BinaryHeap<std::cmp::Reverse<Held>>>,
     delayed_seq: AtomicU64,
@@ -227,7 +135,7 @@ pub(crate) struct Device {
     /// next sends (they then leave in the same system call, behind its request: one UDP GSO
     /// send on loopback) or next polls, or until the progress thread runs. See
     /// [`Device::poll_rx`].
-    deferred: Mutex<crate::sys::SendBatch>,
+    deferred: Mutex<SendBatch>,
     /// Whether `deferred` holds anything (read without the lock on every poll).
     has_deferred: AtomicBool,
 }
@@ -236,15 +144,15 @@ struct RxState {
     /// The receive checks, QPN demultiplexing and ACK coalescing (the device core's, shared
     /// with the simulator).
     rx: Receiver<QpShared>,
-    batch: crate::sys::RecvBatch,
+    batch: RecvBatch,
     /// Datagrams to ask for in an application thread's next receive call.
     want: usize,
 }
 
 thread_local! {
     /// Packets a thread has produced and not yet handed to the kernel.
-    static SEND_BATCH: std::cell::RefCell<crate::sys::SendBatch> =
-        std::cell::RefCell::new(crate::sys::SendBatch::default());
+    static SEND_BATCH: std::cell::RefCell<SendBatch> =
+        std::cell::RefCell::new(SendBatch::default());
     /// Where this thread's engine writes each packet for the fault injector (kept across
     /// calls: a fresh buffer per packet would cost an allocation, and reusing one spares
     /// zeroing it). Without faults, packets are built in the batch itself.
@@ -305,7 +213,7 @@ impl Device {
     }
 
     /// Records the packet last put in `batch`, when capturing.
-    fn capture_last(&self, batch: &crate::sys::SendBatch) {
+    fn capture_last(&self, batch: &SendBatch) {
         if self.capture.is_some()
             && let Some((bytes, dst)) = batch.last_packet()
         {
@@ -373,7 +281,7 @@ impl Device {
         paths.entry(dst.to_canonical()).or_default().clone()
     }
 
-    /// The device's counters with rxe's names (see [`crate::stats`]).
+    /// The device's counters with rxe's names (see [`stats`]).
     pub fn hw_counters(&self) -> Vec<(&'static str, u64)> {
         let mut q = *self.retired.lock().unwrap_or_else(|e| e.into_inner());
         for s in self.qps.read().unwrap_or_else(|e| e.into_inner()).values() {
@@ -482,12 +390,12 @@ impl Device {
         let mut any = false;
         let RxState { rx, batch, want } = st;
         loop {
-            let ask = if app { *want } else { crate::sys::RX_BATCH };
-            let got = crate::sys::recv_batch(self.socket.as_raw_fd(), batch, ask);
+            let ask = if app { *want } else { sys::RX_BATCH };
+            let got = sys::recv_batch(self.socket.as_raw_fd(), batch, ask);
             // One datagram is asked for while they come one at a time (a ping-pong); a full
             // batch means more are queued.
             *want = match got {
-                Ok(n) if n == ask => crate::sys::RX_BATCH,
+                Ok(n) if n == ask => sys::RX_BATCH,
                 _ => 1,
             };
             let n = match got {
@@ -527,7 +435,7 @@ impl Device {
                 return any;
             }
             self.flush_batch(true);
-            if n < crate::sys::RX_BATCH {
+            if n < sys::RX_BATCH {
                 return any;
             }
         }
@@ -606,7 +514,7 @@ impl Device {
             // Packets are built in place, at the end of this thread's batch.
             SEND_BATCH.with(|b| {
                 let mut b = b.borrow_mut();
-                while let Some(queued) = b.push_with(&self.mrs, |buf, at| {
+                while let Some(queued) = b.push_with(&*self.mrs, |buf, at| {
                     let t = qp.poll_transmit_at(now, buf, at)?;
                     Some((t.len, dst_of(t.dst), t.lent))
                 }) {
@@ -629,7 +537,7 @@ impl Device {
         qp: &mut softrdma_proto::QueuePair,
         now: Instant,
         buf: &mut Vec<u8>,
-        f: &crate::wrap::Faults,
+        f: &LinkFaults,
         dst_of: impl Fn(IpAddr) -> SocketAddr,
     ) {
         while let Some(t) = qp.poll_transmit(now, buf) {
@@ -644,14 +552,27 @@ impl Device {
                     }
                 },
             };
-            for delay in f.apply(&mut bytes) {
+            // The fault model's draws, in its order (see `softrdma_proto::faults`).
+            let mut rng = rand::rng();
+            if f.lost(&mut rng) {
+                continue;
+            }
+            let copies = if f.duplicated(&mut rng) { 2 } else { 1 };
+            for c in 0..copies {
+                let mut copy = if c + 1 == copies {
+                    std::mem::take(&mut bytes)
+                } else {
+                    bytes.clone()
+                };
+                f.corrupted(&mut rng, &mut copy);
+                let (delay, _) = f.copy_delay(&mut rng);
                 if delay.is_zero() {
                     // What the faults spare goes the way every packet goes: into this
                     // thread's batch, so that a faulty device measures the device's own
                     // send path (GSO, connected sockets, deferred ACKs), not a slower one.
                     SEND_BATCH.with(|b| {
                         let mut b = b.borrow_mut();
-                        b.push(&bytes, dst);
+                        b.push(&copy, dst);
                         self.capture_last(&b);
                     });
                 } else {
@@ -660,7 +581,7 @@ impl Device {
                     self.delayed
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
-                        .push(std::cmp::Reverse((due.as_nanos(), seq, dst, bytes.clone())));
+                        .push(std::cmp::Reverse((due.as_nanos(), seq, dst, copy)));
                     self.timer_armed(due);
                 }
             }
@@ -707,7 +628,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
             // ACKs pollers deferred leave now.
             dev.send_delayed(Instant::from_nanos(u64::MAX));
             dev.flush_batch(true);
-            crate::stats::write(&dev.name, &dev.hw_counters());
+            stats::write(&dev.name, &dev.hw_counters());
             if let Some(c) = &dev.capture {
                 c.lock().unwrap_or_else(|e| e.into_inner()).flush();
             }
@@ -722,7 +643,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         let activity = dev.counters.sent_pkts.load(Ordering::Relaxed)
             + dev.counters.rcvd_pkts.load(Ordering::Relaxed);
         if activity != published.0 && published.1.elapsed() >= Duration::from_secs(1) {
-            crate::stats::write(&dev.name, &dev.hw_counters());
+            stats::write(&dev.name, &dev.hw_counters());
             published = (activity, std::time::Instant::now());
         }
         // Sleep until a packet, a wake-up (a new timer from another thread) or the next timer.
@@ -825,168 +746,19 @@ impl Lookup<QpShared> for Device {
     }
 }
 
-/// The limits of a device on `addr` (`ibv_query_device`), without opening it.
-pub fn device_attr(addr: IpAddr) -> DeviceAttr {
-    let guid = crate::config::node_guid(addr);
-    DeviceAttr {
-        fw_ver: "0.1.0".into(),
-        node_guid: guid,
-        sys_image_guid: guid,
-        max_mr_size: u64::MAX,
-        page_size_cap: 0xffff_f000,
-        vendor_id: 0xffffff,
-        vendor_part_id: 0,
-        hw_ver: 0,
-        max_qp: 1048560,
-        max_qp_wr: 1048576,
-        max_sge: 32,
-        max_sge_rd: 32,
-        max_cq: 1048576,
-        max_cqe: MAX_CQE as u32,
-        max_mr: 524287,
-        max_pd: 1048576,
-        max_qp_rd_atom: 128,
-        max_qp_init_rd_atom: 128,
-        max_res_rd_atom: 258048,
-        atomic_cap: "ATOMIC_HCA",
-        max_srq: 917503,
-        max_srq_wr: 1048576,
-        max_srq_sge: 27,
-        max_pkeys: 64,
-        local_ca_ack_delay: 15,
-        max_inline_data: 256,
-        phys_port_cnt: 1,
-        max_ah: 32767,
-        max_msg_sz: softrdma_proto::qp::MAX_MSG_SIZE,
-    }
-}
-
-/// The attributes of port 1 of a device with active MTU `active_mtu` (`ibv_query_port`).
-pub fn port_attr(active_mtu: Mtu) -> PortAttr {
-    PortAttr {
-        state: "PORT_ACTIVE",
-        max_mtu: Mtu::M4096,
-        active_mtu,
-        gid_tbl_len: 1024,
-        lid: 0,
-        sm_lid: 0,
-        link_layer: "Ethernet",
-    }
-}
-
-/// How a device is opened: fault injection, capture and the send path's choices. Every
-/// `SOFTRDMA_*` variable that shapes an open device is read here, once, by
-/// [`DeviceOptions::from_env`]; [`Context::open_with`] uses only what it is given.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DeviceOptions {
-    /// Faults applied to every packet sent.
-    pub faults: Option<crate::wrap::Faults>,
-    /// A pcap file for every packet sent and received.
-    pub pcap: Option<String>,
-    /// Zero-copy sends: payloads of a KiB and more leave straight from owned regions (the
-    /// kernel copies them from there) instead of through a copy in the send batch. Off by
-    /// default: on loopback here the kernel copies a send of many pieces far slower than a
-    /// send of one (2.2x the time per byte in its copy), which cost more than the copy saved
-    /// (write-bw 1 MiB 5.2 against 6.3 GB/s).
-    pub zero_copy: bool,
-    /// UDP GSO and GRO: runs of equal packets leave in one send, and arrive in one receive
-    /// (on by default; `SOFTRDMA_NO_GSO` turns them off).
-    pub gso: bool,
-    /// GSO toward every destination, not only loopback (`SOFTRDMA_GSO=always`).
-    pub gso_everywhere: bool,
-    /// Send from a socket connected to each peer, which spares the kernel a route lookup
-    /// per packet (on by default; `SOFTRDMA_CONNECTED=0` turns it off; a capture does too,
-    /// since it records every packet with IP ID 0).
-    pub connected: bool,
-}
-
-impl Default for DeviceOptions {
-    fn default() -> Self {
-        Self {
-            faults: None,
-            pcap: None,
-            zero_copy: false,
-            gso: true,
-            gso_everywhere: false,
-            connected: true,
-        }
-    }
-}
-
-impl DeviceOptions {
-    /// The options `SOFTRDMA_FAULTS`, `SOFTRDMA_PCAP`, `SOFTRDMA_ZERO_COPY=1`,
-    /// `SOFTRDMA_NO_GSO`, `SOFTRDMA_GSO=always` and `SOFTRDMA_CONNECTED=0` ask for.
-    pub fn from_env() -> Result<Self> {
-        Ok(Self {
-            gso: std::env::var_os("SOFTRDMA_NO_GSO").is_none(),
-            gso_everywhere: std::env::var("SOFTRDMA_GSO").is_ok_and(|v| v == "always"),
-            connected: std::env::var("SOFTRDMA_CONNECTED").map_or(true, |v| v != "0"),
-            faults: match std::env::var("SOFTRDMA_FAULTS") {
-                Ok(s) => Some(crate::wrap::Faults::parse(&s)?),
-                Err(_) => None,
-            },
-            pcap: std::env::var("SOFTRDMA_PCAP").ok(),
-            zero_copy: std::env::var("SOFTRDMA_ZERO_COPY").is_ok_and(|v| v == "1"),
-        })
-    }
-}
-
-struct ContextInner {
-    dev: Arc<Device>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for ContextInner {
-    fn drop(&mut self) {
-        self.dev.shutdown.store(true, Ordering::Release);
-        self.dev.wake();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        let _ = std::fs::remove_file(crate::stats::path(&self.dev.name));
-    }
-}
-
-/// An open device (`struct ibv_context`). Cloning gives another handle; the device closes
-/// when the last handle, and every object made from it, is gone.
-#[derive(Clone)]
-pub struct Context {
-    inner: Arc<ContextInner>,
-}
-
-impl std::fmt::Debug for Context {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context")
-            .field("name", &self.inner.dev.name)
-            .field("addr", &self.inner.dev.addr)
-            .finish()
-    }
-}
-
-impl Context {
-    /// Opens the device named `name` bound to `addr`, with path MTU `mtu`.
-    pub fn open_addr(name: &str, addr: IpAddr, mtu: Mtu) -> Result<Self> {
-        Self::open_with(name, addr, mtu, DeviceOptions::from_env()?)
-    }
-
-    /// Opens a device on `addr` with explicit fault injection and capture settings (what
-    /// `SOFTRDMA_FAULTS` and `SOFTRDMA_PCAP` set for [`Context::open`]).
-    pub fn open_with(name: &str, addr: IpAddr, mtu: Mtu, opts: DeviceOptions) -> Result<Self> {
-        // A link-local IPv6 address needs the scope of the interface that has it.
-        let scope_id = match addr {
-            IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => {
-                crate::config::resolve(&crate::config::DeviceSpec {
-                    name: name.to_owned(),
-                    binding: crate::config::Binding::Addr(addr),
-                })
-                .map(|d| d.scope_id)
-                .unwrap_or(0)
-            }
-            _ => 0,
-        };
+impl Device {
+    /// Opens the device `name` on `addr` (IPv6 scope `scope_id`): binds `addr:4791`, makes
+    /// the sending path, and starts the progress thread, which runs until [`Device::close`].
+    pub(crate) fn open(
+        name: &str,
+        addr: IpAddr,
+        scope_id: u32,
+        mtu: Mtu,
+        opts: DeviceOptions,
+    ) -> Result<(Arc<Device>, std::thread::JoinHandle<()>)> {
         let faults = opts.faults;
         let capture = match &opts.pcap {
-            Some(p) => Some(Mutex::new(crate::wrap::Capture::create(p)?)),
+            Some(p) => Some(Mutex::new(Capture::create(p)?)),
             None => None,
         };
         let bind = match addr {
@@ -1012,28 +784,28 @@ impl Context {
         // This socket only receives (the sending side is `tx`).
         if addr.is_ipv6() {
             // rxe sends IPv6 UDP with checksum 0, which Linux drops unless told not to.
-            crate::sys::set_int_opt(fd, libc::IPPROTO_UDP, 102 /* UDP_NO_CHECK6_RX */, 1)
+            sys::set_int_opt(fd, libc::IPPROTO_UDP, 102 /* UDP_NO_CHECK6_RX */, 1)
                 .map_err(Error::io("ibv_open_device: setsockopt"))?;
         }
         // A deep receive buffer: a burst of a whole send window must not overflow the queue.
         // SO_RCVBUFFORCE passes net.core.rmem_max when the process may (CAP_NET_ADMIN);
         // otherwise the kernel caps the plain request at that limit.
-        if crate::sys::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 16 << 20).is_err() {
-            let _ = crate::sys::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 16 << 20);
+        if sys::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 16 << 20).is_err() {
+            let _ = sys::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 16 << 20);
         }
         if opts.gso {
-            crate::sys::enable_gro(fd);
+            sys::enable_gro(fd);
         }
         let socket = UdpSocket::from_std(std_sock);
         // A capture records every packet with IP ID 0, which only the unconnected socket
         // sends.
         let clock = quanta::Clock::new();
         let counters = Arc::new(DeviceCounters::default());
-        let tx = crate::tx::TxPath::new(
+        let tx = TxPath::new(
             counters.clone(),
             addr,
             scope_id,
-            crate::tx::TxOptions {
+            TxOptions {
                 connect: opts.connected && capture.is_none(),
                 gso: opts.gso,
                 gso_everywhere: opts.gso_everywhere,
@@ -1080,10 +852,10 @@ impl Context {
             delayed_seq: AtomicU64::new(0),
             rx: Mutex::new(RxState {
                 rx: Receiver::default(),
-                batch: crate::sys::RecvBatch::default(),
+                batch: RecvBatch::default(),
                 want: 1,
             }),
-            deferred: Mutex::new(crate::sys::SendBatch::default()),
+            deferred: Mutex::new(SendBatch::default()),
             has_deferred: AtomicBool::new(false),
         });
         let d = dev.clone();
@@ -1091,192 +863,18 @@ impl Context {
             .name(format!("softrdma-{name}"))
             .spawn(move || progress(d, poll, true))
             .map_err(Error::io("ibv_open_device: progress thread"))?;
-        Ok(Self {
-            inner: Arc::new(ContextInner {
-                dev,
-                thread: Some(thread),
-            }),
-        })
+        Ok((dev, thread))
     }
 
-    /// Opens the default device: [`Context::open`] with no name.
-    pub fn open_default() -> Result<Self> {
-        Self::open(None)
-    }
-
-    pub(crate) fn dev(&self) -> &Arc<Device> {
-        &self.inner.dev
-    }
-
-    /// The device name.
-    pub fn name(&self) -> &str {
-        &self.inner.dev.name
-    }
-
-    /// The address the device is bound to.
-    pub fn addr(&self) -> IpAddr {
-        self.inner.dev.addr
-    }
-
-    /// The active MTU of port 1.
-    pub fn active_mtu(&self) -> Mtu {
-        self.inner.dev.mtu
-    }
-
-    /// Device limits.
-    pub fn query_device(&self) -> DeviceAttr {
-        device_attr(self.addr())
-    }
-
-    /// A GUID derived from the address, as rxe derives it from the MAC.
-    pub fn node_guid(&self) -> u64 {
-        crate::config::node_guid(self.addr())
-    }
-
-    /// Port 1's attributes.
-    pub fn query_port(&self) -> PortAttr {
-        port_attr(self.active_mtu())
-    }
-
-    /// The GID table, in rxe's order (see [`crate::config::gid_table`]).
-    pub fn gids(&self) -> Vec<std::net::Ipv6Addr> {
-        crate::config::gid_table(self.addr())
-    }
-
-    /// Opens the device named `name`, or the first configured device (`ibv_open_device`).
-    /// With no config file that is `softrdma0` on `$SOFTRDMA_ADDR` or 127.0.0.1.
-    pub fn open(name: Option<&str>) -> Result<Self> {
-        let devs = crate::config::devices()?;
-        let d = match name {
-            Some(n) => devs
-                .iter()
-                .find(|d| d.name == n)
-                .ok_or_else(|| Error::NoDevice(n.to_owned()))?,
-            None => devs
-                .first()
-                .ok_or_else(|| Error::NoDevice("(none configured)".into()))?,
-        };
-        Self::open_addr(&d.name, d.addr, d.active_mtu)
-    }
-
-    /// Allocates a protection domain.
-    pub fn alloc_pd(&self) -> ProtectionDomain {
-        ProtectionDomain::new(self.clone())
-    }
-
-    /// Creates a completion channel.
-    pub fn create_comp_channel(&self) -> Result<CompletionChannel> {
-        CompletionChannel::new()
-    }
-
-    /// Creates a completion queue of `cqe` entries.
-    pub fn create_cq(
-        &self,
-        cqe: usize,
-        channel: Option<&CompletionChannel>,
-    ) -> Result<CompletionQueue> {
-        CompletionQueue::new(
-            cqe,
-            channel,
-            self.inner.dev.events.clone(),
-            Arc::downgrade(&self.inner.dev),
-        )
-    }
-
-    /// The next asynchronous event, if any (`ibv_get_async_event`, non-blocking).
-    pub fn poll_async_event(&self) -> Option<AsyncEvent> {
-        self.inner
-            .dev
-            .events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front()
-    }
-
-    /// The device's own counters (packets it could not hand to a QP, and so on).
-    pub fn counters(&self) -> &DeviceCounters {
-        &self.inner.dev.counters
-    }
-
-    /// Every counter, named as rxe's `hw_counters` (QP counters summed over the device).
-    pub fn hw_counters(&self) -> Vec<(&'static str, u64)> {
-        self.inner.dev.hw_counters()
+    /// Stops the progress thread, which sends what is still held back first.
+    pub(crate) fn close(&self) {
+        self.shutdown.store(true, Ordering::Release);
+        self.wake();
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use crate::*;
-    use std::net::{IpAddr, Ipv4Addr};
-    use std::sync::atomic::Ordering;
-    use std::time::{Duration, Instant};
-
-    /// A busy poller runs the timers itself: with both progress threads starved and every
-    /// packet held back by the fault injector, a WRITE still completes, because the polls
-    /// send the held packets when they fall due. (The progress thread of a process whose
-    /// pollers spin on every core waits milliseconds for a CPU; before pollers ran timers,
-    /// each held packet, probe and retransmission waited with it.)
-    #[test]
-    fn busy_pollers_run_the_timers_of_a_starved_progress_thread() {
-        let faults = DeviceOptions {
-            faults: Some(wrap::Faults::parse("reorder=1").unwrap()),
-            ..Default::default()
-        };
-        let open = |last: u8| {
-            let addr = IpAddr::V4(Ipv4Addr::new(127, 0, 78, last));
-            let ctx = Context::open_with(&format!("u{last}"), addr, Mtu::M1024, faults.clone())
-                .expect("device opens");
-            ctx.dev().progress_paused.store(true, Ordering::Relaxed);
-            let pd = ctx.alloc_pd();
-            let cq = ctx.create_cq(64, None).unwrap();
-            let qp = pd.create_qp(QpInitAttr::new(QpType::Rc, &cq)).unwrap();
-            let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-            let mr = pd.register_zeroed(64 << 10, access).unwrap();
-            (ctx, pd, cq, qp, mr)
-        };
-        let a = open(1);
-        let b = open(2);
-        let (pa, pb) = (Psn::new(7), Psn::new(0xFFFFF0));
-        let peer = |e: &(
-            Context,
-            ProtectionDomain,
-            CompletionQueue,
-            QueuePair,
-            MemoryRegion,
-        ),
-                    psn| Peer {
-            addr: e.0.addr(),
-            qpn: e.3.qp_num(),
-            psn,
-        };
-        a.3.connect(pa, &peer(&b, pb), &ConnectAttr::default())
-            .unwrap();
-        b.3.connect(pb, &peer(&a, pa), &ConnectAttr::default())
-            .unwrap();
-        let data: Vec<u8> = (0..40_000u32).map(|i| (i * 7) as u8).collect();
-        a.4.write(0, &data).unwrap();
-        a.3.post_send(SendWr {
-            wr_id: 1,
-            op: SendOp::Write {
-                remote_addr: b.4.addr(),
-                rkey: b.4.rkey(),
-            },
-            payload: Payload::Sges(vec![a.4.sge(0, data.len() as u32)]),
-            flags: SendFlags::SIGNALED,
-            ud: None,
-        })
-        .unwrap();
-        // Bounds a hang only: the WRITE takes milliseconds.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let wc = loop {
-            if let Some(wc) = a.2.poll(1).pop() {
-                break wc;
-            }
-            assert!(b.2.poll(1).is_empty());
-            assert!(Instant::now() < deadline, "the WRITE never completed");
-        };
-        assert_eq!(wc.status, WcStatus::Success);
-        assert_eq!(b.4.to_vec()[..data.len()], data[..]);
-        assert!(a.3.counters().sent_packets >= 40);
+impl cq::Poller for Device {
+    fn poll_rx(&self) -> bool {
+        Device::poll_rx(self)
     }
 }

@@ -1,4 +1,4 @@
-//! Memory regions and the table the device checks every access against.
+//! The region table the device checks every access against, and the regions in it.
 //!
 //! Region memory is treated like memory a NIC reaches by DMA: a peer's WRITE, READ or
 //! atomic, a send's gather and the application may all touch the same bytes at once, and
@@ -52,7 +52,7 @@ impl Drop for MrInner {
 
 impl MrInner {
     /// The address range `[addr, addr + len)` as a pointer, if inside the region.
-    fn range(&self, addr: u64, len: u64) -> Option<*mut u8> {
+    pub(crate) fn range(&self, addr: u64, len: u64) -> Option<*mut u8> {
         let off = addr.checked_sub(self.addr)?;
         (off.checked_add(len)? <= self.len).then(|| self.at(off))
     }
@@ -83,6 +83,22 @@ impl MrInner {
 }
 
 pub(crate) use softrdma_proto::endpoint::check::KeyMap;
+
+impl crate::datapath::batch::LentRegion for MrInner {
+    fn key(&self) -> u32 {
+        self.key
+    }
+    fn lent_ptr(&self, addr: u64, len: u64) -> Option<*const u8> {
+        MrInner::lent_ptr(self, addr, len)
+    }
+}
+
+impl crate::datapath::batch::Lender for MrTable {
+    fn lend_region(&self, key: u32) -> Option<Arc<dyn crate::datapath::batch::LentRegion>> {
+        self.lendable(key)
+            .map(|m| m as Arc<dyn crate::datapath::batch::LentRegion>)
+    }
+}
 
 /// The device's region table: key to region.
 #[derive(Default)]
@@ -345,109 +361,5 @@ impl Memory for MrTable {
                 }
             }
         })
-    }
-}
-
-/// A registered memory region (`struct ibv_mr`). Dropping it deregisters it.
-pub struct MemoryRegion {
-    pub(crate) inner: Arc<MrInner>,
-    pub(crate) table: Arc<MrTable>,
-}
-
-const _: () = {
-    const fn send_sync<T: Send + Sync>() {}
-    send_sync::<MemoryRegion>();
-};
-
-impl std::fmt::Debug for MemoryRegion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryRegion")
-            .field("addr", &format_args!("{:#x}", self.inner.addr))
-            .field("len", &self.inner.len)
-            .field("lkey", &format_args!("{:#x}", self.inner.key))
-            .finish()
-    }
-}
-
-impl MemoryRegion {
-    /// The local key.
-    pub fn lkey(&self) -> u32 {
-        self.inner.key
-    }
-    /// The remote key.
-    pub fn rkey(&self) -> u32 {
-        self.inner.key
-    }
-    /// The region's first virtual address (what peers put in RETHs).
-    pub fn addr(&self) -> u64 {
-        self.inner.addr
-    }
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.inner.len as usize
-    }
-    /// Never true: regions have at least one byte.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-    /// Access rights.
-    pub fn access(&self) -> AccessFlags {
-        self.inner.access
-    }
-    /// An SGE over `len` bytes at `offset` of the region.
-    pub fn sge(&self, offset: u64, len: u32) -> softrdma_proto::Sge {
-        softrdma_proto::Sge {
-            addr: self.inner.addr + offset,
-            length: len,
-            lkey: self.inner.key,
-        }
-    }
-
-    /// Copies `buf.len()` bytes at `offset` out of the region.
-    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
-        let p = self
-            .inner
-            .range(self.inner.addr + offset as u64, buf.len() as u64)
-            .ok_or_else(|| Error::attr("mr.read", "offset", "outside the region"))?;
-        // SAFETY: the range is inside the region, which `self` keeps alive.
-        unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) };
-        Ok(())
-    }
-
-    /// Copies `data` into the region at `offset`.
-    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
-        let p = self
-            .inner
-            .range(self.inner.addr + offset as u64, data.len() as u64)
-            .ok_or_else(|| Error::attr("mr.write", "offset", "outside the region"))?;
-        // SAFETY: the range is inside the region, which `self` keeps alive.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
-        Ok(())
-    }
-
-    /// Deregisters the region and gives back the buffer it owned (`None` for a raw region,
-    /// or while the device is still using it).
-    pub fn into_vec(self) -> Option<Vec<u8>> {
-        let me = std::mem::ManuallyDrop::new(self);
-        // SAFETY: `me` is never used or dropped again, so each field is moved out exactly
-        // once; `MemoryRegion::drop` does not run (`take_owned` deregisters instead).
-        let (inner, table) = unsafe { (std::ptr::read(&me.inner), std::ptr::read(&me.table)) };
-        let key = inner.key;
-        drop(inner);
-        table.take_owned(key)
-    }
-
-    /// A copy of the whole region.
-    pub fn to_vec(&self) -> Vec<u8> {
-        let mut v = vec![0; self.len()];
-        // The range is the whole region, so this cannot fail.
-        let _ = self.read(0, &mut v);
-        v
-    }
-}
-
-impl Drop for MemoryRegion {
-    fn drop(&mut self) {
-        self.table.deregister(self.inner.key);
     }
 }

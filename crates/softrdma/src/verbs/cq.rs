@@ -1,66 +1,34 @@
-//! Completion queues and completion channels.
+//! Completion queues (`struct ibv_cq`) and completion channels (`struct ibv_comp_channel`).
 
+use crate::device::cq::{ChannelInner, CqInner, CqState, Poller};
 use crate::error::{Error, Result};
-use softrdma_proto::{AsyncEvent, Completion, WcOpcode};
+use crate::verbs::context::Context;
+use softrdma_proto::{AsyncEvent, Completion};
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-#[derive(Default)]
-struct CqState {
-    entries: VecDeque<Completion>,
-    /// Armed by `req_notify`: `Some(solicited_only)`.
-    armed: Option<bool>,
-}
+impl Context {
+    /// Creates a completion channel.
+    pub fn create_comp_channel(&self) -> Result<CompletionChannel> {
+        CompletionChannel::new()
+    }
 
-pub(crate) struct CqInner {
-    state: Mutex<CqState>,
-    /// How many completions `state` holds, written under its lock: a poller of an empty CQ
-    /// (a busy loop's every turn but one) reads this instead of taking the lock.
-    queued: AtomicUsize,
-    cap: usize,
-    channel: Option<Arc<ChannelInner>>,
-    events: Arc<Mutex<VecDeque<AsyncEvent>>>,
-    overflowed: std::sync::atomic::AtomicBool,
-    lost: std::sync::atomic::AtomicU64,
-    /// The device whose socket a poller may drain itself when the CQ is empty.
-    device: Weak<crate::device::Device>,
-}
-
-impl CqInner {
-    /// Adds a completion; on overflow the completion is lost and a CQ error event is raised,
-    /// as on a NIC (`IBV_EVENT_CQ_ERR`), and nothing else is touched.
-    pub fn push(self: &Arc<Self>, wc: Completion) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if s.entries.len() >= self.cap {
-            self.lost.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            if !self
-                .overflowed
-                .swap(true, std::sync::atomic::Ordering::SeqCst)
-            {
-                self.events
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push_back(AsyncEvent::CqError);
-            }
-            return;
-        }
-        let solicited = matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
-            && wc.solicited
-            || wc.status != softrdma_proto::WcStatus::Success;
-        s.entries.push_back(wc);
-        self.queued.store(s.entries.len(), Ordering::Release);
-        if let Some(only_solicited) = s.armed {
-            if !only_solicited || solicited {
-                s.armed = None;
-                drop(s);
-                if let Some(ch) = &self.channel {
-                    ch.signal(Arc::downgrade(self));
-                }
-            }
-        }
+    /// Creates a completion queue of `cqe` entries.
+    pub fn create_cq(
+        &self,
+        cqe: usize,
+        channel: Option<&CompletionChannel>,
+    ) -> Result<CompletionQueue> {
+        let dev = self.dev();
+        CompletionQueue::new(
+            cqe,
+            channel,
+            dev.events.clone(),
+            Arc::downgrade(&(dev.clone() as Arc<dyn Poller>)),
+        )
     }
 }
 
@@ -83,15 +51,15 @@ impl CompletionQueue {
         cqe: usize,
         channel: Option<&CompletionChannel>,
         events: Arc<Mutex<VecDeque<AsyncEvent>>>,
-        device: Weak<crate::device::Device>,
+        device: Weak<dyn Poller>,
     ) -> Result<Self> {
-        if cqe == 0 || cqe > crate::device::MAX_CQE {
+        if cqe == 0 || cqe > crate::config::MAX_CQE {
             return Err(Error::OutOfRange {
                 verb: "ibv_create_cq",
                 attr: "cqe",
                 requested: cqe as u64,
                 min: 1,
-                max: crate::device::MAX_CQE as u64,
+                max: crate::config::MAX_CQE as u64,
             });
         }
         Ok(Self {
@@ -203,29 +171,6 @@ impl CompletionQueue {
     /// True when no completion waits.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-pub(crate) struct ChannelInner {
-    fd: OwnedFd,
-    ready: Mutex<VecDeque<Weak<CqInner>>>,
-}
-
-impl ChannelInner {
-    fn signal(&self, cq: Weak<CqInner>) {
-        self.ready
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(cq);
-        let one: u64 = 1;
-        // SAFETY: writing 8 bytes from a valid u64 to an eventfd we own.
-        unsafe {
-            libc::write(
-                self.fd.as_raw_fd(),
-                (&one as *const u64).cast(),
-                std::mem::size_of::<u64>(),
-            )
-        };
     }
 }
 

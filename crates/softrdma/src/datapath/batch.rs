@@ -1,225 +1,28 @@
-//! Batched datagram I/O: `recvmmsg(2)` and `sendmmsg(2)`, which move many packets per system
-//! call, with UDP GSO (one send of many equal-sized segments, `UDP_SEGMENT`) and GRO (one
-//! receive of many coalesced segments, `UDP_GRO`). std and mio offer one datagram per call;
-//! this is the FFI they lack, kept small.
+//! Packets waiting to be sent together, and `sendmmsg(2)` with UDP GSO (one send of many
+//! equal-sized segments, `UDP_SEGMENT`), which moves many packets per system call.
 
+use super::socket::{
+    BATCH, CMSG_LEN, GSO_MAX_BYTES, GSO_MAX_SEGS, IOV_PER_CALL, SOL_UDP, UDP_SEGMENT, to_storage,
+};
 use std::mem::MaybeUninit;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::RawFd;
+use std::sync::Arc;
 
-/// Datagrams per system call.
-pub const BATCH: usize = 64;
-/// Receive slots per system call; each can hold a GRO super-datagram.
-pub const RX_BATCH: usize = 16;
-/// Room for one received datagram: with GRO, up to 64 KiB of coalesced segments.
-pub const SLOT: usize = 65536;
-/// Most segments in one GSO send (the kernel's `UDP_MAX_SEGMENTS`).
-const GSO_MAX_SEGS: usize = 64;
-/// Most bytes in one GSO send (a UDP datagram's limit, minus room for headers).
-const GSO_MAX_BYTES: usize = 65000;
-const SOL_UDP: i32 = 17;
-const UDP_SEGMENT: i32 = 103;
-const UDP_GRO: i32 = 104;
-/// Control-message space for one `u16` or `int`.
-const CMSG_LEN: usize = 32;
-/// Pieces (iovecs) per send call: a packet with a lent payload is up to three (headers,
-/// payload, pad and ICRC), and one call carries whole messages only. (The kernel allows
-/// 1024 per message, `UIO_MAXIOV`.)
-const IOV_PER_CALL: usize = 1024;
-
-/// Sets an `int` socket option.
-pub(crate) fn set_int_opt(fd: RawFd, level: i32, name: i32, value: i32) -> std::io::Result<()> {
-    // SAFETY: a valid socket descriptor and a pointer to an int that outlives the call.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&value as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+/// A region that lends payload bytes to zero-copy sends (the device's region table holds
+/// them): a queued packet keeps it alive until the flush has handed its bytes to the kernel.
+pub(crate) trait LentRegion: Send + Sync {
+    /// Its key.
+    fn key(&self) -> u32;
+    /// The lent payload `addr..addr + len`, as a pointer valid while `self` lives; `None` if
+    /// the range is not inside it or it does not lend.
+    fn lent_ptr(&self, addr: u64, len: u64) -> Option<*const u8>;
 }
 
-/// Asks the kernel to coalesce received segments (`UDP_GRO`); false if it cannot.
-pub fn enable_gro(fd: RawFd) -> bool {
-    set_int_opt(fd, SOL_UDP, UDP_GRO, 1).is_ok()
-}
-
-fn to_storage(a: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: sockaddr_storage is plain data for which all zeros is valid.
-    let mut ss: libc::sockaddr_storage = unsafe { MaybeUninit::zeroed().assume_init() };
-    let len = match a {
-        SocketAddr::V4(v4) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: v4.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from(*v4.ip()).to_be(),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
-            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin) };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(v6) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: v6.port().to_be(),
-                sin6_flowinfo: v6.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: v6.ip().octets(),
-                },
-                sin6_scope_id: v6.scope_id(),
-            };
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
-            unsafe { std::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin6) };
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
-}
-
-fn from_storage(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    match i32::from(ss.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the family says the storage holds a sockaddr_in.
-            let sin: &libc::sockaddr_in = unsafe { &*(ss as *const libc::sockaddr_storage).cast() };
-            let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-            Some(SocketAddr::new(IpAddr::V4(ip), u16::from_be(sin.sin_port)))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says the storage holds a sockaddr_in6.
-            let sin6: &libc::sockaddr_in6 =
-                unsafe { &*(ss as *const libc::sockaddr_storage).cast() };
-            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
-            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
-                ip,
-                u16::from_be(sin6.sin6_port),
-                sin6.sin6_flowinfo,
-                sin6.sin6_scope_id,
-            )))
-        }
-        _ => None,
-    }
-}
-
-/// Receive buffers for [`recv_batch`].
-pub struct RecvBatch {
-    bufs: Vec<u8>,
-    addrs: Vec<libc::sockaddr_storage>,
-    lens: Vec<usize>,
-    truncated: Vec<bool>,
-    cmsgs: Vec<[u64; CMSG_LEN / 8]>,
-    segs: Vec<usize>,
-}
-
-impl Default for RecvBatch {
-    fn default() -> Self {
-        Self {
-            bufs: vec![0; RX_BATCH * SLOT],
-            // SAFETY: all-zero sockaddr_storage is valid.
-            addrs: vec![unsafe { MaybeUninit::zeroed().assume_init() }; RX_BATCH],
-            lens: vec![0; RX_BATCH],
-            truncated: vec![false; RX_BATCH],
-            cmsgs: vec![[0; CMSG_LEN / 8]; RX_BATCH],
-            segs: vec![0; RX_BATCH],
-        }
-    }
-}
-
-impl RecvBatch {
-    /// Datagram `i` of the last batch: its bytes, sender, whether it was cut short, and the
-    /// segment size when GRO coalesced several datagrams into it (0 otherwise).
-    pub fn get(&self, i: usize) -> (&[u8], Option<SocketAddr>, bool, usize) {
-        (
-            &self.bufs[i * SLOT..i * SLOT + self.lens[i]],
-            from_storage(&self.addrs[i]),
-            self.truncated[i],
-            self.segs[i],
-        )
-    }
-}
-
-/// Receives up to `want` (at most [`RX_BATCH`]) datagrams without blocking; returns how
-/// many. Asking for one when one is expected saves the kernel a second, empty, look at the
-/// queue: a quarter of a microsecond of a ping-pong's half round trip on loopback.
-pub fn recv_batch(fd: RawFd, b: &mut RecvBatch, want: usize) -> std::io::Result<usize> {
-    let want = want.clamp(1, RX_BATCH);
-    // Only the headers asked for are written: an empty poll should cost the system call and
-    // little else, since a busy poller makes millions of them.
-    let mut iov = [const { MaybeUninit::<libc::iovec>::uninit() }; RX_BATCH];
-    let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; RX_BATCH];
-    for i in 0..want {
-        let io = iov[i].write(libc::iovec {
-            iov_base: b.bufs[i * SLOT..].as_mut_ptr().cast(),
-            iov_len: SLOT,
-        });
-        // SAFETY: all-zero mmsghdr is valid; every pointer set below points into `iov`,
-        // `b.addrs` and `b.cmsgs`, which outlive the call.
-        let m = msgs[i].write(unsafe { MaybeUninit::zeroed().assume_init() });
-        m.msg_hdr.msg_name = (&mut b.addrs[i] as *mut libc::sockaddr_storage).cast();
-        m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        m.msg_hdr.msg_iov = io;
-        m.msg_hdr.msg_iovlen = 1;
-        m.msg_hdr.msg_control = b.cmsgs[i].as_mut_ptr().cast();
-        m.msg_hdr.msg_controllen = CMSG_LEN;
-    }
-    let n = if want == 1 {
-        // One datagram (a ping-pong's turn) comes through `recvmsg`, which spares
-        // `recvmmsg`'s loop and copies of the message vector: about 50 ns a call.
-        // SAFETY: the first header was written above and its buffers stay alive for the call.
-        let r = unsafe {
-            let m = msgs[0].assume_init_mut();
-            let r = libc::recvmsg(fd, &mut m.msg_hdr, libc::MSG_DONTWAIT);
-            if r >= 0 {
-                m.msg_len = r as u32;
-            }
-            r
-        };
-        if r < 0 { r as i32 } else { 1 }
-    } else {
-        // SAFETY: the first `want` headers of `msgs` were written above and their buffers
-        // stay alive for the call.
-        unsafe {
-            libc::recvmmsg(
-                fd,
-                msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
-                want as u32,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        }
-    };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    for (i, m) in msgs.iter().take(n as usize).enumerate() {
-        // SAFETY: `n <= want`, and the first `want` headers were written.
-        let m = unsafe { m.assume_init_ref() };
-        b.lens[i] = (m.msg_len as usize).min(SLOT);
-        b.truncated[i] = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-        b.segs[i] = 0;
-        // SAFETY: the kernel filled `msg_control` with `msg_controllen` bytes of control
-        // messages; the CMSG macros walk exactly those.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&m.msg_hdr);
-            while !c.is_null() {
-                if (*c).cmsg_level == SOL_UDP && (*c).cmsg_type == UDP_GRO {
-                    let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>());
-                    b.segs[i] = v.max(0) as usize;
-                }
-                c = libc::CMSG_NXTHDR(&m.msg_hdr, c);
-            }
-        }
-    }
-    Ok(n as usize)
+/// Where lent payloads come from (the device's region table).
+pub(crate) trait Lender {
+    /// Region `key`, if it lends its bytes to sends.
+    fn lend_region(&self, key: u32) -> Option<Arc<dyn LentRegion>>;
 }
 
 /// One queued packet: where its bytes are in the batch, and where it goes.
@@ -259,7 +62,7 @@ struct Ext {
 type Route = (
     u64,
     SocketAddr,
-    Option<std::sync::Weak<std::sync::Mutex<crate::tx::Conn>>>,
+    Option<std::sync::Weak<std::sync::Mutex<super::tx::Conn>>>,
 );
 
 /// Packets waiting to be sent together.
@@ -280,7 +83,7 @@ pub struct SendBatch {
     route: Option<Route>,
     /// The regions that queued packets take payloads from, held until the flush has handed
     /// their bytes to the kernel (which copies them before the send call returns).
-    held: Vec<std::sync::Arc<crate::mr::MrInner>>,
+    held: Vec<Arc<dyn LentRegion>>,
 }
 
 impl SendBatch {
@@ -307,13 +110,13 @@ impl SendBatch {
     /// Holds the region a lent payload comes from until the flush, and says where the
     /// payload is; `None` if the region no longer lends it (deregistered since the engine
     /// checked it, or the range is outside it).
-    fn hold(&mut self, table: &crate::mr::MrTable, l: &softrdma_proto::Lent) -> Option<Ext> {
+    fn hold(&mut self, table: &impl Lender, l: &softrdma_proto::Lent) -> Option<Ext> {
         // A batch mostly sends from one or two regions: a look along `held` spares the
         // table's lock and a reference count per packet.
-        let region = match self.held.iter().rposition(|r| r.key == l.key) {
+        let region = match self.held.iter().rposition(|r| r.key() == l.key) {
             Some(i) => i,
             None => {
-                self.held.push(table.lendable(l.key)?);
+                self.held.push(table.lend_region(l.key)?);
                 self.held.len() - 1
             }
         };
@@ -357,7 +160,7 @@ impl SendBatch {
             }
             // SAFETY: each piece lies in `data` or in a region `held` keeps alive, and `v`
             // has room for it; a copy, not a reference, since a region's bytes may be
-            // changing (see `crate::mr`).
+            // changing (see `crate::device::regions`).
             unsafe { std::ptr::copy_nonoverlapping(ptr, v.as_mut_ptr().add(at), len) };
             at += len;
         }
@@ -379,7 +182,7 @@ impl SendBatch {
     /// engine lent it (retransmission then finds the key gone and fails the WR).
     pub fn push_with(
         &mut self,
-        table: &crate::mr::MrTable,
+        table: &impl Lender,
         build: impl FnOnce(
             &mut Vec<u8>,
             usize,
@@ -438,7 +241,7 @@ impl SendBatch {
     /// connected socket, one for all others. Returns (sent, failed, system calls).
     pub fn flush(
         &mut self,
-        tx: &crate::tx::TxPath,
+        tx: &super::tx::TxPath,
         gso: &std::sync::atomic::AtomicBool,
     ) -> (usize, usize, usize) {
         use std::sync::atomic::Ordering;
@@ -551,8 +354,8 @@ impl SendBatch {
     /// is unknown and a probe could not learn it (the unconnected socket then serves).
     fn send_connected(
         &mut self,
-        c: &mut crate::tx::Conn,
-        tx: &crate::tx::TxPath,
+        c: &mut super::tx::Conn,
+        tx: &super::tx::TxPath,
         chunk: &[(usize, usize, usize)],
     ) -> Option<std::io::Result<usize>> {
         let plan = c.plan(tx, chunk.iter().map(|m| m.1 as u16))?;
@@ -711,160 +514,12 @@ impl SendBatch {
     }
 }
 
-/// `SOF_TIMESTAMPING_TX_SCHED`: a transmit timestamp when the packet reaches the device's
-/// queue, which every device has (loopback included), unlike driver timestamps.
-const SOF_TIMESTAMPING_TX_SCHED: u32 = 1 << 8;
-
-/// Sends a probe of `len` zero bytes from `fd` to `dst` (as GSO segments of `seg` bytes when
-/// `seg > 0`) and asks for its transmit timestamp, which brings the packet back, headers and
-/// all, on `fd`'s error queue: see [`sent_ipv4_ident`].
-pub fn send_probe(fd: RawFd, dst: SocketAddr, len: usize, seg: u16) -> std::io::Result<()> {
-    let mut data = [0u8; 64];
-    let len = len.min(data.len());
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast(),
-        iov_len: len,
-    };
-    let (mut name, namelen) = to_storage(dst);
-    let mut ctl = [0u64; 8];
-    // SAFETY: all-zero msghdr is valid; its pointers are set to locals that outlive the call.
-    let mut m: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
-    m.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
-    m.msg_namelen = namelen;
-    m.msg_iov = &mut iov;
-    m.msg_iovlen = 1;
-    m.msg_control = ctl.as_mut_ptr().cast();
-    // SAFETY: two control messages (an int and a u16) fit in `ctl`'s 64 bytes; the length is
-    // set to both before CMSG_NXTHDR walks to the second, and every write stays inside `ctl`.
-    unsafe {
-        let one = libc::CMSG_SPACE(4) as usize;
-        m.msg_controllen = one
-            + if seg > 0 {
-                libc::CMSG_SPACE(2) as usize
-            } else {
-                0
-            };
-        let c = libc::CMSG_FIRSTHDR(&m);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SO_TIMESTAMPING;
-        (*c).cmsg_len = libc::CMSG_LEN(4) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u32>(), SOF_TIMESTAMPING_TX_SCHED);
-        if seg > 0 {
-            let c = libc::CMSG_NXTHDR(&m, c);
-            (*c).cmsg_level = SOL_UDP;
-            (*c).cmsg_type = UDP_SEGMENT;
-            (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
-        }
-    }
-    // SAFETY: `m` points to live buffers for the duration of the call.
-    if unsafe { libc::sendmsg(fd, &m, 0) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// The IPv4 identification of the packet that `fd` sent from `src` to `dst` with `len` bytes
-/// of UDP payload and a transmit timestamp request ([`send_probe`]): read from the copy the
-/// kernel queues on `fd`'s error queue. Waits at most `timeout` for it.
-pub fn sent_ipv4_ident(
-    fd: RawFd,
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    len: usize,
-    timeout: std::time::Duration,
-) -> std::io::Result<u16> {
-    let deadline = std::time::Instant::now() + timeout;
-    let mut buf = [0u8; 256];
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let n = sent_copy(fd, &mut buf, left)?;
-        if let Some(at) = find_ipv4(&buf[..n], src, dst, 20 + 8 + len) {
-            return Ok(u16::from_be_bytes([buf[at + 4], buf[at + 5]]));
-        }
-        // Something else on the error queue (an older probe's copy): look at the next.
-    }
-}
-
-/// The next copy of a sent packet on `fd`'s error queue (what a transmit timestamp brings
-/// back: the packet from its link-layer header on), into `buf`; its length, cut to `buf`'s.
-/// Waits at most `timeout`.
-pub fn sent_copy(
-    fd: RawFd,
-    buf: &mut [u8],
-    timeout: std::time::Duration,
-) -> std::io::Result<usize> {
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let mut p = libc::pollfd {
-            fd,
-            events: 0, // POLLERR is always reported
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let r = unsafe { libc::poll(&mut p, 1, left.as_millis().min(1000) as i32) };
-        if r <= 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "no copy of a sent packet came back on the error queue",
-            ));
-        }
-        let mut ctl = [0u64; 32];
-        let mut iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        // SAFETY: all-zero msghdr is valid; its pointers are set to buffers that outlive the
-        // call.
-        let mut m: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
-        m.msg_iov = &mut iov;
-        m.msg_iovlen = 1;
-        m.msg_control = ctl.as_mut_ptr().cast();
-        m.msg_controllen = std::mem::size_of_val(&ctl);
-        // SAFETY: `m` points to live buffers for the duration of the call.
-        let n = unsafe { libc::recvmsg(fd, &mut m, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
-        if n >= 0 {
-            return Ok((n as usize).min(buf.len()));
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::WouldBlock || left.is_zero() {
-            return Err(e);
-        }
-    }
-}
-
-/// Where the IPv4 header of a UDP packet from `src` to `dst`, `total` bytes long, starts in
-/// `copy`. The link-layer header before it depends on the device (14 bytes on loopback and
-/// Ethernet, none on a tun), so the header is found by what it must say.
-pub fn find_ipv4(copy: &[u8], src: Ipv4Addr, dst: Ipv4Addr, total: usize) -> Option<usize> {
-    (0..=copy.len().saturating_sub(20).min(64)).find(|&o| {
-        let h = &copy[o..];
-        h.len() >= 20
-            && h[0] == 0x45
-            && usize::from(u16::from_be_bytes([h[2], h[3]])) == total
-            && h[9] == 17
-            && h[12..16] == src.octets()
-            && h[16..20] == dst.octets()
-    })
-}
-
-/// Reads and drops every datagram waiting on `fd`.
-pub fn discard(fd: RawFd) {
-    let mut buf = [0u8; 64];
-    for _ in 0..256 {
-        // SAFETY: a valid descriptor and a buffer that outlives the call.
-        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
-        if n < 0 {
-            break;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::socket::{find_ipv4, sent_copy, set_int_opt};
     use super::*;
     use softrdma_wire::icrc;
+    use std::net::Ipv4Addr;
 
     /// An InfiniBand part (BTH, payload) of `len` bytes with the ICRC that the engine writes:
     /// for IP ID 0.
@@ -895,11 +550,11 @@ mod tests {
             Ipv4Addr::new(127, 0, 77, last),
             Ipv4Addr::new(127, 0, 77, last + 1),
         );
-        let tx = crate::tx::TxPath::new(
+        let tx = super::super::tx::TxPath::new(
             Default::default(),
             me.into(),
             0,
-            crate::tx::TxOptions {
+            super::super::tx::TxOptions {
                 connect,
                 gso: true,
                 gso_everywhere: false,

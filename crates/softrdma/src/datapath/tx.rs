@@ -128,7 +128,7 @@ impl Conn {
             return None;
         };
         let mut plan = Plan::default();
-        for s in segs.take(crate::sys::BATCH) {
+        for s in segs.take(super::socket::BATCH) {
             let next = id.rule.next(last, last_segs, s);
             plan.ids[plan.len] = next;
             plan.len += 1;
@@ -151,9 +151,9 @@ impl Conn {
     }
 }
 
-/// The IDs a connected socket's next sends (at most [`crate::sys::BATCH`]) will get.
+/// The IDs a connected socket's next sends (at most [`super::socket::BATCH`]) will get.
 pub(crate) struct Plan {
-    ids: [u16; crate::sys::BATCH],
+    ids: [u16; super::socket::BATCH],
     len: usize,
     end: Option<(u16, u16)>,
 }
@@ -161,7 +161,7 @@ pub(crate) struct Plan {
 impl Default for Plan {
     fn default() -> Self {
         Self {
-            ids: [0; crate::sys::BATCH],
+            ids: [0; super::socket::BATCH],
             len: 0,
             end: None,
         }
@@ -214,7 +214,7 @@ struct Shared {
     /// Whether sends may use GSO (the probes then test how the counter moves for them).
     gso: bool,
     /// The device's counters (probes are counted).
-    counters: Arc<crate::device::DeviceCounters>,
+    counters: Arc<crate::counters::DeviceCounters>,
 }
 
 /// A destination's connected socket, as far as it goes.
@@ -230,7 +230,7 @@ enum Slot {
 impl TxPath {
     /// Binds the unconnected socket on `ip` (any free port) and prepares the path.
     pub(crate) fn new(
-        counters: Arc<crate::device::DeviceCounters>,
+        counters: Arc<crate::counters::DeviceCounters>,
         ip: IpAddr,
         scope_id: u32,
         opts: TxOptions,
@@ -438,9 +438,10 @@ impl Shared {
             PROBE_LEN
         };
         self.counters.ip_id_probes.fetch_add(1, Ordering::Relaxed);
-        let r = crate::sys::send_probe(sock.as_raw_fd(), self.addr, len, seg)
-            .and_then(|()| crate::sys::sent_ipv4_ident(sock.as_raw_fd(), me, me, len, PROBE_WAIT));
-        crate::sys::discard(self.plain.as_raw_fd());
+        let r = super::socket::send_probe(sock.as_raw_fd(), self.addr, len, seg).and_then(|()| {
+            super::socket::sent_ipv4_ident(sock.as_raw_fd(), me, me, len, PROBE_WAIT)
+        });
+        super::socket::discard(self.plain.as_raw_fd());
         r
     }
 }
@@ -457,13 +458,13 @@ fn new_socket(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
     // DF on every packet: an unconnected socket then sends IP ID 0, and no packet is ever
     // fragmented (RoCE has no reassembly).
     match addr {
-        SocketAddr::V4(_) => crate::sys::set_int_opt(
+        SocketAddr::V4(_) => super::socket::set_int_opt(
             fd,
             libc::IPPROTO_IP,
             libc::IP_MTU_DISCOVER,
             libc::IP_PMTUDISC_DO,
         )?,
-        SocketAddr::V6(_) => crate::sys::set_int_opt(
+        SocketAddr::V6(_) => super::socket::set_int_opt(
             fd,
             libc::IPPROTO_IPV6,
             libc::IPV6_MTU_DISCOVER,
@@ -473,7 +474,7 @@ fn new_socket(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
     // A burst of a whole send window must not find the buffer full. SO_SNDBUFFORCE passes
     // net.core.wmem_max when the process may (CAP_NET_ADMIN); otherwise the kernel caps the
     // plain request at that limit.
-    if crate::sys::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 16 << 20).is_err() {
+    if super::socket::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 16 << 20).is_err() {
         let _ = sock.set_send_buffer_size(16 << 20);
     }
     sock.bind(&addr.into())?;
@@ -549,8 +550,8 @@ mod tests {
             // Send it to the destination as a probe would, and read the ID back.
             let len = 8 * usize::from(segs);
             let seg = if segs > 1 { 8 } else { 0 };
-            crate::sys::send_probe(c.fd(), dst, len, seg).unwrap();
-            let got = crate::sys::sent_ipv4_ident(
+            super::super::socket::send_probe(c.fd(), dst, len, seg).unwrap();
+            let got = super::super::socket::sent_ipv4_ident(
                 c.fd(),
                 Ipv4Addr::new(127, 0, 77, 60),
                 Ipv4Addr::new(127, 0, 77, 60),
@@ -584,8 +585,8 @@ mod tests {
             tx.shared.counters.ip_id_probes.load(Ordering::Relaxed),
             before + 1
         );
-        crate::sys::send_probe(c.fd(), dst, 8, 0).unwrap();
-        let got = crate::sys::sent_ipv4_ident(
+        super::super::socket::send_probe(c.fd(), dst, 8, 0).unwrap();
+        let got = super::super::socket::sent_ipv4_ident(
             c.fd(),
             Ipv4Addr::new(127, 0, 77, 60),
             Ipv4Addr::new(127, 0, 77, 60),

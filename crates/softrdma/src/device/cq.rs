@@ -1,0 +1,94 @@
+//! The device's side of completion queues and channels: where the device puts completions
+//! (under the CQ's lock, taken after a QP's: see the lock order in `crate::device`), and
+//! the eventfd a channel signals.
+
+use softrdma_proto::{AsyncEvent, Completion, WcOpcode};
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// A device whose socket a CQ's poller may drain itself when the CQ is empty.
+pub(crate) trait Poller: Send + Sync {
+    /// Receives what is waiting, if no other thread is; true if anything arrived.
+    fn poll_rx(&self) -> bool;
+}
+
+#[derive(Default)]
+pub(crate) struct CqState {
+    pub(crate) entries: VecDeque<Completion>,
+    /// Armed by `req_notify`: `Some(solicited_only)`.
+    pub(crate) armed: Option<bool>,
+}
+
+pub(crate) struct CqInner {
+    pub(crate) state: Mutex<CqState>,
+    /// How many completions `state` holds, written under its lock: a poller of an empty CQ
+    /// (a busy loop's every turn but one) reads this instead of taking the lock.
+    pub(crate) queued: AtomicUsize,
+    pub(crate) cap: usize,
+    pub(crate) channel: Option<Arc<ChannelInner>>,
+    pub(crate) events: Arc<Mutex<VecDeque<AsyncEvent>>>,
+    pub(crate) overflowed: std::sync::atomic::AtomicBool,
+    pub(crate) lost: std::sync::atomic::AtomicU64,
+    /// The device whose socket a poller may drain itself when the CQ is empty.
+    pub(crate) device: Weak<dyn Poller>,
+}
+
+impl CqInner {
+    /// Adds a completion; on overflow the completion is lost and a CQ error event is raised,
+    /// as on a NIC (`IBV_EVENT_CQ_ERR`), and nothing else is touched.
+    pub fn push(self: &Arc<Self>, wc: Completion) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.entries.len() >= self.cap {
+            self.lost.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if !self
+                .overflowed
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
+            {
+                self.events
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_back(AsyncEvent::CqError);
+            }
+            return;
+        }
+        let solicited = matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+            && wc.solicited
+            || wc.status != softrdma_proto::WcStatus::Success;
+        s.entries.push_back(wc);
+        self.queued.store(s.entries.len(), Ordering::Release);
+        if let Some(only_solicited) = s.armed {
+            if !only_solicited || solicited {
+                s.armed = None;
+                drop(s);
+                if let Some(ch) = &self.channel {
+                    ch.signal(Arc::downgrade(self));
+                }
+            }
+        }
+    }
+}
+
+pub(crate) struct ChannelInner {
+    pub(crate) fd: OwnedFd,
+    pub(crate) ready: Mutex<VecDeque<Weak<CqInner>>>,
+}
+
+impl ChannelInner {
+    pub(crate) fn signal(&self, cq: Weak<CqInner>) {
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(cq);
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes from a valid u64 to an eventfd we own.
+        unsafe {
+            libc::write(
+                self.fd.as_raw_fd(),
+                (&one as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+    }
+}

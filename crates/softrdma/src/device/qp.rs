@@ -1,0 +1,15 @@
+//! The device's side of a queue pair: the engine's QP behind its lock, and the CQs its
+//! completions go to.
+
+use crate::device::cq::CqInner;
+use std::sync::{Arc, Mutex};
+
+/// A QP as the device reaches it, from the verbs and from the receive path alike.
+pub(crate) struct QpShared {
+    /// The engine's QP.
+    pub qp: Mutex<softrdma_proto::QueuePair>,
+    /// Where send completions go.
+    pub send_cq: Arc<CqInner>,
+    /// Where receive completions go.
+    pub recv_cq: Arc<CqInner>,
+}

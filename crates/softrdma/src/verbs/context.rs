@@ -1,0 +1,229 @@
+//! An open device (`struct ibv_context`): opening it (the sockets, the progress thread),
+//! its attributes, and the objects made from it.
+
+use crate::config::{DeviceAttr, DeviceOptions, PortAttr, device_attr, port_attr};
+use crate::counters::DeviceCounters;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use softrdma_proto::{AsyncEvent, Mtu};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+struct ContextInner {
+    dev: Arc<Device>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        self.dev.close();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(crate::device::stats::path(&self.dev.name));
+    }
+}
+
+/// An open device (`struct ibv_context`). Cloning gives another handle; the device closes
+/// when the last handle, and every object made from it, is gone.
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<ContextInner>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("name", &self.inner.dev.name)
+            .field("addr", &self.inner.dev.addr)
+            .finish()
+    }
+}
+
+impl Context {
+    /// Opens the device named `name` bound to `addr`, with path MTU `mtu`.
+    pub fn open_addr(name: &str, addr: IpAddr, mtu: Mtu) -> Result<Self> {
+        Self::open_with(name, addr, mtu, DeviceOptions::from_env()?)
+    }
+
+    /// Opens a device on `addr` with explicit fault injection and capture settings (what
+    /// `SOFTRDMA_FAULTS` and `SOFTRDMA_PCAP` set for [`Context::open`]).
+    pub fn open_with(name: &str, addr: IpAddr, mtu: Mtu, opts: DeviceOptions) -> Result<Self> {
+        // A link-local IPv6 address needs the scope of the interface that has it.
+        let scope_id = match addr {
+            IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => {
+                crate::config::resolve(&crate::config::DeviceSpec {
+                    name: name.to_owned(),
+                    binding: crate::config::Binding::Addr(addr),
+                })
+                .map(|d| d.scope_id)
+                .unwrap_or(0)
+            }
+            _ => 0,
+        };
+        let (dev, thread) = Device::open(name, addr, scope_id, mtu, opts)?;
+        Ok(Self {
+            inner: Arc::new(ContextInner {
+                dev,
+                thread: Some(thread),
+            }),
+        })
+    }
+
+    /// Opens the default device: [`Context::open`] with no name.
+    pub fn open_default() -> Result<Self> {
+        Self::open(None)
+    }
+
+    pub(crate) fn dev(&self) -> &Arc<Device> {
+        &self.inner.dev
+    }
+
+    /// The device name.
+    pub fn name(&self) -> &str {
+        &self.inner.dev.name
+    }
+
+    /// The address the device is bound to.
+    pub fn addr(&self) -> IpAddr {
+        self.inner.dev.addr
+    }
+
+    /// The active MTU of port 1.
+    pub fn active_mtu(&self) -> Mtu {
+        self.inner.dev.mtu
+    }
+
+    /// Device limits.
+    pub fn query_device(&self) -> DeviceAttr {
+        device_attr(self.addr())
+    }
+
+    /// A GUID derived from the address, as rxe derives it from the MAC.
+    pub fn node_guid(&self) -> u64 {
+        crate::config::node_guid(self.addr())
+    }
+
+    /// Port 1's attributes.
+    pub fn query_port(&self) -> PortAttr {
+        port_attr(self.active_mtu())
+    }
+
+    /// The GID table, in rxe's order (see [`crate::config::gid_table`]).
+    pub fn gids(&self) -> Vec<std::net::Ipv6Addr> {
+        crate::config::gid_table(self.addr())
+    }
+
+    /// Opens the device named `name`, or the first configured device (`ibv_open_device`).
+    /// With no config file that is `softrdma0` on `$SOFTRDMA_ADDR` or 127.0.0.1.
+    pub fn open(name: Option<&str>) -> Result<Self> {
+        let devs = crate::config::devices()?;
+        let d = match name {
+            Some(n) => devs
+                .iter()
+                .find(|d| d.name == n)
+                .ok_or_else(|| Error::NoDevice(n.to_owned()))?,
+            None => devs
+                .first()
+                .ok_or_else(|| Error::NoDevice("(none configured)".into()))?,
+        };
+        Self::open_addr(&d.name, d.addr, d.active_mtu)
+    }
+
+    /// The next asynchronous event, if any (`ibv_get_async_event`, non-blocking).
+    pub fn poll_async_event(&self) -> Option<AsyncEvent> {
+        self.inner
+            .dev
+            .events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+    }
+
+    /// The device's own counters (packets it could not hand to a QP, and so on).
+    pub fn counters(&self) -> &DeviceCounters {
+        &self.inner.dev.counters
+    }
+
+    /// Every counter, named as rxe's `hw_counters` (QP counters summed over the device).
+    pub fn hw_counters(&self) -> Vec<(&'static str, u64)> {
+        self.inner.dev.hw_counters()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::*;
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    /// A busy poller runs the timers itself: with both progress threads starved and every
+    /// packet held back by the fault injector, a WRITE still completes, because the polls
+    /// send the held packets when they fall due. (The progress thread of a process whose
+    /// pollers spin on every core waits milliseconds for a CPU; before pollers ran timers,
+    /// each held packet, probe and retransmission waited with it.)
+    #[test]
+    fn busy_pollers_run_the_timers_of_a_starved_progress_thread() {
+        let faults = DeviceOptions {
+            faults: Some(crate::LinkFaults::parse("reorder=1").unwrap()),
+            ..Default::default()
+        };
+        let open = |last: u8| {
+            let addr = IpAddr::V4(Ipv4Addr::new(127, 0, 78, last));
+            let ctx = Context::open_with(&format!("u{last}"), addr, Mtu::M1024, faults.clone())
+                .expect("device opens");
+            ctx.dev().progress_paused.store(true, Ordering::Relaxed);
+            let pd = ctx.alloc_pd();
+            let cq = ctx.create_cq(64, None).unwrap();
+            let qp = pd.create_qp(QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+            let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+            let mr = pd.register_zeroed(64 << 10, access).unwrap();
+            (ctx, pd, cq, qp, mr)
+        };
+        let a = open(1);
+        let b = open(2);
+        let (pa, pb) = (Psn::new(7), Psn::new(0xFFFFF0));
+        let peer = |e: &(
+            Context,
+            ProtectionDomain,
+            CompletionQueue,
+            QueuePair,
+            MemoryRegion,
+        ),
+                    psn| Peer {
+            addr: e.0.addr(),
+            qpn: e.3.qp_num(),
+            psn,
+        };
+        a.3.connect(pa, &peer(&b, pb), &ConnectAttr::default())
+            .unwrap();
+        b.3.connect(pb, &peer(&a, pa), &ConnectAttr::default())
+            .unwrap();
+        let data: Vec<u8> = (0..40_000u32).map(|i| (i * 7) as u8).collect();
+        a.4.write(0, &data).unwrap();
+        a.3.post_send(SendWr {
+            wr_id: 1,
+            op: SendOp::Write {
+                remote_addr: b.4.addr(),
+                rkey: b.4.rkey(),
+            },
+            payload: Payload::Sges(vec![a.4.sge(0, data.len() as u32)]),
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        })
+        .unwrap();
+        // Bounds a hang only: the WRITE takes milliseconds.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let wc = loop {
+            if let Some(wc) = a.2.poll(1).pop() {
+                break wc;
+            }
+            assert!(b.2.poll(1).is_empty());
+            assert!(Instant::now() < deadline, "the WRITE never completed");
+        };
+        assert_eq!(wc.status, WcStatus::Success);
+        assert_eq!(b.4.to_vec()[..data.len()], data[..]);
+        assert!(a.3.counters().sent_packets >= 40);
+    }
+}
