@@ -150,9 +150,10 @@ struct RxState {
 }
 
 thread_local! {
-    /// Packets a thread has produced and not yet handed to the kernel.
-    static SEND_BATCH: std::cell::RefCell<SendBatch> =
-        std::cell::RefCell::new(SendBatch::default());
+    /// Packets a thread has produced and not yet handed to the kernel: one batch per device
+    /// it sends on, by the device's send path id (see [`Device::with_batch`]).
+    static SEND_BATCHES: std::cell::RefCell<Vec<(u64, SendBatch)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
     /// Where this thread's engine writes each packet for the fault injector (kept across
     /// calls: a fresh buffer per packet would cost an allocation, and reusing one spares
     /// zeroing it). Without faults, packets are built in the batch itself.
@@ -172,11 +173,33 @@ impl Device {
         let _ = self.waker.wake();
     }
 
+    /// Runs `f` on this thread's send batch for this device. Each device a thread uses has
+    /// a batch of its own, so a batch never carries one device's packets out of another's
+    /// sockets, whatever order a thread's calls into two devices come in. Every entry point
+    /// flushes its batch before it returns, so the batches of devices that have closed are
+    /// empty, and are dropped once a thread has used many devices.
+    pub(crate) fn with_batch<R>(&self, f: impl FnOnce(&mut SendBatch) -> R) -> R {
+        SEND_BATCHES.with(|all| {
+            let mut all = all.borrow_mut();
+            let id = self.tx.id;
+            let i = match all.iter().position(|(d, _)| *d == id) {
+                Some(i) => i,
+                None => {
+                    if all.len() >= 8 {
+                        all.retain(|(_, b)| !b.is_empty());
+                    }
+                    all.push((id, SendBatch::default()));
+                    all.len() - 1
+                }
+            };
+            f(&mut all[i].1)
+        })
+    }
+
     /// Sends the packets this thread has batched, in as few system calls as possible, and
     /// the deferred ACKs behind them when there were any (`with_deferred`: always).
     pub fn flush_batch(&self, with_deferred: bool) {
-        SEND_BATCH.with(|b| {
-            let mut b = b.borrow_mut();
+        self.with_batch(|b| {
             if (with_deferred || !b.is_empty()) && self.has_deferred.load(Ordering::Acquire) {
                 let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
                 b.append(&mut d);
@@ -478,26 +501,30 @@ impl Device {
     /// ACKNOWLEDGE packets: READ responses and atomic ACKs carry what a requester waits
     /// for); otherwise sends it, deferred ACKs included.
     fn defer_acks(&self, now: Instant) {
-        SEND_BATCH.with(|b| {
-            let mut b = b.borrow_mut();
+        // None: nothing to send; Some(false): more than ACKs, to send now.
+        let deferred = self.with_batch(|b| {
             if b.is_empty() {
-                return;
+                return None;
             }
-            if b.first_bytes().all(|op| op == Opcode::RC_ACKNOWLEDGE.0) {
-                let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
-                d.append(&mut b);
-                drop(d);
+            if !b.first_bytes().all(|op| op == Opcode::RC_ACKNOWLEDGE.0) {
+                return Some(false);
+            }
+            let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+            d.append(b);
+            Some(true)
+        });
+        match deferred {
+            None => {}
+            Some(true) => {
                 // Should this thread stop polling, the progress thread sends them: make sure
                 // it wakes in time. It reads `has_deferred` after publishing when it will
                 // wake, and this reads that time after setting `has_deferred` (both SeqCst):
                 // one of the two sees the other.
                 self.has_deferred.store(true, Ordering::SeqCst);
                 self.timer_armed(now.add(APP_POLL_GRACE));
-            } else {
-                drop(b);
-                self.flush_batch(true);
             }
-        });
+            Some(false) => self.flush_batch(true),
+        }
     }
 
     /// Builds the QP's packets in place at the end of this thread's batch (or, with fault
@@ -512,8 +539,7 @@ impl Device {
         };
         let Some(f) = &self.faults else {
             // Packets are built in place, at the end of this thread's batch.
-            SEND_BATCH.with(|b| {
-                let mut b = b.borrow_mut();
+            self.with_batch(|b| {
                 while let Some(queued) = b.push_with(&*self.mrs, |buf, at| {
                     let t = qp.poll_transmit_at(now, buf, at)?;
                     Some((t.len, dst_of(t.dst), t.lent))
@@ -522,7 +548,7 @@ impl Device {
                         self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
-                    self.capture_last(&b);
+                    self.capture_last(b);
                 }
             });
             return;
@@ -570,10 +596,9 @@ impl Device {
                     // What the faults spare goes the way every packet goes: into this
                     // thread's batch, so that a faulty device measures the device's own
                     // send path (GSO, connected sockets, deferred ACKs), not a slower one.
-                    SEND_BATCH.with(|b| {
-                        let mut b = b.borrow_mut();
+                    self.with_batch(|b| {
                         b.push(&copy, dst);
-                        self.capture_last(&b);
+                        self.capture_last(b);
                     });
                 } else {
                     let due = now.add(delay);

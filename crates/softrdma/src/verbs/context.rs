@@ -226,4 +226,27 @@ mod tests {
         assert_eq!(b.4.to_vec()[..data.len()], data[..]);
         assert!(a.3.counters().sent_packets >= 40);
     }
+
+    /// A thread that sends on two devices keeps a batch for each: what it queued for one is
+    /// not in the other's batch, and so can never leave through the other's sockets.
+    #[test]
+    fn each_device_has_its_own_send_batch_on_a_thread() {
+        let open = |last: u8| {
+            let addr = IpAddr::V4(Ipv4Addr::new(127, 0, 78, last));
+            Context::open_with(
+                &format!("b{last}"),
+                addr,
+                Mtu::M1024,
+                DeviceOptions::default(),
+            )
+            .expect("device opens")
+        };
+        let (a, b) = (open(3), open(4));
+        let dst = std::net::SocketAddr::new(b.addr(), 4791);
+        a.dev().with_batch(|q| q.push(&[0u8; 40], dst));
+        assert!(b.dev().with_batch(|q| q.is_empty()));
+        assert!(!a.dev().with_batch(|q| q.is_empty()));
+        a.dev().flush_batch(true);
+        assert!(a.dev().with_batch(|q| q.is_empty()));
+    }
 }
