@@ -6,9 +6,8 @@
 //! (saying so), and prints a markdown table. The raw-UDP baselines are subcommands of this
 //! binary itself: a busy-poll ping-pong (both ends connected, no clock read in the spin) and
 //! a GSO+GRO blaster with 4096-byte segments (eight GSO sends per `sendmmsg`, eight GRO
-//! receives per `recvmmsg`), the
-//! best a user-space UDP transport can do on this kernel. Each also runs as a RoCE endpoint
-//! must at the least (the address and segment size on receive, the ACK segment, the CRC over
+//! receives per `recvmmsg`), the best a user-space UDP transport can do on this kernel.
+//! Each also runs as a RoCE endpoint must at the least (the address and segment size on receive, the ACK segment, the CRC over
 //! every segment): the floors under softrdma's own figures.
 
 mod loss;
