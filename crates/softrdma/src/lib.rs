@@ -33,6 +33,7 @@ pub use config::{DeviceAttr, DeviceOptions, PortAttr, default_addr, device_attr,
 pub use counters::DeviceCounters;
 pub use device::stats;
 pub use error::{Error, Result};
+pub use softrdma_proto::endpoint::Counter;
 pub use softrdma_proto::faults::{FaultsError, LinkFaults};
 pub use softrdma_proto::{
     AccessFlags, AddressVector, AsyncEvent, Completion, Mtu, Payload, QpAttr, QpState, QpType,

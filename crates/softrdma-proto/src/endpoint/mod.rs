@@ -8,7 +8,7 @@
 //!   serviced once, after the batch, so that one ACK answers all of a batch's requests
 //!   (IBTA 9.7.5.1: an ACK acknowledges every request before it).
 //! - [`timers::TimerQueue`]: the QPs' deadlines, which an idle QP has none of.
-//! - [`Counter`]: the device's counters, named once, as rxe's `hw_counters`.
+//! - [`Counter`]: every counter of a device, named once, as rxe's `hw_counters`.
 //! - [`Endpoint`]: all of these for one owner, as the simulator drives them.
 //!
 //! # Contract
@@ -115,24 +115,55 @@ impl<C> Lookup<C> for QpTable<C> {
     }
 }
 
-/// The device's counters, named once: each has its rxe `hw_counters` name where rxe has one.
+/// Every counter of a device, named once: the device's own (what its datapath sends and
+/// receives) and the ones summed over its QPs ([`crate::QpCounters`]), each with its rxe
+/// `hw_counters` name where rxe has one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
 pub enum Counter {
+    /// Packets sent.
     SentPkts,
+    /// Packets received and handed to a QP.
     RcvdPkts,
+    /// Packets for a QPN the device does not have.
     RcvdUnknownQpn,
+    /// Packets that did not parse.
     RcvdMalformed,
+    /// Packets whose ICRC no IPv4 identification made right (corrupt).
     RcvdIcrcErr,
+    /// IPv4 packets whose ICRC matched only with the sender's recovered IP ID.
     RcvdIcrcIpId,
+    /// Sends the socket refused (buffer full); retransmission recovers them.
     SendErr,
+    /// Batches handed to the kernel (`sendmmsg` calls, give or take a retry): with `SentPkts`,
+    /// how well packets share system calls.
     SendCalls,
+    /// Probes sent to learn where a connected socket's IPv4 identification counter stands: three
+    /// per destination, and one after each failed send.
     IpIdProbes,
+    /// Duplicate requests received (summed over QPs).
+    DuplicateRequest,
+    /// Requests received ahead of the expected PSN.
+    OutOfSeqRequest,
+    /// RNR NAKs received.
+    RcvdRnrErr,
+    /// RNR NAKs sent.
+    SendRnrErr,
+    /// PSN-sequence NAKs received.
+    RcvdSeqErr,
+    /// WRs that failed with RETRY_EXC_ERR.
+    RetryExceededErr,
+    /// WRs that failed with RNR_RETRY_EXC_ERR.
+    RetryRnrExceededErr,
+    /// Local ACK timeouts.
+    CompleterRetryErr,
+    /// Tail-loss probes sent.
+    TailLossProbes,
 }
 
 impl Counter {
-    /// Every counter, in the order they are shown.
-    pub const ALL: [Counter; 9] = [
+    /// The device's own counters, in the order of their slots
+    /// ([`Counter::device_slot`]).
+    pub const DEVICE: [Counter; 9] = [
         Counter::SentPkts,
         Counter::RcvdPkts,
         Counter::RcvdUnknownQpn,
@@ -144,8 +175,28 @@ impl Counter {
         Counter::IpIdProbes,
     ];
 
+    /// What `softrdma link show -s` and the counter files show, in the order `rdma
+    /// statistic` prints rxe's, then softrdma's own.
+    pub const HW: [Counter; 15] = [
+        Counter::SentPkts,
+        Counter::RcvdPkts,
+        Counter::DuplicateRequest,
+        Counter::OutOfSeqRequest,
+        Counter::RcvdRnrErr,
+        Counter::SendRnrErr,
+        Counter::RcvdSeqErr,
+        Counter::RetryExceededErr,
+        Counter::RetryRnrExceededErr,
+        Counter::CompleterRetryErr,
+        Counter::SendErr,
+        Counter::RcvdIcrcErr,
+        Counter::RcvdUnknownQpn,
+        Counter::RcvdMalformed,
+        Counter::TailLossProbes,
+    ];
+
     /// Its name, as rxe's `hw_counters` (or in their style, for the ones rxe has not).
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Counter::SentPkts => "sent_pkts",
             Counter::RcvdPkts => "rcvd_pkts",
@@ -156,24 +207,56 @@ impl Counter {
             Counter::SendErr => "send_err",
             Counter::SendCalls => "send_calls",
             Counter::IpIdProbes => "ip_id_probes",
+            Counter::DuplicateRequest => "duplicate_request",
+            Counter::OutOfSeqRequest => "out_of_seq_request",
+            Counter::RcvdRnrErr => "rcvd_rnr_err",
+            Counter::SendRnrErr => "send_rnr_err",
+            Counter::RcvdSeqErr => "rcvd_seq_err",
+            Counter::RetryExceededErr => "retry_exceeded_err",
+            Counter::RetryRnrExceededErr => "retry_rnr_exceeded_err",
+            Counter::CompleterRetryErr => "completer_retry_err",
+            Counter::TailLossProbes => "tail_loss_probes",
         }
     }
 
-    /// What it counts.
-    pub fn meaning(self) -> &'static str {
-        match self {
-            Counter::SentPkts => "packets sent",
-            Counter::RcvdPkts => "packets received and handed to a QP",
-            Counter::RcvdUnknownQpn => "packets for a QPN the device does not have",
-            Counter::RcvdMalformed => "packets that did not parse",
-            Counter::RcvdIcrcErr => "packets whose ICRC did not match",
-            Counter::RcvdIcrcIpId => {
-                "IPv4 packets whose ICRC matched only with the sender's recovered IP ID"
+    /// The slot of a device counter in [`Counter::DEVICE`]; `None` for one summed over QPs.
+    pub const fn device_slot(self) -> Option<usize> {
+        let mut i = 0;
+        while i < Counter::DEVICE.len() {
+            if Counter::DEVICE[i] as u8 == self as u8 {
+                return Some(i);
             }
-            Counter::SendErr => "sends the socket refused; retransmission recovers them",
-            Counter::SendCalls => "batches handed to the kernel (sendmmsg calls)",
-            Counter::IpIdProbes => "probes sent to learn a connected socket's IPv4 ID counter",
+            i += 1;
         }
+        None
+    }
+
+    /// A counter summed over QPs, from their sum `q`; `None` for a device counter.
+    pub fn from_qps(self, q: &crate::QpCounters) -> Option<u64> {
+        Some(match self {
+            Counter::DuplicateRequest => q.duplicate_requests,
+            Counter::OutOfSeqRequest => q.out_of_sequence,
+            Counter::RcvdRnrErr => q.rnr_naks_rcvd,
+            Counter::SendRnrErr => q.rnr_naks_sent,
+            Counter::RcvdSeqErr => q.seq_naks_rcvd,
+            Counter::RetryExceededErr => q.retry_exceeded,
+            Counter::RetryRnrExceededErr => q.rnr_retry_exceeded,
+            Counter::CompleterRetryErr => q.timeouts,
+            Counter::TailLossProbes => q.probes,
+            _ => return None,
+        })
+    }
+
+    /// Every counter of [`Counter::HW`] with its value: `device` gives the device's own,
+    /// and `qps` (the sum over live and destroyed QPs) the rest.
+    pub fn hw(
+        device: impl Fn(Counter) -> u64,
+        qps: &crate::QpCounters,
+    ) -> Vec<(&'static str, u64)> {
+        Counter::HW
+            .iter()
+            .map(|&c| (c.name(), c.from_qps(qps).unwrap_or_else(|| device(c))))
+            .collect()
     }
 }
 

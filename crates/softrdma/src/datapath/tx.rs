@@ -37,6 +37,7 @@
 //! that the engine's ICRCs assume, with an ICRC that is right for the IP header Linux gives
 //! it. `SOFTRDMA_CONNECTED=0` keeps every packet on the unconnected socket.
 
+use softrdma_proto::endpoint::Counter;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
@@ -437,7 +438,7 @@ impl Shared {
         } else {
             PROBE_LEN
         };
-        self.counters.ip_id_probes.fetch_add(1, Ordering::Relaxed);
+        self.counters.add(Counter::IpIdProbes, 1);
         let r = super::socket::send_probe(sock.as_raw_fd(), self.addr, len, seg).and_then(|()| {
             super::socket::sent_ipv4_ident(sock.as_raw_fd(), me, me, len, PROBE_WAIT)
         });
@@ -518,7 +519,7 @@ mod tests {
         .unwrap();
         let sink = std::net::UdpSocket::bind((ip, 0)).unwrap();
         assert!(tx.conn_settled(sink.local_addr().unwrap()).is_some());
-        assert_eq!(tx.shared.counters.ip_id_probes.load(Ordering::Relaxed), 2);
+        assert_eq!(tx.shared.counters.get(Counter::IpIdProbes), 2);
     }
 
     /// The whole mechanism against this machine's kernel: the IDs that a connected socket's
@@ -566,7 +567,7 @@ mod tests {
         // serves) while the learner probes again, and after it the plans are right again.
         let plan = c.plan(&tx, [1].into_iter()).unwrap();
         c.commit(&plan, 0, false);
-        let before = tx.shared.counters.ip_id_probes.load(Ordering::Relaxed);
+        let before = tx.shared.counters.get(Counter::IpIdProbes);
         assert!(c.plan(&tx, [1].into_iter()).is_none());
         drop(c);
         let deadline = std::time::Instant::now() + 4 * PROBE_WAIT;
@@ -581,10 +582,7 @@ mod tests {
             std::thread::yield_now();
         };
         let c = shared.lock().unwrap();
-        assert_eq!(
-            tx.shared.counters.ip_id_probes.load(Ordering::Relaxed),
-            before + 1
-        );
+        assert_eq!(tx.shared.counters.get(Counter::IpIdProbes), before + 1);
         super::super::socket::send_probe(c.fd(), dst, 8, 0).unwrap();
         let got = super::super::socket::sent_ipv4_ident(
             c.fd(),

@@ -33,7 +33,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use qp::QpShared;
 use regions::MrTable;
 use softrdma_proto::endpoint::timers::TimerQueue;
-use softrdma_proto::endpoint::{Lookup, QpCell, QpTable, Receiver, RxOutcome};
+use softrdma_proto::endpoint::{Counter, Lookup, QpCell, QpTable, Receiver, RxOutcome};
 use softrdma_proto::faults::LinkFaults;
 use softrdma_proto::{AsyncEvent, Instant, Mtu, Pd, WcOpcode};
 use softrdma_wire::{Opcode, ROCE_V2_PORT};
@@ -209,15 +209,12 @@ impl Device {
                 return;
             }
             let (sent, failed, calls) = b.flush(&self.tx, &self.gso);
-            // Zeros are not added: each add is a locked instruction, and failures are rare.
             for (c, n) in [
-                (&self.counters.send_calls, calls),
-                (&self.counters.sent_pkts, sent),
-                (&self.counters.send_errors, failed),
+                (Counter::SendCalls, calls),
+                (Counter::SentPkts, sent),
+                (Counter::SendErr, failed),
             ] {
-                if n > 0 {
-                    c.fetch_add(n as u64, Ordering::Relaxed);
-                }
+                self.counters.add(c, n as u64);
             }
         });
     }
@@ -248,8 +245,8 @@ impl Device {
     fn send(&self, bytes: &[u8], dst: SocketAddr) {
         self.capture_sent(bytes, dst);
         match self.tx.send_plain(bytes, dst) {
-            Ok(_) => self.counters.sent_pkts.fetch_add(1, Ordering::Relaxed),
-            Err(_) => self.counters.send_errors.fetch_add(1, Ordering::Relaxed),
+            Ok(_) => self.counters.add(Counter::SentPkts, 1),
+            Err(_) => self.counters.add(Counter::SendErr, 1),
         };
     }
 
@@ -304,31 +301,14 @@ impl Device {
         paths.entry(dst.to_canonical()).or_default().clone()
     }
 
-    /// The device's counters with rxe's names (see [`stats`]).
+    /// The device's counters with rxe's names (see [`stats`]): its own, and the QPs' summed
+    /// over the live and the destroyed ones.
     pub fn hw_counters(&self) -> Vec<(&'static str, u64)> {
         let mut q = *self.retired.lock().unwrap_or_else(|e| e.into_inner());
         for s in self.qps.read().unwrap_or_else(|e| e.into_inner()).values() {
             q += s.qp.lock().unwrap_or_else(|e| e.into_inner()).counters();
         }
-        let c = &self.counters;
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        vec![
-            ("sent_pkts", g(&c.sent_pkts)),
-            ("rcvd_pkts", g(&c.rcvd_pkts)),
-            ("duplicate_request", q.duplicate_requests),
-            ("out_of_seq_request", q.out_of_sequence),
-            ("rcvd_rnr_err", q.rnr_naks_rcvd),
-            ("send_rnr_err", q.rnr_naks_sent),
-            ("rcvd_seq_err", q.seq_naks_rcvd),
-            ("retry_exceeded_err", q.retry_exceeded),
-            ("retry_rnr_exceeded_err", q.rnr_retry_exceeded),
-            ("completer_retry_err", q.timeouts),
-            ("send_err", g(&c.send_errors)),
-            ("rcvd_icrc_err", g(&c.rcvd_icrc_errors)),
-            ("rcvd_unknown_qpn", g(&c.rcvd_unknown_qpn)),
-            ("rcvd_malformed", g(&c.rcvd_malformed)),
-            ("tail_loss_probes", q.probes),
-        ]
+        Counter::hw(|c| self.counters.get(c), &q)
     }
 
     /// Drains the socket if no other thread is doing so. Returns true if it received anything.
@@ -438,7 +418,7 @@ impl Device {
                     }
                     (data, Some(from), false, _) => self.receive(rx, data, from, now),
                     _ => {
-                        self.counters.rcvd_malformed.fetch_add(1, Ordering::Relaxed);
+                        self.counters.add(Counter::RcvdMalformed, 1);
                     }
                 }
             }
@@ -483,17 +463,8 @@ impl Device {
     /// Adds a receive batch's counts to the device's counters (zeros are not added: each
     /// add is a locked instruction).
     fn publish(&self, c: softrdma_proto::endpoint::RxCounts) {
-        let d = &self.counters;
-        for (counter, n) in [
-            (&d.rcvd_pkts, c.rcvd),
-            (&d.rcvd_malformed, c.malformed),
-            (&d.rcvd_icrc_errors, c.icrc_errors),
-            (&d.rcvd_icrc_ip_id, c.ip_ids),
-            (&d.rcvd_unknown_qpn, c.unknown_qpn),
-        ] {
-            if n > 0 {
-                counter.fetch_add(n, Ordering::Relaxed);
-            }
+        for (counter, n) in c.by_counter() {
+            self.counters.add(counter, n);
         }
     }
 
@@ -545,7 +516,7 @@ impl Device {
                     Some((t.len, dst_of(t.dst), t.lent))
                 }) {
                     if !queued {
-                        self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                        self.counters.add(Counter::SendErr, 1);
                         continue;
                     }
                     self.capture_last(b);
@@ -573,7 +544,7 @@ impl Device {
                 Some(l) => match self.mrs.lent_bytes(l) {
                     Some(payload) => t.whole(buf, &payload),
                     None => {
-                        self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                        self.counters.add(Counter::SendErr, 1);
                         continue;
                     }
                 },
@@ -665,8 +636,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
             continue;
         }
         // Publish the counters at most once a second while they change.
-        let activity = dev.counters.sent_pkts.load(Ordering::Relaxed)
-            + dev.counters.rcvd_pkts.load(Ordering::Relaxed);
+        let activity = dev.counters.get(Counter::SentPkts) + dev.counters.get(Counter::RcvdPkts);
         if activity != published.0 && published.1.elapsed() >= Duration::from_secs(1) {
             stats::write(&dev.name, &dev.hw_counters());
             published = (activity, std::time::Instant::now());

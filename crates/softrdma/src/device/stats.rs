@@ -5,27 +5,21 @@
 //! device closes, to `$XDG_RUNTIME_DIR/softrdma/NAME.PID` (or `/tmp/softrdma-UID/NAME.PID`),
 //! one `name value` per line; `softrdma link show -s` adds up the files of live processes.
 
+use softrdma_proto::endpoint::Counter;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// The counter names, in the order `rdma statistic` prints rxe's, then softrdma's own.
-pub const NAMES: [&str; 15] = [
-    "sent_pkts",
-    "rcvd_pkts",
-    "duplicate_request",
-    "out_of_seq_request",
-    "rcvd_rnr_err",
-    "send_rnr_err",
-    "rcvd_seq_err",
-    "retry_exceeded_err",
-    "retry_rnr_exceeded_err",
-    "completer_retry_err",
-    "send_err",
-    "rcvd_icrc_err",
-    "rcvd_unknown_qpn",
-    "rcvd_malformed",
-    "tail_loss_probes",
-];
+/// The counter names, in the order `rdma statistic` prints rxe's, then softrdma's own
+/// ([`Counter::HW`]).
+pub const NAMES: [&str; Counter::HW.len()] = {
+    let mut names = [""; Counter::HW.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = Counter::HW[i].name();
+        i += 1;
+    }
+    names
+};
 
 /// Where counter files go.
 pub fn dir() -> PathBuf {
