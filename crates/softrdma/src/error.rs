@@ -8,15 +8,55 @@ pub type Result<T> = std::result::Result<T, Error>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// An attribute of the call is invalid.
-    #[error("{verb}: invalid {attr}: {why}")]
-    InvalidAttr {
-        /// The verb, as in libibverbs (`ibv_reg_mr`, ...).
+    /// Access flags that ask for remote write or remote atomic without local write
+    /// (`ibv_reg_mr(3)`: a region a peer may write must be locally writable too).
+    #[error("{verb}: access {access:?}: REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE")]
+    AccessNeedsLocalWrite {
+        /// `ibv_reg_mr`.
         verb: &'static str,
-        /// The offending attribute.
-        attr: &'static str,
+        /// The flags asked for.
+        access: softrdma_proto::AccessFlags,
+    },
+    /// A null address for memory to register.
+    #[error("{verb}: addr is null")]
+    NullAddress {
+        /// `ibv_reg_mr`.
+        verb: &'static str,
+    },
+    /// A copy into or out of a region that does not lie inside it.
+    #[error(
+        "{verb}: {len} bytes at offset {offset} do not lie inside the {region_len}-byte region"
+    )]
+    OutsideRegion {
+        /// `MemoryRegion::read` or `MemoryRegion::write`.
+        verb: &'static str,
+        /// The offset asked for.
+        offset: u64,
+        /// The bytes asked for.
+        len: u64,
+        /// The region's length.
+        region_len: u64,
+    },
+    /// An address handle without a destination GID (RoCE routes by GID).
+    #[error("ibv_create_ah: grh.dgid is ::, and RoCE needs a destination GID")]
+    NoDestinationGid,
+    /// A line of the device config file that does not parse.
+    #[error("device config, line {line}: {why}: {text:?}")]
+    ConfigLine {
+        /// The line's number, from 1.
+        line: usize,
+        /// Its text.
+        text: String,
         /// What is wrong with it.
-        why: String,
+        why: &'static str,
+    },
+    /// A device bound to a network interface that does not exist or has no address.
+    #[error("ibv_open_device: {device}: interface {netdev} does not exist or has no address")]
+    NoInterface {
+        /// The device.
+        device: String,
+        /// The interface it is bound to.
+        netdev: String,
     },
     /// A count beyond what the device supports (a CQ's entries, a QP's or SRQ's work
     /// requests, scatter-gather entries or inline bytes).
@@ -99,7 +139,11 @@ impl Error {
     pub fn errno(&self) -> i32 {
         use softrdma_proto::PostError;
         match self {
-            Error::InvalidAttr { .. }
+            Error::AccessNeedsLocalWrite { .. }
+            | Error::NullAddress { .. }
+            | Error::OutsideRegion { .. }
+            | Error::NoDestinationGid
+            | Error::ConfigLine { .. }
             | Error::OutOfRange { .. }
             | Error::NoChannel
             | Error::Faults { .. }
@@ -108,7 +152,7 @@ impl Error {
             Error::WrIdInFlight { .. } => libc::EBUSY,
             Error::Post(PostError::QueueFull { .. }) => libc::ENOMEM,
             Error::Post(_) => libc::EINVAL,
-            Error::NoDevice(_) => libc::ENODEV,
+            Error::NoDevice(_) | Error::NoInterface { .. } => libc::ENODEV,
             Error::AddrInUse { .. } => libc::EADDRINUSE,
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }
@@ -133,14 +177,6 @@ impl Error {
                 min,
                 max,
             })
-        }
-    }
-
-    pub(crate) fn attr(verb: &'static str, attr: &'static str, why: impl Into<String>) -> Self {
-        Error::InvalidAttr {
-            verb,
-            attr,
-            why: why.into(),
         }
     }
 

@@ -1030,4 +1030,64 @@ fn refusals_are_typed_and_map_to_errno() {
     )
     .unwrap_err();
     assert_eq!(taken.errno(), libc::EADDRINUSE, "{taken:?}");
+    // Memory: remote write without local write, an empty region, a copy past the end.
+    let e = pd
+        .register_zeroed(64, AccessFlags::REMOTE_WRITE)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::AccessNeedsLocalWrite {
+                verb: "ibv_reg_mr",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(e.errno(), libc::EINVAL);
+    let e = pd
+        .register(Vec::new(), AccessFlags::LOCAL_WRITE)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::OutOfRange {
+                verb: "ibv_reg_mr",
+                attr: "length",
+                requested: 0,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let mr = pd.register_zeroed(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let e = mr.read(60, &mut [0u8; 8]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::OutsideRegion {
+                offset: 60,
+                len: 8,
+                region_len: 64,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    // An address handle from a GID index past the table.
+    let e = pd
+        .create_ah(std::net::Ipv6Addr::LOCALHOST, 4096)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::OutOfRange {
+                verb: "ibv_create_ah",
+                attr: "grh.sgid_index",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(e.errno(), libc::EINVAL);
 }

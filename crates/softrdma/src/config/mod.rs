@@ -89,8 +89,11 @@ pub fn parse(text: &str) -> Result<Vec<DeviceSpec>> {
             continue;
         }
         let f: Vec<&str> = line.split_whitespace().collect();
-        let bad =
-            |why: &str| Error::attr("config", "line", format!("line {}: {why}: {line:?}", i + 1));
+        let bad = |why: &'static str| Error::ConfigLine {
+            line: i + 1,
+            text: line.to_owned(),
+            why,
+        };
         let binding = match f.as_slice() {
             [_, "netdev", iface] => Binding::Netdev((*iface).to_owned()),
             [_, "addr", ip] => Binding::Addr(ip.parse().map_err(|_| bad("not an IP address"))?),
@@ -191,14 +194,10 @@ pub fn resolve(spec: &DeviceSpec) -> Result<DeviceInfo> {
         Binding::Netdev(name) => {
             let mine: Vec<&Iface> = ifaces.iter().filter(|i| &i.name == name).collect();
             if mine.is_empty() {
-                return Err(Error::attr(
-                    "ibv_open_device",
-                    "netdev",
-                    format!(
-                        "{}: interface {name} does not exist or has no address",
-                        spec.name
-                    ),
-                ));
+                return Err(Error::NoInterface {
+                    device: spec.name.clone(),
+                    netdev: name.clone(),
+                });
             }
             // IPv4 first, as GID index 1 on rxe; else a global IPv6, else the link-local.
             let pick = mine

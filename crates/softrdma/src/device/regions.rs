@@ -142,11 +142,13 @@ impl MrTable {
         access: AccessFlags,
     ) -> Result<Arc<MrInner>> {
         if buf.is_empty() {
-            return Err(Error::attr(
-                "ibv_reg_mr",
-                "length",
-                "a region needs at least one byte",
-            ));
+            return Err(Error::OutOfRange {
+                verb: "ibv_reg_mr",
+                attr: "length",
+                requested: 0,
+                min: 1,
+                max: isize::MAX as u64,
+            });
         }
         let ptr = Box::into_raw(buf.into_boxed_slice());
         let base = ptr as *mut u8;
@@ -171,8 +173,17 @@ impl MrTable {
         len: usize,
         access: AccessFlags,
     ) -> Result<Arc<MrInner>> {
-        if len == 0 || addr.is_null() {
-            return Err(Error::attr("ibv_reg_mr", "addr", "null or empty range"));
+        if addr.is_null() {
+            return Err(Error::NullAddress { verb: "ibv_reg_mr" });
+        }
+        if len == 0 {
+            return Err(Error::OutOfRange {
+                verb: "ibv_reg_mr",
+                attr: "length",
+                requested: 0,
+                min: 1,
+                max: isize::MAX as u64,
+            });
         }
         Ok(self.insert(|key| MrInner {
             key,

@@ -63,12 +63,21 @@ impl MemoryRegion {
         }
     }
 
+    fn outside(&self, verb: &'static str, offset: usize, len: usize) -> Error {
+        Error::OutsideRegion {
+            verb,
+            offset: offset as u64,
+            len: len as u64,
+            region_len: self.inner.len,
+        }
+    }
+
     /// Copies `buf.len()` bytes at `offset` out of the region.
     pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
         let p = self
             .inner
             .range(self.inner.addr + offset as u64, buf.len() as u64)
-            .ok_or_else(|| Error::attr("mr.read", "offset", "outside the region"))?;
+            .ok_or_else(|| self.outside("MemoryRegion::read", offset, buf.len()))?;
         // SAFETY: the range is inside the region, which `self` keeps alive.
         unsafe { std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) };
         Ok(())
@@ -79,7 +88,7 @@ impl MemoryRegion {
         let p = self
             .inner
             .range(self.inner.addr + offset as u64, data.len() as u64)
-            .ok_or_else(|| Error::attr("mr.write", "offset", "outside the region"))?;
+            .ok_or_else(|| self.outside("MemoryRegion::write", offset, data.len()))?;
         // SAFETY: the range is inside the region, which `self` keeps alive.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
         Ok(())

@@ -180,19 +180,15 @@ impl ProtectionDomain {
     /// from the device's GID `sgid_index`.
     pub fn create_ah(&self, dgid: std::net::Ipv6Addr, sgid_index: usize) -> Result<AddressHandle> {
         let gids = self.ctx.gids();
-        let sgid = gids.get(sgid_index).ok_or_else(|| {
-            Error::attr(
-                "ibv_create_ah",
-                "grh.sgid_index",
-                format!("the GID table has {} entries", gids.len()),
-            )
+        let sgid = gids.get(sgid_index).ok_or(Error::OutOfRange {
+            verb: "ibv_create_ah",
+            attr: "grh.sgid_index",
+            requested: sgid_index as u64,
+            min: 0,
+            max: gids.len().saturating_sub(1) as u64,
         })?;
         if dgid.is_unspecified() {
-            return Err(Error::attr(
-                "ibv_create_ah",
-                "grh.dgid",
-                "RoCE needs a destination GID",
-            ));
+            return Err(Error::NoDestinationGid);
         }
         Ok(AddressHandle {
             src: std::net::IpAddr::V6(*sgid).to_canonical(),
@@ -255,11 +251,10 @@ fn check_access(access: AccessFlags) -> Result<()> {
     if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
         && !access.contains(AccessFlags::LOCAL_WRITE)
     {
-        return Err(Error::attr(
-            "ibv_reg_mr",
-            "access",
-            "REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE",
-        ));
+        return Err(Error::AccessNeedsLocalWrite {
+            verb: "ibv_reg_mr",
+            access,
+        });
     }
     Ok(())
 }
@@ -391,8 +386,13 @@ impl QueuePair {
         buf: Vec<u8>,
         post: impl FnOnce(softrdma_proto::Sge) -> Result<()>,
     ) -> Result<()> {
-        let len = u32::try_from(buf.len())
-            .map_err(|_| Error::attr(verb, "sg_list", "longer than 4 GiB"))?;
+        let len = u32::try_from(buf.len()).map_err(|_| Error::OutOfRange {
+            verb,
+            attr: "sg_list[0].length",
+            requested: buf.len() as u64,
+            min: 0,
+            max: u64::from(u32::MAX),
+        })?;
         let mr = self.pd.register(buf, AccessFlags::LOCAL_WRITE)?;
         let sge = mr.sge(0, len);
         self.park(wr_id, mr)?;
