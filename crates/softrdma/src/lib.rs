@@ -3,7 +3,59 @@
 //! This crate is what applications use: the verbs objects ([`Context`], [`ProtectionDomain`],
 //! [`MemoryRegion`], [`CompletionQueue`], [`QueuePair`]) over the soft RoCE v2 device, which
 //! runs the `softrdma-proto` engine behind UDP sockets (receiving on `IP:4791`, sending from
-//! sockets connected to each peer) and a progress thread. One-sided operations complete without the target application calling anything.
+//! sockets connected to each peer) and a progress thread. One-sided operations complete
+//! without the target application calling anything.
+//!
+//! # Layout
+//! Imports go one way, top to bottom; no module imports one above it.
+//!
+//! - [`verbs`]: the objects applications hold ([`Context`], [`ProtectionDomain`],
+//!   [`QueuePair`], [`CompletionQueue`], [`MemoryRegion`]), each a handle onto the device.
+//! - `device`: the device core's glue: the progress thread, the region table, the QP and
+//!   CQ state the device reaches, and the lock order (below). Its protocol logic (QPN
+//!   demultiplexing, receive checks, ACK coalescing, timers, counter names) is the sans-I/O
+//!   [`softrdma_proto::endpoint`], which the simulator drives too.
+//! - [`datapath`]: the UDP driver (batched system calls, GSO/GRO, connected send sockets
+//!   with IPv4-ID learning) and the pcap writer.
+//! - [`config`]: device files, [`DeviceOptions`] (every `SOFTRDMA_*` variable, read once)
+//!   and the device limits table ([`config::limits`]); `counters` and `error` at the bottom.
+//!
+//! # Threads and locks
+//! Every object is `Send` and `Sync`; any thread may call any verb. A device has one
+//! progress thread of its own, which receives, runs timers and publishes counters; an
+//! application thread that polls an empty CQ does the same work itself while it spins (see
+//! `device`), and a connected send path has a learner thread that probes IPv4 IDs, which no
+//! caller ever waits for.
+//!
+//! No lock is held across user code (the lending poll holds none between its calls) or
+//! across a system call that can block (every socket is non-blocking; the probes that wait
+//! run on the learner thread, holding nothing). Locks are taken in this order, and only
+//! one lock of a kind at a time (never two QPs' or two CQs'):
+//!
+//! 1. the receive state (a drain; pollers only `try_lock` it);
+//! 2. the QP table (a read for a lookup, a write to create or destroy a QP);
+//! 3. a QP;
+//! 4. then, each on its own and holding nothing further: a CQ (then its channel's ready
+//!    list, or the device's async events), the timer queue, the deferred-ACK batch, the
+//!    fault injector's held packets, the capture file, the region table (read), or the
+//!    send path's connected sockets (a read of the map, then one socket's lock for its
+//!    send call).
+//!
+//! Locks per packet, after this design (before it in brackets):
+//!
+//! - **A data packet received:** its QP's lock twice (to handle it, then once per batch to
+//!   service it, its response coalesced with the batch's others), the region table's read
+//!   lock for the payload, and a CQ lock per completion. The receive state and the QP
+//!   table are taken once per batch (the table only when the batch's QP differs from the
+//!   last one's). The same as before.
+//! - **A WR posted:** its QP's lock, the region table's read lock per SGE, the connected
+//!   socket's lock per send call, and a CQ lock when it completes on transmit (UC, UD).
+//!   The timer queue's lock only when the QP's deadline moves earlier than the entry it has
+//!   (a QP that goes from idle to busy): in a ping-pong about once per round of its
+//!   probe timer, not once per message.
+//! - **Each timer pass:** the timer queue's lock per entry due, and the lock of the QP
+//!   whose entry it is: idle QPs cost nothing. [Before: every QP's lock on every pass of
+//!   the progress thread.]
 //!
 //! # Memory safety
 //! Work requests name memory by keys and addresses inside registered regions; the device

@@ -185,7 +185,7 @@ pub struct Transmit {
     /// Bytes in the buffer: the whole packet or, when `lent`, all of it but the payload.
     pub len: usize,
     /// The payload, when it stays in registered memory for the sender to take from there
-    /// (a zero-copy send; see [`Memory::lend`](crate::Memory::lend)).
+    /// (a zero-copy send; see [`Memory::lend`]).
     pub lent: Option<Lent>,
 }
 

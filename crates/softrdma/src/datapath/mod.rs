@@ -1,8 +1,8 @@
 //! The datapaths beneath the device: how its packets leave and arrive.
 //!
-//! - [`socket`] and [`batch`]: the UDP driver's system calls, `recvmmsg`/`sendmmsg` with
+//! - `socket` and `batch`: the UDP driver's system calls, `recvmmsg`/`sendmmsg` with
 //!   GRO and GSO, and the send batch every packet goes through.
-//! - [`tx`]: the sockets that send, connected to each peer, with the IPv4 identification
+//! - `tx`: the sockets that send, connected to each peer, with the IPv4 identification
 //!   learnt off the caller's path.
 //! - [`pcap`]: the capture writer.
 //!
