@@ -16,6 +16,7 @@
 //! core, the progress thread may wait milliseconds for a CPU; the timers must not.
 
 pub(crate) mod cq;
+pub(crate) mod handoff;
 pub(crate) mod qp;
 pub(crate) mod regions;
 pub mod stats;
@@ -88,27 +89,24 @@ pub(crate) struct Device {
     pub counters: Arc<DeviceCounters>,
     pub events: Arc<Mutex<VecDeque<AsyncEvent>>>,
     shutdown: AtomicBool,
-    /// When the progress thread will wake up by itself (nanoseconds on `now()`; `u64::MAX`:
-    /// never). Threads that arm an earlier timer wake it; later ones need not.
-    sleep_until: AtomicU64,
-    /// The earliest deadline of any QP timer or held-back packet (nanoseconds on `now()`;
-    /// `u64::MAX`: none), lowered by whoever arms one and recomputed by each sweep
-    /// ([`Device::run_timers`]). An application thread busy-polling a CQ compares it with
-    /// the clock on each empty poll and runs the due timers itself: while pollers spin on
-    /// every core, a woken progress thread may wait a scheduler slice (milliseconds) for a
-    /// CPU, and a probe or held packet would wait with it.
-    next_timer: AtomicU64,
+    /// The progress thread's wake-up time against the deadlines other threads arm, whether
+    /// busy pollers run the timers, and whether ACKs are deferred (see [`handoff`], whose
+    /// loom models check it). Its earliest deadline (of any QP timer or held-back packet,
+    /// nanoseconds on `now()`) is lowered by whoever arms one and recomputed by each timer
+    /// pass ([`Device::run_timers`]). An application thread busy-polling a CQ compares it
+    /// with the clock on each empty poll and runs the due timers itself: while pollers spin
+    /// on every core, a woken progress thread may wait a scheduler slice (milliseconds) for
+    /// a CPU, and a probe or held packet would wait with it. While they poll, arming a
+    /// timer does not wake the progress thread: it wakes at least every
+    /// [`APP_POLL_GRACE`] by itself, and a wake-up per held-back packet or probe would make
+    /// it compete for the CPUs the pollers (of this process and its peers) spin on.
+    gate: handoff::WakeGate,
     /// Held by the thread running the timers, so that two do not run the same pass.
     sweeping: Mutex<()>,
     /// The QPs' deadlines (see [`softrdma_proto::endpoint::timers`]): a QP enters one only
     /// when it is earlier than the one it has, so this lock is taken about once per
     /// deadline a QP arms from idle, not once per packet; idle QPs have no entry.
     timers: Mutex<TimerQueue>,
-    /// The progress thread has left the socket to busy-polling application threads. It then
-    /// wakes at least every [`APP_POLL_GRACE`] by itself, and the pollers run due timers,
-    /// so arming one need not wake it: a wake-up per held-back packet or probe would make
-    /// it compete for the CPUs the pollers (of this process and its peers) spin on.
-    app_polling: AtomicBool,
     /// Tests starve the progress thread with this (it then does nothing but sleep).
     #[cfg(test)]
     pub(crate) progress_paused: AtomicBool,
@@ -135,9 +133,9 @@ pub(crate) struct Device {
     /// next sends (they then leave in the same system call, behind its request: one UDP GSO
     /// send on loopback) or next polls, or until the progress thread runs. See
     /// [`Device::poll_rx`].
+    /// Whether it holds anything is the gate's `deferred`, read without the lock on every
+    /// poll.
     deferred: Mutex<SendBatch>,
-    /// Whether `deferred` holds anything (read without the lock on every poll).
-    has_deferred: AtomicBool,
 }
 
 struct RxState {
@@ -200,10 +198,12 @@ impl Device {
     /// the deferred ACKs behind them when there were any (`with_deferred`: always).
     pub fn flush_batch(&self, with_deferred: bool) {
         self.with_batch(|b| {
-            if (with_deferred || !b.is_empty()) && self.has_deferred.load(Ordering::Acquire) {
+            if (with_deferred || !b.is_empty()) && self.gate.deferred(false) {
                 let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
                 b.append(&mut d);
-                self.has_deferred.store(false, Ordering::Release);
+                // Cleared under the lock: a poller that defers more appends under it, and
+                // sets the flag again after.
+                self.gate.deferred(true);
             }
             if b.is_empty() {
                 return;
@@ -265,19 +265,10 @@ impl Device {
     }
 
     /// Records a timer's deadline, and wakes the progress thread if it is earlier than the
-    /// thread will wake by itself. The deadline is published before `sleep_until` is read,
-    /// and the progress thread reads `next_timer` after publishing `sleep_until` (all
-    /// SeqCst): either this sees the thread's new wake-up time, or the thread sees this
-    /// deadline.
+    /// thread will wake by itself: either this sees the thread's new wake-up time, or the
+    /// thread sees this deadline ([`handoff::WakeGate`]).
     pub fn timer_armed(&self, deadline: Instant) {
-        self.next_timer
-            .fetch_min(deadline.as_nanos(), Ordering::SeqCst);
-        if self.app_polling.load(Ordering::SeqCst) {
-            return;
-        }
-        if deadline.as_nanos() < self.sleep_until.load(Ordering::SeqCst) {
-            self.sleep_until
-                .store(deadline.as_nanos(), Ordering::SeqCst);
+        if self.gate.arm(deadline.as_nanos()) {
             self.wake();
         }
     }
@@ -343,7 +334,7 @@ impl Device {
     /// thread may be waiting for a CPU that this poller holds. True if it ran them.
     fn run_due_timers(&self) -> bool {
         let now = self.now();
-        let due = now.as_nanos() >= self.next_timer.load(Ordering::Relaxed);
+        let due = now.as_nanos() >= self.gate.next_timer();
         if due {
             self.run_timers(now);
         }
@@ -361,7 +352,7 @@ impl Device {
         };
         // Deadlines armed from here on are recorded beside what this pass finds, and any
         // armed before are in the queue this pass reads.
-        self.next_timer.store(u64::MAX, Ordering::SeqCst);
+        self.gate.start_pass();
         let mut next = self.send_delayed(now);
         loop {
             let due = self
@@ -488,10 +479,10 @@ impl Device {
             None => {}
             Some(true) => {
                 // Should this thread stop polling, the progress thread sends them: make sure
-                // it wakes in time. It reads `has_deferred` after publishing when it will
-                // wake, and this reads that time after setting `has_deferred` (both SeqCst):
-                // one of the two sees the other.
-                self.has_deferred.store(true, Ordering::SeqCst);
+                // it wakes in time. It reads the flag after publishing when it will wake, and
+                // this reads that time after setting the flag: one of the two sees the other
+                // (the loom model `deferred_acks_are_never_left_behind`).
+                self.gate.set_deferred();
                 self.timer_armed(now.add(APP_POLL_GRACE));
             }
             Some(false) => self.flush_batch(true),
@@ -645,7 +636,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         let now = dev.now();
         // The last sweep's findings, and what was armed since.
         let timer = |t: u64| (t != u64::MAX).then(|| Instant::from_nanos(t));
-        let mut next = timer(dev.next_timer.load(Ordering::SeqCst));
+        let mut next = timer(dev.gate.next_timer());
         let polls = dev.app_polls.load(Ordering::Relaxed);
         if polls != seen_polls {
             seen_polls = polls;
@@ -662,7 +653,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
             };
             if r.is_ok() {
                 socket_registered = !app_polling;
-                dev.app_polling.store(app_polling, Ordering::SeqCst);
+                dev.gate.set_app_polling(app_polling);
             }
         }
         if app_polling {
@@ -677,16 +668,15 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
             let t = now.add(Duration::from_secs(1));
             next = Some(next.map_or(t, |n| n.min(t)));
         }
-        dev.sleep_until
-            .store(next.map_or(u64::MAX, |t| t.as_nanos()), Ordering::SeqCst);
         // A timer armed while `next` was worked out saw the old wake-up time and may not
-        // have woken this thread (see `Device::timer_armed`).
-        if let Some(t) = timer(dev.next_timer.load(Ordering::SeqCst)) {
-            next = Some(next.map_or(t, |n| n.min(t)));
-        }
+        // have woken this thread: publishing the new one says what was armed meanwhile.
+        let (wake_at, deferred) = dev
+            .gate
+            .publish_sleep(next.map_or(u64::MAX, |t| t.as_nanos()));
+        let next = timer(wake_at);
         let mut timeout =
             next.map(|t| Duration::from_nanos(t.as_nanos().saturating_sub(now.as_nanos())));
-        if dev.has_deferred.load(Ordering::SeqCst) {
+        if deferred {
             // An application thread deferred ACKs (see `defer_acks`): send them at the
             // latest when its grace ends.
             timeout = Some(timeout.map_or(APP_POLL_GRACE, |t| t.min(APP_POLL_GRACE)));
@@ -831,11 +821,9 @@ impl Device {
             counters,
             events: Arc::new(Mutex::new(VecDeque::from([AsyncEvent::PortActive(1)]))),
             shutdown: AtomicBool::new(false),
-            sleep_until: AtomicU64::new(u64::MAX),
-            next_timer: AtomicU64::new(u64::MAX),
+            gate: handoff::WakeGate::new(),
             sweeping: Mutex::new(()),
             timers: Mutex::new(TimerQueue::default()),
-            app_polling: AtomicBool::new(false),
             #[cfg(test)]
             progress_paused: AtomicBool::new(false),
             app_polls: AtomicU64::new(0),
@@ -851,7 +839,6 @@ impl Device {
                 want: 1,
             }),
             deferred: Mutex::new(SendBatch::default()),
-            has_deferred: AtomicBool::new(false),
         });
         let d = dev.clone();
         let thread = std::thread::Builder::new()

@@ -10,8 +10,8 @@
 
 use crate::error::{Error, Result};
 use softrdma_proto::{Access, AccessFlags, AtomicOp, MemError, Memory, Pd, RegionBounds};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 
 /// Where a region's bytes live.
 enum Storage {
@@ -82,8 +82,6 @@ impl MrInner {
     }
 }
 
-pub(crate) use softrdma_proto::endpoint::check::KeyMap;
-
 impl crate::datapath::batch::LentRegion for MrInner {
     fn key(&self) -> u32 {
         self.key
@@ -101,9 +99,10 @@ impl crate::datapath::batch::Lender for MrTable {
 }
 
 /// The device's region table: key to region.
-#[derive(Default)]
 pub(crate) struct MrTable {
-    regions: RwLock<KeyMap<Arc<MrInner>>>,
+    /// Key to region (see [`super::handoff::Registry`], whose loom models check that a
+    /// deregistration waits for the accesses in flight, and that a lent buffer outlives it).
+    regions: super::handoff::Registry<MrInner>,
     /// Whether owned regions lend their bytes to sends (zero-copy sends).
     lends: bool,
 }
@@ -112,27 +111,20 @@ impl MrTable {
     /// An empty table; `lends`: see [`MrTable::lendable`].
     pub fn new(lends: bool) -> Self {
         Self {
-            regions: RwLock::default(),
+            regions: super::handoff::Registry::new(),
             lends,
         }
     }
 
-    fn fresh_key(map: &KeyMap<Arc<MrInner>>) -> u32 {
+    fn insert(&self, make: impl FnOnce(u32) -> MrInner) -> Arc<MrInner> {
         // Keys are not guessable: random, never 0, never reused while registered.
-        loop {
+        let pick = || loop {
             let k: u32 = rand::random();
-            if k != 0 && !map.contains_key(&k) {
+            if k != 0 {
                 return k;
             }
-        }
-    }
-
-    fn insert(&self, make: impl FnOnce(u32) -> MrInner) -> Arc<MrInner> {
-        let mut map = self.regions.write().unwrap_or_else(|e| e.into_inner());
-        let key = Self::fresh_key(&map);
-        let mr = Arc::new(make(key));
-        map.insert(key, mr.clone());
-        mr
+        };
+        self.regions.insert(pick, make)
     }
 
     pub fn register_owned(
@@ -198,11 +190,7 @@ impl MrTable {
 
     /// Removes an owned region and gives its buffer back, if nothing else holds it.
     pub fn take_owned(&self, key: u32) -> Option<Vec<u8>> {
-        let mr = self
-            .regions
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&key)?;
+        let mr = self.regions.remove(key)?;
         let mut inner = Arc::try_unwrap(mr).ok()?;
         match std::mem::replace(&mut inner.storage, Storage::Raw) {
             // SAFETY: the pointer came from `Box::into_raw` and, the storage now being `Raw`,
@@ -212,11 +200,10 @@ impl MrTable {
         }
     }
 
+    /// Removes region `key`; returns once no access to it is in flight (a lent payload's
+    /// send still holds an owned buffer, see [`MrTable::lendable`]).
     pub fn deregister(&self, key: u32) {
-        self.regions
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&key);
+        self.regions.remove(key);
     }
 
     /// Region `key`, if it lends its bytes to sends: a region over an owned buffer, which the
@@ -224,8 +211,7 @@ impl MrTable {
     /// deregistered meanwhile (as a NIC's DMA may finish after a deregistration starts). A
     /// raw region does not: its memory is the application's to free once it is deregistered.
     pub fn lendable(&self, key: u32) -> Option<Arc<MrInner>> {
-        let regions = self.regions.read().unwrap_or_else(|e| e.into_inner());
-        regions.get(&key).filter(|mr| mr.owns_buffer()).cloned()
+        self.regions.lend(key, MrInner::owns_buffer)
     }
 
     /// A copy of a lent payload, for a sender that needs the packet whole (the fault injector).
@@ -251,17 +237,19 @@ impl MrTable {
         access: Access,
         f: impl FnOnce(&MrInner, *mut u8) -> T,
     ) -> std::result::Result<T, MemError> {
-        let regions = self.regions.read().unwrap_or_else(|e| e.into_inner());
-        let mr = regions.get(&key).ok_or(MemError::InvalidKey(key))?;
-        let off = RegionBounds {
-            key,
-            pd: mr.pd,
-            addr: mr.addr,
-            len: mr.len,
-            access: mr.access,
-        }
-        .offset(pd, addr, len, access)?;
-        Ok(f(mr, mr.at(off)))
+        self.regions
+            .with(key, |mr| {
+                let off = RegionBounds {
+                    key,
+                    pd: mr.pd,
+                    addr: mr.addr,
+                    len: mr.len,
+                    access: mr.access,
+                }
+                .offset(pd, addr, len, access)?;
+                Ok(f(mr, mr.at(off)))
+            })
+            .unwrap_or(Err(MemError::InvalidKey(key)))
     }
 }
 
