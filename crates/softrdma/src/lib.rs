@@ -15,8 +15,9 @@
 //!   CQ state the device reaches, and the lock order (below). Its protocol logic (QPN
 //!   demultiplexing, receive checks, ACK coalescing, timers, counter names) is the sans-I/O
 //!   [`softrdma_proto::endpoint`], which the simulator drives too.
-//! - [`datapath`]: the UDP driver (batched system calls, GSO/GRO, connected send sockets
-//!   with IPv4-ID learning) and the pcap writer.
+//! - [`datapath`]: the drivers beneath the device behind one trait: the UDP driver
+//!   (batched system calls, GSO/GRO, connected send sockets with IPv4-ID learning), and the
+//!   fault injector and pcap writer, each of which wraps any driver.
 //! - [`config`]: device files, [`DeviceOptions`] (every `SOFTRDMA_*` variable, read once)
 //!   and the device limits table ([`config::limits`]); `counters` and `error` at the bottom.
 //!
@@ -35,11 +36,11 @@
 //! 1. the receive state (a drain; pollers only `try_lock` it);
 //! 2. the QP table (a read for a lookup, a write to create or destroy a QP);
 //! 3. a QP;
-//! 4. then, each on its own and holding nothing further: a CQ (then its channel's ready
-//!    list, or the device's async events), the timer queue, the deferred-ACK batch, the
-//!    fault injector's held packets, the capture file, the region table (read), or the
-//!    send path's connected sockets (a read of the map, then one socket's lock for its
-//!    send call).
+//! 4. then, each on its own: a CQ (then its channel's ready list, or the device's async
+//!    events), the timer queue, the deferred-ACK batch, the region table (read), or the
+//!    datapath: the fault injector's held packets, then the capture file, then the send
+//!    path's connected sockets (a read of the map, then one socket's lock for its send
+//!    call), each wrapper's lock before the driver's beneath it.
 //!
 //! Locks per packet, after this design (before it in brackets):
 //!

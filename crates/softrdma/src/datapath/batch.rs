@@ -201,10 +201,16 @@ impl SendBatch {
         Some(true)
     }
 
-    /// The packet queued last, whole, and its destination.
-    pub fn last_packet(&self) -> Option<(std::borrow::Cow<'_, [u8]>, SocketAddr)> {
-        let p = self.pkts.last()?;
-        Some((self.packet_bytes(p), p.dst))
+    /// Every queued packet, whole, with its destination, in order.
+    pub fn packets(&self) -> impl Iterator<Item = (std::borrow::Cow<'_, [u8]>, SocketAddr)> {
+        self.pkts.iter().map(|p| (self.packet_bytes(p), p.dst))
+    }
+
+    /// Drops every queued packet (and the regions they held).
+    pub fn clear(&mut self) {
+        self.used = 0;
+        self.pkts.clear();
+        self.held.clear();
     }
 
     /// True when nothing waits.
@@ -340,10 +346,8 @@ impl SendBatch {
                 }
             }
         }
-        self.used = 0;
-        self.pkts.clear();
         // The kernel has copied every payload by now (or the packet was dropped).
-        self.held.clear();
+        self.clear();
         self.groups = groups;
         self.route = route;
         (sent, failed, calls)

@@ -1,17 +1,98 @@
-//! The datapaths beneath the device: how its packets leave and arrive.
+//! The datapaths beneath the device: how its packets leave and arrive. smoltcp's
+//! `phy::Device` is the model: the device hands a driver batches of whole packets and asks
+//! it for batches of datagrams, and knows nothing of sockets.
 //!
-//! - `socket` and `batch`: the UDP driver's system calls, `recvmmsg`/`sendmmsg` with
-//!   GRO and GSO, and the send batch every packet goes through.
-//! - `tx`: the sockets that send, connected to each peer, with the IPv4 identification
-//!   learnt off the caller's path.
-//! - [`pcap`]: the capture writer.
+//! - [`Datapath`]: the interface every driver implements.
+//! - [`udp::Udp`]: the UDP driver: the receive socket on `IP:4791` (with GRO), and the
+//!   sending path `tx` (connected sockets with IPv4-ID learning, GSO batches), over the
+//!   batched system calls of `socket` and the send batch of `batch`.
+//! - [`faults::Faulty`]: a fault injector around any driver, applying the one fault model
+//!   ([`softrdma_proto::faults`], the simulator's) to every packet it sends.
+//! - [`pcap::Captured`]: a pcap writer around any driver.
 //!
-//! The fault model that `SOFTRDMA_FAULTS` drives is [`softrdma_proto::faults`], the one the
-//! simulator uses; the device applies it as it sends (see `crate::device`).
+//! A same-host shared-memory driver is the next step; it implements the same trait.
 //!
-//! Nothing here knows QPs, CQs or the verbs: the layers above hand it bytes and addresses.
+//! Contract: a driver never blocks (every socket is non-blocking), may be called from any
+//! thread (`Send + Sync`; the device serialises receives itself), and takes the packets it
+//! is given: a send empties the batch whatever became of each packet.
 
 pub(crate) mod batch;
+pub mod faults;
 pub mod pcap;
 pub(crate) mod socket;
 pub(crate) mod tx;
+pub(crate) mod udp;
+
+use batch::SendBatch;
+use socket::RecvBatch;
+use std::os::fd::RawFd;
+
+/// What became of a send.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Sent {
+    /// Packets handed to the network.
+    pub sent: usize,
+    /// Packets refused (a full buffer, an unreachable address).
+    pub failed: usize,
+    /// System calls made.
+    pub calls: usize,
+    /// Packets a wrapper held back: the earliest is due then (nanoseconds on the device
+    /// clock), and the device must call [`Datapath::release`] by that time.
+    pub held_until: Option<u64>,
+}
+
+impl std::ops::AddAssign for Sent {
+    fn add_assign(&mut self, o: Sent) {
+        self.sent += o.sent;
+        self.failed += o.failed;
+        self.calls += o.calls;
+        self.held_until = match (self.held_until, o.held_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
+/// A driver beneath the device (see the module docs).
+pub(crate) trait Datapath: Send + Sync {
+    /// The UDP source port every packet leaves from (the ICRC covers it).
+    fn port(&self) -> u16;
+    /// A descriptor that becomes readable when a datagram waits, for the progress
+    /// thread's poll.
+    fn readable_fd(&self) -> RawFd;
+    /// Receives up to `want` datagrams into `batch` without blocking; how many came.
+    fn recv(&self, batch: &mut RecvBatch, want: usize) -> std::io::Result<usize>;
+    /// Sends (or drops, or holds back) every packet of `batch`, which it leaves empty;
+    /// `now`: the device clock, for a wrapper that holds packets back.
+    fn send(&self, batch: &mut SendBatch, now: u64) -> Sent;
+    /// Sends what was held back and is due at `now` (`u64::MAX`: everything); returns the
+    /// send, with when the next held packet is due.
+    fn release(&self, now: u64) -> Sent {
+        let _ = now;
+        Sent::default()
+    }
+    /// Writes out what a capture holds buffered.
+    fn flush_capture(&self) {}
+}
+
+/// A boxed driver is a driver: the wrappers wrap whatever the device chose beneath them.
+impl Datapath for Box<dyn Datapath> {
+    fn port(&self) -> u16 {
+        (**self).port()
+    }
+    fn readable_fd(&self) -> RawFd {
+        (**self).readable_fd()
+    }
+    fn recv(&self, batch: &mut RecvBatch, want: usize) -> std::io::Result<usize> {
+        (**self).recv(batch, want)
+    }
+    fn send(&self, batch: &mut SendBatch, now: u64) -> Sent {
+        (**self).send(batch, now)
+    }
+    fn release(&self, now: u64) -> Sent {
+        (**self).release(now)
+    }
+    fn flush_capture(&self) {
+        (**self).flush_capture()
+    }
+}

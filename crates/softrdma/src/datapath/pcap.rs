@@ -3,7 +3,11 @@
 //! identification is the one the packet had (0 for ours; recovered from the ICRC for rxe's),
 //! so every ICRC in the file verifies.
 
+use super::batch::SendBatch;
+use super::socket::RecvBatch;
+use super::{Datapath, Sent};
 use crate::error::{Error, Result};
+use softrdma_proto::endpoint::check::{IcrcCheck, IcrcOk};
 use softrdma_wire::ROCE_V2_PORT;
 use softrdma_wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, EthernetRepr};
 use softrdma_wire::pcap::{LINKTYPE_ETHERNET, PcapWriter};
@@ -11,6 +15,8 @@ use softrdma_wire::roce::IpRepr;
 use softrdma_wire::udp::UdpRepr;
 use std::io::BufWriter;
 use std::net::IpAddr;
+use std::os::fd::RawFd;
+use std::sync::Mutex;
 
 /// A pcap file of the device's traffic.
 pub struct Capture {
@@ -91,5 +97,78 @@ impl Capture {
     /// Writes buffered packets out.
     pub fn flush(&mut self) {
         let _ = self.out.flush_inner();
+    }
+}
+
+/// A driver whose every packet, sent and received, is recorded to a pcap file. Received
+/// IPv4 packets get the IP identification they carried, recovered from their ICRC (a check
+/// of the capture's own, beside the device's), so every ICRC in the file verifies.
+pub struct Captured<D> {
+    inner: D,
+    /// The device's address.
+    addr: IpAddr,
+    file: Mutex<(Capture, IcrcCheck)>,
+}
+
+impl<D> Captured<D> {
+    /// `inner`, recorded to `file`; `addr`: the device's address.
+    pub(crate) fn new(inner: D, addr: IpAddr, file: Capture) -> Self {
+        Self {
+            inner,
+            addr,
+            file: Mutex::new((file, IcrcCheck::default())),
+        }
+    }
+}
+
+impl<D: Datapath> Datapath for Captured<D> {
+    fn port(&self) -> u16 {
+        self.inner.port()
+    }
+
+    fn readable_fd(&self) -> RawFd {
+        self.inner.readable_fd()
+    }
+
+    fn recv(&self, batch: &mut RecvBatch, want: usize) -> std::io::Result<usize> {
+        let n = self.inner.recv(batch, want)?;
+        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let (file, check) = &mut *f;
+        for i in 0..n {
+            let (data, from, _, seg) = batch.get(i);
+            let Some(from) = from else { continue };
+            let seg = if seg == 0 { data.len().max(1) } else { seg };
+            for d in data.chunks(seg) {
+                let ident = check
+                    .check(from.ip(), self.addr, from.port(), d)
+                    .map_or(0, IcrcOk::ident);
+                file.record(from.ip(), self.addr, from.port(), ident, d);
+            }
+        }
+        Ok(n)
+    }
+
+    fn send(&self, batch: &mut SendBatch, now: u64) -> Sent {
+        if !batch.is_empty() {
+            let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+            let port = self.inner.port();
+            for (bytes, dst) in batch.packets() {
+                f.0.record(self.addr, dst.ip(), port, 0, &bytes);
+            }
+        }
+        self.inner.send(batch, now)
+    }
+
+    fn release(&self, now: u64) -> Sent {
+        self.inner.release(now)
+    }
+
+    fn flush_capture(&self) {
+        self.file
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .flush();
+        self.inner.flush_capture();
     }
 }

@@ -268,11 +268,6 @@ impl TxPath {
         self.shared.plain.as_raw_fd()
     }
 
-    /// Sends one datagram on the unconnected socket.
-    pub(crate) fn send_plain(&self, bytes: &[u8], dst: SocketAddr) -> std::io::Result<usize> {
-        self.shared.plain.send_to(bytes, dst)
-    }
-
     /// The connected socket for `dst` once it is ready; `None` means the unconnected one.
     /// Never blocks: a destination's first use hands it to the learner.
     #[cfg(test)]

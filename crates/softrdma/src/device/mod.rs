@@ -24,23 +24,23 @@ pub mod stats;
 use crate::config::DeviceOptions;
 use crate::counters::DeviceCounters;
 use crate::datapath::batch::SendBatch;
-use crate::datapath::pcap::Capture;
+use crate::datapath::faults::Faulty;
+use crate::datapath::pcap::{Capture, Captured};
 use crate::datapath::socket::{self as sys, RecvBatch};
-use crate::datapath::tx::{TxOptions, TxPath};
+use crate::datapath::tx::TxOptions;
+use crate::datapath::udp::Udp;
+use crate::datapath::{Datapath, Sent};
 use crate::error::{Error, Result};
 use cq::CqInner;
-use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token, Waker};
 use qp::QpShared;
 use regions::MrTable;
 use softrdma_proto::endpoint::timers::TimerQueue;
 use softrdma_proto::endpoint::{Counter, Lookup, QpCell, QpTable, Receiver, RxOutcome};
-use softrdma_proto::faults::LinkFaults;
 use softrdma_proto::{AsyncEvent, Instant, Mtu, Pd, WcOpcode};
 use softrdma_wire::{Opcode, ROCE_V2_PORT};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -50,8 +50,6 @@ const SOCKET: Token = Token(0);
 /// the next packet of a burst usually follows within microseconds, and a wake-up from sleep
 /// costs more than that.
 const SPIN: Duration = Duration::from_micros(20);
-/// A packet held back by the fault injector: due time, sequence, destination, bytes.
-type Held = (u64, u64, SocketAddr, Vec<u8>);
 /// How long after an application thread last drained the socket the progress thread leaves
 /// the socket to it (and so the longest an ACK it deferred can wait).
 const APP_POLL_GRACE: Duration = Duration::from_micros(200);
@@ -61,6 +59,8 @@ const APP_POLL_GRACE: Duration = Duration::from_micros(200);
 /// before it probes for a lost tail, so that a deferred ACK is not taken for a lost one.
 pub(crate) const PEER_ACK_DELAY: Duration = Duration::from_millis(1);
 const WAKE: Token = Token(1);
+/// The next device's id (see `Device::id`).
+static NEXT_DEVICE: AtomicU64 = AtomicU64::new(0);
 
 pub(crate) struct Device {
     pub name: String,
@@ -68,10 +68,14 @@ pub(crate) struct Device {
     /// IPv6 scope (interface index) of a link-local address; 0 otherwise.
     pub scope_id: u32,
     pub mtu: Mtu,
-    /// Receives: every peer sends to port 4791.
-    socket: UdpSocket,
-    /// Sends, from another port (see [`crate::datapath::tx`]).
-    pub(crate) tx: TxPath,
+    /// Where packets leave and arrive: the UDP driver, wrapped in the fault injector and
+    /// the pcap writer when they are asked for (see [`crate::datapath`]).
+    datapath: Box<dyn Datapath>,
+    /// Whether the datapath holds packets back (the fault injector), and so needs the
+    /// clock on each send.
+    holds: bool,
+    /// Tells devices apart for the per-thread send batches.
+    id: u64,
     pub mrs: Arc<MrTable>,
     pub qps: RwLock<QpTable<QpShared>>,
     /// The smallest round trip to each destination, shared by the QPs that go there (see
@@ -115,17 +119,8 @@ pub(crate) struct Device {
     /// it for packets that the poller receives anyway would cost a context switch per packet
     /// on small machines. A count, not a deadline, so that a poll need not read the clock.
     app_polls: AtomicU64,
-    /// `SOFTRDMA_FAULTS`, if set.
-    faults: Option<LinkFaults>,
-    /// `SOFTRDMA_PCAP`, if set.
-    capture: Option<Mutex<Capture>>,
-    /// Packets the fault injector holds back: (due, sequence, destination, bytes).
-    delayed: Mutex<std::collections::BinaryHeap<std::cmp::Reverse<Held>>>,
-    delayed_seq: AtomicU64,
     /// Counters of QPs already destroyed.
     pub retired: Mutex<softrdma_proto::QpCounters>,
-    /// Send runs of equal packets as one GSO send (turned off if the kernel refuses).
-    gso: AtomicBool,
     /// Receive state; whoever holds it drains the socket (the progress thread, or an
     /// application thread polling a CQ, which saves two context switches per message).
     rx: Mutex<RxState>,
@@ -152,10 +147,6 @@ thread_local! {
     /// it sends on, by the device's send path id (see [`Device::with_batch`]).
     static SEND_BATCHES: std::cell::RefCell<Vec<(u64, SendBatch)>> =
         const { std::cell::RefCell::new(Vec::new()) };
-    /// Where this thread's engine writes each packet for the fault injector (kept across
-    /// calls: a fresh buffer per packet would cost an allocation, and reusing one spares
-    /// zeroing it). Without faults, packets are built in the batch itself.
-    static PACKET: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Device {
@@ -179,7 +170,7 @@ impl Device {
     pub(crate) fn with_batch<R>(&self, f: impl FnOnce(&mut SendBatch) -> R) -> R {
         SEND_BATCHES.with(|all| {
             let mut all = all.borrow_mut();
-            let id = self.tx.id;
+            let id = self.id;
             let i = match all.iter().position(|(d, _)| *d == id) {
                 Some(i) => i,
                 None => {
@@ -208,60 +199,29 @@ impl Device {
             if b.is_empty() {
                 return;
             }
-            let (sent, failed, calls) = b.flush(&self.tx, &self.gso);
-            for (c, n) in [
-                (Counter::SendCalls, calls),
-                (Counter::SentPkts, sent),
-                (Counter::SendErr, failed),
-            ] {
-                self.counters.add(c, n as u64);
-            }
+            let now = if self.holds { self.now().as_nanos() } else { 0 };
+            let sent = self.datapath.send(b, now);
+            self.count_sent(sent);
         });
     }
 
-    /// Records a packet this device sends, when capturing.
-    fn capture_sent(&self, bytes: &[u8], dst: SocketAddr) {
-        if let Some(c) = &self.capture {
-            c.lock().unwrap_or_else(|e| e.into_inner()).record(
-                self.addr,
-                dst.ip(),
-                self.tx.port(),
-                0,
-                bytes,
-            );
+    /// Counts a send, and makes sure the packets it held back leave in time.
+    fn count_sent(&self, s: Sent) {
+        for (c, n) in [
+            (Counter::SendCalls, s.calls),
+            (Counter::SentPkts, s.sent),
+            (Counter::SendErr, s.failed),
+        ] {
+            self.counters.add(c, n as u64);
+        }
+        if let Some(t) = s.held_until {
+            self.timer_armed(Instant::from_nanos(t));
         }
     }
 
-    /// Records the packet last put in `batch`, when capturing.
-    fn capture_last(&self, batch: &SendBatch) {
-        if self.capture.is_some()
-            && let Some((bytes, dst)) = batch.last_packet()
-        {
-            self.capture_sent(&bytes, dst);
-        }
-    }
-
-    /// Sends one packet (and records it when capturing).
-    fn send(&self, bytes: &[u8], dst: SocketAddr) {
-        self.capture_sent(bytes, dst);
-        match self.tx.send_plain(bytes, dst) {
-            Ok(_) => self.counters.add(Counter::SentPkts, 1),
-            Err(_) => self.counters.add(Counter::SendErr, 1),
-        };
-    }
-
-    /// Sends the held-back packets that are due; returns when the next one is.
-    fn send_delayed(&self, now: Instant) -> Option<Instant> {
-        let mut q = self.delayed.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some(std::cmp::Reverse((due, _, _, _))) = q.peek() {
-            if *due > now.as_nanos() {
-                return Some(Instant::from_nanos(*due));
-            }
-            if let Some(std::cmp::Reverse((_, _, dst, bytes))) = q.pop() {
-                self.send(&bytes, dst);
-            }
-        }
-        None
+    /// The UDP source port the device's packets leave from.
+    pub fn port(&self) -> u16 {
+        self.datapath.port()
     }
 
     /// Records a timer's deadline, and wakes the progress thread if it is earlier than the
@@ -353,7 +313,13 @@ impl Device {
         // Deadlines armed from here on are recorded beside what this pass finds, and any
         // armed before are in the queue this pass reads.
         self.gate.start_pass();
-        let mut next = self.send_delayed(now);
+        // What the datapath held back (the fault injector) and is due leaves first.
+        let released = self.datapath.release(now.as_nanos());
+        let mut next = released.held_until.map(Instant::from_nanos);
+        self.count_sent(Sent {
+            held_until: None,
+            ..released
+        });
         loop {
             let due = self
                 .timers
@@ -385,7 +351,7 @@ impl Device {
         let RxState { rx, batch, want } = st;
         loop {
             let ask = if app { *want } else { sys::RX_BATCH };
-            let got = sys::recv_batch(self.socket.as_raw_fd(), batch, ask);
+            let got = self.datapath.recv(batch, ask);
             // One datagram is asked for while they come one at a time (a ping-pong); a full
             // batch means more are queued.
             *want = match got {
@@ -435,20 +401,9 @@ impl Device {
         }
     }
 
-    /// Hands one received datagram to its QP through the receive path, and records it when
-    /// capturing.
+    /// Hands one received datagram to its QP through the receive path.
     fn receive(&self, rx: &mut Receiver<QpShared>, data: &[u8], from: SocketAddr, now: Instant) {
-        let out = rx.datagram(self, now, self.addr, from.ip(), from.port(), data);
-        if let Some(c) = &self.capture {
-            c.lock().unwrap_or_else(|e| e.into_inner()).record(
-                from.ip(),
-                self.addr,
-                from.port(),
-                out.ident(),
-                data,
-            );
-        }
-        let _: RxOutcome = out;
+        let _: RxOutcome = rx.datagram(self, now, self.addr, from.ip(), from.port(), data);
     }
 
     /// Adds a receive batch's counts to the device's counters (zeros are not added: each
@@ -489,8 +444,8 @@ impl Device {
         }
     }
 
-    /// Builds the QP's packets in place at the end of this thread's batch (or, with fault
-    /// injection, sends, delays or drops each).
+    /// Builds the QP's packets in place at the end of this thread's batch (the datapath
+    /// sends them, or with fault injection drops or holds some back, at the flush).
     fn transmit(&self, qp: &mut softrdma_proto::QueuePair, now: Instant) {
         let dst_of = |ip: IpAddr| match ip.to_canonical() {
             // Link-local peers are reached through the device's interface.
@@ -499,80 +454,17 @@ impl Device {
             ),
             ip => SocketAddr::new(ip, ROCE_V2_PORT),
         };
-        let Some(f) = &self.faults else {
-            // Packets are built in place, at the end of this thread's batch.
-            self.with_batch(|b| {
-                while let Some(queued) = b.push_with(&*self.mrs, |buf, at| {
-                    let t = qp.poll_transmit_at(now, buf, at)?;
-                    Some((t.len, dst_of(t.dst), t.lent))
-                }) {
-                    if !queued {
-                        self.counters.add(Counter::SendErr, 1);
-                        continue;
-                    }
-                    self.capture_last(b);
-                }
-            });
-            return;
-        };
-        PACKET.with(|b| self.transmit_faulty(qp, now, &mut b.borrow_mut(), f, dst_of));
-    }
-
-    /// [`Device::transmit`] through the fault injector, which batches, delays or drops each
-    /// packet.
-    fn transmit_faulty(
-        &self,
-        qp: &mut softrdma_proto::QueuePair,
-        now: Instant,
-        buf: &mut Vec<u8>,
-        f: &LinkFaults,
-        dst_of: impl Fn(IpAddr) -> SocketAddr,
-    ) {
-        while let Some(t) = qp.poll_transmit(now, buf) {
-            let dst = dst_of(t.dst);
-            let mut bytes = match &t.lent {
-                None => t.whole(buf, &[]),
-                Some(l) => match self.mrs.lent_bytes(l) {
-                    Some(payload) => t.whole(buf, &payload),
-                    None => {
-                        self.counters.add(Counter::SendErr, 1);
-                        continue;
-                    }
-                },
-            };
-            // The fault model's draws, in its order (see `softrdma_proto::faults`).
-            let mut rng = rand::rng();
-            if f.lost(&mut rng) {
-                continue;
-            }
-            let copies = if f.duplicated(&mut rng) { 2 } else { 1 };
-            for c in 0..copies {
-                let mut copy = if c + 1 == copies {
-                    std::mem::take(&mut bytes)
-                } else {
-                    bytes.clone()
-                };
-                f.corrupted(&mut rng, &mut copy);
-                let (delay, _) = f.copy_delay(&mut rng);
-                if delay.is_zero() {
-                    // What the faults spare goes the way every packet goes: into this
-                    // thread's batch, so that a faulty device measures the device's own
-                    // send path (GSO, connected sockets, deferred ACKs), not a slower one.
-                    self.with_batch(|b| {
-                        b.push(&copy, dst);
-                        self.capture_last(b);
-                    });
-                } else {
-                    let due = now.add(delay);
-                    let seq = self.delayed_seq.fetch_add(1, Ordering::Relaxed);
-                    self.delayed
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(std::cmp::Reverse((due.as_nanos(), seq, dst, copy)));
-                    self.timer_armed(due);
+        // Packets are built in place, at the end of this thread's batch.
+        self.with_batch(|b| {
+            while let Some(queued) = b.push_with(&*self.mrs, |buf, at| {
+                let t = qp.poll_transmit_at(now, buf, at)?;
+                Some((t.len, dst_of(t.dst), t.lent))
+            }) {
+                if !queued {
+                    self.counters.add(Counter::SendErr, 1);
                 }
             }
-        }
+        });
     }
 
     /// Puts what the QP wants to send in this thread's batch (sent by
@@ -613,12 +505,11 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         if dev.shutdown.load(Ordering::Acquire) {
             // Nothing already accepted is lost: what the fault injector holds back and the
             // ACKs pollers deferred leave now.
-            dev.send_delayed(Instant::from_nanos(u64::MAX));
+            let released = dev.datapath.release(u64::MAX);
+            dev.count_sent(released);
             dev.flush_batch(true);
             stats::write(&dev.name, &dev.hw_counters());
-            if let Some(c) = &dev.capture {
-                c.lock().unwrap_or_else(|e| e.into_inner()).flush();
-            }
+            dev.datapath.flush_capture();
             return;
         }
         #[cfg(test)]
@@ -646,10 +537,14 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         if app_polling == socket_registered {
             // Hand the socket to the busy poller, or take it back once it has stopped.
             let r = if app_polling {
-                poll.registry().deregister(&mut SocketRef(&dev.socket))
-            } else {
                 poll.registry()
-                    .register(&mut SocketRef(&dev.socket), SOCKET, Interest::READABLE)
+                    .deregister(&mut SocketRef(dev.datapath.readable_fd()))
+            } else {
+                poll.registry().register(
+                    &mut SocketRef(dev.datapath.readable_fd()),
+                    SOCKET,
+                    Interest::READABLE,
+                )
             };
             if r.is_ok() {
                 socket_registered = !app_polling;
@@ -660,9 +555,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
             let t = Instant::from_nanos(app_until);
             next = Some(next.map_or(t, |n| n.min(t)));
         }
-        if let Some(c) = &dev.capture {
-            c.lock().unwrap_or_else(|e| e.into_inner()).flush();
-        }
+        dev.datapath.flush_capture();
         if activity != published.0 {
             // Come back to publish once the second is up.
             let t = now.add(Duration::from_secs(1));
@@ -702,17 +595,17 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
 }
 
 /// Lets the progress thread (de)register the device's socket, which the device owns.
-struct SocketRef<'a>(&'a UdpSocket);
+struct SocketRef(std::os::fd::RawFd);
 
-impl mio::event::Source for SocketRef<'_> {
+impl mio::event::Source for SocketRef {
     fn register(&mut self, r: &mio::Registry, t: Token, i: Interest) -> std::io::Result<()> {
-        mio::unix::SourceFd(&self.0.as_raw_fd()).register(r, t, i)
+        mio::unix::SourceFd(&self.0).register(r, t, i)
     }
     fn reregister(&mut self, r: &mio::Registry, t: Token, i: Interest) -> std::io::Result<()> {
-        mio::unix::SourceFd(&self.0.as_raw_fd()).reregister(r, t, i)
+        mio::unix::SourceFd(&self.0).reregister(r, t, i)
     }
     fn deregister(&mut self, r: &mio::Registry) -> std::io::Result<()> {
-        mio::unix::SourceFd(&self.0.as_raw_fd()).deregister(r)
+        mio::unix::SourceFd(&self.0).deregister(r)
     }
 }
 
@@ -741,65 +634,37 @@ impl Device {
         mtu: Mtu,
         opts: DeviceOptions,
     ) -> Result<(Arc<Device>, std::thread::JoinHandle<()>)> {
-        let faults = opts.faults;
-        let capture = match &opts.pcap {
-            Some(p) => Some(Mutex::new(Capture::create(p)?)),
-            None => None,
-        };
-        let bind = match addr {
-            IpAddr::V6(v6) => {
-                SocketAddr::V6(std::net::SocketAddrV6::new(v6, ROCE_V2_PORT, 0, scope_id))
-            }
-            v4 => SocketAddr::new(v4, ROCE_V2_PORT),
-        };
-        let std_sock = std::net::UdpSocket::bind(bind).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AddrInUse {
-                Error::AddrInUse { addr }
-            } else {
-                Error::Io {
-                    verb: "ibv_open_device",
-                    source: e,
-                }
-            }
-        })?;
-        std_sock
-            .set_nonblocking(true)
-            .map_err(Error::io("ibv_open_device"))?;
-        let fd = std_sock.as_raw_fd();
-        // This socket only receives (the sending side is `tx`).
-        if addr.is_ipv6() {
-            // rxe sends IPv6 UDP with checksum 0, which Linux drops unless told not to.
-            sys::set_int_opt(fd, libc::IPPROTO_UDP, 102 /* UDP_NO_CHECK6_RX */, 1)
-                .map_err(Error::io("ibv_open_device: setsockopt"))?;
-        }
-        // A deep receive buffer: a burst of a whole send window must not overflow the queue.
-        // SO_RCVBUFFORCE passes net.core.rmem_max when the process may (CAP_NET_ADMIN);
-        // otherwise the kernel caps the plain request at that limit.
-        if sys::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 16 << 20).is_err() {
-            let _ = sys::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 16 << 20);
-        }
-        if opts.gso {
-            sys::enable_gro(fd);
-        }
-        let socket = UdpSocket::from_std(std_sock);
-        // A capture records every packet with IP ID 0, which only the unconnected socket
-        // sends.
         let clock = quanta::Clock::new();
         let counters = Arc::new(DeviceCounters::default());
-        let tx = TxPath::new(
-            counters.clone(),
+        let udp = Udp::open(
             addr,
             scope_id,
             TxOptions {
-                connect: opts.connected && capture.is_none(),
+                // A capture records every packet it sends with IP ID 0, which only the
+                // unconnected socket sends.
+                connect: opts.connected && opts.pcap.is_none(),
                 gso: opts.gso,
                 gso_everywhere: opts.gso_everywhere,
             },
-        )
-        .map_err(Error::io("ibv_open_device: send socket"))?;
+            counters.clone(),
+        )?;
+        // The wrappers, innermost first: a capture records what the faults let out.
+        let captured: Box<dyn Datapath> = match &opts.pcap {
+            Some(p) => Box::new(Captured::new(udp, addr, Capture::create(p)?)),
+            None => Box::new(udp),
+        };
+        let holds = opts.faults.is_some();
+        let datapath: Box<dyn Datapath> = match opts.faults {
+            Some(f) => Box::new(Faulty::new(captured, f)),
+            None => captured,
+        };
         let poll = Poll::new().map_err(Error::io("ibv_open_device: poll"))?;
         poll.registry()
-            .register(&mut SocketRef(&socket), SOCKET, Interest::READABLE)
+            .register(
+                &mut SocketRef(datapath.readable_fd()),
+                SOCKET,
+                Interest::READABLE,
+            )
             .map_err(Error::io("ibv_open_device: poll"))?;
         let waker =
             Waker::new(poll.registry(), WAKE).map_err(Error::io("ibv_open_device: poll"))?;
@@ -808,8 +673,9 @@ impl Device {
             addr,
             scope_id,
             mtu,
-            socket,
-            tx,
+            datapath,
+            holds,
+            id: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
             mrs: Arc::new(MrTable::new(opts.zero_copy)),
             qps: RwLock::new(QpTable::default()),
             paths: Mutex::new(std::collections::HashMap::new()),
@@ -827,12 +693,7 @@ impl Device {
             #[cfg(test)]
             progress_paused: AtomicBool::new(false),
             app_polls: AtomicU64::new(0),
-            gso: AtomicBool::new(opts.gso),
             retired: Mutex::new(softrdma_proto::QpCounters::default()),
-            faults,
-            capture,
-            delayed: Mutex::new(std::collections::BinaryHeap::new()),
-            delayed_seq: AtomicU64::new(0),
             rx: Mutex::new(RxState {
                 rx: Receiver::default(),
                 batch: RecvBatch::default(),

@@ -214,16 +214,6 @@ impl MrTable {
         self.regions.lend(key, MrInner::owns_buffer)
     }
 
-    /// A copy of a lent payload, for a sender that needs the packet whole (the fault injector).
-    pub fn lent_bytes(&self, l: &softrdma_proto::Lent) -> Option<Vec<u8>> {
-        let mr = self.lendable(l.key)?;
-        let p = mr.lent_ptr(l.addr, u64::from(l.len))?;
-        let mut v = vec![0; l.len as usize];
-        // SAFETY: `p..p + len` lies inside the owned buffer, which `mr` keeps alive.
-        unsafe { std::ptr::copy_nonoverlapping(p, v.as_mut_ptr(), v.len()) };
-        Some(v)
-    }
-
     /// Runs `f` on the region `key` and the address that `addr..addr + len` starts at, after
     /// the checks of [`RegionBounds::offset`]. The region stays registered while `f` runs:
     /// the table's read lock is held, which only a deregistration waits for. (Every packet

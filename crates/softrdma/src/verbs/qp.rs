@@ -224,7 +224,7 @@ impl ProtectionDomain {
             sq_sig_all: init.sq_sig_all,
             srq: init.srq.as_ref().map(|s| s.inner.clone()),
             port_mtu: dev.mtu,
-            udp_sport: Some(dev.tx.port()),
+            udp_sport: Some(dev.port()),
         };
         let mem: Arc<dyn softrdma_proto::Memory> = dev.mrs.clone();
         let mut engine = softrdma_proto::QueuePair::new(cfg, mem);
