@@ -82,6 +82,9 @@ mod device;
 mod error;
 pub mod verbs;
 
+#[cfg(test)]
+mod rig_tests;
+
 pub use config::{DeviceAttr, DeviceOptions, PortAttr, default_addr, device_attr, port_attr};
 pub use counters::DeviceCounters;
 pub use device::stats;

@@ -42,7 +42,7 @@ impl<D: Datapath> Datapath for Faulty<D> {
         self.inner.port()
     }
 
-    fn readable_fd(&self) -> RawFd {
+    fn readable_fd(&self) -> Option<RawFd> {
         self.inner.readable_fd()
     }
 

@@ -9,6 +9,8 @@
 //! - [`faults::Faulty`]: a fault injector around any driver, applying the one fault model
 //!   ([`softrdma_proto::faults`], the simulator's) to every packet it sends.
 //! - [`pcap::Captured`]: a pcap writer around any driver.
+//! - `loopback`: an in-process driver for deterministic tests (devices on a clock the test
+//!   moves, with no progress thread, no socket and no sleep).
 //!
 //! A same-host shared-memory driver is the next step; it implements the same trait.
 //!
@@ -18,6 +20,8 @@
 
 pub(crate) mod batch;
 pub mod faults;
+#[cfg(test)]
+pub(crate) mod loopback;
 pub mod pcap;
 pub(crate) mod socket;
 pub(crate) mod tx;
@@ -58,8 +62,8 @@ pub(crate) trait Datapath: Send + Sync {
     /// The UDP source port every packet leaves from (the ICRC covers it).
     fn port(&self) -> u16;
     /// A descriptor that becomes readable when a datagram waits, for the progress
-    /// thread's poll.
-    fn readable_fd(&self) -> RawFd;
+    /// thread's poll (`None`: a driver that only its callers' polls drain).
+    fn readable_fd(&self) -> Option<RawFd>;
     /// Receives up to `want` datagrams into `batch` without blocking; how many came.
     fn recv(&self, batch: &mut RecvBatch, want: usize) -> std::io::Result<usize>;
     /// Sends (or drops, or holds back) every packet of `batch`, which it leaves empty;
@@ -80,7 +84,7 @@ impl Datapath for Box<dyn Datapath> {
     fn port(&self) -> u16 {
         (**self).port()
     }
-    fn readable_fd(&self) -> RawFd {
+    fn readable_fd(&self) -> Option<RawFd> {
         (**self).readable_fd()
     }
     fn recv(&self, batch: &mut RecvBatch, want: usize) -> std::io::Result<usize> {

@@ -136,6 +136,18 @@ impl Default for RecvBatch {
 }
 
 impl RecvBatch {
+    #[cfg(test)]
+    /// Puts `data` from `from` in slot `i`, as a receive would: a driver that is not a
+    /// socket fills the batch with this. `data` longer than a slot is cut short.
+    pub(crate) fn set(&mut self, i: usize, data: &[u8], from: SocketAddr) {
+        let n = data.len().min(SLOT);
+        self.bufs[i * SLOT..i * SLOT + n].copy_from_slice(&data[..n]);
+        self.lens[i] = n;
+        self.truncated[i] = n < data.len();
+        self.addrs[i] = to_storage(from).0;
+        self.segs[i] = 0;
+    }
+
     /// Datagram `i` of the last batch: its bytes, sender, whether it was cut short, and the
     /// segment size when GRO coalesced several datagrams into it (0 otherwise).
     pub fn get(&self, i: usize) -> (&[u8], Option<SocketAddr>, bool, usize) {

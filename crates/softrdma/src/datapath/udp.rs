@@ -80,8 +80,8 @@ impl Datapath for Udp {
         self.tx.port()
     }
 
-    fn readable_fd(&self) -> RawFd {
-        self.socket.as_raw_fd()
+    fn readable_fd(&self) -> Option<RawFd> {
+        Some(self.socket.as_raw_fd())
     }
 
     fn recv(&self, batch: &mut RecvBatch, want: usize) -> std::io::Result<usize> {

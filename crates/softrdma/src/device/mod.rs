@@ -85,11 +85,8 @@ pub(crate) struct Device {
     pub qps_gen: AtomicU64,
     next_pd: AtomicU32,
     waker: Waker,
-    /// The device's clock: the TSC where it is invariant (a read costs about 9 ns here against
-    /// 24 for `clock_gettime`, and a ping-pong turn reads it twice), scaled to nanoseconds.
-    clock: quanta::Clock,
-    /// The clock's raw reading at creation: the device's time 0.
-    epoch: u64,
+    /// The device's clock (see [`Clock`]).
+    clock: Clock,
     pub counters: Arc<DeviceCounters>,
     pub events: Arc<Mutex<VecDeque<AsyncEvent>>>,
     shutdown: AtomicBool,
@@ -149,9 +146,47 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// A device's clock.
+pub(crate) enum Clock {
+    /// The TSC where it is invariant (a read costs about 9 ns here against 24 for
+    /// `clock_gettime`, and a ping-pong turn reads it twice), scaled to nanoseconds from the
+    /// raw reading `epoch` at creation: the device's time 0.
+    Tsc {
+        /// The clock.
+        clock: quanta::Clock,
+        /// Its raw reading at time 0.
+        epoch: u64,
+    },
+    /// Time that moves only when a test moves it (nanoseconds): timers fire exactly when
+    /// the test says, on a device with no progress thread.
+    #[cfg(test)]
+    Manual(Arc<AtomicU64>),
+}
+
+impl Clock {
+    /// The system's clock, from now.
+    fn system() -> Self {
+        let clock = quanta::Clock::new();
+        Clock::Tsc {
+            epoch: clock.raw(),
+            clock,
+        }
+    }
+
+    fn now(&self) -> Instant {
+        match self {
+            Clock::Tsc { clock, epoch } => {
+                Instant::from_nanos(clock.delta_as_nanos(*epoch, clock.raw()))
+            }
+            #[cfg(test)]
+            Clock::Manual(t) => Instant::from_nanos(t.load(Ordering::SeqCst)),
+        }
+    }
+}
+
 impl Device {
     pub fn now(&self) -> Instant {
-        Instant::from_nanos(self.clock.delta_as_nanos(self.epoch, self.clock.raw()))
+        self.clock.now()
     }
 
     pub fn alloc_pd(&self) -> Pd {
@@ -536,15 +571,13 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         let app_polling = app_until > now.as_nanos();
         if app_polling == socket_registered {
             // Hand the socket to the busy poller, or take it back once it has stopped.
-            let r = if app_polling {
-                poll.registry()
-                    .deregister(&mut SocketRef(dev.datapath.readable_fd()))
-            } else {
-                poll.registry().register(
-                    &mut SocketRef(dev.datapath.readable_fd()),
-                    SOCKET,
-                    Interest::READABLE,
-                )
+            let r = match dev.datapath.readable_fd() {
+                None => Ok(()),
+                Some(fd) if app_polling => poll.registry().deregister(&mut SocketRef(fd)),
+                Some(fd) => {
+                    poll.registry()
+                        .register(&mut SocketRef(fd), SOCKET, Interest::READABLE)
+                }
             };
             if r.is_ok() {
                 socket_registered = !app_polling;
@@ -634,7 +667,6 @@ impl Device {
         mtu: Mtu,
         opts: DeviceOptions,
     ) -> Result<(Arc<Device>, std::thread::JoinHandle<()>)> {
-        let clock = quanta::Clock::new();
         let counters = Arc::new(DeviceCounters::default());
         let udp = Udp::open(
             addr,
@@ -658,14 +690,44 @@ impl Device {
             Some(f) => Box::new(Faulty::new(captured, f)),
             None => captured,
         };
+        let (dev, poll) = Self::assemble(
+            name,
+            addr,
+            scope_id,
+            mtu,
+            opts.zero_copy,
+            (datapath, holds),
+            Clock::system(),
+            counters,
+        )?;
+        let d = dev.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("softrdma-{name}"))
+            .spawn(move || progress(d, poll, true))
+            .map_err(Error::io("ibv_open_device: progress thread"))?;
+        Ok((dev, thread))
+    }
+
+    /// The device itself, over `datapath` (and whether it holds packets back), with its
+    /// progress thread's poll (the thread is the caller's to start).
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        name: &str,
+        addr: IpAddr,
+        scope_id: u32,
+        mtu: Mtu,
+        zero_copy: bool,
+        datapath: (Box<dyn Datapath>, bool),
+        clock: Clock,
+        counters: Arc<DeviceCounters>,
+    ) -> Result<(Arc<Device>, Poll)> {
+        let (datapath, holds) = datapath;
         let poll = Poll::new().map_err(Error::io("ibv_open_device: poll"))?;
-        poll.registry()
-            .register(
-                &mut SocketRef(datapath.readable_fd()),
-                SOCKET,
-                Interest::READABLE,
-            )
-            .map_err(Error::io("ibv_open_device: poll"))?;
+        if let Some(fd) = datapath.readable_fd() {
+            poll.registry()
+                .register(&mut SocketRef(fd), SOCKET, Interest::READABLE)
+                .map_err(Error::io("ibv_open_device: poll"))?;
+        }
         let waker =
             Waker::new(poll.registry(), WAKE).map_err(Error::io("ibv_open_device: poll"))?;
         let dev = Arc::new(Device {
@@ -676,13 +738,12 @@ impl Device {
             datapath,
             holds,
             id: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
-            mrs: Arc::new(MrTable::new(opts.zero_copy)),
+            mrs: Arc::new(MrTable::new(zero_copy)),
             qps: RwLock::new(QpTable::default()),
             paths: Mutex::new(std::collections::HashMap::new()),
             qps_gen: AtomicU64::new(0),
             next_pd: AtomicU32::new(1),
             waker,
-            epoch: clock.raw(),
             clock,
             counters,
             events: Arc::new(Mutex::new(VecDeque::from([AsyncEvent::PortActive(1)]))),
@@ -701,12 +762,32 @@ impl Device {
             }),
             deferred: Mutex::new(SendBatch::default()),
         });
-        let d = dev.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("softrdma-{name}"))
-            .spawn(move || progress(d, poll, true))
-            .map_err(Error::io("ibv_open_device: progress thread"))?;
-        Ok((dev, thread))
+        Ok((dev, poll))
+    }
+
+    /// A device over `datapath` on a clock the test moves, with no progress thread: the
+    /// test's own calls (posts, polls) do all the work, so what happens is decided by the
+    /// test alone, with no sockets or sleeps.
+    #[cfg(test)]
+    pub(crate) fn rig(
+        name: &str,
+        addr: IpAddr,
+        datapath: (Box<dyn Datapath>, bool),
+        clock: Arc<AtomicU64>,
+    ) -> Arc<Device> {
+        let counters = Arc::new(DeviceCounters::default());
+        let (dev, _poll) = Self::assemble(
+            name,
+            addr,
+            0,
+            Mtu::M1024,
+            false,
+            datapath,
+            Clock::Manual(clock),
+            counters,
+        )
+        .expect("a rig needs no socket");
+        dev
     }
 
     /// Stops the progress thread, which sends what is still held back first.

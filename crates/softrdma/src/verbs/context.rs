@@ -70,6 +70,23 @@ impl Context {
         })
     }
 
+    /// A device over `datapath` (and whether it holds packets back) on a clock the test
+    /// moves, with no progress thread (see `Device::rig`).
+    #[cfg(test)]
+    pub(crate) fn rig(
+        name: &str,
+        addr: IpAddr,
+        datapath: (Box<dyn crate::datapath::Datapath>, bool),
+        clock: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(ContextInner {
+                dev: Device::rig(name, addr, datapath, clock),
+                thread: None,
+            }),
+        }
+    }
+
     /// Opens the default device: [`Context::open`] with no name.
     pub fn open_default() -> Result<Self> {
         Self::open(None)

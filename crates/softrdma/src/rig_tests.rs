@@ -1,0 +1,254 @@
+//! Deterministic tests of the device's own behaviour: two devices on the in-process
+//! loopback driver, on a clock the test moves, with no progress thread. Nothing happens
+//! unless the test calls it (a post, a poll, a clock step), so each test says exactly what
+//! the device must do, with no socket and no sleep.
+
+use crate::datapath::loopback::{Fabric, Loopback};
+use crate::*;
+use softrdma_wire::Opcode;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+struct End {
+    ctx: Context,
+    pd: ProtectionDomain,
+    cq: CompletionQueue,
+    qp: QueuePair,
+    mr: MemoryRegion,
+}
+
+struct Rig {
+    fabric: Arc<Fabric>,
+    clock: Arc<AtomicU64>,
+    a: End,
+    b: End,
+}
+
+const IP_A: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 99, 1));
+const IP_B: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 99, 2));
+
+impl Rig {
+    /// Two RC ends, connected; `cqe`: B's CQ; `ids`: A's packets carry numbered IPv4 IDs.
+    fn new(cqe: usize, ids: Option<u16>) -> Rig {
+        Self::with_faults(cqe, ids, None)
+    }
+
+    /// [`Rig::new`], with A's packets through the fault injector.
+    fn with_faults(cqe: usize, ids: Option<u16>, faults: Option<LinkFaults>) -> Rig {
+        let fabric = Fabric::new();
+        let clock = Arc::new(AtomicU64::new(1_000_000));
+        let end = |addr: IpAddr, port: u16, cqe: usize, ids: Option<u16>, f: Option<LinkFaults>| {
+            let mut lo = Loopback::new(fabric.clone(), addr, port);
+            if let Some(first) = ids {
+                lo = lo.numbering_ipv4_ids(first);
+            }
+            let datapath: (Box<dyn crate::datapath::Datapath>, bool) = match f {
+                Some(f) => (Box::new(crate::datapath::faults::Faulty::new(lo, f)), true),
+                None => (Box::new(lo), false),
+            };
+            let ctx = Context::rig(&format!("rig{port}"), addr, datapath, clock.clone());
+            let pd = ctx.alloc_pd();
+            let cq = ctx.create_cq(cqe, None).unwrap();
+            let qp = pd.create_qp(QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+            let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+            let mr = pd.register_zeroed(64 << 10, access).unwrap();
+            End {
+                ctx,
+                pd,
+                cq,
+                qp,
+                mr,
+            }
+        };
+        let a = end(IP_A, 49152, 64, ids, faults);
+        let b = end(IP_B, 49153, cqe, None, None);
+        let peer = |e: &End, psn: u32| Peer {
+            addr: e.ctx.addr(),
+            qpn: e.qp.qp_num(),
+            psn: Psn::new(psn),
+        };
+        a.qp.connect(Psn::new(100), &peer(&b, 200), &ConnectAttr::default())
+            .unwrap();
+        b.qp.connect(Psn::new(200), &peer(&a, 100), &ConnectAttr::default())
+            .unwrap();
+        Rig {
+            fabric,
+            clock,
+            a,
+            b,
+        }
+    }
+
+    fn advance(&self, d: Duration) {
+        self.clock.fetch_add(d.as_nanos() as u64, Ordering::SeqCst);
+    }
+}
+
+fn wr(id: u64, op: SendOp, e: &End, len: u32) -> SendWr {
+    SendWr {
+        wr_id: id,
+        op,
+        payload: Payload::Sges(vec![e.mr.sge(0, len)]),
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    }
+}
+
+fn recv(e: &End, id: u64) {
+    e.qp.post_recv(RecvWr {
+        wr_id: id,
+        sg_list: vec![e.mr.sge(4096, 1024)],
+    })
+    .unwrap();
+}
+
+const SEND_ONLY: u8 = Opcode::RC_SEND_ONLY.0;
+const ACK: u8 = Opcode::RC_ACKNOWLEDGE.0;
+
+/// A poller's ACK is deferred, and leaves with its answer: B receives A's SEND through a
+/// CQ poll, which holds the ACK back; B's own SEND then carries it, behind the request, in
+/// the same send. A poll with nothing to answer sends a deferred ACK at once.
+#[test]
+fn a_pollers_ack_waits_for_its_answer_and_leaves_behind_it() {
+    let r = Rig::new(64, None);
+    recv(&r.b, 1);
+    recv(&r.a, 2);
+    r.a.qp.post_send(wr(10, SendOp::Send, &r.a, 32)).unwrap();
+    assert_eq!(r.fabric.opcodes(IP_B), [SEND_ONLY]);
+    let wc = r.b.cq.poll(4);
+    assert_eq!((wc.len(), wc[0].status), (1, WcStatus::Success));
+    assert!(
+        r.fabric.opcodes(IP_A).is_empty(),
+        "the ACK waits for B's answer"
+    );
+    r.b.qp.post_send(wr(11, SendOp::Send, &r.b, 32)).unwrap();
+    assert_eq!(
+        r.fabric.opcodes(IP_A),
+        [SEND_ONLY, ACK],
+        "the ACK rides behind it"
+    );
+    // A poller that has seen datagrams come one at a time asks for one per receive (a
+    // ping-pong's): the SEND first, B's message.
+    let wc = r.a.cq.poll(4);
+    assert_eq!((wc.len(), wc[0].wr_id), (1, 2));
+    // A's next poll first sends its own deferred ACK of that SEND, having nothing to
+    // answer it with, then receives B's ACK, which completes A's SEND.
+    let wc = r.a.cq.poll(4);
+    assert_eq!(
+        (wc.len(), wc[0].wr_id, wc[0].status),
+        (1, 10, WcStatus::Success)
+    );
+    assert_eq!(r.fabric.opcodes(IP_B), [ACK]);
+    assert_eq!(r.b.cq.poll(4)[0].wr_id, 11);
+}
+
+/// A lost WRITE is sent again when, and only when, its timer falls due on the device's
+/// clock: polls before that send nothing, a poll after it sends the WRITE again, and the
+/// WRITE then completes.
+#[test]
+fn a_lost_write_goes_again_exactly_when_its_timer_fires() {
+    let r = Rig::new(64, None);
+    r.a.mr.write(0, b"deterministic").unwrap();
+    let op = SendOp::Write {
+        remote_addr: r.b.mr.addr(),
+        rkey: r.b.mr.rkey(),
+    };
+    r.a.qp.post_send(wr(1, op, &r.a, 13)).unwrap();
+    assert_eq!(r.fabric.take(IP_B).len(), 1, "the WRITE, lost");
+    for _ in 0..100 {
+        assert!(r.a.cq.poll(1).is_empty());
+    }
+    assert!(r.fabric.opcodes(IP_B).is_empty(), "no timer is due yet");
+    // Past the local ACK timeout of ibv_rc_pingpong's 14 (67 ms), which bounds every
+    // timer of a QP with no round-trip sample.
+    r.advance(Duration::from_millis(70));
+    assert!(r.a.cq.poll(1).is_empty());
+    assert_eq!(
+        r.fabric.opcodes(IP_B),
+        [Opcode::RC_RDMA_WRITE_ONLY.0],
+        "sent again"
+    );
+    assert!(r.b.cq.poll(1).is_empty(), "a WRITE completes nothing at B");
+    assert!(
+        r.b.cq.poll(1).is_empty(),
+        "B's next poll sends its deferred ACK"
+    );
+    assert_eq!(r.a.cq.poll(1)[0].status, WcStatus::Success);
+    assert_eq!(r.b.mr.to_vec()[..13], *b"deterministic");
+    let c = r.a.qp.counters();
+    assert!(c.retransmits + c.probes >= 1, "{c:?}");
+}
+
+/// A CQ with no room loses the completion and raises a CQ error event, as on a NIC: B's
+/// first poll receives one datagram (a poller asks for one until a receive fills what it
+/// asked for), its second the other two, into a CQ of one entry.
+#[test]
+fn a_full_cq_loses_the_completion_and_raises_cq_err() {
+    let r = Rig::new(1, None);
+    for i in 0..3 {
+        recv(&r.b, i);
+        r.a.qp.post_send(wr(10 + i, SendOp::Send, &r.a, 8)).unwrap();
+    }
+    assert_eq!(r.b.cq.poll(4).len(), 1);
+    assert!(!r.b.cq.overflowed());
+    assert_eq!(r.b.cq.poll(4).len(), 1);
+    assert!(r.b.cq.overflowed());
+    assert_eq!(r.b.cq.lost(), 1);
+    let events: Vec<_> = std::iter::from_fn(|| r.b.ctx.poll_async_event()).collect();
+    assert!(events.contains(&AsyncEvent::CqError), "{events:?}");
+}
+
+/// Packets a "kernel" numbers as a connected socket's are checked by recovering each
+/// one's IPv4 ID from its ICRC (across the 16-bit wrap), and a corrupt one is counted and
+/// dropped.
+#[test]
+fn numbered_ipv4_ids_are_recovered_and_corruption_is_caught() {
+    let r = Rig::new(64, Some(0xFFF0));
+    for i in 0..20 {
+        recv(&r.b, i);
+        r.a.qp
+            .post_send(wr(100 + i, SendOp::Send, &r.a, 16))
+            .unwrap();
+    }
+    let mut got = 0;
+    while got < 20 {
+        let wc = r.b.cq.poll(32);
+        assert!(!wc.is_empty(), "{got} of 20 received");
+        got += wc.len();
+    }
+    let c = r.b.ctx.counters();
+    // IDs 0xFFF0 to 0x0003: the one with ID 0 verifies as it is, the 19 others by their
+    // recovered ID.
+    assert_eq!(c.get(Counter::RcvdIcrcIpId), 19);
+    assert_eq!(c.get(Counter::RcvdIcrcErr), 0);
+    // One more, with a bit flipped on the way.
+    recv(&r.b, 99);
+    r.a.qp.post_send(wr(200, SendOp::Send, &r.a, 16)).unwrap();
+    let mut d = r.fabric.take(IP_B);
+    d[0].0[20] ^= 1;
+    r.fabric.put_back(IP_B, d);
+    assert!(r.b.cq.poll(4).is_empty());
+    assert_eq!(c.get(Counter::RcvdIcrcErr), 1);
+    let _ = (&r.a.pd, &r.b.pd);
+}
+
+/// The fault injector wraps any driver, the loopback one too, and holds packets back on
+/// the device's own clock: a SEND delayed 500 µs waits in the injector until the clock
+/// passes that, and the timer pass of A's next poll then lets it go.
+#[test]
+fn the_fault_injector_holds_a_packet_until_the_device_clock_passes_its_delay() {
+    let faults = LinkFaults::parse("delay_us=500").unwrap();
+    let r = Rig::with_faults(64, None, Some(faults));
+    recv(&r.b, 1);
+    r.a.qp.post_send(wr(10, SendOp::Send, &r.a, 8)).unwrap();
+    assert!(r.fabric.opcodes(IP_B).is_empty(), "held back");
+    r.advance(Duration::from_micros(499));
+    assert!(r.a.cq.poll(1).is_empty());
+    assert!(r.fabric.opcodes(IP_B).is_empty(), "still held at 499 us");
+    r.advance(Duration::from_micros(1));
+    assert!(r.a.cq.poll(1).is_empty());
+    assert_eq!(r.fabric.opcodes(IP_B), [SEND_ONLY], "released at 500 us");
+    assert_eq!(r.b.cq.poll(1)[0].wr_id, 1);
+}
