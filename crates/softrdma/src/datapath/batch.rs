@@ -241,18 +241,12 @@ impl SendBatch {
         other.used = 0;
     }
 
-    /// Sends everything in as few calls as the kernel allows: runs of equal-sized packets to
-    /// one destination go as single GSO sends (the last of a run may be shorter), the rest
-    /// as individual datagrams, all through `sendmmsg`: one call per destination that has a
-    /// connected socket, one for all others. Returns (sent, failed, system calls).
-    pub fn flush(
-        &mut self,
-        tx: &super::tx::TxPath,
-        gso: &std::sync::atomic::AtomicBool,
-    ) -> (usize, usize, usize) {
-        use std::sync::atomic::Ordering;
-        let use_gso = gso.load(Ordering::Relaxed);
-        let mut groups = std::mem::take(&mut self.groups);
+    /// Cuts the queued packets into the messages a flush sends, as (first packet, count,
+    /// GSO segment size or 0): runs of equal-sized packets to one destination become one
+    /// GSO message each (the last of a run may be shorter; at most [`GSO_MAX_SEGS`]
+    /// segments and [`GSO_MAX_BYTES`] bytes), where GSO is allowed (`use_gso`) and the
+    /// segments stay in the kernel (loopback, or anywhere with `everywhere`).
+    fn group(&self, groups: &mut Vec<(usize, usize, usize)>, use_gso: bool, everywhere: bool) {
         groups.clear();
         let mut i = 0;
         while i < self.pkts.len() {
@@ -262,7 +256,7 @@ impl SendBatch {
             let mut bytes = seg;
             // GSO only where the segments stay in the kernel (loopback): through a bridge to
             // a VM's tap, Linux 6.1 delivered only the first segment of each burst.
-            let gso_here = use_gso && (p.dst.ip().is_loopback() || tx.gso_everywhere);
+            let gso_here = use_gso && (p.dst.ip().is_loopback() || everywhere);
             while gso_here && j < self.pkts.len() && j - i < GSO_MAX_SEGS {
                 let q = &self.pkts[j];
                 let len = q.wire_len();
@@ -278,6 +272,20 @@ impl SendBatch {
             groups.push((i, j - i, if j - i > 1 { seg } else { 0 }));
             i = j;
         }
+    }
+
+    /// Sends everything in as few calls as the kernel allows: runs of equal-sized packets to
+    /// one destination go as single GSO sends (the last of a run may be shorter), the rest
+    /// as individual datagrams, all through `sendmmsg`: one call per destination that has a
+    /// connected socket, one for all others. Returns (sent, failed, system calls).
+    pub fn flush(
+        &mut self,
+        tx: &super::tx::TxPath,
+        gso: &std::sync::atomic::AtomicBool,
+    ) -> (usize, usize, usize) {
+        use std::sync::atomic::Ordering;
+        let mut groups = std::mem::take(&mut self.groups);
+        self.group(&mut groups, gso.load(Ordering::Relaxed), tx.gso_everywhere);
         let (mut sent, mut failed, mut calls) = (0, 0, 0);
         let mut g = 0;
         let mut route = self.route.take();
@@ -524,6 +532,42 @@ mod tests {
     use super::*;
     use softrdma_wire::icrc;
     use std::net::Ipv4Addr;
+
+    /// How a batch is cut into GSO messages, with no socket: a run of equal packets to one
+    /// loopback destination is one message (its last packet may be shorter, and ends it), a
+    /// new destination or a longer packet starts another, the segment limit splits a long
+    /// run, and with GSO off, or to a remote address, every packet goes alone.
+    #[test]
+    fn runs_of_equal_packets_to_one_destination_become_one_gso_message() {
+        let x: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let y: SocketAddr = "127.0.0.3:4791".parse().unwrap();
+        let far: SocketAddr = "10.0.0.9:4791".parse().unwrap();
+        let mut b = SendBatch::default();
+        for (len, dst) in [(1000, x), (1000, x), (1000, x), (500, x), (1000, x)] {
+            b.push(&vec![0u8; len], dst);
+        }
+        b.push(&[0u8; 1000], y);
+        b.push(&[0u8; 1200], y);
+        let mut g = Vec::new();
+        b.group(&mut g, true, false);
+        assert_eq!(g, [(0, 4, 1000), (4, 1, 0), (5, 1, 0), (6, 1, 0)]);
+        b.group(&mut g, false, false);
+        assert_eq!(g.len(), 7, "no GSO: one message per packet");
+        b.clear();
+        for _ in 0..GSO_MAX_SEGS + 3 {
+            b.push(&[0u8; 100], x);
+        }
+        b.group(&mut g, true, false);
+        assert_eq!(g, [(0, GSO_MAX_SEGS, 100), (GSO_MAX_SEGS, 3, 100)]);
+        b.clear();
+        for _ in 0..3 {
+            b.push(&[0u8; 100], far);
+        }
+        b.group(&mut g, true, false);
+        assert_eq!(g.len(), 3, "a remote destination gets no GSO unless asked");
+        b.group(&mut g, true, true);
+        assert_eq!(g, [(0, 3, 100)]);
+    }
 
     /// An InfiniBand part (BTH, payload) of `len` bytes with the ICRC that the engine writes:
     /// for IP ID 0.
