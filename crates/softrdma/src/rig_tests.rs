@@ -252,3 +252,35 @@ fn the_fault_injector_holds_a_packet_until_the_device_clock_passes_its_delay() {
     assert_eq!(r.fabric.opcodes(IP_B), [SEND_ONLY], "released at 500 us");
     assert_eq!(r.b.cq.poll(1)[0].wr_id, 1);
 }
+
+/// Idle QPs cost the device's timers nothing: with 10,000 QPs that have no deadline beside
+/// one whose WRITE was lost, the timer pass that resends it locks that one QP, not 10,001
+/// (the sweep this replaced locked every QP on every pass).
+#[test]
+fn ten_thousand_idle_qps_cost_the_device_timers_nothing() {
+    let r = Rig::new(64, None);
+    let idle: Vec<QueuePair> = (0..10_000)
+        .map(|_| {
+            r.a.pd
+                .create_qp(QpInitAttr::new(QpType::Rc, &r.a.cq))
+                .unwrap()
+        })
+        .collect();
+    let op = SendOp::Write {
+        remote_addr: r.b.mr.addr(),
+        rkey: r.b.mr.rkey(),
+    };
+    r.a.qp.post_send(wr(1, op, &r.a, 8)).unwrap();
+    assert_eq!(r.fabric.take(IP_B).len(), 1, "the WRITE, lost");
+    let visits = || r.a.ctx.dev().timer_visits.load(Ordering::Relaxed);
+    assert_eq!(visits(), 0);
+    r.advance(Duration::from_millis(70));
+    assert!(r.a.cq.poll(1).is_empty());
+    assert_eq!(
+        r.fabric.opcodes(IP_B),
+        [Opcode::RC_RDMA_WRITE_ONLY.0],
+        "sent again"
+    );
+    assert!(visits() <= 2, "the timer pass locked {} QPs", visits());
+    drop(idle);
+}
