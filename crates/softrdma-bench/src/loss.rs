@@ -15,6 +15,7 @@
 //! lossless run, with the range of the runs beside it.
 
 use super::{Pin, last_json, median, softrdma_pair};
+use crate::error::BenchError;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -22,7 +23,7 @@ use std::time::Duration;
 const RATES: [f64; 6] = [0.0, 0.1, 0.5, 1.0, 2.0, 5.0];
 
 /// `softrdma perf write-bw` goodput in bytes per second.
-fn write_bw(pin: &Pin, sr: &str, secs: &str, faults: &str, port: u16) -> Result<f64, String> {
+fn write_bw(pin: &Pin, sr: &str, secs: &str, faults: &str, port: u16) -> Result<f64, BenchError> {
     let out = softrdma_pair(
         pin,
         sr,
@@ -33,11 +34,11 @@ fn write_bw(pin: &Pin, sr: &str, secs: &str, faults: &str, port: u16) -> Result<
     )?;
     last_json(&out)?["results"][0]["bw_avg_bytes_per_sec"]
         .as_f64()
-        .ok_or_else(|| format!("no bandwidth in {out:?}"))
+        .ok_or_else(|| BenchError::Output(format!("no bandwidth in {out:?}")))
 }
 
 /// `softrdma rc-pingpong -s 100000 -n 200` in usec/iter.
-fn pingpong(pin: &Pin, sr: &str, faults: &str, port: u16) -> Result<f64, String> {
+fn pingpong(pin: &Pin, sr: &str, faults: &str, port: u16) -> Result<f64, BenchError> {
     let out = softrdma_pair(
         pin,
         sr,
@@ -61,7 +62,16 @@ fn pingpong(pin: &Pin, sr: &str, faults: &str, port: u16) -> Result<f64, String>
         .windows(2)
         .find(|w| w[1] == "usec/iter")
         .and_then(|w| w[0].parse().ok())
-        .ok_or_else(|| format!("no usec/iter in {out:?}"))
+        .ok_or_else(|| BenchError::Output(format!("no usec/iter in {out:?}")))
+}
+
+/// A run's result as the progress lines have always printed it: `Ok(1.5)`, or the error's
+/// text quoted, `Err("...")`.
+fn outcome(r: &Result<f64, BenchError>) -> String {
+    match r {
+        Ok(v) => format!("Ok({v:?})"),
+        Err(e) => format!("Err({:?})", e.to_string()),
+    }
 }
 
 /// One cell: the median and the range of the runs that finished, and how many failed.
@@ -100,7 +110,7 @@ pub(crate) fn run(
     seconds: u64,
     rounds: usize,
     svg: Option<&std::path::Path>,
-) -> Result<String, String> {
+) -> Result<String, BenchError> {
     let secs = seconds.to_string();
     let mut md = String::new();
     let rounds = rounds.max(1);
@@ -119,7 +129,7 @@ pub(crate) fn run(
     for round in 0..rounds {
         for (i, faults) in bw_faults.iter().enumerate() {
             let r = write_bw(pin, sr, &secs, faults, 24100 + i as u16);
-            eprintln!("  round {round}, drop {} %: {r:?}", RATES[i]);
+            eprintln!("  round {round}, drop {} %: {}", RATES[i], outcome(&r));
             match r {
                 Ok(v) => bw[i].0.push(v),
                 Err(_) => bw[i].1 += 1,
@@ -144,7 +154,10 @@ pub(crate) fn run(
         let _ = writeln!(md, "| {rate} % | {} | {ratio} |", cell(v, *failed, 1e9, ""));
     }
     if let Some(path) = svg {
-        std::fs::write(path, plot(&points)).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(path, plot(&points)).map_err(|source| BenchError::File {
+            path: path.to_owned(),
+            source,
+        })?;
     }
 
     let goals = [
@@ -157,7 +170,7 @@ pub(crate) fn run(
     for round in 0..rounds {
         for (i, (faults, _)) in goals.iter().enumerate() {
             let r = pingpong(pin, sr, faults, 24110 + i as u16);
-            eprintln!("  round {round}, rc-pingpong {faults:?}: {r:?}");
+            eprintln!("  round {round}, rc-pingpong {faults:?}: {}", outcome(&r));
             match r {
                 Ok(v) => pp[i].0.push(v),
                 Err(_) => pp[i].1 += 1,
@@ -271,6 +284,17 @@ mod tests {
             "2.00 (1.00-3.00), 1 failed"
         );
         assert_eq!(super::cell(&[], 2, 1.0, "x"), "failed");
+    }
+
+    #[test]
+    fn progress_lines_print_results_as_before() {
+        let ok: Result<f64, crate::BenchError> = Ok(1.5);
+        assert_eq!(super::outcome(&ok), format!("{:?}", Ok::<f64, String>(1.5)));
+        let err: Result<f64, crate::BenchError> = Err(crate::BenchError::Output("no bw".into()));
+        assert_eq!(
+            super::outcome(&err),
+            format!("{:?}", Err::<f64, String>("no bw".into()))
+        );
     }
 
     #[test]

@@ -10,9 +10,11 @@
 //! Each also runs as a RoCE endpoint must at the least (the address and segment size on receive, the ACK segment, the CRC over
 //! every segment): the floors under softrdma's own figures.
 
+mod error;
 mod loss;
 
 use clap::{Parser, Subcommand};
+use error::BenchError;
 use nix::sys::socket::{ControlMessage, MsgFlags, setsockopt, sockopt};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, IoSlice};
@@ -63,7 +65,8 @@ enum Cmd {
         /// The client's address, which this end connects to.
         #[arg(long)]
         peer: SocketAddr,
-        #[arg(long)]
+        /// Round trips (at least one).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         iters: u64,
         #[command(flatten)]
         how: Turn,
@@ -74,7 +77,8 @@ enum Cmd {
         addr: SocketAddr,
         #[arg(long)]
         peer: SocketAddr,
-        #[arg(long)]
+        /// Round trips (at least one).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         iters: u64,
         #[command(flatten)]
         how: Turn,
@@ -129,20 +133,20 @@ impl Turn {
         self.size + if self.ack { ACK_LEN } else { 0 }
     }
 
-    fn socket(&self, addr: SocketAddr) -> Result<UdpSocket, String> {
+    fn socket(&self, addr: SocketAddr) -> Result<UdpSocket, BenchError> {
         let s = UdpSocket::bind(addr).map_err(io("bind"))?;
         if self.roce {
-            setsockopt(&s, sockopt::UdpGroSegment, &true).map_err(|e| format!("UDP_GRO: {e}"))?;
+            setsockopt(&s, sockopt::UdpGroSegment, &true).map_err(sys("UDP_GRO"))?;
         }
         s.set_nonblocking(true).map_err(io("nonblocking"))?;
         Ok(s)
     }
 
     /// Sends one turn to the connected peer.
-    fn send(&self, s: &UdpSocket, msg: &[u8]) -> Result<(), String> {
+    fn send(&self, s: &UdpSocket, msg: &[u8]) -> Result<(), BenchError> {
         if !self.ack {
             // One datagram: the plainest send there is.
-            return s.send(msg).map(drop).map_err(|e| format!("send: {e}"));
+            return s.send(msg).map(drop).map_err(io("send"));
         }
         let seg = msg.len() as u16;
         let ack = [0u8; ACK_LEN];
@@ -161,12 +165,12 @@ impl Turn {
             MsgFlags::empty(),
             None,
         )
-        .map_err(|e| format!("send: {e}"))?;
+        .map_err(sys("send"))?;
         Ok(())
     }
 
     /// Receives one turn on a connected socket.
-    fn recv(&self, s: &UdpSocket, buf: &mut [u8]) -> Result<(), String> {
+    fn recv(&self, s: &UdpSocket, buf: &mut [u8]) -> Result<(), BenchError> {
         let mut got = 0;
         loop {
             got += if self.roce {
@@ -234,8 +238,14 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn io(what: &str) -> impl Fn(std::io::Error) -> String + '_ {
-    move |e| format!("{what}: {e}")
+/// For `map_err`: a socket call's error ([`BenchError::Io`]).
+fn io(what: &'static str) -> impl Fn(std::io::Error) -> BenchError {
+    move |source| BenchError::Io { what, source }
+}
+
+/// For `map_err`: the error of a socket call made through nix ([`BenchError::Sys`]).
+fn sys(what: &'static str) -> impl Fn(nix::errno::Errno) -> BenchError {
+    move |source| BenchError::Sys { what, source }
 }
 
 /// Empty polls between two looks at the clock in a spin: a baseline's spin must be the
@@ -245,7 +255,7 @@ const SPINS_PER_CLOCK: u32 = 1 << 14;
 
 /// Receives one datagram on a connected, non-blocking socket, spinning (busy poll) with no
 /// clock read in the spin but one per [`SPINS_PER_CLOCK`] empty polls.
-fn spin_recv(s: &UdpSocket, buf: &mut [u8]) -> Result<usize, String> {
+fn spin_recv(s: &UdpSocket, buf: &mut [u8]) -> Result<usize, BenchError> {
     let mut deadline = None;
     let mut spins = 0u32;
     loop {
@@ -256,18 +266,23 @@ fn spin_recv(s: &UdpSocket, buf: &mut [u8]) -> Result<usize, String> {
                 if spins % SPINS_PER_CLOCK == 0 {
                     let d = *deadline.get_or_insert_with(|| Instant::now() + QUIET);
                     if Instant::now() > d {
-                        return Err(format!("no datagram within {QUIET:?}"));
+                        return Err(BenchError::Quiet(QUIET));
                     }
                 }
             }
-            Err(e) => return Err(format!("recv: {e}")),
+            Err(source) => {
+                return Err(BenchError::Io {
+                    what: "recv",
+                    source,
+                });
+            }
         }
     }
 }
 
 /// [`spin_recv`] the way softrdma's device receives one datagram: `recvmsg` with room for
 /// the sender's address and a UDP_GRO control message.
-fn spin_recv_roce(s: &UdpSocket, buf: &mut [u8]) -> Result<(usize, SocketAddr), String> {
+fn spin_recv_roce(s: &UdpSocket, buf: &mut [u8]) -> Result<(usize, SocketAddr), BenchError> {
     let mut deadline = None;
     let mut spins = 0u32;
     // Made once and reused: the floor should cost the system call and little else.
@@ -282,7 +297,7 @@ fn spin_recv_roce(s: &UdpSocket, buf: &mut [u8]) -> Result<(usize, SocketAddr), 
                         from.as_sockaddr_in6()
                             .map(|a| SocketAddr::from(std::net::SocketAddrV6::from(*a)))
                     })
-                    .ok_or("recvmsg: not an IP address")?;
+                    .ok_or(BenchError::NotIpAddress)?;
                 return Ok((n, from));
             }
             Ok(_) | Err(nix::errno::Errno::EAGAIN) => {
@@ -290,11 +305,16 @@ fn spin_recv_roce(s: &UdpSocket, buf: &mut [u8]) -> Result<(usize, SocketAddr), 
                 if spins % SPINS_PER_CLOCK == 0 {
                     let d = *deadline.get_or_insert_with(|| Instant::now() + QUIET);
                     if Instant::now() > d {
-                        return Err(format!("no datagram within {QUIET:?}"));
+                        return Err(BenchError::Quiet(QUIET));
                     }
                 }
             }
-            Err(e) => return Err(format!("recvmsg: {e}")),
+            Err(source) => {
+                return Err(BenchError::Sys {
+                    what: "recvmsg",
+                    source,
+                });
+            }
         }
     }
 }
@@ -304,7 +324,7 @@ fn udp_pingpong_server(
     peer: SocketAddr,
     iters: u64,
     how: Turn,
-) -> Result<(), String> {
+) -> Result<(), BenchError> {
     let s = how.socket(addr)?;
     // Both ends connected: the kernel looks no route up per datagram, and a receive need
     // not return the sender's address.
@@ -324,7 +344,7 @@ fn udp_pingpong_client(
     peer: SocketAddr,
     iters: u64,
     how: Turn,
-) -> Result<(), String> {
+) -> Result<(), BenchError> {
     let s = how.socket(addr)?;
     s.connect(peer).map_err(io("connect"))?;
 
@@ -345,9 +365,9 @@ fn udp_pingpong_client(
     Ok(())
 }
 
-fn udp_blast_recv(addr: SocketAddr, roce: bool) -> Result<(), String> {
+fn udp_blast_recv(addr: SocketAddr, roce: bool) -> Result<(), BenchError> {
     let s = UdpSocket::bind(addr).map_err(io("bind"))?;
-    setsockopt(&s, sockopt::UdpGroSegment, &true).map_err(|e| format!("UDP_GRO: {e}"))?;
+    setsockopt(&s, sockopt::UdpGroSegment, &true).map_err(sys("UDP_GRO"))?;
     // As root the buffer may exceed rmem_max; otherwise the kernel caps it.
     let _ = setsockopt(&s, sockopt::RcvBufForce, &(32 << 20))
         .or_else(|_| setsockopt(&s, sockopt::RcvBuf, &(32 << 20)));
@@ -370,13 +390,18 @@ fn udp_blast_recv(addr: SocketAddr, roce: bool) -> Result<(), String> {
                     if n > 1 {
                         check_and_place(&buf[..n], seg, &mut region, &mut at)?;
                     }
-                    Ok::<(usize, bool), String>(if n == 1 { (0, true) } else { (n, false) })
+                    Ok::<(usize, bool), BenchError>(if n == 1 { (0, true) } else { (n, false) })
                 })
         };
         let (n, end) = match got {
             Ok(r) => r?,
             Err(e) if first.is_some() && e.kind() == std::io::ErrorKind::WouldBlock => break,
-            Err(e) => return Err(format!("recv: {e}")),
+            Err(source) => {
+                return Err(BenchError::Io {
+                    what: "recv",
+                    source,
+                });
+            }
         };
         if end && n == 0 {
             break;
@@ -438,15 +463,15 @@ fn check_and_place(
     seg: usize,
     region: &mut [u8],
     at: &mut usize,
-) -> Result<(), String> {
+) -> Result<(), BenchError> {
     let seg = if seg == 0 { data.len() } else { seg };
     for p in data.chunks(seg) {
         let Some(body_len) = p.len().checked_sub(4).filter(|n| *n >= HDR) else {
-            return Err(format!("a {}-byte segment is too short", p.len()));
+            return Err(BenchError::ShortSegment { len: p.len() });
         };
         let (body, crc) = p.split_at(body_len);
         if crc32fast::hash(body).to_le_bytes() != crc {
-            return Err("a segment's CRC-32 is wrong".into());
+            return Err(BenchError::BadCrc);
         }
         let payload = &body[HDR..];
         let n = payload.len().min(region.len() - *at);
@@ -461,7 +486,7 @@ fn udp_blast_send(
     peer: SocketAddr,
     seconds: u64,
     roce: bool,
-) -> Result<(), String> {
+) -> Result<(), BenchError> {
     let s = UdpSocket::bind(addr).map_err(io("bind"))?;
     s.connect(peer).map_err(io("connect"))?;
     let buf = vec![0x5au8; SEG * 15];
@@ -488,7 +513,12 @@ fn udp_blast_send(
                         e.raw_os_error(),
                         Some(nix::libc::ENOBUFS | nix::libc::EAGAIN | nix::libc::ECONNREFUSED)
                     ) => {}
-                Err(e) => return Err(format!("sendmmsg with UDP_SEGMENT: {e}")),
+                Err(source) => {
+                    return Err(BenchError::Io {
+                        what: "sendmmsg with UDP_SEGMENT",
+                        source,
+                    });
+                }
             }
         }
     }
@@ -526,7 +556,12 @@ fn udp_blast_send(
         match r {
             Ok(_) | Err(nix::errno::Errno::ENOBUFS) | Err(nix::errno::Errno::EAGAIN) => {}
             Err(nix::errno::Errno::ECONNREFUSED) => {}
-            Err(e) => return Err(format!("sendmsg with UDP_SEGMENT: {e}")),
+            Err(source) => {
+                return Err(BenchError::Sys {
+                    what: "sendmsg with UDP_SEGMENT",
+                    source,
+                });
+            }
         }
     }
     // The end marker, a few times in case one is dropped.
@@ -709,7 +744,7 @@ fn command(prefix: &[String], argv: &[String], env: &[(&str, &str)]) -> Command 
 }
 
 /// Waits for a child with a limit, killing it past the limit.
-fn finish(mut c: Child, limit: Duration) -> Result<String, String> {
+fn finish(mut c: Child, limit: Duration) -> Result<String, BenchError> {
     let deadline = Instant::now() + limit;
     loop {
         match c.try_wait() {
@@ -717,23 +752,22 @@ fn finish(mut c: Child, limit: Duration) -> Result<String, String> {
             Ok(None) if Instant::now() > deadline => {
                 let _ = c.kill();
                 let _ = c.wait();
-                return Err(format!("ran longer than {limit:?}"));
+                return Err(BenchError::TooLong(limit));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(BenchError::Wait(e)),
         }
     }
-    let o = c.wait_with_output().map_err(|e| e.to_string())?;
+    let o = c.wait_with_output().map_err(BenchError::Wait)?;
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
     if o.status.success() {
         Ok(text)
     } else {
-        Err(format!(
-            "{}: {}{}",
-            o.status,
-            text.trim(),
-            String::from_utf8_lossy(&o.stderr).trim()
-        ))
+        Err(BenchError::Child {
+            status: o.status,
+            stdout: text.trim().to_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).trim().to_owned(),
+        })
     }
 }
 
@@ -747,10 +781,13 @@ enum Ready {
 
 /// Waits until the server is ready. A server that announces itself by a line gets its other
 /// output forwarded through the returned channel.
-fn wait_ready(server: &mut Child, ready: &Ready) -> Result<Option<mpsc::Receiver<String>>, String> {
+fn wait_ready(
+    server: &mut Child,
+    ready: &Ready,
+) -> Result<Option<mpsc::Receiver<String>>, BenchError> {
     match ready {
         Ready::Line(want) => {
-            let out = server.stdout.take().ok_or("no stdout")?;
+            let out = server.stdout.take().ok_or(BenchError::NoStdout)?;
             let (tx_ready, rx_ready) = mpsc::channel();
             let (tx_rest, rx_rest) = mpsc::channel();
             let want = want.to_string();
@@ -770,14 +807,14 @@ fn wait_ready(server: &mut Child, ready: &Ready) -> Result<Option<mpsc::Receiver
             });
             rx_ready
                 .recv_timeout(Duration::from_secs(15))
-                .map_err(|_| "the server did not get ready within 15 s".to_string())?;
+                .map_err(|_| BenchError::NotReady)?;
             Ok(Some(rx_rest))
         }
         Ready::Tcp(port) => {
             let deadline = Instant::now() + Duration::from_secs(15);
             while !listening(*port) {
                 if Instant::now() > deadline {
-                    return Err(format!("nothing listens on port {port} after 15 s"));
+                    return Err(BenchError::NotListening { port: *port });
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -805,10 +842,14 @@ fn pair(
     client: (&[String], &[(&str, &str)]),
     ready: Ready,
     limit: Duration,
-) -> Result<(String, String), String> {
+) -> Result<(String, String), BenchError> {
+    let spawn_failed = |program: &String| {
+        let program = program.clone();
+        move |source| BenchError::Spawn { program, source }
+    };
     let mut s = command(&pin.server, server.0, server.1)
         .spawn()
-        .map_err(|e| format!("{}: {e}", server.0[0]))?;
+        .map_err(spawn_failed(&server.0[0]))?;
     let rest = match wait_ready(&mut s, &ready) {
         Ok(r) => r,
         Err(e) => {
@@ -819,7 +860,7 @@ fn pair(
     };
     let c = command(&pin.client, client.0, client.1)
         .spawn()
-        .map_err(|e| format!("{}: {e}", client.0[0]))?;
+        .map_err(spawn_failed(&client.0[0]))?;
     let cout = finish(c, limit);
     let sout = finish(s, Duration::from_secs(10));
     let sout = match rest {
@@ -839,7 +880,7 @@ fn softrdma_pair(
     faults: &str,
     port: u16,
     limit: Duration,
-) -> Result<String, String> {
+) -> Result<String, BenchError> {
     let p = port.to_string();
     let mut a = vec![sr];
     a.extend(cmd);
@@ -868,11 +909,16 @@ fn args(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
-fn last_json(s: &str) -> Result<Value, String> {
+fn last_json(s: &str) -> Result<Value, BenchError> {
     s.lines()
         .rev()
         .find_map(|l| serde_json::from_str(l).ok())
-        .ok_or_else(|| format!("no JSON in {s:?}"))
+        .ok_or_else(|| BenchError::NoJson(s.to_owned()))
+}
+
+/// For `ok_or_else`: a figure missing from a child's output ([`BenchError::Output`]).
+fn missing(what: &'static str) -> impl FnOnce() -> BenchError {
+    move || BenchError::Output(what.into())
 }
 
 fn have(prog: &str) -> bool {
@@ -883,29 +929,26 @@ fn have(prog: &str) -> bool {
 }
 
 /// The `softrdma` binary: `given`, or the one next to this one.
-fn softrdma_bin(given: Option<PathBuf>) -> Result<String, String> {
-    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+fn softrdma_bin(given: Option<PathBuf>) -> Result<String, BenchError> {
+    let me = std::env::current_exe().map_err(BenchError::CurrentExe)?;
     let softrdma = given.unwrap_or_else(|| me.with_file_name("softrdma"));
     if !softrdma.exists() {
-        return Err(format!(
-            "{} not found: build it with cargo build --release -p softrdma-cli",
-            softrdma.display()
-        ));
+        return Err(BenchError::NoSoftrdma(softrdma));
     }
     Ok(softrdma.to_string_lossy().into_owned())
 }
 
-fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
-    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
+    let me = std::env::current_exe().map_err(BenchError::CurrentExe)?;
     let me = me.to_string_lossy().into_owned();
     let sr = softrdma_bin(softrdma)?;
     let pin = pinning();
     let limit = Duration::from_secs(seconds * 4 + 60);
     let mut figs: Vec<Figure> = Vec::new();
-    let mut add = |what: &str, kind: Kind, r: Result<f64, String>| {
+    let mut add = |what: &str, kind: Kind, r: Result<f64, BenchError>| {
         let (value, note) = match r {
             Ok(v) => (Some(v), String::new()),
-            Err(e) => (None, e.chars().take(120).collect()),
+            Err(e) => (None, e.to_string().chars().take(120).collect()),
         };
         eprintln!(
             "  {what}: {}",
@@ -922,7 +965,7 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
     // Raw UDP. Besides the baseline (connected socket, 8 B), the same ping-pong sent the way
     // a RoCE device must send it, with a softrdma 8 B WRITE's 40 bytes: the floor under
     // softrdma's UC and RC (with the ACK in the same GSO send) latency, in the same run.
-    let pingpong = |port: u16, extra: &[&str]| -> Result<f64, String> {
+    let pingpong = |port: u16, extra: &[&str]| -> Result<f64, BenchError> {
         let (srv, cli) = (
             format!("127.0.0.1:{port}"),
             format!("127.0.0.1:{}", port + 1),
@@ -941,7 +984,11 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
             limit,
         )
         .and_then(|(_, c)| last_json(&c))
-        .and_then(|v| v["half_rtt_p50_us"].as_f64().ok_or("no half_rtt".into()))
+        .and_then(|v| {
+            v["half_rtt_p50_us"]
+                .as_f64()
+                .ok_or_else(missing("no half_rtt"))
+        })
     };
     add(
         "raw UDP busy-poll ping-pong 8 B, half RTT p50",
@@ -981,7 +1028,7 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
             limit,
         )
         .and_then(|(s, _)| last_json(&s))
-        .and_then(|v| v["bytes_per_sec"].as_f64().ok_or("no rate".into()))
+        .and_then(|v| v["bytes_per_sec"].as_f64().ok_or_else(missing("no rate")))
     };
     let blast = || blast_as(&[]);
     add("raw UDP GSO+GRO, 4096-byte segments", Kind::Bw, blast());
@@ -992,18 +1039,26 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
     );
 
     // softrdma perf.
-    let perf = |test: &str, extra: &[&str], port: u16| -> Result<Value, String> {
+    let perf = |test: &str, extra: &[&str], port: u16| -> Result<Value, BenchError> {
         let mut cmd = vec!["perf", test, "--json"];
         cmd.extend(extra);
         let c = softrdma_pair(&pin, &sr, &cmd, "", port, limit)?;
         let v = last_json(&c)?;
         Ok(v["results"][0].clone())
     };
-    let lat = |v: Result<Value, String>| {
-        v.and_then(|x| x["t_typical_us"].as_f64().ok_or("no t_typical".into()))
+    let lat = |v: Result<Value, BenchError>| {
+        v.and_then(|x| {
+            x["t_typical_us"]
+                .as_f64()
+                .ok_or_else(missing("no t_typical"))
+        })
     };
-    let bw = |v: Result<Value, String>| {
-        v.and_then(|x| x["bw_avg_bytes_per_sec"].as_f64().ok_or("no bw".into()))
+    let bw = |v: Result<Value, BenchError>| {
+        v.and_then(|x| {
+            x["bw_avg_bytes_per_sec"]
+                .as_f64()
+                .ok_or_else(missing("no bw"))
+        })
     };
     let write_lat = || lat(perf("write-lat", &["-s", "8", "-n", "20000"], 24010));
     let write_bw_1m = || bw(perf("write-bw", &["-s", "1048576", "-D", &secs], 24013));
@@ -1037,7 +1092,11 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
             &["-s", "8", "-D", &secs, "-t", "512", "-Q", "64"],
             24014,
         )
-        .and_then(|x| x["msg_rate_per_sec"].as_f64().ok_or("no rate".into())),
+        .and_then(|x| {
+            x["msg_rate_per_sec"]
+                .as_f64()
+                .ok_or_else(missing("no rate"))
+        }),
     );
 
     // iperf3.
@@ -1064,55 +1123,62 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
             Ready::Tcp(24020),
             limit,
         )
-        .and_then(|(_, c)| serde_json::from_str::<Value>(&c).map_err(|e| e.to_string()))
+        .and_then(|(_, c)| serde_json::from_str::<Value>(&c).map_err(BenchError::Json))
         .and_then(|v| {
             v["end"]["sum_received"]["bits_per_second"]
                 .as_f64()
                 .map(|b| b / 8.0)
-                .ok_or("no sum_received".into())
+                .ok_or_else(missing("no sum_received"))
         })
     } else {
-        Err("iperf3 is not installed".into())
+        Err(BenchError::NotInstalled {
+            program: "iperf3",
+            hint: "",
+        })
     };
     add("iperf3 TCP", Kind::Bw, r);
 
     // UCX: "Final:" iterations, latency 50%, avg, overall [us], bandwidth avg, overall [MiB/s].
-    let ucx = |tls: &str, test: &str, size: &str, n: &str, port: u16| -> Result<Vec<f64>, String> {
-        if !have("ucx_perftest") {
-            return Err("ucx_perftest is not installed (ucx-utils)".into());
-        }
-        let p = port.to_string();
-        let (_, c) = pair(
-            &pin,
-            (&args(&["ucx_perftest", "-p", &p]), &[("UCX_TLS", tls)]),
-            (
-                &args(&[
-                    "ucx_perftest",
-                    "127.0.0.1",
-                    "-p",
-                    &p,
-                    "-t",
-                    test,
-                    "-s",
-                    size,
-                    "-n",
-                    n,
-                ]),
-                &[("UCX_TLS", tls)],
-            ),
-            Ready::Tcp(port),
-            limit,
-        )?;
-        let line = c
-            .lines()
-            .find(|l| l.starts_with("Final:"))
-            .ok_or(format!("no Final: line in {c:?}"))?;
-        Ok(line
-            .split_whitespace()
-            .skip(1)
-            .filter_map(|x| x.parse().ok())
-            .collect())
-    };
+    let ucx =
+        |tls: &str, test: &str, size: &str, n: &str, port: u16| -> Result<Vec<f64>, BenchError> {
+            if !have("ucx_perftest") {
+                return Err(BenchError::NotInstalled {
+                    program: "ucx_perftest",
+                    hint: " (ucx-utils)",
+                });
+            }
+            let p = port.to_string();
+            let (_, c) = pair(
+                &pin,
+                (&args(&["ucx_perftest", "-p", &p]), &[("UCX_TLS", tls)]),
+                (
+                    &args(&[
+                        "ucx_perftest",
+                        "127.0.0.1",
+                        "-p",
+                        &p,
+                        "-t",
+                        test,
+                        "-s",
+                        size,
+                        "-n",
+                        n,
+                    ]),
+                    &[("UCX_TLS", tls)],
+                ),
+                Ready::Tcp(port),
+                limit,
+            )?;
+            let line = c
+                .lines()
+                .find(|l| l.starts_with("Final:"))
+                .ok_or_else(|| BenchError::Output(format!("no Final: line in {c:?}")))?;
+            Ok(line
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|x| x.parse().ok())
+                .collect())
+        };
     for (name, tls, port) in [
         ("tcp", "tcp", 24030),
         ("shared memory", "posix,self", 24032),
@@ -1121,21 +1187,24 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
             &format!("UCX {name} tag_lat 8 B, p50"),
             Kind::Lat,
             ucx(tls, "tag_lat", "8", "100000", port)
-                .and_then(|v| v.get(1).copied().ok_or("short line".into())),
+                .and_then(|v| v.get(1).copied().ok_or_else(missing("short line"))),
         );
         add(
             &format!("UCX {name} ucp_put_bw 1 MiB"),
             Kind::Bw,
             ucx(tls, "ucp_put_bw", "1048576", "5000", port + 1)
-                .and_then(|v| v.get(5).copied().ok_or("short line".into()))
+                .and_then(|v| v.get(5).copied().ok_or_else(missing("short line")))
                 .map(|mib| mib * 1048576.0),
         );
     }
 
     // libfabric fi_pingpong: bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec.
-    let fi = |prov: &str, size: &str, n: &str, port: u16| -> Result<Vec<String>, String> {
+    let fi = |prov: &str, size: &str, n: &str, port: u16| -> Result<Vec<String>, BenchError> {
         if !have("fi_pingpong") {
-            return Err("fi_pingpong is not installed (libfabric-bin)".into());
+            return Err(BenchError::NotInstalled {
+                program: "fi_pingpong",
+                hint: " (libfabric-bin)",
+            });
         }
         let p = port.to_string();
         let common = args(&["fi_pingpong", "-p", prov, "-e", "rdm", "-I", n, "-S", size]);
@@ -1151,11 +1220,11 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), String> {
         let line = c.lines().last().unwrap_or_default();
         Ok(line.split_whitespace().map(str::to_owned).collect())
     };
-    let field = |v: Result<Vec<String>, String>, i: usize| -> Result<f64, String> {
+    let field = |v: Result<Vec<String>, BenchError>, i: usize| -> Result<f64, BenchError> {
         v.and_then(|f| {
             f.get(i)
                 .and_then(|x| x.parse().ok())
-                .ok_or(format!("unexpected line {f:?}"))
+                .ok_or_else(|| BenchError::Output(format!("unexpected line {f:?}")))
         })
     };
     for (prov, port, big_n) in [

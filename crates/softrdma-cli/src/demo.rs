@@ -1,6 +1,7 @@
 //! `softrdma demo`: two soft devices on loopback in one process, every RC operation checked,
 //! and latency and bandwidth measured.
 
+use crate::error::CliError;
 use softrdma::{
     AccessFlags, Completion, CompletionQueue, ConnectAttr, Context, DeviceOptions, MemoryRegion,
     Mtu, Payload, Peer, ProtectionDomain, Psn, QpInitAttr, QpType, QueuePair, RecvWr, SendFlags,
@@ -20,24 +21,22 @@ struct End {
 
 const MR_LEN: usize = 4 << 20;
 
-fn end(addr: &str) -> Result<End, String> {
-    let addr: IpAddr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
-    let ctx = Context::open_with("demo", addr, Mtu::M4096, DeviceOptions::default())
-        .map_err(|e| e.to_string())?;
+fn end(addr: &str) -> Result<End, CliError> {
+    let addr: IpAddr = addr.parse().map_err(|source| CliError::ParseAddr {
+        text: addr.into(),
+        source,
+    })?;
+    let ctx = Context::open_with("demo", addr, Mtu::M4096, DeviceOptions::default())?;
     let pd = ctx.alloc_pd();
-    let cq = ctx.create_cq(4096, None).map_err(|e| e.to_string())?;
-    let qp = pd
-        .create_qp(QpInitAttr::new(QpType::Rc, &cq))
-        .map_err(|e| e.to_string())?;
-    let mr = pd
-        .register_zeroed(
-            MR_LEN,
-            AccessFlags::LOCAL_WRITE
-                | AccessFlags::REMOTE_WRITE
-                | AccessFlags::REMOTE_READ
-                | AccessFlags::REMOTE_ATOMIC,
-        )
-        .map_err(|e| e.to_string())?;
+    let cq = ctx.create_cq(4096, None)?;
+    let qp = pd.create_qp(QpInitAttr::new(QpType::Rc, &cq))?;
+    let mr = pd.register_zeroed(
+        MR_LEN,
+        AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC,
+    )?;
     Ok(End {
         ctx,
         _pd: pd,
@@ -47,24 +46,34 @@ fn end(addr: &str) -> Result<End, String> {
     })
 }
 
-fn wait(cq: &CompletionQueue) -> Result<Completion, String> {
+fn wait(cq: &CompletionQueue) -> Result<Completion, CliError> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Some(wc) = cq.poll_one() {
             return if wc.status == WcStatus::Success {
                 Ok(wc)
             } else {
-                Err(format!("WR {} failed: {}", wc.wr_id, wc.status))
+                Err(CliError::Failed(format!(
+                    "WR {} failed: {}",
+                    wc.wr_id, wc.status
+                )))
             };
         }
         if Instant::now() > deadline {
-            return Err("no completion within 10 s".into());
+            return Err(CliError::Timeout("no completion within 10 s".into()));
         }
         std::hint::spin_loop();
     }
 }
 
-fn post(e: &End, wr_id: u64, op: SendOp, off: u64, len: u32, signaled: bool) -> Result<(), String> {
+fn post(
+    e: &End,
+    wr_id: u64,
+    op: SendOp,
+    off: u64,
+    len: u32,
+    signaled: bool,
+) -> Result<(), CliError> {
     e.qp.post_send(SendWr {
         wr_id,
         op,
@@ -75,16 +84,18 @@ fn post(e: &End, wr_id: u64, op: SendOp, off: u64, len: u32, signaled: bool) -> 
             SendFlags::empty()
         },
         ud: None,
-    })
-    .map_err(|e| e.to_string())
+    })?;
+    Ok(())
 }
 
-fn check(what: &str, ok: bool, detail: String) -> Result<(), String> {
+fn check(what: &str, ok: bool, detail: String) -> Result<(), CliError> {
     if ok {
         println!("  {what:<13} ok    {detail}");
         Ok(())
     } else {
-        Err(format!("{what} returned wrong data: {detail}"))
+        Err(CliError::Failed(format!(
+            "{what} returned wrong data: {detail}"
+        )))
     }
 }
 
@@ -99,7 +110,7 @@ pub fn run() -> ExitCode {
     }
 }
 
-fn demo() -> Result<(), String> {
+fn demo() -> Result<(), CliError> {
     let (a, b) = (end("127.0.0.2")?, end("127.0.0.3")?);
     let attr = ConnectAttr {
         mtu: a.ctx.active_mtu(),
@@ -113,8 +124,7 @@ fn demo() -> Result<(), String> {
             psn: Psn::new(0x2000),
         },
         &attr,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     b.qp.connect(
         Psn::new(0x2000),
         &Peer {
@@ -123,8 +133,7 @@ fn demo() -> Result<(), String> {
             psn: Psn::new(0x1000),
         },
         &attr,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     println!(
         "softrdma demo: {} (QP {:#x}) <-> {} (QP {:#x}), RC, path MTU 4096, RoCE v2 over UDP",
         a.ctx.addr(),
@@ -140,9 +149,8 @@ fn demo() -> Result<(), String> {
     b.qp.post_recv(RecvWr {
         wr_id: 1,
         sg_list: vec![b.mr.sge(0, 200_000)],
-    })
-    .map_err(|e| e.to_string())?;
-    a.mr.write(0, &msg).map_err(|e| e.to_string())?;
+    })?;
+    a.mr.write(0, &msg)?;
     post(
         &a,
         1,
@@ -194,8 +202,7 @@ fn demo() -> Result<(), String> {
         format!("{} bytes read back", msg.len()),
     )?;
     // Atomics on a counter at B.
-    b.mr.write(0x300000, &41u64.to_ne_bytes())
-        .map_err(|e| e.to_string())?;
+    b.mr.write(0x300000, &41u64.to_ne_bytes())?;
     post(
         &a,
         4,

@@ -1,6 +1,7 @@
 //! `softrdma devinfo` (the layout of `ibv_devinfo`) and `softrdma link` (modelled on iproute2's
 //! `rdma link`).
 
+use crate::error::CliError;
 use clap::{Args, Subcommand};
 use softrdma::config::{self, Binding, DeviceInfo, DeviceSpec};
 use softrdma::{device_attr, port_attr};
@@ -189,49 +190,56 @@ pub fn link(cmd: &LinkCommand) -> ExitCode {
     }
 }
 
-fn read_specs() -> Result<Vec<DeviceSpec>, String> {
+/// A file of the device config that cannot be read or written.
+fn file_error(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> CliError + '_ {
+    move |source| CliError::Io {
+        what: path.display().to_string(),
+        source,
+    }
+}
+
+fn read_specs() -> Result<Vec<DeviceSpec>, CliError> {
     match config::config_path() {
         Some(p) => {
-            let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-            config::parse(&text).map_err(|e| format!("{}: {e}", p.display()))
+            let text = std::fs::read_to_string(&p).map_err(file_error(&p))?;
+            config::parse(&text).map_err(|source| CliError::Config { path: p, source })
         }
         None => Ok(Vec::new()),
     }
 }
 
-fn write_specs(specs: &[DeviceSpec]) -> Result<(), String> {
+fn write_specs(specs: &[DeviceSpec]) -> Result<(), CliError> {
     let p = config::write_path();
     if let Some(dir) = p.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(file_error(dir))?;
     }
-    std::fs::write(&p, config::render(specs)).map_err(|e| format!("{}: {e}", p.display()))
+    std::fs::write(&p, config::render(specs)).map_err(file_error(&p))
 }
 
-fn link_inner(cmd: &LinkCommand) -> Result<(), String> {
+fn link_inner(cmd: &LinkCommand) -> Result<(), CliError> {
     match cmd {
         LinkCommand::Add { name, kind, target } => {
-            let binding = match kind.as_str() {
-                "netdev" => Binding::Netdev(target.clone()),
-                "addr" => Binding::Addr(
-                    target
-                        .parse::<IpAddr>()
-                        .map_err(|_| format!("{target:?} is not an IP address"))?,
-                ),
-                k => {
-                    return Err(format!(
-                        "unknown link type {k:?}: use netdev IFACE or addr IP"
-                    ));
-                }
-            };
+            let binding =
+                match kind.as_str() {
+                    "netdev" => Binding::Netdev(target.clone()),
+                    "addr" => Binding::Addr(target.parse::<IpAddr>().map_err(|_| {
+                        CliError::Usage(format!("{target:?} is not an IP address"))
+                    })?),
+                    k => {
+                        return Err(CliError::Usage(format!(
+                            "unknown link type {k:?}: use netdev IFACE or addr IP"
+                        )));
+                    }
+                };
             let spec = DeviceSpec {
                 name: name.clone(),
                 binding,
             };
             // Refuse what cannot work now: an interface that does not exist.
-            config::resolve(&spec).map_err(|e| e.to_string())?;
+            config::resolve(&spec)?;
             let mut specs = read_specs()?;
             if specs.iter().any(|d| d.name == *name) {
-                return Err(format!("device {name} already exists"));
+                return Err(CliError::DeviceExists(name.clone()));
             }
             specs.push(spec);
             write_specs(&specs)
@@ -241,12 +249,12 @@ fn link_inner(cmd: &LinkCommand) -> Result<(), String> {
             let before = specs.len();
             specs.retain(|d| d.name != *name);
             if specs.len() == before {
-                return Err(format!("no device named {name}"));
+                return Err(CliError::NoDevice(name.clone()));
             }
             write_specs(&specs)
         }
         LinkCommand::Show { stats, name } => {
-            let devs = config::devices().map_err(|e| e.to_string())?;
+            let devs = config::devices()?;
             let mut found = false;
             for d in devs
                 .iter()
@@ -272,7 +280,7 @@ fn link_inner(cmd: &LinkCommand) -> Result<(), String> {
                 }
             }
             if !found {
-                return Err(format!("no device named {}", name.as_deref().unwrap_or("")));
+                return Err(CliError::NoDevice(name.clone().unwrap_or_default()));
             }
             Ok(())
         }

@@ -6,6 +6,7 @@
 
 mod demo;
 mod devices;
+mod error;
 mod pcap;
 mod perf;
 mod pingpong;

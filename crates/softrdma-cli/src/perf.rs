@@ -16,6 +16,7 @@
 //! cannot honour are refused by name before anything is opened; a peer that stops answering
 //! is an error after 30 s (RDMA) or 120 s (out of band), never a hang.
 
+use crate::error::CliError;
 use clap::{Args, ValueEnum};
 use softrdma::{
     AccessFlags, Completion, CompletionQueue, ConnectAttr, Context, MemoryRegion, Mtu, Payload,
@@ -221,13 +222,22 @@ impl Keys {
         m
     }
 
-    fn parse(m: &[u8; 108]) -> Result<Self, String> {
-        let text = std::str::from_utf8(m).map_err(|_| "key message is not text")?;
+    fn parse(m: &[u8; 108]) -> Result<Self, CliError> {
+        let text =
+            std::str::from_utf8(m).map_err(|_| CliError::Peer("key message is not text".into()))?;
         let f: Vec<&str> = text.trim_end_matches('\0').split(':').collect();
         if f.len() < 23 {
-            return Err(format!("key message {text:?} has {} fields", f.len()));
+            return Err(CliError::Peer(format!(
+                "key message {text:?} has {} fields",
+                f.len()
+            )));
         }
-        let h = |x: &str| u64::from_str_radix(x, 16).map_err(|e| format!("{x:?}: {e}"));
+        let h = |x: &str| {
+            u64::from_str_radix(x, 16).map_err(|source| CliError::ParseInt {
+                text: x.into(),
+                source,
+            })
+        };
         let mut gid = [0u8; 16];
         for (i, g) in gid.iter_mut().enumerate() {
             *g = h(f[6 + i])? as u8;
@@ -253,9 +263,12 @@ struct Oob {
 
 impl Oob {
     /// Both sides send `mine`; the client first.
-    fn xchg(&mut self, mine: &[u8]) -> Result<Vec<u8>, String> {
+    fn xchg(&mut self, mine: &[u8]) -> Result<Vec<u8>, CliError> {
         let mut theirs = vec![0u8; mine.len()];
-        let io = |e: std::io::Error| format!("out-of-band exchange failed: {e}");
+        let io = |source| CliError::Io {
+            what: "out-of-band exchange failed".into(),
+            source,
+        };
         if self.client {
             self.s.write_all(mine).map_err(io)?;
             self.s.read_exact(&mut theirs).map_err(io)?;
@@ -266,7 +279,7 @@ impl Oob {
         Ok(theirs)
     }
 
-    fn hand_shake(&mut self, me: &Keys) -> Result<Keys, String> {
+    fn hand_shake(&mut self, me: &Keys) -> Result<Keys, CliError> {
         let m = self.xchg(&me.wire())?;
         let mut a = [0u8; 108];
         a.copy_from_slice(&m);
@@ -274,21 +287,30 @@ impl Oob {
     }
 
     /// Connects to the server, or listens and accepts the client.
-    fn open(a: &PerfArgs) -> Result<Self, String> {
+    fn open(a: &PerfArgs) -> Result<Self, CliError> {
         match &a.host {
             Some(h) => {
-                let s = TcpStream::connect((h.as_str(), a.port))
-                    .map_err(|e| format!("Couldn't connect to {h}:{}: {e}", a.port))?;
+                let s =
+                    TcpStream::connect((h.as_str(), a.port)).map_err(|source| CliError::Io {
+                        what: format!("Couldn't connect to {h}:{}", a.port),
+                        source,
+                    })?;
                 Ok(Self::new(s, true))
             }
             None => {
                 let l = TcpListener::bind(SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), a.port))
                     .or_else(|_| TcpListener::bind(("0.0.0.0", a.port)))
-                    .map_err(|e| format!("Couldn't listen to port {}: {e}", a.port))?;
+                    .map_err(|source| CliError::Io {
+                        what: format!("Couldn't listen to port {}", a.port),
+                        source,
+                    })?;
                 println!("\n************************************");
                 println!("* Waiting for client to connect... *");
                 println!("************************************");
-                let (s, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+                let (s, _) = l.accept().map_err(|source| CliError::Io {
+                    what: "accept".into(),
+                    source,
+                })?;
                 Ok(Self::new(s, false))
             }
         }
@@ -305,7 +327,7 @@ impl Oob {
     /// BW reports both ways (perftest's `xchg_bw_reports`): size and iterations as big-endian
     /// 64-bit integers, then peak and average MB/s and Mpps as big-endian doubles. A side
     /// without a report of its own (the server of a one-way test) sends zeros.
-    fn xchg_report(&mut self, mine: Option<&Row>) -> Result<Row, String> {
+    fn xchg_report(&mut self, mine: Option<&Row>) -> Result<Row, CliError> {
         let mut out = [0u64; 5];
         if let Some(&Row::Bw {
             bytes,
@@ -326,7 +348,10 @@ impl Oob {
         let mut f = [0u64; 5];
         for (v, o) in f.iter_mut().zip(out) {
             let got = self.xchg(&o.to_be_bytes())?;
-            *v = u64::from_be_bytes(got.try_into().map_err(|_| "short report")?);
+            *v = u64::from_be_bytes(
+                got.try_into()
+                    .map_err(|_| CliError::Peer("short report".into()))?,
+            );
         }
         let d = |i: usize| f64::from_bits(f[i]);
         Ok(Row::Bw {
@@ -339,7 +364,7 @@ impl Oob {
     }
 
     /// The final barrier and `"done"`.
-    fn close(&mut self, me: &Keys) -> Result<(), String> {
+    fn close(&mut self, me: &Keys) -> Result<(), CliError> {
         self.hand_shake(me)?;
         let _ = self.s.write_all(b"done\0");
         Ok(())
@@ -408,13 +433,13 @@ impl Setup {
     }
 
     /// One of perftest's sync points (a key exchange).
-    fn barrier(&mut self) -> Result<(), String> {
+    fn barrier(&mut self) -> Result<(), CliError> {
         let me = self.me();
         self.oob.hand_shake(&me).map(|_| ())
     }
 
     /// The last sync point and `"done"`.
-    fn close(&mut self) -> Result<(), String> {
+    fn close(&mut self) -> Result<(), CliError> {
         let me = self.me();
         self.oob.close(&me)
     }
@@ -422,21 +447,24 @@ impl Setup {
 
 /// Checks the flags against what the test and this implementation allow, before touching the
 /// network, so that misuse is reported by name.
-fn check_args(a: &PerfArgs) -> Result<(), String> {
+fn check_args(a: &PerfArgs) -> Result<(), CliError> {
     if a.qps == 0 || a.qps > 64 {
-        return Err(format!("-q {} is out of range (1..64)", a.qps));
+        return Err(CliError::Usage(format!(
+            "-q {} is out of range (1..64)",
+            a.qps
+        )));
     }
     if a.qps > 1 && !a.test.is_bw() {
         // As perftest: "Multiple QPs only available on bw tests".
-        return Err(
+        return Err(CliError::Usage(
             "more than one QP (-q): multiple QPs are available on the bandwidth tests only".into(),
-        );
+        ));
     }
     if a.bidir && !a.test.is_bw() {
-        return Err(format!(
+        return Err(CliError::Usage(format!(
             "-b is for the bandwidth tests, not {}",
             a.test.name()
-        ));
+        )));
     }
     let allowed: &[Conn] = match a.test {
         Test::WriteBw | Test::WriteLat => &[Conn::RC, Conn::UC],
@@ -444,37 +472,39 @@ fn check_args(a: &PerfArgs) -> Result<(), String> {
         _ => &[Conn::RC],
     };
     if !allowed.contains(&a.conn) {
-        return Err(format!(
+        return Err(CliError::Usage(format!(
             "{} does not run over {:?} (allowed: {allowed:?})",
             a.test.name(),
             a.conn
-        ));
+        )));
     }
     if a.duration == Some(0) {
-        return Err("-D must be at least 1 second".into());
+        return Err(CliError::Usage("-D must be at least 1 second".into()));
     }
     if a.iters == Some(0) {
-        return Err("-n must be at least 1".into());
+        return Err(CliError::Usage("-n must be at least 1".into()));
     }
     if a.cq_mod == 0 {
-        return Err("-Q must be at least 1".into());
+        return Err(CliError::Usage("-Q must be at least 1".into()));
     }
     if a.ib_port != 1 {
-        return Err(format!(
+        return Err(CliError::Usage(format!(
             "port {} does not exist (the device has port 1)",
             a.ib_port
-        ));
+        )));
     }
     if let Some(s) = a.size {
         if s == 0 || s > 1 << 31 {
-            return Err(format!("message size {s} is out of range (1..2^31)"));
+            return Err(CliError::Usage(format!(
+                "message size {s} is out of range (1..2^31)"
+            )));
         }
     }
     Ok(())
 }
 
-fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, String> {
-    let ctx = Context::open(a.ib_dev.as_deref()).map_err(|e| e.to_string())?;
+fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, CliError> {
+    let ctx = Context::open(a.ib_dev.as_deref())?;
     // perftest's buffer: two halves, sends from the first, the peer writes into the second.
     let half = (max_size + GRH)
         .max(u64::from(PAGE))
@@ -489,11 +519,11 @@ fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, String> {
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC,
         )
-        .map_err(|e| format!("Couldn't register MR: {e}"))?;
+        .map_err(CliError::verb("Couldn't register MR"))?;
     let depth = tx_depth(a);
     let cq = ctx
         .create_cq(((depth + RX_DEPTH) * a.qps + 1) as usize, None)
-        .map_err(|e| format!("Couldn't create CQ: {e}"))?;
+        .map_err(CliError::verb("Couldn't create CQ"))?;
     let qp_type = match a.conn {
         Conn::RC => QpType::Rc,
         Conn::UC => QpType::Uc,
@@ -510,7 +540,7 @@ fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, String> {
                 },
                 ..QpInitAttr::new(qp_type, &cq)
             })
-            .map_err(|e| format!("Couldn't create QP: {e}"))?,
+            .map_err(CliError::verb("Couldn't create QP"))?,
         );
     }
     let mut oob = Oob::open(a)?;
@@ -524,15 +554,16 @@ fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, String> {
         .to_string();
     let rem_version: f64 = rem_text.parse().unwrap_or(0.0);
     if rem_version < 5.70 {
-        return Err(format!(
+        return Err(CliError::Peer(format!(
             "remote perftest version {rem_text:?} is older than 5.70"
-        ));
+        )));
     }
     oob.xchg(&PAGE.to_be_bytes())?;
     oob.xchg(&CACHE_LINE.to_be_bytes())?;
     let want = match a.mtu {
-        Some(m) => Mtu::from_bytes(m)
-            .ok_or_else(|| format!("invalid MTU {m} (256, 512, 1024, 2048 or 4096)"))?,
+        Some(m) => Mtu::from_bytes(m).ok_or_else(|| {
+            CliError::Usage(format!("invalid MTU {m} (256, 512, 1024, 2048 or 4096)"))
+        })?,
         None => ctx.active_mtu(),
     };
     let mine = (want as u8).min(ctx.active_mtu() as u8);
@@ -546,10 +577,10 @@ fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, String> {
         _ => Mtu::M4096,
     };
     if a.conn == Conn::UD && a.size.is_some_and(|x| x > mtu.bytes() as u64) {
-        return Err(format!(
+        return Err(CliError::Usage(format!(
             "Max message size in UD cannot be greater than MTU ({})",
             mtu.bytes()
-        ));
+        )));
     }
     let attr = ConnectAttr {
         mtu,
@@ -559,12 +590,12 @@ fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, String> {
     };
     for qp in &qps {
         qp.init(&attr)
-            .map_err(|e| format!("Failed to modify QP to INIT: {e}"))?;
+            .map_err(CliError::verb("Failed to modify QP to INIT"))?;
     }
     let gid = *ctx
         .gids()
         .get(a.gid_index)
-        .ok_or_else(|| format!("GID index {} does not exist", a.gid_index))?;
+        .ok_or_else(|| CliError::Usage(format!("GID index {} does not exist", a.gid_index)))?;
     let keys: Vec<Keys> = (0..n)
         .zip(&qps)
         .map(|(i, qp)| Keys {
@@ -593,7 +624,7 @@ fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, String> {
         let peer_ip = if rem.gid == [0; 16] {
             oob.s
                 .peer_addr()
-                .map_err(|e| e.to_string())?
+                .map_err(CliError::Oob)?
                 .ip()
                 .to_canonical()
         } else {
@@ -612,7 +643,7 @@ fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, String> {
             },
             &attr,
         )
-        .map_err(|e| format!("Couldn't connect to remote QP: {e}"))?;
+        .map_err(CliError::verb("Couldn't connect to remote QP"))?;
         ends.push(QpEnd {
             qp,
             me,
@@ -809,7 +840,7 @@ impl Row {
 }
 
 /// Polls for the next completion; a peer silent for `timeout` is an error.
-fn wait_one(s: &Setup, timeout: Duration) -> Result<Completion, String> {
+fn wait_one(s: &Setup, timeout: Duration) -> Result<Completion, CliError> {
     // The clock is first read at the first check: most waits end before it.
     let mut deadline = None;
     let mut spin = 0u32;
@@ -817,10 +848,10 @@ fn wait_one(s: &Setup, timeout: Duration) -> Result<Completion, String> {
         spin = spin.wrapping_add(1);
         if let Some(wc) = s.cq.poll_one() {
             if wc.status != WcStatus::Success {
-                return Err(format!(
+                return Err(CliError::Failed(format!(
                     "completion with error {} for WR {}",
                     wc.status, wc.wr_id
-                ));
+                )));
             }
             if wc.opcode == WcOpcode::Recv {
                 if let Some(q) = s.qps.iter().find(|q| q.qp.qp_num() == wc.qp_num) {
@@ -833,9 +864,9 @@ fn wait_one(s: &Setup, timeout: Duration) -> Result<Completion, String> {
         if spin % 64 == 0 {
             let now = Instant::now();
             if now > *deadline.get_or_insert(now + timeout) {
-                return Err(format!(
+                return Err(CliError::Timeout(format!(
                     "no completion within {timeout:?}: is the peer alive?"
-                ));
+                )));
             }
         }
         std::hint::spin_loop();
@@ -843,7 +874,7 @@ fn wait_one(s: &Setup, timeout: Duration) -> Result<Completion, String> {
 }
 
 /// Waits for the next receive completion, skipping send completions.
-fn wait_recv(s: &Setup, timeout: Duration) -> Result<Completion, String> {
+fn wait_recv(s: &Setup, timeout: Duration) -> Result<Completion, CliError> {
     loop {
         let wc = wait_one(s, timeout)?;
         if wc.opcode == WcOpcode::Recv {
@@ -854,14 +885,14 @@ fn wait_recv(s: &Setup, timeout: Duration) -> Result<Completion, String> {
 
 /// Tops the receive queue up to `RX_DEPTH`; each WQE takes the whole second half, so that
 /// any message size (and a UD GRH) fits.
-fn fill_recvs(s: &Setup) -> Result<(), String> {
+fn fill_recvs(s: &Setup) -> Result<(), CliError> {
     for q in &s.qps {
         while q.recvs.get() < RX_DEPTH {
             q.qp.post_recv(RecvWr {
                 wr_id: u64::MAX,
                 sg_list: vec![s.mr.sge(q.recv_off, s.half as u32)],
             })
-            .map_err(|e| format!("Couldn't post receive: {e}"))?;
+            .map_err(CliError::verb("Couldn't post receive"))?;
             q.recvs.set(q.recvs.get() + 1);
         }
     }
@@ -905,10 +936,10 @@ fn wr(s: &Setup, q: &QpEnd, op: SendOp, size: u64, wr_id: u64, signaled: bool) -
 }
 
 /// Posts on the first QP (the latency tests have one).
-fn post(s: &Setup, op: SendOp, size: u64, wr_id: u64, signaled: bool) -> Result<(), String> {
+fn post(s: &Setup, op: SendOp, size: u64, wr_id: u64, signaled: bool) -> Result<(), CliError> {
     let q = &s.qps[0];
     q.qp.post_send(wr(s, q, op, size, wr_id, signaled))
-        .map_err(|e| format!("Couldn't post send: {e}"))
+        .map_err(CliError::verb("Couldn't post send"))
 }
 
 /// Bandwidth from completion marks `(time, messages done)`: the average over the run, and the
@@ -949,7 +980,7 @@ fn run_bw(
     size: u64,
     iters: u64,
     pb: &indicatif::ProgressBar,
-) -> Result<Row, String> {
+) -> Result<Row, CliError> {
     let depth = u64::from(tx_depth(a));
     let cq_mod = u64::from(a.cq_mod).clamp(1, depth);
     let limit = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
@@ -985,9 +1016,8 @@ fn run_bw(
                         break;
                     }
                 }
-                q.qp.post_send_list(chain).map_err(|(k, e)| {
-                    format!("Couldn't post send ({k} of the list posted): {e}")
-                })?;
+                q.qp.post_send_list(chain)
+                    .map_err(|(posted, source)| CliError::PostList { posted, source })?;
             }
         }
         let sent = (0..n).all(|i| done[i] == posted[i] && (stop[i] || posted[i] == total));
@@ -1042,7 +1072,7 @@ fn run_bw_server(
     size: u64,
     iters: u64,
     pb: &indicatif::ProgressBar,
-) -> Result<Row, String> {
+) -> Result<Row, CliError> {
     let mut marks = Vec::new();
     let mut start = None;
     let mut got = 0u64;
@@ -1087,14 +1117,14 @@ fn run_bw_server(
 
 /// Spins until the byte at `off` of the region equals `v`, letting the device make progress.
 /// False if the timed run ended (`end`) first; a peer silent for longer is an error.
-fn poll_byte(s: &Setup, off: u64, v: u8, end: Option<Instant>) -> Result<bool, String> {
+fn poll_byte(s: &Setup, off: u64, v: u8, end: Option<Instant>) -> Result<bool, CliError> {
     // The clock is first read at the first check: most waits end before it.
     let mut deadline = None;
     let mut b = [0u8; 1];
     let mut spin = 0u32;
     loop {
         spin = spin.wrapping_add(1);
-        s.mr.read(off as usize, &mut b).map_err(|e| e.to_string())?;
+        s.mr.read(off as usize, &mut b)?;
         if b[0] == v {
             return Ok(true);
         }
@@ -1108,9 +1138,9 @@ fn poll_byte(s: &Setup, off: u64, v: u8, end: Option<Instant>) -> Result<bool, S
             return Ok(false);
         }
         if now > *deadline.get_or_insert(now + PEER_TIMEOUT) {
-            return Err(format!(
+            return Err(CliError::Timeout(format!(
                 "the peer's WRITE did not arrive within {PEER_TIMEOUT:?}"
-            ));
+            )));
         }
         std::hint::spin_loop();
     }
@@ -1120,8 +1150,8 @@ fn poll_byte(s: &Setup, off: u64, v: u8, end: Option<Instant>) -> Result<bool, S
 /// `None` if that end came first, otherwise what `wait` gave.
 fn by_end<T>(
     end: Option<Instant>,
-    wait: impl FnOnce(Duration) -> Result<T, String>,
-) -> Result<Option<T>, String> {
+    wait: impl FnOnce(Duration) -> Result<T, CliError>,
+) -> Result<Option<T>, CliError> {
     let budget = end.map_or(PEER_TIMEOUT, |e| {
         e.saturating_duration_since(Instant::now())
             .min(PEER_TIMEOUT)
@@ -1134,13 +1164,13 @@ fn by_end<T>(
 }
 
 /// Waits for the next receive; false if the timed run ended (`end`) first.
-fn recv_by(s: &Setup, end: Option<Instant>) -> Result<bool, String> {
+fn recv_by(s: &Setup, end: Option<Instant>) -> Result<bool, CliError> {
     Ok(by_end(end, |budget| wait_recv(s, budget))?.is_some())
 }
 
 /// Waits for the completion of the SEND just posted, counting receives that complete
 /// meanwhile in `early`; false if the timed run ended (`end`) first.
-fn send_done_by(s: &Setup, end: Option<Instant>, early: &mut u64) -> Result<bool, String> {
+fn send_done_by(s: &Setup, end: Option<Instant>, early: &mut u64) -> Result<bool, CliError> {
     loop {
         match by_end(end, |budget| wait_one(s, budget))? {
             None => return Ok(false),
@@ -1191,7 +1221,7 @@ fn run_lat(
     size: u64,
     iters: u64,
     pb: &indicatif::ProgressBar,
-) -> Result<Row, String> {
+) -> Result<Row, CliError> {
     let client = a.host.is_some();
     // Samples come from the TSC (through quanta), as perftest's come from the cycle counter:
     // a read costs 9 ns here, against 24 for `clock_gettime`.
@@ -1243,8 +1273,7 @@ fn run_lat(
                 if !seen {
                     break;
                 }
-                s.mr.write((size - 1) as usize, &[i as u8])
-                    .map_err(|e| e.to_string())?;
+                s.mr.write((size - 1) as usize, &[i as u8])?;
                 now = clock.raw();
                 post(s, op_for(a, &s.qps[0], i), size, i, true)?;
                 if let Some(t) = last.replace(now) {
@@ -1301,7 +1330,12 @@ fn run_lat(
                 fill_recvs(s)?;
             }
         }
-        _ => return Err(format!("{} is not a latency test", a.test.name())),
+        _ => {
+            return Err(CliError::Usage(format!(
+                "{} is not a latency test",
+                a.test.name()
+            )));
+        }
     }
     Ok(Row::Lat {
         bytes: size,
@@ -1407,7 +1441,7 @@ fn json(a: &PerfArgs, rows: &[Row]) -> serde_json::Value {
     serde_json::json!({ "test": a.test.name(), "results": results })
 }
 
-fn plot(a: &PerfArgs, rows: &[Row], path: &std::path::Path) -> Result<(), String> {
+fn plot(a: &PerfArgs, rows: &[Row], path: &std::path::Path) -> Result<(), CliError> {
     let pts: Vec<(f64, f64)> = rows
         .iter()
         .map(|r| match r {
@@ -1460,10 +1494,13 @@ fn plot(a: &PerfArgs, rows: &[Row], path: &std::path::Path) -> Result<(), String
         m - 4.0,
         m + 4.0
     ));
-    std::fs::write(path, svg).map_err(|e| format!("{}: {e}", path.display()))
+    std::fs::write(path, svg).map_err(|source| CliError::Io {
+        what: path.display().to_string(),
+        source,
+    })
 }
 
-fn perf(a: &PerfArgs, out: &mut impl Write) -> Result<(), String> {
+fn perf(a: &PerfArgs, out: &mut impl Write) -> Result<(), CliError> {
     check_args(a)?;
     let atomic = matches!(a.test, Test::AtomicBw | Test::AtomicLat);
     let (size, iters) = bw_or_lat_defaults(a);
@@ -1485,7 +1522,7 @@ fn perf(a: &PerfArgs, out: &mut impl Write) -> Result<(), String> {
         sizes.dedup();
     }
     let client = a.host.is_some();
-    let io = |e: std::io::Error| e.to_string();
+    let io = CliError::Output;
     header(a, &s, out).map_err(io)?;
     let long = a.all || a.duration.is_some_and(|d| d >= 5);
     let pb = if long && std::io::stdout().is_terminal() {

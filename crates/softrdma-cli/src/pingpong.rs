@@ -7,6 +7,7 @@
 //! server answers the same; the client sends `"done"` and a NUL. Then the client sends `size`
 //! bytes and each side answers every message it receives, `iters` times.
 
+use crate::error::CliError;
 use clap::Args;
 use softrdma::{
     AccessFlags, ConnectAttr, Context, Mtu, Payload, Peer, Psn, QpCaps, QpInitAttr, QpType, Qpn,
@@ -87,16 +88,24 @@ impl Dest {
         m
     }
 
-    fn parse(m: &[u8; 52]) -> Result<Self, String> {
-        let s = std::str::from_utf8(&m[..51]).map_err(|_| "remote address is not text")?;
+    fn parse(m: &[u8; 52]) -> Result<Self, CliError> {
+        let s = std::str::from_utf8(&m[..51])
+            .map_err(|_| CliError::Peer("remote address is not text".into()))?;
         let f: Vec<&str> = s.trim_end_matches('\0').split(':').collect();
         if f.len() != 4 || f[3].len() != 32 {
-            return Err(format!("remote address {s:?} is not LID:QPN:PSN:GID"));
+            return Err(CliError::Peer(format!(
+                "remote address {s:?} is not LID:QPN:PSN:GID"
+            )));
         }
-        let num = |x: &str| u32::from_str_radix(x, 16).map_err(|e| format!("{x:?}: {e}"));
+        let num = |x: &str| {
+            u32::from_str_radix(x, 16).map_err(|source| CliError::ParseInt {
+                text: x.into(),
+                source,
+            })
+        };
         let mut g = [0u8; 16];
         for (i, b) in g.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&f[3][2 * i..2 * i + 2], 16).map_err(|e| e.to_string())?;
+            *b = u8::from_str_radix(&f[3][2 * i..2 * i + 2], 16).map_err(CliError::PeerGid)?;
         }
         Ok(Self {
             lid: num(f[0])? as u16,
@@ -121,18 +130,24 @@ impl Dest {
 fn exchange(
     a: &PingpongArgs,
     me: &Dest,
-    connect: impl FnOnce(&Dest, IpAddr) -> Result<(), String>,
-) -> Result<(Dest, IpAddr), String> {
-    let io = |e: std::io::Error| e.to_string();
+    connect: impl FnOnce(&Dest, IpAddr) -> Result<(), CliError>,
+) -> Result<(Dest, IpAddr), CliError> {
+    let io = CliError::Oob;
+    let read_failed = |source| CliError::Io {
+        what: "Couldn't read remote address".into(),
+        source,
+    };
     match &a.host {
         Some(host) => {
-            let mut s = TcpStream::connect((host.as_str(), a.port))
-                .map_err(|e| format!("Couldn't connect to {host}:{}: {e}", a.port))?;
+            let mut s =
+                TcpStream::connect((host.as_str(), a.port)).map_err(|source| CliError::Io {
+                    what: format!("Couldn't connect to {host}:{}", a.port),
+                    source,
+                })?;
             let peer_ip = s.peer_addr().map_err(io)?.ip();
             s.write_all(&me.wire()).map_err(io)?;
             let mut m = [0u8; 52];
-            s.read_exact(&mut m)
-                .map_err(|e| format!("Couldn't read remote address: {e}"))?;
+            s.read_exact(&mut m).map_err(read_failed)?;
             s.write_all(b"done\0").map_err(io)?;
             let rem = Dest::parse(&m)?;
             connect(&rem, peer_ip)?;
@@ -141,11 +156,16 @@ fn exchange(
         None => {
             let l = TcpListener::bind(SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), a.port))
                 .or_else(|_| TcpListener::bind(("0.0.0.0", a.port)))
-                .map_err(|e| format!("Couldn't listen to port {}: {e}", a.port))?;
-            let (mut s, peer) = l.accept().map_err(|e| format!("accept() failed: {e}"))?;
+                .map_err(|source| CliError::Io {
+                    what: format!("Couldn't listen to port {}", a.port),
+                    source,
+                })?;
+            let (mut s, peer) = l.accept().map_err(|source| CliError::Io {
+                what: "accept() failed".into(),
+                source,
+            })?;
             let mut m = [0u8; 52];
-            s.read_exact(&mut m)
-                .map_err(|e| format!("Couldn't read remote address: {e}"))?;
+            s.read_exact(&mut m).map_err(read_failed)?;
             let rem = Dest::parse(&m)?;
             let peer_ip = peer.ip().to_canonical();
             connect(&rem, peer_ip)?;
@@ -169,41 +189,42 @@ pub fn run(qp_type: QpType, a: &PingpongArgs) -> ExitCode {
     }
 }
 
-fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), String> {
+fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), CliError> {
     let ud = qp_type == QpType::Ud;
     let size = a.size.unwrap_or(if ud { 1024 } else { 4096 });
-    let mtu = Mtu::from_bytes(a.mtu).ok_or_else(|| format!("invalid MTU {}", a.mtu))?;
+    let mtu =
+        Mtu::from_bytes(a.mtu).ok_or_else(|| CliError::Usage(format!("invalid MTU {}", a.mtu)))?;
     if a.ib_port != 1 {
-        return Err(format!(
+        return Err(CliError::Usage(format!(
             "port {} does not exist (the device has port 1)",
             a.ib_port
-        ));
+        )));
     }
-    let ctx = Context::open_default().map_err(|e| e.to_string())?;
+    let ctx = Context::open_default()?;
     if let Some(d) = &a.ib_dev {
         if d != ctx.name() {
-            return Err(format!("IB device {d} not found"));
+            return Err(CliError::Usage(format!("IB device {d} not found")));
         }
     }
     if ud && size > ctx.active_mtu().bytes() {
-        return Err(format!(
+        return Err(CliError::Usage(format!(
             "Requested size larger than port MTU ({})",
             ctx.active_mtu().bytes()
-        ));
+        )));
     }
     let off = if ud { GRH } else { 0 };
     let pd = ctx.alloc_pd();
     let mr = pd
         .register(vec![0x7b; size + off], AccessFlags::LOCAL_WRITE)
-        .map_err(|e| format!("Couldn't register MR: {e}"))?;
+        .map_err(CliError::verb("Couldn't register MR"))?;
     let channel = if a.events {
-        Some(ctx.create_comp_channel().map_err(|e| e.to_string())?)
+        Some(ctx.create_comp_channel()?)
     } else {
         None
     };
     let cq = ctx
         .create_cq(a.rx_depth + 1, channel.as_ref())
-        .map_err(|e| format!("Couldn't create CQ: {e}"))?;
+        .map_err(CliError::verb("Couldn't create CQ"))?;
     let qp = pd
         .create_qp(QpInitAttr {
             cap: QpCaps {
@@ -215,7 +236,7 @@ fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), String> {
             },
             ..QpInitAttr::new(qp_type, &cq)
         })
-        .map_err(|e| format!("Couldn't create QP: {e}"))?;
+        .map_err(CliError::verb("Couldn't create QP"))?;
     let attr = ConnectAttr {
         mtu,
         access: AccessFlags::empty(),
@@ -224,7 +245,7 @@ fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), String> {
         ..ConnectAttr::default()
     };
     qp.init(&attr)
-        .map_err(|e| format!("Failed to modify QP to INIT: {e}"))?;
+        .map_err(CliError::verb("Failed to modify QP to INIT"))?;
     let post_recv = |n: usize| -> usize {
         (0..n)
             .take_while(|_| {
@@ -239,16 +260,16 @@ fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), String> {
     // The QP must be able to receive before the peer learns its address.
     let mut routs = post_recv(a.rx_depth);
     if routs < a.rx_depth {
-        return Err(format!("Couldn't post receive ({routs})"));
+        return Err(CliError::Failed(format!("Couldn't post receive ({routs})")));
     }
     if channel.is_some() {
-        cq.req_notify(false).map_err(|e| e.to_string())?;
+        cq.req_notify(false)?;
     }
     let gid = match a.gid_idx {
         Some(i) => *ctx
             .gids()
             .get(i)
-            .ok_or_else(|| format!("can't read sgid of index {i}"))?,
+            .ok_or_else(|| CliError::Usage(format!("can't read sgid of index {i}")))?,
         None => Ipv6Addr::UNSPECIFIED,
     };
     let me = Dest {
@@ -276,7 +297,7 @@ fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), String> {
             },
             &attr,
         )
-        .map_err(|e| format!("Couldn't connect to remote QP: {e}"))
+        .map_err(CliError::verb("Couldn't connect to remote QP"))
     })?;
     println!("{}", rem.line("remote address:", false));
     let peer_ip = peer_of(&rem, tcp_peer);
@@ -300,10 +321,10 @@ fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), String> {
     if client {
         if a.chk {
             for i in (0..size).step_by(PAGE) {
-                mr.write(off + i, &[0]).map_err(|e| e.to_string())?;
+                mr.write(off + i, &[0])?;
             }
         }
-        post_send().map_err(|e| format!("Couldn't post send: {e}"))?;
+        post_send().map_err(CliError::verb("Couldn't post send"))?;
         pending |= SEND_WRID;
     }
     let start = Instant::now();
@@ -313,9 +334,14 @@ fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), String> {
     while rcnt < a.iters || scnt < a.iters {
         let wcs = if let Some(ch) = &channel {
             match ch.get_cq_event(Some(Duration::from_millis(100))) {
-                Ok(Some(_)) => cq.req_notify(false).map_err(|e| e.to_string())?,
+                Ok(Some(_)) => cq.req_notify(false)?,
                 Ok(None) => {}
-                Err(e) => return Err(format!("Failed to get cq_event: {e}")),
+                Err(source) => {
+                    return Err(CliError::Verb {
+                        what: "Failed to get cq_event",
+                        source,
+                    });
+                }
             }
             cq.poll(2)
         } else {
@@ -323,10 +349,10 @@ fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), String> {
         };
         if wcs.is_empty() {
             if last.elapsed() > guard {
-                return Err(format!(
+                return Err(CliError::Timeout(format!(
                     "no completion for {} s ({rcnt} received, {scnt} sent): is the peer alive?",
                     a.timeout
-                ));
+                )));
             }
             std::hint::spin_loop();
             continue;
@@ -334,12 +360,12 @@ fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), String> {
         last = Instant::now();
         for wc in wcs {
             if wc.status != WcStatus::Success {
-                return Err(format!(
+                return Err(CliError::Failed(format!(
                     "Failed status {} ({}) for wr_id {}",
                     wc.status.name().to_lowercase().replace('_', " "),
                     wc.status as u32,
                     wc.wr_id
-                ));
+                )));
             }
             match wc.wr_id {
                 SEND_WRID => scnt += 1,
@@ -348,16 +374,22 @@ fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), String> {
                     if routs <= 1 {
                         routs += post_recv(a.rx_depth - routs);
                         if routs < a.rx_depth {
-                            return Err(format!("Couldn't post receive ({routs})"));
+                            return Err(CliError::Failed(format!(
+                                "Couldn't post receive ({routs})"
+                            )));
                         }
                     }
                     rcnt += 1;
                 }
-                id => return Err(format!("Completion for unknown wr_id {id}")),
+                id => {
+                    return Err(CliError::Failed(format!(
+                        "Completion for unknown wr_id {id}"
+                    )));
+                }
             }
             pending &= !wc.wr_id;
             if scnt < a.iters && pending == 0 {
-                post_send().map_err(|e| format!("Couldn't post send: {e}"))?;
+                post_send().map_err(CliError::verb("Couldn't post send"))?;
                 pending = RECV_WRID | SEND_WRID;
             }
         }
@@ -392,7 +424,7 @@ fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), String> {
             }
         }
         if bad {
-            return Err("received data did not validate".into());
+            return Err(CliError::Failed("received data did not validate".into()));
         }
     }
     Ok(())

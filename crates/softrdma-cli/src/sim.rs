@@ -1,5 +1,6 @@
 //! `softrdma sim`: the transport engine in the deterministic simulator.
 
+use crate::error::CliError;
 use clap::{Args, ValueEnum};
 use serde_json::json;
 use softrdma_proto::sim::{LinkFaults, LinkRate};
@@ -85,47 +86,67 @@ pub struct SimArgs {
     json: bool,
 }
 
-fn parse_size(s: &str) -> Result<(u32, u32), String> {
+fn parse_size(s: &str) -> Result<(u32, u32), CliError> {
     let num = |x: &str| {
         x.trim()
             .parse::<u32>()
-            .map_err(|e| format!("{x:?} is not a byte count: {e}"))
+            .map_err(|source| CliError::ByteCount {
+                text: x.into(),
+                source,
+            })
     };
     let (lo, hi) = match s.split_once(':') {
         Some((a, b)) => (num(a)?, num(b)?),
         None => (num(s)?, num(s)?),
     };
     if lo > hi {
-        return Err(format!("MIN {lo} is larger than MAX {hi}"));
+        return Err(CliError::Usage(format!("MIN {lo} is larger than MAX {hi}")));
     }
     if hi > 1 << 31 {
-        return Err("messages are at most 2^31 bytes".into());
+        return Err(CliError::Usage("messages are at most 2^31 bytes".into()));
     }
     Ok((lo, hi))
 }
 
-fn parse_mtu(s: &str) -> Result<usize, String> {
-    let v: usize = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
-    Mtu::from_bytes(v)
-        .map(|m| m.bytes())
-        .ok_or_else(|| format!("{v} is not an IB MTU (256, 512, 1024, 2048 or 4096)"))
+fn parse_mtu(s: &str) -> Result<usize, CliError> {
+    let v: usize = s.parse().map_err(|source| CliError::ParseInt {
+        text: s.into(),
+        source,
+    })?;
+    Mtu::from_bytes(v).map(|m| m.bytes()).ok_or_else(|| {
+        CliError::Usage(format!(
+            "{v} is not an IB MTU (256, 512, 1024, 2048 or 4096)"
+        ))
+    })
 }
 
-fn parse_gbps(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+/// A decimal flag's value.
+fn parse_f64(s: &str) -> Result<f64, CliError> {
+    s.parse().map_err(|source| CliError::ParseFloat {
+        text: s.into(),
+        source,
+    })
+}
+
+fn parse_gbps(s: &str) -> Result<f64, CliError> {
+    let v = parse_f64(s)?;
     if v > 0.0 && v <= 10_000.0 {
         Ok(v)
     } else {
-        Err(format!("{v} is not a link rate between 0 and 10000 Gb/s"))
+        Err(CliError::Usage(format!(
+            "{v} is not a link rate between 0 and 10000 Gb/s"
+        )))
     }
 }
 
-fn parse_prob(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+fn parse_prob(s: &str) -> Result<f64, CliError> {
+    let v = parse_f64(s)?;
     if (0.0..=1.0).contains(&v) {
         Ok(v)
     } else {
-        Err(format!("{v} is not a probability between 0 and 1"))
+        Err(CliError::Usage(format!(
+            "{v} is not a probability between 0 and 1"
+        )))
     }
 }
 
