@@ -16,19 +16,24 @@ if ! command -v valgrind >/dev/null; then
         exit 1
     fi
 fi
-cargo build --release --locked -p softrdma-proto --example endpoint_turns >&2
-bin=target/release/examples/endpoint_turns
+cargo build --release --locked -p softrdma-proto --example endpoint_turns --example engine_turns >&2
 count() {
-    timeout 300 valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" 2>&1 |
-        sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+    timeout 300 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        "target/release/examples/$1" "$2" 2>&1 | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
 lo=2000
 hi=4000
-a=$(count $lo)
-b=$(count $hi)
-per_turn=$(( (b - a) / (hi - lo) ))
-echo "instructions per turn (WRITE 8 B + ACK): $per_turn"
+per() {
+    local a b
+    a=$(count "$1" $lo)
+    b=$(count "$1" $hi)
+    echo $(( (b - a) / (hi - lo) ))
+}
+engine=$(per engine_turns)
+per_turn=$(per endpoint_turns)
+echo "instructions per turn (WRITE 8 B + ACK) through the endpoint: $per_turn"
 echo "instructions per packet (transmit + receive): $(( per_turn / 2 ))"
+echo "of which the engine alone (bare QPs, examples/engine_turns.rs): $engine per turn"
 # The figure recorded when the path was last changed on purpose: a rise of more than 2 %
 # is a regression to explain (or a new baseline to record, with the reason, in the commit).
 baseline=$(cat bench/instructions.baseline)
