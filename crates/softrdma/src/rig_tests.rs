@@ -284,3 +284,18 @@ fn ten_thousand_idle_qps_cost_the_device_timers_nothing() {
     assert!(visits() <= 2, "the timer pass locked {} QPs", visits());
     drop(idle);
 }
+
+/// When a poller stops, the progress thread's next pass sends the ACKs it deferred: B
+/// receives A's SEND through a poll (the ACK waits for an answer that never comes), and
+/// the pass, which a device runs at the latest a poller's grace later, sends it.
+#[test]
+fn the_progress_pass_sends_what_a_poller_that_stopped_deferred() {
+    let r = Rig::new(64, None);
+    recv(&r.b, 1);
+    r.a.qp.post_send(wr(10, SendOp::Send, &r.a, 8)).unwrap();
+    assert_eq!(r.b.cq.poll(1)[0].wr_id, 1);
+    assert!(r.fabric.opcodes(IP_A).is_empty(), "deferred");
+    assert!(!r.b.ctx.dev().progress_pass(false), "nothing to receive");
+    assert_eq!(r.fabric.opcodes(IP_A), [ACK]);
+    assert_eq!(r.a.cq.poll(1)[0].wr_id, 10);
+}

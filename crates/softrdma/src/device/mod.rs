@@ -539,8 +539,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
     let mut events = Events::with_capacity(64);
     let mut published: (u64, std::time::Instant) = (u64::MAX, std::time::Instant::now());
     let mut last_work = std::time::Instant::now();
-    // The application pollers' count when last seen, and until when they count as active.
-    let (mut seen_polls, mut app_until) = (0u64, 0u64);
+    let mut pollers = PollerWatch::default();
     loop {
         if dev.shutdown.load(Ordering::Acquire) {
             // Nothing already accepted is lost: what the fault injector holds back and the
@@ -568,12 +567,8 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         // The last sweep's findings, and what was armed since.
         let timer = |t: u64| (t != u64::MAX).then(|| Instant::from_nanos(t));
         let mut next = timer(dev.gate.next_timer());
-        let polls = dev.app_polls.load(Ordering::Relaxed);
-        if polls != seen_polls {
-            seen_polls = polls;
-            app_until = now.add(APP_POLL_GRACE).as_nanos();
-        }
-        let app_polling = app_until > now.as_nanos();
+        let app_until = pollers.observe(dev.app_polls.load(Ordering::Relaxed), now);
+        let app_polling = app_until.is_some();
         if app_polling == socket_registered {
             // Hand the socket to the busy poller, or take it back once it has stopped.
             let r = match dev.datapath.readable_fd() {
@@ -589,8 +584,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
                 dev.gate.set_app_polling(app_polling);
             }
         }
-        if app_polling {
-            let t = Instant::from_nanos(app_until);
+        if let Some(t) = app_until {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
         dev.datapath.flush_capture();
@@ -621,14 +615,31 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
                 return;
             }
         }
-        if socket_registered {
-            let mut st = dev.rx.lock().unwrap_or_else(|e| e.into_inner());
-            if dev.drain(&mut st, false) {
-                last_work = std::time::Instant::now();
-            }
+        if dev.progress_pass(socket_registered) {
+            last_work = std::time::Instant::now();
         }
-        dev.run_timers(dev.now());
-        dev.flush_batch(true);
+    }
+}
+
+/// The progress thread's view of the busy pollers: they count as active until
+/// [`APP_POLL_GRACE`] after their poll count last moved (a count, not a deadline, so that a
+/// poll need not read the clock). While they are, the socket is theirs.
+#[derive(Debug, Default)]
+struct PollerWatch {
+    /// The count when last seen.
+    seen: u64,
+    /// Until when (device nanoseconds) they count as active.
+    until: u64,
+}
+
+impl PollerWatch {
+    /// Takes the pollers' count at `now`; `Some(until)` while they count as active.
+    fn observe(&mut self, polls: u64, now: Instant) -> Option<Instant> {
+        if polls != self.seen {
+            self.seen = polls;
+            self.until = now.add(APP_POLL_GRACE).as_nanos();
+        }
+        (self.until > now.as_nanos()).then(|| Instant::from_nanos(self.until))
     }
 }
 
@@ -797,6 +808,20 @@ impl Device {
         dev
     }
 
+    /// What the progress thread does after each wake-up: drain the socket if it holds it
+    /// (`socket`), run the timers that are due, and send everything batched, the ACKs that
+    /// pollers deferred included. True if it received anything.
+    pub(crate) fn progress_pass(&self, socket: bool) -> bool {
+        let mut got = false;
+        if socket {
+            let mut st = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+            got = self.drain(&mut st, false);
+        }
+        self.run_timers(self.now());
+        self.flush_batch(true);
+        got
+    }
+
     /// Stops the progress thread, which sends what is still held back first.
     pub(crate) fn close(&self) {
         self.shutdown.store(true, Ordering::Release);
@@ -807,5 +832,29 @@ impl Device {
 impl cq::Poller for Device {
     fn poll_rx(&self) -> bool {
         Device::poll_rx(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hand-off of the socket: pollers count as active from their first poll until a
+    /// grace after their count last moved, and no longer.
+    #[test]
+    fn pollers_hold_the_socket_until_a_grace_after_their_last_poll() {
+        let mut w = PollerWatch::default();
+        let at = |us: u64| Instant::from_nanos(us * 1000);
+        let grace = APP_POLL_GRACE.as_micros() as u64;
+        assert_eq!(w.observe(0, at(10)), None, "no poll yet");
+        assert_eq!(w.observe(5, at(10)), Some(at(10 + grace)));
+        assert_eq!(
+            w.observe(9, at(50)),
+            Some(at(50 + grace)),
+            "a poll extends it"
+        );
+        assert_eq!(w.observe(9, at(50 + grace - 1)), Some(at(50 + grace)));
+        assert_eq!(w.observe(9, at(50 + grace)), None, "the grace is over");
+        assert_eq!(w.observe(10, at(900)), Some(at(900 + grace)), "and back");
     }
 }
