@@ -201,6 +201,7 @@ pub fn run(a: &SimArgs, out: &mut impl Write) -> ExitCode {
             delay: Duration::from_micros(a.delay_us),
             jitter: Duration::from_micros(a.delay_us / 5),
             reorder_hold: Duration::ZERO,
+            reorder_spread: 4.0,
             partition_at: a.partition_at_us.map(|t| Instant::from_nanos(t * 1000)),
             rate: a.link_gbps.map(|g| LinkRate {
                 bits_per_sec: (g * 1e9) as u64,

@@ -22,11 +22,15 @@ pub struct LinkFaults {
     pub corrupt: f64,
     /// One-way delay.
     pub delay: Duration,
-    /// The least a reordered packet is held back beyond `delay` plus a microsecond (it is
-    /// held that much times 1 to 5): long enough for the packets sent after it to pass.
+    /// The least a reordered packet is held back: the larger of this and `delay` plus a
+    /// microsecond is the hold's base, long enough for the packets sent after it to pass.
     /// Zero in the simulator, whose packets are microseconds apart; 20 µs on a device,
     /// whose timers and sockets are coarser.
     pub reorder_hold: Duration,
+    /// How far beyond its base a hold may reach: the hold is uniform in
+    /// `base..=base * (1 + reorder_spread)`. 4 in the simulator; 9 on a device (20 to
+    /// 200 µs).
+    pub reorder_spread: f64,
     /// Extra random delay, uniform in `0..=jitter`.
     pub jitter: Duration,
     /// From this instant on, nothing is delivered.
@@ -67,6 +71,7 @@ impl Default for LinkFaults {
             corrupt: 0.0,
             delay: Duration::from_micros(5),
             reorder_hold: Duration::ZERO,
+            reorder_spread: 4.0,
             jitter: Duration::ZERO,
             partition_at: None,
             rate: None,
@@ -83,6 +88,7 @@ impl LinkFaults {
         corrupt: 0.0,
         delay: Duration::ZERO,
         reorder_hold: Duration::ZERO,
+        reorder_spread: 4.0,
         jitter: Duration::ZERO,
         partition_at: None,
         rate: None,
@@ -119,7 +125,7 @@ impl LinkFaults {
         if held {
             // Long enough to be overtaken by packets sent after it.
             let base = (self.delay + Duration::from_micros(1)).max(self.reorder_hold);
-            delay += base.mul_f64(1.0 + 4.0 * rng.random::<f64>());
+            delay += base.mul_f64(1.0 + self.reorder_spread * rng.random::<f64>());
         }
         (delay, held)
     }
@@ -127,10 +133,11 @@ impl LinkFaults {
     /// Parses `SOFTRDMA_FAULTS`' syntax: comma-separated `drop=P` (or `loss=P`), `dup=P`,
     /// `reorder=P`, `corrupt=P` (probabilities), `delay_us=N` and `jitter_us=N`. What it
     /// does not name is as in [`LinkFaults::NONE`], except that reordered packets are held at
-    /// least 20 µs ([`LinkFaults::reorder_hold`]).
+    /// 20 to 200 µs ([`LinkFaults::reorder_hold`], [`LinkFaults::reorder_spread`]).
     pub fn parse(s: &str) -> Result<Self, FaultsError> {
         let mut f = LinkFaults {
             reorder_hold: Duration::from_micros(20),
+            reorder_spread: 9.0,
             ..LinkFaults::NONE
         };
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -205,6 +212,10 @@ pub enum FaultsError {
         /// Its value.
         value: f64,
     },
+    /// A part of the model that only the simulator has (a link's rate, a partition), asked
+    /// of a device.
+    #[error("{0} is simulated only: a device cannot apply it")]
+    SimulatorOnly(&'static str),
     /// A key the model does not have.
     #[error("unknown key {0:?} (use drop, dup, reorder, corrupt, delay_us, jitter_us)")]
     UnknownKey(String),

@@ -195,8 +195,8 @@ impl Sim {
             .expect("the QP exists on that endpoint")
     }
 
-    /// Every QP of every endpoint, locked one at a time by `f`.
-    pub fn for_each_qp(&self, mut f: impl FnMut(&mut QueuePair)) {
+    /// Every QP of every endpoint, locked one at a time, for `f` to read.
+    pub fn for_each_qp(&self, mut f: impl FnMut(&QueuePair)) {
         for h in &self.endpoints {
             h.ep.for_each_qp(&mut f);
         }

@@ -30,33 +30,44 @@
 //!
 //! No lock is held across user code (the lending poll holds none between its calls) or
 //! across a system call that can block (every socket is non-blocking; the probes that wait
-//! run on the learner thread, holding nothing). Locks are taken in this order, and only
-//! one lock of a kind at a time (never two QPs' or two CQs'):
+//! run on the learner thread, holding nothing). The one exception is a capture
+//! (`SOFTRDMA_PCAP`, a debugging aid): its records go to a buffered file under the
+//! capture's lock, and a full buffer is written out there. Locks are taken in this order,
+//! and only one lock of a kind at a time (never two QPs' or two CQs'):
 //!
-//! 1. the receive state (a drain; pollers only `try_lock` it);
-//! 2. the QP table (a read for a lookup, a write to create or destroy a QP);
+//! 1. the timer pass's own (`sweeping`, only `try_lock`ed), or the receive state (a drain;
+//!    pollers only `try_lock` it);
+//! 2. the QP table (a read for a lookup, a write to create or destroy a QP), or a path's
+//!    round-trip record (`paths`, when a QP is connected);
 //! 3. a QP;
 //! 4. then, each on its own: a CQ (then its channel's ready list, or the device's async
-//!    events), the timer queue, the deferred-ACK batch, the region table (read), or the
-//!    datapath: the fault injector's held packets, then the capture file, then the send
-//!    path's connected sockets (a read of the map, then one socket's lock for its send
-//!    call), each wrapper's lock before the driver's beneath it.
+//!    events), the timer queue, the deferred-ACK batch, the region table (read), the
+//!    counters of destroyed QPs, or the datapath: the fault injector's held packets, then
+//!    the capture file, then the send path's connected sockets (a read of the map, then one
+//!    socket's lock for its send call, under which a destination that lost track of its IP
+//!    IDs hands a job to the learner's queue), each wrapper's lock before the driver's
+//!    beneath it.
+//!
+//! The verbs hold a lock of their own only around their own work: a QP's table of buffers
+//! posted by value (`owned`), taken with no device lock held.
 //!
 //! Locks per packet, after this design (before it in brackets):
 //!
 //! - **A data packet received:** its QP's lock twice (to handle it, then once per batch to
 //!   service it, its response coalesced with the batch's others), the region table's read
-//!   lock for the payload, and a CQ lock per completion. The receive state and the QP
-//!   table are taken once per batch (the table only when the batch's QP differs from the
-//!   last one's). The same as before.
+//!   lock for the payload, and a CQ lock per completion. The receive state is taken once
+//!   per batch, and the QP table's read lock only when a packet's QP differs from the
+//!   previous packet's. The same as before.
 //! - **A WR posted:** its QP's lock, the region table's read lock per SGE, the connected
 //!   socket's lock per send call, and a CQ lock when it completes on transmit (UC, UD).
 //!   The timer queue's lock only when the QP's deadline moves earlier than the entry it has
 //!   (a QP that goes from idle to busy): in a ping-pong about once per round of its
-//!   probe timer, not once per message.
-//! - **Each timer pass:** the timer queue's lock per entry due, and the lock of the QP
-//!   whose entry it is: idle QPs cost nothing. [Before: every QP's lock on every pass of
-//!   the progress thread.]
+//!   probe timer, not once per message. [Before: an atomic minimum per WR, no lock.]
+//! - **Each timer pass:** `sweeping`; the timer queue's lock once per entry due and twice
+//!   more (the first look and the final peek); per entry due, a QP-table read lock and
+//!   that QP's lock; the fault injector's lock when faults are on. Idle QPs cost nothing.
+//!   [Before: `sweeping`, the QP-table read lock, and every QP's lock, on every pass of the
+//!   progress thread and of each poller whose deadline came.]
 //!
 //! # Memory safety
 //! Work requests name memory by keys and addresses inside registered regions; the device
@@ -90,7 +101,7 @@ pub use counters::DeviceCounters;
 pub use device::stats;
 pub use error::{Error, Result};
 pub use softrdma_proto::endpoint::Counter;
-pub use softrdma_proto::faults::{FaultsError, LinkFaults};
+pub use softrdma_proto::faults::{FaultsError, LinkFaults, LinkRate};
 pub use softrdma_proto::{
     AccessFlags, AddressVector, AsyncEvent, Completion, Mtu, Payload, QpAttr, QpState, QpType,
     RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,

@@ -1074,6 +1074,35 @@ fn refusals_are_typed_and_map_to_errno() {
         ),
         "{e:?}"
     );
+    // Fault injection a device cannot apply is refused, not ignored.
+    let opts = DeviceOptions {
+        faults: Some(LinkFaults {
+            rate: Some(LinkRate {
+                bits_per_sec: 1_000_000_000,
+                queue_pkts: 8,
+            }),
+            ..LinkFaults::parse("drop=0.1").unwrap()
+        }),
+        ..Default::default()
+    };
+    let e = Context::open_with(
+        "rate",
+        IpAddr::V4(Ipv4Addr::new(127, 0, 77, 77)),
+        Mtu::M1024,
+        opts,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Faults {
+                source: FaultsError::SimulatorOnly("rate"),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(e.errno(), libc::EINVAL);
     // An address handle from a GID index past the table.
     let e = pd
         .create_ah(std::net::Ipv6Addr::LOCALHOST, 4096)

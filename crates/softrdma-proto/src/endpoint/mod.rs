@@ -458,7 +458,8 @@ impl Endpoint {
         }
     }
 
-    /// Adds a QP, and enters its deadline.
+    /// Adds a QP; it is serviced (and its deadline entered) at the next
+    /// [`Endpoint::service`].
     pub fn insert(&mut self, qp: QueuePair) -> Arc<Mutex<QueuePair>> {
         let qpn = qp.qpn().value();
         let cell = Arc::new(Mutex::new(qp));
@@ -478,10 +479,11 @@ impl Endpoint {
         Some(Mutex::lock(cell).unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Every QP, locked one at a time by `f`.
-    pub fn for_each_qp(&self, mut f: impl FnMut(&mut QueuePair)) {
+    /// Every QP, locked one at a time, for `f` to read (a change must go through
+    /// [`Endpoint::qp`], which has the QP serviced after it).
+    pub fn for_each_qp(&self, mut f: impl FnMut(&QueuePair)) {
         for c in self.qps.values() {
-            f(&mut c.lock_qp());
+            f(&c.lock_qp());
         }
     }
 
@@ -518,9 +520,10 @@ impl Endpoint {
         fired
     }
 
-    /// The earliest deadline of any QP. Stale entries at the front are dropped, and a live
-    /// one whose QP's deadline moved later is entered again at the real deadline, so the
-    /// answer is exact.
+    /// The earliest deadline of any QP, once the QPs the last inputs reached have been
+    /// serviced ([`Endpoint::service`] enters their deadlines). Stale entries at the front
+    /// are dropped, and a live one whose QP's deadline moved later is entered again at the
+    /// real deadline, so the answer is exact.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
         loop {
             let (at, qpn) = self.timers.peek()?;

@@ -9,6 +9,13 @@
 //! (later) deadline, or finds the entry stale. A QP with no deadline has no entry, so 10,000
 //! idle QPs cost nothing per wake-up; one with a deadline costs at most one early wake-up
 //! per deadline it entered.
+//!
+//! One deadline can move earlier without an input to its QP: a QP with no round-trip sample
+//! of its own times its tail-loss probe from the path's smallest round trip, which other
+//! QPs to the same destination lower ([`crate::qp::rtt::PathRtt`]). Such a QP keeps the
+//! entry it made, so its probe goes at the time computed when it last had an input, no
+//! later; the lower figure takes effect at its next input. (The sweep this queue replaced
+//! would have found it on the next pass.)
 
 use crate::types::Instant;
 use std::cmp::Reverse;
@@ -26,7 +33,8 @@ impl TimerQueue {
         self.heap.push(Reverse((at.as_nanos(), qpn)));
     }
 
-    /// The earliest entry: a lower bound on every entered QP's deadline.
+    /// The earliest entry: a lower bound on every entered QP's deadline as of that QP's
+    /// last input (see [`crate::QueuePair::timer_to_enter`]).
     pub fn peek(&self) -> Option<(Instant, u32)> {
         self.heap
             .peek()

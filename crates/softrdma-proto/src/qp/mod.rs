@@ -441,7 +441,8 @@ pub struct QueuePair {
     /// over and over to one peer.
     pub(crate) icrc: softrdma_wire::icrc::IcrcPrefixes,
     /// The deadline this QP last entered in its owner's timer queue and has not seen come
-    /// due (see [`crate::endpoint::timers`]): never later than [`QueuePair::poll_timeout`].
+    /// due (see [`crate::endpoint::timers`]): never later than [`QueuePair::poll_timeout`]
+    /// as of the QP's last input (a shared path minimum can lower that since).
     timer_entry: Option<Instant>,
 }
 

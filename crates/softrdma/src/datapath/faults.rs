@@ -10,7 +10,7 @@ use super::socket::RecvBatch;
 use super::{Datapath, Sent};
 use softrdma_proto::faults::LinkFaults;
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::Mutex;
@@ -22,8 +22,22 @@ type Held = Reverse<(u64, u64, SocketAddr, Vec<u8>)>;
 pub struct Faulty<D> {
     inner: D,
     faults: LinkFaults,
-    /// What is held back, and the batch packets leave in (kept to spare allocations).
-    state: Mutex<(BinaryHeap<Held>, u64, SendBatch)>,
+    state: Mutex<State>,
+}
+
+/// The injector's state.
+#[derive(Default)]
+struct State {
+    /// What is held back.
+    held: BinaryHeap<Held>,
+    /// Sequence numbers of held packets.
+    seq: u64,
+    /// The batch packets leave in (kept to spare allocations).
+    out: SendBatch,
+    /// The latest due time of a held packet to each destination that was not chosen for
+    /// reordering: as in the simulator, delay and jitter never reorder a link by
+    /// themselves, only a reordering hold does.
+    tail: HashMap<SocketAddr, u64>,
 }
 
 impl<D> Faulty<D> {
@@ -32,7 +46,7 @@ impl<D> Faulty<D> {
         Self {
             inner,
             faults,
-            state: Mutex::new((BinaryHeap::new(), 0, SendBatch::default())),
+            state: Mutex::new(State::default()),
         }
     }
 }
@@ -57,7 +71,12 @@ impl<D: Datapath> Datapath for Faulty<D> {
         let f = &self.faults;
         let mut rng = rand::rng();
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let (held, seq, out) = &mut *st;
+        let State {
+            held,
+            seq,
+            out,
+            tail,
+        } = &mut *st;
         let mut held_until = None::<u64>;
         for (bytes, dst) in batch.packets() {
             // The fault model's draws, in its order (see `softrdma_proto::faults`).
@@ -68,11 +87,17 @@ impl<D: Datapath> Datapath for Faulty<D> {
             for _ in 0..copies {
                 let mut copy = bytes.to_vec();
                 f.corrupted(&mut rng, &mut copy);
-                let (delay, _) = f.copy_delay(&mut rng);
-                if delay.is_zero() {
+                let (delay, reordered) = f.copy_delay(&mut rng);
+                let mut due = now.saturating_add(delay.as_nanos() as u64);
+                if !reordered {
+                    // Not before what went to this destination before it.
+                    let t = tail.entry(dst).or_insert(0);
+                    due = due.max(*t);
+                    *t = due;
+                }
+                if due <= now {
                     out.push(&copy, dst);
                 } else {
-                    let due = now.saturating_add(delay.as_nanos() as u64);
                     *seq += 1;
                     held.push(Reverse((due, *seq, dst, copy)));
                     held_until = Some(held_until.map_or(due, |h| h.min(due)));
@@ -87,7 +112,7 @@ impl<D: Datapath> Datapath for Faulty<D> {
 
     fn release(&self, now: u64) -> Sent {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let (held, _, out) = &mut *st;
+        let State { held, out, .. } = &mut *st;
         while let Some(Reverse((due, ..))) = held.peek() {
             if *due > now {
                 break;

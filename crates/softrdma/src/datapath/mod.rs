@@ -14,9 +14,15 @@
 //!
 //! A same-host shared-memory driver is the next step; it implements the same trait.
 //!
-//! Contract: a driver never blocks (every socket is non-blocking), may be called from any
+//! Contract: a driver never blocks (every socket is non-blocking; the capture wrapper's
+//! buffered file writes are the one exception, see the crate docs), may be called from any
 //! thread (`Send + Sync`; the device serialises receives itself), and takes the packets it
 //! is given: a send empties the batch whatever became of each packet.
+//!
+//! Room for what comes next: the batches still carry UDP's addressing (`SocketAddr`s, the
+//! IPv4-ID bookkeeping of `batch`), and a driver with no descriptor is drained only by its
+//! callers' polls and the timer passes; a shared-memory driver will want a wake-up hook of
+//! its own.
 
 pub(crate) mod batch;
 pub mod faults;

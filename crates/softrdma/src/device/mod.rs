@@ -1,6 +1,8 @@
-//! The soft RoCE v2 device: a UDP socket on `IP:4791` that receives, the sockets that send
-//! (`crate::datapath::tx`: connected ones, from another port), the engine's QPs, the region table, and
-//! one progress thread that receives, runs timers and retransmits.
+//! The soft RoCE v2 device: the engine's QPs, the region table, the timer queue, the
+//! receive path of the sans-I/O endpoint, a datapath beneath (`crate::datapath`: the UDP
+//! driver by default, which receives on `IP:4791` and sends from connected sockets), and
+//! one progress thread that receives, runs timers and retransmits. The device knows no
+//! socket; it hands its datapath whole batches.
 //!
 //! Contract: whoever holds the receive state drains the socket: the progress thread, or an
 //! application thread busy-polling a CQ (the progress thread then stops watching the socket
@@ -701,6 +703,20 @@ impl Device {
             Some(p) => Box::new(Captured::new(udp, addr, Capture::create(p)?)),
             None => Box::new(udp),
         };
+        if let Some(f) = &opts.faults {
+            // The device applies the per-packet faults; a link's rate and a partition are
+            // the simulator's, and silently ignoring them would mislead.
+            let sim_only = [
+                (f.rate.is_some(), "rate"),
+                (f.partition_at.is_some(), "partition_at"),
+            ];
+            if let Some((_, what)) = sim_only.iter().find(|(set, _)| *set) {
+                return Err(Error::Faults {
+                    spec: format!("{f:?}"),
+                    source: softrdma_proto::faults::FaultsError::SimulatorOnly(what),
+                });
+            }
+        }
         let holds = opts.faults.is_some();
         let datapath: Box<dyn Datapath> = match opts.faults {
             Some(f) => Box::new(Faulty::new(captured, f)),

@@ -448,12 +448,15 @@ impl Drop for QueuePair {
         }
         // The farewell, and ACKs this thread deferred, leave before the QP is gone.
         dev.flush_batch(true);
-        dev.qps
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(self.qpn.value());
-        dev.qps_gen
-            .fetch_add(1, std::sync::atomic::Ordering::Release);
+        {
+            let mut qps = dev.qps.write().unwrap_or_else(|e| e.into_inner());
+            // The generation moves first, under the write lock: a receiver that sees the new
+            // one looks the QPN up again (after the removal, since the lookup waits for this
+            // lock); one that saw the old one handled its packet before the QP went.
+            dev.qps_gen
+                .fetch_add(1, std::sync::atomic::Ordering::Release);
+            qps.remove(self.qpn.value());
+        }
         let c = self.counters();
         *dev.retired.lock().unwrap_or_else(|e| e.into_inner()) += c;
     }
