@@ -752,6 +752,30 @@ fn posts_are_checked() {
         ))
         .unwrap_err();
     assert!(matches!(e, PostError::InvalidAttr { attr: "opcode", .. }));
+    // A count past a limit names the request and the limit.
+    let caps = QpCaps::default();
+    let sges = vec![
+        Sge {
+            addr: BUF,
+            length: 1,
+            lkey: ka
+        };
+        caps.max_send_sge as usize + 1
+    ];
+    let e = p
+        .qa()
+        .post_send(wr(2, SendOp::Send, Payload::Sges(sges)))
+        .unwrap_err();
+    assert_eq!(
+        e,
+        PostError::OverLimit {
+            verb: "post_send",
+            attr: "num_sge",
+            requested: u64::from(caps.max_send_sge) + 1,
+            max: u64::from(caps.max_send_sge),
+            limit: "cap.max_send_sge",
+        }
+    );
     // A local key the MR table does not know fails the WR when it is gathered.
     p.qa()
         .post_send(wr(3, SendOp::Send, sge(BUF, 64, 0xdead)))

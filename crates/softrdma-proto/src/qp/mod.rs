@@ -155,7 +155,22 @@ pub enum PostError {
         /// The depth it was created with.
         depth: u32,
     },
-    /// A WR attribute is invalid.
+    /// A WR attribute that counts past the QP's limit (SGEs, inline bytes, message length).
+    #[error("{verb}: {attr} = {requested} is over the limit of {max} ({limit})")]
+    OverLimit {
+        /// `post_send`, `post_recv` or `post_srq_recv`.
+        verb: &'static str,
+        /// The `ibv_send_wr`/`ibv_recv_wr` field.
+        attr: &'static str,
+        /// What the WR asks for.
+        requested: u64,
+        /// The most the QP takes.
+        max: u64,
+        /// Which limit that is (`cap.max_send_sge`, the path MTU, ...).
+        limit: &'static str,
+    },
+    /// A WR attribute that is invalid whatever its size: an opcode this QP type has not,
+    /// inline data for a READ or atomic, an atomic's SGE, a UD send without an address.
     #[error("{verb}: invalid {attr}: {why}")]
     InvalidAttr {
         /// `post_send` or `post_recv`.
@@ -380,10 +395,12 @@ impl Srq {
             });
         }
         if wr.sg_list.len() as u32 > s.max_sge {
-            return Err(PostError::InvalidAttr {
+            return Err(PostError::OverLimit {
                 verb: "post_srq_recv",
                 attr: "num_sge",
-                why: "more SGEs than max_sge",
+                requested: wr.sg_list.len() as u64,
+                max: u64::from(s.max_sge),
+                limit: "max_sge",
             });
         }
         s.wrs.push_back(wr);
@@ -624,6 +641,15 @@ impl QueuePair {
                 why,
             })
         };
+        let over = |attr, requested: u64, max: u64, limit| {
+            Err(PostError::OverLimit {
+                verb: VERB,
+                attr,
+                requested,
+                max,
+                limit,
+            })
+        };
         match self.state {
             QpState::Rts | QpState::Sqd | QpState::Error | QpState::Sqe => {}
             state => {
@@ -654,10 +680,12 @@ impl QueuePair {
         }
         match &wr.payload {
             Payload::Sges(s) if s.len() as u32 > self.cfg.caps.max_send_sge => {
-                return bad("num_sge", "more SGEs than max_send_sge");
+                let max = u64::from(self.cfg.caps.max_send_sge);
+                return over("num_sge", s.len() as u64, max, "cap.max_send_sge");
             }
             Payload::Inline(v) if v.len() as u32 > self.cfg.caps.max_inline_data => {
-                return bad("sg_list", "inline data longer than max_inline_data");
+                let max = u64::from(self.cfg.caps.max_inline_data);
+                return over("sg_list", v.len() as u64, max, "cap.max_inline_data");
             }
             Payload::Inline(_) if wr.op.is_read_or_atomic() => {
                 return bad("send_flags", "READ and atomics cannot be inline");
@@ -666,7 +694,7 @@ impl QueuePair {
         }
         let len = wr.payload.len();
         if len > MAX_MSG_SIZE {
-            return bad("sg_list", "message longer than 2^31 bytes");
+            return over("sg_list", len, MAX_MSG_SIZE, "max_msg_sz");
         }
         if wr.op.is_atomic()
             && !matches!(&wr.payload, Payload::Sges(s) if s.len() == 1 && s[0].length == 8)
@@ -678,7 +706,12 @@ impl QueuePair {
                 return bad("wr.ud", "a UD send needs an address handle");
             }
             if len > self.attrs.mtu.bytes() as u64 {
-                return bad("sg_list", "a UD message must fit in one path MTU");
+                return over(
+                    "sg_list",
+                    len,
+                    self.attrs.mtu.bytes() as u64,
+                    "the path MTU",
+                );
             }
         }
         let signaled = self.cfg.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
@@ -711,10 +744,12 @@ impl QueuePair {
             });
         }
         if wr.sg_list.len() as u32 > self.cfg.caps.max_recv_sge {
-            return Err(PostError::InvalidAttr {
+            return Err(PostError::OverLimit {
                 verb: VERB,
                 attr: "num_sge",
-                why: "more SGEs than max_recv_sge",
+                requested: wr.sg_list.len() as u64,
+                max: u64::from(self.cfg.caps.max_recv_sge),
+                limit: "cap.max_recv_sge",
             });
         }
         if self.state == QpState::Error {

@@ -7,6 +7,39 @@ use std::net::IpAddr;
 
 /// Largest CQ (rxe's `RXE_MAX_CQE`).
 pub const MAX_CQE: usize = 32767;
+/// QPs per device (`RXE_MAX_QP`).
+pub const MAX_QP: u32 = 1048560;
+/// Work requests per queue (`RXE_MAX_QP_WR`).
+pub const MAX_QP_WR: u32 = 1048576;
+/// SGEs per WR (`RXE_MAX_SGE`), and per READ (`RXE_MAX_SGE_RD`).
+pub const MAX_SGE: u32 = 32;
+/// CQs per device (`RXE_MAX_CQ`).
+pub const MAX_CQ: u32 = 1048576;
+/// Memory regions per device (`RXE_MAX_MR`).
+pub const MAX_MR: u32 = 524287;
+/// Protection domains per device (`RXE_MAX_PD`).
+pub const MAX_PD: u32 = 1048576;
+/// Outstanding READs and atomics per QP, each way (`RXE_MAX_QP_RD_ATOM`): the engine's
+/// own limit on `max_rd_atomic`.
+pub const MAX_QP_RD_ATOM: u32 = softrdma_proto::state::MAX_RD_ATOMIC as u32;
+/// Responder resources for READs and atomics over the device (`RXE_MAX_RES_RD_ATOM`).
+pub const MAX_RES_RD_ATOM: u32 = 258048;
+/// SRQs per device (`RXE_MAX_SRQ`).
+pub const MAX_SRQ: u32 = 917503;
+/// WRs per SRQ (`RXE_MAX_SRQ_WR`).
+pub const MAX_SRQ_WR: u32 = 1048576;
+/// SGEs per SRQ WR (`RXE_MAX_SRQ_SGE`).
+pub const MAX_SRQ_SGE: u32 = 27;
+/// P_Keys in the table (`RXE_MAX_PKEYS`).
+pub const MAX_PKEYS: u32 = 64;
+/// The ACK delay the device advertises, as a 4.096 µs · 2^n code (`RXE_LOCAL_CA_ACK_DELAY`).
+pub const LOCAL_CA_ACK_DELAY: u32 = 15;
+/// Inline bytes per WR (`RXE_MAX_INLINE_DATA`).
+pub const MAX_INLINE_DATA: u32 = 256;
+/// Address handles per device (`RXE_MAX_AH`).
+pub const MAX_AH: u32 = 32767;
+/// GID table entries per port (`RXE_PORT_GID_TBL_LEN`).
+pub const GID_TBL_LEN: u32 = 1024;
 
 /// Device limits (`struct ibv_device_attr`), modelled on rxe's `rxe_param.h`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,26 +101,26 @@ pub fn device_attr(addr: IpAddr) -> DeviceAttr {
         vendor_id: 0xffffff,
         vendor_part_id: 0,
         hw_ver: 0,
-        max_qp: 1048560,
-        max_qp_wr: 1048576,
-        max_sge: 32,
-        max_sge_rd: 32,
-        max_cq: 1048576,
+        max_qp: MAX_QP,
+        max_qp_wr: MAX_QP_WR,
+        max_sge: MAX_SGE,
+        max_sge_rd: MAX_SGE,
+        max_cq: MAX_CQ,
         max_cqe: MAX_CQE as u32,
-        max_mr: 524287,
-        max_pd: 1048576,
-        max_qp_rd_atom: 128,
-        max_qp_init_rd_atom: 128,
-        max_res_rd_atom: 258048,
+        max_mr: MAX_MR,
+        max_pd: MAX_PD,
+        max_qp_rd_atom: MAX_QP_RD_ATOM,
+        max_qp_init_rd_atom: MAX_QP_RD_ATOM,
+        max_res_rd_atom: MAX_RES_RD_ATOM,
         atomic_cap: "ATOMIC_HCA",
-        max_srq: 917503,
-        max_srq_wr: 1048576,
-        max_srq_sge: 27,
-        max_pkeys: 64,
-        local_ca_ack_delay: 15,
-        max_inline_data: 256,
+        max_srq: MAX_SRQ,
+        max_srq_wr: MAX_SRQ_WR,
+        max_srq_sge: MAX_SRQ_SGE,
+        max_pkeys: MAX_PKEYS,
+        local_ca_ack_delay: LOCAL_CA_ACK_DELAY,
+        max_inline_data: MAX_INLINE_DATA,
         phys_port_cnt: 1,
-        max_ah: 32767,
+        max_ah: MAX_AH,
         max_msg_sz: softrdma_proto::qp::MAX_MSG_SIZE,
     }
 }
@@ -98,7 +131,7 @@ pub fn port_attr(active_mtu: Mtu) -> PortAttr {
         state: "PORT_ACTIVE",
         max_mtu: Mtu::M4096,
         active_mtu,
-        gid_tbl_len: 1024,
+        gid_tbl_len: GID_TBL_LEN,
         lid: 0,
         sm_lid: 0,
         link_layer: "Ethernet",
