@@ -396,6 +396,9 @@ const GRH: u64 = 40;
 const RX_DEPTH: u32 = 512;
 /// How long any single wait may take before the peer is declared gone.
 const PEER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the receiving side of a timed `send-bw` goes on after its own end while
+/// messages still arrive (see `run_bw_server`).
+const DRAIN_QUIET: Duration = Duration::from_millis(500);
 
 /// Everything a test runs on, connected.
 struct Setup {
@@ -1076,21 +1079,36 @@ fn run_bw_server(
     let mut marks = Vec::new();
     let mut start = None;
     let mut got = 0u64;
-    // Every QP's sender sends `iters`; a timed run counts until its end.
+    // Every QP's sender sends `iters`; a timed run counts until its end, and then goes on
+    // receiving until the sender has been quiet for DRAIN_QUIET: the two sides' clocks
+    // start apart (the sender's later on a loaded machine), and a receiver that stopped
+    // reposting at its own end would leave the sender's last SENDs waiting on RNR for ever.
     let iters = iters * s.qps.len() as u64;
     let end = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
-    while end.map_or(got < iters, |e| Instant::now() < e) {
+    let mut last = Instant::now();
+    loop {
+        let now = Instant::now();
+        let more = match end {
+            None => got < iters,
+            Some(e) => now < e || now < last + DRAIN_QUIET,
+        };
+        if !more {
+            break;
+        }
         let quiet = if a.conn == Conn::RC || got == 0 {
             PEER_TIMEOUT
         } else {
             Duration::from_secs(1)
         };
         let quiet = end.map_or(quiet, |e| {
-            e.saturating_duration_since(Instant::now()).min(quiet)
+            e.max(last + DRAIN_QUIET)
+                .saturating_duration_since(now)
+                .min(quiet)
         });
         match wait_recv(s, quiet) {
             Ok(_) => {}
-            Err(_) if end.is_some_and(|e| Instant::now() >= e) => break,
+            // Past its end, a timed run stops once the sender has been quiet long enough.
+            Err(_) if end.is_some_and(|e| Instant::now() >= e) => continue,
             Err(_) if a.conn != Conn::RC && got > 0 => {
                 eprintln!(
                     " {} of {iters} messages arrived ({:?} drops them when receives run out)",
@@ -1100,7 +1118,8 @@ fn run_bw_server(
             }
             Err(e) => return Err(e),
         }
-        let now = Instant::now();
+        last = Instant::now();
+        let now = last;
         start.get_or_insert(now);
         got += 1;
         marks.push((now, got));

@@ -63,8 +63,8 @@
 //!   The timer queue's lock only when the QP's deadline moves earlier than the entry it has
 //!   (a QP that goes from idle to busy): in a ping-pong about once per round of its
 //!   probe timer, not once per message. [Before: an atomic minimum per WR, no lock.]
-//! - **Each timer pass:** `sweeping`; the timer queue's lock once per entry due and twice
-//!   more (the first look and the final peek); per entry due, a QP-table read lock and
+//! - **Each timer pass:** `sweeping`; the timer queue's lock once per entry due and three
+//!   times more (its size, the first empty look and the final peek); per entry due, a QP-table read lock and
 //!   that QP's lock; the fault injector's lock when faults are on. Idle QPs cost nothing.
 //!   [Before: `sweeping`, the QP-table read lock, and every QP's lock, on every pass of the
 //!   progress thread and of each poller whose deadline came.]

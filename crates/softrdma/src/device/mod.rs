@@ -360,7 +360,12 @@ impl Device {
             held_until: None,
             ..released
         });
-        loop {
+        // Each entry once, and the entries the pass itself makes a few times over: a QP
+        // whose handled timeout left its deadline due would otherwise hold the pass for
+        // ever; what is left goes at the next pass.
+        let mut budget = self.timers.lock().unwrap_or_else(|e| e.into_inner()).len() + 64;
+        while budget > 0 {
+            budget -= 1;
             let due = self
                 .timers
                 .lock()
