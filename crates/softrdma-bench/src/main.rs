@@ -253,22 +253,37 @@ fn sys(what: &'static str) -> impl Fn(nix::errno::Errno) -> BenchError {
 /// softrdma's ratio to it).
 const SPINS_PER_CLOCK: u32 = 1 << 14;
 
+/// A spin's watch for a silent peer: counts empty polls, and looks at the clock once per
+/// [`SPINS_PER_CLOCK`] of them.
+#[derive(Default)]
+struct Quiet {
+    spins: u32,
+    deadline: Option<Instant>,
+}
+
+impl Quiet {
+    /// One more empty poll; an error once the peer has been silent for [`QUIET`].
+    fn empty_poll(&mut self) -> Result<(), BenchError> {
+        self.spins = self.spins.wrapping_add(1);
+        if self.spins % SPINS_PER_CLOCK == 0 {
+            let d = *self.deadline.get_or_insert_with(|| Instant::now() + QUIET);
+            if Instant::now() > d {
+                return Err(BenchError::Quiet(QUIET));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Receives one datagram on a connected, non-blocking socket, spinning (busy poll) with no
 /// clock read in the spin but one per [`SPINS_PER_CLOCK`] empty polls.
 fn spin_recv(s: &UdpSocket, buf: &mut [u8]) -> Result<usize, BenchError> {
-    let mut deadline = None;
-    let mut spins = 0u32;
+    let mut quiet = Quiet::default();
     loop {
         match s.recv(buf) {
             Ok(n) => return Ok(n),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                spins = spins.wrapping_add(1);
-                if spins % SPINS_PER_CLOCK == 0 {
-                    let d = *deadline.get_or_insert_with(|| Instant::now() + QUIET);
-                    if Instant::now() > d {
-                        return Err(BenchError::Quiet(QUIET));
-                    }
-                }
+                quiet.empty_poll()?;
             }
             Err(source) => {
                 return Err(BenchError::Io {
@@ -283,8 +298,7 @@ fn spin_recv(s: &UdpSocket, buf: &mut [u8]) -> Result<usize, BenchError> {
 /// [`spin_recv`] the way softrdma's device receives one datagram: `recvmsg` with room for
 /// the sender's address and a UDP_GRO control message.
 fn spin_recv_roce(s: &UdpSocket, buf: &mut [u8]) -> Result<(usize, SocketAddr), BenchError> {
-    let mut deadline = None;
-    let mut spins = 0u32;
+    let mut quiet = Quiet::default();
     // Made once and reused: the floor should cost the system call and little else.
     let mut cmsg = nix::cmsg_space!(i32);
     loop {
@@ -301,13 +315,7 @@ fn spin_recv_roce(s: &UdpSocket, buf: &mut [u8]) -> Result<(usize, SocketAddr), 
                 return Ok((n, from));
             }
             Ok(_) | Err(nix::errno::Errno::EAGAIN) => {
-                spins = spins.wrapping_add(1);
-                if spins % SPINS_PER_CLOCK == 0 {
-                    let d = *deadline.get_or_insert_with(|| Instant::now() + QUIET);
-                    if Instant::now() > d {
-                        return Err(BenchError::Quiet(QUIET));
-                    }
-                }
+                quiet.empty_poll()?;
             }
             Err(source) => {
                 return Err(BenchError::Sys {
