@@ -44,9 +44,9 @@ impl Rig {
             if let Some(first) = ids {
                 lo = lo.numbering_ipv4_ids(first);
             }
-            let datapath: (Box<dyn crate::datapath::Datapath>, bool) = match f {
-                Some(f) => (Box::new(crate::datapath::faults::Faulty::new(lo, f)), true),
-                None => (Box::new(lo), false),
+            let datapath: Box<dyn crate::datapath::Datapath> = match f {
+                Some(f) => Box::new(crate::datapath::faults::Faulty::new(lo, f)),
+                None => Box::new(lo),
             };
             let ctx = Context::rig(&format!("rig{port}"), addr, datapath, clock.clone());
             let pd = ctx.alloc_pd();
@@ -83,6 +83,29 @@ impl Rig {
 
     fn advance(&self, d: Duration) {
         self.clock.fetch_add(d.as_nanos() as u64, Ordering::SeqCst);
+    }
+
+    /// A posts a signaled WRITE of `len` bytes into B's region, which the fabric loses.
+    fn lose_a_write(&self, len: u32) {
+        let op = SendOp::Write {
+            remote_addr: self.b.mr.addr(),
+            rkey: self.b.mr.rkey(),
+        };
+        self.a.qp.post_send(wr(1, op, &self.a, len)).unwrap();
+        assert_eq!(self.fabric.take(IP_B).len(), 1, "the WRITE, lost");
+    }
+
+    /// Moves the clock past the local ACK timeout of ibv_rc_pingpong's 14 (67 ms), which
+    /// bounds every timer of a QP with no round-trip sample, and checks that A's next poll
+    /// sends the WRITE again.
+    fn expect_the_write_again_after_its_timeout(&self) {
+        self.advance(Duration::from_millis(70));
+        assert!(self.a.cq.poll(1).is_empty());
+        assert_eq!(
+            self.fabric.opcodes(IP_B),
+            [Opcode::RC_RDMA_WRITE_ONLY.0],
+            "sent again"
+        );
     }
 }
 
@@ -151,25 +174,12 @@ fn a_pollers_ack_waits_for_its_answer_and_leaves_behind_it() {
 fn a_lost_write_goes_again_exactly_when_its_timer_fires() {
     let r = Rig::new(64, None);
     r.a.mr.write(0, b"deterministic").unwrap();
-    let op = SendOp::Write {
-        remote_addr: r.b.mr.addr(),
-        rkey: r.b.mr.rkey(),
-    };
-    r.a.qp.post_send(wr(1, op, &r.a, 13)).unwrap();
-    assert_eq!(r.fabric.take(IP_B).len(), 1, "the WRITE, lost");
+    r.lose_a_write(13);
     for _ in 0..100 {
         assert!(r.a.cq.poll(1).is_empty());
     }
     assert!(r.fabric.opcodes(IP_B).is_empty(), "no timer is due yet");
-    // Past the local ACK timeout of ibv_rc_pingpong's 14 (67 ms), which bounds every
-    // timer of a QP with no round-trip sample.
-    r.advance(Duration::from_millis(70));
-    assert!(r.a.cq.poll(1).is_empty());
-    assert_eq!(
-        r.fabric.opcodes(IP_B),
-        [Opcode::RC_RDMA_WRITE_ONLY.0],
-        "sent again"
-    );
+    r.expect_the_write_again_after_its_timeout();
     assert!(r.b.cq.poll(1).is_empty(), "a WRITE completes nothing at B");
     assert!(
         r.b.cq.poll(1).is_empty(),
@@ -266,21 +276,10 @@ fn ten_thousand_idle_qps_cost_the_device_timers_nothing() {
                 .unwrap()
         })
         .collect();
-    let op = SendOp::Write {
-        remote_addr: r.b.mr.addr(),
-        rkey: r.b.mr.rkey(),
-    };
-    r.a.qp.post_send(wr(1, op, &r.a, 8)).unwrap();
-    assert_eq!(r.fabric.take(IP_B).len(), 1, "the WRITE, lost");
+    r.lose_a_write(8);
     let visits = || r.a.ctx.dev().timer_visits.load(Ordering::Relaxed);
     assert_eq!(visits(), 0);
-    r.advance(Duration::from_millis(70));
-    assert!(r.a.cq.poll(1).is_empty());
-    assert_eq!(
-        r.fabric.opcodes(IP_B),
-        [Opcode::RC_RDMA_WRITE_ONLY.0],
-        "sent again"
-    );
+    r.expect_the_write_again_after_its_timeout();
     assert!(visits() <= 2, "the timer pass locked {} QPs", visits());
     drop(idle);
 }

@@ -160,6 +160,15 @@ pub enum Counter {
     TailLossProbes,
 }
 
+// The slot of a device counter is its place in the declaration: DEVICE lists them first.
+const _: () = {
+    let mut i = 0;
+    while i < Counter::DEVICE.len() {
+        assert!(Counter::DEVICE[i] as usize == i);
+        i += 1;
+    }
+};
+
 impl Counter {
     /// The device's own counters, in the order of their slots
     /// ([`Counter::device_slot`]).
@@ -221,14 +230,13 @@ impl Counter {
 
     /// The slot of a device counter in [`Counter::DEVICE`]; `None` for one summed over QPs.
     pub const fn device_slot(self) -> Option<usize> {
-        let mut i = 0;
-        while i < Counter::DEVICE.len() {
-            if Counter::DEVICE[i] as u8 == self as u8 {
-                return Some(i);
-            }
-            i += 1;
+        // The device's own counters are declared first, in DEVICE's order (checked below).
+        let i = self as usize;
+        if i < Counter::DEVICE.len() {
+            Some(i)
+        } else {
+            None
         }
-        None
     }
 
     /// A counter summed over QPs, from their sum `q`; `None` for a device counter.
@@ -380,9 +388,7 @@ impl<C: QpCell> Receiver<C> {
         self.counts.rcvd += 1;
         cell.lock_qp()
             .handle_packet(now, src.to_canonical(), local, &pkt);
-        if !self.touched.iter().any(|t| Arc::ptr_eq(t, cell)) {
-            self.touched.push(cell.clone());
-        }
+        push_once(&mut self.touched, cell);
         RxOutcome::Delivered { ident }
     }
 }
@@ -402,6 +408,14 @@ impl<C> Receiver<C> {
     /// Forgets the memo of the last QP (its table changed without a new generation).
     pub fn forget(&mut self) {
         self.last_qp = None;
+    }
+}
+
+/// Adds `cell` to `list` unless it is there already (lists of the QPs to service, a few
+/// long: a look along them is cheaper than a set).
+fn push_once<C>(list: &mut Vec<Arc<C>>, cell: &Arc<C>) {
+    if !list.iter().any(|c| Arc::ptr_eq(c, cell)) {
+        list.push(cell.clone());
     }
 }
 
@@ -471,11 +485,8 @@ impl Endpoint {
     /// The QP numbered `qpn`, locked. It is serviced (and its deadline entered) at the next
     /// [`Endpoint::service`].
     pub fn qp(&mut self, qpn: u32) -> Option<MutexGuard<'_, QueuePair>> {
-        let cell = self.qps.get(qpn)?;
-        if !self.dirty.iter().any(|d| Arc::ptr_eq(d, &cell)) {
-            self.dirty.push(cell);
-        }
         let cell = self.qps.map.get(&qpn)?;
+        push_once(&mut self.dirty, cell);
         Some(Mutex::lock(cell).unwrap_or_else(|e| e.into_inner()))
     }
 
@@ -498,9 +509,7 @@ impl Endpoint {
         let out = self.rx.datagram(&self.qps, now, self.ip, src, sport, data);
         let Self { rx, dirty, .. } = self;
         for t in rx.touched() {
-            if !dirty.iter().any(|d| Arc::ptr_eq(d, &t)) {
-                dirty.push(t);
-            }
+            push_once(dirty, &t);
         }
         out
     }
@@ -510,11 +519,7 @@ impl Endpoint {
         let mut fired = 0;
         while let Some((at, qpn)) = self.timers.pop_due(now) {
             let dirty = &mut self.dirty;
-            let handled = fire_entry(&self.qps, at, qpn, now, |cell, _| {
-                if !dirty.iter().any(|d| Arc::ptr_eq(d, cell)) {
-                    dirty.push(cell.clone());
-                }
-            });
+            let handled = fire_entry(&self.qps, at, qpn, now, |cell, _| push_once(dirty, cell));
             fired += usize::from(handled == Some(true));
         }
         fired

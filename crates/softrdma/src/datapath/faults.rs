@@ -130,4 +130,8 @@ impl<D: Datapath> Datapath for Faulty<D> {
     fn flush_capture(&self) {
         self.inner.flush_capture();
     }
+
+    fn holds(&self) -> bool {
+        true
+    }
 }

@@ -83,6 +83,11 @@ pub(crate) trait Datapath: Send + Sync {
     }
     /// Writes out what a capture holds buffered.
     fn flush_capture(&self) {}
+    /// Whether this driver (or one it wraps) holds packets back, and so needs the device
+    /// clock on each send.
+    fn holds(&self) -> bool {
+        false
+    }
 }
 
 /// A boxed driver is a driver: the wrappers wrap whatever the device chose beneath them.
@@ -104,5 +109,8 @@ impl Datapath for Box<dyn Datapath> {
     }
     fn flush_capture(&self) {
         (**self).flush_capture()
+    }
+    fn holds(&self) -> bool {
+        (**self).holds()
     }
 }

@@ -171,4 +171,8 @@ impl<D: Datapath> Datapath for Captured<D> {
             .flush();
         self.inner.flush_capture();
     }
+
+    fn holds(&self) -> bool {
+        self.inner.holds()
+    }
 }

@@ -38,7 +38,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use qp::QpShared;
 use regions::MrTable;
 use softrdma_proto::endpoint::timers::TimerQueue;
-use softrdma_proto::endpoint::{Counter, Lookup, QpCell, QpTable, Receiver, RxOutcome};
+use softrdma_proto::endpoint::{Counter, Lookup, QpCell, QpTable, Receiver};
 use softrdma_proto::{AsyncEvent, Instant, Mtu, Pd, WcOpcode};
 use softrdma_wire::{Opcode, ROCE_V2_PORT};
 use std::collections::VecDeque;
@@ -73,8 +73,7 @@ pub(crate) struct Device {
     /// Where packets leave and arrive: the UDP driver, wrapped in the fault injector and
     /// the pcap writer when they are asked for (see [`crate::datapath`]).
     datapath: Box<dyn Datapath>,
-    /// Whether the datapath holds packets back (the fault injector), and so needs the
-    /// clock on each send.
+    /// [`Datapath::holds`], read once at creation: whether a send needs the clock.
     holds: bool,
     /// Tells devices apart for the per-thread send batches.
     id: u64,
@@ -450,7 +449,7 @@ impl Device {
 
     /// Hands one received datagram to its QP through the receive path.
     fn receive(&self, rx: &mut Receiver<QpShared>, data: &[u8], from: SocketAddr, now: Instant) {
-        let _: RxOutcome = rx.datagram(self, now, self.addr, from.ip(), from.port(), data);
+        rx.datagram(self, now, self.addr, from.ip(), from.port(), data);
     }
 
     /// Adds a receive batch's counts to the device's counters (zeros are not added: each
@@ -722,7 +721,6 @@ impl Device {
                 });
             }
         }
-        let holds = opts.faults.is_some();
         let datapath: Box<dyn Datapath> = match opts.faults {
             Some(f) => Box::new(Faulty::new(captured, f)),
             None => captured,
@@ -733,7 +731,7 @@ impl Device {
             scope_id,
             mtu,
             opts.zero_copy,
-            (datapath, holds),
+            datapath,
             Clock::system(),
             counters,
         )?;
@@ -745,7 +743,7 @@ impl Device {
         Ok((dev, thread))
     }
 
-    /// The device itself, over `datapath` (and whether it holds packets back), with its
+    /// The device itself, over `datapath`, with its
     /// progress thread's poll (the thread is the caller's to start).
     #[allow(clippy::too_many_arguments)]
     fn assemble(
@@ -754,11 +752,11 @@ impl Device {
         scope_id: u32,
         mtu: Mtu,
         zero_copy: bool,
-        datapath: (Box<dyn Datapath>, bool),
+        datapath: Box<dyn Datapath>,
         clock: Clock,
         counters: Arc<DeviceCounters>,
     ) -> Result<(Arc<Device>, Poll)> {
-        let (datapath, holds) = datapath;
+        let holds = datapath.holds();
         let poll = Poll::new().map_err(Error::io("ibv_open_device: poll"))?;
         if let Some(fd) = datapath.readable_fd() {
             poll.registry()
@@ -811,7 +809,7 @@ impl Device {
     pub(crate) fn rig(
         name: &str,
         addr: IpAddr,
-        datapath: (Box<dyn Datapath>, bool),
+        datapath: Box<dyn Datapath>,
         clock: Arc<AtomicU64>,
     ) -> Arc<Device> {
         let counters = Arc::new(DeviceCounters::default());

@@ -98,6 +98,9 @@ impl crate::datapath::batch::Lender for MrTable {
     }
 }
 
+/// The longest region (a Rust allocation's limit).
+const MAX_REGION: u64 = isize::MAX as u64;
+
 /// The device's region table: key to region.
 pub(crate) struct MrTable {
     /// Key to region (see [`super::handoff::Registry`], whose loom models check that a
@@ -133,15 +136,7 @@ impl MrTable {
         buf: Vec<u8>,
         access: AccessFlags,
     ) -> Result<Arc<MrInner>> {
-        if buf.is_empty() {
-            return Err(Error::OutOfRange {
-                verb: "ibv_reg_mr",
-                attr: "length",
-                requested: 0,
-                min: 1,
-                max: isize::MAX as u64,
-            });
-        }
+        Error::check_range("ibv_reg_mr", "length", buf.len() as u64, 1u64, MAX_REGION)?;
         let ptr = Box::into_raw(buf.into_boxed_slice());
         let base = ptr as *mut u8;
         let (addr, len) = (base as u64, ptr.len() as u64);
@@ -168,15 +163,7 @@ impl MrTable {
         if addr.is_null() {
             return Err(Error::NullAddress { verb: "ibv_reg_mr" });
         }
-        if len == 0 {
-            return Err(Error::OutOfRange {
-                verb: "ibv_reg_mr",
-                attr: "length",
-                requested: 0,
-                min: 1,
-                max: isize::MAX as u64,
-            });
-        }
+        Error::check_range("ibv_reg_mr", "length", len as u64, 1u64, MAX_REGION)?;
         Ok(self.insert(|key| MrInner {
             key,
             pd,

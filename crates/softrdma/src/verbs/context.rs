@@ -70,13 +70,13 @@ impl Context {
         })
     }
 
-    /// A device over `datapath` (and whether it holds packets back) on a clock the test
+    /// A device over `datapath` on a clock the test
     /// moves, with no progress thread (see `Device::rig`).
     #[cfg(test)]
     pub(crate) fn rig(
         name: &str,
         addr: IpAddr,
-        datapath: (Box<dyn crate::datapath::Datapath>, bool),
+        datapath: Box<dyn crate::datapath::Datapath>,
         clock: Arc<std::sync::atomic::AtomicU64>,
     ) -> Self {
         Self {
