@@ -26,13 +26,16 @@ pub(crate) struct CqInner {
     /// How many completions `state` holds, written under its lock: a poller of an empty CQ
     /// (a busy loop's every turn but one) reads this instead of taking the lock.
     pub(crate) queued: AtomicUsize,
-    pub(crate) cap: usize,
+    /// Entries it holds at most (`ibv_resize_cq` changes it).
+    pub(crate) cap: AtomicUsize,
     pub(crate) channel: Option<Arc<ChannelInner>>,
-    pub(crate) events: Arc<Mutex<VecDeque<AsyncEvent>>>,
+    pub(crate) events: Arc<super::events::AsyncEvents>,
     pub(crate) overflowed: std::sync::atomic::AtomicBool,
     pub(crate) lost: std::sync::atomic::AtomicU64,
     /// The device whose socket a poller may drain itself when the CQ is empty.
     pub(crate) device: Weak<dyn Poller>,
+    /// The application's word (`CompletionQueue::set_user_data`).
+    pub(crate) user_data: std::sync::atomic::AtomicU64,
 }
 
 impl CqInner {
@@ -40,16 +43,13 @@ impl CqInner {
     /// as on a NIC (`IBV_EVENT_CQ_ERR`), and nothing else is touched.
     pub fn push(self: &Arc<Self>, wc: Completion) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if s.entries.len() >= self.cap {
+        if s.entries.len() >= self.cap.load(Ordering::Relaxed) {
             self.lost.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             if !self
                 .overflowed
                 .swap(true, std::sync::atomic::Ordering::SeqCst)
             {
-                self.events
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push_back(AsyncEvent::CqError);
+                self.events.push([AsyncEvent::CqError]);
             }
             return;
         }

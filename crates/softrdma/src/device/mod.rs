@@ -18,6 +18,7 @@
 //! core, the progress thread may wait milliseconds for a CPU; the timers must not.
 
 pub(crate) mod cq;
+pub(crate) mod events;
 pub(crate) mod handoff;
 pub(crate) mod qp;
 pub(crate) mod regions;
@@ -41,7 +42,6 @@ use softrdma_proto::endpoint::timers::TimerQueue;
 use softrdma_proto::endpoint::{Counter, Lookup, QpCell, QpTable, Receiver};
 use softrdma_proto::{AsyncEvent, Instant, Mtu, Pd, WcOpcode};
 use softrdma_wire::{Opcode, ROCE_V2_PORT};
-use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -89,7 +89,7 @@ pub(crate) struct Device {
     /// The device's clock (see [`Clock`]).
     clock: Clock,
     pub counters: Arc<DeviceCounters>,
-    pub events: Arc<Mutex<VecDeque<AsyncEvent>>>,
+    pub events: Arc<events::AsyncEvents>,
     shutdown: AtomicBool,
     /// The progress thread's wake-up time against the deadlines other threads arm, whether
     /// busy pollers run the timers, and whether ACKs are deferred (see [`handoff`], whose
@@ -533,10 +533,9 @@ impl Device {
             };
             cq.push(wc);
         }
-        let mut ev = None;
-        while let Some(e) = qp.poll_event() {
-            ev.get_or_insert_with(|| self.events.lock().unwrap_or_else(|e| e.into_inner()))
-                .push_back(e);
+        if let Some(first) = qp.poll_event() {
+            let rest = std::iter::from_fn(|| qp.poll_event());
+            self.events.push(std::iter::once(first).chain(rest));
         }
     }
 }
@@ -781,7 +780,11 @@ impl Device {
             waker,
             clock,
             counters,
-            events: Arc::new(Mutex::new(VecDeque::from([AsyncEvent::PortActive(1)]))),
+            events: {
+                let e = Arc::new(events::AsyncEvents::new());
+                e.push([AsyncEvent::PortActive(1)]);
+                e
+            },
             shutdown: AtomicBool::new(false),
             gate: handoff::WakeGate::new(),
             sweeping: Mutex::new(()),

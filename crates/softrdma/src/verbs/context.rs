@@ -149,12 +149,13 @@ impl Context {
 
     /// The next asynchronous event, if any (`ibv_get_async_event`, non-blocking).
     pub fn poll_async_event(&self) -> Option<AsyncEvent> {
-        self.inner
-            .dev
-            .events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front()
+        self.inner.dev.events.pop()
+    }
+
+    /// A descriptor that is readable while an asynchronous event waits (the context's
+    /// `async_fd`), if the process had one to spare when the device opened.
+    pub fn async_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.inner.dev.events.fd()
     }
 
     /// The device's own counters (packets it could not hand to a QP, and so on).

@@ -3,7 +3,7 @@
 use crate::device::cq::{ChannelInner, CqInner, CqState, Poller};
 use crate::error::{Error, Result};
 use crate::verbs::context::Context;
-use softrdma_proto::{AsyncEvent, Completion};
+use softrdma_proto::Completion;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,7 +41,7 @@ pub struct CompletionQueue {
 impl std::fmt::Debug for CompletionQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CompletionQueue")
-            .field("cqe", &self.inner.cap)
+            .field("cqe", &self.inner.cap.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -50,7 +50,7 @@ impl CompletionQueue {
     pub(crate) fn new(
         cqe: usize,
         channel: Option<&CompletionChannel>,
-        events: Arc<Mutex<VecDeque<AsyncEvent>>>,
+        events: Arc<crate::device::events::AsyncEvents>,
         device: Weak<dyn Poller>,
     ) -> Result<Self> {
         if cqe == 0 || cqe > crate::config::MAX_CQE {
@@ -66,14 +66,48 @@ impl CompletionQueue {
             inner: Arc::new(CqInner {
                 state: Mutex::new(CqState::default()),
                 queued: AtomicUsize::new(0),
-                cap: cqe,
+                cap: AtomicUsize::new(cqe),
                 channel: channel.map(|c| c.inner.clone()),
                 events,
                 overflowed: false.into(),
                 lost: 0.into(),
                 device,
+                user_data: 0.into(),
             }),
         })
+    }
+
+    /// Changes how many completions the CQ holds (`ibv_resize_cq`): not fewer than it holds
+    /// now, nor more than the device's limit.
+    pub fn resize(&self, cqe: usize) -> Result<()> {
+        let s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let min = s.entries.len().max(1);
+        Error::check_range(
+            "ibv_resize_cq",
+            "cqe",
+            cqe as u64,
+            min as u64,
+            crate::config::MAX_CQE as u64,
+        )?;
+        self.inner.cap.store(cqe, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// How many completions the CQ holds at most.
+    pub fn capacity(&self) -> usize {
+        self.inner.cap.load(Ordering::Relaxed)
+    }
+
+    /// Attaches a word of the caller's to the CQ, which every handle to it (such as one
+    /// that [`CompletionChannel::get_cq_event`] returns) gives back: the C ABI keeps its
+    /// `struct ibv_cq` here.
+    pub fn set_user_data(&self, data: u64) {
+        self.inner.user_data.store(data, Ordering::Release);
+    }
+
+    /// The word [`CompletionQueue::set_user_data`] attached (0 if none).
+    pub fn user_data(&self) -> u64 {
+        self.inner.user_data.load(Ordering::Acquire)
     }
 
     /// Takes up to `max` completions, oldest first (`ibv_poll_cq`). When there are none, the

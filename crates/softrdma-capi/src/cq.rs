@@ -1,0 +1,485 @@
+//! Completion queues (plain and extended), completion channels and CQ events.
+//!
+//! Every CQ is allocated as an `ibv_cq_ex` (whose prefix is the `ibv_cq`), so either kind
+//! of caller can use it. `ibv_poll_cq` lends completions out of the Rust CQ straight into
+//! the caller's array: no copy in between, and no lock beyond the CQ's own. The extended
+//! poll (`ibv_start_poll` ... `ibv_end_poll`) keeps the current completion in `cur`, a
+//! lock that only that CQ's poller takes.
+
+use crate::abi::*;
+use crate::device::SoftContext;
+use crate::mr::next_handle;
+use crate::{fail, fail_with, guard, set_errno};
+use softrdma::{Completion, CompletionChannel, CompletionQueue, WcFlags};
+use std::ffi::{c_int, c_uint, c_void};
+use std::ptr::null_mut;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A completion channel: the public struct, then softrdma's channel (an eventfd).
+#[repr(C)]
+pub(crate) struct SoftChannel {
+    pub ch: ibv_comp_channel,
+    pub inner: CompletionChannel,
+    /// CQs that report to it.
+    pub users: AtomicUsize,
+}
+
+/// A CQ: the public `ibv_cq_ex`, then softrdma's.
+#[repr(C)]
+pub(crate) struct SoftCq {
+    pub cq: ibv_cq_ex,
+    pub inner: CompletionQueue,
+    /// The completion an extended poll is on.
+    cur: Mutex<Option<Completion>>,
+    /// QPs that complete into it.
+    pub users: AtomicUsize,
+}
+
+impl SoftCq {
+    /// # Safety
+    /// `cq` must be a live CQ this library returned.
+    pub(crate) unsafe fn from_ptr<'a>(cq: *mut ibv_cq) -> &'a SoftCq {
+        // SAFETY: `cq` is the first field of a live SoftCq.
+        unsafe { &*cq.cast::<SoftCq>() }
+    }
+}
+
+/// `ibv_create_comp_channel`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {
+    guard("ibv_create_comp_channel", null_mut(), || {
+        if ctx.is_null() {
+            fail("ibv_create_comp_channel", libc::EINVAL, &"NULL context");
+            return null_mut();
+        }
+        // SAFETY: live context.
+        let soft = unsafe { SoftContext::from_ptr(ctx) };
+        match soft.ctx.create_comp_channel() {
+            Ok(inner) => {
+                let ch = Box::new(SoftChannel {
+                    ch: ibv_comp_channel {
+                        context: ctx,
+                        fd: inner.fd(),
+                        refcnt: 0,
+                    },
+                    inner,
+                    users: AtomicUsize::new(0),
+                });
+                Box::into_raw(ch).cast()
+            }
+            Err(e) => {
+                fail_with("ibv_create_comp_channel", &e);
+                null_mut()
+            }
+        }
+    })
+}
+
+/// `ibv_destroy_comp_channel`: EBUSY while CQs use it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
+    guard("ibv_destroy_comp_channel", libc::EIO, || {
+        if ch.is_null() {
+            return fail("ibv_destroy_comp_channel", libc::EINVAL, &"NULL channel");
+        }
+        let c = ch.cast::<SoftChannel>();
+        // SAFETY: a live channel from ibv_create_comp_channel's Box.
+        if unsafe { &*c }.users.load(Ordering::Acquire) > 0 {
+            return fail(
+                "ibv_destroy_comp_channel",
+                libc::EBUSY,
+                &"CQs still use the channel",
+            );
+        }
+        // SAFETY: as above, freed once.
+        drop(unsafe { Box::from_raw(c) });
+        0
+    })
+}
+
+fn new_cq(
+    verb: &'static str,
+    ctx: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    wc_flags: u64,
+) -> *mut SoftCq {
+    if ctx.is_null() {
+        fail(verb, libc::EINVAL, &"NULL context");
+        return null_mut();
+    }
+    if cqe <= 0 {
+        fail(verb, libc::EINVAL, &format_args!("cqe {cqe}: at least 1"));
+        return null_mut();
+    }
+    // SAFETY: live context.
+    let soft = unsafe { SoftContext::from_ptr(ctx) };
+    let ch = channel.cast::<SoftChannel>();
+    // SAFETY: NULL or a live channel.
+    let inner_ch = unsafe { ch.as_ref() }.map(|c| &c.inner);
+    let inner = match soft.ctx.create_cq(cqe as usize, inner_ch) {
+        Ok(cq) => cq,
+        Err(e) => {
+            fail_with(verb, &e);
+            return null_mut();
+        }
+    };
+    // SAFETY: NULL or a live channel.
+    if let Some(c) = unsafe { ch.as_ref() } {
+        c.users.fetch_add(1, Ordering::AcqRel);
+    }
+    let _ = wc_flags;
+    // SAFETY: ibv_cq_ex is pointers, ints, Option<fn> and pthread objects: all-zero is
+    // valid for the first three, and the pthread objects are initialised below.
+    let mut ex: ibv_cq_ex = unsafe { std::mem::zeroed() };
+    ex.cq.context = ctx;
+    ex.cq.channel = channel;
+    ex.cq.cq_context = cq_context;
+    ex.cq.handle = next_handle();
+    ex.cq.cqe = cqe;
+    ex.cq.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
+    ex.cq.cond = libc::PTHREAD_COND_INITIALIZER;
+    ex.start_poll = Some(start_poll);
+    ex.next_poll = Some(next_poll);
+    ex.end_poll = Some(end_poll);
+    ex.read_opcode = Some(read_opcode);
+    ex.read_vendor_err = Some(read_vendor_err);
+    ex.read_byte_len = Some(read_byte_len);
+    ex.read_imm_data = Some(read_imm_data);
+    ex.read_qp_num = Some(read_qp_num);
+    ex.read_src_qp = Some(read_src_qp);
+    ex.read_wc_flags = Some(read_wc_flags);
+    ex.read_slid = Some(read_slid);
+    ex.read_sl = Some(read_sl);
+    ex.read_dlid_path_bits = Some(read_dlid_path_bits);
+    let cq = Box::into_raw(Box::new(SoftCq {
+        cq: ex,
+        inner,
+        cur: Mutex::new(None),
+        users: AtomicUsize::new(0),
+    }));
+    // SAFETY: just allocated; the CQ's word names it for ibv_get_cq_event.
+    unsafe { (*cq).inner.set_user_data(cq as u64) };
+    cq
+}
+
+/// `ibv_create_cq`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_cq(
+    ctx: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    _comp_vector: c_int,
+) -> *mut ibv_cq {
+    guard("ibv_create_cq", null_mut(), || {
+        new_cq("ibv_create_cq", ctx, cqe, cq_context, channel, 0).cast()
+    })
+}
+
+/// The `wc_flags` an extended CQ can report: `IBV_WC_STANDARD_FLAGS` (byte_len, imm,
+/// qp_num, src_qp, slid, sl, dlid_path_bits), as rxe. Timestamps, CVLAN, flow tags and
+/// tag matching are not.
+const WC_EX_SUPPORTED: u64 = 0x7f;
+
+/// `verbs_context.create_cq_ex` (`ibv_create_cq_ex`).
+pub(crate) unsafe extern "C" fn create_cq_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    guard("ibv_create_cq_ex", null_mut(), || {
+        if attr.is_null() {
+            fail("ibv_create_cq_ex", libc::EINVAL, &"NULL attr");
+            return null_mut();
+        }
+        // SAFETY: the caller's attr.
+        let a = unsafe { &*attr };
+        if a.wc_flags & !WC_EX_SUPPORTED != 0 {
+            fail(
+                "ibv_create_cq_ex",
+                libc::EOPNOTSUPP,
+                &format_args!("wc_flags {:#x}: only IBV_WC_STANDARD_FLAGS", a.wc_flags),
+            );
+            return null_mut();
+        }
+        // comp_mask: FLAGS (1) is understood (single-threaded and ignore-overrun are hints);
+        // a parent domain (PD, 2) is not implemented.
+        if a.comp_mask & !1 != 0 {
+            fail(
+                "ibv_create_cq_ex",
+                libc::EOPNOTSUPP,
+                &"comp_mask beyond IBV_CQ_INIT_ATTR_MASK_FLAGS",
+            );
+            return null_mut();
+        }
+        if a.cqe > i32::MAX as u32 {
+            fail("ibv_create_cq_ex", libc::EINVAL, &"cqe too large");
+            return null_mut();
+        }
+        new_cq(
+            "ibv_create_cq_ex",
+            ctx,
+            a.cqe as c_int,
+            a.cq_context,
+            a.channel,
+            a.wc_flags,
+        )
+        .cast()
+    })
+}
+
+/// `ibv_destroy_cq`: EBUSY while QPs complete into it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    guard("ibv_destroy_cq", libc::EIO, || {
+        if cq.is_null() {
+            return fail("ibv_destroy_cq", libc::EINVAL, &"NULL CQ");
+        }
+        // SAFETY: live CQ.
+        let s = unsafe { SoftCq::from_ptr(cq) };
+        if s.users.load(Ordering::Acquire) > 0 {
+            return fail(
+                "ibv_destroy_cq",
+                libc::EBUSY,
+                &"QPs still complete into the CQ",
+            );
+        }
+        let ch = s.cq.cq.channel.cast::<SoftChannel>();
+        // SAFETY: NULL or the live channel the CQ was made with (it cannot be destroyed
+        // before the CQ: it counts the CQ).
+        if let Some(c) = unsafe { ch.as_ref() } {
+            c.users.fetch_sub(1, Ordering::AcqRel);
+        }
+        s.inner.set_user_data(0);
+        // SAFETY: from new_cq's Box, freed once.
+        drop(unsafe { Box::from_raw(cq.cast::<SoftCq>()) });
+        0
+    })
+}
+
+/// `ibv_resize_cq`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    guard("ibv_resize_cq", libc::EIO, || {
+        if cq.is_null() || cqe <= 0 {
+            return fail("ibv_resize_cq", libc::EINVAL, &"NULL CQ or cqe below 1");
+        }
+        // SAFETY: live CQ.
+        let s = unsafe { SoftCq::from_ptr(cq) };
+        match s.inner.resize(cqe as usize) {
+            Ok(()) => {
+                // SAFETY: the caller's CQ; `cqe` is the field callers read.
+                unsafe { (*cq).cqe = cqe };
+                0
+            }
+            Err(e) => fail_with("ibv_resize_cq", &e),
+        }
+    })
+}
+
+/// The `ibv_wc` of a completion (immediate data back in network order).
+pub(crate) fn to_wc(c: &Completion) -> ibv_wc {
+    let imm = if c.wc_flags.contains(WcFlags::WITH_INV) {
+        c.invalidated_rkey
+    } else if c.wc_flags.contains(WcFlags::WITH_IMM) {
+        c.imm_data.to_be()
+    } else {
+        0
+    };
+    ibv_wc {
+        wr_id: c.wr_id,
+        status: c.status as c_int,
+        opcode: c.opcode as c_int,
+        vendor_err: 0,
+        byte_len: c.byte_len,
+        imm_data: imm,
+        qp_num: c.qp_num.value(),
+        src_qp: c.src_qp.value(),
+        wc_flags: c.wc_flags.bits(),
+        pkey_index: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+    }
+}
+
+/// `ctx->ops.poll_cq` (`ibv_poll_cq`).
+pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    guard("ibv_poll_cq", -1, || {
+        if n < 0 || (n > 0 && wc.is_null()) {
+            fail(
+                "ibv_poll_cq",
+                libc::EINVAL,
+                &"negative num_entries or NULL wc",
+            );
+            return -1;
+        }
+        if n == 0 {
+            return 0;
+        }
+        // SAFETY: live CQ.
+        let s = unsafe { SoftCq::from_ptr(cq) };
+        let mut lent = s.inner.poll_lending(n as usize);
+        let mut i = 0;
+        while let Some(c) = lent.next() {
+            // SAFETY: the caller's array has `n` entries and i < n (the lend stops at n).
+            unsafe { *wc.add(i) = to_wc(c) };
+            i += 1;
+        }
+        i as c_int
+    })
+}
+
+/// `ctx->ops.req_notify_cq` (`ibv_req_notify_cq`).
+pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    guard("ibv_req_notify_cq", libc::EIO, || {
+        // SAFETY: live CQ.
+        let s = unsafe { SoftCq::from_ptr(cq) };
+        match s.inner.req_notify(solicited_only != 0) {
+            Ok(()) => 0,
+            Err(e) => fail_with("ibv_req_notify_cq", &e),
+        }
+    })
+}
+
+/// `ibv_get_cq_event`: blocks until an armed CQ of the channel gets a completion, unless
+/// the caller made the descriptor non-blocking (then EAGAIN, as rdma-core's read does).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    ch: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    guard("ibv_get_cq_event", -1, || {
+        if ch.is_null() || cq.is_null() || cq_context.is_null() {
+            fail("ibv_get_cq_event", libc::EINVAL, &"NULL argument");
+            return -1;
+        }
+        // SAFETY: live channel.
+        let c = unsafe { &*ch.cast::<SoftChannel>() };
+        // SAFETY: fcntl on our own descriptor.
+        let nonblock = unsafe { libc::fcntl(c.ch.fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
+        let timeout = nonblock.then_some(std::time::Duration::ZERO);
+        loop {
+            match c.inner.get_cq_event(timeout) {
+                Ok(Some(got)) => {
+                    let p = got.user_data() as *mut SoftCq;
+                    if p.is_null() {
+                        continue; // destroyed since it was signalled
+                    }
+                    // SAFETY: the word is the live SoftCq (cleared before it is freed);
+                    // the caller's out-pointers.
+                    unsafe {
+                        *cq = p.cast();
+                        *cq_context = (*p).cq.cq.cq_context;
+                    }
+                    return 0;
+                }
+                Ok(None) => {
+                    set_errno(libc::EAGAIN);
+                    return -1;
+                }
+                Err(e) => {
+                    fail_with("ibv_get_cq_event", &e);
+                    return -1;
+                }
+            }
+        }
+    })
+}
+
+/// `ibv_ack_cq_events`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, n: c_uint) {
+    guard("ibv_ack_cq_events", (), || {
+        if let Some(c) = // SAFETY: NULL or the caller's live CQ.
+            unsafe { cq.as_mut() }
+        {
+            c.comp_events_completed = c.comp_events_completed.wrapping_add(n);
+        }
+    })
+}
+
+fn ex<'a>(cq: *mut ibv_cq_ex) -> &'a SoftCq {
+    // SAFETY: the extended poll functions are called on a live CQ of ours.
+    unsafe { SoftCq::from_ptr(cq.cast()) }
+}
+
+/// Loads the next completion into the CQ's current slot and its public fields; ENOENT
+/// when there is none.
+fn load_next(cq: *mut ibv_cq_ex) -> c_int {
+    let s = ex(cq);
+    let mut cur = s.cur.lock().unwrap_or_else(|e| e.into_inner());
+    *cur = s.inner.poll_one();
+    match &*cur {
+        Some(c) => {
+            // SAFETY: the caller's live CQ; the fields it reads directly.
+            unsafe {
+                (*cq).status = c.status as c_int;
+                (*cq).wr_id = c.wr_id;
+            }
+            0
+        }
+        None => libc::ENOENT,
+    }
+}
+
+unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut c_void) -> c_int {
+    guard("ibv_start_poll", libc::EIO, || {
+        // SAFETY: NULL or the caller's attr, whose comp_mask must be 0.
+        if unsafe { attr.cast::<u32>().as_ref() }.is_some_and(|m| *m != 0) {
+            return libc::EINVAL;
+        }
+        load_next(cq)
+    })
+}
+
+unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
+    guard("ibv_next_poll", libc::EIO, || load_next(cq))
+}
+
+unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
+    guard("ibv_end_poll", (), || {
+        *ex(cq).cur.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    })
+}
+
+fn read<T: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&ibv_wc) -> T) -> T {
+    guard("ibv_read_*", T::default(), || {
+        let cur = ex(cq).cur.lock().unwrap_or_else(|e| e.into_inner());
+        cur.as_ref().map(|c| f(&to_wc(c))).unwrap_or_default()
+    })
+}
+
+unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> c_int {
+    read(cq, |w| w.opcode)
+}
+unsafe extern "C" fn read_vendor_err(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| w.vendor_err)
+}
+unsafe extern "C" fn read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| w.byte_len)
+}
+unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| w.imm_data)
+}
+unsafe extern "C" fn read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| w.qp_num)
+}
+unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| w.src_qp)
+}
+unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> c_uint {
+    read(cq, |w| w.wc_flags)
+}
+unsafe extern "C" fn read_slid(cq: *mut ibv_cq_ex) -> u32 {
+    read(cq, |w| u32::from(w.slid))
+}
+unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
+    read(cq, |w| w.sl)
+}
+unsafe extern "C" fn read_dlid_path_bits(cq: *mut ibv_cq_ex) -> u8 {
+    read(cq, |w| w.dlid_path_bits)
+}

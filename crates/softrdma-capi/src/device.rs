@@ -1,0 +1,700 @@
+//! Devices and contexts: the device list, `ibv_open_device` (a `struct verbs_context`
+//! around each context), the queries, the GID table and the sysfs files rdma-core's tools
+//! read.
+//!
+//! The device list is read once per process from softrdma's configuration (the config
+//! file, or `softrdma0` on `$SOFTRDMA_ADDR` / 127.0.0.1) and lives until the process ends,
+//! as rdma-core's does. Every context of one device in a process shares one soft device
+//! (one UDP port): it is opened by the first `ibv_open_device` and closed by the last
+//! `ibv_close_device`, under the device's `open` lock.
+
+use crate::abi::*;
+use crate::{copy_cstr, fail, fail_with, guard, set_errno};
+use softrdma::config::DeviceInfo;
+use std::collections::HashMap;
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ptr::null_mut;
+use std::sync::{Mutex, OnceLock};
+
+/// One device of the list: the public `ibv_device`, the NULL word where rdma-core keeps
+/// its driver ops (`VERBS_DEVICE_OPS_OFFSET`), then softrdma's own state.
+#[repr(C)]
+pub(crate) struct SoftDevice {
+    pub dev: ibv_device,
+    verbs_ops: *mut c_void,
+    pub info: DeviceInfo,
+    pub index: usize,
+    /// The open soft device and how many contexts use it.
+    open: Mutex<Option<(softrdma::Context, usize)>>,
+}
+
+// SAFETY: the raw pointers in `dev` are the NULL reserved words, never dereferenced; the
+// rest is Sync on its own.
+unsafe impl Sync for SoftDevice {}
+// SAFETY: as above.
+unsafe impl Send for SoftDevice {}
+
+const _: () = assert!(std::mem::offset_of!(SoftDevice, verbs_ops) == VERBS_DEVICE_OPS_OFFSET);
+
+/// The devices of this process, made once.
+pub(crate) fn devices() -> &'static [SoftDevice] {
+    static LIST: OnceLock<Vec<SoftDevice>> = OnceLock::new();
+    LIST.get_or_init(|| {
+        let infos = softrdma::config::devices().unwrap_or_else(|e| {
+            eprintln!("softrdma: no devices: {e}");
+            Vec::new()
+        });
+        infos
+            .into_iter()
+            .enumerate()
+            .map(|(index, info)| {
+                // SAFETY: ibv_device is plain data (ints, chars, NULL pointers): all-zero
+                // bytes are a valid value.
+                let mut dev: ibv_device = unsafe { std::mem::zeroed() };
+                dev.node_type = 1; // IBV_NODE_CA
+                dev.transport_type = 0; // IBV_TRANSPORT_IB, as rxe
+                copy_cstr(&mut dev.name, &info.name);
+                copy_cstr(&mut dev.dev_name, &format!("uverbs{index}"));
+                copy_cstr(
+                    &mut dev.dev_path,
+                    &format!("/sys/class/infiniband_verbs/uverbs{index}"),
+                );
+                copy_cstr(
+                    &mut dev.ibdev_path,
+                    &format!("/sys/class/infiniband/{}", info.name),
+                );
+                SoftDevice {
+                    dev,
+                    verbs_ops: null_mut(),
+                    info,
+                    index,
+                    open: Mutex::new(None),
+                }
+            })
+            .collect()
+    })
+}
+
+/// The device behind `dev`, if it is one of ours.
+pub(crate) fn device(dev: *const ibv_device) -> Option<&'static SoftDevice> {
+    devices().iter().find(|d| std::ptr::eq(&d.dev, dev))
+}
+
+/// An open context: the `verbs_context` the application's `ibv_context *` points into,
+/// then softrdma's state.
+#[repr(C)]
+pub(crate) struct SoftContext {
+    pub vctx: verbs_context,
+    pub ctx: softrdma::Context,
+    pub dev: &'static SoftDevice,
+    /// QPN → the `SoftQp` (as an address), to name the QP of an async event.
+    pub qps: Mutex<HashMap<u32, usize>>,
+}
+
+impl SoftContext {
+    /// The context behind an application's `ibv_context *`.
+    ///
+    /// # Safety
+    /// `ctx` must be a live context this library returned.
+    pub(crate) unsafe fn from_ptr<'a>(ctx: *mut ibv_context) -> &'a SoftContext {
+        let off =
+            std::mem::offset_of!(SoftContext, vctx) + std::mem::offset_of!(verbs_context, context);
+        // SAFETY: per the contract, `ctx` is the `context` field of a live SoftContext.
+        unsafe { &*ctx.byte_sub(off).cast::<SoftContext>() }
+    }
+}
+
+/// `ibv_get_device_list`: a NULL-terminated array, freed by `ibv_free_device_list`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
+    guard("ibv_get_device_list", null_mut(), || {
+        let devs = devices();
+        // SAFETY: calloc of n+1 pointers; the result is checked.
+        let list = unsafe { libc::calloc(devs.len() + 1, size_of::<*mut ibv_device>()) }
+            .cast::<*mut ibv_device>();
+        if list.is_null() {
+            set_errno(libc::ENOMEM);
+            return null_mut();
+        }
+        for (i, d) in devs.iter().enumerate() {
+            // SAFETY: `i` < n+1, inside the allocation. The devices live for the process.
+            unsafe { *list.add(i) = (&d.dev as *const ibv_device).cast_mut() };
+        }
+        if !num.is_null() {
+            // SAFETY: the caller passes a valid int or NULL.
+            unsafe { *num = devs.len() as c_int };
+        }
+        if devs.is_empty() {
+            set_errno(libc::ENOSYS);
+        }
+        list
+    })
+}
+
+/// `ibv_free_device_list`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    // SAFETY: `list` came from ibv_get_device_list's calloc (or is NULL).
+    guard("ibv_free_device_list", (), || unsafe {
+        libc::free(list.cast())
+    })
+}
+
+/// `ibv_get_device_name`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
+    guard("ibv_get_device_name", std::ptr::null(), || {
+        match device(dev) {
+            Some(d) => d.dev.name.as_ptr(),
+            None => {
+                set_errno(libc::EINVAL);
+                std::ptr::null()
+            }
+        }
+    })
+}
+
+/// `ibv_get_device_guid`: the node GUID, in network order.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
+    guard("ibv_get_device_guid", 0, || {
+        device(dev).map_or(0, |d| softrdma::config::node_guid(d.info.addr).to_be())
+    })
+}
+
+/// `ibv_get_device_index`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
+    guard("ibv_get_device_index", -1, || {
+        device(dev).map_or(-1, |d| d.index as c_int)
+    })
+}
+
+/// `ibv_open_device`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
+    guard("ibv_open_device", null_mut(), || {
+        let Some(d) = device(dev) else {
+            fail(
+                "ibv_open_device",
+                libc::EINVAL,
+                &"not a device of this library",
+            );
+            return null_mut();
+        };
+        let ctx = {
+            let mut open = d.open.lock().unwrap_or_else(|e| e.into_inner());
+            match &mut *open {
+                Some((ctx, n)) => {
+                    *n += 1;
+                    ctx.clone()
+                }
+                None => {
+                    match softrdma::Context::open_addr(&d.info.name, d.info.addr, d.info.active_mtu)
+                    {
+                        Ok(ctx) => {
+                            *open = Some((ctx.clone(), 1));
+                            ctx
+                        }
+                        Err(e) => {
+                            // Opening a device is where users meet a taken port: say so always.
+                            eprintln!("softrdma: ibv_open_device({}): {e}", d.info.name);
+                            fail_with("ibv_open_device", &e);
+                            return null_mut();
+                        }
+                    }
+                }
+            }
+        };
+        let async_fd = ctx.async_fd().unwrap_or(-1);
+        let soft = Box::new(SoftContext {
+            vctx: verbs_context_for(dev, async_fd),
+            ctx,
+            dev: d,
+            qps: Mutex::new(HashMap::new()),
+        });
+        let soft = Box::into_raw(soft);
+        // SAFETY: `soft` is a live allocation; the context lives inside it.
+        unsafe { &raw mut (*soft).vctx.context }
+    })
+}
+
+fn verbs_context_for(dev: *mut ibv_device, async_fd: c_int) -> verbs_context {
+    // SAFETY: verbs_context is pointers (NULL or Option<fn>, both valid as zero), ints and
+    // a pthread mutex, which is then initialised below.
+    let mut v: verbs_context = unsafe { std::mem::zeroed() };
+    v.query_port = Some(query_port_ex);
+    v.query_device_ex = Some(query_device_ex);
+    v.create_cq_ex = Some(crate::cq::create_cq_ex);
+    v.create_qp_ex = Some(crate::qp::create_qp_ex);
+    v.create_srq_ex = Some(crate::qp::create_srq_ex);
+    v.get_srq_num = Some(crate::qp::get_srq_num);
+    v.sz = size_of::<verbs_context>();
+    let c = &mut v.context;
+    c.device = dev;
+    c.ops.poll_cq = Some(crate::cq::poll_cq);
+    c.ops.req_notify_cq = Some(crate::cq::req_notify_cq);
+    c.ops.post_send = Some(crate::qp::post_send);
+    c.ops.post_recv = Some(crate::qp::post_recv);
+    c.ops.post_srq_recv = Some(crate::qp::post_srq_recv);
+    c.cmd_fd = -1;
+    c.async_fd = async_fd;
+    c.num_comp_vectors = 1;
+    c.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
+    c.abi_compat = usize::MAX as *mut c_void;
+    v
+}
+
+/// `ibv_close_device`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
+    guard("ibv_close_device", libc::EIO, || {
+        if ctx.is_null() {
+            return fail("ibv_close_device", libc::EINVAL, &"NULL context");
+        }
+        let off =
+            std::mem::offset_of!(SoftContext, vctx) + std::mem::offset_of!(verbs_context, context);
+        // SAFETY: `ctx` is a context ibv_open_device returned; the box is freed once.
+        let soft = unsafe { Box::from_raw(ctx.byte_sub(off).cast::<SoftContext>()) };
+        let mut open = soft.dev.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, n)) = &mut *open {
+            *n -= 1;
+            if *n == 0 {
+                *open = None;
+            }
+        }
+        0
+    })
+}
+
+fn fill_device_attr(soft: &SoftContext, out: &mut ibv_device_attr) {
+    let a = soft.ctx.query_device();
+    let i = |v: u32| v.min(i32::MAX as u32) as c_int;
+    // SAFETY: plain data, all-zero valid.
+    *out = unsafe { std::mem::zeroed() };
+    copy_cstr(&mut out.fw_ver, &a.fw_ver);
+    out.node_guid = a.node_guid.to_be();
+    out.sys_image_guid = a.sys_image_guid.to_be();
+    out.max_mr_size = a.max_mr_size;
+    out.page_size_cap = a.page_size_cap;
+    out.vendor_id = a.vendor_id;
+    out.vendor_part_id = a.vendor_part_id;
+    out.hw_ver = a.hw_ver;
+    out.max_qp = i(a.max_qp);
+    out.max_qp_wr = i(a.max_qp_wr);
+    out.device_cap_flags = DEVICE_CAP_FLAGS;
+    out.max_sge = i(a.max_sge);
+    out.max_sge_rd = i(a.max_sge_rd);
+    out.max_cq = i(a.max_cq);
+    out.max_cqe = i(a.max_cqe);
+    out.max_mr = i(a.max_mr);
+    out.max_pd = i(a.max_pd);
+    out.max_qp_rd_atom = i(a.max_qp_rd_atom);
+    out.max_res_rd_atom = i(a.max_res_rd_atom);
+    out.max_qp_init_rd_atom = i(a.max_qp_init_rd_atom);
+    out.atomic_cap = 1; // IBV_ATOMIC_HCA
+    out.max_ah = i(a.max_ah);
+    out.max_srq = i(a.max_srq);
+    out.max_srq_wr = i(a.max_srq_wr);
+    out.max_srq_sge = i(a.max_srq_sge);
+    out.max_pkeys = a.max_pkeys as u16;
+    out.local_ca_ack_delay = a.local_ca_ack_delay as u8;
+    out.phys_port_cnt = a.phys_port_cnt;
+}
+
+/// The `device_cap_flags` softrdma has: bad P_Key and Q_Key counters (1, 2), a system
+/// image GUID (11), RNR NAK generation (12) and port-active events (10). Not memory
+/// windows, path migration or SRQ resizing, which it does not implement.
+const DEVICE_CAP_FLAGS: u32 = (1 << 1) | (1 << 2) | (1 << 10) | (1 << 11) | (1 << 12);
+
+/// `ibv_query_device`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_device(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_device_attr,
+) -> c_int {
+    guard("ibv_query_device", libc::EIO, || {
+        if ctx.is_null() || attr.is_null() {
+            return fail("ibv_query_device", libc::EINVAL, &"NULL argument");
+        }
+        // SAFETY: live context; `attr` is the caller's writable struct.
+        unsafe { fill_device_attr(SoftContext::from_ptr(ctx), &mut *attr) };
+        0
+    })
+}
+
+/// `verbs_context.query_device_ex`: the legacy attributes and zeroed extensions, written
+/// up to `attr_size` bytes (callers built against older headers pass less).
+unsafe extern "C" fn query_device_ex(
+    ctx: *mut ibv_context,
+    _input: *const c_void,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    guard("ibv_query_device_ex", libc::EIO, || {
+        if ctx.is_null() || attr.is_null() || attr_size < size_of::<ibv_device_attr>() {
+            return fail(
+                "ibv_query_device_ex",
+                libc::EINVAL,
+                &"attr_size below ibv_device_attr",
+            );
+        }
+        // SAFETY: plain data, all-zero valid.
+        let mut ex: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+        // SAFETY: live context.
+        fill_device_attr(unsafe { SoftContext::from_ptr(ctx) }, &mut ex.orig_attr);
+        let n = attr_size.min(size_of::<ibv_device_attr_ex>());
+        // SAFETY: the caller's struct has `attr_size` writable bytes; zero what we do not know.
+        unsafe {
+            std::ptr::write_bytes(attr.cast::<u8>(), 0, attr_size);
+            std::ptr::copy_nonoverlapping((&raw const ex).cast::<u8>(), attr.cast::<u8>(), n);
+        }
+        0
+    })
+}
+
+fn port_attr(soft: &SoftContext) -> ibv_port_attr {
+    let p = soft.ctx.query_port();
+    let a = soft.ctx.query_device();
+    ibv_port_attr {
+        state: 4, // IBV_PORT_ACTIVE
+        max_mtu: p.max_mtu as c_int,
+        active_mtu: p.active_mtu as c_int,
+        gid_tbl_len: p.gid_tbl_len as c_int,
+        // What rxe reports: CM supported (16), IP-based GIDs (26).
+        port_cap_flags: (1 << 16) | (1 << 26),
+        max_msg_sz: a.max_msg_sz.min(u64::from(u32::MAX)) as u32,
+        pkey_tbl_len: 1,
+        lid: p.lid,
+        sm_lid: p.sm_lid,
+        max_vl_num: 1,
+        active_width: 1, // 1X
+        active_speed: 1, // 2.5 Gbps, as rxe on a link that reports no speed
+        phys_state: 5,   // LinkUp
+        link_layer: 2,   // IBV_LINK_LAYER_ETHERNET
+        ..Default::default()
+    }
+}
+
+/// `verbs_context.query_port`: `len` bytes of `ibv_port_attr`.
+unsafe extern "C" fn query_port_ex(
+    ctx: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+    len: usize,
+) -> c_int {
+    guard("ibv_query_port", libc::EIO, || {
+        if ctx.is_null() || attr.is_null() {
+            return fail("ibv_query_port", libc::EINVAL, &"NULL argument");
+        }
+        if port != 1 {
+            return fail(
+                "ibv_query_port",
+                libc::EINVAL,
+                &format_args!("port {port}: the device has port 1 only"),
+            );
+        }
+        // SAFETY: live context.
+        let a = port_attr(unsafe { SoftContext::from_ptr(ctx) });
+        let n = len.min(size_of::<ibv_port_attr>());
+        // SAFETY: the caller's struct has `len` writable bytes.
+        unsafe { std::ptr::copy_nonoverlapping((&raw const a).cast::<u8>(), attr.cast::<u8>(), n) };
+        0
+    })
+}
+
+/// `ibv_query_port`, the exported symbol: callers of rdma-core's compat path get 48 bytes
+/// (`struct _compat_ibv_port_attr`, without `port_cap_flags2`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_port(
+    ctx: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { query_port_ex(ctx, port, attr, 48) }
+}
+
+/// The GIDs of port 1, with their types (`enum ibv_gid_type`: 2 = RoCE v2; rxe has only
+/// RoCE v2 GIDs).
+fn gids(soft: &SoftContext) -> Vec<ibv_gid_entry> {
+    let ifindex = soft
+        .dev
+        .info
+        .netdev
+        .as_deref()
+        .and_then(|n| std::ffi::CString::new(n).ok())
+        // SAFETY: a valid NUL-terminated name.
+        .map_or(0, |n| unsafe { libc::if_nametoindex(n.as_ptr()) });
+    soft.ctx
+        .gids()
+        .iter()
+        .enumerate()
+        .map(|(i, g)| ibv_gid_entry {
+            gid: ibv_gid { raw: g.octets() },
+            gid_index: i as u32,
+            port_num: 1,
+            gid_type: 2,
+            ndev_ifindex: ifindex,
+        })
+        .collect()
+}
+
+/// `ibv_query_gid`. An index inside the table but past the configured GIDs reads as zero,
+/// as an empty slot of rxe's.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_gid(
+    ctx: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
+    guard("ibv_query_gid", -1, || {
+        if ctx.is_null() || gid.is_null() || port != 1 {
+            fail(
+                "ibv_query_gid",
+                libc::EINVAL,
+                &"NULL argument or port other than 1",
+            );
+            return -1;
+        }
+        // SAFETY: live context.
+        let soft = unsafe { SoftContext::from_ptr(ctx) };
+        let len = soft.ctx.query_port().gid_tbl_len as c_int;
+        if !(0..len).contains(&index) {
+            fail(
+                "ibv_query_gid",
+                libc::EINVAL,
+                &format_args!("GID index {index} outside 0..{len}"),
+            );
+            return -1;
+        }
+        let g = gids(soft)
+            .get(index as usize)
+            .map(|e| e.gid)
+            .unwrap_or_default();
+        // SAFETY: the caller's writable gid.
+        unsafe { *gid = g };
+        0
+    })
+}
+
+/// `_ibv_query_gid_ex` (behind `ibv_query_gid_ex`): ENODATA for an empty slot.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    ctx: *mut ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    guard("ibv_query_gid_ex", libc::EIO, || {
+        if ctx.is_null() || entry.is_null() || flags != 0 || entry_size < size_of::<ibv_gid_entry>()
+        {
+            return fail(
+                "ibv_query_gid_ex",
+                libc::EINVAL,
+                &"NULL argument, flags or entry_size",
+            );
+        }
+        if port != 1 {
+            return fail("ibv_query_gid_ex", libc::EINVAL, &"port other than 1");
+        }
+        // SAFETY: live context.
+        let soft = unsafe { SoftContext::from_ptr(ctx) };
+        match gids(soft).get(index as usize) {
+            // SAFETY: the caller's writable entry.
+            Some(e) => unsafe { *entry = *e },
+            None => {
+                return fail(
+                    "ibv_query_gid_ex",
+                    libc::ENODATA,
+                    &format_args!("GID index {index} is empty"),
+                );
+            }
+        }
+        0
+    })
+}
+
+/// `_ibv_query_gid_table` (behind `ibv_query_gid_table`): the valid entries.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    ctx: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    guard("ibv_query_gid_table", -1, || {
+        if ctx.is_null() || flags != 0 || entry_size < size_of::<ibv_gid_entry>() {
+            return -(fail(
+                "ibv_query_gid_table",
+                libc::EINVAL,
+                &"NULL context, flags or entry_size",
+            ) as isize);
+        }
+        // SAFETY: live context.
+        let g = gids(unsafe { SoftContext::from_ptr(ctx) });
+        if g.len() > max_entries {
+            return -(fail(
+                "ibv_query_gid_table",
+                libc::EINVAL,
+                &"max_entries below the table",
+            ) as isize);
+        }
+        for (i, e) in g.iter().enumerate() {
+            // SAFETY: the caller's array holds `max_entries` entries of `entry_size` bytes.
+            unsafe { *entries.byte_add(i * entry_size) = *e };
+        }
+        g.len() as isize
+    })
+}
+
+/// `ibv_query_gid_type` (IBVERBS_PRIVATE_34, used by `ibv_devinfo`): the sysfs type,
+/// 1 = RoCE v2.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    ctx: *mut ibv_context,
+    port: u8,
+    index: u32,
+    ty: *mut c_int,
+) -> c_int {
+    guard("ibv_query_gid_type", -1, || {
+        if ctx.is_null() || ty.is_null() || port != 1 {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: live context.
+        let n = gids(unsafe { SoftContext::from_ptr(ctx) }).len();
+        if index as usize >= n {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: the caller's writable int.
+        unsafe { *ty = 1 };
+        0
+    })
+}
+
+/// `ibv_query_pkey`: the one P_Key, 0xFFFF (network order, the same bytes).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_pkey(
+    ctx: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    guard("ibv_query_pkey", -1, || {
+        if ctx.is_null() || pkey.is_null() || port != 1 || index != 0 {
+            fail(
+                "ibv_query_pkey",
+                libc::EINVAL,
+                &"port 1 has one P_Key, at index 0",
+            );
+            return -1;
+        }
+        // SAFETY: the caller's writable u16.
+        unsafe { *pkey = 0xffff };
+        0
+    })
+}
+
+/// `ibv_get_pkey_index`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_pkey_index(ctx: *mut ibv_context, port: u8, pkey: u16) -> c_int {
+    guard("ibv_get_pkey_index", -1, || {
+        if ctx.is_null() || port != 1 || u16::from_be(pkey) & 0x7fff != 0x7fff {
+            set_errno(libc::ENOENT);
+            return -1;
+        }
+        0
+    })
+}
+
+/// The files of a device's sysfs directory that tools read, as rxe's would read.
+fn sysfs_file(d: &SoftDevice, file: &str) -> Option<String> {
+    let guid = softrdma::config::node_guid(d.info.addr).to_be_bytes();
+    let g = guid
+        .chunks(2)
+        .map(|c| format!("{:02x}{:02x}", c[0], c[1]))
+        .collect::<Vec<_>>()
+        .join(":");
+    Some(match file {
+        "board_id" => "softrdma".into(),
+        "fw_ver" => softrdma::device_attr(d.info.addr).fw_ver,
+        "hca_type" | "hw_rev" => "0".into(),
+        "node_guid" | "sys_image_guid" => g,
+        "node_type" => "1: CA".into(),
+        "node_desc" => format!("softrdma {}", d.info.name),
+        "ibdev" => d.info.name.clone(),
+        "abi_version" => "1".into(),
+        "ports/1/state" => "4: ACTIVE".into(),
+        "ports/1/phys_state" => "5: LinkUp".into(),
+        "ports/1/link_layer" => "Ethernet".into(),
+        "ports/1/gid_attrs/types/0" | "ports/1/gid_attrs/types/1" => "RoCE v2".into(),
+        f if f.starts_with("ports/1/gid_attrs/ndevs/") => d.info.netdev.clone()?,
+        _ => return None,
+    })
+}
+
+/// `ibv_read_sysfs_file`: a device's files come from softrdma (there is no kernel device
+/// behind it); any other path is read from the file system.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_read_sysfs_file(
+    dir: *const c_char,
+    file: *const c_char,
+    buf: *mut c_char,
+    size: usize,
+) -> c_int {
+    guard("ibv_read_sysfs_file", -1, || {
+        if dir.is_null() || file.is_null() || buf.is_null() || size == 0 {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: C strings from the caller.
+        let (dir, file) = unsafe { (CStr::from_ptr(dir), CStr::from_ptr(file)) };
+        let (dir, file) = (dir.to_string_lossy(), file.to_string_lossy());
+        let ours = devices().iter().find(|d| {
+            // SAFETY: our own NUL-terminated path.
+            let p = unsafe { CStr::from_ptr(d.dev.ibdev_path.as_ptr()) };
+            p.to_string_lossy() == dir.trim_end_matches('/')
+        });
+        let text = match ours {
+            Some(d) => match sysfs_file(d, &file) {
+                Some(t) => t + "\n",
+                None => {
+                    set_errno(libc::ENOENT);
+                    return -1;
+                }
+            },
+            None => match std::fs::read(format!("{dir}/{file}")) {
+                Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+                Err(e) => {
+                    set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+                    return -1;
+                }
+            },
+        };
+        let b = text.as_bytes();
+        let n = b.len().min(size);
+        // SAFETY: the caller's buffer has `size` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(b.as_ptr().cast::<c_char>(), buf, n);
+            // rdma-core strips the newline and terminates when there is room.
+            if n > 0 && *buf.add(n - 1) == b'\n' as c_char {
+                *buf.add(n - 1) = 0;
+            } else if n < size {
+                *buf.add(n) = 0;
+            }
+        }
+        n as c_int
+    })
+}
+
+/// `ibv_get_sysfs_path`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_get_sysfs_path() -> *const c_char {
+    c"/sys".as_ptr()
+}

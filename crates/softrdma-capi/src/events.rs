@@ -1,0 +1,276 @@
+//! Asynchronous events (`ibv_get_async_event` on a pollable `async_fd`), fork support, and
+//! the string and rate helpers of libibverbs.
+
+use crate::abi::*;
+use crate::device::SoftContext;
+use crate::{fail, guard, set_errno};
+use softrdma::AsyncEvent;
+use std::ffi::{CStr, c_char, c_int};
+use std::ptr::null_mut;
+
+/// `ibv_get_async_event`: blocks on the context's `async_fd` until an event arrives,
+/// unless the caller made it non-blocking (then EAGAIN).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_get_async_event(
+    ctx: *mut ibv_context,
+    event: *mut ibv_async_event,
+) -> c_int {
+    guard("ibv_get_async_event", -1, || {
+        if ctx.is_null() || event.is_null() {
+            fail("ibv_get_async_event", libc::EINVAL, &"NULL argument");
+            return -1;
+        }
+        // SAFETY: live context.
+        let soft = unsafe { SoftContext::from_ptr(ctx) };
+        let fd = soft.vctx.context.async_fd;
+        loop {
+            if let Some(e) = soft.ctx.poll_async_event() {
+                let Some(out) = to_c(soft, e) else { continue };
+                // SAFETY: the caller's writable event.
+                unsafe { *event = out };
+                return 0;
+            }
+            // SAFETY: fcntl on the context's own descriptor.
+            let nonblock =
+                fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
+            if nonblock {
+                set_errno(libc::EAGAIN);
+                return -1;
+            }
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            if unsafe { libc::poll(&mut p, 1, -1) } < 0
+                && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR)
+            {
+                set_errno(libc::EIO);
+                return -1;
+            }
+        }
+    })
+}
+
+/// The C form of an event; `None` for one whose object is gone.
+fn to_c(soft: &SoftContext, e: AsyncEvent) -> Option<ibv_async_event> {
+    let qp = |n: softrdma::Qpn, ty| {
+        let p = crate::qp::qp_by_num(soft, n.value());
+        (!p.is_null()).then_some(ibv_async_event {
+            element: ibv_event_element { qp: p },
+            event_type: ty,
+        })
+    };
+    match e {
+        AsyncEvent::CqError => Some(ibv_async_event {
+            element: ibv_event_element { cq: null_mut() },
+            event_type: 0,
+        }),
+        AsyncEvent::QpFatal(n) => qp(n, 1),
+        AsyncEvent::QpRequestError(n) => qp(n, 2),
+        AsyncEvent::QpAccessError(n) => qp(n, 3),
+        AsyncEvent::SqDrained(n) => qp(n, 5),
+        AsyncEvent::PortActive(p) => Some(ibv_async_event {
+            element: ibv_event_element {
+                port_num: c_int::from(p),
+            },
+            event_type: 9,
+        }),
+        AsyncEvent::SrqLimitReached => Some(ibv_async_event {
+            element: ibv_event_element { srq: null_mut() },
+            event_type: 15,
+        }),
+        AsyncEvent::LastWqeReached(n) => qp(n, 16),
+    }
+}
+
+/// `ibv_ack_async_event`: nothing waits for acknowledgements here.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {}
+
+/// `ibv_fork_init`: nothing to do. softrdma pins no memory for a device to write (the
+/// device is this process), so a forked child's copy-on-write cannot take pages from
+/// under it.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_fork_init() -> c_int {
+    0
+}
+
+/// `ibv_is_fork_initialized`: `IBV_FORK_UNNEEDED` (see [`ibv_fork_init`]).
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_is_fork_initialized() -> c_int {
+    2
+}
+
+/// `ibv_dontfork_range`: nothing to do (see [`ibv_fork_init`]).
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_dontfork_range(_base: *mut std::ffi::c_void, _size: usize) -> c_int {
+    0
+}
+
+/// `ibv_dofork_range`: nothing to do.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_dofork_range(_base: *mut std::ffi::c_void, _size: usize) -> c_int {
+    0
+}
+
+fn pick(table: &[&'static CStr], i: c_int) -> *const c_char {
+    usize::try_from(i)
+        .ok()
+        .and_then(|i| table.get(i))
+        .copied()
+        .unwrap_or(c"unknown")
+        .as_ptr()
+}
+
+/// `ibv_wc_status_str`: rdma-core's wording.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_wc_status_str(status: c_int) -> *const c_char {
+    const T: &[&CStr] = &[
+        c"success",
+        c"local length error",
+        c"local QP operation error",
+        c"local EE context operation error",
+        c"local protection error",
+        c"Work Request Flushed Error",
+        c"memory management operation error",
+        c"bad response error",
+        c"local access error",
+        c"remote invalid request error",
+        c"remote access error",
+        c"remote operation error",
+        c"transport retry counter exceeded",
+        c"RNR retry counter exceeded",
+        c"local RDD violation error",
+        c"remote invalid RD request",
+        c"aborted error",
+        c"invalid EE context number",
+        c"invalid EE context state",
+        c"fatal error",
+        c"response timeout error",
+        c"general error",
+        c"TM error",
+        c"TM software rendezvous",
+    ];
+    pick(T, status)
+}
+
+/// `ibv_event_type_str`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_event_type_str(ev: c_int) -> *const c_char {
+    const T: &[&CStr] = &[
+        c"CQ error",
+        c"local work queue catastrophic error",
+        c"invalid request local work queue error",
+        c"local access violation work queue error",
+        c"communication established",
+        c"send queue drained",
+        c"path migrated",
+        c"path migration request error",
+        c"local catastrophic error",
+        c"port active",
+        c"port error",
+        c"LID change",
+        c"P_Key change",
+        c"SM change",
+        c"SRQ catastrophic error",
+        c"SRQ limit reached",
+        c"last WQE reached",
+        c"client reregistration",
+        c"GID table change",
+        c"WQ fatal",
+    ];
+    pick(T, ev)
+}
+
+/// `ibv_node_type_str`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_node_type_str(t: c_int) -> *const c_char {
+    const T: &[&CStr] = &[
+        c"unknown",
+        c"InfiniBand channel adapter",
+        c"InfiniBand switch",
+        c"InfiniBand router",
+        c"iWARP NIC",
+        c"usNIC",
+        c"usNIC UDP",
+        c"unspecified",
+    ];
+    pick(T, t)
+}
+
+/// `ibv_port_state_str`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_port_state_str(s: c_int) -> *const c_char {
+    const T: &[&CStr] = &[
+        c"no state change (NOP)",
+        c"down",
+        c"init",
+        c"armed",
+        c"active",
+        c"active defer",
+    ];
+    pick(T, s)
+}
+
+/// `enum ibv_rate` → (multiple of 2.5 Gb/s, Mb/s); index = the enum value.
+const RATES: &[(c_int, c_int)] = &[
+    (0, 0),
+    (0, 0),
+    (1, 2500),
+    (4, 10000),
+    (12, 30000),
+    (2, 5000),
+    (8, 20000),
+    (16, 40000),
+    (24, 60000),
+    (32, 80000),
+    (48, 120000),
+    (0, 14062),
+    (0, 56250),
+    (0, 112500),
+    (0, 168750),
+    (0, 25781),
+    (0, 103125),
+    (0, 206250),
+    (0, 309375),
+    (0, 28125),
+    (0, 53125),
+    (0, 425000),
+    (0, 637500),
+];
+
+fn rate(r: c_int) -> Option<(c_int, c_int)> {
+    usize::try_from(r).ok().and_then(|i| RATES.get(i)).copied()
+}
+
+/// `ibv_rate_to_mult`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_rate_to_mult(r: c_int) -> c_int {
+    rate(r).map_or(-1, |(m, _)| if m == 0 { -1 } else { m })
+}
+
+/// `mult_to_ibv_rate`.
+#[unsafe(no_mangle)]
+pub extern "C" fn mult_to_ibv_rate(mult: c_int) -> c_int {
+    RATES
+        .iter()
+        .position(|&(m, _)| m == mult && m != 0)
+        .map_or(0, |i| i as c_int)
+}
+
+/// `ibv_rate_to_mbps`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ibv_rate_to_mbps(r: c_int) -> c_int {
+    rate(r).map_or(-1, |(_, mbps)| if mbps == 0 { -1 } else { mbps })
+}
+
+/// `mbps_to_ibv_rate`.
+#[unsafe(no_mangle)]
+pub extern "C" fn mbps_to_ibv_rate(mbps: c_int) -> c_int {
+    RATES
+        .iter()
+        .position(|&(_, m)| m == mbps && m != 0)
+        .map_or(0, |i| i as c_int)
+}

@@ -1,0 +1,102 @@
+//! The C ABI of rdma-core 44 over softrdma: this crate is built as the drop-in
+//! `libibverbs.so.1` (which serves `librdmacm.so.1` too, through a second name for the same
+//! file), so that unmodified RDMA programs (`ibv_devinfo`, `ibv_rc_pingpong`, perftest,
+//! qperf, pyverbs, libfabric, UCX) run on the soft device. `softrdma exec -- PROGRAM` puts it
+//! on the program's `LD_LIBRARY_PATH`.
+//!
+//! It is the only crate of the project with `extern "C"` and `#[repr(C)]` (besides the stub
+//! `libmlx5.so.1` and `libefa.so.1` beside it, which carry symbols only). The facts it meets
+//! are those of `../shared/docs/c-abi.md`: every symbol and version node the callers import
+//! (they are BIND_NOW), `ibv_context` at the end of a `struct verbs_context` with
+//! `abi_compat = -1`, and the objects' public structs as the prefix of each object.
+//!
+//! # The contract with C callers
+//! - Every exported function catches panics ([`guard`]): none crosses into C. A caught
+//!   panic is a bug; the verb then fails with EIO.
+//! - errno and return values follow each verb's man page: pointer-returning verbs return
+//!   NULL and set errno; int-returning verbs return 0 or an errno value (and set errno too,
+//!   which rdma-core does for some). A verb softrdma does not implement returns EOPNOTSUPP,
+//!   which pyverbs, UCX and libfabric probe for. With `SOFTRDMA_DEBUG=1` each failure is
+//!   also printed, with the softrdma error that names what was wrong.
+//! - Pointers are the caller's: NULL is checked where the API allows it or where a check
+//!   is free; an object pointer that did not come from this library is undefined behaviour,
+//!   as it is with rdma-core.
+//!
+//! # Threads and locks
+//! Any thread may call any verb, as with rdma-core. The objects wrap the Rust verbs
+//! objects (`softrdma::QueuePair` and the others), which are `Send + Sync` and take the
+//! device's locks in the order `softrdma`'s crate docs give. This crate adds one lock on a
+//! hot path, none: `post_send`, `post_recv` and `poll_cq` go straight to the Rust objects.
+//! Its own locks are leaves, taken for object creation and lookup only: the device table's
+//! per-device open state, a context's QPN → QP map (for async events), and a QP's
+//! `ibv_wr_*` builder (which the application must not share between threads anyway).
+//!
+//! One-sided operations need no call from the target: each open device has the soft
+//! device's progress thread, which applies incoming WRITE, READ and atomics to the
+//! registered memory, the application's own, in place.
+
+pub mod abi;
+mod cq;
+mod device;
+mod events;
+mod mr;
+mod qp;
+mod rdmacm;
+mod stubs;
+mod symbols;
+
+use std::ffi::c_int;
+
+/// Sets the calling thread's `errno`.
+pub(crate) fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Runs `f` for the verb `verb`; a panic becomes `fail` with errno EIO and one line on
+/// stderr, instead of unwinding into C (which would abort the program, or worse).
+pub(crate) fn guard<T>(verb: &'static str, fail: T, f: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => {
+            eprintln!("softrdma: {verb}: internal error (a bug in softrdma); failing with EIO");
+            set_errno(libc::EIO);
+            fail
+        }
+    }
+}
+
+/// Whether failures are printed (`SOFTRDMA_DEBUG=1`).
+fn debug() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("SOFTRDMA_DEBUG").is_some_and(|v| v != "0"))
+}
+
+/// Records a failure of `verb` with errno `errno`, caused by `why`: sets errno, prints it
+/// when debugging, and returns the errno for verbs that return it.
+pub(crate) fn fail(verb: &str, errno: c_int, why: &dyn std::fmt::Display) -> c_int {
+    if debug() {
+        eprintln!(
+            "softrdma: {verb}: {why} ({})",
+            std::io::Error::from_raw_os_error(errno)
+        );
+    }
+    set_errno(errno);
+    errno
+}
+
+/// [`fail`] for a softrdma error, with its errno.
+pub(crate) fn fail_with(verb: &str, e: &softrdma::Error) -> c_int {
+    fail(verb, e.errno(), e)
+}
+
+/// Copies `s` into a fixed C string field, truncated and NUL-terminated.
+pub(crate) fn copy_cstr(dst: &mut [std::ffi::c_char], s: &str) {
+    let n = s.len().min(dst.len().saturating_sub(1));
+    for (d, b) in dst.iter_mut().zip(s.as_bytes()[..n].iter()) {
+        *d = *b as std::ffi::c_char;
+    }
+    if let Some(d) = dst.get_mut(n) {
+        *d = 0;
+    }
+}

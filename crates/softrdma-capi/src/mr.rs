@@ -1,0 +1,402 @@
+//! Protection domains, memory regions and address handles.
+//!
+//! Memory registered from C is the application's own: the region points at it and the
+//! device reads and writes it in place (a WRITE's payload lands in order, its last byte
+//! last, which latency tests spin on). A PD counts the objects made in it, so that
+//! `ibv_dealloc_pd` can refuse with EBUSY while any is alive.
+
+use crate::abi::*;
+use crate::device::SoftContext;
+use crate::{fail, fail_with, guard};
+use softrdma::{AccessFlags, AddressHandle, MemoryRegion, ProtectionDomain};
+use std::ffi::{c_int, c_uint, c_void};
+use std::net::Ipv6Addr;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+/// Handles for the objects' `handle` fields (unique per process; nothing reads them but
+/// tools that print them).
+pub(crate) fn next_handle() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A PD: the public `ibv_pd`, then softrdma's.
+#[repr(C)]
+pub(crate) struct SoftPd {
+    pub pd: ibv_pd,
+    pub inner: ProtectionDomain,
+    /// QPs, MRs, SRQs and AHs made in this PD and not yet destroyed.
+    pub users: AtomicUsize,
+}
+
+impl SoftPd {
+    /// # Safety
+    /// `pd` must be a live PD this library returned.
+    pub(crate) unsafe fn from_ptr<'a>(pd: *mut ibv_pd) -> &'a SoftPd {
+        // SAFETY: `pd` is the first field of a live SoftPd (repr(C)).
+        unsafe { &*pd.cast::<SoftPd>() }
+    }
+}
+
+/// `ibv_alloc_pd`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+    guard("ibv_alloc_pd", null_mut(), || {
+        if ctx.is_null() {
+            fail("ibv_alloc_pd", libc::EINVAL, &"NULL context");
+            return null_mut();
+        }
+        // SAFETY: live context.
+        let soft = unsafe { SoftContext::from_ptr(ctx) };
+        let pd = Box::new(SoftPd {
+            pd: ibv_pd {
+                context: ctx,
+                handle: next_handle(),
+            },
+            inner: soft.ctx.alloc_pd(),
+            users: AtomicUsize::new(0),
+        });
+        Box::into_raw(pd).cast()
+    })
+}
+
+/// `ibv_dealloc_pd`: EBUSY while objects made in it are alive.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    guard("ibv_dealloc_pd", libc::EIO, || {
+        if pd.is_null() {
+            return fail("ibv_dealloc_pd", libc::EINVAL, &"NULL PD");
+        }
+        // SAFETY: live PD.
+        let n = unsafe { SoftPd::from_ptr(pd) }
+            .users
+            .load(Ordering::Acquire);
+        if n > 0 {
+            return fail(
+                "ibv_dealloc_pd",
+                libc::EBUSY,
+                &format_args!("{n} objects still use the PD"),
+            );
+        }
+        // SAFETY: the PD came from ibv_alloc_pd's Box and is freed once.
+        drop(unsafe { Box::from_raw(pd.cast::<SoftPd>()) });
+        0
+    })
+}
+
+/// An MR: the public `ibv_mr`, then softrdma's region (dropping it deregisters).
+#[repr(C)]
+pub(crate) struct SoftMr {
+    pub mr: ibv_mr,
+    pub inner: MemoryRegion,
+}
+
+/// The access bits softrdma knows (`enum ibv_access_flags` 0-5 are the same bits as
+/// [`AccessFlags`]); relaxed ordering and the other optional bits (20-29) are hints a soft
+/// device may ignore, as the man page allows.
+fn access(bits: c_uint) -> Result<AccessFlags, &'static str> {
+    const OPTIONAL: c_uint = 0x3ff0_0000;
+    const HUGETLB: c_uint = 1 << 7;
+    if bits & (1 << 6) != 0 {
+        return Err("IBV_ACCESS_ON_DEMAND: the device has no ODP (odp_caps are 0)");
+    }
+    let known = bits & !(OPTIONAL | HUGETLB);
+    AccessFlags::from_bits(known).ok_or("unknown access bits")
+}
+
+fn reg_mr(
+    verb: &'static str,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    bits: c_uint,
+) -> *mut ibv_mr {
+    guard(verb, null_mut(), || {
+        if pd.is_null() {
+            fail(verb, libc::EINVAL, &"NULL PD");
+            return null_mut();
+        }
+        if iova != addr as u64 {
+            fail(verb, libc::EOPNOTSUPP, &"an IOVA other than the address");
+            return null_mut();
+        }
+        let acc = match access(bits) {
+            Ok(a) => a,
+            Err(why) => {
+                let errno = if bits & (1 << 6) != 0 {
+                    libc::EOPNOTSUPP
+                } else {
+                    libc::EINVAL
+                };
+                fail(verb, errno, &why);
+                return null_mut();
+            }
+        };
+        // SAFETY: live PD.
+        let spd = unsafe { SoftPd::from_ptr(pd) };
+        // SAFETY: the C contract of ibv_reg_mr: the memory stays valid until ibv_dereg_mr,
+        // which drops the region first.
+        let inner = match unsafe { spd.inner.register_raw(addr.cast(), length, acc) } {
+            Ok(r) => r,
+            Err(e) => {
+                fail_with(verb, &e);
+                return null_mut();
+            }
+        };
+        spd.users.fetch_add(1, Ordering::AcqRel);
+        let mr = Box::new(SoftMr {
+            mr: ibv_mr {
+                context: spd.pd.context,
+                pd,
+                addr,
+                length,
+                handle: next_handle(),
+                lkey: inner.lkey(),
+                rkey: inner.rkey(),
+            },
+            inner,
+        });
+        Box::into_raw(mr).cast()
+    })
+}
+
+/// `ibv_reg_mr`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    reg_mr(
+        "ibv_reg_mr",
+        pd,
+        addr,
+        length,
+        addr as u64,
+        access as c_uint,
+    )
+}
+
+/// `ibv_reg_mr_iova`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    reg_mr("ibv_reg_mr_iova", pd, addr, length, iova, access as c_uint)
+}
+
+/// `ibv_reg_mr_iova2` (what `ibv_reg_mr` becomes with a non-constant access).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    reg_mr("ibv_reg_mr_iova2", pd, addr, length, iova, access)
+}
+
+/// `ibv_dereg_mr`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    guard("ibv_dereg_mr", libc::EIO, || {
+        if mr.is_null() {
+            return fail("ibv_dereg_mr", libc::EINVAL, &"NULL MR");
+        }
+        // SAFETY: the MR came from reg_mr's Box and is freed once; its PD outlives it
+        // (dealloc_pd refuses while it is counted).
+        let m = unsafe { Box::from_raw(mr.cast::<SoftMr>()) };
+        // SAFETY: live PD, as above.
+        unsafe { SoftPd::from_ptr(m.mr.pd) }
+            .users
+            .fetch_sub(1, Ordering::AcqRel);
+        drop(m);
+        0
+    })
+}
+
+/// `ibv_rereg_mr`: not implemented (deregister and register again instead).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_rereg_mr(
+    _mr: *mut ibv_mr,
+    _flags: c_int,
+    _pd: *mut ibv_pd,
+    _addr: *mut c_void,
+    _length: usize,
+    _access: c_int,
+) -> c_int {
+    fail("ibv_rereg_mr", libc::EOPNOTSUPP, &"not implemented")
+}
+
+/// An AH: the public `ibv_ah`, then softrdma's.
+#[repr(C)]
+pub(crate) struct SoftAh {
+    pub ah: ibv_ah,
+    pub inner: AddressHandle,
+}
+
+impl SoftAh {
+    /// # Safety
+    /// `ah` must be a live AH this library returned.
+    pub(crate) unsafe fn from_ptr<'a>(ah: *mut ibv_ah) -> &'a SoftAh {
+        // SAFETY: `ah` is the first field of a live SoftAh.
+        unsafe { &*ah.cast::<SoftAh>() }
+    }
+}
+
+/// The address vector of an `ibv_ah_attr`: RoCE needs the GRH, as on rxe (whose
+/// `ib_resolve_eth_dmac` refuses an AH without one with EINVAL).
+pub(crate) fn ah_dgid(verb: &str, attr: &ibv_ah_attr) -> Result<Ipv6Addr, c_int> {
+    if attr.is_global == 0 {
+        return Err(fail(
+            verb,
+            libc::EINVAL,
+            &"RoCE needs a GRH (is_global = 1 and a destination GID)",
+        ));
+    }
+    Ok(Ipv6Addr::from(attr.grh.dgid.raw))
+}
+
+/// `ibv_create_ah`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    guard("ibv_create_ah", null_mut(), || {
+        if pd.is_null() || attr.is_null() {
+            fail("ibv_create_ah", libc::EINVAL, &"NULL argument");
+            return null_mut();
+        }
+        // SAFETY: the caller's attr.
+        let attr = unsafe { &*attr };
+        let Ok(dgid) = ah_dgid("ibv_create_ah", attr) else {
+            return null_mut();
+        };
+        // SAFETY: live PD.
+        let spd = unsafe { SoftPd::from_ptr(pd) };
+        match spd.inner.create_ah(dgid, attr.grh.sgid_index as usize) {
+            Ok(inner) => {
+                spd.users.fetch_add(1, Ordering::AcqRel);
+                let ah = Box::new(SoftAh {
+                    ah: ibv_ah {
+                        context: spd.pd.context,
+                        pd,
+                        handle: next_handle(),
+                    },
+                    inner,
+                });
+                Box::into_raw(ah).cast()
+            }
+            Err(e) => {
+                fail_with("ibv_create_ah", &e);
+                null_mut()
+            }
+        }
+    })
+}
+
+/// `ibv_destroy_ah`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
+    guard("ibv_destroy_ah", libc::EIO, || {
+        if ah.is_null() {
+            return fail("ibv_destroy_ah", libc::EINVAL, &"NULL AH");
+        }
+        // SAFETY: from ibv_create_ah's Box, freed once; its PD is alive (counted).
+        let a = unsafe { Box::from_raw(ah.cast::<SoftAh>()) };
+        // SAFETY: as above.
+        unsafe { SoftPd::from_ptr(a.ah.pd) }
+            .users
+            .fetch_sub(1, Ordering::AcqRel);
+        0
+    })
+}
+
+/// `ibv_init_ah_from_wc`: the AH attributes that answer a UD receive, from its GRH
+/// (the sender's GID becomes the destination; our GID it was sent to picks the source
+/// index).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    ctx: *mut ibv_context,
+    port: u8,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    attr: *mut ibv_ah_attr,
+) -> c_int {
+    guard("ibv_init_ah_from_wc", -1, || {
+        if ctx.is_null() || wc.is_null() || grh.is_null() || attr.is_null() {
+            fail("ibv_init_ah_from_wc", libc::EINVAL, &"NULL argument");
+            return -1;
+        }
+        // SAFETY: the caller's wc and GRH (the first 40 bytes of the receive buffer).
+        let (wc, grh) = unsafe { (&*wc, &*grh) };
+        if wc.wc_flags & 1 == 0 {
+            fail(
+                "ibv_init_ah_from_wc",
+                libc::EINVAL,
+                &"the completion has no GRH (IBV_WC_GRH)",
+            );
+            return -1;
+        }
+        // SAFETY: live context.
+        let soft = unsafe { SoftContext::from_ptr(ctx) };
+        let ours = Ipv6Addr::from(grh.dgid.raw);
+        // A GID sent to is ours; with IPv4 the GRH carries the IPv4-mapped address.
+        let index = soft
+            .ctx
+            .gids()
+            .iter()
+            .position(|g| *g == ours)
+            .unwrap_or(1.min(soft.ctx.gids().len() - 1));
+        let flow = u32::from_be(grh.version_tclass_flow);
+        let out = ibv_ah_attr {
+            grh: ibv_global_route {
+                dgid: grh.sgid,
+                flow_label: flow & 0xf_ffff,
+                sgid_index: index as u8,
+                hop_limit: 0xff,
+                traffic_class: (flow >> 20) as u8,
+            },
+            dlid: wc.slid,
+            sl: wc.sl,
+            src_path_bits: wc.dlid_path_bits,
+            static_rate: 0,
+            is_global: 1,
+            port_num: port,
+        };
+        // SAFETY: the caller's writable attr.
+        unsafe { *attr = out };
+        0
+    })
+}
+
+/// `ibv_create_ah_from_wc`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut ibv_pd,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    port: u8,
+) -> *mut ibv_ah {
+    guard("ibv_create_ah_from_wc", null_mut(), || {
+        if pd.is_null() {
+            fail("ibv_create_ah_from_wc", libc::EINVAL, &"NULL PD");
+            return null_mut();
+        }
+        let mut attr = ibv_ah_attr::default();
+        // SAFETY: live PD; the rest is checked by ibv_init_ah_from_wc.
+        let ctx = unsafe { SoftPd::from_ptr(pd) }.pd.context;
+        // SAFETY: forwarded.
+        if unsafe { ibv_init_ah_from_wc(ctx, port, wc, grh, &mut attr) } != 0 {
+            return null_mut();
+        }
+        // SAFETY: forwarded.
+        unsafe { ibv_create_ah(pd, &mut attr) }
+    })
+}

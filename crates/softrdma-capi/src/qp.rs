@@ -1,0 +1,1184 @@
+//! Queue pairs (plain and extended, with the `ibv_wr_*` builders), shared receive queues,
+//! and the post verbs.
+//!
+//! `ibv_post_send` turns each `ibv_send_wr` into a [`SendWr`] and hands the chain to the
+//! Rust QP in one call (one QP lock, one engine pass, as few system calls as the kernel
+//! allows); the SGEs name the application's registered memory, which the device reads when
+//! each packet is built. An `IBV_SEND_INLINE` payload is copied at post time, as on a NIC.
+
+use crate::abi::*;
+use crate::cq::SoftCq;
+use crate::device::SoftContext;
+use crate::mr::{SoftAh, SoftPd, next_handle};
+use crate::{fail, fail_with, guard};
+use softrdma::{
+    AccessFlags, AddressVector, Mtu, Payload, QpAttr, QpCaps, QpInitAttr, QpState, QpType, RecvWr,
+    SendFlags, SendOp, SendWr, Sge, SharedReceiveQueue,
+};
+use softrdma::{Psn, Qpn};
+use std::ffi::{c_int, c_void};
+use std::net::IpAddr;
+use std::ptr::null_mut;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A QP: the public `ibv_qp_ex` (whose prefix is the `ibv_qp`), then softrdma's.
+#[repr(C)]
+pub(crate) struct SoftQp {
+    pub qp: ibv_qp_ex,
+    pub inner: softrdma::QueuePair,
+    caps: ibv_qp_cap,
+    sq_sig_all: bool,
+    /// The WRs an `ibv_wr_start` ... `ibv_wr_complete` batch has built, and the first error.
+    batch: Mutex<(Vec<SendWr>, c_int)>,
+}
+
+impl SoftQp {
+    /// # Safety
+    /// `qp` must be a live QP this library returned.
+    pub(crate) unsafe fn from_ptr<'a>(qp: *mut ibv_qp) -> &'a SoftQp {
+        // SAFETY: `qp` is the first field of a live SoftQp.
+        unsafe { &*qp.cast::<SoftQp>() }
+    }
+}
+
+/// An SRQ: the public struct, then softrdma's.
+#[repr(C)]
+pub(crate) struct SoftSrq {
+    pub srq: ibv_srq,
+    pub inner: SharedReceiveQueue,
+    attr: Mutex<ibv_srq_attr>,
+    /// QPs that take receives from it.
+    users: AtomicUsize,
+}
+
+fn qp_type(t: c_int) -> Option<QpType> {
+    match t {
+        2 => Some(QpType::Rc),
+        3 => Some(QpType::Uc),
+        4 => Some(QpType::Ud),
+        _ => None,
+    }
+}
+
+fn qp_state(s: c_int) -> Option<QpState> {
+    Some(match s {
+        0 => QpState::Reset,
+        1 => QpState::Init,
+        2 => QpState::Rtr,
+        3 => QpState::Rts,
+        4 => QpState::Sqd,
+        5 => QpState::Sqe,
+        6 => QpState::Error,
+        _ => return None,
+    })
+}
+
+fn mtu(m: c_int) -> Option<Mtu> {
+    Some(match m {
+        1 => Mtu::M256,
+        2 => Mtu::M512,
+        3 => Mtu::M1024,
+        4 => Mtu::M2048,
+        5 => Mtu::M4096,
+        _ => return None,
+    })
+}
+
+struct Create {
+    pd: *mut ibv_pd,
+    qp_context: *mut c_void,
+    send_cq: *mut ibv_cq,
+    recv_cq: *mut ibv_cq,
+    srq: *mut ibv_srq,
+    cap: ibv_qp_cap,
+    qp_type: c_int,
+    sq_sig_all: bool,
+}
+
+fn create(verb: &'static str, c: Create) -> Result<*mut SoftQp, ()> {
+    let err = |errno, why: &dyn std::fmt::Display| {
+        fail(verb, errno, why);
+    };
+    if c.pd.is_null() || c.send_cq.is_null() || c.recv_cq.is_null() {
+        err(libc::EINVAL, &"NULL PD or CQ");
+        return Err(());
+    }
+    let Some(t) = qp_type(c.qp_type) else {
+        err(
+            libc::EOPNOTSUPP,
+            &format_args!("QP type {}: softrdma has RC, UC and UD", c.qp_type),
+        );
+        return Err(());
+    };
+    // SAFETY: live PD, CQs and (if any) SRQ of the caller's.
+    let (pd, scq, rcq) = unsafe {
+        (
+            SoftPd::from_ptr(c.pd),
+            SoftCq::from_ptr(c.send_cq),
+            SoftCq::from_ptr(c.recv_cq),
+        )
+    };
+    // SAFETY: NULL or a live SRQ.
+    let srq = unsafe { c.srq.cast::<SoftSrq>().as_ref() };
+    let caps = QpCaps {
+        // A QP may have no send queue in IB; the engine wants room for one WR.
+        max_send_wr: c.cap.max_send_wr.max(1),
+        max_recv_wr: if srq.is_some() { 0 } else { c.cap.max_recv_wr },
+        max_send_sge: c.cap.max_send_sge.max(1),
+        max_recv_sge: c.cap.max_recv_sge.max(1),
+        max_inline_data: c.cap.max_inline_data,
+    };
+    let init = QpInitAttr {
+        qp_type: t,
+        send_cq: scq.inner.clone(),
+        recv_cq: rcq.inner.clone(),
+        cap: caps,
+        sq_sig_all: c.sq_sig_all,
+        srq: srq.map(|s| s.inner.clone()),
+    };
+    let inner = match pd.inner.create_qp(init) {
+        Ok(q) => q,
+        Err(e) => {
+            fail_with(verb, &e);
+            return Err(());
+        }
+    };
+    pd.users.fetch_add(1, Ordering::AcqRel);
+    scq.users.fetch_add(1, Ordering::AcqRel);
+    rcq.users.fetch_add(1, Ordering::AcqRel);
+    if let Some(s) = srq {
+        s.users.fetch_add(1, Ordering::AcqRel);
+    }
+    let ctx = pd.pd.context;
+    let qpn = inner.qp_num().value();
+    let actual = ibv_qp_cap {
+        max_send_wr: caps.max_send_wr,
+        max_recv_wr: caps.max_recv_wr,
+        max_send_sge: caps.max_send_sge,
+        max_recv_sge: caps.max_recv_sge,
+        max_inline_data: caps.max_inline_data,
+    };
+    // SAFETY: ibv_qp_ex is pointers, ints, Option<fn> and pthread objects: all-zero is
+    // valid for the first three; the pthread objects are initialised below.
+    let mut q: ibv_qp_ex = unsafe { std::mem::zeroed() };
+    let b = &mut q.qp_base;
+    b.context = ctx;
+    b.qp_context = c.qp_context;
+    b.pd = c.pd;
+    b.send_cq = c.send_cq;
+    b.recv_cq = c.recv_cq;
+    b.srq = c.srq;
+    b.handle = next_handle();
+    b.qp_num = qpn;
+    b.state = 0;
+    b.qp_type = c.qp_type;
+    b.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
+    b.cond = libc::PTHREAD_COND_INITIALIZER;
+    set_builders(&mut q);
+    let soft = Box::into_raw(Box::new(SoftQp {
+        qp: q,
+        inner,
+        caps: actual,
+        sq_sig_all: c.sq_sig_all,
+        batch: Mutex::new((Vec::new(), 0)),
+    }));
+    // SAFETY: live context.
+    let sc = unsafe { SoftContext::from_ptr(ctx) };
+    sc.qps
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(qpn, soft as usize);
+    Ok(soft)
+}
+
+/// `ibv_create_qp`: the caps actually given are written back to `attr.cap`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    guard("ibv_create_qp", null_mut(), || {
+        if attr.is_null() {
+            fail("ibv_create_qp", libc::EINVAL, &"NULL attr");
+            return null_mut();
+        }
+        // SAFETY: the caller's attr.
+        let a = unsafe { &mut *attr };
+        let c = Create {
+            pd,
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all != 0,
+        };
+        match create("ibv_create_qp", c) {
+            Ok(q) => {
+                // SAFETY: just created.
+                a.cap = unsafe { (*q).caps };
+                q.cast()
+            }
+            Err(()) => null_mut(),
+        }
+    })
+}
+
+/// The `ibv_wr_*` operations softrdma carries (`enum ibv_qp_create_send_ops_flags`):
+/// WRITE, WRITE with immediate, SEND, SEND with immediate, READ, both atomics, and SEND
+/// with invalidate. Not local invalidate, memory-window binds, TSO or ATOMIC_WRITE.
+const SEND_OPS_SUPPORTED: u64 = 0x7f | (1 << 9);
+
+/// `verbs_context.create_qp_ex` (`ibv_create_qp_ex`).
+pub(crate) unsafe extern "C" fn create_qp_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    guard("ibv_create_qp_ex", null_mut(), || {
+        if ctx.is_null() || attr.is_null() {
+            fail("ibv_create_qp_ex", libc::EINVAL, &"NULL argument");
+            return null_mut();
+        }
+        // SAFETY: the caller's attr.
+        let a = unsafe { &mut *attr };
+        const PD: u32 = 1;
+        const CREATE_FLAGS: u32 = 1 << 2;
+        const SEND_OPS_FLAGS: u32 = 1 << 6;
+        if a.comp_mask & !(PD | CREATE_FLAGS | SEND_OPS_FLAGS) != 0 {
+            fail(
+                "ibv_create_qp_ex",
+                libc::EOPNOTSUPP,
+                &format_args!(
+                    "comp_mask {:#x}: XRC, RSS and TSO are not implemented",
+                    a.comp_mask
+                ),
+            );
+            return null_mut();
+        }
+        if a.comp_mask & PD == 0 {
+            fail(
+                "ibv_create_qp_ex",
+                libc::EINVAL,
+                &"no PD (IBV_QP_INIT_ATTR_PD)",
+            );
+            return null_mut();
+        }
+        if a.comp_mask & CREATE_FLAGS != 0 && a.create_flags != 0 {
+            fail(
+                "ibv_create_qp_ex",
+                libc::EOPNOTSUPP,
+                &format_args!("create_flags {:#x}", a.create_flags),
+            );
+            return null_mut();
+        }
+        if a.comp_mask & SEND_OPS_FLAGS != 0 && a.send_ops_flags & !SEND_OPS_SUPPORTED != 0 {
+            fail(
+                "ibv_create_qp_ex",
+                libc::EOPNOTSUPP,
+                &format_args!("send_ops_flags {:#x}", a.send_ops_flags),
+            );
+            return null_mut();
+        }
+        let c = Create {
+            pd: a.pd,
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all != 0,
+        };
+        match create("ibv_create_qp_ex", c) {
+            Ok(q) => {
+                // SAFETY: just created.
+                unsafe {
+                    a.cap = (*q).caps;
+                    (*q).qp.comp_mask = 0;
+                }
+                q.cast()
+            }
+            Err(()) => null_mut(),
+        }
+    })
+}
+
+/// `ibv_qp_to_qp_ex`: every QP of softrdma is extended.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    qp.cast()
+}
+
+/// `ibv_destroy_qp`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    guard("ibv_destroy_qp", libc::EIO, || {
+        if qp.is_null() {
+            return fail("ibv_destroy_qp", libc::EINVAL, &"NULL QP");
+        }
+        // SAFETY: from create's Box, freed once; the PD, CQs and SRQ it counts are alive.
+        let q = unsafe { Box::from_raw(qp.cast::<SoftQp>()) };
+        let b = &q.qp.qp_base;
+        // SAFETY: as above.
+        unsafe {
+            SoftContext::from_ptr(b.context)
+                .qps
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&b.qp_num);
+            SoftPd::from_ptr(b.pd).users.fetch_sub(1, Ordering::AcqRel);
+            SoftCq::from_ptr(b.send_cq)
+                .users
+                .fetch_sub(1, Ordering::AcqRel);
+            SoftCq::from_ptr(b.recv_cq)
+                .users
+                .fetch_sub(1, Ordering::AcqRel);
+            if let Some(s) = b.srq.cast::<SoftSrq>().as_ref() {
+                s.users.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        drop(q);
+        0
+    })
+}
+
+/// The local address of GID `index` of the context's table.
+fn gid_addr(soft: &SoftContext, index: u8) -> Option<IpAddr> {
+    soft.ctx
+        .gids()
+        .get(index as usize)
+        .map(|g| IpAddr::V6(*g).to_canonical())
+}
+
+/// `ibv_modify_qp`: the attributes `mask` names, checked by the engine against the
+/// transition table of IBTA 11.2.5.2 (EINVAL for one it does not allow).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    guard("ibv_modify_qp", libc::EIO, || {
+        if qp.is_null() || attr.is_null() {
+            return fail("ibv_modify_qp", libc::EINVAL, &"NULL argument");
+        }
+        // SAFETY: live QP; the caller's attr.
+        let (q, a) = unsafe { (SoftQp::from_ptr(qp), &*attr) };
+        let m = mask as u32;
+        let has = |bit: u32| m & bit != 0;
+        const RATE_LIMIT: u32 = 1 << 25;
+        if m & !((1 << 21) - 1) & !RATE_LIMIT != 0 || (has(RATE_LIMIT) && a.rate_limit != 0) {
+            return fail(
+                "ibv_modify_qp",
+                libc::EOPNOTSUPP,
+                &format_args!("attr_mask {m:#x}: rate limits are not implemented"),
+            );
+        }
+        let bad = |what: &str| {
+            fail(
+                "ibv_modify_qp",
+                libc::EINVAL,
+                &format_args!("invalid {what}"),
+            )
+        };
+        let mut r = QpAttr::default();
+        if has(1) {
+            let Some(s) = qp_state(a.qp_state) else {
+                return bad("qp_state");
+            };
+            r.state = Some(s);
+        }
+        if has(1 << 1) {
+            let Some(s) = qp_state(a.cur_qp_state) else {
+                return bad("cur_qp_state");
+            };
+            r.cur_state = Some(s);
+        }
+        if has(1 << 2) {
+            r.en_sqd_async_notify = Some(a.en_sqd_async_notify != 0);
+        }
+        if has(1 << 3) {
+            let Some(f) = AccessFlags::from_bits(a.qp_access_flags) else {
+                return bad("qp_access_flags");
+            };
+            r.access_flags = Some(f);
+        }
+        if has(1 << 4) {
+            r.pkey_index = Some(a.pkey_index);
+        }
+        if has(1 << 5) {
+            r.port = Some(a.port_num);
+        }
+        if has(1 << 6) {
+            r.qkey = Some(a.qkey);
+        }
+        if has(1 << 7) {
+            let Ok(dgid) = crate::mr::ah_dgid("ibv_modify_qp", &a.ah_attr) else {
+                return libc::EINVAL;
+            };
+            // SAFETY: the QP's live context.
+            let soft = unsafe { SoftContext::from_ptr(q.qp.qp_base.context) };
+            let Some(src) = gid_addr(soft, a.ah_attr.grh.sgid_index) else {
+                return bad("ah_attr.grh.sgid_index");
+            };
+            r.av = Some(AddressVector {
+                src,
+                dst: IpAddr::V6(dgid).to_canonical(),
+                flow_label: a.ah_attr.grh.flow_label & 0xf_ffff,
+            });
+        }
+        if has(1 << 8) {
+            let Some(p) = mtu(a.path_mtu) else {
+                return bad("path_mtu");
+            };
+            r.path_mtu = Some(p);
+        }
+        if has(1 << 9) {
+            r.timeout = Some(a.timeout);
+        }
+        if has(1 << 10) {
+            r.retry_cnt = Some(a.retry_cnt);
+        }
+        if has(1 << 11) {
+            r.rnr_retry = Some(a.rnr_retry);
+        }
+        if has(1 << 12) {
+            r.rq_psn = Some(Psn::new(a.rq_psn & 0xff_ffff));
+        }
+        if has(1 << 13) {
+            r.max_rd_atomic = Some(a.max_rd_atomic);
+        }
+        if has(1 << 14) || has(1 << 18) {
+            return fail(
+                "ibv_modify_qp",
+                libc::EINVAL,
+                &"alternate paths and path migration are not supported on RoCE",
+            );
+        }
+        if has(1 << 15) {
+            r.min_rnr_timer = Some(a.min_rnr_timer);
+        }
+        if has(1 << 16) {
+            r.sq_psn = Some(Psn::new(a.sq_psn & 0xff_ffff));
+        }
+        if has(1 << 17) {
+            r.max_dest_rd_atomic = Some(a.max_dest_rd_atomic);
+        }
+        if has(1 << 19) {
+            return bad("IBV_QP_CAP (the caps are fixed at creation)");
+        }
+        if has(1 << 20) {
+            r.dest_qpn = Some(Qpn::new(a.dest_qp_num & 0xff_ffff));
+        }
+        match q.inner.modify(&r) {
+            Ok(()) => {
+                if let Some(s) = r.state {
+                    // SAFETY: the caller's live QP; `state` is the field callers read.
+                    unsafe { (*qp).state = s as c_int };
+                }
+                0
+            }
+            Err(e) => fail_with("ibv_modify_qp", &e),
+        }
+    })
+}
+
+fn gid_of(ip: IpAddr) -> ibv_gid {
+    let v6 = match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
+    };
+    ibv_gid { raw: v6.octets() }
+}
+
+/// `ibv_query_qp`: every attribute in force (whatever `mask` asks), and the creation
+/// attributes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard("ibv_query_qp", libc::EIO, || {
+        if qp.is_null() || attr.is_null() || init.is_null() {
+            return fail("ibv_query_qp", libc::EINVAL, &"NULL argument");
+        }
+        // SAFETY: live QP.
+        let q = unsafe { SoftQp::from_ptr(qp) };
+        let b = &q.qp.qp_base;
+        // SAFETY: live context.
+        let soft = unsafe { SoftContext::from_ptr(b.context) };
+        let r = q.inner.query();
+        let mut o = ibv_qp_attr::default();
+        let state = r.state.unwrap_or(QpState::Reset);
+        o.qp_state = state as c_int;
+        o.cur_qp_state = state as c_int;
+        o.path_mtu = r.path_mtu.unwrap_or(soft.ctx.active_mtu()) as c_int;
+        o.path_mig_state = 0; // IBV_MIG_MIGRATED: there is no alternate path
+        o.qkey = r.qkey.unwrap_or(0);
+        o.rq_psn = r.rq_psn.map_or(0, |p| p.value());
+        o.sq_psn = r.sq_psn.map_or(0, |p| p.value());
+        o.dest_qp_num = r.dest_qpn.map_or(0, |n| n.value());
+        o.qp_access_flags = r.access_flags.map_or(0, |f| f.bits());
+        o.cap = q.caps;
+        if let Some(av) = r.av {
+            let gids = soft.ctx.gids();
+            let src = gid_of(av.src);
+            o.ah_attr = ibv_ah_attr {
+                grh: ibv_global_route {
+                    dgid: gid_of(av.dst),
+                    flow_label: av.flow_label,
+                    sgid_index: gids.iter().position(|g| g.octets() == src.raw).unwrap_or(0) as u8,
+                    hop_limit: 1,
+                    traffic_class: 0,
+                },
+                is_global: 1,
+                port_num: 1,
+                ..Default::default()
+            };
+        }
+        o.pkey_index = r.pkey_index.unwrap_or(0);
+        o.en_sqd_async_notify = u8::from(r.en_sqd_async_notify.unwrap_or(false));
+        o.max_rd_atomic = r.max_rd_atomic.unwrap_or(0);
+        o.max_dest_rd_atomic = r.max_dest_rd_atomic.unwrap_or(0);
+        o.min_rnr_timer = r.min_rnr_timer.unwrap_or(0);
+        o.port_num = r.port.unwrap_or(1);
+        o.timeout = r.timeout.unwrap_or(0);
+        o.retry_cnt = r.retry_cnt.unwrap_or(0);
+        o.rnr_retry = r.rnr_retry.unwrap_or(0);
+        // SAFETY: the caller's writable structs.
+        unsafe {
+            *attr = o;
+            let i = &mut *init;
+            i.qp_context = b.qp_context;
+            i.send_cq = b.send_cq;
+            i.recv_cq = b.recv_cq;
+            i.srq = b.srq;
+            i.cap = q.caps;
+            i.qp_type = b.qp_type;
+            i.sq_sig_all = c_int::from(q.sq_sig_all);
+        }
+        0
+    })
+}
+
+/// The SGEs of a WR.
+///
+/// # Safety
+/// `sg` must point at `n` SGEs (or `n` is 0).
+unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Result<Vec<Sge>, c_int> {
+    if n < 0 || (n > 0 && sg.is_null()) {
+        return Err(libc::EINVAL);
+    }
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: per the contract.
+    let s = unsafe { std::slice::from_raw_parts(sg, n as usize) };
+    Ok(s.iter()
+        .map(|e| Sge {
+            addr: e.addr,
+            length: e.length,
+            lkey: e.lkey,
+        })
+        .collect())
+}
+
+/// The bytes an inline send carries, copied from the SGEs' addresses (whose keys an
+/// inline send does not need).
+///
+/// # Safety
+/// Each SGE must name `length` readable bytes at `addr`.
+unsafe fn inline(s: &[Sge]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(s.iter().map(|e| e.length as usize).sum());
+    for e in s {
+        // SAFETY: per the contract (the C API's: an inline send reads the caller's memory
+        // during the post).
+        v.extend_from_slice(unsafe {
+            std::slice::from_raw_parts(e.addr as *const u8, e.length as usize)
+        });
+    }
+    v
+}
+
+/// The [`SendWr`] of an `ibv_send_wr`.
+///
+/// # Safety
+/// `w` and what it points at must be valid, as the C API requires.
+unsafe fn send_wr(q: &SoftQp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
+    // SAFETY: per the contract.
+    let s = unsafe { sges(w.sg_list, w.num_sge) }?;
+    let flags = SendFlags::from_bits_truncate(w.send_flags & 0xf);
+    // SAFETY: the union member the opcode names.
+    let (rdma, atomic) = unsafe { (w.wr.rdma, w.wr.atomic) };
+    let imm = u32::from_be(w.imm_data);
+    let op = match w.opcode {
+        0 => SendOp::Write {
+            remote_addr: rdma.remote_addr,
+            rkey: rdma.rkey,
+        },
+        1 => SendOp::WriteWithImm {
+            remote_addr: rdma.remote_addr,
+            rkey: rdma.rkey,
+            imm,
+        },
+        2 => SendOp::Send,
+        3 => SendOp::SendWithImm(imm),
+        4 => SendOp::Read {
+            remote_addr: rdma.remote_addr,
+            rkey: rdma.rkey,
+        },
+        5 => SendOp::CompareSwap {
+            remote_addr: atomic.remote_addr,
+            rkey: atomic.rkey,
+            compare: atomic.compare_add,
+            swap: atomic.swap,
+        },
+        6 => SendOp::FetchAdd {
+            remote_addr: atomic.remote_addr,
+            rkey: atomic.rkey,
+            add: atomic.compare_add,
+        },
+        9 => SendOp::SendWithInv(w.imm_data),
+        _ => return Err(libc::EINVAL),
+    };
+    let payload = if flags.contains(SendFlags::INLINE) && !op.is_read_or_atomic() {
+        // SAFETY: per the contract.
+        Payload::Inline(unsafe { inline(&s) })
+    } else {
+        Payload::Sges(s)
+    };
+    let ud = if q.qp.qp_base.qp_type == 4 {
+        // SAFETY: the UD member, for a UD QP.
+        let ud = unsafe { w.wr.ud };
+        if ud.ah.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: a live AH of the caller's.
+        let ah = unsafe { SoftAh::from_ptr(ud.ah) };
+        Some(
+            ah.inner
+                .dest(Qpn::new(ud.remote_qpn & 0xff_ffff), ud.remote_qkey),
+        )
+    } else {
+        None
+    };
+    Ok(SendWr {
+        wr_id: w.wr_id,
+        op,
+        payload,
+        flags,
+        ud,
+    })
+}
+
+/// `ctx->ops.post_send` (`ibv_post_send`).
+pub(crate) unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    guard("ibv_post_send", libc::EIO, || {
+        // SAFETY: live QP.
+        let q = unsafe { SoftQp::from_ptr(qp) };
+        let set_bad = |w: *mut ibv_send_wr| {
+            if !bad.is_null() {
+                // SAFETY: the caller's out-pointer.
+                unsafe { *bad = w };
+            }
+        };
+        if wr.is_null() {
+            return 0;
+        }
+        // SAFETY: the caller's WR.
+        let first = unsafe { &*wr };
+        if first.next.is_null() {
+            // The common case, one WR: no list.
+            // SAFETY: the caller's WR, as the C API requires.
+            let r = unsafe { send_wr(q, first) }.and_then(|w| {
+                q.inner
+                    .post_send(w)
+                    .map_err(|e| fail_with("ibv_post_send", &e))
+            });
+            return match r {
+                Ok(()) => 0,
+                Err(errno) => {
+                    set_bad(wr);
+                    fail("ibv_post_send", errno, &"WR refused")
+                }
+            };
+        }
+        let mut ptrs = Vec::new();
+        let mut wrs = Vec::new();
+        let mut broken = None;
+        let mut p = wr;
+        while !p.is_null() {
+            // SAFETY: the caller's chain.
+            let w = unsafe { &*p };
+            // SAFETY: as the C API requires.
+            match unsafe { send_wr(q, w) } {
+                Ok(s) => {
+                    wrs.push(s);
+                    ptrs.push(p);
+                }
+                Err(errno) => {
+                    broken = Some((p, errno));
+                    break;
+                }
+            }
+            p = w.next;
+        }
+        if let Err((i, e)) = q.inner.post_send_list(wrs) {
+            set_bad(ptrs[i]);
+            return fail_with("ibv_post_send", &e);
+        }
+        match broken {
+            Some((p, errno)) => {
+                set_bad(p);
+                fail("ibv_post_send", errno, &"WR refused (opcode, SGEs or AH)")
+            }
+            None => 0,
+        }
+    })
+}
+
+/// The [`RecvWr`]s of a chain, each handed to `post` in order; the first failure sets
+/// `bad`.
+///
+/// # Safety
+/// The chain must be valid, as the C API requires.
+unsafe fn post_recv_chain(
+    verb: &str,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    post: impl Fn(RecvWr) -> softrdma::Result<()>,
+) -> c_int {
+    let mut p = wr;
+    while !p.is_null() {
+        // SAFETY: per the contract.
+        let w = unsafe { &*p };
+        // SAFETY: per the contract.
+        let r = match unsafe { sges(w.sg_list, w.num_sge) } {
+            Ok(s) => post(RecvWr {
+                wr_id: w.wr_id,
+                sg_list: s,
+            })
+            .map_err(|e| fail_with(verb, &e)),
+            Err(errno) => Err(fail(verb, errno, &"bad sg_list")),
+        };
+        if let Err(errno) = r {
+            if !bad.is_null() {
+                // SAFETY: the caller's out-pointer.
+                unsafe { *bad = p };
+            }
+            return errno;
+        }
+        p = w.next;
+    }
+    0
+}
+
+/// `ctx->ops.post_recv` (`ibv_post_recv`).
+pub(crate) unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard("ibv_post_recv", libc::EIO, || {
+        // SAFETY: live QP.
+        let q = unsafe { SoftQp::from_ptr(qp) };
+        // SAFETY: as the C API requires.
+        unsafe { post_recv_chain("ibv_post_recv", wr, bad, |w| q.inner.post_recv(w)) }
+    })
+}
+
+/// `ctx->ops.post_srq_recv` (`ibv_post_srq_recv`).
+pub(crate) unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard("ibv_post_srq_recv", libc::EIO, || {
+        // SAFETY: a live SRQ of ours.
+        let s = unsafe { &*srq.cast::<SoftSrq>() };
+        // SAFETY: as the C API requires.
+        unsafe { post_recv_chain("ibv_post_srq_recv", wr, bad, |w| s.inner.post_recv(w)) }
+    })
+}
+
+fn new_srq(
+    verb: &str,
+    pd: *mut ibv_pd,
+    srq_context: *mut c_void,
+    attr: &mut ibv_srq_attr,
+) -> *mut ibv_srq {
+    if pd.is_null() {
+        fail(verb, libc::EINVAL, &"NULL PD");
+        return null_mut();
+    }
+    // SAFETY: live PD.
+    let spd = unsafe { SoftPd::from_ptr(pd) };
+    let inner = match spd.inner.create_srq(attr.max_wr, attr.max_sge.max(1)) {
+        Ok(s) => s,
+        Err(e) => {
+            fail_with(verb, &e);
+            return null_mut();
+        }
+    };
+    if attr.srq_limit > 0 {
+        inner.arm_limit(attr.srq_limit);
+    }
+    spd.users.fetch_add(1, Ordering::AcqRel);
+    attr.max_sge = attr.max_sge.max(1);
+    // SAFETY: pointers, ints and pthread objects (initialised below).
+    let mut s: ibv_srq = unsafe { std::mem::zeroed() };
+    s.context = spd.pd.context;
+    s.srq_context = srq_context;
+    s.pd = pd;
+    s.handle = next_handle();
+    s.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
+    s.cond = libc::PTHREAD_COND_INITIALIZER;
+    Box::into_raw(Box::new(SoftSrq {
+        srq: s,
+        inner,
+        attr: Mutex::new(*attr),
+        users: AtomicUsize::new(0),
+    }))
+    .cast()
+}
+
+/// `ibv_create_srq`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_create_srq(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    guard("ibv_create_srq", null_mut(), || {
+        if attr.is_null() {
+            fail("ibv_create_srq", libc::EINVAL, &"NULL attr");
+            return null_mut();
+        }
+        // SAFETY: the caller's attr.
+        let a = unsafe { &mut *attr };
+        new_srq("ibv_create_srq", pd, a.srq_context, &mut a.attr)
+    })
+}
+
+/// `verbs_context.create_srq_ex`: basic SRQs (XRC and tag matching are not implemented).
+pub(crate) unsafe extern "C" fn create_srq_ex(
+    _ctx: *mut ibv_context,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> *mut ibv_srq {
+    guard("ibv_create_srq_ex", null_mut(), || {
+        if attr.is_null() {
+            fail("ibv_create_srq_ex", libc::EINVAL, &"NULL attr");
+            return null_mut();
+        }
+        // SAFETY: the caller's attr.
+        let a = unsafe { &mut *attr };
+        const TYPE: u32 = 1;
+        const PD: u32 = 2;
+        if a.comp_mask & !(TYPE | PD) != 0 || (a.comp_mask & TYPE != 0 && a.srq_type != 0) {
+            fail(
+                "ibv_create_srq_ex",
+                libc::EOPNOTSUPP,
+                &"XRC and tag-matching SRQs are not implemented",
+            );
+            return null_mut();
+        }
+        if a.comp_mask & PD == 0 {
+            fail("ibv_create_srq_ex", libc::EINVAL, &"no PD");
+            return null_mut();
+        }
+        new_srq("ibv_create_srq_ex", a.pd, a.srq_context, &mut a.attr)
+    })
+}
+
+/// `verbs_context.get_srq_num`: XRC only.
+pub(crate) unsafe extern "C" fn get_srq_num(_srq: *mut ibv_srq, _num: *mut u32) -> c_int {
+    fail(
+        "ibv_get_srq_num",
+        libc::EOPNOTSUPP,
+        &"XRC is not implemented",
+    )
+}
+
+/// `ibv_modify_srq`: arming the limit (`IBV_SRQ_LIMIT`); resizing (`IBV_SRQ_MAX_WR`) is not
+/// implemented.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_modify_srq(
+    srq: *mut ibv_srq,
+    attr: *mut ibv_srq_attr,
+    mask: c_int,
+) -> c_int {
+    guard("ibv_modify_srq", libc::EIO, || {
+        if srq.is_null() || attr.is_null() {
+            return fail("ibv_modify_srq", libc::EINVAL, &"NULL argument");
+        }
+        // SAFETY: live SRQ; the caller's attr.
+        let (s, a) = unsafe { (&*srq.cast::<SoftSrq>(), &*attr) };
+        if mask & 1 != 0 {
+            return fail(
+                "ibv_modify_srq",
+                libc::EOPNOTSUPP,
+                &"resizing an SRQ is not implemented",
+            );
+        }
+        if mask & 2 != 0 {
+            let mut mine = s.attr.lock().unwrap_or_else(|e| e.into_inner());
+            if a.srq_limit > mine.max_wr {
+                return fail("ibv_modify_srq", libc::EINVAL, &"srq_limit above max_wr");
+            }
+            mine.srq_limit = a.srq_limit;
+            s.inner.arm_limit(a.srq_limit);
+        }
+        0
+    })
+}
+
+/// `ibv_query_srq`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    guard("ibv_query_srq", libc::EIO, || {
+        if srq.is_null() || attr.is_null() {
+            return fail("ibv_query_srq", libc::EINVAL, &"NULL argument");
+        }
+        // SAFETY: live SRQ; the caller's attr.
+        unsafe {
+            *attr = *(*srq.cast::<SoftSrq>())
+                .attr
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+        };
+        0
+    })
+}
+
+/// `ibv_destroy_srq`: EBUSY while QPs use it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+    guard("ibv_destroy_srq", libc::EIO, || {
+        if srq.is_null() {
+            return fail("ibv_destroy_srq", libc::EINVAL, &"NULL SRQ");
+        }
+        let p = srq.cast::<SoftSrq>();
+        // SAFETY: live SRQ.
+        if unsafe { &*p }.users.load(Ordering::Acquire) > 0 {
+            return fail("ibv_destroy_srq", libc::EBUSY, &"QPs still use the SRQ");
+        }
+        // SAFETY: from new_srq's Box, freed once; its PD is alive (counted).
+        let s = unsafe { Box::from_raw(p) };
+        // SAFETY: as above.
+        unsafe { SoftPd::from_ptr(s.srq.pd) }
+            .users
+            .fetch_sub(1, Ordering::AcqRel);
+        0
+    })
+}
+
+// The `ibv_wr_*` builders of an extended QP. Each appends to or edits the QP's batch;
+// `ibv_wr_complete` posts the batch as one chain.
+
+fn qpx<'a>(qp: *mut ibv_qp_ex) -> &'a SoftQp {
+    // SAFETY: the builders are called on a live QP of ours.
+    unsafe { SoftQp::from_ptr(qp.cast()) }
+}
+
+fn push(qp: *mut ibv_qp_ex, op: SendOp) {
+    guard("ibv_wr_*", (), || {
+        let q = qpx(qp);
+        let wr = SendWr {
+            wr_id: q.qp.wr_id,
+            op,
+            payload: Payload::Sges(Vec::new()),
+            flags: SendFlags::from_bits_truncate(q.qp.wr_flags & 0xf),
+            ud: None,
+        };
+        q.batch.lock().unwrap_or_else(|e| e.into_inner()).0.push(wr);
+    })
+}
+
+fn edit(qp: *mut ibv_qp_ex, f: impl FnOnce(&mut SendWr)) {
+    guard("ibv_wr_set_*", (), || {
+        let mut b = qpx(qp).batch.lock().unwrap_or_else(|e| e.into_inner());
+        let (wrs, err) = &mut *b;
+        match wrs.last_mut() {
+            Some(w) => f(w),
+            None => *err = libc::EINVAL,
+        }
+    })
+}
+
+unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
+    guard("ibv_wr_start", (), || {
+        *qpx(qp).batch.lock().unwrap_or_else(|e| e.into_inner()) = (Vec::new(), 0);
+    })
+}
+
+unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
+    guard("ibv_wr_complete", libc::EIO, || {
+        let q = qpx(qp);
+        let (wrs, err) = std::mem::take(&mut *q.batch.lock().unwrap_or_else(|e| e.into_inner()));
+        if err != 0 {
+            return fail(
+                "ibv_wr_complete",
+                err,
+                &"a builder call had no WR to apply to",
+            );
+        }
+        match q.inner.post_send_list(wrs) {
+            Ok(()) => 0,
+            Err((_, e)) => fail_with("ibv_wr_complete", &e),
+        }
+    })
+}
+
+unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
+    // SAFETY: forwarded.
+    unsafe { wr_start(qp) }
+}
+
+unsafe extern "C" fn wr_send(qp: *mut ibv_qp_ex) {
+    push(qp, SendOp::Send)
+}
+unsafe extern "C" fn wr_send_imm(qp: *mut ibv_qp_ex, imm: u32) {
+    push(qp, SendOp::SendWithImm(u32::from_be(imm)))
+}
+unsafe extern "C" fn wr_send_inv(qp: *mut ibv_qp_ex, rkey: u32) {
+    push(qp, SendOp::SendWithInv(rkey))
+}
+unsafe extern "C" fn wr_rdma_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    push(qp, SendOp::Write { remote_addr, rkey })
+}
+unsafe extern "C" fn wr_rdma_write_imm(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, imm: u32) {
+    push(
+        qp,
+        SendOp::WriteWithImm {
+            remote_addr,
+            rkey,
+            imm: u32::from_be(imm),
+        },
+    )
+}
+unsafe extern "C" fn wr_rdma_read(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64) {
+    push(qp, SendOp::Read { remote_addr, rkey })
+}
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    compare: u64,
+    swap: u64,
+) {
+    push(
+        qp,
+        SendOp::CompareSwap {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        },
+    )
+}
+unsafe extern "C" fn wr_atomic_fetch_add(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    add: u64,
+) {
+    push(
+        qp,
+        SendOp::FetchAdd {
+            remote_addr,
+            rkey,
+            add,
+        },
+    )
+}
+unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    edit(qp, |w| {
+        w.payload = Payload::Sges(vec![Sge { addr, length, lkey }])
+    })
+}
+unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
+    // SAFETY: the caller's `n` SGEs.
+    match unsafe { sges(list, n.min(c_int::MAX as usize) as c_int) } {
+        Ok(s) => edit(qp, |w| w.payload = Payload::Sges(s)),
+        Err(_) => edit(qp, |_| {}),
+    }
+}
+unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
+    let s = [Sge {
+        addr: addr as u64,
+        length: length as u32,
+        lkey: 0,
+    }];
+    // SAFETY: the caller's `length` bytes at `addr`, read now as the API says.
+    let data = unsafe { inline(&s) };
+    edit(qp, |w| w.payload = Payload::Inline(data))
+}
+unsafe extern "C" fn wr_set_inline_data_list(
+    qp: *mut ibv_qp_ex,
+    n: usize,
+    list: *const ibv_data_buf,
+) {
+    let bufs = if list.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: the caller's `n` buffers.
+        unsafe { std::slice::from_raw_parts(list, n) }
+    };
+    let s: Vec<Sge> = bufs
+        .iter()
+        .map(|b| Sge {
+            addr: b.addr as u64,
+            length: b.length as u32,
+            lkey: 0,
+        })
+        .collect();
+    // SAFETY: the caller's buffers, read now.
+    let data = unsafe { inline(&s) };
+    edit(qp, |w| w.payload = Payload::Inline(data))
+}
+unsafe extern "C" fn wr_set_ud_addr(qp: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
+    if ah.is_null() {
+        edit(qp, |_| {});
+        return;
+    }
+    // SAFETY: a live AH of the caller's.
+    let dest = unsafe { SoftAh::from_ptr(ah) }
+        .inner
+        .dest(Qpn::new(qpn & 0xff_ffff), qkey);
+    edit(qp, |w| w.ud = Some(dest))
+}
+
+fn set_builders(q: &mut ibv_qp_ex) {
+    q.wr_start = Some(wr_start);
+    q.wr_complete = Some(wr_complete);
+    q.wr_abort = Some(wr_abort);
+    q.wr_send = Some(wr_send);
+    q.wr_send_imm = Some(wr_send_imm);
+    q.wr_send_inv = Some(wr_send_inv);
+    q.wr_rdma_write = Some(wr_rdma_write);
+    q.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+    q.wr_rdma_read = Some(wr_rdma_read);
+    q.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+    q.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    q.wr_set_sge = Some(wr_set_sge);
+    q.wr_set_sge_list = Some(wr_set_sge_list);
+    q.wr_set_inline_data = Some(wr_set_inline_data);
+    q.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    q.wr_set_ud_addr = Some(wr_set_ud_addr);
+}
+
+/// The QP with number `qpn` of a context, for an async event.
+pub(crate) fn qp_by_num(soft: &SoftContext, qpn: u32) -> *mut ibv_qp {
+    soft.qps
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&qpn)
+        .map_or(null_mut(), |p| *p as *mut ibv_qp)
+}

@@ -1,0 +1,107 @@
+//! `librdmacm.so.1`'s symbols (RDMACM_1.0-1.3), served by this same library under its
+//! second name. The connection manager is not built yet (issue 16): until it is, every
+//! call fails with ENOSYS and says so once per function on stderr, and loading never
+//! fails, because BIND_NOW callers (perftest, rping, libfabric) need every symbol to exist
+//! even when they never connect through it.
+//!
+//! The stubs take no parameters: on x86_64 (System V) a caller's arguments are in
+//! registers the callee may ignore, so a parameterless function serves any signature.
+//! Each returns the failure value of its own C return type.
+
+use crate::set_errno;
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+fn enosys(name: &str, said: &AtomicBool) {
+    if !said.swap(true, Ordering::Relaxed) {
+        eprintln!(
+            "softrdma: {name}: the RDMA connection manager (librdmacm) is not implemented yet; \
+             exchange QP numbers out of band instead (ENOSYS)"
+        );
+    }
+    set_errno(libc::ENOSYS);
+}
+
+macro_rules! enosys {
+    ($ret:ty = $fail:expr; $($name:ident)*) => {$(
+        #[doc = concat!("`", stringify!($name), "`: the connection manager is not implemented yet (ENOSYS).")]
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $name() -> $ret {
+            static SAID: AtomicBool = AtomicBool::new(false);
+            enosys(stringify!($name), &SAID);
+            $fail
+        }
+    )*};
+}
+
+// int-returning (and ssize_t/off_t-returning: -1 in the full register).
+enosys! { isize = -1;
+    rdma_accept rdma_ack_cm_event rdma_bind_addr rdma_connect rdma_create_ep rdma_create_id
+    rdma_create_qp rdma_create_qp_ex rdma_create_srq rdma_create_srq_ex rdma_destroy_event_channel
+    rdma_destroy_id rdma_disconnect rdma_get_cm_event rdma_get_request rdma_getaddrinfo
+    rdma_join_multicast rdma_join_multicast_ex rdma_leave_multicast rdma_listen rdma_migrate_id
+    rdma_notify rdma_reject rdma_resolve_addr rdma_resolve_route rdma_set_option rdma_establish
+    rdma_init_qp_attr rdma_get_remote_ece rdma_reject_ece rdma_set_local_ece
+    raccept rbind rclose rconnect rfcntl rgetpeername rgetsockname rgetsockopt riomap riounmap
+    riowrite rlisten rpoll rread rreadv rrecv rrecvfrom rrecvmsg rselect rsend rsendmsg rsendto
+    rsetsockopt rshutdown rsocket rwrite rwritev
+}
+
+// pointer-returning.
+enosys! { *mut c_void = std::ptr::null_mut();
+    rdma_create_event_channel rdma_get_devices
+}
+
+// __be16-returning: port 0.
+enosys! { u16 = 0;
+    rdma_get_src_port rdma_get_dst_port
+}
+
+/// `rdma_destroy_ep`: nothing was created.
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_destroy_ep(_id: *mut c_void) {}
+
+/// `rdma_destroy_qp`: nothing was created.
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_destroy_qp(_id: *mut c_void) {}
+
+/// `rdma_destroy_srq`: nothing was created.
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_destroy_srq(_id: *mut c_void) {}
+
+/// `rdma_freeaddrinfo`: nothing was allocated.
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_freeaddrinfo(_res: *mut c_void) {}
+
+/// `rdma_free_devices`: nothing was allocated.
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_free_devices(_list: *mut c_void) {}
+
+/// `rdma_event_str`: the names of `enum rdma_cm_event_type`.
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_event_str(event: c_int) -> *const c_char {
+    const T: &[&std::ffi::CStr] = &[
+        c"RDMA_CM_EVENT_ADDR_RESOLVED",
+        c"RDMA_CM_EVENT_ADDR_ERROR",
+        c"RDMA_CM_EVENT_ROUTE_RESOLVED",
+        c"RDMA_CM_EVENT_ROUTE_ERROR",
+        c"RDMA_CM_EVENT_CONNECT_REQUEST",
+        c"RDMA_CM_EVENT_CONNECT_RESPONSE",
+        c"RDMA_CM_EVENT_CONNECT_ERROR",
+        c"RDMA_CM_EVENT_UNREACHABLE",
+        c"RDMA_CM_EVENT_REJECTED",
+        c"RDMA_CM_EVENT_ESTABLISHED",
+        c"RDMA_CM_EVENT_DISCONNECTED",
+        c"RDMA_CM_EVENT_DEVICE_REMOVAL",
+        c"RDMA_CM_EVENT_MULTICAST_JOIN",
+        c"RDMA_CM_EVENT_MULTICAST_ERROR",
+        c"RDMA_CM_EVENT_ADDR_CHANGE",
+        c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+    ];
+    usize::try_from(event)
+        .ok()
+        .and_then(|i| T.get(i))
+        .copied()
+        .unwrap_or(c"UNKNOWN EVENT")
+        .as_ptr()
+}
