@@ -71,7 +71,10 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for (node, name) in EXPORTS {
             assert!(seen.insert(*name), "{name} is listed twice");
-            assert!(map.contains(&format!("{node} {{")), "{node} (of {name}) is not in libibverbs.map");
+            assert!(
+                map.contains(&format!("{node} {{")),
+                "{node} (of {name}) is not in libibverbs.map"
+            );
         }
     }
 }

@@ -6,6 +6,7 @@
 
 mod demo;
 mod devices;
+mod dropin;
 mod error;
 mod pcap;
 mod perf;
@@ -49,6 +50,16 @@ enum Command {
     UcPingpong(pingpong::PingpongArgs),
     /// UD ping-pong, compatible with `ibv_ud_pingpong` in both directions.
     UdPingpong(pingpong::PingpongArgs),
+    /// Run an unmodified RDMA program (ibv_devinfo, ibv_rc_pingpong, perftest, qperf, ...)
+    /// on softrdma: it gets the drop-in libibverbs.so.1 and librdmacm.so.1 through
+    /// LD_LIBRARY_PATH, and its exit status is this command's.
+    Exec {
+        /// The program and its arguments (after `--`).
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        program: Vec<std::ffi::OsString>,
+    },
+    /// Print the `export` line that makes a shell's programs use softrdma.
+    Env,
 }
 
 #[derive(Debug, Subcommand)]
@@ -85,6 +96,8 @@ fn main() -> ExitCode {
         Command::RcPingpong(a) => return pingpong::run(softrdma::QpType::Rc, &a),
         Command::UcPingpong(a) => return pingpong::run(softrdma::QpType::Uc, &a),
         Command::UdPingpong(a) => return pingpong::run(softrdma::QpType::Ud, &a),
+        Command::Exec { program } => return dropin::exec(&program),
+        Command::Env => return dropin::env(),
     };
     match result {
         Ok(code) => code,
