@@ -81,6 +81,7 @@ pub type CreateQpEx =
     unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
 pub type CreateSrqEx =
     unsafe extern "C" fn(*mut ibv_context, *mut ibv_srq_init_attr_ex) -> *mut ibv_srq;
+pub type QueryRtValues = unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int;
 pub type GetSrqNum = unsafe extern "C" fn(*mut ibv_srq, *mut u32) -> c_int;
 
 /// `struct verbs_context`: the extended ops live before the `ibv_context` the application
@@ -88,7 +89,8 @@ pub type GetSrqNum = unsafe extern "C" fn(*mut ibv_srq, *mut u32) -> c_int;
 #[repr(C)]
 pub struct verbs_context {
     pub query_port: Option<QueryPort>,
-    pub _ops0: [*mut c_void; 24],
+    pub _ops0: [*mut c_void; 23],
+    pub query_rt_values: Option<QueryRtValues>,
     pub create_cq_ex: Option<CreateCqEx>,
     pub priv_: *mut c_void,
     pub query_device_ex: Option<QueryDeviceEx>,
@@ -100,6 +102,12 @@ pub struct verbs_context {
     pub _abi_placeholder3: u64,
     pub sz: usize,
     pub context: ibv_context,
+}
+
+#[repr(C)]
+pub struct ibv_values_ex {
+    pub comp_mask: u32,
+    pub raw_clock: libc::timespec,
 }
 
 #[repr(C)]
@@ -147,14 +155,19 @@ pub struct ibv_device_attr {
     pub phys_port_cnt: u8,
 }
 
-/// `struct ibv_device_attr_ex`: the legacy attributes, then the extended capabilities,
-/// every one of which softrdma reports as absent (zero), so they stay raw bytes here.
+/// `struct ibv_device_attr_ex`: the legacy attributes, then the extended capabilities, of
+/// which softrdma has the completion clock; the others stay raw (zero) bytes here.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ibv_device_attr_ex {
     pub orig_attr: ibv_device_attr,
     pub comp_mask: u32,
-    pub _rest: [u64; 20],
+    pub odp_caps: [u64; 3],
+    pub completion_timestamp_mask: u64,
+    /// kHz.
+    pub hca_core_clock: u64,
+    pub device_cap_flags_ex: u64,
+    pub _rest: [u64; 14],
 }
 
 #[repr(C)]
@@ -632,6 +645,10 @@ const _: () = {
     assert!(offset_of!(ibv_device_attr, max_pkeys) == 224);
     assert!(offset_of!(ibv_device_attr, phys_port_cnt) == 227);
     assert!(size_of::<ibv_device_attr_ex>() == 400);
+    assert!(offset_of!(ibv_device_attr_ex, completion_timestamp_mask) == 264);
+    assert!(offset_of!(ibv_device_attr_ex, hca_core_clock) == 272);
+    assert!(offset_of!(verbs_context, query_rt_values) == 192);
+    assert!(size_of::<ibv_values_ex>() == 24);
     assert!(size_of::<ibv_port_attr>() == 52);
     assert!(offset_of!(ibv_port_attr, pkey_tbl_len) == 32);
     assert!(offset_of!(ibv_port_attr, active_width) == 43);

@@ -225,6 +225,7 @@ fn verbs_context_for(dev: *mut ibv_device, async_fd: c_int) -> verbs_context {
     let mut v: verbs_context = unsafe { std::mem::zeroed() };
     v.query_port = Some(query_port_ex);
     v.query_device_ex = Some(query_device_ex);
+    v.query_rt_values = Some(query_rt_values);
     v.create_cq_ex = Some(crate::cq::create_cq_ex);
     v.create_qp_ex = Some(crate::qp::create_qp_ex);
     v.create_srq_ex = Some(crate::qp::create_srq_ex);
@@ -343,12 +344,37 @@ unsafe extern "C" fn query_device_ex(
         let mut ex: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
         // SAFETY: live context.
         fill_device_attr(unsafe { SoftContext::from_ptr(ctx) }, &mut ex.orig_attr);
+        // Completion timestamps count nanoseconds of CLOCK_MONOTONIC: a 1 GHz clock.
+        ex.completion_timestamp_mask = u64::MAX;
+        ex.hca_core_clock = 1_000_000;
         let n = attr_size.min(size_of::<ibv_device_attr_ex>());
         // SAFETY: the caller's struct has `attr_size` writable bytes; zero what we do not know.
         unsafe {
             std::ptr::write_bytes(attr.cast::<u8>(), 0, attr_size);
             std::ptr::copy_nonoverlapping((&raw const ex).cast::<u8>(), attr.cast::<u8>(), n);
         }
+        0
+    })
+}
+
+/// `verbs_context.query_rt_values` (`ibv_query_rt_values_ex`): the completion clock now.
+unsafe extern "C" fn query_rt_values(ctx: *mut ibv_context, values: *mut ibv_values_ex) -> c_int {
+    guard("ibv_query_rt_values_ex", libc::EIO, || {
+        if ctx.is_null() || values.is_null() {
+            return fail("ibv_query_rt_values_ex", libc::EINVAL, &"NULL argument");
+        }
+        // SAFETY: the caller's struct.
+        let v = unsafe { &mut *values };
+        // Only IBV_VALUES_MASK_RAW_CLOCK exists.
+        if v.comp_mask & !1 != 0 {
+            return fail(
+                "ibv_query_rt_values_ex",
+                libc::EOPNOTSUPP,
+                &"comp_mask beyond RAW_CLOCK",
+            );
+        }
+        v.comp_mask = 1;
+        v.raw_clock = crate::cq::clock(libc::CLOCK_MONOTONIC);
         0
     })
 }

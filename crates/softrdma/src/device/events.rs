@@ -21,7 +21,9 @@ impl AsyncEvents {
     /// still queued; only the descriptor is missing, and `fd` says so.
     pub(crate) fn new() -> Self {
         // SAFETY: eventfd takes no pointers; the result is checked before use.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        // Blocking, as a kernel device's async_fd is (C callers set O_NONBLOCK themselves
+        // if they want it); `pop` reads it only when poll says it is readable.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         Self {
             queue: Mutex::new(VecDeque::new()),
             // SAFETY: `fd` is a new descriptor that nothing else owns.
@@ -47,10 +49,13 @@ impl AsyncEvents {
         let e = q.pop_front();
         // Drain the counter under the lock, then set it again if events remain: a push
         // that races this takes the lock after us and signals anew.
-        if let Some(fd) = &self.fd {
-            let mut v: u64 = 0;
-            // SAFETY: reading 8 bytes into a valid u64 from our non-blocking eventfd.
-            unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        if let Some(fd) = self.fd() {
+            if readable(fd) {
+                let mut v: u64 = 0;
+                // SAFETY: reading 8 bytes into a valid u64 from our eventfd, which is
+                // readable, so this does not block.
+                unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+            }
         }
         let more = !q.is_empty();
         drop(q);
@@ -74,19 +79,20 @@ impl AsyncEvents {
     }
 }
 
+/// Whether `fd` can be read without blocking.
+fn readable(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn readable(fd: RawFd) -> bool {
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, no wait.
-        unsafe { libc::poll(&mut p, 1, 0) == 1 }
-    }
 
     #[test]
     fn the_descriptor_is_readable_exactly_while_events_wait() {

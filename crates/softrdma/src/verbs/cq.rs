@@ -226,7 +226,9 @@ impl std::fmt::Debug for CompletionChannel {
 impl CompletionChannel {
     pub(crate) fn new() -> Result<Self> {
         // SAFETY: eventfd takes no pointers; the result is checked before use.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        // Blocking, as a kernel channel's descriptor is: C callers that want otherwise set
+        // O_NONBLOCK themselves, and `get_cq_event` reads only after poll says readable.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if fd < 0 {
             return Err(Error::Io {
                 verb: "ibv_create_comp_channel",
