@@ -391,7 +391,7 @@ fn port_attr(soft: &SoftContext) -> ibv_port_attr {
         port_cap_flags: (1 << 16) | (1 << 26),
         max_msg_sz: a.max_msg_sz.min(u64::from(u32::MAX)) as u32,
         pkey_tbl_len: 1,
-        lid: p.lid,
+        lid: crate::mr::port_lid(soft.ctx.addr()),
         sm_lid: p.sm_lid,
         max_vl_num: 1,
         active_width: 1, // 1X

@@ -252,17 +252,61 @@ impl SoftAh {
     }
 }
 
-/// The address vector of an `ibv_ah_attr`: RoCE needs the GRH, as on rxe (whose
-/// `ib_resolve_eth_dmac` refuses an AH without one with EINVAL).
-pub(crate) fn ah_dgid(verb: &str, attr: &ibv_ah_attr) -> Result<Ipv6Addr, c_int> {
-    if attr.is_global == 0 {
-        return Err(fail(
+/// The destination GID of an `ibv_ah_attr` for a device on `local`.
+///
+/// RoCE addresses by GID, so rxe refuses an AH without a GRH (`ib_resolve_eth_dmac`:
+/// EINVAL), and programs that exchange only LIDs (qperf) cannot run on it. softrdma does
+/// better for IPv4 devices: their port has a LID, the low 16 bits of the address
+/// ([`port_lid`]), and an AH without a GRH reaches the host of that LID in the device's
+/// /16. Anything else without a GRH is refused as on rxe.
+pub(crate) fn ah_dgid(
+    verb: &str,
+    attr: &ibv_ah_attr,
+    local: std::net::IpAddr,
+) -> Result<Ipv6Addr, c_int> {
+    if attr.is_global != 0 {
+        return Ok(Ipv6Addr::from(attr.grh.dgid.raw));
+    }
+    match local {
+        std::net::IpAddr::V4(a) if attr.dlid != 0 => {
+            let ip = (u32::from(a) & 0xffff_0000) | u32::from(attr.dlid);
+            Ok(std::net::Ipv4Addr::from(ip).to_ipv6_mapped())
+        }
+        _ => Err(fail(
             verb,
             libc::EINVAL,
-            &"RoCE needs a GRH (is_global = 1 and a destination GID)",
-        ));
+            &"RoCE needs a GRH (is_global = 1 and a destination GID), or a LID of an IPv4 device",
+        )),
     }
-    Ok(Ipv6Addr::from(attr.grh.dgid.raw))
+}
+
+/// The destination GID and the source GID index of an `ibv_ah_attr`: the GRH's, or for a
+/// LID-addressed AH (see [`ah_dgid`]) the device address's own GID.
+pub(crate) fn ah_path(
+    verb: &str,
+    attr: &ibv_ah_attr,
+    soft: &SoftContext,
+) -> Result<(Ipv6Addr, usize), c_int> {
+    let addr = soft.ctx.addr();
+    let dgid = ah_dgid(verb, attr, addr)?;
+    if attr.is_global != 0 {
+        return Ok((dgid, attr.grh.sgid_index as usize));
+    }
+    let own = match addr {
+        std::net::IpAddr::V4(a) => a.to_ipv6_mapped(),
+        std::net::IpAddr::V6(a) => a,
+    };
+    let index = soft.ctx.gids().iter().position(|g| *g == own).unwrap_or(0);
+    Ok((dgid, index))
+}
+
+/// The LID of an IPv4 device's port: the low 16 bits of its address (0 for IPv6, or when
+/// they are 0), so that LID-addressed AHs work within its /16 (see [`ah_dgid`]).
+pub(crate) fn port_lid(local: std::net::IpAddr) -> u16 {
+    match local {
+        std::net::IpAddr::V4(a) => u32::from(a) as u16,
+        std::net::IpAddr::V6(_) => 0,
+    }
 }
 
 /// `ibv_create_ah`.
@@ -275,12 +319,12 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
         }
         // SAFETY: the caller's attr.
         let attr = unsafe { &*attr };
-        let Ok(dgid) = ah_dgid("ibv_create_ah", attr) else {
+        // SAFETY: live PD, and its live context.
+        let (spd, soft) = unsafe { (SoftPd::from_ptr(pd), SoftContext::from_ptr((*pd).context)) };
+        let Ok((dgid, sgid_index)) = ah_path("ibv_create_ah", attr, soft) else {
             return null_mut();
         };
-        // SAFETY: live PD.
-        let spd = unsafe { SoftPd::from_ptr(pd) };
-        match spd.inner.create_ah(dgid, attr.grh.sgid_index as usize) {
+        match spd.inner.create_ah(dgid, sgid_index) {
             Ok(inner) => {
                 spd.users.fetch_add(1, Ordering::AcqRel);
                 let ah = Box::new(SoftAh {

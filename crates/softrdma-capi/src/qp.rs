@@ -345,7 +345,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 }
 
 /// The local address of GID `index` of the context's table.
-fn gid_addr(soft: &SoftContext, index: u8) -> Option<IpAddr> {
+fn gid_addr(soft: &SoftContext, index: usize) -> Option<IpAddr> {
     soft.ctx
         .gids()
         .get(index as usize)
@@ -415,12 +415,13 @@ pub unsafe extern "C" fn ibv_modify_qp(
             r.qkey = Some(a.qkey);
         }
         if has(1 << 7) {
-            let Ok(dgid) = crate::mr::ah_dgid("ibv_modify_qp", &a.ah_attr) else {
-                return libc::EINVAL;
-            };
             // SAFETY: the QP's live context.
             let soft = unsafe { SoftContext::from_ptr(q.qp.qp_base.context) };
-            let Some(src) = gid_addr(soft, a.ah_attr.grh.sgid_index) else {
+            let Ok((dgid, sgid_index)) = crate::mr::ah_path("ibv_modify_qp", &a.ah_attr, soft)
+            else {
+                return libc::EINVAL;
+            };
+            let Some(src) = gid_addr(soft, sgid_index) else {
                 return bad("ah_attr.grh.sgid_index");
             };
             r.av = Some(AddressVector {
