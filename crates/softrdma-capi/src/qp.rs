@@ -348,7 +348,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 fn gid_addr(soft: &SoftContext, index: usize) -> Option<IpAddr> {
     soft.ctx
         .gids()
-        .get(index as usize)
+        .get(index)
         .map(|g| IpAddr::V6(*g).to_canonical())
 }
 
