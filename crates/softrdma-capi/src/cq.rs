@@ -390,7 +390,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         let nonblock = unsafe { libc::fcntl(c.ch.fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
         let timeout = nonblock.then_some(std::time::Duration::ZERO);
         loop {
-            match c.inner.get_cq_event(timeout) {
+            match c.inner.get_cq_event_interruptible(timeout) {
                 Ok(Some(got)) => {
                     let p = got.user_data() as *mut SoftCq;
                     if p.is_null() {

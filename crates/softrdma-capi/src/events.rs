@@ -43,10 +43,10 @@ pub unsafe extern "C" fn ibv_get_async_event(
                 revents: 0,
             };
             // SAFETY: one valid pollfd.
-            if unsafe { libc::poll(&mut p, 1, -1) } < 0
-                && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR)
-            {
-                set_errno(libc::EIO);
+            if unsafe { libc::poll(&mut p, 1, -1) } < 0 {
+                // EINTR too goes back to the caller, as rdma-core's read(2) does.
+                let e = std::io::Error::last_os_error();
+                set_errno(e.raw_os_error().unwrap_or(libc::EIO));
                 return -1;
             }
         }

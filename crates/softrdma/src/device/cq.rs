@@ -12,6 +12,10 @@ use std::sync::{Arc, Mutex, Weak};
 pub(crate) trait Poller: Send + Sync {
     /// Receives what is waiting, if no other thread is; true if anything arrived.
     fn poll_rx(&self) -> bool;
+    /// The polling thread is about to block (in `get_cq_event`): the progress thread takes
+    /// the socket back now, instead of a grace after the last poll, so that the packet the
+    /// thread waits for is not held up by it.
+    fn app_sleeps(&self);
 }
 
 #[derive(Default)]
@@ -73,6 +77,8 @@ impl CqInner {
 pub(crate) struct ChannelInner {
     pub(crate) fd: OwnedFd,
     pub(crate) ready: Mutex<VecDeque<Weak<CqInner>>>,
+    /// The devices of the CQs that report here, told when a waiter blocks.
+    pub(crate) devices: Mutex<Vec<Weak<dyn Poller>>>,
 }
 
 impl ChannelInner {

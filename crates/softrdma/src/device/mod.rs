@@ -120,6 +120,9 @@ pub(crate) struct Device {
     /// it for packets that the poller receives anyway would cost a context switch per packet
     /// on small machines. A count, not a deadline, so that a poll need not read the clock.
     app_polls: AtomicU64,
+    /// `app_polls + 1` when a poller said it is about to block (`Poller::app_sleeps`): the
+    /// pollers count as gone until the count moves again.
+    app_released: AtomicU64,
     /// Counters of QPs already destroyed.
     pub retired: Mutex<softrdma_proto::QpCounters>,
     /// Receive state; whoever holds it drains the socket (the progress thread, or an
@@ -572,7 +575,11 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         // The last sweep's findings, and what was armed since.
         let timer = |t: u64| (t != u64::MAX).then(|| Instant::from_nanos(t));
         let mut next = timer(dev.gate.next_timer());
-        let app_until = pollers.observe(dev.app_polls.load(Ordering::Relaxed), now);
+        let app_until = pollers.observe(
+            dev.app_polls.load(Ordering::Relaxed),
+            dev.app_released.load(Ordering::Relaxed),
+            now,
+        );
         let app_polling = app_until.is_some();
         if app_polling == socket_registered {
             // Hand the socket to the busy poller, or take it back once it has stopped.
@@ -639,10 +646,15 @@ struct PollerWatch {
 
 impl PollerWatch {
     /// Takes the pollers' count at `now`; `Some(until)` while they count as active.
-    fn observe(&mut self, polls: u64, now: Instant) -> Option<Instant> {
+    /// `released` is `count + 1` of a poller that said it blocks at that count: they are
+    /// gone at once, until the count moves.
+    fn observe(&mut self, polls: u64, released: u64, now: Instant) -> Option<Instant> {
         if polls != self.seen {
             self.seen = polls;
             self.until = now.add(APP_POLL_GRACE).as_nanos();
+        }
+        if released == polls.wrapping_add(1) {
+            self.until = 0;
         }
         (self.until > now.as_nanos()).then(|| Instant::from_nanos(self.until))
     }
@@ -794,6 +806,7 @@ impl Device {
             #[cfg(test)]
             timer_visits: AtomicU64::new(0),
             app_polls: AtomicU64::new(0),
+            app_released: AtomicU64::new(0),
             retired: Mutex::new(softrdma_proto::QpCounters::default()),
             rx: Mutex::new(RxState {
                 rx: Receiver::default(),
@@ -855,6 +868,18 @@ impl cq::Poller for Device {
     fn poll_rx(&self) -> bool {
         Device::poll_rx(self)
     }
+
+    fn app_sleeps(&self) {
+        let polls = self.app_polls.load(Ordering::Relaxed);
+        // Stored as count + 1, so that 0 means "never released".
+        if self
+            .app_released
+            .swap(polls.wrapping_add(1), Ordering::Relaxed)
+            != polls.wrapping_add(1)
+        {
+            self.wake();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -868,15 +893,32 @@ mod tests {
         let mut w = PollerWatch::default();
         let at = |us: u64| Instant::from_nanos(us * 1000);
         let grace = APP_POLL_GRACE.as_micros() as u64;
-        assert_eq!(w.observe(0, at(10)), None, "no poll yet");
-        assert_eq!(w.observe(5, at(10)), Some(at(10 + grace)));
+        assert_eq!(w.observe(0, 0, at(10)), None, "no poll yet");
+        assert_eq!(w.observe(5, 0, at(10)), Some(at(10 + grace)));
         assert_eq!(
-            w.observe(9, at(50)),
+            w.observe(9, 0, at(50)),
             Some(at(50 + grace)),
             "a poll extends it"
         );
-        assert_eq!(w.observe(9, at(50 + grace - 1)), Some(at(50 + grace)));
-        assert_eq!(w.observe(9, at(50 + grace)), None, "the grace is over");
-        assert_eq!(w.observe(10, at(900)), Some(at(900 + grace)), "and back");
+        assert_eq!(w.observe(9, 0, at(50 + grace - 1)), Some(at(50 + grace)));
+        assert_eq!(w.observe(9, 0, at(50 + grace)), None, "the grace is over");
+        assert_eq!(w.observe(10, 0, at(900)), Some(at(900 + grace)), "and back");
+    }
+
+    /// A poller that says it blocks gives the socket back at once, and takes it again with
+    /// its next poll.
+    #[test]
+    fn a_poller_that_blocks_gives_the_socket_back_at_once() {
+        let mut w = PollerWatch::default();
+        let at = |us: u64| Instant::from_nanos(us * 1000);
+        let grace = APP_POLL_GRACE.as_micros() as u64;
+        assert_eq!(w.observe(7, 0, at(10)), Some(at(10 + grace)));
+        assert_eq!(w.observe(7, 8, at(11)), None, "released at count 7");
+        assert_eq!(w.observe(7, 8, at(12)), None, "still released");
+        assert_eq!(
+            w.observe(8, 8, at(13)),
+            Some(at(13 + grace)),
+            "polling again"
+        );
     }
 }

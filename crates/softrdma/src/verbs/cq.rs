@@ -53,6 +53,13 @@ impl CompletionQueue {
         events: Arc<crate::device::events::AsyncEvents>,
         device: Weak<dyn Poller>,
     ) -> Result<Self> {
+        if let Some(ch) = channel {
+            let mut devs = ch.inner.devices.lock().unwrap_or_else(|e| e.into_inner());
+            devs.retain(|d| d.strong_count() > 0);
+            if !devs.iter().any(|d| d.ptr_eq(&device)) {
+                devs.push(device.clone());
+            }
+        }
         if cqe == 0 || cqe > crate::config::MAX_CQE {
             return Err(Error::OutOfRange {
                 verb: "ibv_create_cq",
@@ -240,6 +247,7 @@ impl CompletionChannel {
                 // SAFETY: `fd` is a new descriptor that nothing else owns.
                 fd: unsafe { OwnedFd::from_raw_fd(fd) },
                 ready: Mutex::new(VecDeque::new()),
+                devices: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -252,6 +260,25 @@ impl CompletionChannel {
     /// Waits for the next CQ event (`ibv_get_cq_event`): the CQ that got a completion, or
     /// `None` after `timeout` (`None` waits forever).
     pub fn get_cq_event(&self, timeout: Option<Duration>) -> Result<Option<CompletionQueue>> {
+        self.wait_cq_event(timeout, false)
+    }
+
+    /// [`CompletionChannel::get_cq_event`] that returns [`Error::Io`] with
+    /// [`std::io::ErrorKind::Interrupted`] when a signal interrupts the wait, as `read(2)`
+    /// on a kernel channel does, instead of waiting on: C callers check their flags then
+    /// (qperf ends its timed loops from a SIGALRM handler).
+    pub fn get_cq_event_interruptible(
+        &self,
+        timeout: Option<Duration>,
+    ) -> Result<Option<CompletionQueue>> {
+        self.wait_cq_event(timeout, true)
+    }
+
+    fn wait_cq_event(
+        &self,
+        timeout: Option<Duration>,
+        interruptible: bool,
+    ) -> Result<Option<CompletionQueue>> {
         loop {
             if let Some(w) = self
                 .inner
@@ -271,11 +298,24 @@ impl CompletionChannel {
                 revents: 0,
             };
             let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
+            if ms != 0 {
+                // This thread stops polling until the event: let the progress thread
+                // receive for it at once.
+                let devs = self
+                    .inner
+                    .devices
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                for d in devs.iter().filter_map(Weak::upgrade) {
+                    d.app_sleeps();
+                }
+            }
             // SAFETY: one valid pollfd for the duration of the call.
             let r = unsafe { libc::poll(&mut pfd, 1, ms) };
             if r < 0 {
                 let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
+                if e.kind() == std::io::ErrorKind::Interrupted && !interruptible {
                     continue;
                 }
                 return Err(Error::Io {
