@@ -60,10 +60,14 @@ pub fn lib_dir() -> Result<PathBuf, DropinError> {
         source: e,
     })?;
     let bin = exe.parent().unwrap_or(Path::new("/"));
+    // Cargo leaves a copy in the binary's directory when the library's own package was
+    // built, and refreshes the one in deps/ when this binary is: the newer is the build.
     let find = |file: &'static str| {
         [bin.join(file), bin.join("deps").join(file)]
             .into_iter()
-            .find(|p| p.is_file())
+            .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+            .max()
+            .map(|(_, p)| p)
             .ok_or(DropinError::NotBuilt {
                 missing: file,
                 exe: exe.clone(),

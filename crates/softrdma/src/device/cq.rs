@@ -23,6 +23,9 @@ pub(crate) struct CqState {
     pub(crate) entries: VecDeque<Completion>,
     /// Armed by `req_notify`: `Some(solicited_only)`.
     pub(crate) armed: Option<bool>,
+    /// How the CQ was last armed, to arm it again when its event turns out stale (see
+    /// `CompletionChannel::get_cq_event`).
+    pub(crate) last_arm: bool,
 }
 
 pub(crate) struct CqInner {

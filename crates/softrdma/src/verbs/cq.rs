@@ -189,6 +189,7 @@ impl CompletionQueue {
         }
         let mut s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
         s.armed = Some(solicited_only);
+        s.last_arm = solicited_only;
         Ok(())
     }
 
@@ -288,6 +289,18 @@ impl CompletionChannel {
                 .pop_front()
             {
                 if let Some(inner) = w.upgrade() {
+                    let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+                    if s.entries.is_empty() && s.armed.is_none() {
+                        // A stale event: the completion that raised it was taken by a poll
+                        // after the arm (here the poll itself may have received it), so
+                        // the caller has seen it. Its arm is still owed: arm again, under
+                        // the CQ's lock, so a completion cannot slip between.
+                        // Callers that take an event to mean a completion waits
+                        // (`ibv_rc_pingpong -e -t`) would otherwise fail.
+                        s.armed = Some(s.last_arm);
+                        continue;
+                    }
+                    drop(s);
                     return Ok(Some(CompletionQueue { inner }));
                 }
                 continue;

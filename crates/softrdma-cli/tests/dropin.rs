@@ -1,0 +1,528 @@
+//! Unmodified RDMA programs from Debian's packages on softrdma, through `softrdma exec` and
+//! the drop-in `libibverbs.so.1`: rdma-core's tools (ibverbs-utils), all eight perftest
+//! tools, qperf, and C programs built against Debian's `libibverbs-dev` headers, as two
+//! processes on this host, each with a device of its own on a loopback address.
+//!
+//! `scripts/test` installs the packages (ibverbs-utils, perftest, qperf, libibverbs-dev,
+//! gcc); a missing one fails the test that needs it, naming the package. Every process runs
+//! under a time limit, and a server's client starts once the server's TCP port listens
+//! (read from /proc/net/tcp, so no connection is spent on finding out).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long one program may run (the tests run debug builds, several at once).
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn softrdma() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_softrdma"));
+    c.env_remove("SOFTRDMA_CONFIG").env(
+        "XDG_RUNTIME_DIR",
+        std::env::temp_dir().join(format!("softrdma-rt-{}", std::process::id())),
+    );
+    c
+}
+
+/// `softrdma exec -- PROGRAM ARGS` with the device on `addr`.
+fn exec(addr: &str, program: &str, args: &[&str]) -> Command {
+    need(program);
+    let mut c = softrdma();
+    c.env("SOFTRDMA_ADDR", addr)
+        .arg("exec")
+        .arg("--")
+        .arg(program)
+        .args(args);
+    c
+}
+
+/// The Debian package of each program, for the message when it is missing.
+fn package(program: &str) -> &'static str {
+    match program {
+        p if p.starts_with("ib_") => "perftest",
+        "qperf" => "qperf",
+        "gcc" => "gcc",
+        _ => "ibverbs-utils",
+    }
+}
+
+fn need(program: &str) {
+    if program.contains('/') {
+        return;
+    }
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()));
+    assert!(
+        found,
+        "{program} is not installed: apt-get install {} (scripts/test does)",
+        package(program)
+    );
+}
+
+fn spawn(c: &mut Command) -> Child {
+    c.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{c:?}: {e}"))
+}
+
+/// Waits for `child` for at most [`LIMIT`], then kills it and fails.
+fn wait(child: Child, what: &str) -> Output {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    match rx.recv_timeout(LIMIT) {
+        Ok(o) => o.unwrap(),
+        Err(_) => {
+            // SAFETY: kill(2) takes no pointers; `pid` is our own child's.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("{what} ran longer than {LIMIT:?}");
+        }
+    }
+}
+
+/// A server that is killed if the test ends (or fails) before it is waited for, so that no
+/// process outlives its test holding a port.
+struct Server(Option<Child>);
+
+impl Server {
+    fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("not yet waited for")
+    }
+
+    fn wait(mut self, what: &str) -> Output {
+        wait(self.0.take().expect("waited once"), what)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Whether TCP `port` is listening on this host (/proc/net/tcp and tcp6, state 0A).
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let mut it = l.split_whitespace();
+                let local = it.nth(1).unwrap_or("");
+                let state = it.nth(1).unwrap_or("");
+                local.ends_with(&want) && state == "0A"
+            })
+        })
+    })
+}
+
+/// Waits until `port` listens, or `server` has ended (then its output says why).
+fn wait_listen(port: u16, server: &mut Child, what: &str) {
+    let deadline = Instant::now() + LIMIT;
+    while !listening(port) {
+        if server.try_wait().unwrap().is_some() || Instant::now() > deadline {
+            return;
+        }
+        std::thread::yield_now();
+    }
+    let _ = what;
+}
+
+/// Runs `server` on 127.0.`net`.2 and `client` (with the server's address appended, or
+/// the arguments `client_tail` after it) on 127.0.`net`.3; both must succeed.
+fn pair(net: u8, port: u16, server: (&str, &[&str]), client: (&str, &[&str])) -> (String, String) {
+    let what = format!("{} {}", server.0, server.1.join(" "));
+    let mut s = spawn(&mut exec(&format!("127.0.{net}.2"), server.0, server.1));
+    wait_listen(port, &mut s, &what);
+    let mut cargs: Vec<&str> = client.1.to_vec();
+    cargs.push("127.0.0.1");
+    let c = wait(
+        spawn(&mut exec(&format!("127.0.{net}.3"), client.0, &cargs)),
+        &what,
+    );
+    let s = wait(s, &what);
+    let (st, ct) = (text(&s), text(&c));
+    assert!(
+        s.status.success() && c.status.success(),
+        "{what}: server {:?}, client {:?}\n--- server\n{st}\n--- client\n{ct}",
+        s.status,
+        c.status
+    );
+    (st, ct)
+}
+
+/// The same program and arguments on both sides.
+fn same(net: u8, port: u16, program: &str, args: &[&str]) -> (String, String) {
+    pair(net, port, (program, args), (program, args))
+}
+
+#[test]
+fn ibv_devices_and_ibv_devinfo_list_the_device() {
+    let o = exec("127.0.90.2", "ibv_devices", &[]).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("softrdma0") && t.contains("02ff7ffffe005a02"),
+        "{t}"
+    );
+    let o = exec("127.0.90.2", "ibv_devinfo", &["-v"]).output().unwrap();
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    for want in [
+        "hca_id:\tsoftrdma0",
+        "transport:\t\t\tInfiniBand (0)",
+        "vendor_id:\t\t\t0xffffff",
+        "board_id:\t\t\tsoftrdma",
+        "state:\t\t\tPORT_ACTIVE (4)",
+        "link_layer:\t\tEthernet",
+        "GID[  1]:\t\t::ffff:127.0.90.2, RoCE v2",
+        "max_qp_rd_atom:\t\t\t128",
+    ] {
+        assert!(t.contains(want), "ibv_devinfo -v lacks {want:?}:\n{t}");
+    }
+}
+
+#[test]
+fn rdma_core_pingpongs_at_three_sizes() {
+    let mut port = 23100;
+    for (tool, sizes) in [
+        ("ibv_rc_pingpong", &["64", "4096", "65536"][..]),
+        ("ibv_uc_pingpong", &["64", "4096", "65536"][..]),
+        ("ibv_ud_pingpong", &["64", "2048", "4096"][..]),
+        ("ibv_srq_pingpong", &["64", "4096", "65536"][..]),
+    ] {
+        for size in sizes {
+            port += 1;
+            let p = port.to_string();
+            let (_, c) = same(
+                91,
+                port,
+                tool,
+                &["-g", "1", "-n", "100", "-s", size, "-p", &p],
+            );
+            assert!(c.contains("100 iters in"), "{tool} -s {size}: {c}");
+        }
+    }
+}
+
+#[test]
+fn rdma_core_pingpongs_with_events_validation_and_the_new_apis() {
+    let mut port = 23200;
+    for (tool, flags) in [
+        ("ibv_rc_pingpong", &["-e"][..]),
+        ("ibv_rc_pingpong", &["-c"][..]),
+        ("ibv_rc_pingpong", &["-N"][..]),
+        ("ibv_rc_pingpong", &["-t"][..]),
+        ("ibv_rc_pingpong", &["-e", "-c", "-N", "-t"][..]),
+        ("ibv_uc_pingpong", &["-e", "-c"][..]),
+        ("ibv_ud_pingpong", &["-e", "-c"][..]),
+        ("ibv_srq_pingpong", &["-e", "-c"][..]),
+    ] {
+        port += 1;
+        let p = port.to_string();
+        let mut args = vec!["-g", "1", "-n", "100", "-p", &p];
+        args.extend(flags);
+        let (_, c) = same(92, port, tool, &args);
+        assert!(c.contains("100 iters in"), "{tool} {flags:?}: {c}");
+    }
+}
+
+#[test]
+fn perftest_latency_tools() {
+    let mut port = 23300;
+    for tool in [
+        "ib_write_lat",
+        "ib_read_lat",
+        "ib_send_lat",
+        "ib_atomic_lat",
+    ] {
+        let mut runs: Vec<Vec<&str>> = vec![vec!["-n", "200"], vec!["-n", "200", "--report_gbits"]];
+        if tool != "ib_atomic_lat" {
+            runs.push(vec!["-a", "-n", "5"]);
+        }
+        for r in runs {
+            port += 1;
+            let p = port.to_string();
+            let mut args = r.clone();
+            args.extend(["-p", &p]);
+            let (_, c) = same(93, port, tool, &args);
+            assert!(
+                c.contains("t_avg[usec]") || c.contains("t_typical"),
+                "{tool} {r:?}: {c}"
+            );
+        }
+    }
+}
+
+#[test]
+fn perftest_bandwidth_tools() {
+    let mut port = 23400;
+    for tool in ["ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw"] {
+        let mut runs: Vec<Vec<&str>> = vec![
+            vec!["-n", "200"],
+            vec!["-n", "200", "-q", "4"],
+            vec!["-n", "200", "-b"],
+            vec!["-n", "200", "--report_gbits"],
+        ];
+        if tool != "ib_atomic_bw" {
+            runs.push(vec!["-a", "-n", "5"]);
+        }
+        for r in runs {
+            port += 1;
+            let p = port.to_string();
+            let mut args = r.clone();
+            args.extend(["-p", &p]);
+            let (_, c) = same(94, port, tool, &args);
+            let unit = if r.contains(&"--report_gbits") {
+                "BW average[Gb/sec]"
+            } else {
+                "BW average[MB/sec]"
+            };
+            assert!(c.contains(unit), "{tool} {r:?}: {c}");
+        }
+    }
+}
+
+/// qperf exchanges LIDs, not GIDs; softrdma routes a LID within the device's /16 (rxe
+/// refuses such an AH). Both CQ modes: events (qperf's default) and polling.
+#[test]
+fn qperf_rc_uc_and_ud_tests() {
+    need("qperf");
+    let port = 23500u16;
+    let lp = port.to_string();
+    let tests = [
+        "rc_lat",
+        "rc_bw",
+        "rc_bi_bw",
+        "rc_rdma_write_lat",
+        "rc_rdma_write_bw",
+        "rc_rdma_read_lat",
+        "rc_rdma_read_bw",
+        "rc_compare_swap_mr",
+        "rc_fetch_add_mr",
+        "ver_rc_compare_swap",
+        "ver_rc_fetch_add",
+        "rc_rdma_write_poll_lat",
+        "uc_lat",
+        "uc_bw",
+        "uc_bi_bw",
+        "uc_rdma_write_lat",
+        "uc_rdma_write_bw",
+        "uc_rdma_write_poll_lat",
+        "ud_lat",
+        "ud_bw",
+        "ud_bi_bw",
+    ];
+    let mut s = Server(Some(spawn(&mut exec("127.0.95.2", "qperf", &["-lp", &lp]))));
+    wait_listen(port, s.child(), "qperf server");
+    for poll in ["0", "1"] {
+        for t in tests {
+            let c = exec(
+                "127.0.95.3",
+                "qperf",
+                &["-lp", &lp, "-t", "1", "-cp", poll, "127.0.0.1", t],
+            );
+            let o = wait(spawn(&mut { c }), t);
+            let out = text(&o);
+            assert!(
+                o.status.success()
+                    && (out.contains("latency") || out.contains("bw") || out.contains("msg_rate")),
+                "qperf {t} (cq_poll {poll}): {:?}\n{out}",
+                o.status
+            );
+        }
+    }
+    drop(s);
+}
+
+/// `ibv_asyncwatch` prints the port-active event each device starts with, then waits for
+/// more on the context's async_fd.
+#[test]
+fn ibv_asyncwatch_sees_the_port_become_active() {
+    use std::io::BufRead;
+    let mut c = spawn(&mut exec(
+        "127.0.96.2",
+        "ibv_asyncwatch",
+        &["-d", "softrdma0"],
+    ));
+    let out = c.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + LIMIT;
+    let ok = loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) if l.contains("PORT_ACTIVE") => break true,
+            Ok(l) => seen.push(l),
+            Err(_) => break false,
+        }
+    };
+    let _ = c.kill();
+    let _ = c.wait();
+    assert!(ok, "no PORT_ACTIVE event: {seen:?}");
+}
+
+/// Unmodified rdma-core tools against softrdma's own CLI, both ways.
+#[test]
+fn unmodified_tools_and_softrdmas_own_cli_interoperate() {
+    for (net, port, server_is_c) in [(97u8, 23601u16, true), (98, 23602, false)] {
+        let p = port.to_string();
+        let args = ["-g", "1", "-n", "100", "-p", &p];
+        let cli = |addr: &str, extra: &[&str]| {
+            let mut c = softrdma();
+            c.env("SOFTRDMA_ADDR", addr)
+                .arg("rc-pingpong")
+                .args(args)
+                .args(extra);
+            c
+        };
+        let (sa, ca) = (format!("127.0.{net}.2"), format!("127.0.{net}.3"));
+        let mut s = Server(Some(if server_is_c {
+            spawn(&mut exec(&sa, "ibv_rc_pingpong", &args))
+        } else {
+            spawn(&mut cli(&sa, &[]))
+        }));
+        wait_listen(port, s.child(), "server");
+        let c = if server_is_c {
+            spawn(&mut cli(&ca, &["127.0.0.1"]))
+        } else {
+            let mut a = args.to_vec();
+            a.push("127.0.0.1");
+            spawn(&mut exec(&ca, "ibv_rc_pingpong", &a))
+        };
+        let c = wait(c, "client");
+        let s = s.wait("server");
+        assert!(
+            s.status.success() && c.status.success(),
+            "server {}\nclient {}",
+            text(&s),
+            text(&c)
+        );
+    }
+}
+
+/// Builds `examples/c/NAME.c` (or a test's C file) with gcc against Debian's headers,
+/// linked with `-libverbs` as any C program is.
+fn build_c(src: &Path, name: &str) -> PathBuf {
+    need("gcc");
+    assert!(
+        Path::new("/usr/include/infiniband/verbs.h").is_file(),
+        "<infiniband/verbs.h> is missing: apt-get install libibverbs-dev (scripts/test does)"
+    );
+    let out = std::env::temp_dir().join(format!("softrdma-c-{name}-{}", std::process::id()));
+    let o = Command::new("gcc")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&out)
+        .arg(src)
+        .arg("-libverbs")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "gcc {}: {}", src.display(), text(&o));
+    out
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The classic six steps in C (examples/c/six_steps.c): two QPs in one process, a SEND
+/// and an RDMA WRITE, every completion checked by the program itself.
+#[test]
+fn the_c_six_steps_example_runs_on_softrdma() {
+    let bin = build_c(&repo().join("examples/c/six_steps.c"), "six_steps");
+    let o = wait(
+        spawn(&mut exec("127.0.99.2", bin.to_str().unwrap(), &[])),
+        "six_steps",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("SEND and RDMA WRITE verified"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// Bad input through the C API: each gets its C contract's errno, and nothing crashes
+/// (tests/c/bad_input.c checks each case itself and prints what failed).
+#[test]
+fn bad_input_through_the_c_api_gets_the_contracts_errno() {
+    let bin = build_c(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/bad_input.c"),
+        "bad_input",
+    );
+    let o = wait(
+        spawn(&mut exec("127.0.99.3", bin.to_str().unwrap(), &[])),
+        "bad_input",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("all bad-input checks passed"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// `softrdma env` prints a line a shell can source, naming a directory with the four
+/// libraries under their SONAMEs.
+#[test]
+fn softrdma_env_names_the_drop_in_directory() {
+    let o = softrdma().arg("env").output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let t = String::from_utf8_lossy(&o.stdout).into_owned();
+    let dir = t
+        .strip_prefix("export LD_LIBRARY_PATH='")
+        .and_then(|r| r.split([':', '\'']).next())
+        .unwrap_or_else(|| panic!("{t}"));
+    for lib in [
+        "libibverbs.so.1",
+        "librdmacm.so.1",
+        "libmlx5.so.1",
+        "libefa.so.1",
+    ] {
+        assert!(Path::new(dir).join(lib).exists(), "{dir}/{lib} is missing");
+    }
+}
+
+/// `softrdma exec` passes the program's exit status through, and says when there is no
+/// such program.
+#[test]
+fn softrdma_exec_passes_the_exit_status_through() {
+    let o = softrdma()
+        .args(["exec", "--", "sh", "-c", "exit 7"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(7));
+    let o = softrdma()
+        .args(["exec", "--", "sh", "-c", "echo $LD_LIBRARY_PATH"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("softrdma-lib"),
+        "{}",
+        text(&o)
+    );
+    let o = softrdma()
+        .args(["exec", "--", "/nonexistent/program"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(127));
+    assert!(text(&o).contains("/nonexistent/program"), "{}", text(&o));
+}
