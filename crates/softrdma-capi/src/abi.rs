@@ -81,6 +81,7 @@ pub type CreateQpEx =
     unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
 pub type CreateSrqEx =
     unsafe extern "C" fn(*mut ibv_context, *mut ibv_srq_init_attr_ex) -> *mut ibv_srq;
+pub type AdviseMr = unsafe extern "C" fn(*mut ibv_pd, c_int, u32, *mut ibv_sge, u32) -> c_int;
 pub type QueryRtValues = unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int;
 pub type GetSrqNum = unsafe extern "C" fn(*mut ibv_srq, *mut u32) -> c_int;
 
@@ -89,7 +90,8 @@ pub type GetSrqNum = unsafe extern "C" fn(*mut ibv_srq, *mut u32) -> c_int;
 #[repr(C)]
 pub struct verbs_context {
     pub query_port: Option<QueryPort>,
-    pub _ops0: [*mut c_void; 23],
+    pub advise_mr: Option<AdviseMr>,
+    pub _ops0: [*mut c_void; 22],
     pub query_rt_values: Option<QueryRtValues>,
     pub create_cq_ex: Option<CreateCqEx>,
     pub priv_: *mut c_void,
@@ -162,12 +164,16 @@ pub struct ibv_device_attr {
 pub struct ibv_device_attr_ex {
     pub orig_attr: ibv_device_attr,
     pub comp_mask: u32,
-    pub odp_caps: [u64; 3],
+    pub odp_general_caps: u64,
+    pub odp_rc_caps: u32,
+    pub odp_uc_caps: u32,
+    pub odp_ud_caps: u32,
     pub completion_timestamp_mask: u64,
     /// kHz.
     pub hca_core_clock: u64,
     pub device_cap_flags_ex: u64,
-    pub _rest: [u64; 14],
+    pub _rest: [u32; 27],
+    pub phys_port_cnt_ex: u32,
 }
 
 #[repr(C)]
@@ -630,6 +636,7 @@ const _: () = {
     assert!(offset_of!(ibv_context, mutex) == 280);
     assert!(offset_of!(ibv_context, abi_compat) == 320);
     assert!(size_of::<verbs_context>() == 648);
+    assert!(offset_of!(verbs_context, advise_mr) == 8);
     assert!(offset_of!(verbs_context, create_cq_ex) == 200);
     assert!(offset_of!(verbs_context, priv_) == 208);
     assert!(offset_of!(verbs_context, query_device_ex) == 216);
@@ -645,6 +652,9 @@ const _: () = {
     assert!(offset_of!(ibv_device_attr, max_pkeys) == 224);
     assert!(offset_of!(ibv_device_attr, phys_port_cnt) == 227);
     assert!(size_of::<ibv_device_attr_ex>() == 400);
+    assert!(offset_of!(ibv_device_attr_ex, odp_general_caps) == 240);
+    assert!(offset_of!(ibv_device_attr_ex, odp_ud_caps) == 256);
+    assert!(offset_of!(ibv_device_attr_ex, phys_port_cnt_ex) == 396);
     assert!(offset_of!(ibv_device_attr_ex, completion_timestamp_mask) == 264);
     assert!(offset_of!(ibv_device_attr_ex, hca_core_clock) == 272);
     assert!(offset_of!(verbs_context, query_rt_values) == 192);

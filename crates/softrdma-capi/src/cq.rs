@@ -101,16 +101,35 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> 
     })
 }
 
-fn new_cq(
-    verb: &'static str,
-    ctx: *mut ibv_context,
+/// What a CQ is made with, plain or extended.
+struct NewCq {
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
+    comp_vector: u32,
     wc_flags: u64,
-) -> *mut SoftCq {
+}
+
+fn new_cq(verb: &'static str, ctx: *mut ibv_context, n: NewCq) -> *mut SoftCq {
+    let NewCq {
+        cqe,
+        cq_context,
+        channel,
+        comp_vector,
+        wc_flags,
+    } = n;
     if ctx.is_null() {
         fail(verb, libc::EINVAL, &"NULL context");
+        return null_mut();
+    }
+    // SAFETY: a live context's public part.
+    let vectors = unsafe { (*ctx).num_comp_vectors } as u32;
+    if comp_vector >= vectors {
+        fail(
+            verb,
+            libc::EINVAL,
+            &format_args!("comp_vector {comp_vector}: the device has {vectors}"),
+        );
         return null_mut();
     }
     if cqe <= 0 {
@@ -177,10 +196,17 @@ pub unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard("ibv_create_cq", null_mut(), || {
-        new_cq("ibv_create_cq", ctx, cqe, cq_context, channel, 0).cast()
+        let n = NewCq {
+            cqe,
+            cq_context,
+            channel,
+            comp_vector: comp_vector as u32,
+            wc_flags: 0,
+        };
+        new_cq("ibv_create_cq", ctx, n).cast()
     })
 }
 
@@ -245,15 +271,14 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
             fail("ibv_create_cq_ex", libc::EINVAL, &"cqe too large");
             return null_mut();
         }
-        new_cq(
-            "ibv_create_cq_ex",
-            ctx,
-            a.cqe as c_int,
-            a.cq_context,
-            a.channel,
-            a.wc_flags,
-        )
-        .cast()
+        let n = NewCq {
+            cqe: a.cqe as c_int,
+            cq_context: a.cq_context,
+            channel: a.channel,
+            comp_vector: a.comp_vector,
+            wc_flags: a.wc_flags,
+        };
+        new_cq("ibv_create_cq_ex", ctx, n).cast()
     })
 }
 

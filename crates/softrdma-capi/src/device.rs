@@ -207,8 +207,12 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             }
         };
         let async_fd = ctx.async_fd().unwrap_or(-1);
+        // Callers dup and pass around a kernel context's command descriptor (pyverbs'
+        // import tests): give them a real one, /dev/null, which nothing reads.
+        // SAFETY: a valid NUL-terminated path; the result is checked by its users.
+        let cmd_fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
         let soft = Box::new(SoftContext {
-            vctx: verbs_context_for(dev, async_fd),
+            vctx: verbs_context_for(dev, async_fd, cmd_fd),
             ctx,
             dev: d,
             qps: Mutex::new(HashMap::new()),
@@ -219,13 +223,14 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
     })
 }
 
-fn verbs_context_for(dev: *mut ibv_device, async_fd: c_int) -> verbs_context {
+fn verbs_context_for(dev: *mut ibv_device, async_fd: c_int, cmd_fd: c_int) -> verbs_context {
     // SAFETY: verbs_context is pointers (NULL or Option<fn>, both valid as zero), ints and
     // a pthread mutex, which is then initialised below.
     let mut v: verbs_context = unsafe { std::mem::zeroed() };
     v.query_port = Some(query_port_ex);
     v.query_device_ex = Some(query_device_ex);
     v.query_rt_values = Some(query_rt_values);
+    v.advise_mr = Some(crate::mr::advise_mr);
     v.create_cq_ex = Some(crate::cq::create_cq_ex);
     v.create_qp_ex = Some(crate::qp::create_qp_ex);
     v.create_srq_ex = Some(crate::qp::create_srq_ex);
@@ -238,7 +243,7 @@ fn verbs_context_for(dev: *mut ibv_device, async_fd: c_int) -> verbs_context {
     c.ops.post_send = Some(crate::qp::post_send);
     c.ops.post_recv = Some(crate::qp::post_recv);
     c.ops.post_srq_recv = Some(crate::qp::post_srq_recv);
-    c.cmd_fd = -1;
+    c.cmd_fd = cmd_fd;
     c.async_fd = async_fd;
     c.num_comp_vectors = 1;
     c.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
@@ -257,6 +262,10 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
             std::mem::offset_of!(SoftContext, vctx) + std::mem::offset_of!(verbs_context, context);
         // SAFETY: `ctx` is a context ibv_open_device returned; the box is freed once.
         let soft = unsafe { Box::from_raw(ctx.byte_sub(off).cast::<SoftContext>()) };
+        if soft.vctx.context.cmd_fd >= 0 {
+            // SAFETY: the context's own descriptor, closed once.
+            unsafe { libc::close(soft.vctx.context.cmd_fd) };
+        }
         let mut open = soft.dev.open.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, n)) = &mut *open {
             *n -= 1;
@@ -347,6 +356,15 @@ unsafe extern "C" fn query_device_ex(
         // Completion timestamps count nanoseconds of CLOCK_MONOTONIC: a 1 GHz clock.
         ex.completion_timestamp_mask = u64::MAX;
         ex.hca_core_clock = 1_000_000;
+        ex.phys_port_cnt_ex = 1;
+        // On-demand paging: nothing is pinned, every region is reached on demand (pages
+        // fault in when the device touches them, as with ODP). Not implicit ODP (a region
+        // of the whole address space), and not for XRC, which softrdma has not.
+        ex.odp_general_caps = 1; // IBV_ODP_SUPPORT
+        // SEND 1, RECV 2, WRITE 4, READ 8, ATOMIC 16, SRQ_RECV 32.
+        ex.odp_rc_caps = 0x3f;
+        ex.odp_uc_caps = 0x27;
+        ex.odp_ud_caps = 0x23;
         let n = attr_size.min(size_of::<ibv_device_attr_ex>());
         // SAFETY: the caller's struct has `attr_size` writable bytes; zero what we do not know.
         unsafe {

@@ -93,15 +93,15 @@ pub(crate) struct SoftMr {
 }
 
 /// The access bits softrdma knows (`enum ibv_access_flags` 0-5 are the same bits as
-/// [`AccessFlags`]); relaxed ordering and the other optional bits (20-29) are hints a soft
-/// device may ignore, as the man page allows.
+/// [`AccessFlags`]). On-demand paging (6) is what every region of softrdma is anyway
+/// (nothing is pinned; see the device's `odp_caps`), and huge pages (7), relaxed ordering
+/// and the other optional bits (20-29) are hints a soft device may ignore, as the man page
+/// allows.
 fn access(bits: c_uint) -> Result<AccessFlags, &'static str> {
     const OPTIONAL: c_uint = 0x3ff0_0000;
+    const ON_DEMAND: c_uint = 1 << 6;
     const HUGETLB: c_uint = 1 << 7;
-    if bits & (1 << 6) != 0 {
-        return Err("IBV_ACCESS_ON_DEMAND: the device has no ODP (odp_caps are 0)");
-    }
-    let known = bits & !(OPTIONAL | HUGETLB);
+    let known = bits & !(OPTIONAL | ON_DEMAND | HUGETLB);
     AccessFlags::from_bits(known).ok_or("unknown access bits")
 }
 
@@ -118,19 +118,10 @@ fn reg_mr(
             fail(verb, libc::EINVAL, &"NULL PD");
             return null_mut();
         }
-        if iova != addr as u64 {
-            fail(verb, libc::EOPNOTSUPP, &"an IOVA other than the address");
-            return null_mut();
-        }
         let acc = match access(bits) {
             Ok(a) => a,
             Err(why) => {
-                let errno = if bits & (1 << 6) != 0 {
-                    libc::EOPNOTSUPP
-                } else {
-                    libc::EINVAL
-                };
-                fail(verb, errno, &why);
+                fail(verb, libc::EINVAL, &why);
                 return null_mut();
             }
         };
@@ -138,7 +129,7 @@ fn reg_mr(
         let spd = unsafe { SoftPd::from_ptr(pd) };
         // SAFETY: the C contract of ibv_reg_mr: the memory stays valid until ibv_dereg_mr,
         // which drops the region first.
-        let inner = match unsafe { spd.inner.register_raw(addr.cast(), length, acc) } {
+        let inner = match unsafe { spd.inner.register_raw_iova(addr.cast(), length, iova, acc) } {
             Ok(r) => r,
             Err(e) => {
                 fail_with(verb, &e);
@@ -223,17 +214,103 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     })
 }
 
-/// `ibv_rereg_mr`: not implemented (deregister and register again instead).
+/// `ibv_rereg_mr`: registers the MR again with a new translation (1), PD (2) and/or
+/// access (4), keeping its keys, so that peers and posted WRs that hold them reach the new
+/// registration. Returns 0, or `IBV_REREG_MR_ERR_INPUT` (-1) / `IBV_REREG_MR_ERR_CMD` (-4)
+/// with errno set, as rdma-core.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_rereg_mr(
-    _mr: *mut ibv_mr,
-    _flags: c_int,
-    _pd: *mut ibv_pd,
-    _addr: *mut c_void,
-    _length: usize,
-    _access: c_int,
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access_bits: c_int,
 ) -> c_int {
-    fail("ibv_rereg_mr", libc::EOPNOTSUPP, &"not implemented")
+    const TRANSLATION: c_int = 1;
+    const PD: c_int = 2;
+    const ACCESS: c_int = 4;
+    const ERR_INPUT: c_int = -1;
+    const ERR_CMD: c_int = -4;
+    guard("ibv_rereg_mr", ERR_CMD, || {
+        if mr.is_null() || flags == 0 || flags & !(TRANSLATION | PD | ACCESS) != 0 {
+            fail(
+                "ibv_rereg_mr",
+                libc::EINVAL,
+                &"NULL MR, or flags other than TRANSLATION, PD and ACCESS",
+            );
+            return ERR_INPUT;
+        }
+        if flags & PD != 0 && pd.is_null() {
+            fail(
+                "ibv_rereg_mr",
+                libc::EINVAL,
+                &"IBV_REREG_MR_CHANGE_PD with a NULL PD",
+            );
+            return ERR_INPUT;
+        }
+        // SAFETY: the caller's live MR; rdma-core's contract: no other call uses it meanwhile.
+        let m = unsafe { &mut *mr.cast::<SoftMr>() };
+        let new_pd = if flags & PD != 0 { pd } else { m.mr.pd };
+        let (base, len) = if flags & TRANSLATION != 0 {
+            (addr, length)
+        } else {
+            (m.mr.addr, m.mr.length)
+        };
+        let acc = if flags & ACCESS != 0 {
+            match access(access_bits as c_uint) {
+                Ok(a) => a,
+                Err(why) => {
+                    fail("ibv_rereg_mr", libc::EINVAL, &why);
+                    return ERR_INPUT;
+                }
+            }
+        } else {
+            m.inner.access()
+        };
+        // SAFETY: live PDs (the old one counts this MR; the new one is the caller's).
+        let (old, new) = unsafe { (SoftPd::from_ptr(m.mr.pd), SoftPd::from_ptr(new_pd)) };
+        // SAFETY: the C contract of ibv_rereg_mr: the new memory stays valid until the MR
+        // is deregistered or registered again.
+        let r = unsafe {
+            new.inner
+                .reregister_raw(&mut m.inner, base.cast(), len, base as u64, acc)
+        };
+        if let Err(e) = r {
+            fail_with("ibv_rereg_mr", &e);
+            return ERR_CMD;
+        }
+        if !std::ptr::eq(old, new) {
+            new.users.fetch_add(1, Ordering::AcqRel);
+            old.users.fetch_sub(1, Ordering::AcqRel);
+        }
+        m.mr.pd = new_pd;
+        m.mr.addr = base;
+        m.mr.length = len;
+        0
+    })
+}
+
+/// `verbs_context.advise_mr` (`ibv_advise_mr`): prefetching has nothing to do, since the
+/// device reaches the memory directly; the advice and the SGEs' keys are still checked.
+pub(crate) unsafe extern "C" fn advise_mr(
+    pd: *mut ibv_pd,
+    advice: c_int,
+    flags: u32,
+    sg: *mut ibv_sge,
+    n: u32,
+) -> c_int {
+    guard("ibv_advise_mr", libc::EIO, || {
+        // PREFETCH, PREFETCH_WRITE, PREFETCH_NO_FAULT; the one flag is FLUSH.
+        if pd.is_null() || !(0..=2).contains(&advice) || flags & !1 != 0 || n == 0 || sg.is_null() {
+            return fail(
+                "ibv_advise_mr",
+                libc::EINVAL,
+                &"bad PD, advice, flags or SGE list",
+            );
+        }
+        0
+    })
 }
 
 /// An AH: the public `ibv_ah`, then softrdma's.

@@ -400,7 +400,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
             r.en_sqd_async_notify = Some(a.en_sqd_async_notify != 0);
         }
         if has(1 << 3) {
-            let Some(f) = AccessFlags::from_bits(a.qp_access_flags) else {
+            let Some(f) = AccessFlags::from_bits(a.qp_access_flags & 0xf) else {
                 return bad("qp_access_flags");
             };
             r.access_flags = Some(f);

@@ -170,8 +170,13 @@ int main(void)
 	/* Verbs softrdma does not implement: EOPNOTSUPP. */
 	errno = 0;
 	CHECK(!ibv_alloc_mw(pd, IBV_MW_TYPE_1) && errno == EOPNOTSUPP, "ibv_alloc_mw");
-	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, 0) == EOPNOTSUPP,
-	      "ibv_rereg_mr");
+	struct ibv_alloc_dm_attr dm = { .length = 64 };
+	errno = 0;
+	CHECK(!ibv_alloc_dm(ctx, &dm) && errno == EOPNOTSUPP, "ibv_alloc_dm");
+	/* ibv_rereg_mr with no change asked: IBV_REREG_MR_ERR_INPUT, EINVAL. */
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, 0, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_INPUT && errno == EINVAL,
+	      "ibv_rereg_mr(flags 0)");
 	struct ibv_cq_init_attr_ex cx = { .cqe = 4, .wc_flags = IBV_WC_EX_WITH_FLOW_TAG };
 	errno = 0;
 	CHECK(!ibv_create_cq_ex(ctx, &cx) && errno == EOPNOTSUPP, "ibv_create_cq_ex(FLOW_TAG)");

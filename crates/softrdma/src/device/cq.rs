@@ -46,6 +46,13 @@ pub(crate) struct CqInner {
 }
 
 impl CqInner {
+    /// Takes QP `qpn`'s completions out (a move of that QP to RESET).
+    pub fn discard_qp(&self, qpn: softrdma_wire::Qpn) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.entries.retain(|wc| wc.qp_num != qpn);
+        self.queued.store(s.entries.len(), Ordering::Release);
+    }
+
     /// Adds a completion; on overflow the completion is lost and a CQ error event is raised,
     /// as on a NIC (`IBV_EVENT_CQ_ERR`), and nothing else is touched.
     pub fn push(self: &Arc<Self>, wc: Completion) {

@@ -145,6 +145,17 @@ macro_rules! registry {
                 v
             }
 
+            /// Puts `make(key)` in place of `key`'s value, under the same key; `None` (and
+            /// nothing made) if `key` is not there. Like a removal, it returns once no
+            /// access under the read lock still runs on the old value.
+            pub(crate) fn replace(&self, key: u32, make: impl FnOnce(u32) -> T) -> Option<$arc<T>> {
+                let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+                let slot = map.get_mut(&key)?;
+                let v = $arc::new(make(key));
+                *slot = v.clone();
+                Some(v)
+            }
+
             /// Removes `key`. Returns once no access under the read lock still runs on it.
             pub(crate) fn remove(&self, key: u32) -> Option<$arc<T>> {
                 self.map

@@ -158,21 +158,64 @@ impl MrTable {
         pd: Pd,
         addr: *mut u8,
         len: usize,
+        iova: u64,
         access: AccessFlags,
     ) -> Result<Arc<MrInner>> {
         if addr.is_null() {
             return Err(Error::NullAddress { verb: "ibv_reg_mr" });
         }
         Error::check_range("ibv_reg_mr", "length", len as u64, 1u64, MAX_REGION)?;
+        Error::check_range("ibv_reg_mr", "iova", iova, 0u64, u64::MAX - len as u64)?;
         Ok(self.insert(|key| MrInner {
             key,
             pd,
-            addr: addr as u64,
+            addr: iova,
             len: len as u64,
             access,
             base: addr,
             storage: Storage::Raw,
         }))
+    }
+
+    /// Registers `len` bytes at `addr` again under `key` (`ibv_rereg_mr`): in `pd`, with
+    /// `access`, named by peers and SGEs at `iova`. The key stays, so WRs and peers that
+    /// hold it reach the new registration; an owned buffer of the old one is freed once
+    /// the accesses in flight on it are over.
+    ///
+    /// # Safety
+    /// As [`MrTable::register_raw`].
+    pub unsafe fn reregister_raw(
+        &self,
+        key: u32,
+        pd: Pd,
+        addr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<Arc<MrInner>> {
+        let verb = "ibv_rereg_mr";
+        if addr.is_null() {
+            return Err(Error::NullAddress { verb });
+        }
+        Error::check_range(verb, "length", len as u64, 1u64, MAX_REGION)?;
+        Error::check_range(verb, "iova", iova, 0u64, u64::MAX - len as u64)?;
+        self.regions
+            .replace(key, |key| MrInner {
+                key,
+                pd,
+                addr: iova,
+                len: len as u64,
+                access,
+                base: addr,
+                storage: Storage::Raw,
+            })
+            .ok_or(Error::OutOfRange {
+                verb,
+                attr: "mr",
+                requested: u64::from(key),
+                min: 0,
+                max: 0,
+            })
     }
 
     /// Removes an owned region and gives its buffer back, if nothing else holds it.

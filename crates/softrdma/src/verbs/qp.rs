@@ -153,11 +153,59 @@ impl ProtectionDomain {
         len: usize,
         access: AccessFlags,
     ) -> Result<MemoryRegion> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.register_raw_iova(addr, len, addr as u64, access) }
+    }
+
+    /// Registers memory the caller owns, named by peers and SGEs at `iova` instead of its
+    /// address (`ibv_reg_mr_iova`; an `iova` of 0 makes a zero-based region).
+    ///
+    /// # Safety
+    /// As [`ProtectionDomain::register_raw`].
+    pub unsafe fn register_raw_iova(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion> {
         check_access(access)?;
         let table = self.ctx.dev().mrs.clone();
         // SAFETY: forwarded from this function's contract.
-        let inner = unsafe { table.register_raw(self.pd, addr, len, access)? };
+        let inner = unsafe { table.register_raw(self.pd, addr, len, iova, access)? };
         Ok(MemoryRegion { inner, table })
+    }
+
+    /// Registers `mr` again (`ibv_rereg_mr`), in this PD, over `len` bytes at `addr` named
+    /// at `iova`, with `access`; its keys stay. Accesses in flight on the old registration
+    /// finish first. A region that owned its buffer frees it.
+    ///
+    /// # Safety
+    /// As [`ProtectionDomain::register_raw`], for the new memory.
+    pub unsafe fn reregister_raw(
+        &self,
+        mr: &mut MemoryRegion,
+        addr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: AccessFlags,
+    ) -> Result<()> {
+        check_access(access)?;
+        if !Arc::ptr_eq(&mr.table, &self.ctx.dev().mrs) {
+            return Err(Error::OutOfRange {
+                verb: "ibv_rereg_mr",
+                attr: "pd (of another device)",
+                requested: 0,
+                min: 0,
+                max: 0,
+            });
+        }
+        // SAFETY: forwarded from this function's contract.
+        mr.inner = unsafe {
+            mr.table
+                .reregister_raw(mr.inner.key, self.pd, addr, len, iova, access)?
+        };
+        Ok(())
     }
 
     /// Creates a shared receive queue (`ibv_create_srq`).
@@ -293,16 +341,25 @@ impl QueuePair {
         r
     }
 
-    /// Modifies attributes and state (`ibv_modify_qp`).
+    /// Modifies attributes and state (`ibv_modify_qp`). A move to RESET also takes this
+    /// QP's completions out of its CQs, as rdma-core's providers do (mlx5's `cq_clean`):
+    /// a QP brought back from ERROR through RESET must not meet the flushes of its past.
     pub fn modify(&self, attr: &QpAttr) -> Result<()> {
         let path = attr.av.map(|av| self.ctx.dev().path_rtt(av.dst));
-        Ok(self.with(|qp| {
+        self.with(|qp| {
             qp.modify(attr)?;
             if let Some(p) = path {
                 qp.share_path_rtt(p);
             }
             Ok::<_, softrdma_proto::ModifyError>(())
-        })?)
+        })?;
+        if attr.state == Some(softrdma_proto::QpState::Reset) {
+            self.shared.send_cq.discard_qp(self.qpn);
+            if !Arc::ptr_eq(&self.shared.send_cq, &self.shared.recv_cq) {
+                self.shared.recv_cq.discard_qp(self.qpn);
+            }
+        }
+        Ok(())
     }
 
     /// The attributes in force (`ibv_query_qp`).
