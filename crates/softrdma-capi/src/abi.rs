@@ -721,3 +721,586 @@ const _: () = {
     assert!(size_of::<ibv_async_event>() == 16);
     assert!(size_of::<ibv_srq_init_attr>() == 24);
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rust's size and offsets of each struct, as `(C type, C field or "", value)`.
+    fn figures() -> Vec<(&'static str, &'static str, usize)> {
+        macro_rules! s {
+            ($v:ident, $c:literal, $t:ty $(, $f:ident)*) => {
+                $v.push(($c, "", size_of::<$t>()));
+                $($v.push(($c, stringify!($f), offset_of!($t, $f)));)*
+            };
+        }
+        let mut v = Vec::new();
+        s!(
+            v,
+            "struct ibv_device",
+            ibv_device,
+            node_type,
+            transport_type,
+            name,
+            dev_name,
+            dev_path,
+            ibdev_path
+        );
+        s!(
+            v,
+            "struct ibv_context_ops",
+            ibv_context_ops,
+            alloc_mw,
+            bind_mw,
+            dealloc_mw,
+            poll_cq,
+            req_notify_cq,
+            post_srq_recv,
+            post_send,
+            post_recv
+        );
+        s!(
+            v,
+            "struct ibv_context",
+            ibv_context,
+            device,
+            ops,
+            cmd_fd,
+            async_fd,
+            num_comp_vectors,
+            mutex,
+            abi_compat
+        );
+        s!(
+            v,
+            "struct verbs_context",
+            verbs_context,
+            query_port,
+            advise_mr,
+            query_rt_values,
+            create_cq_ex,
+            query_device_ex,
+            create_qp_ex,
+            get_srq_num,
+            create_srq_ex,
+            sz,
+            context
+        );
+        s!(
+            v,
+            "struct ibv_device_attr",
+            ibv_device_attr,
+            fw_ver,
+            node_guid,
+            sys_image_guid,
+            max_mr_size,
+            page_size_cap,
+            vendor_id,
+            vendor_part_id,
+            hw_ver,
+            max_qp,
+            max_qp_wr,
+            device_cap_flags,
+            max_sge,
+            max_sge_rd,
+            max_cq,
+            max_cqe,
+            max_mr,
+            max_pd,
+            max_qp_rd_atom,
+            max_ee_rd_atom,
+            max_res_rd_atom,
+            max_qp_init_rd_atom,
+            max_ee_init_rd_atom,
+            atomic_cap,
+            max_ee,
+            max_rdd,
+            max_mw,
+            max_raw_ipv6_qp,
+            max_raw_ethy_qp,
+            max_mcast_grp,
+            max_mcast_qp_attach,
+            max_total_mcast_qp_attach,
+            max_ah,
+            max_fmr,
+            max_map_per_fmr,
+            max_srq,
+            max_srq_wr,
+            max_srq_sge,
+            max_pkeys,
+            local_ca_ack_delay,
+            phys_port_cnt
+        );
+        s!(
+            v,
+            "struct ibv_device_attr_ex",
+            ibv_device_attr_ex,
+            orig_attr,
+            comp_mask,
+            completion_timestamp_mask,
+            hca_core_clock,
+            device_cap_flags_ex,
+            phys_port_cnt_ex
+        );
+        v.push((
+            "struct ibv_device_attr_ex",
+            "odp_caps.general_caps",
+            offset_of!(ibv_device_attr_ex, odp_general_caps),
+        ));
+        v.push((
+            "struct ibv_device_attr_ex",
+            "odp_caps.per_transport_caps.rc_odp_caps",
+            offset_of!(ibv_device_attr_ex, odp_rc_caps),
+        ));
+        v.push((
+            "struct ibv_device_attr_ex",
+            "odp_caps.per_transport_caps.uc_odp_caps",
+            offset_of!(ibv_device_attr_ex, odp_uc_caps),
+        ));
+        v.push((
+            "struct ibv_device_attr_ex",
+            "odp_caps.per_transport_caps.ud_odp_caps",
+            offset_of!(ibv_device_attr_ex, odp_ud_caps),
+        ));
+        s!(
+            v,
+            "struct ibv_values_ex",
+            ibv_values_ex,
+            comp_mask,
+            raw_clock
+        );
+        s!(
+            v,
+            "struct ibv_port_attr",
+            ibv_port_attr,
+            state,
+            max_mtu,
+            active_mtu,
+            gid_tbl_len,
+            port_cap_flags,
+            max_msg_sz,
+            bad_pkey_cntr,
+            qkey_viol_cntr,
+            pkey_tbl_len,
+            lid,
+            sm_lid,
+            lmc,
+            max_vl_num,
+            sm_sl,
+            subnet_timeout,
+            init_type_reply,
+            active_width,
+            active_speed,
+            phys_state,
+            link_layer,
+            flags,
+            port_cap_flags2
+        );
+        s!(
+            v,
+            "struct ibv_gid_entry",
+            ibv_gid_entry,
+            gid,
+            gid_index,
+            port_num,
+            gid_type,
+            ndev_ifindex
+        );
+        s!(v, "struct ibv_pd", ibv_pd, context, handle);
+        s!(
+            v,
+            "struct ibv_mr",
+            ibv_mr,
+            context,
+            pd,
+            addr,
+            length,
+            handle,
+            lkey,
+            rkey
+        );
+        s!(v, "struct ibv_mw", ibv_mw, context, pd, rkey, handle);
+        s!(
+            v,
+            "struct ibv_comp_channel",
+            ibv_comp_channel,
+            context,
+            fd,
+            refcnt
+        );
+        s!(
+            v,
+            "struct ibv_cq",
+            ibv_cq,
+            context,
+            channel,
+            cq_context,
+            handle,
+            cqe,
+            mutex,
+            cond,
+            comp_events_completed,
+            async_events_completed
+        );
+        s!(
+            v,
+            "struct ibv_cq_ex",
+            ibv_cq_ex,
+            comp_mask,
+            status,
+            wr_id,
+            start_poll,
+            next_poll,
+            end_poll,
+            read_opcode,
+            read_vendor_err,
+            read_byte_len,
+            read_imm_data,
+            read_qp_num,
+            read_src_qp,
+            read_wc_flags,
+            read_slid,
+            read_sl,
+            read_dlid_path_bits,
+            read_completion_ts,
+            read_cvlan,
+            read_flow_tag,
+            read_tm_info,
+            read_completion_wallclock_ns
+        );
+        s!(
+            v,
+            "struct ibv_cq_init_attr_ex",
+            ibv_cq_init_attr_ex,
+            cqe,
+            cq_context,
+            channel,
+            comp_vector,
+            wc_flags,
+            comp_mask,
+            flags,
+            parent_domain
+        );
+        s!(
+            v,
+            "struct ibv_wc",
+            ibv_wc,
+            wr_id,
+            status,
+            opcode,
+            vendor_err,
+            byte_len,
+            imm_data,
+            qp_num,
+            src_qp,
+            wc_flags,
+            pkey_index,
+            slid,
+            sl,
+            dlid_path_bits
+        );
+        s!(v, "struct ibv_sge", ibv_sge, addr, length, lkey);
+        s!(
+            v,
+            "struct ibv_global_route",
+            ibv_global_route,
+            dgid,
+            flow_label,
+            sgid_index,
+            hop_limit,
+            traffic_class
+        );
+        s!(
+            v,
+            "struct ibv_ah_attr",
+            ibv_ah_attr,
+            grh,
+            dlid,
+            sl,
+            src_path_bits,
+            static_rate,
+            is_global,
+            port_num
+        );
+        s!(v, "struct ibv_ah", ibv_ah, context, pd, handle);
+        s!(
+            v,
+            "struct ibv_grh",
+            ibv_grh,
+            version_tclass_flow,
+            paylen,
+            next_hdr,
+            hop_limit,
+            sgid,
+            dgid
+        );
+        s!(
+            v,
+            "struct ibv_srq_attr",
+            ibv_srq_attr,
+            max_wr,
+            max_sge,
+            srq_limit
+        );
+        s!(
+            v,
+            "struct ibv_srq_init_attr",
+            ibv_srq_init_attr,
+            srq_context,
+            attr
+        );
+        s!(
+            v,
+            "struct ibv_srq_init_attr_ex",
+            ibv_srq_init_attr_ex,
+            srq_context,
+            attr,
+            comp_mask,
+            srq_type,
+            pd,
+            xrcd,
+            cq
+        );
+        s!(
+            v,
+            "struct ibv_srq",
+            ibv_srq,
+            context,
+            srq_context,
+            pd,
+            handle,
+            mutex,
+            cond,
+            events_completed
+        );
+        s!(
+            v,
+            "struct ibv_qp_cap",
+            ibv_qp_cap,
+            max_send_wr,
+            max_recv_wr,
+            max_send_sge,
+            max_recv_sge,
+            max_inline_data
+        );
+        s!(
+            v,
+            "struct ibv_qp_init_attr",
+            ibv_qp_init_attr,
+            qp_context,
+            send_cq,
+            recv_cq,
+            srq,
+            cap,
+            qp_type,
+            sq_sig_all
+        );
+        s!(
+            v,
+            "struct ibv_qp_init_attr_ex",
+            ibv_qp_init_attr_ex,
+            qp_context,
+            send_cq,
+            recv_cq,
+            srq,
+            cap,
+            qp_type,
+            sq_sig_all,
+            comp_mask,
+            pd,
+            xrcd,
+            create_flags,
+            max_tso_header,
+            rwq_ind_tbl,
+            rx_hash_conf,
+            source_qpn,
+            send_ops_flags
+        );
+        s!(
+            v,
+            "struct ibv_qp_attr",
+            ibv_qp_attr,
+            qp_state,
+            cur_qp_state,
+            path_mtu,
+            path_mig_state,
+            qkey,
+            rq_psn,
+            sq_psn,
+            dest_qp_num,
+            qp_access_flags,
+            cap,
+            ah_attr,
+            alt_ah_attr,
+            pkey_index,
+            alt_pkey_index,
+            en_sqd_async_notify,
+            sq_draining,
+            max_rd_atomic,
+            max_dest_rd_atomic,
+            min_rnr_timer,
+            port_num,
+            timeout,
+            retry_cnt,
+            rnr_retry,
+            alt_port_num,
+            alt_timeout,
+            rate_limit
+        );
+        s!(
+            v,
+            "struct ibv_qp",
+            ibv_qp,
+            context,
+            qp_context,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+            handle,
+            qp_num,
+            state,
+            qp_type,
+            mutex,
+            cond,
+            events_completed
+        );
+        s!(
+            v,
+            "struct ibv_qp_ex",
+            ibv_qp_ex,
+            qp_base,
+            comp_mask,
+            wr_id,
+            wr_flags,
+            wr_atomic_cmp_swp,
+            wr_atomic_fetch_add,
+            wr_bind_mw,
+            wr_local_inv,
+            wr_rdma_read,
+            wr_rdma_write,
+            wr_rdma_write_imm,
+            wr_send,
+            wr_send_imm,
+            wr_send_inv,
+            wr_send_tso,
+            wr_set_ud_addr,
+            wr_set_xrc_srqn,
+            wr_set_inline_data,
+            wr_set_inline_data_list,
+            wr_set_sge,
+            wr_set_sge_list,
+            wr_start,
+            wr_complete,
+            wr_abort,
+            wr_atomic_write
+        );
+        s!(v, "struct ibv_data_buf", ibv_data_buf, addr, length);
+        s!(
+            v,
+            "struct ibv_send_wr",
+            ibv_send_wr,
+            wr_id,
+            next,
+            sg_list,
+            num_sge,
+            opcode,
+            send_flags,
+            imm_data,
+            wr
+        );
+        v.push((
+            "struct ibv_send_wr",
+            "wr.rdma.rkey",
+            offset_of!(ibv_send_wr, wr) + offset_of!(ibv_rdma, rkey),
+        ));
+        v.push((
+            "struct ibv_send_wr",
+            "wr.atomic.compare_add",
+            offset_of!(ibv_send_wr, wr) + offset_of!(ibv_atomic, compare_add),
+        ));
+        v.push((
+            "struct ibv_send_wr",
+            "wr.atomic.swap",
+            offset_of!(ibv_send_wr, wr) + offset_of!(ibv_atomic, swap),
+        ));
+        v.push((
+            "struct ibv_send_wr",
+            "wr.atomic.rkey",
+            offset_of!(ibv_send_wr, wr) + offset_of!(ibv_atomic, rkey),
+        ));
+        v.push((
+            "struct ibv_send_wr",
+            "wr.ud.remote_qpn",
+            offset_of!(ibv_send_wr, wr) + offset_of!(ibv_ud, remote_qpn),
+        ));
+        v.push((
+            "struct ibv_send_wr",
+            "wr.ud.remote_qkey",
+            offset_of!(ibv_send_wr, wr) + offset_of!(ibv_ud, remote_qkey),
+        ));
+        v.push((
+            "struct ibv_send_wr",
+            "qp_type.xrc.remote_srqn",
+            offset_of!(ibv_send_wr, xrc_remote_srqn),
+        ));
+        s!(
+            v,
+            "struct ibv_recv_wr",
+            ibv_recv_wr,
+            wr_id,
+            next,
+            sg_list,
+            num_sge
+        );
+        s!(
+            v,
+            "struct ibv_async_event",
+            ibv_async_event,
+            element,
+            event_type
+        );
+        v
+    }
+
+    /// Compiles a C file of `_Static_assert`s with Rust's figures against the installed
+    /// rdma-core headers (Debian's `libibverbs-dev`): a struct laid out differently fails
+    /// the compile, naming the field. Skipped, saying so, where the headers or a compiler
+    /// are missing (`scripts/test` installs both, so CI always runs it).
+    #[test]
+    fn every_struct_matches_the_installed_rdma_core_headers() {
+        let header = std::path::Path::new("/usr/include/infiniband/verbs.h");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        if !header.is_file() {
+            eprintln!(
+                "SKIPPED: {} is missing (apt-get install libibverbs-dev)",
+                header.display()
+            );
+            return;
+        }
+        let mut c = String::from("#include <stddef.h>\n#include <infiniband/verbs.h>\n");
+        for (ty, field, v) in figures() {
+            if field.is_empty() {
+                c +=
+                    &format!("_Static_assert(sizeof({ty}) == {v}, \"sizeof({ty}) is not {v}\");\n");
+            } else {
+                c += &format!(
+                    "_Static_assert(offsetof({ty}, {field}) == {v}, \"offsetof({ty}, {field}) is not {v}\");\n"
+                );
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("softrdma-layout-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("layout.c");
+        std::fs::write(&src, c).unwrap();
+        let out = std::process::Command::new(&cc)
+            .args(["-fsyntax-only", "-Wall", "-Werror"])
+            .arg(&src)
+            .output();
+        let _ = std::fs::remove_dir_all(&dir);
+        match out {
+            Ok(o) => assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr)),
+            Err(e) => panic!("{cc}: {e} (install gcc)"),
+        }
+    }
+}
