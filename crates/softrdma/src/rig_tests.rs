@@ -294,7 +294,10 @@ fn the_progress_pass_sends_what_a_poller_that_stopped_deferred() {
     r.a.qp.post_send(wr(10, SendOp::Send, &r.a, 8)).unwrap();
     assert_eq!(r.b.cq.poll(1)[0].wr_id, 1);
     assert!(r.fabric.opcodes(IP_A).is_empty(), "deferred");
-    assert!(!r.b.ctx.dev().progress_pass(false), "nothing to receive");
+    assert!(
+        !r.b.ctx.dev().progress_pass(false, false),
+        "nothing to receive"
+    );
     assert_eq!(r.fabric.opcodes(IP_A), [ACK]);
     assert_eq!(r.a.cq.poll(1)[0].wr_id, 10);
 }

@@ -120,6 +120,13 @@ pub(crate) struct Device {
     /// it for packets that the poller receives anyway would cost a context switch per packet
     /// on small machines. A count, not a deadline, so that a poll need not read the clock.
     app_polls: AtomicU64,
+    /// How many sends application threads have posted (a count, as `app_polls`): while it
+    /// moves, the progress thread defers the ACKs of what it receives too, so that they
+    /// ride with the application's next request (see `drain`).
+    app_sends: AtomicU64,
+    /// When the oldest deferred ACK was deferred (device nanoseconds; `u64::MAX`: none):
+    /// the progress thread sends it at the latest [`APP_POLL_GRACE`] later.
+    deferred_at: AtomicU64,
     /// `app_polls + 1` when a poller said it is about to block (`Poller::app_sleeps`): the
     /// pollers count as gone until the count moves again.
     app_released: AtomicU64,
@@ -237,6 +244,7 @@ impl Device {
                 // Cleared under the lock: a poller that defers more appends under it, and
                 // sets the flag again after.
                 self.gate.deferred(true);
+                self.deferred_at.store(u64::MAX, Ordering::Relaxed);
             }
             if b.is_empty() {
                 return;
@@ -322,7 +330,7 @@ impl Device {
                 let polls = self.app_polls.load(Ordering::Relaxed);
                 self.app_polls
                     .store(polls.wrapping_add(1), Ordering::Relaxed);
-                let got = self.drain(&mut st, true);
+                let got = self.drain(&mut st, true, true);
                 drop(st);
                 self.run_due_timers() || got
             }
@@ -395,7 +403,13 @@ impl Device {
     /// Receives and handles what is waiting. An application thread (`app`) makes one
     /// receive call and defers the ACKs; the progress thread, woken by an edge-triggered
     /// poll, empties the socket and sends at once.
-    fn drain(&self, st: &mut RxState, app: bool) -> bool {
+    /// `app`: an application thread drains (it returns after one batch). `defer`: the
+    /// progress thread drains while application threads post sends: its ACKs are deferred
+    /// as a poller's are, to ride with their next request. Without that, a peer that waits
+    /// for the ACK of its WRITE gets it alone, before the WRITE that answers, and then
+    /// spins on memory while that WRITE waits for a progress thread (perftest's
+    /// `ib_write_lat`: the two ends spin on memory, not on their CQs).
+    fn drain(&self, st: &mut RxState, app: bool, defer: bool) -> bool {
         let mut any = false;
         let RxState { rx, batch, want } = st;
         loop {
@@ -443,7 +457,11 @@ impl Device {
                 self.defer_acks(now);
                 return any;
             }
-            self.flush_batch(true);
+            if defer {
+                self.defer_acks(now);
+            } else {
+                self.flush_batch(true);
+            }
             if n < sys::RX_BATCH {
                 return any;
             }
@@ -477,6 +495,12 @@ impl Device {
             }
             let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
             d.append(b);
+            let _ = self.deferred_at.compare_exchange(
+                u64::MAX,
+                now.as_nanos(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
             Some(true)
         });
         match deferred {
@@ -548,6 +572,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
     let mut published: (u64, std::time::Instant) = (u64::MAX, std::time::Instant::now());
     let mut last_work = std::time::Instant::now();
     let mut pollers = PollerWatch::default();
+    let mut senders = PollerWatch::default();
     loop {
         if dev.shutdown.load(Ordering::Acquire) {
             // Nothing already accepted is lost: what the fault injector holds back and the
@@ -627,7 +652,10 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
                 return;
             }
         }
-        if dev.progress_pass(socket_registered) {
+        let sending = senders
+            .observe(dev.app_sends.load(Ordering::Relaxed), 0, dev.now())
+            .is_some();
+        if dev.progress_pass(socket_registered, sending) {
             last_work = std::time::Instant::now();
         }
     }
@@ -807,6 +835,8 @@ impl Device {
             timer_visits: AtomicU64::new(0),
             app_polls: AtomicU64::new(0),
             app_released: AtomicU64::new(0),
+            app_sends: AtomicU64::new(0),
+            deferred_at: AtomicU64::new(u64::MAX),
             retired: Mutex::new(softrdma_proto::QpCounters::default()),
             rx: Mutex::new(RxState {
                 rx: Receiver::default(),
@@ -846,15 +876,27 @@ impl Device {
     /// What the progress thread does after each wake-up: drain the socket if it holds it
     /// (`socket`), run the timers that are due, and send everything batched, the ACKs that
     /// pollers deferred included. True if it received anything.
-    pub(crate) fn progress_pass(&self, socket: bool) -> bool {
+    /// `defer`: application threads are posting sends (see `drain`); ACKs deferred
+    /// longer than [`APP_POLL_GRACE`] leave all the same.
+    pub(crate) fn progress_pass(&self, socket: bool, defer: bool) -> bool {
         let mut got = false;
         if socket {
             let mut st = self.rx.lock().unwrap_or_else(|e| e.into_inner());
-            got = self.drain(&mut st, false);
+            got = self.drain(&mut st, false, defer);
         }
-        self.run_timers(self.now());
-        self.flush_batch(true);
+        let now = self.now();
+        self.run_timers(now);
+        let oldest = self.deferred_at.load(Ordering::Relaxed);
+        let due = oldest != u64::MAX
+            && now.as_nanos() >= oldest.saturating_add(APP_POLL_GRACE.as_nanos() as u64);
+        self.flush_batch(!defer || due);
         got
+    }
+
+    /// Notes an application's send (see `app_sends`).
+    pub(crate) fn note_send(&self) {
+        let n = self.app_sends.load(Ordering::Relaxed);
+        self.app_sends.store(n.wrapping_add(1), Ordering::Relaxed);
     }
 
     /// Stops the progress thread, which sends what is still held back first.

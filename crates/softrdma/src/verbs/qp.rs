@@ -374,6 +374,7 @@ impl QueuePair {
     /// Posts a send WR (`ibv_post_send`). Its SGEs name registered memory by key; the device
     /// checks every access, so this is safe.
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
+        self.ctx.dev().note_send();
         Ok(self.with(|qp| qp.post_send(wr))?)
     }
 
@@ -388,6 +389,7 @@ impl QueuePair {
         &self,
         wrs: impl IntoIterator<Item = SendWr>,
     ) -> std::result::Result<(), (usize, Error)> {
+        self.ctx.dev().note_send();
         self.with(|qp| {
             for (i, wr) in wrs.into_iter().enumerate() {
                 qp.post_send(wr).map_err(|e| (i, e.into()))?;
