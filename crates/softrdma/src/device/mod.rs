@@ -56,6 +56,16 @@ const SPIN: Duration = Duration::from_micros(20);
 /// the socket to it (and so the longest an ACK it deferred can wait).
 const APP_POLL_GRACE: Duration = Duration::from_micros(200);
 
+/// The longest the progress thread holds a deferred ACK for an application's next send:
+/// within [`PEER_ACK_DELAY`], the slack a soft requester allows a deferred ACK. A
+/// ping-pong turn that the scheduler slowed past it would otherwise get its ACK alone,
+/// and fall into the slow pattern the deferral avoids (see `Device::drain`).
+const ACK_HOLD: Duration = Duration::from_micros(800);
+/// How long after an application's last send the progress thread goes on deferring ACKs
+/// (see `Device::drain`): long enough to span a ping-pong turn that the scheduler slowed
+/// (milliseconds on a busy machine), short next to any requester's timeout. An ACK itself
+/// is held at most [`APP_POLL_GRACE`].
+const SENDER_WINDOW: Duration = Duration::from_millis(10);
 /// How long a soft device may hold an ACK back: [`APP_POLL_GRACE`], then the progress
 /// thread's next pass, with room for the scheduler. A requester waits this much longer
 /// before it probes for a lost tail, so that a deferred ACK is not taken for a lost one.
@@ -125,7 +135,7 @@ pub(crate) struct Device {
     /// ride with the application's next request (see `drain`).
     app_sends: AtomicU64,
     /// When the oldest deferred ACK was deferred (device nanoseconds; `u64::MAX`: none):
-    /// the progress thread sends it at the latest [`APP_POLL_GRACE`] later.
+    /// the progress thread sends it at the latest [`ACK_HOLD`] later.
     deferred_at: AtomicU64,
     /// `app_polls + 1` when a poller said it is about to block (`Poller::app_sleeps`): the
     /// pollers count as gone until the count moves again.
@@ -572,7 +582,8 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
     let mut published: (u64, std::time::Instant) = (u64::MAX, std::time::Instant::now());
     let mut last_work = std::time::Instant::now();
     let mut pollers = PollerWatch::default();
-    let mut senders = PollerWatch::default();
+    // The application's send count when last seen, and when it last moved.
+    let mut senders = (0u64, Instant::ZERO);
     loop {
         if dev.shutdown.load(Ordering::Acquire) {
             // Nothing already accepted is lost: what the fault injector holds back and the
@@ -652,9 +663,12 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
                 return;
             }
         }
-        let sending = senders
-            .observe(dev.app_sends.load(Ordering::Relaxed), 0, dev.now())
-            .is_some();
+        let sends = dev.app_sends.load(Ordering::Relaxed);
+        let now = dev.now();
+        if sends != senders.0 {
+            senders = (sends, now);
+        }
+        let sending = sends != 0 && now.as_nanos() < senders.1.add(SENDER_WINDOW).as_nanos();
         if dev.progress_pass(socket_registered, sending) {
             last_work = std::time::Instant::now();
         }
@@ -877,7 +891,7 @@ impl Device {
     /// (`socket`), run the timers that are due, and send everything batched, the ACKs that
     /// pollers deferred included. True if it received anything.
     /// `defer`: application threads are posting sends (see `drain`); ACKs deferred
-    /// longer than [`APP_POLL_GRACE`] leave all the same.
+    /// longer than [`ACK_HOLD`] leave all the same.
     pub(crate) fn progress_pass(&self, socket: bool, defer: bool) -> bool {
         let mut got = false;
         if socket {
@@ -888,7 +902,7 @@ impl Device {
         self.run_timers(now);
         let oldest = self.deferred_at.load(Ordering::Relaxed);
         let due = oldest != u64::MAX
-            && now.as_nanos() >= oldest.saturating_add(APP_POLL_GRACE.as_nanos() as u64);
+            && now.as_nanos() >= oldest.saturating_add(ACK_HOLD.as_nanos() as u64);
         self.flush_batch(!defer || due);
         got
     }
