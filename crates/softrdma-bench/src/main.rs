@@ -1107,6 +1107,69 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
         }),
     );
 
+    // Unmodified perftest through the drop-in libibverbs (`softrdma exec`), both ends: the
+    // figures perftest prints (t_typical; BW average in MB/s of 2^20 bytes; MsgRate in
+    // Mpps).
+    let perftest = |tool: &str, extra: &[&str], port: u16| -> Result<Vec<f64>, BenchError> {
+        let p = port.to_string();
+        let mut a = vec![sr.as_str(), "exec", "--", tool];
+        a.extend(extra);
+        a.extend(["-p", &p]);
+        let server = args(&a);
+        a.push("127.0.0.1");
+        let client = args(&a);
+        let (_, c) = pair(
+            &pin,
+            (&server, &[("SOFTRDMA_ADDR", "127.0.0.2")]),
+            (&client, &[("SOFTRDMA_ADDR", "127.0.0.3")]),
+            Ready::Tcp(port),
+            limit,
+        )?;
+        perftest_row(&c)
+    };
+    let pt_lat = || {
+        perftest("ib_write_lat", &["-s", "8", "-n", "20000"], 24050)
+            .and_then(|r| r.get(4).copied().ok_or_else(missing("no t_typical")))
+    };
+    let pt_bw = || {
+        perftest("ib_write_bw", &["-s", "1048576", "-D", &secs], 24051).and_then(|r| {
+            r.get(3)
+                .map(|m| m * 1048576.0)
+                .ok_or_else(missing("no BW average"))
+        })
+    };
+    let pt_rate = || {
+        perftest(
+            "ib_write_bw",
+            &["-s", "8", "-D", &secs, "-t", "512", "-Q", "64"],
+            24052,
+        )
+        .and_then(|r| r.get(4).map(|m| m * 1e6).ok_or_else(missing("no MsgRate")))
+    };
+    let rate_8 = || {
+        perf(
+            "write-bw",
+            &["-s", "8", "-D", &secs, "-t", "512", "-Q", "64"],
+            24014,
+        )
+        .and_then(|x| {
+            x["msg_rate_per_sec"]
+                .as_f64()
+                .ok_or_else(missing("no rate"))
+        })
+    };
+    add(
+        "drop-in: unmodified ib_write_lat 8 B, t_typical",
+        Kind::Lat,
+        pt_lat(),
+    );
+    add("drop-in: unmodified ib_write_bw 1 MiB", Kind::Bw, pt_bw());
+    add(
+        "drop-in: unmodified ib_write_bw 8 B -t 512 -Q 64, message rate [msg/s]",
+        Kind::Rate,
+        pt_rate(),
+    );
+
     // iperf3.
     let r = if have("iperf3") {
         pair(
@@ -1271,6 +1334,19 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
         }
     }
 
+    // The drop-in against the Rust API, each pair back to back.
+    for _ in 0..PAIRS {
+        if let (Ok(c), Ok(r)) = (pt_lat(), write_lat()) {
+            paired.dropin_lat.push(c / r);
+        }
+        if let (Ok(c), Ok(r)) = (pt_bw(), write_bw_1m()) {
+            paired.dropin_bw.push(c / r);
+        }
+        if let (Ok(c), Ok(r)) = (pt_rate(), rate_8()) {
+            paired.dropin_rate.push(c / r);
+        }
+    }
+
     print_table(&figs, &pin, seconds, &paired);
     Ok(())
 }
@@ -1289,6 +1365,27 @@ struct Paired {
     floor: Vec<f64>,
     /// write-bw 1 MiB over the floor run right after it.
     bw_floor: Vec<f64>,
+    /// Unmodified ib_write_lat 8 B through the drop-in over softrdma perf write-lat.
+    dropin_lat: Vec<f64>,
+    /// Unmodified ib_write_bw 1 MiB over softrdma perf write-bw.
+    dropin_bw: Vec<f64>,
+    /// Unmodified ib_write_bw 8 B message rate over softrdma perf's.
+    dropin_rate: Vec<f64>,
+}
+
+/// The numbers of the row under perftest's (or `softrdma perf`'s) `#bytes` header.
+fn perftest_row(out: &str) -> Result<Vec<f64>, BenchError> {
+    let mut lines = out.lines().skip_while(|l| !l.contains("#bytes"));
+    lines.next();
+    lines
+        .find(|l| !l.trim().is_empty())
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|f| f.parse().ok())
+                .collect()
+        })
+        .filter(|v: &Vec<f64>| v.len() >= 4)
+        .ok_or_else(|| BenchError::Output(format!("no result row in: {out}")))
 }
 
 /// The median of `v` (the upper one of an even count); `None` when empty.
@@ -1390,6 +1487,31 @@ fn print_table(figs: &[Figure], pin: &Pin, seconds: u64, paired: &Paired) {
             "- (for reference) the bandwidth floor itself: {f:.2}× raw UDP (pairs {flist}){bound}; write-bw 1 MiB against it: {w:.2}× (pairs {wlist})"
         );
     }
+    let within = |name: &str, v: &[f64], low: f64, high: f64| match median_of(v) {
+        Some((m, list)) => println!(
+            "- {name}: {m:.2}× ({}; pairs {list})",
+            verdict(m >= low && m <= high)
+        ),
+        None => println!("- {name}: no pair completed"),
+    };
+    within(
+        "drop-in ib_write_lat 8 B within 10 % of softrdma perf write-lat (t_typical)",
+        &paired.dropin_lat,
+        0.0,
+        1.1,
+    );
+    within(
+        "drop-in ib_write_bw 1 MiB within 5 % of softrdma perf write-bw",
+        &paired.dropin_bw,
+        0.95,
+        f64::INFINITY,
+    );
+    within(
+        "drop-in ib_write_bw 8 B -t 512 -Q 64 message rate within 10 % of softrdma perf's",
+        &paired.dropin_rate,
+        0.9,
+        f64::INFINITY,
+    );
     if let Some(r) = get("softrdma write-bw 8 B") {
         println!(
             "- 8 B WRITE message rate ≥ 1 M/s: {:.3} M/s ({})",
