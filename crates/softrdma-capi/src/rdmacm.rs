@@ -49,7 +49,59 @@ enosys! { isize = -1;
 
 // pointer-returning.
 enosys! { *mut c_void = std::ptr::null_mut();
-    rdma_create_event_channel rdma_get_devices
+    rdma_create_event_channel
+}
+
+/// `rdma_get_devices`: a NULL-terminated array of an open context for each device, which
+/// needs no connection manager (libfabric's verbs provider lists its domains from it).
+/// `rdma_free_devices` closes them.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_get_devices(num: *mut c_int) -> *mut *mut crate::abi::ibv_context {
+    crate::guard("rdma_get_devices", std::ptr::null_mut(), || {
+        let devs = crate::device::devices();
+        // SAFETY: calloc of n+1 pointers; the result is checked.
+        let list = unsafe { libc::calloc(devs.len() + 1, size_of::<*mut c_void>()) }
+            .cast::<*mut crate::abi::ibv_context>();
+        if list.is_null() {
+            set_errno(libc::ENOMEM);
+            return std::ptr::null_mut();
+        }
+        let mut n = 0;
+        for d in devs {
+            // SAFETY: a device of the list; the context is closed by rdma_free_devices.
+            let ctx = unsafe { crate::device::ibv_open_device((&raw const d.dev).cast_mut()) };
+            if !ctx.is_null() {
+                // SAFETY: n < devs.len() + 1.
+                unsafe { *list.add(n) = ctx };
+                n += 1;
+            }
+        }
+        if !num.is_null() {
+            // SAFETY: the caller's int.
+            unsafe { *num = n as c_int };
+        }
+        list
+    })
+}
+
+/// `rdma_free_devices`: closes the contexts of `rdma_get_devices` and frees the array.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut crate::abi::ibv_context) {
+    crate::guard("rdma_free_devices", (), || {
+        if list.is_null() {
+            return;
+        }
+        let mut p = list;
+        // SAFETY: a NULL-terminated array from rdma_get_devices.
+        while !unsafe { *p }.is_null() {
+            // SAFETY: a context rdma_get_devices opened, closed once.
+            unsafe { crate::device::ibv_close_device(*p) };
+            // SAFETY: within the array, before its NULL.
+            p = unsafe { p.add(1) };
+        }
+        // SAFETY: calloc'ed by rdma_get_devices.
+        unsafe { libc::free(list.cast()) };
+    })
 }
 
 // __be16-returning: port 0.
@@ -72,10 +124,6 @@ pub extern "C" fn rdma_destroy_srq(_id: *mut c_void) {}
 /// `rdma_freeaddrinfo`: nothing was allocated.
 #[unsafe(no_mangle)]
 pub extern "C" fn rdma_freeaddrinfo(_res: *mut c_void) {}
-
-/// `rdma_free_devices`: nothing was allocated.
-#[unsafe(no_mangle)]
-pub extern "C" fn rdma_free_devices(_list: *mut c_void) {}
 
 /// `rdma_event_str`: the names of `enum rdma_cm_event_type`.
 #[unsafe(no_mangle)]

@@ -41,6 +41,7 @@ fn package(program: &str) -> &'static str {
     match program {
         p if p.starts_with("ib_") => "perftest",
         "qperf" => "qperf",
+        "fi_info" => "libfabric-bin",
         "gcc" => "gcc",
         _ => "ibverbs-utils",
     }
@@ -685,4 +686,25 @@ fn the_drop_in_defines_everything_installed_programs_import() {
     missing.dedup();
     assert!(missing.is_empty(), "the drop-in lacks: {missing:#?}");
     assert!(checked > 500, "only {checked} imports found");
+}
+
+/// libfabric's verbs provider (libfabric 1.17, built into `libfabric.so.1`) finds the
+/// device through the drop-in and lists its MSG and DGRAM domains.
+#[test]
+fn libfabric_lists_the_device_as_a_verbs_domain() {
+    need("fi_info");
+    let o = wait(
+        spawn(&mut exec("127.0.88.2", "fi_info", &["-p", "verbs"])),
+        "fi_info",
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "fi_info -p verbs: {:?}\n{t}", o.status);
+    for want in [
+        "provider: verbs",
+        "domain: softrdma0",
+        "FI_EP_MSG",
+        "domain: softrdma0-dgram",
+    ] {
+        assert!(t.contains(want), "fi_info -p verbs lacks {want:?}:\n{t}");
+    }
 }
