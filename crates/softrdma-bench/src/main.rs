@@ -1091,10 +1091,7 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
         Kind::Bw,
         bw(perf("write-bw", &["-s", "65536", "-D", &secs], 24012)),
     );
-    add("softrdma write-bw 1 MiB", Kind::Bw, write_bw_1m());
-    add(
-        "softrdma write-bw 8 B, message rate [msg/s]",
-        Kind::Rate,
+    let rate_8 = || {
         perf(
             "write-bw",
             &["-s", "8", "-D", &secs, "-t", "512", "-Q", "64"],
@@ -1104,7 +1101,13 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
             x["msg_rate_per_sec"]
                 .as_f64()
                 .ok_or_else(missing("no rate"))
-        }),
+        })
+    };
+    add("softrdma write-bw 1 MiB", Kind::Bw, write_bw_1m());
+    add(
+        "softrdma write-bw 8 B, message rate [msg/s]",
+        Kind::Rate,
+        rate_8(),
     );
 
     // Unmodified perftest through the drop-in libibverbs (`softrdma exec`), both ends: the
@@ -1145,18 +1148,6 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
             24052,
         )
         .and_then(|r| r.get(4).map(|m| m * 1e6).ok_or_else(missing("no MsgRate")))
-    };
-    let rate_8 = || {
-        perf(
-            "write-bw",
-            &["-s", "8", "-D", &secs, "-t", "512", "-Q", "64"],
-            24014,
-        )
-        .and_then(|x| {
-            x["msg_rate_per_sec"]
-                .as_f64()
-                .ok_or_else(missing("no rate"))
-        })
     };
     add(
         "drop-in: unmodified ib_write_lat 8 B, t_typical",

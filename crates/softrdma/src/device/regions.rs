@@ -98,6 +98,32 @@ impl crate::datapath::batch::Lender for MrTable {
     }
 }
 
+/// The maker of a region over the application's `len` bytes at `addr`, named at `iova`,
+/// once they are checked (not NULL, not empty, the IOVA range without overflow).
+fn raw_region(
+    verb: &'static str,
+    pd: Pd,
+    addr: *mut u8,
+    len: usize,
+    iova: u64,
+    access: AccessFlags,
+) -> Result<impl FnOnce(u32) -> MrInner> {
+    if addr.is_null() {
+        return Err(Error::NullAddress { verb });
+    }
+    Error::check_range(verb, "length", len as u64, 1u64, MAX_REGION)?;
+    Error::check_range(verb, "iova", iova, 0u64, u64::MAX - len as u64)?;
+    Ok(move |key| MrInner {
+        key,
+        pd,
+        addr: iova,
+        len: len as u64,
+        access,
+        base: addr,
+        storage: Storage::Raw,
+    })
+}
+
 /// The longest region (a Rust allocation's limit).
 const MAX_REGION: u64 = isize::MAX as u64;
 
@@ -161,20 +187,8 @@ impl MrTable {
         iova: u64,
         access: AccessFlags,
     ) -> Result<Arc<MrInner>> {
-        if addr.is_null() {
-            return Err(Error::NullAddress { verb: "ibv_reg_mr" });
-        }
-        Error::check_range("ibv_reg_mr", "length", len as u64, 1u64, MAX_REGION)?;
-        Error::check_range("ibv_reg_mr", "iova", iova, 0u64, u64::MAX - len as u64)?;
-        Ok(self.insert(|key| MrInner {
-            key,
-            pd,
-            addr: iova,
-            len: len as u64,
-            access,
-            base: addr,
-            storage: Storage::Raw,
-        }))
+        let make = raw_region("ibv_reg_mr", pd, addr, len, iova, access)?;
+        Ok(self.insert(make))
     }
 
     /// Registers `len` bytes at `addr` again under `key` (`ibv_rereg_mr`): in `pd`, with
@@ -194,28 +208,14 @@ impl MrTable {
         access: AccessFlags,
     ) -> Result<Arc<MrInner>> {
         let verb = "ibv_rereg_mr";
-        if addr.is_null() {
-            return Err(Error::NullAddress { verb });
-        }
-        Error::check_range(verb, "length", len as u64, 1u64, MAX_REGION)?;
-        Error::check_range(verb, "iova", iova, 0u64, u64::MAX - len as u64)?;
-        self.regions
-            .replace(key, |key| MrInner {
-                key,
-                pd,
-                addr: iova,
-                len: len as u64,
-                access,
-                base: addr,
-                storage: Storage::Raw,
-            })
-            .ok_or(Error::OutOfRange {
-                verb,
-                attr: "mr",
-                requested: u64::from(key),
-                min: 0,
-                max: 0,
-            })
+        let make = raw_region(verb, pd, addr, len, iova, access)?;
+        self.regions.replace(key, make).ok_or(Error::OutOfRange {
+            verb,
+            attr: "mr",
+            requested: u64::from(key),
+            min: 0,
+            max: 0,
+        })
     }
 
     /// Removes an owned region and gives its buffer back, if nothing else holds it.
