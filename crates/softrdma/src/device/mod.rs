@@ -64,7 +64,7 @@ const ACK_HOLD: Duration = Duration::from_micros(800);
 /// How long after an application's last send the progress thread goes on deferring ACKs
 /// (see `Device::drain`): long enough to span a ping-pong turn that the scheduler slowed
 /// (milliseconds on a busy machine), short next to any requester's timeout. An ACK itself
-/// is held at most [`APP_POLL_GRACE`].
+/// is held at most [`ACK_HOLD`].
 const SENDER_WINDOW: Duration = Duration::from_millis(10);
 /// How long a soft device may hold an ACK back: [`APP_POLL_GRACE`], then the progress
 /// thread's next pass, with room for the scheduler. A requester waits this much longer
