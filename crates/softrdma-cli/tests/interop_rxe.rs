@@ -467,4 +467,64 @@ fn pingpong_with_linux_rxe() {
     );
     perf_case_env(&vm, "write-bw", &["-n", "200", "-s", "65536"], &lossy);
     perf_case_env(&vm, "read-bw", &["-n", "200", "-s", "65536"], &lossy);
+
+    // Unmodified rdma-core and perftest binaries on the host through the drop-in
+    // libibverbs (`softrdma exec`), against the same binaries on rxe, both ways.
+    dropin_case(
+        &vm,
+        "ibv_rc_pingpong",
+        "-g 1 -n 50 -s 4096 -c -m 1024",
+        "50 iters in",
+    );
+    dropin_case(&vm, "ib_write_bw", "-x 1 -F -n 50 -s 65536", "BW average");
+}
+
+/// `PROGRAM FLAGS` on the host through `softrdma exec` against `PROGRAM FLAGS` on rxe in
+/// the VM, each side serving once; both must finish and the client must print `want`.
+fn dropin_case(vm: &Vm, program: &str, flags: &str, want: &str) {
+    let host = |extra: Option<&str>| {
+        let mut a = vec!["exec", "--", program, "-d", "softrdma0"];
+        a.extend(flags.split_whitespace());
+        a.extend(extra);
+        ours(HOST_IP, &[], &a)
+    };
+    let rxe = format!("{program} -d rxe0 {flags}");
+
+    // rxe serves, the drop-in connects.
+    vm.exec_ok(&format!(
+        "{rxe} > /tmp/dsrv.log 2>&1 & echo $! > /tmp/dsrv.pid"
+    ));
+    vm.exec_ok("waitport 18515");
+    let o = run(&mut host(Some(VM_IP)), Duration::from_secs(90));
+    let srv = vm.exec_ok(
+        "while kill -0 $(cat /tmp/dsrv.pid) 2>/dev/null; do sleep 0.1; done; cat /tmp/dsrv.log",
+    );
+    assert!(
+        o.status.success() && text(&o).contains(want),
+        "drop-in {program} -> rxe ({:?}):\n{}\nrxe:\n{srv}",
+        o.status,
+        text(&o)
+    );
+
+    // The drop-in serves, rxe connects.
+    let server = host(None)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_listen(18515);
+    let cli = vm.exec(&format!("{rxe} {HOST_IP}"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(server.wait_with_output()));
+    let srv = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the drop-in server ends")
+        .unwrap();
+    assert!(
+        cli.status.success() && srv.status.success() && text(&cli).contains(want),
+        "rxe {program} -> drop-in:\n{}\ndrop-in:\n{}",
+        text(&cli),
+        text(&srv)
+    );
+    eprintln!("ok: unmodified {program} through the drop-in, both ways with rxe");
 }
