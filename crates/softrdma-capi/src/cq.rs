@@ -14,7 +14,7 @@ use softrdma::{Completion, CompletionChannel, CompletionQueue, WcFlags};
 use std::ffi::{c_int, c_uint, c_void};
 use std::ptr::null_mut;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// A completion channel: the public struct, then softrdma's channel (an eventfd).
 #[repr(C)]
@@ -37,6 +37,8 @@ pub(crate) struct SoftCq {
     stamps: bool,
     /// QPs that complete into it.
     pub users: AtomicUsize,
+    /// Whether its overflow was reported (`IBV_EVENT_CQ_ERR` names the CQ once).
+    pub error_reported: AtomicBool,
 }
 
 impl SoftCq {
@@ -183,10 +185,29 @@ fn new_cq(verb: &'static str, ctx: *mut ibv_context, n: NewCq) -> *mut SoftCq {
         cur: Mutex::new(None),
         stamps: wc_flags & ((1 << 7) | (1 << 11)) != 0,
         users: AtomicUsize::new(0),
+        error_reported: AtomicBool::new(false),
     }));
     // SAFETY: just allocated; the CQ's word names it for ibv_get_cq_event.
     unsafe { (*cq).inner.set_user_data(cq as u64) };
+    soft.cqs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(cq as usize);
     cq
+}
+
+/// The CQ whose overflow an `IBV_EVENT_CQ_ERR` reports: the first that overflowed and
+/// was not reported yet (the engine's event does not say which).
+pub(crate) fn cq_that_overflowed(soft: &SoftContext) -> *mut ibv_cq {
+    let cqs = soft.cqs.lock().unwrap_or_else(|e| e.into_inner());
+    for &p in cqs.iter() {
+        // SAFETY: a live CQ of this context (destroy removes it from the list first).
+        let c = unsafe { &*(p as *const SoftCq) };
+        if c.inner.overflowed() && !c.error_reported.swap(true, Ordering::AcqRel) {
+            return p as *mut ibv_cq;
+        }
+    }
+    null_mut()
 }
 
 /// `ibv_create_cq`.
@@ -305,6 +326,12 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             c.users.fetch_sub(1, Ordering::AcqRel);
         }
         s.inner.set_user_data(0);
+        // SAFETY: the CQ's live context.
+        unsafe { SoftContext::from_ptr(s.cq.cq.context) }
+            .cqs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|&c| c != cq as usize);
         // SAFETY: from new_cq's Box, freed once.
         drop(unsafe { Box::from_raw(cq.cast::<SoftCq>()) });
         0

@@ -89,6 +89,11 @@ pub(crate) struct SoftContext {
     pub dev: &'static SoftDevice,
     /// QPN → the `SoftQp` (as an address), to name the QP of an async event.
     pub qps: Mutex<HashMap<u32, usize>>,
+    /// The live CQs and SRQs (as addresses), to name the object of a CQ error or an SRQ
+    /// limit event, whose engine events do not say which.
+    pub cqs: Mutex<Vec<usize>>,
+    /// See `cqs`.
+    pub srqs: Mutex<Vec<usize>>,
 }
 
 impl SoftContext {
@@ -216,6 +221,8 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             ctx,
             dev: d,
             qps: Mutex::new(HashMap::new()),
+            cqs: Mutex::new(Vec::new()),
+            srqs: Mutex::new(Vec::new()),
         });
         let soft = Box::into_raw(soft);
         // SAFETY: `soft` is a live allocation; the context lives inside it.

@@ -6,7 +6,6 @@ use crate::device::SoftContext;
 use crate::{fail, guard, set_errno};
 use softrdma::AsyncEvent;
 use std::ffi::{CStr, c_char, c_int};
-use std::ptr::null_mut;
 
 /// `ibv_get_async_event`: blocks on the context's `async_fd` until an event arrives,
 /// unless the caller made it non-blocking (then EAGAIN).
@@ -63,10 +62,13 @@ fn to_c(soft: &SoftContext, e: AsyncEvent) -> Option<ibv_async_event> {
         })
     };
     match e {
-        AsyncEvent::CqError => Some(ibv_async_event {
-            element: ibv_event_element { cq: null_mut() },
-            event_type: 0,
-        }),
+        AsyncEvent::CqError => {
+            let cq = crate::cq::cq_that_overflowed(soft);
+            (!cq.is_null()).then_some(ibv_async_event {
+                element: ibv_event_element { cq },
+                event_type: 0,
+            })
+        }
         AsyncEvent::QpFatal(n) => qp(n, 1),
         AsyncEvent::QpRequestError(n) => qp(n, 2),
         AsyncEvent::QpAccessError(n) => qp(n, 3),
@@ -77,10 +79,13 @@ fn to_c(soft: &SoftContext, e: AsyncEvent) -> Option<ibv_async_event> {
             },
             event_type: 9,
         }),
-        AsyncEvent::SrqLimitReached => Some(ibv_async_event {
-            element: ibv_event_element { srq: null_mut() },
-            event_type: 15,
-        }),
+        AsyncEvent::SrqLimitReached => {
+            let srq = crate::qp::srq_that_reached_its_limit(soft);
+            (!srq.is_null()).then_some(ibv_async_event {
+                element: ibv_event_element { srq },
+                event_type: 15,
+            })
+        }
         AsyncEvent::LastWqeReached(n) => qp(n, 16),
     }
 }

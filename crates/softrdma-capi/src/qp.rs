@@ -842,13 +842,20 @@ fn new_srq(
     s.handle = next_handle();
     s.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
     s.cond = libc::PTHREAD_COND_INITIALIZER;
-    Box::into_raw(Box::new(SoftSrq {
+    let ctx = s.context;
+    let p = Box::into_raw(Box::new(SoftSrq {
         srq: s,
         inner,
         attr: Mutex::new(*attr),
         users: AtomicUsize::new(0),
-    }))
-    .cast()
+    }));
+    // SAFETY: the PD's live context.
+    unsafe { SoftContext::from_ptr(ctx) }
+        .srqs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(p as usize);
+    p.cast()
 }
 
 /// `ibv_create_srq`.
@@ -970,6 +977,12 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         if unsafe { &*p }.users.load(Ordering::Acquire) > 0 {
             return fail("ibv_destroy_srq", libc::EBUSY, &"QPs still use the SRQ");
         }
+        // SAFETY: the SRQ's live context.
+        unsafe { SoftContext::from_ptr((*p).srq.context) }
+            .srqs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|&x| x != p as usize);
         // SAFETY: from new_srq's Box, freed once; its PD is alive (counted).
         let s = unsafe { Box::from_raw(p) };
         // SAFETY: as above.
@@ -1173,6 +1186,23 @@ fn set_builders(q: &mut ibv_qp_ex) {
     q.wr_set_inline_data = Some(wr_set_inline_data);
     q.wr_set_inline_data_list = Some(wr_set_inline_data_list);
     q.wr_set_ud_addr = Some(wr_set_ud_addr);
+}
+
+/// The SRQ whose limit event has just been raised: armed by the application, and
+/// disarmed since (the engine disarms a limit as it raises its event). Its limit then
+/// reads 0, as IBTA 11.5.2.4 has it after the event.
+pub(crate) fn srq_that_reached_its_limit(soft: &SoftContext) -> *mut ibv_srq {
+    let srqs = soft.srqs.lock().unwrap_or_else(|e| e.into_inner());
+    for &p in srqs.iter() {
+        // SAFETY: a live SRQ of this context (destroy removes it from the list first).
+        let s = unsafe { &*(p as *const SoftSrq) };
+        let mut a = s.attr.lock().unwrap_or_else(|e| e.into_inner());
+        if a.srq_limit > 0 && !s.inner.limit_armed() {
+            a.srq_limit = 0;
+            return p as *mut ibv_srq;
+        }
+    }
+    null_mut()
 }
 
 /// The QP with number `qpn` of a context, for an async event.

@@ -715,3 +715,23 @@ fn libfabric_lists_the_device_as_a_verbs_domain() {
         assert!(t.contains(want), "fi_info -p verbs lacks {want:?}:\n{t}");
     }
 }
+
+/// An SRQ below its armed limit and an overflowing CQ each raise an async event on the
+/// context's async_fd that names the object (tests/c/async_events.c checks them).
+#[test]
+fn async_events_name_their_srq_and_cq() {
+    let bin = build_c(
+        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/async_events.c"),
+        "async_events",
+    );
+    let o = wait(
+        spawn(&mut exec("127.0.87.2", bin.to_str().unwrap(), &[])),
+        "async_events",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("async events named their objects"),
+        "{}",
+        text(&o)
+    );
+}

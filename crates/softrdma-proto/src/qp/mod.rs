@@ -413,6 +413,11 @@ impl Srq {
         self.lock().limit = Some(limit);
     }
 
+    /// Whether the limit is armed (it disarms when its event is raised).
+    pub fn limit_armed(&self) -> bool {
+        self.lock().limit.is_some()
+    }
+
     /// WRs posted and not yet consumed.
     pub fn len(&self) -> usize {
         self.lock().wrs.len()

@@ -84,6 +84,11 @@ impl SharedReceiveQueue {
         self.inner.arm_limit(limit)
     }
 
+    /// Whether the limit is armed: it disarms when its event is raised.
+    pub fn limit_armed(&self) -> bool {
+        self.inner.limit_armed()
+    }
+
     /// WRs posted and not yet consumed.
     pub fn len(&self) -> usize {
         self.inner.len()
