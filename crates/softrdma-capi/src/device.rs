@@ -13,6 +13,7 @@ use crate::{copy_cstr, fail, fail_with, guard, set_errno};
 use softrdma::config::DeviceInfo;
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_void};
+use std::net::IpAddr;
 use std::ptr::null_mut;
 use std::sync::{Mutex, OnceLock};
 
@@ -102,10 +103,22 @@ impl SoftContext {
     /// # Safety
     /// `ctx` must be a live context this library returned.
     pub(crate) unsafe fn from_ptr<'a>(ctx: *mut ibv_context) -> &'a SoftContext {
+        // SAFETY: per the contract.
+        unsafe { &*Self::container(ctx) }
+    }
+
+    /// The `SoftContext` whose `vctx.context` field `ctx` points at (pointer arithmetic
+    /// only; nothing is read).
+    fn container(ctx: *mut ibv_context) -> *mut SoftContext {
         let off =
             std::mem::offset_of!(SoftContext, vctx) + std::mem::offset_of!(verbs_context, context);
-        // SAFETY: per the contract, `ctx` is the `context` field of a live SoftContext.
-        unsafe { &*ctx.byte_sub(off).cast::<SoftContext>() }
+        ctx.wrapping_byte_sub(off).cast()
+    }
+
+    /// The index of the table's GID of `ip` (IPv4 mapped), if it has one.
+    pub(crate) fn gid_index(&self, ip: IpAddr) -> Option<usize> {
+        let gid = crate::mr::gid_of_ip(ip);
+        self.ctx.gids().iter().position(|g| *g == gid)
     }
 }
 
@@ -265,10 +278,8 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
         if ctx.is_null() {
             return fail("ibv_close_device", libc::EINVAL, &"NULL context");
         }
-        let off =
-            std::mem::offset_of!(SoftContext, vctx) + std::mem::offset_of!(verbs_context, context);
         // SAFETY: `ctx` is a context ibv_open_device returned; the box is freed once.
-        let soft = unsafe { Box::from_raw(ctx.byte_sub(off).cast::<SoftContext>()) };
+        let soft = unsafe { Box::from_raw(SoftContext::container(ctx)) };
         if soft.vctx.context.cmd_fd >= 0 {
             // SAFETY: the context's own descriptor, closed once.
             unsafe { libc::close(soft.vctx.context.cmd_fd) };

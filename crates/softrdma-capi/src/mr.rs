@@ -369,12 +369,15 @@ pub(crate) fn ah_path(
     if attr.is_global != 0 {
         return Ok((dgid, attr.grh.sgid_index as usize));
     }
-    let own = match addr {
+    Ok((dgid, soft.gid_index(addr).unwrap_or(0)))
+}
+
+/// The GID of an IP address, as RoCE v2 carries it: IPv4 mapped, IPv6 as is.
+pub(crate) fn gid_of_ip(ip: std::net::IpAddr) -> Ipv6Addr {
+    match ip {
         std::net::IpAddr::V4(a) => a.to_ipv6_mapped(),
         std::net::IpAddr::V6(a) => a,
-    };
-    let index = soft.ctx.gids().iter().position(|g| *g == own).unwrap_or(0);
-    Ok((dgid, index))
+    }
 }
 
 /// The LID of an IPv4 device's port: the low 16 bits of its address (0 for IPv6, or when

@@ -487,11 +487,9 @@ pub unsafe extern "C" fn ibv_modify_qp(
 }
 
 fn gid_of(ip: IpAddr) -> ibv_gid {
-    let v6 = match ip {
-        IpAddr::V4(a) => a.to_ipv6_mapped(),
-        IpAddr::V6(a) => a,
-    };
-    ibv_gid { raw: v6.octets() }
+    ibv_gid {
+        raw: crate::mr::gid_of_ip(ip).octets(),
+    }
 }
 
 /// `ibv_query_qp`: every attribute in force (whatever `mask` asks), and the creation
@@ -526,13 +524,11 @@ pub unsafe extern "C" fn ibv_query_qp(
         o.qp_access_flags = r.access_flags.map_or(0, |f| f.bits());
         o.cap = q.caps;
         if let Some(av) = r.av {
-            let gids = soft.ctx.gids();
-            let src = gid_of(av.src);
             o.ah_attr = ibv_ah_attr {
                 grh: ibv_global_route {
                     dgid: gid_of(av.dst),
                     flow_label: av.flow_label,
-                    sgid_index: gids.iter().position(|g| g.octets() == src.raw).unwrap_or(0) as u8,
+                    sgid_index: soft.gid_index(av.src).unwrap_or(0) as u8,
                     hop_limit: 1,
                     traffic_class: 0,
                 },

@@ -130,7 +130,7 @@ fn listening(port: u16) -> bool {
 }
 
 /// Waits until `port` listens, or `server` has ended (then its output says why).
-fn wait_listen(port: u16, server: &mut Child, what: &str) {
+fn wait_listen(port: u16, server: &mut Child) {
     let deadline = Instant::now() + LIMIT;
     while !listening(port) {
         if server.try_wait().unwrap().is_some() || Instant::now() > deadline {
@@ -138,22 +138,25 @@ fn wait_listen(port: u16, server: &mut Child, what: &str) {
         }
         std::thread::yield_now();
     }
-    let _ = what;
 }
 
-/// Runs `server` on 127.0.`net`.2 and `client` (with the server's address appended, or
-/// the arguments `client_tail` after it) on 127.0.`net`.3; both must succeed.
+/// Runs `server` on 127.0.`net`.2 and `client`, with the server's address appended, on
+/// 127.0.`net`.3; both must succeed.
 fn pair(net: u8, port: u16, server: (&str, &[&str]), client: (&str, &[&str])) -> (String, String) {
     let what = format!("{} {}", server.0, server.1.join(" "));
-    let mut s = spawn(&mut exec(&format!("127.0.{net}.2"), server.0, server.1));
-    wait_listen(port, &mut s, &what);
+    let mut s = Server(Some(spawn(&mut exec(
+        &format!("127.0.{net}.2"),
+        server.0,
+        server.1,
+    ))));
+    wait_listen(port, s.child());
     let mut cargs: Vec<&str> = client.1.to_vec();
     cargs.push("127.0.0.1");
     let c = wait(
         spawn(&mut exec(&format!("127.0.{net}.3"), client.0, &cargs)),
         &what,
     );
-    let s = wait(s, &what);
+    let s = s.wait(&what);
     let (st, ct) = (text(&s), text(&c));
     assert!(
         s.status.success() && c.status.success(),
@@ -334,7 +337,7 @@ fn qperf_rc_uc_and_ud_tests() {
         "ud_bi_bw",
     ];
     let mut s = Server(Some(spawn(&mut exec("127.0.95.2", "qperf", &["-lp", &lp]))));
-    wait_listen(port, s.child(), "qperf server");
+    wait_listen(port, s.child());
     for poll in ["0", "1"] {
         for t in tests {
             let c = exec(
@@ -408,7 +411,7 @@ fn unmodified_tools_and_softrdmas_own_cli_interoperate() {
         } else {
             spawn(&mut cli(&sa, &[]))
         }));
-        wait_listen(port, s.child(), "server");
+        wait_listen(port, s.child());
         let c = if server_is_c {
             spawn(&mut cli(&ca, &["127.0.0.1"]))
         } else {

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "self_qp.h"
+
 static void die(const char *what)
 {
 	fprintf(stderr, "FAILED: %s (errno %d %s)\n", what, errno, strerror(errno));
@@ -41,34 +43,8 @@ int main(void)
 	struct ibv_qp *qp = ibv_create_qp(pd, &qi);
 	if (!mr || !qp)
 		die("reg_mr/create_qp");
-	union ibv_gid gid;
-	if (ibv_query_gid(ctx, 1, 1, &gid))
-		die("query_gid");
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_LOCAL_WRITE };
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = qp->qp_num;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 1;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				      IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				      IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-		die("RTS");
+	if (connect_to_self(qp, ctx))
+		die("connect the QP to itself");
 
 	/* Six receives, limit 4: three SENDs leave three. */
 	struct ibv_sge rs = { (uintptr_t)buf + 2048, 64, mr->lkey };

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "self_qp.h"
+
 static int failed;
 
 #define CHECK(cond, ...)                                                  \
@@ -28,37 +30,6 @@ static struct ibv_qp *rc_qp(struct ibv_pd *pd, struct ibv_cq *cq)
 		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 2, .max_recv_sge = 2 },
 	};
 	return ibv_create_qp(pd, &a);
-}
-
-static int to_rts_with_self(struct ibv_qp *qp, struct ibv_context *ctx)
-{
-	union ibv_gid gid;
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE };
-	if (ibv_query_gid(ctx, 1, 1, &gid) ||
-	    ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = qp->qp_num;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 1;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				      IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 10;
-	a.retry_cnt = 1;
-	a.rnr_retry = 1;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-					   IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 int main(void)
@@ -138,7 +109,7 @@ int main(void)
 	struct ibv_qp_attr bad_attr = { .qp_state = IBV_QPS_RTS };
 	CHECK(ibv_modify_qp(qp, &bad_attr, IBV_QP_STATE) == EINVAL, "modify RESET -> RTS");
 
-	CHECK(to_rts_with_self(qp, ctx) == 0, "connect the QP to itself");
+	CHECK(connect_to_self(qp, ctx) == 0, "connect the QP to itself");
 
 	/* Too many SGEs (the QP has 2): EINVAL, nothing posted. */
 	struct ibv_sge three[3] = { sge, sge, sge };
