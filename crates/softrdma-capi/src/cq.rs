@@ -39,6 +39,8 @@ pub(crate) struct SoftCq {
     pub users: AtomicUsize,
     /// Whether its overflow was reported (`IBV_EVENT_CQ_ERR` names the CQ once).
     pub error_reported: AtomicBool,
+    /// The `sl` of its UD receives (see [`roce_sl`]).
+    grh_sl: u8,
 }
 
 impl SoftCq {
@@ -186,6 +188,7 @@ fn new_cq(verb: &'static str, ctx: *mut ibv_context, n: NewCq) -> *mut SoftCq {
         stamps: wc_flags & ((1 << 7) | (1 << 11)) != 0,
         users: AtomicUsize::new(0),
         error_reported: AtomicBool::new(false),
+        grh_sl: roce_sl(soft.ctx.addr()),
     }));
     // SAFETY: just allocated; the CQ's word names it for ibv_get_cq_event.
     unsafe { (*cq).inner.set_user_data(cq as u64) };
@@ -358,8 +361,23 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     })
 }
 
-/// The `ibv_wc` of a completion (immediate data back in network order).
-pub(crate) fn to_wc(c: &Completion) -> ibv_wc {
+/// The `sl` of a UD receive on a device on `addr`. RoCE has no SL on the wire; what a
+/// RoCE NIC reports there instead (libmlx5, from the CQE) is the packet's type: bit 3 for
+/// a UDP header (RoCE v2), then 1 for IPv6 or 2 for IPv4. UCX's UD transport reads it to
+/// find the destination address in the GRH area (the last 4 bytes for IPv4, else 16) and
+/// drops the packet when that is not one of its GIDs; rxe reports 0 there, so UCX over rxe
+/// IPv4 drops every packet.
+fn roce_sl(addr: std::net::IpAddr) -> u8 {
+    0x8 | if addr.to_canonical().is_ipv4() {
+        0x2
+    } else {
+        0x1
+    }
+}
+
+/// The `ibv_wc` of a completion (immediate data back in network order); `grh_sl` is the
+/// `sl` of a completion with a GRH (see [`roce_sl`]).
+pub(crate) fn to_wc(c: &Completion, grh_sl: u8) -> ibv_wc {
     let imm = if c.wc_flags.contains(WcFlags::WITH_INV) {
         c.invalidated_rkey
     } else if c.wc_flags.contains(WcFlags::WITH_IMM) {
@@ -379,7 +397,11 @@ pub(crate) fn to_wc(c: &Completion) -> ibv_wc {
         wc_flags: c.wc_flags.bits(),
         pkey_index: 0,
         slid: 0,
-        sl: 0,
+        sl: if c.wc_flags.contains(WcFlags::GRH) {
+            grh_sl
+        } else {
+            0
+        },
         dlid_path_bits: 0,
     }
 }
@@ -404,7 +426,7 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_
         let mut i = 0;
         while let Some(c) = lent.next() {
             // SAFETY: the caller's array has `n` entries and i < n (the lend stops at n).
-            unsafe { *wc.add(i) = to_wc(c) };
+            unsafe { *wc.add(i) = to_wc(c, s.grh_sl) };
             i += 1;
         }
         i as c_int
@@ -537,9 +559,10 @@ unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
 
 fn read<T: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&ibv_wc) -> T) -> T {
     guard("ibv_read_*", T::default(), || {
-        let cur = ex(cq).cur.lock().unwrap_or_else(|e| e.into_inner());
+        let s = ex(cq);
+        let cur = s.cur.lock().unwrap_or_else(|e| e.into_inner());
         cur.as_ref()
-            .map(|(c, _, _)| f(&to_wc(c)))
+            .map(|(c, _, _)| f(&to_wc(c, s.grh_sl)))
             .unwrap_or_default()
     })
 }

@@ -427,7 +427,7 @@ fn port_attr(soft: &SoftContext) -> ibv_port_attr {
         port_cap_flags: (1 << 16) | (1 << 26),
         max_msg_sz: a.max_msg_sz.min(u64::from(u32::MAX)) as u32,
         pkey_tbl_len: 1,
-        lid: crate::mr::port_lid(soft.ctx.addr()),
+        lid: softrdma::config::sysfs::port_lid(soft.ctx.addr()),
         sm_lid: p.sm_lid,
         max_vl_num: 1,
         active_width: 1, // 1X
@@ -675,29 +675,13 @@ pub unsafe extern "C" fn ibv_get_pkey_index(ctx: *mut ibv_context, port: u8, pke
     })
 }
 
-/// The files of a device's sysfs directory that tools read, as rxe's would read.
-fn sysfs_file(d: &SoftDevice, file: &str) -> Option<String> {
-    let guid = softrdma::config::node_guid(d.info.addr).to_be_bytes();
-    let g = guid
-        .chunks(2)
-        .map(|c| format!("{:02x}{:02x}", c[0], c[1]))
-        .collect::<Vec<_>>()
-        .join(":");
-    Some(match file {
-        "board_id" => "softrdma".into(),
-        "fw_ver" => softrdma::device_attr(d.info.addr).fw_ver,
-        "hca_type" | "hw_rev" => "0".into(),
-        "node_guid" | "sys_image_guid" => g,
-        "node_type" => "1: CA".into(),
-        "node_desc" => format!("softrdma {}", d.info.name),
-        "ibdev" => d.info.name.clone(),
-        "abi_version" => "1".into(),
-        "ports/1/state" => "4: ACTIVE".into(),
-        "ports/1/phys_state" => "5: LinkUp".into(),
-        "ports/1/link_layer" => "Ethernet".into(),
-        "ports/1/gid_attrs/types/0" | "ports/1/gid_attrs/types/1" => "RoCE v2".into(),
-        f if f.starts_with("ports/1/gid_attrs/ndevs/") => d.info.netdev.clone()?,
-        _ => return None,
+/// The online CPUs (`0-1`), which a device's sysfs calls local to it.
+fn online_cpus() -> &'static str {
+    static CPUS: OnceLock<String> = OnceLock::new();
+    CPUS.get_or_init(|| {
+        std::fs::read_to_string("/sys/devices/system/cpu/online")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|_| "0".into())
     })
 }
 
@@ -718,20 +702,15 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
         // SAFETY: C strings from the caller.
         let (dir, file) = unsafe { (CStr::from_ptr(dir), CStr::from_ptr(file)) };
         let (dir, file) = (dir.to_string_lossy(), file.to_string_lossy());
-        let ours = devices().iter().find(|d| {
-            // SAFETY: our own NUL-terminated path.
-            let p = unsafe { CStr::from_ptr(d.dev.ibdev_path.as_ptr()) };
-            p.to_string_lossy() == dir.trim_end_matches('/')
-        });
-        let text = match ours {
-            Some(d) => match sysfs_file(d, &file) {
-                Some(t) => t + "\n",
-                None => {
-                    set_errno(libc::ENOENT);
-                    return -1;
-                }
-            },
-            None => match std::fs::read(format!("{dir}/{file}")) {
+        let path = format!("{}/{file}", dir.trim_end_matches('/'));
+        let infos: Vec<_> = devices().iter().map(|d| d.info.clone()).collect();
+        let text = match softrdma::config::sysfs::read(&infos, online_cpus(), &path) {
+            Some(Ok(t)) => t,
+            Some(Err(())) => {
+                set_errno(libc::ENOENT);
+                return -1;
+            }
+            None => match std::fs::read(&path) {
                 Ok(b) => String::from_utf8_lossy(&b).into_owned(),
                 Err(e) => {
                     set_errno(e.raw_os_error().unwrap_or(libc::EIO));

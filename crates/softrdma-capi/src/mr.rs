@@ -334,7 +334,7 @@ impl SoftAh {
 /// RoCE addresses by GID, so rxe refuses an AH without a GRH (`ib_resolve_eth_dmac`:
 /// EINVAL), and programs that exchange only LIDs (qperf) cannot run on it. softrdma does
 /// better for IPv4 devices: their port has a LID, the low 16 bits of the address
-/// ([`port_lid`]), and an AH without a GRH reaches the host of that LID in the device's
+/// (`softrdma::config::sysfs::port_lid`), and an AH without a GRH reaches the host of that LID in the device's
 /// /16. Anything else without a GRH is refused as on rxe.
 pub(crate) fn ah_dgid(
     verb: &str,
@@ -377,15 +377,6 @@ pub(crate) fn gid_of_ip(ip: std::net::IpAddr) -> Ipv6Addr {
     match ip {
         std::net::IpAddr::V4(a) => a.to_ipv6_mapped(),
         std::net::IpAddr::V6(a) => a,
-    }
-}
-
-/// The LID of an IPv4 device's port: the low 16 bits of its address (0 for IPv6, or when
-/// they are 0), so that LID-addressed AHs work within its /16 (see [`ah_dgid`]).
-pub(crate) fn port_lid(local: std::net::IpAddr) -> u16 {
-    match local {
-        std::net::IpAddr::V4(a) => u32::from(a) as u16,
-        std::net::IpAddr::V6(_) => 0,
     }
 }
 

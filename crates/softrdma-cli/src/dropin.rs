@@ -118,8 +118,10 @@ pub fn env() -> ExitCode {
 }
 
 /// `softrdma exec -- PROGRAM ARGS`: replaces this process with the program, on softrdma
-/// (so its exit status, or the signal that ended it, is the caller's to see).
-pub fn exec(program: &[OsString]) -> ExitCode {
+/// (so its exit status, or the signal that ended it, is the caller's to see). With `view`,
+/// the program first gets the sysfs and /dev view of the devices (see [`crate::view`]);
+/// where the kernel refuses it, the program runs without one, after a line that says why.
+pub fn exec(program: &[OsString], view: bool) -> ExitCode {
     use std::os::unix::process::CommandExt;
     let Some((prog, args)) = program.split_first() else {
         eprintln!("softrdma exec: no program given (softrdma exec -- PROGRAM ARGS)");
@@ -132,6 +134,18 @@ pub fn exec(program: &[OsString]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if view {
+        match softrdma::config::devices() {
+            Ok(devs) => {
+                if let Err(e) = crate::view::enter(&devs) {
+                    eprintln!(
+                        "softrdma exec: no /sys/class/infiniband or /dev/infiniband view ({e}); programs that look for devices there (UCX, Open MPI, pyverbs' rdma_cm tests) will not find softrdma's"
+                    );
+                }
+            }
+            Err(e) => eprintln!("softrdma exec: no devices: {e}"),
+        }
+    }
     let err = std::process::Command::new(prog)
         .args(args)
         .env("LD_LIBRARY_PATH", library_path(&dir))

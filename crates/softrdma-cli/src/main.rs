@@ -12,6 +12,7 @@ mod pcap;
 mod perf;
 mod pingpong;
 mod sim;
+mod view;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -54,6 +55,10 @@ enum Command {
     /// on softrdma: it gets the drop-in libibverbs.so.1 and librdmacm.so.1 through
     /// LD_LIBRARY_PATH, and its exit status is this command's.
     Exec {
+        /// Run the program without the private sysfs and /dev view of softrdma's devices
+        /// (by default it gets one where the kernel allows it).
+        #[arg(long)]
+        no_view: bool,
         /// The program and its arguments (after `--`).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         program: Vec<std::ffi::OsString>,
@@ -96,7 +101,7 @@ fn main() -> ExitCode {
         Command::RcPingpong(a) => return pingpong::run(softrdma::QpType::Rc, &a),
         Command::UcPingpong(a) => return pingpong::run(softrdma::QpType::Uc, &a),
         Command::UdPingpong(a) => return pingpong::run(softrdma::QpType::Ud, &a),
-        Command::Exec { program } => return dropin::exec(&program),
+        Command::Exec { program, no_view } => return dropin::exec(&program, !no_view),
         Command::Env => return dropin::env(),
     };
     match result {

@@ -8,6 +8,7 @@
 
 pub mod limits;
 pub mod options;
+pub mod sysfs;
 
 pub use limits::{DeviceAttr, MAX_CQE, PortAttr, device_attr, port_attr};
 pub use options::{DeviceOptions, default_addr};
