@@ -7,7 +7,7 @@
 //! lock that only that CQ's poller takes.
 
 use crate::abi::*;
-use crate::device::SoftContext;
+use crate::device::{SoftContext, inherited, inherited_ctx, refuse_inherited};
 use crate::mr::next_handle;
 use crate::{fail, fail_with, guard, set_errno};
 use softrdma::{Completion, CompletionChannel, CompletionQueue, WcFlags};
@@ -60,6 +60,11 @@ pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut 
             fail("ibv_create_comp_channel", libc::EINVAL, &"NULL context");
             return null_mut();
         }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited_ctx(ctx) } {
+            refuse_inherited("ibv_create_comp_channel");
+            return null_mut();
+        }
         // SAFETY: live context.
         let soft = unsafe { SoftContext::from_ptr(ctx) };
         match soft.ctx.create_comp_channel() {
@@ -89,6 +94,10 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> 
     guard("ibv_destroy_comp_channel", libc::EIO, || {
         if ch.is_null() {
             return fail("ibv_destroy_comp_channel", libc::EINVAL, &"NULL channel");
+        }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(ch.cast()) } {
+            return 0;
         }
         let c = ch.cast::<SoftChannel>();
         // SAFETY: a live channel from ibv_create_comp_channel's Box.
@@ -124,6 +133,11 @@ fn new_cq(verb: &'static str, ctx: *mut ibv_context, n: NewCq) -> *mut SoftCq {
     } = n;
     if ctx.is_null() {
         fail(verb, libc::EINVAL, &"NULL context");
+        return null_mut();
+    }
+    // SAFETY: NULL or a live object the caller got from this library.
+    if unsafe { inherited_ctx(ctx) } {
+        refuse_inherited(verb);
         return null_mut();
     }
     // SAFETY: a live context's public part.
@@ -313,6 +327,10 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         if cq.is_null() {
             return fail("ibv_destroy_cq", libc::EINVAL, &"NULL CQ");
         }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(cq.cast()) } {
+            return 0;
+        }
         // SAFETY: live CQ.
         let s = unsafe { SoftCq::from_ptr(cq) };
         if s.users.load(Ordering::Acquire) > 0 {
@@ -347,6 +365,10 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     guard("ibv_resize_cq", libc::EIO, || {
         if cq.is_null() || cqe <= 0 {
             return fail("ibv_resize_cq", libc::EINVAL, &"NULL CQ or cqe below 1");
+        }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(cq.cast()) } {
+            return refuse_inherited("ibv_resize_cq");
         }
         // SAFETY: live CQ.
         let s = unsafe { SoftCq::from_ptr(cq) };
@@ -420,6 +442,11 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_
         if n == 0 {
             return 0;
         }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(cq.cast()) } {
+            refuse_inherited("ibv_poll_cq");
+            return -1;
+        }
         // SAFETY: live CQ.
         let s = unsafe { SoftCq::from_ptr(cq) };
         let mut lent = s.inner.poll_lending(n as usize);
@@ -436,6 +463,10 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_
 /// `ctx->ops.req_notify_cq` (`ibv_req_notify_cq`).
 pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     guard("ibv_req_notify_cq", libc::EIO, || {
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(cq.cast()) } {
+            return refuse_inherited("ibv_req_notify_cq");
+        }
         // SAFETY: live CQ.
         let s = unsafe { SoftCq::from_ptr(cq) };
         match s.inner.req_notify(solicited_only != 0) {
@@ -456,6 +487,11 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     guard("ibv_get_cq_event", -1, || {
         if ch.is_null() || cq.is_null() || cq_context.is_null() {
             fail("ibv_get_cq_event", libc::EINVAL, &"NULL argument");
+            return -1;
+        }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(ch.cast()) } {
+            refuse_inherited("ibv_get_cq_event");
             return -1;
         }
         // SAFETY: live channel.
@@ -539,6 +575,10 @@ fn load_next(cq: *mut ibv_cq_ex) -> c_int {
 
 unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut c_void) -> c_int {
     guard("ibv_start_poll", libc::EIO, || {
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(cq.cast()) } {
+            return refuse_inherited("ibv_start_poll");
+        }
         // SAFETY: NULL or the caller's attr, whose comp_mask must be 0.
         if unsafe { attr.cast::<u32>().as_ref() }.is_some_and(|m| *m != 0) {
             return libc::EINVAL;

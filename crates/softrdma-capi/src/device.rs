@@ -7,6 +7,15 @@
 //! as rdma-core's does. Every context of one device in a process shares one soft device
 //! (one UDP port): it is opened by the first `ibv_open_device` and closed by the last
 //! `ibv_close_device`, under the device's `open` lock.
+//!
+//! Fork. Contexts and everything made from them belong to the process that opened them:
+//! their progress thread, sockets and events live there. A `pthread_atfork` handler
+//! counts forks, so a forked child knows a parent's objects by their generation. In the
+//! child they are left as they are (the parent's are untouched): destroying or closing
+//! them returns 0 and changes nothing, and every other verb on them fails with EPERM
+//! (rdma-core's providers fault or misbehave there instead). The child reads the
+//! configuration again (so it may set `SOFTRDMA_ADDR` after the fork) and opens devices
+//! of its own, even through the parent's `ibv_device` pointers.
 
 use crate::abi::*;
 use crate::{copy_cstr, fail, fail_with, guard, set_errno};
@@ -15,6 +24,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::net::IpAddr;
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// One device of the list: the public `ibv_device`, the NULL word where rdma-core keeps
@@ -37,48 +47,125 @@ unsafe impl Send for SoftDevice {}
 
 const _: () = assert!(std::mem::offset_of!(SoftDevice, verbs_ops) == VERBS_DEVICE_OPS_OFFSET);
 
-/// The devices of this process, made once.
-pub(crate) fn devices() -> &'static [SoftDevice] {
-    static LIST: OnceLock<Vec<SoftDevice>> = OnceLock::new();
-    LIST.get_or_init(|| {
-        let infos = softrdma::config::devices().unwrap_or_else(|e| {
-            eprintln!("softrdma: no devices: {e}");
-            Vec::new()
-        });
-        infos
-            .into_iter()
-            .enumerate()
-            .map(|(index, info)| {
-                // SAFETY: ibv_device is plain data (ints, chars, NULL pointers): all-zero
-                // bytes are a valid value.
-                let mut dev: ibv_device = unsafe { std::mem::zeroed() };
-                dev.node_type = 1; // IBV_NODE_CA
-                dev.transport_type = 0; // IBV_TRANSPORT_IB, as rxe
-                copy_cstr(&mut dev.name, &info.name);
-                copy_cstr(&mut dev.dev_name, &format!("uverbs{index}"));
-                copy_cstr(
-                    &mut dev.dev_path,
-                    &format!("/sys/class/infiniband_verbs/uverbs{index}"),
-                );
-                copy_cstr(
-                    &mut dev.ibdev_path,
-                    &format!("/sys/class/infiniband/{}", info.name),
-                );
-                SoftDevice {
-                    dev,
-                    verbs_ops: null_mut(),
-                    info,
-                    index,
-                    open: Mutex::new(None),
-                }
-            })
-            .collect()
-    })
+/// Forks this process has seen as a child (0 in a process that was never forked with the
+/// library loaded).
+static GENERATION: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn forked() {
+    // Async-signal-safe, as a child handler must be: one atomic add.
+    GENERATION.fetch_add(1, Ordering::Relaxed);
 }
 
-/// The device behind `dev`, if it is one of ours.
+/// This process's generation (see [`GENERATION`]).
+pub(crate) fn generation() -> u32 {
+    GENERATION.load(Ordering::Relaxed)
+}
+
+/// Whether `obj`, a C object of this library (every one begins with its
+/// `struct ibv_context *`), was made before this process was forked from its maker.
+///
+/// # Safety
+/// `obj` is NULL or a live PD, MR, CQ (or CQ_EX), channel, QP (or QP_EX), SRQ or AH of
+/// this library.
+pub(crate) unsafe fn inherited(obj: *const c_void) -> bool {
+    if generation() == 0 || obj.is_null() {
+        return false;
+    }
+    // SAFETY: per the contract, `obj` starts with its context pointer.
+    unsafe { inherited_ctx(*obj.cast::<*mut ibv_context>()) }
+}
+
+/// Whether the context `ctx` was opened before this process was forked from its opener.
+///
+/// # Safety
+/// `ctx` is NULL or a live context of this library.
+pub(crate) unsafe fn inherited_ctx(ctx: *mut ibv_context) -> bool {
+    let now = generation();
+    // SAFETY: a live context of ours.
+    now != 0 && !ctx.is_null() && unsafe { SoftContext::from_ptr(ctx) }.generation != now
+}
+
+/// The answer of a verb on a parent's object in a forked child (see the module docs).
+pub(crate) fn refuse_inherited(verb: &str) -> c_int {
+    fail(
+        verb,
+        libc::EPERM,
+        &"the object belongs to the process this one was forked from; open the device again in this process",
+    )
+}
+
+/// The device lists of this process, one per generation, each leaked: a parent's
+/// `ibv_device` pointers stay valid in a child.
+static LISTS: Mutex<Vec<(u32, &'static [SoftDevice])>> = Mutex::new(Vec::new());
+
+/// Every device of every generation.
+fn all_devices() -> impl Iterator<Item = &'static SoftDevice> {
+    let lists: Vec<&'static [SoftDevice]> = LISTS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(_, l)| *l)
+        .collect();
+    lists.into_iter().flatten()
+}
+
+/// The devices of this process (of its generation), made once per generation.
+pub(crate) fn devices() -> &'static [SoftDevice] {
+    static ATFORK: std::sync::Once = std::sync::Once::new();
+    ATFORK.call_once(|| {
+        // SAFETY: registers a handler that only adds to an atomic; no pointers.
+        unsafe { libc::pthread_atfork(None, None, Some(forked)) };
+    });
+    let now = generation();
+    let mut lists = LISTS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, l)) = lists.iter().find(|(g, _)| *g == now) {
+        return l;
+    }
+    let list: &'static [SoftDevice] = Vec::leak(make_devices());
+    lists.push((now, list));
+    list
+}
+
+fn make_devices() -> Vec<SoftDevice> {
+    let infos = softrdma::config::devices().unwrap_or_else(|e| {
+        eprintln!("softrdma: no devices: {e}");
+        Vec::new()
+    });
+    infos
+        .into_iter()
+        .enumerate()
+        .map(|(index, info)| {
+            // SAFETY: ibv_device is plain data (ints, chars, NULL pointers): all-zero
+            // bytes are a valid value.
+            let mut dev: ibv_device = unsafe { std::mem::zeroed() };
+            dev.node_type = 1; // IBV_NODE_CA
+            dev.transport_type = 0; // IBV_TRANSPORT_IB, as rxe
+            copy_cstr(&mut dev.name, &info.name);
+            copy_cstr(&mut dev.dev_name, &format!("uverbs{index}"));
+            copy_cstr(
+                &mut dev.dev_path,
+                &format!("/sys/class/infiniband_verbs/uverbs{index}"),
+            );
+            copy_cstr(
+                &mut dev.ibdev_path,
+                &format!("/sys/class/infiniband/{}", info.name),
+            );
+            SoftDevice {
+                dev,
+                verbs_ops: null_mut(),
+                info,
+                index,
+                open: Mutex::new(None),
+            }
+        })
+        .collect()
+}
+
+/// The device behind `dev`, if it is one of ours: in a forked child, the child's own
+/// device of that name when `dev` is a parent's.
 pub(crate) fn device(dev: *const ibv_device) -> Option<&'static SoftDevice> {
-    devices().iter().find(|d| std::ptr::eq(&d.dev, dev))
+    let d = all_devices().find(|d| std::ptr::eq(&d.dev, dev))?;
+    devices().iter().find(|c| c.info.name == d.info.name)
 }
 
 /// An open context: the `verbs_context` the application's `ibv_context *` points into,
@@ -95,6 +182,8 @@ pub(crate) struct SoftContext {
     pub cqs: Mutex<Vec<usize>>,
     /// See `cqs`.
     pub srqs: Mutex<Vec<usize>>,
+    /// The process generation that opened it (see [`inherited`]).
+    pub generation: u32,
 }
 
 impl SoftContext {
@@ -236,6 +325,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             qps: Mutex::new(HashMap::new()),
             cqs: Mutex::new(Vec::new()),
             srqs: Mutex::new(Vec::new()),
+            generation: generation(),
         });
         let soft = Box::into_raw(soft);
         // SAFETY: `soft` is a live allocation; the context lives inside it.
@@ -277,6 +367,10 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
     guard("ibv_close_device", libc::EIO, || {
         if ctx.is_null() {
             return fail("ibv_close_device", libc::EINVAL, &"NULL context");
+        }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited_ctx(ctx) } {
+            return 0;
         }
         // SAFETY: `ctx` is a context ibv_open_device returned; the box is freed once.
         let soft = unsafe { Box::from_raw(SoftContext::container(ctx)) };

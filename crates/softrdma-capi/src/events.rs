@@ -2,7 +2,7 @@
 //! the string and rate helpers of libibverbs.
 
 use crate::abi::*;
-use crate::device::SoftContext;
+use crate::device::{SoftContext, inherited_ctx, refuse_inherited};
 use crate::{fail, guard, set_errno};
 use softrdma::AsyncEvent;
 use std::ffi::{CStr, c_char, c_int};
@@ -17,6 +17,11 @@ pub unsafe extern "C" fn ibv_get_async_event(
     guard("ibv_get_async_event", -1, || {
         if ctx.is_null() || event.is_null() {
             fail("ibv_get_async_event", libc::EINVAL, &"NULL argument");
+            return -1;
+        }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited_ctx(ctx) } {
+            refuse_inherited("ibv_get_async_event");
             return -1;
         }
         // SAFETY: live context.
@@ -96,7 +101,8 @@ pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {}
 
 /// `ibv_fork_init`: nothing to do. softrdma pins no memory for a device to write (the
 /// device is this process), so a forked child's copy-on-write cannot take pages from
-/// under it.
+/// under it. What a child may do with a parent's objects is in the `device` module's
+/// docs: nothing but destroy them, which leaves the parent's untouched.
 #[unsafe(no_mangle)]
 pub extern "C" fn ibv_fork_init() -> c_int {
     0

@@ -6,7 +6,7 @@
 //! `ibv_dealloc_pd` can refuse with EBUSY while any is alive.
 
 use crate::abi::*;
-use crate::device::SoftContext;
+use crate::device::{SoftContext, inherited, inherited_ctx, refuse_inherited};
 use crate::{fail, fail_with, guard};
 use softrdma::{AccessFlags, AddressHandle, MemoryRegion, ProtectionDomain};
 use std::ffi::{c_int, c_uint, c_void};
@@ -47,6 +47,11 @@ pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
             fail("ibv_alloc_pd", libc::EINVAL, &"NULL context");
             return null_mut();
         }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited_ctx(ctx) } {
+            refuse_inherited("ibv_alloc_pd");
+            return null_mut();
+        }
         // SAFETY: live context.
         let soft = unsafe { SoftContext::from_ptr(ctx) };
         let pd = Box::new(SoftPd {
@@ -67,6 +72,10 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     guard("ibv_dealloc_pd", libc::EIO, || {
         if pd.is_null() {
             return fail("ibv_dealloc_pd", libc::EINVAL, &"NULL PD");
+        }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(pd.cast()) } {
+            return 0;
         }
         // SAFETY: live PD.
         let n = unsafe { SoftPd::from_ptr(pd) }
@@ -116,6 +125,11 @@ fn reg_mr(
     guard(verb, null_mut(), || {
         if pd.is_null() {
             fail(verb, libc::EINVAL, &"NULL PD");
+            return null_mut();
+        }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(pd.cast()) } {
+            refuse_inherited(verb);
             return null_mut();
         }
         let acc = match access(bits) {
@@ -201,6 +215,10 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     guard("ibv_dereg_mr", libc::EIO, || {
         if mr.is_null() {
             return fail("ibv_dereg_mr", libc::EINVAL, &"NULL MR");
+        }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(mr.cast()) } {
+            return 0;
         }
         // SAFETY: the MR came from reg_mr's Box and is freed once; its PD outlives it
         // (dealloc_pd refuses while it is counted).
@@ -388,6 +406,11 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
             fail("ibv_create_ah", libc::EINVAL, &"NULL argument");
             return null_mut();
         }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(pd.cast()) } {
+            refuse_inherited("ibv_create_ah");
+            return null_mut();
+        }
         // SAFETY: the caller's attr.
         let attr = unsafe { &*attr };
         // SAFETY: live PD, and its live context.
@@ -422,6 +445,10 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
     guard("ibv_destroy_ah", libc::EIO, || {
         if ah.is_null() {
             return fail("ibv_destroy_ah", libc::EINVAL, &"NULL AH");
+        }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(ah.cast()) } {
+            return 0;
         }
         // SAFETY: from ibv_create_ah's Box, freed once; its PD is alive (counted).
         let a = unsafe { Box::from_raw(ah.cast::<SoftAh>()) };

@@ -8,7 +8,7 @@
 
 use crate::abi::*;
 use crate::cq::SoftCq;
-use crate::device::SoftContext;
+use crate::device::{SoftContext, inherited, inherited_ctx, refuse_inherited};
 use crate::mr::{SoftAh, SoftPd, next_handle};
 use crate::{fail, fail_with, guard};
 use softrdma::{
@@ -102,6 +102,11 @@ fn create(verb: &'static str, c: Create) -> Result<*mut SoftQp, ()> {
     };
     if c.pd.is_null() || c.send_cq.is_null() || c.recv_cq.is_null() {
         err(libc::EINVAL, &"NULL PD or CQ");
+        return Err(());
+    }
+    // SAFETY: NULL or a live object the caller got from this library.
+    if unsafe { inherited(c.pd.cast()) } {
+        refuse_inherited(verb);
         return Err(());
     }
     let Some(t) = qp_type(c.qp_type) else {
@@ -241,6 +246,11 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
             fail("ibv_create_qp_ex", libc::EINVAL, &"NULL argument");
             return null_mut();
         }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited_ctx(ctx) } {
+            refuse_inherited("ibv_create_qp_ex");
+            return null_mut();
+        }
         // SAFETY: the caller's attr.
         let a = unsafe { &mut *attr };
         const PD: u32 = 1;
@@ -318,6 +328,10 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         if qp.is_null() {
             return fail("ibv_destroy_qp", libc::EINVAL, &"NULL QP");
         }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(qp.cast()) } {
+            return 0;
+        }
         // SAFETY: from create's Box, freed once; the PD, CQs and SRQ it counts are alive.
         let q = unsafe { Box::from_raw(qp.cast::<SoftQp>()) };
         let b = &q.qp.qp_base;
@@ -363,6 +377,10 @@ pub unsafe extern "C" fn ibv_modify_qp(
     guard("ibv_modify_qp", libc::EIO, || {
         if qp.is_null() || attr.is_null() {
             return fail("ibv_modify_qp", libc::EINVAL, &"NULL argument");
+        }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(qp.cast()) } {
+            return refuse_inherited("ibv_modify_qp");
         }
         // SAFETY: live QP; the caller's attr.
         let (q, a) = unsafe { (SoftQp::from_ptr(qp), &*attr) };
@@ -679,6 +697,14 @@ pub(crate) unsafe extern "C" fn post_send(
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
     guard("ibv_post_send", libc::EIO, || {
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(qp.cast()) } {
+            if !bad.is_null() {
+                // SAFETY: the caller's out-pointer.
+                unsafe { *bad = wr };
+            }
+            return refuse_inherited("ibv_post_send");
+        }
         // SAFETY: live QP.
         let q = unsafe { SoftQp::from_ptr(qp) };
         let set_bad = |w: *mut ibv_send_wr| {
@@ -785,6 +811,14 @@ pub(crate) unsafe extern "C" fn post_recv(
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
     guard("ibv_post_recv", libc::EIO, || {
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(qp.cast()) } {
+            if !bad.is_null() {
+                // SAFETY: the caller's out-pointer.
+                unsafe { *bad = wr };
+            }
+            return refuse_inherited("ibv_post_recv");
+        }
         // SAFETY: live QP.
         let q = unsafe { SoftQp::from_ptr(qp) };
         // SAFETY: as the C API requires.
@@ -799,6 +833,14 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
     guard("ibv_post_srq_recv", libc::EIO, || {
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(srq.cast()) } {
+            if !bad.is_null() {
+                // SAFETY: the caller's out-pointer.
+                unsafe { *bad = wr };
+            }
+            return refuse_inherited("ibv_post_srq_recv");
+        }
         // SAFETY: a live SRQ of ours.
         let s = unsafe { &*srq.cast::<SoftSrq>() };
         // SAFETY: as the C API requires.
@@ -814,6 +856,11 @@ fn new_srq(
 ) -> *mut ibv_srq {
     if pd.is_null() {
         fail(verb, libc::EINVAL, &"NULL PD");
+        return null_mut();
+    }
+    // SAFETY: NULL or a live object the caller got from this library.
+    if unsafe { inherited(pd.cast()) } {
+        refuse_inherited(verb);
         return null_mut();
     }
     // SAFETY: live PD.
@@ -922,6 +969,10 @@ pub unsafe extern "C" fn ibv_modify_srq(
         if srq.is_null() || attr.is_null() {
             return fail("ibv_modify_srq", libc::EINVAL, &"NULL argument");
         }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(srq.cast()) } {
+            return refuse_inherited("ibv_modify_srq");
+        }
         // SAFETY: live SRQ; the caller's attr.
         let (s, a) = unsafe { (&*srq.cast::<SoftSrq>(), &*attr) };
         if mask & 1 != 0 {
@@ -967,6 +1018,10 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     guard("ibv_destroy_srq", libc::EIO, || {
         if srq.is_null() {
             return fail("ibv_destroy_srq", libc::EINVAL, &"NULL SRQ");
+        }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(srq.cast()) } {
+            return 0;
         }
         let p = srq.cast::<SoftSrq>();
         // SAFETY: live SRQ.
@@ -1030,6 +1085,10 @@ unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
 
 unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
     guard("ibv_wr_complete", libc::EIO, || {
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(qp.cast()) } {
+            return refuse_inherited("ibv_wr_complete");
+        }
         let q = qpx(qp);
         let (wrs, err) = std::mem::take(&mut *q.batch.lock().unwrap_or_else(|e| e.into_inner()));
         if err != 0 {

@@ -453,6 +453,26 @@ fn build_c(src: &Path, name: &str) -> PathBuf {
     out
 }
 
+/// Builds a C file (see [`build_c`]), runs it with `softrdma exec` on `addr`, and checks
+/// that it succeeds and prints `verdict` (each C test checks itself and says what failed).
+fn run_c(src: &Path, addr: &str, args: &[&str], verdict: &str) {
+    let name = src.file_stem().unwrap().to_string_lossy().into_owned();
+    let bin = build_c(src, &name);
+    let o = wait(spawn(&mut exec(addr, bin.to_str().unwrap(), args)), &name);
+    assert!(
+        o.status.success() && text(&o).contains(verdict),
+        "{name}: {}",
+        text(&o)
+    );
+}
+
+/// A C test of this crate's `tests/c/`.
+fn c_test(file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(file)
+}
+
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -461,16 +481,11 @@ fn repo() -> PathBuf {
 /// and an RDMA WRITE, every completion checked by the program itself.
 #[test]
 fn the_c_six_steps_example_runs_on_softrdma() {
-    let bin = build_c(&repo().join("examples/c/six_steps.c"), "six_steps");
-    let o = wait(
-        spawn(&mut exec("127.0.99.2", bin.to_str().unwrap(), &[])),
-        "six_steps",
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    assert!(
-        text(&o).contains("SEND and RDMA WRITE verified"),
-        "{}",
-        text(&o)
+    run_c(
+        &repo().join("examples/c/six_steps.c"),
+        "127.0.99.2",
+        &[],
+        "SEND and RDMA WRITE verified",
     );
 }
 
@@ -478,19 +493,24 @@ fn the_c_six_steps_example_runs_on_softrdma() {
 /// (tests/c/bad_input.c checks each case itself and prints what failed).
 #[test]
 fn bad_input_through_the_c_api_gets_the_contracts_errno() {
-    let bin = build_c(
-        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/bad_input.c"),
-        "bad_input",
+    run_c(
+        &c_test("bad_input.c"),
+        "127.0.99.3",
+        &[],
+        "all bad-input checks passed",
     );
-    let o = wait(
-        spawn(&mut exec("127.0.99.3", bin.to_str().unwrap(), &[])),
-        "bad_input",
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    assert!(
-        text(&o).contains("all bad-input checks passed"),
-        "{}",
-        text(&o)
+}
+
+/// fork() with open contexts (tests/c/fork.c): the child cannot use the parent's objects
+/// (EPERM), closes them without touching the parent's, and opens a device of its own on
+/// an address it sets after the fork; the parent's QP works on afterwards.
+#[test]
+fn a_forked_child_opens_its_own_device_and_leaves_the_parents_alone() {
+    run_c(
+        &c_test("fork.c"),
+        "127.0.59.2",
+        &["127.0.59.3"],
+        "child and parent verified",
     );
 }
 
@@ -735,19 +755,11 @@ fn libfabric_lists_the_device_as_a_verbs_domain() {
 /// context's async_fd that names the object (tests/c/async_events.c checks them).
 #[test]
 fn async_events_name_their_srq_and_cq() {
-    let bin = build_c(
-        &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/async_events.c"),
-        "async_events",
-    );
-    let o = wait(
-        spawn(&mut exec("127.0.87.2", bin.to_str().unwrap(), &[])),
-        "async_events",
-    );
-    assert!(o.status.success(), "{}", text(&o));
-    assert!(
-        text(&o).contains("async events named their objects"),
-        "{}",
-        text(&o)
+    run_c(
+        &c_test("async_events.c"),
+        "127.0.87.2",
+        &[],
+        "async events named their objects",
     );
 }
 
@@ -888,7 +900,7 @@ fn open_mpi_runs_over_ucx_on_softrdma() {
     let o = Command::new("mpicc")
         .args(["-O2", "-Wall", "-Werror", "-o"])
         .arg(&bin)
-        .arg(repo().join("tests/c/mpi_ring.c"))
+        .arg(c_test("mpi_ring.c"))
         .output()
         .unwrap();
     assert!(o.status.success(), "mpicc: {}", text(&o));
