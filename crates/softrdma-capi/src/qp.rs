@@ -1268,3 +1268,48 @@ pub(crate) fn qp_by_num(soft: &SoftContext, qpn: u32) -> *mut ibv_qp {
         .get(&qpn)
         .map_or(null_mut(), |p| *p as *mut ibv_qp)
 }
+
+/// `ibv_attach_mcast` and `ibv_detach_mcast`: `lid` is the group's MLID, which RoCE does
+/// not use (the GID names the group).
+fn mcast(verb: &'static str, qp: *mut ibv_qp, gid: *const ibv_gid, attach: bool) -> c_int {
+    guard(verb, libc::EIO, || {
+        if qp.is_null() || gid.is_null() {
+            return fail(verb, libc::EINVAL, &"NULL argument");
+        }
+        // SAFETY: NULL or a live object the caller got from this library.
+        if unsafe { inherited(qp.cast()) } {
+            return refuse_inherited(verb);
+        }
+        // SAFETY: a live QP; the caller's GID.
+        let (q, g) = unsafe { (SoftQp::from_ptr(qp), std::net::Ipv6Addr::from((*gid).raw)) };
+        let r = if attach {
+            q.inner.attach_mcast(g)
+        } else {
+            q.inner.detach_mcast(g)
+        };
+        match r {
+            Ok(()) => 0,
+            Err(e) => fail_with(verb, &e),
+        }
+    })
+}
+
+/// `ibv_attach_mcast` (see [`softrdma::QueuePair::attach_mcast`]).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_attach_mcast(
+    qp: *mut ibv_qp,
+    gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    mcast("ibv_attach_mcast", qp, gid, true)
+}
+
+/// `ibv_detach_mcast`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibv_detach_mcast(
+    qp: *mut ibv_qp,
+    gid: *const ibv_gid,
+    _lid: u16,
+) -> c_int {
+    mcast("ibv_detach_mcast", qp, gid, false)
+}

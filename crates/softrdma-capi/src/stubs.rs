@@ -38,8 +38,6 @@ macro_rules! nothing {
 }
 
 unsupported_int! {
-    ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16);
-    ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16);
     ibv_resolve_eth_l2_from_gid(ctx: *mut ibv_context, attr: *mut c_void, mac: *mut u8, vid: *mut u16);
     ibv_query_ece(qp: *mut ibv_qp, ece: *mut c_void);
     ibv_set_ece(qp: *mut ibv_qp, ece: *mut c_void);

@@ -514,6 +514,32 @@ fn a_forked_child_opens_its_own_device_and_leaves_the_parents_alone() {
     );
 }
 
+/// UD multicast (tests/c/mcast.c): two devices of one process, named by a config file, an
+/// IPv4 group on loopback; members get one copy each (the sender's own QP too), others and
+/// a QP of another Q_Key none, detach stops delivery, bad attaches get EINVAL.
+#[test]
+fn ud_multicast_reaches_every_member_and_only_them() {
+    let bin = build_c(&c_test("mcast.c"), "mcast");
+    let conf = std::env::temp_dir().join(format!("softrdma-mcast-{}.conf", std::process::id()));
+    std::fs::write(
+        &conf,
+        "softrdma0 addr 127.0.49.2\nsoftrdma1 addr 127.0.49.3\n",
+    )
+    .unwrap();
+    let mut c = softrdma();
+    c.env("SOFTRDMA_CONFIG", &conf)
+        .arg("exec")
+        .arg("--")
+        .arg(&bin);
+    let o = wait(spawn(&mut c), "mcast");
+    let _ = std::fs::remove_file(&conf);
+    assert!(
+        o.status.success() && text(&o).contains("multicast verified"),
+        "{}",
+        text(&o)
+    );
+}
+
 /// `softrdma env` prints a line a shell can source, naming a directory with the four
 /// libraries under their SONAMEs.
 #[test]

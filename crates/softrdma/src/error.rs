@@ -121,6 +121,16 @@ pub enum Error {
         /// Why it did not parse.
         source: std::net::AddrParseError,
     },
+    /// A multicast attach or detach that cannot be (see [`McastError`]).
+    #[error("{verb}: {gid}: {why}")]
+    Multicast {
+        /// `ibv_attach_mcast` or `ibv_detach_mcast`.
+        verb: &'static str,
+        /// The group's GID.
+        gid: std::net::Ipv6Addr,
+        /// Why.
+        why: McastError,
+    },
     /// An operating-system call failed.
     #[error("{verb}: {source}")]
     Io {
@@ -129,6 +139,24 @@ pub enum Error {
         /// The OS error.
         source: std::io::Error,
     },
+}
+
+/// Why a multicast attach or detach was refused (each EINVAL, as the kernel's
+/// `ib_attach_mcast` and rxe refuse them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum McastError {
+    /// Only UD QPs join groups.
+    #[error("only UD QPs can be attached to a multicast group")]
+    NotUd,
+    /// The GID is not a multicast address (IPv6 ff00::/8, or IPv4 224.0.0.0/4 mapped).
+    #[error("not a multicast GID (ff00::/8, or ::ffff:224.0.0.0/100 for IPv4)")]
+    NotMulticast,
+    /// An IPv4 group on an IPv6 device, or the other way round.
+    #[error("the group's address family is not the device's")]
+    WrongFamily,
+    /// A detach from a group the QP is not attached to.
+    #[error("the QP is not attached to this group")]
+    NotAttached,
 }
 
 impl Error {
@@ -148,6 +176,7 @@ impl Error {
             | Error::NoChannel
             | Error::Faults { .. }
             | Error::BadAddr { .. }
+            | Error::Multicast { .. }
             | Error::Modify(_) => libc::EINVAL,
             Error::WrIdInFlight { .. } => libc::EBUSY,
             Error::Post(PostError::QueueFull { .. }) => libc::ENOMEM,

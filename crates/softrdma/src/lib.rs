@@ -99,7 +99,7 @@ mod rig_tests;
 pub use config::{DeviceAttr, DeviceOptions, PortAttr, default_addr, device_attr, port_attr};
 pub use counters::DeviceCounters;
 pub use device::stats;
-pub use error::{Error, Result};
+pub use error::{Error, McastError, Result};
 pub use softrdma_proto::endpoint::Counter;
 pub use softrdma_proto::faults::{FaultsError, LinkFaults, LinkRate};
 pub use softrdma_proto::{

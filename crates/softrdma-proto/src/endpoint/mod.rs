@@ -51,7 +51,16 @@ pub trait Lookup<C> {
     fn generation(&self) -> u64;
     /// The QP numbered `qpn`.
     fn get(&self, qpn: u32) -> Option<Arc<C>>;
+    /// Adds to `out` the QPs attached to the multicast group `group` (its IP address, the
+    /// GID's form on the wire). A table without multicast has none.
+    fn members(&self, group: IpAddr, out: &mut Vec<Arc<C>>) {
+        let _ = (group, out);
+    }
 }
+
+/// The destination QPN of a multicast packet: InfiniBand's multicast QPN, 0xFFFFFF. The
+/// packet goes to every QP attached to its destination group.
+pub const MULTICAST_QPN: u32 = 0x00FF_FFFF;
 
 /// The QPs by number.
 pub struct QpTable<C> {
@@ -334,6 +343,8 @@ pub struct Receiver<C> {
     last_qp: Option<(u64, u32, Arc<C>)>,
     /// The QPs the current batch reached, each once.
     touched: Vec<Arc<C>>,
+    /// Scratch for a multicast packet's members.
+    members: Vec<Arc<C>>,
     counts: RxCounts,
 }
 
@@ -343,6 +354,7 @@ impl<C> Default for Receiver<C> {
             check: IcrcCheck::default(),
             last_qp: None,
             touched: Vec::new(),
+            members: Vec::new(),
             counts: RxCounts::default(),
         }
     }
@@ -350,7 +362,9 @@ impl<C> Default for Receiver<C> {
 
 impl<C: QpCell> Receiver<C> {
     /// Checks one datagram, sent from `src`:`sport` to `local`, and hands it to its QP
-    /// (found in `table`), which is then among [`Receiver::touched`].
+    /// (found in `table`), which is then among [`Receiver::touched`]. A multicast packet
+    /// (to [`MULTICAST_QPN`]; `local` is then the group's address) goes to every QP attached
+    /// to the group, each of which applies its own checks (a UD QP, its Q_Key).
     pub fn datagram(
         &mut self,
         table: &impl Lookup<C>,
@@ -377,6 +391,20 @@ impl<C: QpCell> Receiver<C> {
             }
         };
         let qpn = pkt.bth().dest_qp().value();
+        if qpn == MULTICAST_QPN {
+            table.members(local, &mut self.members);
+            if self.members.is_empty() {
+                self.counts.unknown_qpn += 1;
+                return RxOutcome::UnknownQpn { ident };
+            }
+            self.counts.rcvd += 1;
+            for cell in self.members.drain(..) {
+                cell.lock_qp()
+                    .handle_packet(now, src.to_canonical(), local, &pkt);
+                push_once(&mut self.touched, &cell);
+            }
+            return RxOutcome::Delivered { ident };
+        }
         let generation = table.generation();
         if !matches!(&self.last_qp, Some((g, n, _)) if *g == generation && *n == qpn) {
             self.last_qp = table.get(qpn).map(|q| (generation, qpn, q));

@@ -11,7 +11,7 @@ use super::{Datapath, Sent};
 use softrdma_proto::faults::LinkFaults;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::sync::Mutex;
 
@@ -58,6 +58,18 @@ impl<D: Datapath> Datapath for Faulty<D> {
 
     fn readable_fd(&self) -> Option<RawFd> {
         self.inner.readable_fd()
+    }
+
+    fn join(&self, group: IpAddr) -> std::io::Result<Option<RawFd>> {
+        self.inner.join(group)
+    }
+
+    fn leave(&self, group: IpAddr) {
+        self.inner.leave(group)
+    }
+
+    fn recv_groups(&self, buf: &mut [u8], f: &mut dyn FnMut(IpAddr, SocketAddr, &[u8])) -> usize {
+        self.inner.recv_groups(buf, f)
     }
 
     fn recv(&self, batch: &mut RecvBatch, want: usize) -> std::io::Result<usize> {

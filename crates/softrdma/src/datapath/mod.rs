@@ -35,6 +35,7 @@ pub(crate) mod udp;
 
 use batch::SendBatch;
 use socket::RecvBatch;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 
 /// What became of a send.
@@ -88,6 +89,24 @@ pub(crate) trait Datapath: Send + Sync {
     fn holds(&self) -> bool {
         false
     }
+    /// Starts receiving the multicast group `group` (an IP multicast address): its
+    /// datagrams come through [`Datapath::recv_groups`]. Returns a descriptor that becomes
+    /// readable when one waits, for the progress thread to watch. A driver without
+    /// multicast refuses.
+    fn join(&self, group: IpAddr) -> std::io::Result<Option<RawFd>> {
+        let _ = group;
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
+    /// Stops receiving `group`.
+    fn leave(&self, group: IpAddr) {
+        let _ = group;
+    }
+    /// Receives, without blocking, what waits for the joined groups: `f(group, from, data)`
+    /// for each datagram; how many came. `buf` is the scratch they are received into.
+    fn recv_groups(&self, buf: &mut [u8], f: &mut dyn FnMut(IpAddr, SocketAddr, &[u8])) -> usize {
+        let _ = (buf, f);
+        0
+    }
 }
 
 /// A boxed driver is a driver: the wrappers wrap whatever the device chose beneath them.
@@ -112,5 +131,14 @@ impl Datapath for Box<dyn Datapath> {
     }
     fn holds(&self) -> bool {
         (**self).holds()
+    }
+    fn join(&self, group: IpAddr) -> std::io::Result<Option<RawFd>> {
+        (**self).join(group)
+    }
+    fn leave(&self, group: IpAddr) {
+        (**self).leave(group)
+    }
+    fn recv_groups(&self, buf: &mut [u8], f: &mut dyn FnMut(IpAddr, SocketAddr, &[u8])) -> usize {
+        (**self).recv_groups(buf, f)
     }
 }

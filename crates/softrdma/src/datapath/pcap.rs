@@ -14,7 +14,7 @@ use softrdma_wire::pcap::{LINKTYPE_ETHERNET, PcapWriter};
 use softrdma_wire::roce::IpRepr;
 use softrdma_wire::udp::UdpRepr;
 use std::io::BufWriter;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::sync::Mutex;
 
@@ -161,6 +161,28 @@ impl<D: Datapath> Datapath for Captured<D> {
 
     fn release(&self, now: u64) -> Sent {
         self.inner.release(now)
+    }
+
+    fn join(&self, group: IpAddr) -> std::io::Result<Option<RawFd>> {
+        self.inner.join(group)
+    }
+
+    fn leave(&self, group: IpAddr) {
+        self.inner.leave(group)
+    }
+
+    fn recv_groups(&self, buf: &mut [u8], f: &mut dyn FnMut(IpAddr, SocketAddr, &[u8])) -> usize {
+        self.inner.recv_groups(buf, &mut |group, from, d| {
+            {
+                let mut held = self.file.lock().unwrap_or_else(|e| e.into_inner());
+                let (file, check) = &mut *held;
+                let ident = check
+                    .check(from.ip(), group, from.port(), d)
+                    .map_or(0, IcrcOk::ident);
+                file.record(from.ip(), group, from.port(), ident, d);
+            }
+            f(group, from, d)
+        })
     }
 
     fn flush_capture(&self) {

@@ -473,6 +473,17 @@ fn new_socket(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
     if super::socket::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 16 << 20).is_err() {
         let _ = sock.set_send_buffer_size(16 << 20);
     }
+    // Multicast leaves by the device's own interface, never by the default route (which
+    // would take a group on a loopback device off the host), one hop, and comes back to
+    // this host's members.
+    match addr {
+        SocketAddr::V4(a) => sock.set_multicast_if_v4(a.ip())?,
+        SocketAddr::V6(a) => {
+            if a.scope_id() != 0 {
+                sock.set_multicast_if_v6(a.scope_id())?;
+            }
+        }
+    }
     sock.bind(&addr.into())?;
     Ok(sock)
 }

@@ -8,10 +8,11 @@ use super::{Datapath, Sent};
 use crate::counters::DeviceCounters;
 use crate::error::{Error, Result};
 use softrdma_wire::ROCE_V2_PORT;
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 
 /// The UDP driver.
 pub(crate) struct Udp {
@@ -21,6 +22,11 @@ pub(crate) struct Udp {
     tx: TxPath,
     /// Send runs of equal packets as one GSO send (turned off if the kernel refuses).
     gso: AtomicBool,
+    /// The device's address and IPv6 scope: the interface multicast groups are joined on.
+    addr: IpAddr,
+    scope_id: u32,
+    /// One socket per joined multicast group, bound to `group:4791`, non-blocking.
+    groups: Mutex<HashMap<IpAddr, std::net::UdpSocket>>,
 }
 
 impl Udp {
@@ -71,7 +77,51 @@ impl Udp {
             socket,
             tx,
             gso: AtomicBool::new(opts.gso),
+            addr,
+            scope_id,
+            groups: Mutex::new(HashMap::new()),
         })
+    }
+}
+
+impl Udp {
+    /// A socket that receives `group`'s datagrams to port 4791 on the device's interface.
+    ///
+    /// Every member socket of a group binds `group:4791`, within this process and across
+    /// processes, so these (and only these) sockets set SO_REUSEADDR: for a multicast
+    /// address it makes the kernel give each member its own copy, which is what a group
+    /// is. It opens no unicast port to anyone (the device's own `IP:4791` socket has no
+    /// SO_REUSEADDR), and what it receives, any host on the link may send and receive.
+    fn group_socket(&self, group: IpAddr) -> std::io::Result<std::net::UdpSocket> {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let bind = match group {
+            IpAddr::V6(g) => SocketAddr::V6(std::net::SocketAddrV6::new(
+                g,
+                ROCE_V2_PORT,
+                0,
+                self.scope_id,
+            )),
+            g => SocketAddr::new(g, ROCE_V2_PORT),
+        };
+        let sock = Socket::new(Domain::for_address(bind), Type::DGRAM, Some(Protocol::UDP))?;
+        sock.set_reuse_address(true)?;
+        sock.set_nonblocking(true)?;
+        sock.bind(&bind.into())?;
+        match (group, self.addr) {
+            (IpAddr::V4(g), IpAddr::V4(me)) => sock.join_multicast_v4(&g, &me)?,
+            (IpAddr::V6(g), IpAddr::V6(_)) => {
+                sock.join_multicast_v6(&g, self.scope_id)?;
+                // rxe sends IPv6 UDP with checksum 0, which Linux drops unless told not to.
+                sys::set_int_opt(sock.as_raw_fd(), libc::IPPROTO_UDP, 102, 1)?;
+            }
+            _ => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "the group's address family is not the device's",
+                ));
+            }
+        }
+        Ok(sock.into())
     }
 }
 
@@ -86,6 +136,38 @@ impl Datapath for Udp {
 
     fn recv(&self, batch: &mut RecvBatch, want: usize) -> std::io::Result<usize> {
         sys::recv_batch(self.socket.as_raw_fd(), batch, want)
+    }
+
+    fn join(&self, group: IpAddr) -> std::io::Result<Option<RawFd>> {
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = groups.get(&group) {
+            return Ok(Some(s.as_raw_fd()));
+        }
+        let sock = self.group_socket(group)?;
+        let fd = sock.as_raw_fd();
+        groups.insert(group, sock);
+        Ok(Some(fd))
+    }
+
+    fn leave(&self, group: IpAddr) {
+        // Closing the socket leaves the group.
+        self.groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&group);
+    }
+
+    fn recv_groups(&self, buf: &mut [u8], f: &mut dyn FnMut(IpAddr, SocketAddr, &[u8])) -> usize {
+        let groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let mut n = 0;
+        // Each socket is emptied: the progress thread's poll reports edges.
+        for (group, sock) in groups.iter() {
+            while let Ok((len, from)) = sock.recv_from(buf) {
+                n += 1;
+                f(*group, from, &buf[..len]);
+            }
+        }
+        n
     }
 
     fn send(&self, batch: &mut SendBatch, _now: u64) -> Sent {

@@ -71,6 +71,8 @@ const SENDER_WINDOW: Duration = Duration::from_millis(10);
 /// before it probes for a lost tail, so that a deferred ACK is not taken for a lost one.
 pub(crate) const PEER_ACK_DELAY: Duration = Duration::from_millis(1);
 const WAKE: Token = Token(1);
+/// The progress thread's token for the multicast groups' sockets.
+const GROUP: Token = Token(2);
 /// The next device's id (see `Device::id`).
 static NEXT_DEVICE: AtomicU64 = AtomicU64::new(0);
 
@@ -142,6 +144,13 @@ pub(crate) struct Device {
     app_released: AtomicU64,
     /// Counters of QPs already destroyed.
     pub retired: Mutex<softrdma_proto::QpCounters>,
+    /// The multicast groups QPs are attached to (by the group's IP address, the form its
+    /// GID takes on the wire), each with its members' QPNs.
+    groups: Mutex<std::collections::HashMap<IpAddr, Vec<u32>>>,
+    /// Whether `groups` has any: the progress pass looks at the groups' sockets only then.
+    grouped: AtomicBool,
+    /// The progress thread's poll, for the groups' sockets.
+    registry: mio::Registry,
     /// Receive state; whoever holds it drains the socket (the progress thread, or an
     /// application thread polling a CQ, which saves two context switches per message).
     rx: Mutex<RxState>,
@@ -456,13 +465,7 @@ impl Device {
             // The QPs that received, serviced once after the whole batch: their responses
             // (ACKs above all) coalesce, and leave in one system call instead of one each
             // (IBTA 9.7.5.1: an ACK acknowledges every request before it, so one will do).
-            for shared in rx.touched() {
-                let mut qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
-                self.service_at(&shared, &mut qp, now);
-                // What arrived may have armed a timer (a probe after a window's last
-                // ACK-asking packet was answered, say).
-                self.enter_timer(&mut qp);
-            }
+            self.service_touched(rx, now);
             if app {
                 self.defer_acks(now);
                 return any;
@@ -730,6 +733,14 @@ impl Lookup<QpShared> for Device {
     fn get(&self, qpn: u32) -> Option<Arc<QpShared>> {
         self.qps.read().unwrap_or_else(|e| e.into_inner()).get(qpn)
     }
+    fn members(&self, group: IpAddr, out: &mut Vec<Arc<QpShared>>) {
+        let groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(qpns) = groups.get(&group) else {
+            return;
+        };
+        let qps = self.qps.read().unwrap_or_else(|e| e.into_inner());
+        out.extend(qpns.iter().filter_map(|q| qps.get(*q)));
+    }
 }
 
 impl Device {
@@ -818,6 +829,10 @@ impl Device {
         }
         let waker =
             Waker::new(poll.registry(), WAKE).map_err(Error::io("ibv_open_device: poll"))?;
+        let registry = poll
+            .registry()
+            .try_clone()
+            .map_err(Error::io("ibv_open_device: poll"))?;
         let dev = Arc::new(Device {
             name: name.to_owned(),
             addr,
@@ -858,6 +873,9 @@ impl Device {
                 want: 1,
             }),
             deferred: Mutex::new(SendBatch::default()),
+            groups: Mutex::new(std::collections::HashMap::new()),
+            grouped: AtomicBool::new(false),
+            registry,
         });
         Ok((dev, poll))
     }
@@ -898,6 +916,9 @@ impl Device {
             let mut st = self.rx.lock().unwrap_or_else(|e| e.into_inner());
             got = self.drain(&mut st, false, defer);
         }
+        if self.grouped.load(Ordering::Acquire) {
+            got |= self.drain_groups(defer);
+        }
         let now = self.now();
         self.run_timers(now);
         let oldest = self.deferred_at.load(Ordering::Relaxed);
@@ -905,6 +926,102 @@ impl Device {
             && now.as_nanos() >= oldest.saturating_add(ACK_HOLD.as_nanos() as u64);
         self.flush_batch(!defer || due);
         got
+    }
+
+    /// Attaches QP `qpn` to the multicast group at IP address `group` (the first member
+    /// joins the group on the device's interface). Attaching twice is attaching once.
+    pub(crate) fn attach(&self, qpn: u32, group: IpAddr) -> std::io::Result<()> {
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = groups.get_mut(&group) {
+            if !m.contains(&qpn) {
+                m.push(qpn);
+            }
+            return Ok(());
+        }
+        if let Some(fd) = self.datapath.join(group)? {
+            let r = self
+                .registry
+                .register(&mut SocketRef(fd), GROUP, Interest::READABLE);
+            if let Err(e) = r {
+                self.datapath.leave(group);
+                return Err(e);
+            }
+        }
+        groups.insert(group, vec![qpn]);
+        self.grouped.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Detaches QP `qpn` from `group`; false if it was not attached. The last member
+    /// leaves the group.
+    pub(crate) fn detach(&self, qpn: u32, group: IpAddr) -> bool {
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(m) = groups.get_mut(&group) else {
+            return false;
+        };
+        let Some(i) = m.iter().position(|q| *q == qpn) else {
+            return false;
+        };
+        m.swap_remove(i);
+        if m.is_empty() {
+            groups.remove(&group);
+            // Closing the socket takes it out of the poll too.
+            self.datapath.leave(group);
+            self.grouped.store(!groups.is_empty(), Ordering::Release);
+        }
+        true
+    }
+
+    /// Detaches QP `qpn` from every group (it is being destroyed).
+    pub(crate) fn detach_all(&self, qpn: u32) {
+        let joined: Vec<IpAddr> = self
+            .groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|(_, m)| m.contains(&qpn))
+            .map(|(g, _)| *g)
+            .collect();
+        for g in joined {
+            self.detach(qpn, g);
+        }
+    }
+
+    /// Receives what waits for the multicast groups and hands each datagram to the
+    /// group's members, then services them as [`Device::drain`] does. True if anything
+    /// came.
+    fn drain_groups(&self, defer: bool) -> bool {
+        let mut st = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        let rx = &mut st.rx;
+        let now = self.now();
+        let mut buf = vec![0u8; 65536];
+        let n = self
+            .datapath
+            .recv_groups(&mut buf, &mut |group, from, data| {
+                rx.datagram(self, now, group, from.ip(), from.port(), data);
+            });
+        if n == 0 {
+            return false;
+        }
+        self.publish(rx.take_counts());
+        self.service_touched(rx, now);
+        if defer {
+            self.defer_acks(now);
+        } else {
+            self.flush_batch(true);
+        }
+        true
+    }
+
+    /// Services the QPs a receive reached (see [`Device::drain`]).
+    fn service_touched(&self, rx: &mut Receiver<QpShared>, now: Instant) {
+        for shared in rx.touched() {
+            let mut qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
+            self.service_at(&shared, &mut qp, now);
+            // What arrived may have armed a timer (a probe after a window's last
+            // ACK-asking packet was answered, say).
+            self.enter_timer(&mut qp);
+        }
     }
 
     /// Notes an application's send (see `app_sends`).

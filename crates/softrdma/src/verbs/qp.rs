@@ -10,6 +10,7 @@ use softrdma_proto::{
     AccessFlags, Pd, QpAttr, QpCaps, QpConfig, QpType, RecvWr, SendFlags, SendWr,
 };
 use softrdma_wire::Qpn;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 impl Context {
@@ -367,6 +368,53 @@ impl QueuePair {
         Ok(())
     }
 
+    /// Attaches this UD QP to the multicast group `gid` (`ibv_attach_mcast`): it then
+    /// receives, besides its own, the SENDs to the group (DQPN 0xFFFFFF, destination the
+    /// group's address), if their Q_Key is its own. On RoCE v2 a group is an IP multicast
+    /// group (an IPv4 group's GID is its mapped address, as rdma_cm makes it), joined on
+    /// the device's interface; every member on the link, this process's included, gets
+    /// every SEND to it, the sender's own QP too when attached. Attaching twice is
+    /// attaching once. Destroying the QP detaches it.
+    pub fn attach_mcast(&self, gid: std::net::Ipv6Addr) -> Result<()> {
+        const VERB: &str = "ibv_attach_mcast";
+        let group = self.group(VERB, gid)?;
+        self.ctx
+            .dev()
+            .attach(self.qpn.value(), group)
+            .map_err(Error::io(VERB))
+    }
+
+    /// Detaches this QP from the multicast group `gid` (`ibv_detach_mcast`).
+    pub fn detach_mcast(&self, gid: std::net::Ipv6Addr) -> Result<()> {
+        const VERB: &str = "ibv_detach_mcast";
+        let group = self.group(VERB, gid)?;
+        if self.ctx.dev().detach(self.qpn.value(), group) {
+            Ok(())
+        } else {
+            Err(mcast_error(
+                VERB,
+                gid,
+                crate::error::McastError::NotAttached,
+            ))
+        }
+    }
+
+    /// The IP address of the group `gid`, checked against this QP and device.
+    fn group(&self, verb: &'static str, gid: std::net::Ipv6Addr) -> Result<IpAddr> {
+        use crate::error::McastError;
+        if self.with(|qp| qp.qp_type()) != QpType::Ud {
+            return Err(mcast_error(verb, gid, McastError::NotUd));
+        }
+        let group = IpAddr::V6(gid).to_canonical();
+        if !group.is_multicast() {
+            return Err(mcast_error(verb, gid, McastError::NotMulticast));
+        }
+        if group.is_ipv4() != self.ctx.dev().addr.to_canonical().is_ipv4() {
+            return Err(mcast_error(verb, gid, McastError::WrongFamily));
+        }
+        Ok(group)
+    }
+
     /// The attributes in force (`ibv_query_qp`).
     pub fn query(&self) -> QpAttr {
         self.shared
@@ -512,6 +560,7 @@ impl Drop for QueuePair {
         }
         // The farewell, and ACKs this thread deferred, leave before the QP is gone.
         dev.flush_batch(true);
+        dev.detach_all(self.qpn.value());
         {
             let mut qps = dev.qps.write().unwrap_or_else(|e| e.into_inner());
             // The generation moves first, under the write lock: a receiver that sees the new
@@ -524,6 +573,14 @@ impl Drop for QueuePair {
         let c = self.counters();
         *dev.retired.lock().unwrap_or_else(|e| e.into_inner()) += c;
     }
+}
+
+fn mcast_error(
+    verb: &'static str,
+    gid: std::net::Ipv6Addr,
+    why: crate::error::McastError,
+) -> Error {
+    Error::Multicast { verb, gid, why }
 }
 
 /// The far end of a connection, as exchanged out of band (LID:QPN:PSN:GID in the rdma-core
