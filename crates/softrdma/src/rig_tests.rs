@@ -301,3 +301,61 @@ fn the_progress_pass_sends_what_a_poller_that_stopped_deferred() {
     assert_eq!(r.fabric.opcodes(IP_A), [ACK]);
     assert_eq!(r.a.cq.poll(1)[0].wr_id, 10);
 }
+
+/// A poll that returns a QP's last awaited completion gives the socket back to the
+/// progress thread at once, if the peer writes that QP's memory (the application then
+/// waits on memory, not on the CQ: perftest's latency tests); a QP whose memory nobody
+/// writes keeps the socket with its poller, who is likely to poll again at once.
+#[test]
+fn a_poller_gives_the_socket_back_when_it_will_wait_on_memory() {
+    let r = Rig::new(64, None);
+    let write = |from: &End, to: &End, id: u64| {
+        let op = SendOp::Write {
+            remote_addr: to.mr.addr(),
+            rkey: to.mr.rkey(),
+        };
+        from.qp.post_send(wr(id, op, from, 8)).unwrap();
+    };
+    // Polls both ends until `n` completions came (B's deferred ACKs leave with its polls).
+    let complete = |n: usize| {
+        let mut got = Vec::new();
+        for _ in 0..8 {
+            got.extend(r.b.cq.poll(4));
+            got.extend(r.a.cq.poll(4));
+            if got.len() >= n {
+                break;
+            }
+        }
+        assert_eq!(got.len(), n, "{got:?}");
+    };
+    // A sends to B: A's QP was never written, so A's poller keeps the socket.
+    recv(&r.b, 9);
+    r.a.qp.post_send(wr(1, SendOp::Send, &r.a, 8)).unwrap();
+    complete(2);
+    assert!(
+        !r.a.ctx.dev().pollers_released(),
+        "a sender keeps the socket"
+    );
+
+    // B writes A's memory; A's next WRITE completes with nothing more awaited, and the
+    // poll that returns it gives the socket back.
+    write(&r.b, &r.a, 2);
+    write(&r.a, &r.b, 3);
+    let mut released = None;
+    for _ in 0..8 {
+        r.b.cq.poll(4);
+        if !r.a.cq.poll(4).is_empty() {
+            released = Some(r.a.ctx.dev().pollers_released());
+            break;
+        }
+    }
+    assert_eq!(
+        released,
+        Some(true),
+        "A, written and awaiting nothing, gave the socket back"
+    );
+    // Another WRITE in flight: A awaits its completion, and its polls keep the socket.
+    write(&r.a, &r.b, 4);
+    assert!(r.a.cq.poll(1).is_empty());
+    assert!(!r.a.ctx.dev().pollers_released());
+}

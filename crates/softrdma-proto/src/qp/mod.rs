@@ -500,6 +500,23 @@ impl QueuePair {
         }
     }
 
+    /// Whether the application may still get a completion from this QP without posting
+    /// anything more: a send WR not yet done (signaled or not), a posted receive (or an
+    /// SRQ, whose receives may come at any time), or a completion not yet taken. When no
+    /// QP of a device awaits any, a thread that polled its CQ has no more reason to.
+    pub fn awaits_completions(&self) -> bool {
+        !self.req.sq.is_empty()
+            || !self.resp.rq.is_empty()
+            || self.cfg.srq.is_some()
+            || !self.completions.is_empty()
+    }
+
+    /// Whether a peer has written this QP's memory with an RDMA WRITE: its application may
+    /// learn of what arrives by watching memory, not a CQ (perftest's latency tests do).
+    pub fn written(&self) -> bool {
+        self.resp.written
+    }
+
     /// The deadline to enter in the owner's timer queue, if any: the QP's next deadline when
     /// it is earlier than the entry it already has. Call after every input, as
     /// [`QueuePair::poll_timeout`]; a later deadline needs no new entry, since the old

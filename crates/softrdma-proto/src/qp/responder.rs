@@ -64,6 +64,8 @@ pub(crate) struct Responder {
     pub epsn: Psn,
     pub msn: Msn,
     pub rq: VecDeque<RecvWr>,
+    /// Whether a peer has started an RDMA WRITE here (see `QueuePair::written`).
+    pub written: bool,
     cur: Option<InMsg>,
     nak_sent: bool,
     uc_drop: bool,
@@ -496,6 +498,7 @@ impl QueuePair {
                     return;
                 }
             };
+            self.resp.written = true;
             self.resp.cur = Some(InMsg::Write {
                 va,
                 rkey,
@@ -757,6 +760,7 @@ impl QueuePair {
                 self.counters.dropped += 1;
                 return;
             };
+            self.resp.written = true;
             self.resp.cur = Some(InMsg::Write {
                 va,
                 rkey,

@@ -16,6 +16,14 @@ pub(crate) trait Poller: Send + Sync {
     /// the socket back now, instead of a grace after the last poll, so that the packet the
     /// thread waits for is not held up by it.
     fn app_sleeps(&self);
+    /// A poll returned completions. If no QP of the device awaits any more, and each has
+    /// had its memory written by its peer, the thread will most likely wait for the next
+    /// WRITE by watching memory, not by polling: the socket goes back to the progress
+    /// thread at once (as [`Poller::app_sleeps`]), so that the WRITE need not wait for the
+    /// poll's grace to run out (perftest's latency tests spin on memory after their CQ
+    /// poll). A QP that reads, or is never written, keeps the socket with its poller, which
+    /// comes back at once: handing the socket over and back costs two wake-ups.
+    fn polled(&self);
 }
 
 #[derive(Default)]
@@ -46,6 +54,13 @@ pub(crate) struct CqInner {
 }
 
 impl CqInner {
+    /// A poll returned completions (see [`Poller::polled`]).
+    pub fn polled(&self) {
+        if let Some(dev) = self.device.upgrade() {
+            dev.polled();
+        }
+    }
+
     /// Takes QP `qpn`'s completions out (a move of that QP to RESET).
     pub fn discard_qp(&self, qpn: softrdma_wire::Qpn) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());

@@ -43,15 +43,19 @@ use softrdma_proto::endpoint::{Counter, Lookup, QpCell, QpTable, Receiver};
 use softrdma_proto::{AsyncEvent, Instant, Mtu, Pd, WcOpcode};
 use softrdma_wire::{Opcode, ROCE_V2_PORT};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 const SOCKET: Token = Token(0);
 /// How long the progress thread keeps polling without sleeping after it last found work:
 /// the next packet of a burst usually follows within microseconds, and a wake-up from sleep
-/// costs more than that.
+/// costs more than that. Not in a process that may run on one CPU only (`taskset -c 0`)
+/// while its application threads post sends: they may spin on memory that this thread
+/// writes (perftest's latency tests), on that CPU, and its spin would keep them from
+/// seeing it (see [`one_cpu`]).
 const SPIN: Duration = Duration::from_micros(20);
+
 /// How long after an application thread last drained the socket the progress thread leaves
 /// the socket to it (and so the longest an ACK it deferred can wait).
 const APP_POLL_GRACE: Duration = Duration::from_micros(200);
@@ -144,6 +148,9 @@ pub(crate) struct Device {
     app_released: AtomicU64,
     /// Counters of QPs already destroyed.
     pub retired: Mutex<softrdma_proto::QpCounters>,
+    /// How many QPs keep a poller's socket (see [`Poller::polled`]): those that await
+    /// completions, or whose peers never wrote their memory.
+    awaiting: AtomicUsize,
     /// The multicast groups QPs are attached to (by the group's IP address, the form its
     /// GID takes on the wire), each with its members' QPNs.
     groups: Mutex<std::collections::HashMap<IpAddr, Vec<u32>>>,
@@ -577,10 +584,27 @@ impl Device {
             let rest = std::iter::from_fn(|| qp.poll_event());
             self.events.push(std::iter::once(first).chain(rest));
         }
+        self.set_awaits(shared, qp.awaits_completions() || !qp.written());
+    }
+
+    /// Records whether `shared`'s QP keeps a poller's socket (see [`Poller::polled`]); its
+    /// lock is held, so the flag and the count move together.
+    pub(crate) fn set_awaits(&self, shared: &QpShared, awaits: bool) {
+        if shared.awaits.load(Ordering::Relaxed) != awaits {
+            shared.awaits.store(awaits, Ordering::Relaxed);
+            if awaits {
+                self.awaiting.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.awaiting.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
     }
 }
 
 fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
+    // Whether application threads were posting sends at the last pass.
+    let mut sending = false;
+    let one_cpu = one_cpu();
     let mut events = Events::with_capacity(64);
     let mut published: (u64, std::time::Instant) = (u64::MAX, std::time::Instant::now());
     let mut last_work = std::time::Instant::now();
@@ -657,7 +681,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
             // latest when its grace ends.
             timeout = Some(timeout.map_or(APP_POLL_GRACE, |t| t.min(APP_POLL_GRACE)));
         }
-        if socket_registered && last_work.elapsed() < SPIN {
+        if socket_registered && !(one_cpu && sending) && last_work.elapsed() < SPIN {
             // Work is pending: look again at once instead of sleeping.
             timeout = Some(Duration::ZERO);
         }
@@ -671,11 +695,22 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         if sends != senders.0 {
             senders = (sends, now);
         }
-        let sending = sends != 0 && now.as_nanos() < senders.1.add(SENDER_WINDOW).as_nanos();
+        sending = sends != 0 && now.as_nanos() < senders.1.add(SENDER_WINDOW).as_nanos();
         if dev.progress_pass(socket_registered, sending) {
             last_work = std::time::Instant::now();
         }
     }
+}
+
+/// Whether this thread may run on one CPU only (its affinity, which the process's
+/// `taskset` set for every thread).
+fn one_cpu() -> bool {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid cpu_set_t of the size given; pid 0 is this thread.
+    let ok = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) } == 0;
+    // SAFETY: `set` is initialised.
+    ok && unsafe { libc::CPU_COUNT(&set) } == 1
 }
 
 /// The progress thread's view of the busy pollers: they count as active until
@@ -875,6 +910,7 @@ impl Device {
             deferred: Mutex::new(SendBatch::default()),
             groups: Mutex::new(std::collections::HashMap::new()),
             grouped: AtomicBool::new(false),
+            awaiting: AtomicUsize::new(0),
             registry,
         });
         Ok((dev, poll))
@@ -1030,6 +1066,14 @@ impl Device {
         self.app_sends.store(n.wrapping_add(1), Ordering::Relaxed);
     }
 
+    /// Whether the pollers gave the socket back (`Poller::app_sleeps`) since they last
+    /// polled.
+    #[cfg(test)]
+    pub(crate) fn pollers_released(&self) -> bool {
+        self.app_released.load(Ordering::Relaxed)
+            == self.app_polls.load(Ordering::Relaxed).wrapping_add(1)
+    }
+
     /// Stops the progress thread, which sends what is still held back first.
     pub(crate) fn close(&self) {
         self.shutdown.store(true, Ordering::Release);
@@ -1040,6 +1084,12 @@ impl Device {
 impl cq::Poller for Device {
     fn poll_rx(&self) -> bool {
         Device::poll_rx(self)
+    }
+
+    fn polled(&self) {
+        if self.awaiting.load(Ordering::Relaxed) == 0 {
+            self.app_sleeps();
+        }
     }
 
     fn app_sleeps(&self) {

@@ -12,4 +12,7 @@ pub(crate) struct QpShared {
     pub send_cq: Arc<CqInner>,
     /// Where receive completions go.
     pub recv_cq: Arc<CqInner>,
+    /// Whether the QP keeps a poller's socket, as of its last service (see
+    /// `Poller::polled`; counted in the device's `awaiting`).
+    pub awaits: std::sync::atomic::AtomicBool,
 }

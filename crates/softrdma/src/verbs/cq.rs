@@ -129,13 +129,21 @@ impl CompletionQueue {
             got
         };
         let got = if self.is_empty() { Vec::new() } else { take() };
-        if !got.is_empty() || max == 0 {
+        if max == 0 {
             return got;
         }
-        match self.inner.device.upgrade() {
-            Some(dev) if dev.poll_rx() => take(),
-            _ => got,
+        let got = if got.is_empty() {
+            match self.inner.device.upgrade() {
+                Some(dev) if dev.poll_rx() => take(),
+                _ => got,
+            }
+        } else {
+            got
+        };
+        if !got.is_empty() {
+            self.inner.polled();
         }
+        got
     }
 
     /// Takes the oldest completion, if any (as `poll(1)`, without a vector per call: a
@@ -147,15 +155,17 @@ impl CompletionQueue {
             self.inner.queued.store(s.entries.len(), Ordering::Release);
             wc
         };
-        if !self.is_empty() {
-            if let Some(wc) = take() {
-                return Some(wc);
-            }
+        let wc = match (!self.is_empty()).then(take).flatten() {
+            Some(wc) => Some(wc),
+            None => match self.inner.device.upgrade() {
+                Some(dev) if dev.poll_rx() => take(),
+                _ => None,
+            },
+        };
+        if wc.is_some() {
+            self.inner.polled();
         }
-        match self.inner.device.upgrade() {
-            Some(dev) if dev.poll_rx() => take(),
-            _ => None,
-        }
+        wc
     }
 
     /// A lending iterator over up to `max` completions: each [`Polled::next`] lends the next
@@ -173,6 +183,7 @@ impl CompletionQueue {
             cq: &self.inner,
             left: max,
             cur: None,
+            lent: false,
         }
     }
 
@@ -357,6 +368,16 @@ pub struct Polled<'a> {
     cq: &'a CqInner,
     left: usize,
     cur: Option<Completion>,
+    /// Whether it lent any.
+    lent: bool,
+}
+
+impl Drop for Polled<'_> {
+    fn drop(&mut self) {
+        if self.lent {
+            self.cq.polled();
+        }
+    }
 }
 
 impl Polled<'_> {
@@ -373,6 +394,7 @@ impl Polled<'_> {
         self.cur = s.entries.pop_front();
         self.cq.queued.store(s.entries.len(), Ordering::Release);
         drop(s);
+        self.lent |= self.cur.is_some();
         self.cur.as_ref()
     }
 }

@@ -288,6 +288,7 @@ impl ProtectionDomain {
             qp: Mutex::new(engine),
             send_cq: init.send_cq.inner.clone(),
             recv_cq: init.recv_cq.inner.clone(),
+            awaits: std::sync::atomic::AtomicBool::new(false),
         });
         qps.insert(qpn, shared.clone());
         Ok(QueuePair {
@@ -557,6 +558,8 @@ impl Drop for QueuePair {
             let mut qp = self.shared.qp.lock().unwrap_or_else(|e| e.into_inner());
             qp.farewell_ack();
             dev.service(&self.shared, &mut qp);
+            // What it still awaited, nobody will: it leaves the device's count.
+            dev.set_awaits(&self.shared, false);
         }
         // The farewell, and ACKs this thread deferred, leave before the QP is gone.
         dev.flush_batch(true);
