@@ -416,6 +416,9 @@ fn fill_device_attr(soft: &SoftContext, out: &mut ibv_device_attr) {
     out.max_qp_init_rd_atom = i(a.max_qp_init_rd_atom);
     out.atomic_cap = 1; // IBV_ATOMIC_HCA
     out.max_ah = i(a.max_ah);
+    out.max_mcast_grp = i(a.max_mcast_grp);
+    out.max_mcast_qp_attach = i(a.max_mcast_qp_attach);
+    out.max_total_mcast_qp_attach = i(a.max_total_mcast_qp_attach);
     out.max_srq = i(a.max_srq);
     out.max_srq_wr = i(a.max_srq_wr);
     out.max_srq_sge = i(a.max_srq_sge);

@@ -337,25 +337,35 @@ fn a_poller_gives_the_socket_back_when_it_will_wait_on_memory() {
         "a sender keeps the socket"
     );
 
+    // Polls both ends until A's next completion; whether A then gave the socket back.
+    let released_at_completion = || {
+        for _ in 0..8 {
+            r.b.cq.poll(4);
+            if !r.a.cq.poll(4).is_empty() {
+                return r.a.ctx.dev().pollers_released();
+            }
+        }
+        panic!("A's WRITE did not complete");
+    };
     // B writes A's memory; A's next WRITE completes with nothing more awaited, and the
     // poll that returns it gives the socket back.
     write(&r.b, &r.a, 2);
     write(&r.a, &r.b, 3);
-    let mut released = None;
-    for _ in 0..8 {
-        r.b.cq.poll(4);
-        if !r.a.cq.poll(4).is_empty() {
-            released = Some(r.a.ctx.dev().pollers_released());
-            break;
-        }
-    }
-    assert_eq!(
-        released,
-        Some(true),
+    assert!(
+        released_at_completion(),
         "A, written and awaiting nothing, gave the socket back"
     );
     // Another WRITE in flight: A awaits its completion, and its polls keep the socket.
     write(&r.a, &r.b, 4);
     assert!(r.a.cq.poll(1).is_empty());
     assert!(!r.a.ctx.dev().pollers_released());
+    assert!(released_at_completion());
+    // A polls with nothing awaited: it watches for WRITEs by polling, and from now on
+    // keeps the socket after its completions too.
+    assert!(r.a.cq.poll(1).is_empty());
+    write(&r.a, &r.b, 5);
+    assert!(
+        !released_at_completion(),
+        "a polling waiter keeps the socket"
+    );
 }

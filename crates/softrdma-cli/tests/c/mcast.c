@@ -109,6 +109,8 @@ int main(void)
 	CHECK(list && n == 2);
 	struct ibv_context *c0 = ibv_open_device(list[0]), *c1 = ibv_open_device(list[1]);
 	CHECK(c0 && c1);
+	struct ibv_device_attr da;
+	CHECK(ibv_query_device(c1, &da) == 0 && da.max_mcast_grp > 0 && da.max_mcast_qp_attach > 0);
 	struct ibv_pd *p0 = ibv_alloc_pd(c0), *p1 = ibv_alloc_pd(c1);
 	CHECK(p0 && p1);
 	static struct end a, b, c, d, e;

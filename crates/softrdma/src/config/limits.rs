@@ -40,6 +40,12 @@ pub const MAX_INLINE_DATA: u32 = 256;
 pub const MAX_AH: u32 = 32767;
 /// GID table entries per port (`RXE_PORT_GID_TBL_LEN`).
 pub const GID_TBL_LEN: u32 = 1024;
+/// Multicast groups per device (`RXE_MAX_MCAST_GRP`).
+pub const MAX_MCAST_GRP: u32 = 8192;
+/// QPs attached to one multicast group (`RXE_MAX_MCAST_QP_ATTACH`).
+pub const MAX_MCAST_QP_ATTACH: u32 = 56;
+/// Multicast attachments per device (`RXE_MAX_TOT_MCAST_QP_ATTACH`).
+pub const MAX_TOTAL_MCAST_QP_ATTACH: u32 = 0x70000;
 
 /// Device limits (`struct ibv_device_attr`), modelled on rxe's `rxe_param.h`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +80,9 @@ pub struct DeviceAttr {
     pub phys_port_cnt: u8,
     pub max_ah: u32,
     pub max_msg_sz: u64,
+    pub max_mcast_grp: u32,
+    pub max_mcast_qp_attach: u32,
+    pub max_total_mcast_qp_attach: u32,
 }
 
 /// Port attributes (`struct ibv_port_attr`).
@@ -122,6 +131,9 @@ pub fn device_attr(addr: IpAddr) -> DeviceAttr {
         phys_port_cnt: 1,
         max_ah: MAX_AH,
         max_msg_sz: softrdma_proto::qp::MAX_MSG_SIZE,
+        max_mcast_grp: MAX_MCAST_GRP,
+        max_mcast_qp_attach: MAX_MCAST_QP_ATTACH,
+        max_total_mcast_qp_attach: MAX_TOTAL_MCAST_QP_ATTACH,
     }
 }
 

@@ -22,7 +22,9 @@ pub(crate) trait Poller: Send + Sync {
     /// thread at once (as [`Poller::app_sleeps`]), so that the WRITE need not wait for the
     /// poll's grace to run out (perftest's latency tests spin on memory after their CQ
     /// poll). A QP that reads, or is never written, keeps the socket with its poller, which
-    /// comes back at once: handing the socket over and back costs two wake-ups.
+    /// comes back at once: handing the socket over and back costs two wake-ups. So does an
+    /// application that has polled while nothing was awaited: it watches for WRITEs by
+    /// polling, and receives them itself.
     fn polled(&self);
 }
 

@@ -151,6 +151,9 @@ pub(crate) struct Device {
     /// How many QPs keep a poller's socket (see [`Poller::polled`]): those that await
     /// completions, or whose peers never wrote their memory.
     awaiting: AtomicUsize,
+    /// Set once an application thread polls while no QP awaits anything: it watches for
+    /// WRITEs by polling too, and keeps the socket (see [`Poller::polled`]).
+    idle_poller: AtomicBool,
     /// The multicast groups QPs are attached to (by the group's IP address, the form its
     /// GID takes on the wire), each with its members' QPNs.
     groups: Mutex<std::collections::HashMap<IpAddr, Vec<u32>>>,
@@ -347,6 +350,11 @@ impl Device {
     /// is still deferred leaves at this thread's next poll, its next post of a send, or when
     /// the progress thread takes the socket back ([`APP_POLL_GRACE`] after the last poll).
     pub fn poll_rx(&self) -> bool {
+        if self.awaiting.load(Ordering::Relaxed) == 0 {
+            // A poll with nothing awaited: this application polls while it waits for
+            // WRITEs, so it receives them itself (see `Poller::polled`).
+            self.idle_poller.store(true, Ordering::Relaxed);
+        }
         match self.rx.try_lock() {
             Ok(mut st) => {
                 self.flush_batch(true);
@@ -911,6 +919,7 @@ impl Device {
             groups: Mutex::new(std::collections::HashMap::new()),
             grouped: AtomicBool::new(false),
             awaiting: AtomicUsize::new(0),
+            idle_poller: AtomicBool::new(false),
             registry,
         });
         Ok((dev, poll))
@@ -966,13 +975,28 @@ impl Device {
 
     /// Attaches QP `qpn` to the multicast group at IP address `group` (the first member
     /// joins the group on the device's interface). Attaching twice is attaching once.
+    /// ENOMEM past the device's limits (`max_mcast_grp`, `max_mcast_qp_attach`,
+    /// `max_total_mcast_qp_attach`), as rxe.
     pub(crate) fn attach(&self, qpn: u32, group: IpAddr) -> std::io::Result<()> {
+        use crate::config::limits::{
+            MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH,
+        };
+        let full = || std::io::Error::from_raw_os_error(libc::ENOMEM);
         let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let total: usize = groups.values().map(Vec::len).sum();
         if let Some(m) = groups.get_mut(&group) {
             if !m.contains(&qpn) {
+                if m.len() >= MAX_MCAST_QP_ATTACH as usize
+                    || total >= MAX_TOTAL_MCAST_QP_ATTACH as usize
+                {
+                    return Err(full());
+                }
                 m.push(qpn);
             }
             return Ok(());
+        }
+        if groups.len() >= MAX_MCAST_GRP as usize || total >= MAX_TOTAL_MCAST_QP_ATTACH as usize {
+            return Err(full());
         }
         if let Some(fd) = self.datapath.join(group)? {
             let r = self
@@ -1087,7 +1111,7 @@ impl cq::Poller for Device {
     }
 
     fn polled(&self) {
-        if self.awaiting.load(Ordering::Relaxed) == 0 {
+        if self.awaiting.load(Ordering::Relaxed) == 0 && !self.idle_poller.load(Ordering::Relaxed) {
             self.app_sleeps();
         }
     }
