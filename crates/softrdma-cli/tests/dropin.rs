@@ -44,7 +44,7 @@ fn package(program: &str) -> &'static str {
         "fi_info" => "libfabric-bin",
         p if p.starts_with("ucx_") => "ucx-utils",
         "mpicc" | "mpirun" => "openmpi-bin libopenmpi-dev",
-        "setpriv" => "util-linux",
+        "setpriv" | "unshare" => "util-linux",
         "gcc" => "gcc",
         _ => "ibverbs-utils",
     }
@@ -526,11 +526,28 @@ fn ud_multicast_reaches_every_member_and_only_them() {
         "softrdma0 addr 127.0.49.2\nsoftrdma1 addr 127.0.49.3\n",
     )
     .unwrap();
-    let mut c = softrdma();
-    c.env("SOFTRDMA_CONFIG", &conf)
-        .arg("exec")
-        .arg("--")
-        .arg(&bin);
+    // The group's traffic never leaves loopback (IP_MULTICAST_IF, TTL 1), and the test
+    // runs in a network namespace of its own all the same, so that no address but its
+    // loopback's is ever in use: util-linux's unshare, as a user namespace's root when the
+    // test is not root.
+    need("unshare");
+    let mut c = Command::new("unshare");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        c.arg("-r");
+    }
+    c.args([
+        "--net",
+        "--",
+        "sh",
+        "-c",
+        "ip link set lo up && exec \"$0\" \"$@\"",
+    ])
+    .arg(env!("CARGO_BIN_EXE_softrdma"))
+    .args(["exec", "--"])
+    .arg(&bin)
+    .env_remove("SOFTRDMA_ADDR")
+    .env("SOFTRDMA_CONFIG", &conf);
     let o = wait(spawn(&mut c), "mcast");
     let _ = std::fs::remove_file(&conf);
     assert!(
@@ -847,6 +864,10 @@ fn softrdma_exec_shows_the_view_to_an_unprivileged_user() {
         return;
     }
     need("setpriv");
+    // The library links are made by the first run, which `nobody` could not do in the
+    // build directory: make them as root first.
+    let o = wait(spawn(softrdma().arg("env")), "softrdma env");
+    assert!(o.status.success(), "{}", text(&o));
     let mut c = Command::new("setpriv");
     c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(env!("CARGO_BIN_EXE_softrdma"))
