@@ -118,7 +118,27 @@ fn render(d: &DeviceInfo, verbose: bool) -> String {
         ));
         line("\tmax_ee_init_rd_atom:\t\t0");
         line(&format!("\tatomic_cap:\t\t\t{} (1)", attr.atomic_cap));
+        // What ibv_devinfo prints between them: no EE, RDD, MW or raw QPs; multicast.
+        for (name, tabs) in [
+            ("max_ee", "\t\t\t\t"),
+            ("max_rdd", "\t\t\t"),
+            ("max_mw", "\t\t\t\t"),
+            ("max_raw_ipv6_qp", "\t\t"),
+            ("max_raw_ethy_qp", "\t\t"),
+        ] {
+            line(&format!("\t{name}:{tabs}0"));
+        }
+        line(&format!("\tmax_mcast_grp:\t\t\t{}", attr.max_mcast_grp));
+        line(&format!(
+            "\tmax_mcast_qp_attach:\t\t{}",
+            attr.max_mcast_qp_attach
+        ));
+        line(&format!(
+            "\tmax_total_mcast_qp_attach:\t{}",
+            attr.max_total_mcast_qp_attach
+        ));
         line(&format!("\tmax_ah:\t\t\t\t{}", attr.max_ah));
+        line("\tmax_fmr:\t\t\t0");
         line(&format!("\tmax_srq:\t\t\t{}", attr.max_srq));
         line(&format!("\tmax_srq_wr:\t\t\t{}", attr.max_srq_wr));
         line(&format!("\tmax_srq_sge:\t\t\t{}", attr.max_srq_sge));

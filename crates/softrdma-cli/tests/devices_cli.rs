@@ -64,6 +64,7 @@ fn devinfo_has_ibv_devinfo_layout() {
     });
     let s = stdout(&o);
     assert!(s.contains("\tmax_qp_rd_atom:\t\t\t128\n"), "{s}");
+    assert!(s.contains("\tmax_mcast_grp:\t\t\t8192\n"), "{s}");
     assert!(s.contains("GID[  1]:\t\t::ffff:127.0.0.1, RoCE v2"), "{s}");
     let o = out({
         let mut x = cmd(&c);

@@ -196,6 +196,7 @@ fn ibv_devices_and_ibv_devinfo_list_the_device() {
         "link_layer:\t\tEthernet",
         "GID[  1]:\t\t::ffff:127.0.90.2, RoCE v2",
         "max_qp_rd_atom:\t\t\t128",
+        "max_mcast_grp:\t\t\t8192",
     ] {
         assert!(t.contains(want), "ibv_devinfo -v lacks {want:?}:\n{t}");
     }
