@@ -775,11 +775,7 @@ pub unsafe extern "C" fn ibv_get_pkey_index(ctx: *mut ibv_context, port: u8, pke
 /// The online CPUs (`0-1`), which a device's sysfs calls local to it.
 fn online_cpus() -> &'static str {
     static CPUS: OnceLock<String> = OnceLock::new();
-    CPUS.get_or_init(|| {
-        std::fs::read_to_string("/sys/devices/system/cpu/online")
-            .map(|s| s.trim().to_owned())
-            .unwrap_or_else(|_| "0".into())
-    })
+    CPUS.get_or_init(softrdma::config::online_cpus)
 }
 
 /// `ibv_read_sysfs_file`: a device's files come from softrdma (there is no kernel device

@@ -699,11 +699,8 @@ pub(crate) unsafe extern "C" fn post_send(
     guard("ibv_post_send", libc::EIO, || {
         // SAFETY: NULL or a live object the caller got from this library.
         if unsafe { inherited(qp.cast()) } {
-            if !bad.is_null() {
-                // SAFETY: the caller's out-pointer.
-                unsafe { *bad = wr };
-            }
-            return refuse_inherited("ibv_post_send");
+            // SAFETY: as the C API requires.
+            return unsafe { refuse_post("ibv_post_send", wr, bad) };
         }
         // SAFETY: live QP.
         let q = unsafe { SoftQp::from_ptr(qp) };
@@ -813,11 +810,8 @@ pub(crate) unsafe extern "C" fn post_recv(
     guard("ibv_post_recv", libc::EIO, || {
         // SAFETY: NULL or a live object the caller got from this library.
         if unsafe { inherited(qp.cast()) } {
-            if !bad.is_null() {
-                // SAFETY: the caller's out-pointer.
-                unsafe { *bad = wr };
-            }
-            return refuse_inherited("ibv_post_recv");
+            // SAFETY: as the C API requires.
+            return unsafe { refuse_post("ibv_post_recv", wr, bad) };
         }
         // SAFETY: live QP.
         let q = unsafe { SoftQp::from_ptr(qp) };
@@ -835,11 +829,8 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
     guard("ibv_post_srq_recv", libc::EIO, || {
         // SAFETY: NULL or a live object the caller got from this library.
         if unsafe { inherited(srq.cast()) } {
-            if !bad.is_null() {
-                // SAFETY: the caller's out-pointer.
-                unsafe { *bad = wr };
-            }
-            return refuse_inherited("ibv_post_srq_recv");
+            // SAFETY: as the C API requires.
+            return unsafe { refuse_post("ibv_post_srq_recv", wr, bad) };
         }
         // SAFETY: a live SRQ of ours.
         let s = unsafe { &*srq.cast::<SoftSrq>() };
@@ -1267,6 +1258,18 @@ pub(crate) fn qp_by_num(soft: &SoftContext, qpn: u32) -> *mut ibv_qp {
         .unwrap_or_else(|e| e.into_inner())
         .get(&qpn)
         .map_or(null_mut(), |p| *p as *mut ibv_qp)
+}
+
+/// A post to a parent's QP or SRQ in a forked child: refused, `bad` naming the first WR.
+///
+/// # Safety
+/// `bad` is NULL or the caller's writable out-pointer.
+unsafe fn refuse_post<W>(verb: &str, wr: *mut W, bad: *mut *mut W) -> c_int {
+    if !bad.is_null() {
+        // SAFETY: per the contract.
+        unsafe { *bad = wr };
+    }
+    refuse_inherited(verb)
 }
 
 /// `ibv_attach_mcast` and `ibv_detach_mcast`: `lid` is the group's MLID, which RoCE does

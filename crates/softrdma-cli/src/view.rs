@@ -64,10 +64,6 @@ fn step<'a>(step: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
     }
 }
 
-fn errno(e: nix::Error) -> std::io::Error {
-    std::io::Error::from_raw_os_error(e as i32)
-}
-
 /// Binds `src` (and every mount below it: a tree with mounts of its own may only be bound
 /// whole) onto `dst`.
 fn bind(src: &Path, dst: &Path) -> Result<(), ViewError> {
@@ -78,7 +74,7 @@ fn bind(src: &Path, dst: &Path) -> Result<(), ViewError> {
         MsFlags::MS_BIND | MsFlags::MS_REC,
         None::<&str>,
     )
-    .map_err(errno)
+    .map_err(std::io::Error::from)
     .map_err(step("bind onto", dst))
 }
 
@@ -162,7 +158,7 @@ pub fn enter(devices: &[DeviceInfo]) -> Result<(), ViewError> {
         MsFlags::MS_REC | MsFlags::MS_PRIVATE,
         None::<&str>,
     )
-    .map_err(errno)
+    .map_err(std::io::Error::from)
     .map_err(step("make private", Path::new("/")))?;
 
     let stage = std::env::temp_dir().join(format!("softrdma-view.{}", std::process::id()));
@@ -183,11 +179,9 @@ fn build(stage: &Path, devices: &[DeviceInfo]) -> Result<(), ViewError> {
         MsFlags::MS_NOSUID,
         Some("mode=0755,size=16m"),
     )
-    .map_err(errno)
+    .map_err(std::io::Error::from)
     .map_err(step("mount tmpfs on", stage))?;
-    let cpus = std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "0".into());
+    let cpus = softrdma::config::online_cpus();
 
     let class = stage.join("class");
     std::fs::create_dir(&class).map_err(step("make directory", &class))?;

@@ -273,6 +273,14 @@ pub fn node_guid(addr: IpAddr) -> u64 {
     u64::from_be_bytes([0x02, b[11], b[12], 0xff, 0xfe, b[13], b[14], b[15]])
 }
 
+/// The online CPUs as the kernel lists them (`0-1`), which a device's sysfs view calls
+/// local to it ([`sysfs::tree`]); `0` if the list cannot be read.
+pub fn online_cpus() -> String {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "0".into())
+}
+
 /// The loopback address.
 pub const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 

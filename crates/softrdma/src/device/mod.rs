@@ -180,6 +180,8 @@ struct RxState {
     batch: RecvBatch,
     /// Datagrams to ask for in an application thread's next receive call.
     want: usize,
+    /// Where the multicast groups' datagrams are received (empty until a group is joined).
+    group_buf: Vec<u8>,
 }
 
 thread_local! {
@@ -445,7 +447,9 @@ impl Device {
     /// `ib_write_lat`: the two ends spin on memory, not on their CQs).
     fn drain(&self, st: &mut RxState, app: bool, defer: bool) -> bool {
         let mut any = false;
-        let RxState { rx, batch, want } = st;
+        let RxState {
+            rx, batch, want, ..
+        } = st;
         loop {
             let ask = if app { *want } else { sys::RX_BATCH };
             let got = self.datapath.recv(batch, ask);
@@ -914,6 +918,7 @@ impl Device {
                 rx: Receiver::default(),
                 batch: RecvBatch::default(),
                 want: 1,
+                group_buf: Vec::new(),
             }),
             deferred: Mutex::new(SendBatch::default()),
             groups: Mutex::new(std::collections::HashMap::new()),
@@ -1052,12 +1057,13 @@ impl Device {
     /// came.
     fn drain_groups(&self, defer: bool) -> bool {
         let mut st = self.rx.lock().unwrap_or_else(|e| e.into_inner());
-        let rx = &mut st.rx;
+        let RxState { rx, group_buf, .. } = &mut *st;
+        // The largest UDP datagram.
+        group_buf.resize(65536, 0);
         let now = self.now();
-        let mut buf = vec![0u8; 65536];
         let n = self
             .datapath
-            .recv_groups(&mut buf, &mut |group, from, data| {
+            .recv_groups(group_buf, &mut |group, from, data| {
                 rx.datagram(self, now, group, from.ip(), from.port(), data);
             });
         if n == 0 {
