@@ -93,15 +93,26 @@ pub enum Error {
     /// No device of that name.
     #[error("ibv_open_device: no device named {0:?}")]
     NoDevice(String),
-    /// Port 4791 is taken on the device's address.
+    /// Port 4791 is taken on the device's address, by something that does not share it:
+    /// a softrdma process opened with `SOFTRDMA_SHARE=0` (this one or the other), another
+    /// user's, or the kernel's rdma_rxe.
     #[error(
-        "ibv_open_device: {addr}:4791 is already in use (another softrdma process or the \
-         kernel's rdma_rxe?). Give this process its own loopback address with \
-         SOFTRDMA_ADDR=127.0.0.N, or stop the other user of the port"
+        "ibv_open_device: {addr}:4791 is already in use by something that does not share it \
+         (a softrdma process with SOFTRDMA_SHARE=0, another user's softrdma, or the \
+         kernel's rdma_rxe; `ss -uap sport = 4791` names it). Give this process its own \
+         loopback address with SOFTRDMA_ADDR=127.0.0.N, or stop the other user of the port"
     )]
     AddrInUse {
         /// The address.
         addr: std::net::IpAddr,
+    },
+    /// The device on `addr` could not be shared with the processes that have it open.
+    #[error("ibv_open_device: sharing the device on {addr}: {source}")]
+    Share {
+        /// The device's address.
+        addr: std::net::IpAddr,
+        /// What went wrong.
+        source: crate::device::share::ShareError,
     },
     /// `SOFTRDMA_FAULTS` (or a fault specification given another way) did not parse.
     #[error("ibv_open_device: SOFTRDMA_FAULTS={spec:?}: {source}")]
@@ -183,6 +194,7 @@ impl Error {
             Error::Post(_) => libc::EINVAL,
             Error::NoDevice(_) | Error::NoInterface { .. } => libc::ENODEV,
             Error::AddrInUse { .. } => libc::EADDRINUSE,
+            Error::Share { source, .. } => source.errno(),
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }
     }

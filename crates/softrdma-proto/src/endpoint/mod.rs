@@ -149,6 +149,12 @@ pub enum Counter {
     /// Probes sent to learn where a connected socket's IPv4 identification counter stands: three
     /// per destination, and one after each failed send.
     IpIdProbes,
+    /// Datagrams the device's owner received for another process that shares the device,
+    /// and forwarded to it.
+    ForwardedPkts,
+    /// Datagrams for another process that its forwarding socket refused (it reads too
+    /// slowly, or is gone); retransmission recovers them.
+    ForwardErr,
     /// Duplicate requests received (summed over QPs).
     DuplicateRequest,
     /// Requests received ahead of the expected PSN.
@@ -181,7 +187,7 @@ const _: () = {
 impl Counter {
     /// The device's own counters, in the order of their slots
     /// ([`Counter::device_slot`]).
-    pub const DEVICE: [Counter; 9] = [
+    pub const DEVICE: [Counter; 11] = [
         Counter::SentPkts,
         Counter::RcvdPkts,
         Counter::RcvdUnknownQpn,
@@ -191,11 +197,13 @@ impl Counter {
         Counter::SendErr,
         Counter::SendCalls,
         Counter::IpIdProbes,
+        Counter::ForwardedPkts,
+        Counter::ForwardErr,
     ];
 
     /// What `softrdma link show -s` and the counter files show, in the order `rdma
     /// statistic` prints rxe's, then softrdma's own.
-    pub const HW: [Counter; 15] = [
+    pub const HW: [Counter; 17] = [
         Counter::SentPkts,
         Counter::RcvdPkts,
         Counter::DuplicateRequest,
@@ -211,6 +219,8 @@ impl Counter {
         Counter::RcvdUnknownQpn,
         Counter::RcvdMalformed,
         Counter::TailLossProbes,
+        Counter::ForwardedPkts,
+        Counter::ForwardErr,
     ];
 
     /// Its name, as rxe's `hw_counters` (or in their style, for the ones rxe has not).
@@ -225,6 +235,8 @@ impl Counter {
             Counter::SendErr => "send_err",
             Counter::SendCalls => "send_calls",
             Counter::IpIdProbes => "ip_id_probes",
+            Counter::ForwardedPkts => "forwarded_pkts",
+            Counter::ForwardErr => "forward_err",
             Counter::DuplicateRequest => "duplicate_request",
             Counter::OutOfSeqRequest => "out_of_seq_request",
             Counter::RcvdRnrErr => "rcvd_rnr_err",

@@ -42,6 +42,9 @@ pub struct DeviceOptions {
     /// per packet (on by default; `SOFTRDMA_CONNECTED=0` turns it off; a capture does too,
     /// since it records every packet with IP ID 0).
     pub connected: bool,
+    /// Share the device with this user's other processes that open it (on by default;
+    /// `SOFTRDMA_SHARE=0` binds the port alone, and fails if another process has it).
+    pub share: bool,
 }
 
 impl Default for DeviceOptions {
@@ -53,18 +56,21 @@ impl Default for DeviceOptions {
             gso: true,
             gso_everywhere: false,
             connected: true,
+            share: true,
         }
     }
 }
 
 impl DeviceOptions {
     /// The options `SOFTRDMA_FAULTS`, `SOFTRDMA_PCAP`, `SOFTRDMA_ZERO_COPY=1`,
-    /// `SOFTRDMA_NO_GSO`, `SOFTRDMA_GSO=always` and `SOFTRDMA_CONNECTED=0` ask for.
+    /// `SOFTRDMA_NO_GSO`, `SOFTRDMA_GSO=always`, `SOFTRDMA_CONNECTED=0` and
+    /// `SOFTRDMA_SHARE=0` ask for.
     pub fn from_env() -> Result<Self> {
         Ok(Self {
             gso: std::env::var_os("SOFTRDMA_NO_GSO").is_none(),
             gso_everywhere: std::env::var("SOFTRDMA_GSO").is_ok_and(|v| v == "always"),
             connected: std::env::var("SOFTRDMA_CONNECTED").map_or(true, |v| v != "0"),
+            share: std::env::var("SOFTRDMA_SHARE").map_or(true, |v| v != "0"),
             faults: match std::env::var("SOFTRDMA_FAULTS") {
                 Ok(s) => Some(LinkFaults::parse(&s).map_err(|e| Error::Faults {
                     spec: s.clone(),

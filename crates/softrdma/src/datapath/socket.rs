@@ -6,7 +6,7 @@
 
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 /// Datagrams per system call.
 pub const BATCH: usize = 64;
@@ -235,6 +235,93 @@ pub fn recv_batch(fd: RawFd, b: &mut RecvBatch, want: usize) -> std::io::Result<
     Ok(n as usize)
 }
 
+/// Bytes of the sender's address in front of each datagram on a forwarding socket (see
+/// [`send_framed`]): the start of a `sockaddr_storage`, room for a `sockaddr_in6`.
+pub(crate) const FRAME: usize = 32;
+
+/// Sends the datagram `data` that came from `from` on `fd`, a local datagram socket, framed
+/// as [`recv_framed`] reads it: the address as the kernel would have written it, then the
+/// bytes. Never blocks; an error (a full queue: the reader is slow or gone) is the caller's
+/// to count.
+pub(crate) fn send_framed(fd: RawFd, from: SocketAddr, data: &[u8]) -> std::io::Result<()> {
+    let (ss, _) = to_storage(from);
+    let iov = [
+        libc::iovec {
+            iov_base: (&ss as *const libc::sockaddr_storage).cast_mut().cast(),
+            iov_len: FRAME,
+        },
+        libc::iovec {
+            iov_base: data.as_ptr().cast_mut().cast(),
+            iov_len: data.len(),
+        },
+    ];
+    // SAFETY: all-zero msghdr is valid; it points at `iov`, whose buffers are only read and
+    // outlive the call.
+    let r = unsafe {
+        let mut m: libc::msghdr = MaybeUninit::zeroed().assume_init();
+        m.msg_iov = iov.as_ptr().cast_mut();
+        m.msg_iovlen = 2;
+        libc::sendmsg(fd, &m, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+    };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// [`recv_batch`] for a forwarding socket: each datagram carries its sender's address in
+/// front ([`send_framed`]), which lands where a UDP receive puts the sender's. A datagram
+/// shorter than the frame, or framing another family, comes out with no sender (the device
+/// counts it malformed).
+pub fn recv_framed(fd: RawFd, b: &mut RecvBatch, want: usize) -> std::io::Result<usize> {
+    let want = want.clamp(1, RX_BATCH);
+    let mut iov = [const { MaybeUninit::<[libc::iovec; 2]>::uninit() }; RX_BATCH];
+    let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; RX_BATCH];
+    for i in 0..want {
+        let io = iov[i].write([
+            libc::iovec {
+                iov_base: (&mut b.addrs[i] as *mut libc::sockaddr_storage).cast(),
+                iov_len: FRAME,
+            },
+            libc::iovec {
+                iov_base: b.bufs[i * SLOT..].as_mut_ptr().cast(),
+                iov_len: SLOT,
+            },
+        ]);
+        // SAFETY: all-zero mmsghdr is valid; its iovecs point into `b`, which outlives the
+        // call.
+        let m = msgs[i].write(unsafe { MaybeUninit::zeroed().assume_init() });
+        m.msg_hdr.msg_iov = io.as_mut_ptr();
+        m.msg_hdr.msg_iovlen = 2;
+    }
+    // SAFETY: the first `want` headers were written above and their buffers stay alive.
+    let n = unsafe {
+        libc::recvmmsg(
+            fd,
+            msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
+            want as u32,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    for (i, m) in msgs.iter().take(n as usize).enumerate() {
+        // SAFETY: `n <= want`, and the first `want` headers were written.
+        let m = unsafe { m.assume_init_ref() };
+        let len = m.msg_len as usize;
+        if len < FRAME {
+            b.addrs[i].ss_family = 0;
+        }
+        b.lens[i] = len.saturating_sub(FRAME).min(SLOT);
+        b.truncated[i] = m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        b.segs[i] = 0;
+    }
+    Ok(n as usize)
+}
+
 /// `SOF_TIMESTAMPING_TX_SCHED`: a transmit timestamp when the packet reaches the device's
 /// queue, which every device has (loopback included), unlike driver timestamps.
 const SOF_TIMESTAMPING_TX_SCHED: u32 = 1 << 8;
@@ -381,6 +468,77 @@ pub fn discard(fd: RawFd) {
         let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
         if n < 0 {
             break;
+        }
+    }
+}
+
+/// Descriptors that a child this process forks must not keep: a child that holds the
+/// device's name would keep every member waiting on a listener nobody accepts on, and one
+/// that holds the port would keep its datagrams from whoever owns the device next. (A
+/// child that execs closes them anyway: they are close-on-exec.)
+static FORGET: [std::sync::atomic::AtomicI32; 64] =
+    [const { std::sync::atomic::AtomicI32::new(-1) }; 64];
+
+/// A descriptor that a forked child does not keep: in the child it becomes `/dev/null`
+/// (see [`FORGET`]), so that the number stays taken and closing it later closes nothing
+/// else.
+pub(crate) struct Forgotten(pub(crate) OwnedFd);
+
+impl Forgotten {
+    pub(crate) fn new(fd: OwnedFd) -> Self {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            extern "C" fn child() {
+                // SAFETY: open, dup2 and close are async-signal-safe, as a fork child
+                // handler must be; the path is a NUL-terminated literal.
+                unsafe {
+                    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+                    if null < 0 {
+                        return;
+                    }
+                    for s in &FORGET {
+                        let fd = s.load(std::sync::atomic::Ordering::Relaxed);
+                        if fd >= 0 {
+                            libc::dup3(null, fd, libc::O_CLOEXEC);
+                        }
+                    }
+                    libc::close(null);
+                }
+            }
+            // SAFETY: registers a handler that only replaces descriptors.
+            unsafe { libc::pthread_atfork(None, None, Some(child)) };
+        });
+        let raw = fd.as_raw_fd();
+        for s in &FORGET {
+            if s.compare_exchange(
+                -1,
+                raw,
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            )
+            .is_ok()
+            {
+                break;
+            }
+        }
+        Self(fd)
+    }
+
+    pub(crate) fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+impl Drop for Forgotten {
+    fn drop(&mut self) {
+        let raw = self.0.as_raw_fd();
+        for s in &FORGET {
+            let _ = s.compare_exchange(
+                raw,
+                -1,
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            );
         }
     }
 }

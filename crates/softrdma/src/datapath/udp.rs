@@ -1,8 +1,9 @@
-//! The UDP driver: a socket bound to `IP:4791` that receives (with GRO), and the send path
-//! ([`super::tx`]) that sends from another port (connected sockets, GSO).
+//! The UDP driver: a socket bound to `IP:4791` that receives (with GRO), or the socket a
+//! device's owner forwards this process's datagrams to, and the send path ([`super::tx`])
+//! that sends from another port (connected sockets, GSO).
 
 use super::batch::SendBatch;
-use super::socket::{self as sys, RecvBatch};
+use super::socket::{self as sys, Forgotten, RecvBatch};
 use super::tx::{TxOptions, TxPath};
 use super::{Datapath, Sent};
 use crate::counters::DeviceCounters;
@@ -10,14 +11,54 @@ use crate::error::{Error, Result};
 use softrdma_wire::ROCE_V2_PORT;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::AtomicBool;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// The receiving socket a process reads: the port (the device's owner, or a process
+/// alone), or its end of the pair the owner forwards it datagrams through (a member; see
+/// `device::share`). It changes when a member carries on as owner, and every receive
+/// reads it anew.
+pub(crate) struct RxPort {
+    /// The descriptor read, with bit 32 set when it is a forwarding socket (framed).
+    cur: AtomicU64,
+    /// Every socket ever current, kept open for the device's life (there is one per
+    /// change of owner), so that a receive that read the old descriptor never reads a
+    /// reused number.
+    keep: Mutex<Vec<Forgotten>>,
+}
+
+impl RxPort {
+    /// Starts out reading `fd` (`framed`: a forwarding socket).
+    pub(crate) fn new(fd: Forgotten, framed: bool) -> Self {
+        let p = Self {
+            cur: Default::default(),
+            keep: Mutex::new(Vec::new()),
+        };
+        p.set(fd, framed);
+        p
+    }
+
+    /// Reads `fd` from now on.
+    pub(crate) fn set(&self, fd: Forgotten, framed: bool) {
+        let raw = fd.raw() as u32 as u64 | (u64::from(framed) << 32);
+        self.keep.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
+        self.cur.store(raw, Ordering::Release);
+    }
+
+    /// The descriptor to read, and whether it is framed.
+    pub(crate) fn get(&self) -> (RawFd, bool) {
+        let v = self.cur.load(Ordering::Acquire);
+        (v as u32 as RawFd, v >> 32 != 0)
+    }
+}
 
 /// The UDP driver.
 pub(crate) struct Udp {
-    /// Receives: every peer sends to port 4791. Non-blocking.
-    socket: std::net::UdpSocket,
+    /// Receives: the device's `IP:4791` socket (every peer sends to port 4791), or, in a
+    /// process that shares the device with its owner, the socket the owner forwards this
+    /// process's datagrams to (see `device::share`). Non-blocking.
+    rx: Arc<RxPort>,
     /// Sends, from another port.
     tx: TxPath,
     /// Send runs of equal packets as one GSO send (turned off if the kernel refuses).
@@ -30,13 +71,10 @@ pub(crate) struct Udp {
 }
 
 impl Udp {
-    /// Binds `addr:4791` (IPv6 scope `scope_id`) and makes the send path.
-    pub(crate) fn open(
-        addr: IpAddr,
-        scope_id: u32,
-        opts: TxOptions,
-        counters: Arc<DeviceCounters>,
-    ) -> Result<Self> {
+    /// Binds `addr:4791` (IPv6 scope `scope_id`) for the device's receive path, with no
+    /// SO_REUSEADDR or SO_REUSEPORT: the port is this user's alone (a second bind by
+    /// anyone fails). `gro`: ask the kernel to coalesce received segments.
+    pub(crate) fn bind_port(addr: IpAddr, scope_id: u32, gro: bool) -> Result<OwnedFd> {
         let bind = match addr {
             IpAddr::V6(v6) => {
                 SocketAddr::V6(std::net::SocketAddrV6::new(v6, ROCE_V2_PORT, 0, scope_id))
@@ -68,13 +106,24 @@ impl Udp {
         if sys::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 16 << 20).is_err() {
             let _ = sys::set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 16 << 20);
         }
-        if opts.gso {
+        if gro {
             sys::enable_gro(fd);
         }
+        Ok(socket.into())
+    }
+
+    /// The driver over the receiving socket `rx`, with a send path from `addr`.
+    pub(crate) fn open(
+        rx: Arc<RxPort>,
+        addr: IpAddr,
+        scope_id: u32,
+        opts: TxOptions,
+        counters: Arc<DeviceCounters>,
+    ) -> Result<Self> {
         let tx = TxPath::new(counters, addr, scope_id, opts)
             .map_err(Error::io("ibv_open_device: send socket"))?;
         Ok(Self {
-            socket,
+            rx,
             tx,
             gso: AtomicBool::new(opts.gso),
             addr,
@@ -131,11 +180,14 @@ impl Datapath for Udp {
     }
 
     fn readable_fd(&self) -> Option<RawFd> {
-        Some(self.socket.as_raw_fd())
+        Some(self.rx.get().0)
     }
 
     fn recv(&self, batch: &mut RecvBatch, want: usize) -> std::io::Result<usize> {
-        sys::recv_batch(self.socket.as_raw_fd(), batch, want)
+        match self.rx.get() {
+            (fd, false) => sys::recv_batch(fd, batch, want),
+            (fd, true) => sys::recv_framed(fd, batch, want),
+        }
     }
 
     fn join(&self, group: IpAddr) -> std::io::Result<Option<RawFd>> {

@@ -22,6 +22,7 @@ pub(crate) mod events;
 pub(crate) mod handoff;
 pub(crate) mod qp;
 pub(crate) mod regions;
+pub(crate) mod share;
 pub mod stats;
 
 use crate::config::DeviceOptions;
@@ -91,6 +92,10 @@ pub(crate) struct Device {
     datapath: Box<dyn Datapath>,
     /// [`Datapath::holds`], read once at creation: whether a send needs the clock.
     holds: bool,
+    /// The device's part in sharing it with this user's other processes (see [`share`]):
+    /// which process reads the port, the forwarding routes, the QPN draw. `None` on a
+    /// test rig.
+    share: Option<share::Share>,
     /// Tells devices apart for the per-thread send batches.
     id: u64,
     pub mrs: Arc<MrTable>,
@@ -502,7 +507,46 @@ impl Device {
 
     /// Hands one received datagram to its QP through the receive path.
     fn receive(&self, rx: &mut Receiver<QpShared>, data: &[u8], from: SocketAddr, now: Instant) {
+        if let Some(s) = &self.share
+            && s.forwarding()
+            && let Some(sent) = s.forward(data, from)
+        {
+            // Another process's QP: it gets the datagram as it came.
+            let c = if sent {
+                Counter::ForwardedPkts
+            } else {
+                Counter::ForwardErr
+            };
+            self.counters.add(c, 1);
+            return;
+        }
         rx.datagram(self, now, self.addr, from.ip(), from.port(), data);
+    }
+
+    /// A QPN for a new QP: random, and unique among the processes that share the device
+    /// (see [`share`]).
+    pub(crate) fn alloc_qpn(&self, taken: impl Fn(u32) -> bool) -> Result<u32> {
+        match &self.share {
+            Some(s) => s.alloc_qpn(),
+            None => Ok(loop {
+                let n = rand::random::<u32>() & 0xFF_FFFF;
+                if n > 1 && !taken(n) {
+                    break n;
+                }
+            }),
+        }
+    }
+
+    /// QPN `qpn` is free again (its QP is destroyed).
+    pub(crate) fn free_qpn(&self, qpn: u32) {
+        if let Some(s) = &self.share {
+            s.free_qpn(qpn);
+        }
+    }
+
+    /// How many other processes this one forwards to, and whether it reads the port.
+    pub(crate) fn sharing(&self) -> (usize, bool) {
+        self.share.as_ref().map_or((0, true), |s| s.members())
     }
 
     /// Adds a receive batch's counts to the device's counters (zeros are not added: each
@@ -702,6 +746,28 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
                 return;
             }
         }
+        if let Some(share) = &dev.share {
+            for ev in events.iter() {
+                let t = ev.token();
+                if matches!(t, SOCKET | WAKE | GROUP) {
+                    continue;
+                }
+                let closed = ev.is_read_closed() || ev.is_error();
+                if let share::Change::Rx { old } = share.event(poll.registry(), t, closed)
+                    && socket_registered
+                {
+                    // The port (or a new owner's forwarding socket) is read from now on.
+                    let _ = poll.registry().deregister(&mut SocketRef(old));
+                    if let Some(fd) = dev.datapath.readable_fd() {
+                        let _ = poll.registry().register(
+                            &mut SocketRef(fd),
+                            SOCKET,
+                            Interest::READABLE,
+                        );
+                    }
+                }
+            }
+        }
         let sends = dev.app_sends.load(Ordering::Relaxed);
         let now = dev.now();
         if sends != senders.0 {
@@ -801,7 +867,10 @@ impl Device {
         opts: DeviceOptions,
     ) -> Result<(Arc<Device>, std::thread::JoinHandle<()>)> {
         let counters = Arc::new(DeviceCounters::default());
+        let bind = || Udp::bind_port(addr, scope_id, opts.gso);
+        let share = share::Share::attach(addr, scope_id, !opts.share, &bind)?;
         let udp = Udp::open(
+            share.rx.clone(),
             addr,
             scope_id,
             TxOptions {
@@ -843,9 +912,14 @@ impl Device {
             mtu,
             opts.zero_copy,
             datapath,
+            Some(share),
             Clock::system(),
             counters,
         )?;
+        if let Some(s) = &dev.share {
+            s.register(poll.registry())
+                .map_err(Error::io("ibv_open_device: poll"))?;
+        }
         let d = dev.clone();
         let thread = std::thread::Builder::new()
             .name(format!("softrdma-{name}"))
@@ -864,6 +938,7 @@ impl Device {
         mtu: Mtu,
         zero_copy: bool,
         datapath: Box<dyn Datapath>,
+        share: Option<share::Share>,
         clock: Clock,
         counters: Arc<DeviceCounters>,
     ) -> Result<(Arc<Device>, Poll)> {
@@ -887,6 +962,7 @@ impl Device {
             mtu,
             datapath,
             holds,
+            share,
             id: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
             mrs: Arc::new(MrTable::new(zero_copy)),
             qps: RwLock::new(QpTable::default()),
@@ -948,6 +1024,7 @@ impl Device {
             Mtu::M1024,
             false,
             datapath,
+            None,
             Clock::Manual(clock),
             counters,
         )

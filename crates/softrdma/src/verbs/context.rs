@@ -106,6 +106,14 @@ impl Context {
         self.inner.dev.addr
     }
 
+    /// How this process holds the device it shares with this user's other processes:
+    /// whether it reads the port itself (it owns the device, or has it alone), and how many
+    /// other processes it forwards datagrams to.
+    pub fn sharing(&self) -> (bool, usize) {
+        let (members, owner) = self.inner.dev.sharing();
+        (owner, members)
+    }
+
     /// The active MTU of port 1.
     pub fn active_mtu(&self) -> Mtu {
         self.inner.dev.mtu

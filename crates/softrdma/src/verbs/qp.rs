@@ -262,14 +262,15 @@ impl ProtectionDomain {
         Error::check_range(v, "cap.max_recv_sge", c.max_recv_sge, 0u32, limits.max_sge)?;
         let inline = limits.max_inline_data;
         Error::check_range(v, "cap.max_inline_data", c.max_inline_data, 0u32, inline)?;
+        // QPNs are random, so they cannot be guessed; 0 and 1 are the special QPs. Drawn
+        // before the table is locked: a process that shares the device asks its owner.
+        let qpn = dev.alloc_qpn(|n| {
+            dev.qps
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(n)
+        })?;
         let mut qps = dev.qps.write().unwrap_or_else(|e| e.into_inner());
-        // QPNs are random, so they cannot be guessed; 0 and 1 are the special QPs.
-        let qpn = loop {
-            let n = rand::random::<u32>() & 0xFF_FFFF;
-            if n > 1 && !qps.contains(n) {
-                break n;
-            }
-        };
         let cfg = QpConfig {
             qpn: Qpn::new(qpn),
             qp_type: init.qp_type,
@@ -573,6 +574,7 @@ impl Drop for QueuePair {
                 .fetch_add(1, std::sync::atomic::Ordering::Release);
             qps.remove(self.qpn.value());
         }
+        dev.free_qpn(self.qpn.value());
         let c = self.counters();
         *dev.retired.lock().unwrap_or_else(|e| e.into_inner()) += c;
     }

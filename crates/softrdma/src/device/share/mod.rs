@@ -1,0 +1,992 @@
+//! One device, many processes: every process of a user that opens a device on an address
+//! shares its GID and its one UDP port 4791, as every process shares `rxe0` on Linux.
+//!
+//! # The design
+//! One of the processes that have the device open is its **owner**: it alone reads
+//! `IP:4791` (an exclusive bind: no SO_REUSEADDR, which would let another user take the
+//! port, and no SO_REUSEPORT), and it listens on the abstract UNIX socket
+//! `@softrdma/UID/IP`. Every other process is a **member**: it connects there, and the
+//! owner forwards it the datagrams for its QPNs through a datagram socket pair of their
+//! own, each framed with its sender's address ([`socket::send_framed`]). Every process
+//! runs its own engines and sends from its own sockets, as before; only the receive side
+//! is shared.
+//!
+//! - **QPNs** are unique across the processes: the owner draws them at random (24 bits)
+//!   for itself and for its members, and a freed or dead process's QPN is not drawn again
+//!   for [`QUARANTINE`], longer than any peer's retries last.
+//! - **Alone, nothing changes**: a process with no members reads the port itself, with no
+//!   hop and no lookup; the owner's receive path consults the route table only while it
+//!   has members.
+//! - **No setup step, no separate service**: the first open becomes the owner, and the
+//!   role goes with the last process that has the device open. A library (the drop-in
+//!   `libibverbs.so.1`, or a Rust program) cannot count on finding a service binary, and a
+//!   service spawned from a library would be a process nobody asked for; `softrdma
+//!   service` holds the role by hand and logs what happens to it.
+//! - **When the owner goes** (closes the device, exits, or is killed), its members see the
+//!   control connection close. Each has kept a duplicate of the port's socket since it
+//!   joined, so the socket, and the datagrams queued in it, outlive the owner: the first
+//!   member to bind the abstract name becomes the owner and reads the port; the others
+//!   connect to it and register their QPNs again. The owner holds only state its members
+//!   can rebuild.
+//! - **When a member goes**, the owner sees its connection close and frees its QPNs into
+//!   quarantine; datagrams for them are then unknown-QPN drops, and remote peers time out
+//!   as they would against rxe.
+//! - **Security**: both ends check `SO_PEERCRED` (same effective uid, or the connection is
+//!   closed at once with a line that names the other's uid and pid); the abstract name is
+//!   per network namespace, as the port is; descriptors travel only by `SCM_RIGHTS`; every
+//!   record is parsed and checked ([`msg`]) and a bad one closes its connection.
+//!
+//! # Threads and locks
+//! The control plane (`ctl`) is one mutex, taken by QP creation and destruction (a
+//! member's request waits for its answer under it, at most [`ANSWER_TIMEOUT`]) and by the
+//! progress thread for control events; no other device lock is held under it, except the
+//! route table's write lock. The route table (`routes`) is read per forwarded datagram,
+//! under the receive state's lock; `forwarding` is read, without a lock, per received
+//! datagram.
+
+pub(crate) mod msg;
+
+use crate::datapath::socket::{self as sys, Forgotten};
+use crate::datapath::udp::RxPort;
+use msg::{MAX_QPNS, Msg, VERSION};
+use nix::sys::socket::{
+    self as ns, AddressFamily, Backlog, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
+    SockType, UnixAddr,
+};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::{IoSlice, IoSliceMut};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// How long a freed QPN stays out of the draw: longer than the retries of any peer that
+/// still sends to it (7 retries of a 4 s timeout, the longest that rdma-core tools set,
+/// take half a minute; a QP left at timeout 31 retries for hours and nothing could honour
+/// that in a 24-bit space), so a dead process's QPN is not handed to a new QP while its
+/// old peers' packets may still arrive.
+pub(crate) const QUARANTINE: Duration = Duration::from_secs(120);
+/// How many quarantined QPNs are kept at most (the oldest leave first).
+const QUARANTINE_MAX: usize = 1 << 16;
+/// How long a member waits for its owner's answer, and for an owner to appear.
+pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
+/// The progress thread's token for the owner's listener.
+pub(crate) const LISTEN: mio::Token = mio::Token(3);
+/// The progress thread's token for a member's connection to its owner.
+pub(crate) const OWNER: mio::Token = mio::Token(4);
+/// The owner's tokens for its members' connections start here.
+const MEMBER_BASE: usize = 1 << 20;
+/// The socket buffer of a forwarding socket pair: a window of datagrams in flight.
+const FORWARD_BUF: i32 = 4 << 20;
+
+/// Whether `softrdma service` asked for a log of the sharing on stderr.
+static VERBOSE: AtomicBool = AtomicBool::new(false);
+
+/// Turns the log of owner and member events on stderr on (`softrdma service`).
+pub fn set_verbose(on: bool) {
+    VERBOSE.store(on, Ordering::Relaxed);
+}
+
+fn log(what: std::fmt::Arguments<'_>) {
+    if VERBOSE.load(Ordering::Relaxed) {
+        eprintln!("softrdma service: {what}");
+    }
+}
+
+/// What went wrong while joining a shared device.
+#[derive(Debug, thiserror::Error)]
+pub enum ShareError {
+    /// `IP:4791` is bound by something that is not this user's softrdma.
+    #[error("{0}:4791 is held by something that does not answer as a softrdma device owner")]
+    Foreign(IpAddr),
+    /// The owner speaks another protocol version.
+    #[error(
+        "the device's owner (pid {pid}) speaks sharing protocol v{theirs}, this library v{ours}: \
+         close the programs of the other softrdma version, or give this one its own address \
+         with SOFTRDMA_ADDR=127.0.0.N"
+    )]
+    Version {
+        /// The owner's pid.
+        pid: u32,
+        /// Its version.
+        theirs: u32,
+        /// Ours.
+        ours: u32,
+    },
+    /// The owner's socket belongs to another user.
+    #[error(
+        "the device's control socket is held by uid {uid} (pid {pid}), not by this user: \
+         refusing to share a device with another user"
+    )]
+    OtherUser {
+        /// Their uid.
+        uid: u32,
+        /// Their pid.
+        pid: i32,
+    },
+    /// The owner did not answer in time, or answered nonsense.
+    #[error("the device's owner (pid {pid}) {what}")]
+    Owner {
+        /// The owner's pid.
+        pid: u32,
+        /// What it did.
+        what: String,
+    },
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl ShareError {
+    /// The errno a C caller sees.
+    pub fn errno(&self) -> i32 {
+        match self {
+            ShareError::Foreign(_) => libc::EADDRINUSE,
+            ShareError::Version { .. } => libc::EPROTO,
+            ShareError::OtherUser { .. } => libc::EACCES,
+            ShareError::Owner { .. } => libc::ETIMEDOUT,
+            ShareError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+}
+
+fn io(what: &'static str) -> impl Fn(nix::Error) -> ShareError {
+    move |e| ShareError::Io {
+        what,
+        source: std::io::Error::from(e),
+    }
+}
+
+/// A member's connection, as its owner holds it.
+struct Member {
+    conn: OwnedFd,
+    pid: i32,
+    /// Its end of the forwarding pair, once it said hello.
+    data: Option<Arc<OwnedFd>>,
+    /// Its QPNs.
+    qpns: HashSet<u32>,
+}
+
+enum Role {
+    /// Reads the port alone and will not share (`SOFTRDMA_SHARE=0`).
+    Alone,
+    /// Reads the port and forwards to its members.
+    Owner {
+        listener: Forgotten,
+        members: HashMap<usize, Member>,
+        next: usize,
+    },
+    /// Forwarded to by `owner_pid`, over `conn`.
+    Member { conn: OwnedFd, owner_pid: u32 },
+}
+
+struct Ctl {
+    role: Role,
+    /// This process's QPNs.
+    mine: HashSet<u32>,
+    /// Owner: every member's QPN, with the member's token.
+    theirs: HashMap<u32, usize>,
+    /// Freed QPNs, oldest first, with when they may be drawn again.
+    quarantine: VecDeque<(u32, Instant)>,
+    quarantined: HashSet<u32>,
+    /// The port's socket (a member's duplicate, to carry on as owner), or its number
+    /// (owner: `RxPort` holds it).
+    port: Option<Forgotten>,
+    port_fd: RawFd,
+}
+
+/// A device's part in sharing (see the module docs).
+pub(crate) struct Share {
+    addr: IpAddr,
+    scope_id: u32,
+    /// What the receive path reads.
+    pub(crate) rx: Arc<RxPort>,
+    /// Owner: each member's QPN, with that member's end of its forwarding pair.
+    routes: RwLock<HashMap<u32, Arc<OwnedFd>>>,
+    /// Whether `routes` has any.
+    forwarding: AtomicBool,
+    ctl: Mutex<Ctl>,
+}
+
+/// What a control event changed, for the device to apply.
+pub(crate) enum Change {
+    /// Nothing the device must act on.
+    None,
+    /// The receiving socket changed (a member became the owner, or joined a new one):
+    /// re-register the descriptor the progress thread watches.
+    Rx { old: RawFd },
+}
+
+/// The abstract socket name of the device on `addr`.
+fn name(addr: IpAddr, scope_id: u32) -> UnixAddr {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let n = if scope_id != 0 {
+        format!("softrdma/{uid}/{addr}%{scope_id}")
+    } else {
+        format!("softrdma/{uid}/{addr}")
+    };
+    UnixAddr::new_abstract(n.as_bytes()).expect("the name is far shorter than sun_path")
+}
+
+fn seqpacket() -> Result<OwnedFd, ShareError> {
+    ns::socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(io("socket(AF_UNIX, SOCK_SEQPACKET)"))
+}
+
+/// Checks that the process at the other end of `fd` has our effective uid.
+fn same_user(fd: &OwnedFd) -> Result<i32, ShareError> {
+    let cred = ns::getsockopt(fd, ns::sockopt::PeerCredentials).map_err(io("SO_PEERCRED"))?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if cred.uid() != unsafe { libc::geteuid() } {
+        return Err(ShareError::OtherUser {
+            uid: cred.uid(),
+            pid: cred.pid(),
+        });
+    }
+    Ok(cred.pid())
+}
+
+fn send(fd: RawFd, m: &Msg, fds: &[RawFd]) -> nix::Result<()> {
+    let b = m.encode();
+    let cm = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cm };
+    ns::sendmsg::<()>(fd, &[IoSlice::new(&b)], cmsgs, MsgFlags::MSG_NOSIGNAL, None).map(drop)
+}
+
+/// One record and the descriptors that came with it; `Ok(None)` at end of stream.
+fn recv(fd: RawFd, flags: MsgFlags) -> nix::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
+    let mut buf = vec![0u8; 8 + 4 * MAX_QPNS];
+    let mut space = nix::cmsg_space!([RawFd; 4]);
+    let (n, fds) = {
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let m = ns::recvmsg::<()>(
+            fd,
+            &mut iov,
+            Some(&mut space),
+            flags | MsgFlags::MSG_CMSG_CLOEXEC,
+        )?;
+        let mut fds = Vec::new();
+        for c in m.cmsgs()? {
+            if let ControlMessageOwned::ScmRights(r) = c {
+                // SAFETY: the kernel just installed these descriptors for us; nothing else
+                // owns them.
+                fds.extend(r.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }));
+            }
+        }
+        (m.bytes, fds)
+    };
+    if n == 0 {
+        return Ok(None);
+    }
+    buf.truncate(n);
+    Ok(Some((buf, fds)))
+}
+
+/// Binds `addr:4791` for the device's receive path (see `Udp`).
+pub(crate) type BindPort<'a> = &'a dyn Fn() -> crate::error::Result<OwnedFd>;
+
+impl Share {
+    /// Joins the device on `addr`: as its member if an owner answers, as its owner
+    /// otherwise (binding the port with `bind_port`), or alone when `exclusive`.
+    pub(crate) fn attach(
+        addr: IpAddr,
+        scope_id: u32,
+        exclusive: bool,
+        bind_port: BindPort<'_>,
+    ) -> crate::error::Result<Share> {
+        let share = |role, rx, port, port_fd| Share {
+            addr,
+            scope_id,
+            rx: Arc::new(rx),
+            routes: RwLock::new(HashMap::new()),
+            forwarding: AtomicBool::new(false),
+            ctl: Mutex::new(Ctl {
+                role,
+                mine: HashSet::new(),
+                theirs: HashMap::new(),
+                quarantine: VecDeque::new(),
+                quarantined: HashSet::new(),
+                port,
+                port_fd,
+            }),
+        };
+        if exclusive {
+            let port = Forgotten::new(bind_port()?);
+            let fd = port.raw();
+            return Ok(share(Role::Alone, RxPort::new(port, false), None, fd));
+        }
+        let err = |e: ShareError| crate::error::Error::Share { addr, source: e };
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        loop {
+            match join(addr, scope_id).map_err(err)? {
+                Joined::Member {
+                    conn,
+                    owner_pid,
+                    data,
+                    port,
+                } => {
+                    let port = Forgotten::new(port);
+                    let fd = port.raw();
+                    log(format_args!(
+                        "{addr}: pid {} joined owner pid {owner_pid}",
+                        std::process::id()
+                    ));
+                    return Ok(share(
+                        Role::Member { conn, owner_pid },
+                        RxPort::new(Forgotten::new(data), true),
+                        Some(port),
+                        fd,
+                    ));
+                }
+                Joined::Nobody => {}
+            }
+            // Nobody answers: become the owner, if no other process just did.
+            match listen(addr, scope_id).map_err(err)? {
+                Some(listener) => {
+                    let listener = Forgotten::new(listener);
+                    let port = match bind_port() {
+                        Ok(p) => Forgotten::new(p),
+                        Err(crate::error::Error::AddrInUse { .. }) => {
+                            return Err(err(ShareError::Foreign(addr)));
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    ns::listen(&listener.0, Backlog::new(128).expect("within SOMAXCONN"))
+                        .map_err(io("listen"))
+                        .map_err(err)?;
+                    let fd = port.raw();
+                    log(format_args!(
+                        "{addr}: pid {} owns the device",
+                        std::process::id()
+                    ));
+                    return Ok(share(
+                        Role::Owner {
+                            listener,
+                            members: HashMap::new(),
+                            next: 0,
+                        },
+                        RxPort::new(port, false),
+                        None,
+                        fd,
+                    ));
+                }
+                None if Instant::now() < deadline => {
+                    // Another process bound the name and is about to listen.
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                None => {
+                    return Err(err(ShareError::Owner {
+                        pid: 0,
+                        what: format!(
+                            "holds the name @softrdma/UID/{addr} but did not listen in {ANSWER_TIMEOUT:?}"
+                        ),
+                    }));
+                }
+            }
+        }
+    }
+
+    /// The progress thread's registrations: the listener (owner) or the connection to
+    /// the owner (member).
+    pub(crate) fn register(&self, r: &mio::Registry) -> std::io::Result<()> {
+        let ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        match &ctl.role {
+            Role::Alone => Ok(()),
+            Role::Owner { listener, .. } => r.register(
+                &mut mio::unix::SourceFd(&listener.raw()),
+                LISTEN,
+                mio::Interest::READABLE,
+            ),
+            Role::Member { conn, .. } => r.register(
+                &mut mio::unix::SourceFd(&conn.as_raw_fd()),
+                OWNER,
+                mio::Interest::READABLE,
+            ),
+        }
+    }
+
+    /// Whether a received datagram may be another process's (read per datagram).
+    #[inline]
+    pub(crate) fn forwarding(&self) -> bool {
+        self.forwarding.load(Ordering::Relaxed)
+    }
+
+    /// Forwards `data` from `from` to the member whose QPN it is addressed to; false if
+    /// it is not a member's (the device handles it).
+    pub(crate) fn forward(&self, data: &[u8], from: SocketAddr) -> Option<bool> {
+        // IBTA 9.2: the BTH's destination QP is bytes 5..8.
+        let q = data.get(5..8)?;
+        let qpn = u32::from_be_bytes([0, q[0], q[1], q[2]]);
+        let routes = self.routes.read().unwrap_or_else(|e| e.into_inner());
+        let fd = routes.get(&qpn)?;
+        Some(sys::send_framed(fd.as_raw_fd(), from, data).is_ok())
+    }
+
+    /// A new QPN for a QP of this process: unique among the device's processes, random,
+    /// never 0 or 1, and not one freed within [`QUARANTINE`].
+    pub(crate) fn alloc_qpn(&self) -> crate::error::Result<u32> {
+        let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        let qpn = match &ctl.role {
+            Role::Member { conn, owner_pid } => {
+                let pid = *owner_pid;
+                let fd = conn.as_raw_fd();
+                let answer =
+                    request(fd, pid, &Msg::Alloc).map_err(|e| crate::error::Error::Share {
+                        addr: self.addr,
+                        source: e,
+                    })?;
+                match answer {
+                    Msg::Qpn(q) if q > 1 && q <= 0xFF_FFFF => q,
+                    other => {
+                        return Err(crate::error::Error::Share {
+                            addr: self.addr,
+                            source: ShareError::Owner {
+                                pid,
+                                what: format!("answered a QPN request with {other:?}"),
+                            },
+                        });
+                    }
+                }
+            }
+            _ => ctl.draw(),
+        };
+        ctl.mine.insert(qpn);
+        Ok(qpn)
+    }
+
+    /// QPN `qpn` of this process is destroyed.
+    pub(crate) fn free_qpn(&self, qpn: u32) {
+        let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        if !ctl.mine.remove(&qpn) {
+            return;
+        }
+        match &ctl.role {
+            Role::Member { conn, .. } => {
+                // No answer comes; if the owner is gone the new one never hears of it.
+                let _ = send(conn.as_raw_fd(), &Msg::Free(qpn), &[]);
+            }
+            _ => ctl.retire(qpn),
+        }
+    }
+
+    /// How many processes share the device with this one, and whether this one owns it.
+    pub(crate) fn members(&self) -> (usize, bool) {
+        let ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        match &ctl.role {
+            Role::Alone => (0, true),
+            Role::Owner { members, .. } => (members.len(), true),
+            Role::Member { .. } => (0, false),
+        }
+    }
+
+    /// Handles a control event of the progress thread's poll: `token` is [`LISTEN`],
+    /// [`OWNER`] or a member's. `closed`: the poll saw the other end hang up.
+    pub(crate) fn event(&self, r: &mio::Registry, token: mio::Token, closed: bool) -> Change {
+        let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        match token {
+            LISTEN => {
+                self.accept(&mut ctl, r);
+                Change::None
+            }
+            OWNER => {
+                let gone = closed || {
+                    let Role::Member { conn, .. } = &ctl.role else {
+                        return Change::None;
+                    };
+                    // Readable with no request waiting: only an end of stream (or a record
+                    // no request asked for, which is a broken owner) makes that.
+                    matches!(
+                        recv(
+                            conn.as_raw_fd(),
+                            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_PEEK
+                        ),
+                        Ok(None) | Err(nix::Error::ECONNRESET)
+                    )
+                };
+                if gone {
+                    self.carry_on(&mut ctl, r)
+                } else {
+                    Change::None
+                }
+            }
+            mio::Token(t) if t >= MEMBER_BASE => {
+                self.serve(&mut ctl, r, t, closed);
+                Change::None
+            }
+            _ => Change::None,
+        }
+    }
+
+    /// Accepts every waiting member (owner).
+    fn accept(&self, ctl: &mut Ctl, r: &mio::Registry) {
+        let Role::Owner {
+            listener,
+            members,
+            next,
+        } = &mut ctl.role
+        else {
+            return;
+        };
+        loop {
+            let fd = match ns::accept4(
+                listener.raw(),
+                SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            ) {
+                // SAFETY: accept4 returned a new descriptor that nothing else owns.
+                Ok(fd) => unsafe { OwnedFd::from_raw_fd(fd) },
+                Err(nix::Error::EINTR) => continue,
+                Err(_) => return,
+            };
+            let pid = match same_user(&fd) {
+                Ok(pid) => pid,
+                Err(e) => {
+                    // Said once, to whoever watches the owner; the connection just closes.
+                    eprintln!("softrdma: {}: refused a connection: {e}", self.addr);
+                    continue;
+                }
+            };
+            let t = MEMBER_BASE + *next;
+            *next += 1;
+            if r.register(
+                &mut mio::unix::SourceFd(&fd.as_raw_fd()),
+                mio::Token(t),
+                mio::Interest::READABLE,
+            )
+            .is_err()
+            {
+                continue;
+            }
+            members.insert(
+                t,
+                Member {
+                    conn: fd,
+                    pid,
+                    data: None,
+                    qpns: HashSet::new(),
+                },
+            );
+        }
+    }
+
+    /// Reads a member's requests and answers them (owner); a member that hung up, or
+    /// sent what does not parse, is dropped with its QPNs.
+    fn serve(&self, ctl: &mut Ctl, r: &mio::Registry, t: usize, closed: bool) {
+        let mut drop_it = closed;
+        loop {
+            if drop_it {
+                break;
+            }
+            let Role::Owner { members, .. } = &mut ctl.role else {
+                return;
+            };
+            let Some(m) = members.get_mut(&t) else {
+                return;
+            };
+            let fd = m.conn.as_raw_fd();
+            let (rec, mut fds) = match recv(fd, MsgFlags::MSG_DONTWAIT) {
+                Ok(Some(x)) => x,
+                Err(nix::Error::EAGAIN) | Err(nix::Error::EINTR) => return,
+                Ok(None) | Err(_) => {
+                    drop_it = true;
+                    continue;
+                }
+            };
+            let msg = match Msg::decode(&rec) {
+                Ok(msg) => msg,
+                Err(e) => {
+                    eprintln!(
+                        "softrdma: {}: dropping member pid {}: {e}",
+                        self.addr, m.pid
+                    );
+                    drop_it = true;
+                    continue;
+                }
+            };
+            let ready = m.data.is_some();
+            match (msg, ready) {
+                (Msg::Hello { version, pid: _ }, false) => {
+                    let me = std::process::id();
+                    if version != VERSION || fds.len() != 1 {
+                        let _ = send(
+                            fd,
+                            &Msg::Refused {
+                                version: VERSION,
+                                pid: me,
+                            },
+                            &[],
+                        );
+                        drop_it = true;
+                        continue;
+                    }
+                    let data = fds.pop().expect("one descriptor");
+                    let _ = sys::set_int_opt(
+                        data.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        libc::SO_SNDBUF,
+                        FORWARD_BUF,
+                    );
+                    let welcome = Msg::Welcome {
+                        version: VERSION,
+                        pid: me,
+                    };
+                    if send(fd, &welcome, &[ctl.port_fd]).is_err() {
+                        drop_it = true;
+                        continue;
+                    }
+                    log(format_args!("{}: member pid {} joined", self.addr, m.pid));
+                    m.data = Some(Arc::new(data));
+                }
+                (Msg::Alloc, true) => {
+                    let q = ctl.draw();
+                    ctl.theirs.insert(q, t);
+                    let Role::Owner { members, .. } = &mut ctl.role else {
+                        return;
+                    };
+                    let m = members.get_mut(&t).expect("looked up above");
+                    m.qpns.insert(q);
+                    let data = m.data.clone().expect("ready");
+                    self.route(q, Some(data));
+                    if send(fd, &Msg::Qpn(q), &[]).is_err() {
+                        drop_it = true;
+                    }
+                }
+                (Msg::Free(q), true) => {
+                    if m.qpns.remove(&q) {
+                        ctl.theirs.remove(&q);
+                        self.route(q, None);
+                        ctl.retire(q);
+                    }
+                }
+                (Msg::Register(list), true) => {
+                    let data = m.data.clone().expect("ready");
+                    let mut taken = Vec::new();
+                    let mut got = Vec::new();
+                    for q in list {
+                        if q <= 1 || q > 0xFF_FFFF || ctl.in_use(q) {
+                            taken.push(q);
+                        } else {
+                            got.push(q);
+                        }
+                    }
+                    for q in &got {
+                        ctl.theirs.insert(*q, t);
+                        self.route(*q, Some(data.clone()));
+                    }
+                    let Role::Owner { members, .. } = &mut ctl.role else {
+                        return;
+                    };
+                    members
+                        .get_mut(&t)
+                        .expect("looked up above")
+                        .qpns
+                        .extend(got);
+                    if send(fd, &Msg::Registered(taken), &[]).is_err() {
+                        drop_it = true;
+                    }
+                }
+                (other, _) => {
+                    eprintln!(
+                        "softrdma: {}: dropping member pid {}: unexpected {other:?}",
+                        self.addr, m.pid
+                    );
+                    drop_it = true;
+                }
+            }
+        }
+        // The member is gone: its QPNs go into quarantine.
+        let Role::Owner { members, .. } = &mut ctl.role else {
+            return;
+        };
+        let Some(m) = members.remove(&t) else {
+            return;
+        };
+        let _ = r.deregister(&mut mio::unix::SourceFd(&m.conn.as_raw_fd()));
+        log(format_args!(
+            "{}: member pid {} left, {} QPNs quarantined",
+            self.addr,
+            m.pid,
+            m.qpns.len()
+        ));
+        for q in m.qpns {
+            ctl.theirs.remove(&q);
+            self.route(q, None);
+            ctl.retire(q);
+        }
+    }
+
+    /// Adds (or with `None` removes) a member's route.
+    fn route(&self, qpn: u32, data: Option<Arc<OwnedFd>>) {
+        let mut routes = self.routes.write().unwrap_or_else(|e| e.into_inner());
+        match data {
+            Some(d) => {
+                routes.insert(qpn, d);
+            }
+            None => {
+                routes.remove(&qpn);
+            }
+        }
+        self.forwarding.store(!routes.is_empty(), Ordering::Relaxed);
+    }
+
+    /// The owner went: become the owner, or join whoever did (member).
+    fn carry_on(&self, ctl: &mut Ctl, r: &mio::Registry) -> Change {
+        let Role::Member { conn, owner_pid } = &ctl.role else {
+            return Change::None;
+        };
+        let _ = r.deregister(&mut mio::unix::SourceFd(&conn.as_raw_fd()));
+        let old_owner = *owner_pid;
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
+        let (old, _) = self.rx.get();
+        loop {
+            match join(self.addr, self.scope_id) {
+                Ok(Joined::Member {
+                    conn,
+                    owner_pid,
+                    data,
+                    port,
+                }) => {
+                    // Tell the new owner which QPNs are ours.
+                    let mine: Vec<u32> = ctl.mine.iter().copied().collect();
+                    for chunk in mine.chunks(MAX_QPNS) {
+                        match request(conn.as_raw_fd(), owner_pid, &Msg::Register(chunk.into())) {
+                            Ok(Msg::Registered(taken)) if taken.is_empty() => {}
+                            Ok(Msg::Registered(taken)) => eprintln!(
+                                "softrdma: {}: QPNs {taken:x?} are another process's now; \
+                                 their packets go there",
+                                self.addr
+                            ),
+                            _ => {}
+                        }
+                    }
+                    let _ = r.register(
+                        &mut mio::unix::SourceFd(&conn.as_raw_fd()),
+                        OWNER,
+                        mio::Interest::READABLE,
+                    );
+                    log(format_args!(
+                        "{}: owner pid {old_owner} went; pid {} joined owner pid {owner_pid}",
+                        self.addr,
+                        std::process::id()
+                    ));
+                    let port = Forgotten::new(port);
+                    ctl.role = Role::Member { conn, owner_pid };
+                    ctl.port_fd = port.raw();
+                    ctl.port = Some(port);
+                    self.rx.set(Forgotten::new(data), true);
+                    return Change::Rx { old };
+                }
+                Ok(Joined::Nobody) => {}
+                Err(e) => {
+                    eprintln!("softrdma: {}: lost the device's owner: {e}", self.addr);
+                    return Change::None;
+                }
+            }
+            if let Ok(Some(listener)) = listen(self.addr, self.scope_id) {
+                let listener = Forgotten::new(listener);
+                let Some(port) = ctl.port.take() else {
+                    return Change::None;
+                };
+                if ns::listen(&listener.0, Backlog::new(128).expect("within SOMAXCONN")).is_err() {
+                    ctl.port = Some(port);
+                    return Change::None;
+                }
+                let _ = r.register(
+                    &mut mio::unix::SourceFd(&listener.raw()),
+                    LISTEN,
+                    mio::Interest::READABLE,
+                );
+                log(format_args!(
+                    "{}: owner pid {old_owner} went; pid {} owns the device",
+                    self.addr,
+                    std::process::id()
+                ));
+                ctl.role = Role::Owner {
+                    listener,
+                    members: HashMap::new(),
+                    next: 0,
+                };
+                ctl.port_fd = port.raw();
+                self.rx.set(port, false);
+                // Members that connected before the listener was watched are waiting.
+                self.accept(ctl, r);
+                return Change::Rx { old };
+            }
+            if Instant::now() >= deadline {
+                eprintln!(
+                    "softrdma: {}: the device's owner went and no process took its place",
+                    self.addr
+                );
+                return Change::None;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+impl Ctl {
+    /// Whether `q` is anyone's, or quarantined.
+    fn in_use(&mut self, q: u32) -> bool {
+        self.expire();
+        self.mine.contains(&q) || self.theirs.contains_key(&q) || self.quarantined.contains(&q)
+    }
+
+    /// Draws a free QPN (owner, alone).
+    fn draw(&mut self) -> u32 {
+        loop {
+            let q = rand::random::<u32>() & 0xFF_FFFF;
+            if q > 1 && !self.in_use(q) {
+                return q;
+            }
+        }
+    }
+
+    /// Puts a freed QPN into quarantine.
+    fn retire(&mut self, q: u32) {
+        if self.quarantine.len() >= QUARANTINE_MAX
+            && let Some((old, _)) = self.quarantine.pop_front()
+        {
+            self.quarantined.remove(&old);
+        }
+        self.quarantine.push_back((q, Instant::now() + QUARANTINE));
+        self.quarantined.insert(q);
+    }
+
+    fn expire(&mut self) {
+        let now = Instant::now();
+        while let Some(&(q, until)) = self.quarantine.front() {
+            if until > now {
+                break;
+            }
+            self.quarantine.pop_front();
+            self.quarantined.remove(&q);
+        }
+    }
+}
+
+enum Joined {
+    /// Nobody listens on the name.
+    Nobody,
+    Member {
+        conn: OwnedFd,
+        owner_pid: u32,
+        data: OwnedFd,
+        port: OwnedFd,
+    },
+}
+
+/// Connects to the device's owner and says hello.
+fn join(addr: IpAddr, scope_id: u32) -> Result<Joined, ShareError> {
+    let conn = seqpacket()?;
+    match ns::connect(conn.as_raw_fd(), &name(addr, scope_id)) {
+        Ok(()) => {}
+        Err(nix::Error::ECONNREFUSED) | Err(nix::Error::ENOENT) => return Ok(Joined::Nobody),
+        Err(e) => return Err(io("connect to the device's owner")(e)),
+    }
+    let pid = same_user(&conn)?;
+    let (mine, theirs) = ns::socketpair(
+        AddressFamily::Unix,
+        SockType::Datagram,
+        None,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+    )
+    .map_err(io("socketpair"))?;
+    let _ = sys::set_int_opt(
+        mine.as_raw_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_RCVBUF,
+        FORWARD_BUF,
+    );
+    ns::setsockopt(
+        &conn,
+        ns::sockopt::ReceiveTimeout,
+        &nix::sys::time::TimeVal::new(ANSWER_TIMEOUT.as_secs() as i64, 0),
+    )
+    .map_err(io("SO_RCVTIMEO"))?;
+    let hello = Msg::Hello {
+        version: VERSION,
+        pid: std::process::id(),
+    };
+    send(conn.as_raw_fd(), &hello, &[theirs.as_raw_fd()])
+        .map_err(io("hello to the device's owner"))?;
+    drop(theirs);
+    let owner = pid as u32;
+    let (rec, mut fds) = match recv(conn.as_raw_fd(), MsgFlags::empty()) {
+        Ok(Some(x)) => x,
+        // It closed as we came: it is going; whoever follows it will answer.
+        Ok(None) | Err(nix::Error::ECONNRESET) => return Ok(Joined::Nobody),
+        Err(nix::Error::EAGAIN) => {
+            return Err(ShareError::Owner {
+                pid: owner,
+                what: format!("did not answer a hello in {ANSWER_TIMEOUT:?}"),
+            });
+        }
+        Err(e) => return Err(io("the owner's welcome")(e)),
+    };
+    match Msg::decode(&rec) {
+        Ok(Msg::Welcome { version, .. }) if version == VERSION && fds.len() == 1 => {
+            Ok(Joined::Member {
+                conn,
+                owner_pid: owner,
+                data: mine,
+                port: fds.pop().expect("one descriptor"),
+            })
+        }
+        Ok(Msg::Welcome { version, .. }) | Ok(Msg::Refused { version, .. }) => {
+            Err(ShareError::Version {
+                pid: owner,
+                theirs: version,
+                ours: VERSION,
+            })
+        }
+        Ok(other) => Err(ShareError::Owner {
+            pid: owner,
+            what: format!("answered a hello with {other:?}"),
+        }),
+        Err(e) => Err(ShareError::Owner {
+            pid: owner,
+            what: format!("answered a hello with a bad record: {e}"),
+        }),
+    }
+}
+
+/// Binds the device's abstract name; `None` if another process holds it.
+fn listen(addr: IpAddr, scope_id: u32) -> Result<Option<OwnedFd>, ShareError> {
+    let l = ns::socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )
+    .map_err(io("socket(AF_UNIX, SOCK_SEQPACKET)"))?;
+    match ns::bind(l.as_raw_fd(), &name(addr, scope_id)) {
+        Ok(()) => Ok(Some(l)),
+        Err(nix::Error::EADDRINUSE) => Ok(None),
+        Err(e) => Err(io("bind the device's name")(e)),
+    }
+}
+
+/// A request and its answer, on a member's (blocking, timed) connection.
+fn request(fd: RawFd, owner: u32, m: &Msg) -> Result<Msg, ShareError> {
+    let lost = |what: String| ShareError::Owner { pid: owner, what };
+    send(fd, m, &[]).map_err(|e| lost(format!("is gone ({e})")))?;
+    match recv(fd, MsgFlags::empty()) {
+        Ok(Some((rec, _))) => {
+            Msg::decode(&rec).map_err(|e| lost(format!("answered with a bad record: {e}")))
+        }
+        Ok(None) => Err(lost("closed the connection".into())),
+        Err(nix::Error::EAGAIN) => Err(lost(format!("did not answer in {ANSWER_TIMEOUT:?}"))),
+        Err(e) => Err(lost(format!("is gone ({e})"))),
+    }
+}

@@ -1,0 +1,202 @@
+//! The control messages between the processes that share a device: their encoding and
+//! parsing, with no I/O. Each message is one `SOCK_SEQPACKET` record, little-endian, its
+//! first byte the kind; descriptors travel beside them as `SCM_RIGHTS` (see the parent
+//! module). A record that does not parse is an error that says what was wrong; the
+//! connection that sent it is closed.
+
+/// The protocol version both ends state in [`Msg::Hello`] and [`Msg::Welcome`]. A process
+/// of another version gets a clear refusal, never a guess at the other's layout.
+pub(crate) const VERSION: u32 = 1;
+
+/// The most QPNs one [`Msg::Register`] or [`Msg::Registered`] carries (a record stays under
+/// a page table's worth of socket buffer; more are sent as several).
+pub(crate) const MAX_QPNS: usize = 4096;
+
+/// Tells softrdma's records from anything else that might connect.
+const MAGIC: [u8; 4] = *b"SRDM";
+
+/// A control message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Msg {
+    /// Member → owner, first: the member's version and pid; its end of the data socket
+    /// pair rides along.
+    Hello { version: u32, pid: u32 },
+    /// Owner → member, the answer to a hello of the same version: the owner's pid; the
+    /// device's `IP:4791` socket rides along (the member keeps it, to carry on as owner).
+    Welcome { version: u32, pid: u32 },
+    /// Owner → member, the answer to a hello of another version; the owner then closes.
+    Refused { version: u32, pid: u32 },
+    /// Member → owner: a new QPN, please.
+    Alloc,
+    /// Owner → member: the QPN allocated (0: none left).
+    Qpn(u32),
+    /// Member → owner: this QPN is destroyed (no answer).
+    Free(u32),
+    /// Member → a new owner, after the old one went: these QPNs are mine.
+    Register(Vec<u32>),
+    /// New owner → member: which of them another process holds already.
+    Registered(Vec<u32>),
+}
+
+/// What was wrong with a record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum MsgError {
+    /// Shorter than its kind needs.
+    #[error("a {kind} record of {len} bytes is too short")]
+    Short { kind: &'static str, len: usize },
+    /// Not softrdma's (no magic, or an unknown kind).
+    #[error("not a softrdma control record (kind byte {0:#04x})")]
+    Unknown(u8),
+    /// A QPN list longer than allowed or than the record.
+    #[error("a QPN list of {0} entries does not fit its record (at most {MAX_QPNS})")]
+    BadList(usize),
+}
+
+impl Msg {
+    /// The record's bytes.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16);
+        let word = |out: &mut Vec<u8>, v: u32| out.extend_from_slice(&v.to_le_bytes());
+        let list = |out: &mut Vec<u8>, l: &[u32]| {
+            word(out, l.len() as u32);
+            for q in l {
+                word(out, *q);
+            }
+        };
+        match self {
+            Msg::Hello { version, pid }
+            | Msg::Welcome { version, pid }
+            | Msg::Refused { version, pid } => {
+                out.push(match self {
+                    Msg::Hello { .. } => 1,
+                    Msg::Welcome { .. } => 2,
+                    _ => 3,
+                });
+                out.extend_from_slice(&MAGIC);
+                word(&mut out, *version);
+                word(&mut out, *pid);
+            }
+            Msg::Alloc => out.push(4),
+            Msg::Qpn(q) => {
+                out.push(5);
+                word(&mut out, *q);
+            }
+            Msg::Free(q) => {
+                out.push(6);
+                word(&mut out, *q);
+            }
+            Msg::Register(l) => {
+                out.push(7);
+                list(&mut out, l);
+            }
+            Msg::Registered(l) => {
+                out.push(8);
+                list(&mut out, l);
+            }
+        }
+        out
+    }
+
+    /// Parses one record.
+    pub(crate) fn decode(b: &[u8]) -> Result<Msg, MsgError> {
+        let kind = *b.first().ok_or(MsgError::Short {
+            kind: "empty",
+            len: 0,
+        })?;
+        let name = match kind {
+            1 => "hello",
+            2 => "welcome",
+            3 => "refusal",
+            4 => "alloc",
+            5 => "qpn",
+            6 => "free",
+            7 => "register",
+            8 => "registered",
+            k => return Err(MsgError::Unknown(k)),
+        };
+        let word = |at: usize| -> Result<u32, MsgError> {
+            b.get(at..at + 4)
+                .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+                .ok_or(MsgError::Short {
+                    kind: name,
+                    len: b.len(),
+                })
+        };
+        let list = || -> Result<Vec<u32>, MsgError> {
+            let n = word(1)? as usize;
+            if n > MAX_QPNS || b.len() != 5 + 4 * n {
+                return Err(MsgError::BadList(n));
+            }
+            (0..n).map(|i| word(5 + 4 * i)).collect()
+        };
+        Ok(match kind {
+            1..=3 => {
+                if b.get(1..5) != Some(&MAGIC[..]) {
+                    return Err(MsgError::Unknown(kind));
+                }
+                let (version, pid) = (word(5)?, word(9)?);
+                match kind {
+                    1 => Msg::Hello { version, pid },
+                    2 => Msg::Welcome { version, pid },
+                    _ => Msg::Refused { version, pid },
+                }
+            }
+            4 => Msg::Alloc,
+            5 => Msg::Qpn(word(1)?),
+            6 => Msg::Free(word(1)?),
+            7 => Msg::Register(list()?),
+            _ => Msg::Registered(list()?),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn any_msg() -> impl Strategy<Value = Msg> {
+        let qpns = proptest::collection::vec(any::<u32>(), 0..MAX_QPNS.min(64));
+        prop_oneof![
+            (any::<u32>(), any::<u32>()).prop_map(|(version, pid)| Msg::Hello { version, pid }),
+            (any::<u32>(), any::<u32>()).prop_map(|(version, pid)| Msg::Welcome { version, pid }),
+            (any::<u32>(), any::<u32>()).prop_map(|(version, pid)| Msg::Refused { version, pid }),
+            Just(Msg::Alloc),
+            any::<u32>().prop_map(Msg::Qpn),
+            any::<u32>().prop_map(Msg::Free),
+            qpns.clone().prop_map(Msg::Register),
+            qpns.prop_map(Msg::Registered),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn every_message_parses_back(m in any_msg()) {
+            prop_assert_eq!(Msg::decode(&m.encode()), Ok(m));
+        }
+
+        #[test]
+        fn garbage_is_an_error_or_a_message_never_a_panic(b in proptest::collection::vec(any::<u8>(), 0..64)) {
+            if let Ok(m) = Msg::decode(&b) {
+                // Whatever parses is what it encodes back to.
+                prop_assert_eq!(m.encode(), b);
+            }
+        }
+
+        #[test]
+        fn a_cut_record_is_refused(m in any_msg(), cut in 1usize..8) {
+            let b = m.encode();
+            if b.len() > cut {
+                prop_assert!(Msg::decode(&b[..b.len() - cut]).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn a_list_longer_than_its_record_is_named() {
+        let mut b = Msg::Register(vec![7]).encode();
+        b[1] = 2;
+        assert_eq!(Msg::decode(&b), Err(MsgError::BadList(2)));
+        assert_eq!(Msg::decode(&[0x42]), Err(MsgError::Unknown(0x42)));
+    }
+}
