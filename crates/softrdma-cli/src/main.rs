@@ -11,6 +11,7 @@ mod error;
 mod pcap;
 mod perf;
 mod pingpong;
+mod service;
 mod sim;
 mod view;
 
@@ -65,6 +66,9 @@ enum Command {
     },
     /// Print the `export` line that makes a shell's programs use softrdma.
     Env,
+    /// Hold the devices open (one process owns each and forwards the others their
+    /// datagrams), logging who joins, leaves and owns them, until SIGINT or SIGTERM.
+    Service(service::ServiceArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -103,6 +107,7 @@ fn main() -> ExitCode {
         Command::UdPingpong(a) => return pingpong::run(softrdma::QpType::Ud, &a),
         Command::Exec { program, no_view } => return dropin::exec(&program, !no_view),
         Command::Env => return dropin::env(),
+        Command::Service(a) => return service::run(&a),
     };
     match result {
         Ok(code) => code,

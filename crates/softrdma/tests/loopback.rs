@@ -647,11 +647,27 @@ fn srq_ah_owned_buffers_and_lending_poll() {
 
 #[test]
 fn a_taken_port_is_a_clear_error() {
+    // A device shares its port with this user's other opens of it, unless one of them
+    // asks to have it alone.
     let first = ctx(40);
-    let second = Context::open_with("again", first.addr(), Mtu::M1024, DeviceOptions::default());
+    let alone = DeviceOptions {
+        share: false,
+        ..DeviceOptions::default()
+    };
+    let second = Context::open_with("again", first.addr(), Mtu::M1024, alone);
     let msg = second.unwrap_err().to_string();
     assert!(msg.contains("127.0.77.40:4791 is already in use"), "{msg}");
     assert!(msg.contains("SOFTRDMA_ADDR=127.0.0.N"), "{msg}");
+    // A port held by something that is not a softrdma owner (rdma_rxe, another program).
+    let addr = IpAddr::V4(Ipv4Addr::new(127, 0, 77, 39));
+    let _squatter = std::net::UdpSocket::bind((addr, 4791)).unwrap();
+    let e = Context::open_with("taken", addr, Mtu::M1024, DeviceOptions::default()).unwrap_err();
+    assert_eq!(e.errno(), libc::EADDRINUSE, "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("127.0.77.39:4791 is held by something that does not answer as a softrdma"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -1023,10 +1039,14 @@ fn refusals_are_typed_and_map_to_errno() {
         libc::EINVAL,
         "a QP in RESET refuses posts: {e:?}"
     );
-    let taken = Context::open_addr(
+    let taken = Context::open_with(
         "again",
         IpAddr::V4(Ipv4Addr::new(127, 0, 77, 76)),
         Mtu::M1024,
+        DeviceOptions {
+            share: false,
+            ..DeviceOptions::default()
+        },
     )
     .unwrap_err();
     assert_eq!(taken.errno(), libc::EADDRINUSE, "{taken:?}");
@@ -1119,4 +1139,69 @@ fn refusals_are_typed_and_map_to_errno() {
         "{e:?}"
     );
     assert_eq!(e.errno(), libc::EINVAL);
+}
+
+/// Three opens of one device on one address (as three processes would, here in one):
+/// the first owns it and forwards, the others are its members; QPNs are unique across
+/// them, and two members' QPs run every RC operation between them.
+#[test]
+fn opens_of_one_device_share_its_port() {
+    let owner = ctx(110);
+    assert_eq!(owner.sharing(), (true, 0));
+    let (b, c) = (end(110, QpType::Rc), end(110, QpType::Rc));
+    assert_eq!(owner.sharing(), (true, 2));
+    assert_eq!(b.ctx.sharing(), (false, 0));
+    assert_eq!(b.ctx.gids(), owner.gids(), "one device, one GID table");
+    let pd = owner.alloc_pd();
+    let cq = owner.create_cq(16, None).unwrap();
+    let mut qpns: Vec<u32> = (0..50)
+        .map(|_| {
+            pd.create_qp(QpInitAttr::new(QpType::Rc, &cq))
+                .unwrap()
+                .qp_num()
+                .value()
+        })
+        .collect();
+    qpns.extend([b.qp.qp_num().value(), c.qp.qp_num().value()]);
+    let n = qpns.len();
+    qpns.sort_unstable();
+    qpns.dedup();
+    assert_eq!(
+        qpns.len(),
+        n,
+        "QPNs are unique across the device's processes"
+    );
+    rc_every_operation(b, c);
+}
+
+/// The owner goes while two members talk: one of them owns the device from then on (it
+/// kept a duplicate of the port), and their RC stream carries on with nothing lost.
+#[test]
+fn members_carry_on_when_the_owner_goes() {
+    let owner = ctx(111);
+    let (a, b) = (end(111, QpType::Rc), end(111, QpType::Rc));
+    connect(&a, &b, ConnectAttr::default());
+    let round = |i: u64| {
+        let data = pattern(i as u8, 4096);
+        a.mr.write(0, &data).unwrap();
+        a.qp.post_send(signaled(i, write_to(&b, 8192), a.mr.sge(0, 4096)))
+            .unwrap();
+        let wc = wait(&a.cq, 1);
+        assert_eq!((wc[0].wr_id, wc[0].status), (i, WcStatus::Success));
+        let mut got = vec![0; 4096];
+        b.mr.read(8192, &mut got).unwrap();
+        assert_eq!(got, data, "round {i}");
+    };
+    for i in 0..20 {
+        round(i);
+    }
+    drop(owner);
+    for i in 20..200 {
+        round(i);
+    }
+    let owners = [a.ctx.sharing(), b.ctx.sharing()];
+    assert!(
+        owners == [(true, 1), (false, 0)] || owners == [(false, 0), (true, 1)],
+        "one member took the device over: {owners:?}"
+    );
 }

@@ -44,6 +44,9 @@ pub(crate) enum MsgError {
     /// Shorter than its kind needs.
     #[error("a {kind} record of {len} bytes is too short")]
     Short { kind: &'static str, len: usize },
+    /// Longer or shorter than its kind is.
+    #[error("a {kind} record of {len} bytes has the wrong length")]
+    Length { kind: &'static str, len: usize },
     /// Not softrdma's (no magic, or an unknown kind).
     #[error("not a softrdma control record (kind byte {0:#04x})")]
     Unknown(u8),
@@ -129,6 +132,22 @@ impl Msg {
             }
             (0..n).map(|i| word(5 + 4 * i)).collect()
         };
+        let exact = |want: usize| {
+            if b.len() == want {
+                Ok(())
+            } else {
+                Err(MsgError::Length {
+                    kind: name,
+                    len: b.len(),
+                })
+            }
+        };
+        match kind {
+            1..=3 => exact(13)?,
+            4 => exact(1)?,
+            5 | 6 => exact(5)?,
+            _ => {}
+        }
         Ok(match kind {
             1..=3 => {
                 if b.get(1..5) != Some(&MAGIC[..]) {

@@ -1,0 +1,138 @@
+//! What the CLI tests that run real programs share: the `softrdma` binary with a runtime
+//! directory of the test's own, `softrdma exec`, spawning under a time limit, servers that
+//! die with their test, and waiting for a TCP port to listen.
+#![allow(dead_code)]
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long one program may run (the tests run debug builds, several at once).
+pub const LIMIT: Duration = Duration::from_secs(120);
+
+pub fn softrdma() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_softrdma"));
+    c.env_remove("SOFTRDMA_CONFIG").env(
+        "XDG_RUNTIME_DIR",
+        std::env::temp_dir().join(format!("softrdma-rt-{}", std::process::id())),
+    );
+    c
+}
+
+/// `softrdma exec -- PROGRAM ARGS` with the device on `addr`.
+pub fn exec(addr: &str, program: &str, args: &[&str]) -> Command {
+    need(program);
+    let mut c = softrdma();
+    c.env("SOFTRDMA_ADDR", addr)
+        .arg("exec")
+        .arg("--")
+        .arg(program)
+        .args(args);
+    c
+}
+
+/// The Debian package of each program, for the message when it is missing.
+pub fn package(program: &str) -> &'static str {
+    match program {
+        p if p.starts_with("ib_") => "perftest",
+        "qperf" => "qperf",
+        "fi_info" => "libfabric-bin",
+        p if p.starts_with("ucx_") => "ucx-utils",
+        "mpicc" | "mpirun" => "openmpi-bin libopenmpi-dev",
+        "setpriv" | "unshare" => "util-linux",
+        "gcc" => "gcc",
+        _ => "ibverbs-utils",
+    }
+}
+
+pub fn need(program: &str) {
+    if program.contains('/') {
+        return;
+    }
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()));
+    assert!(
+        found,
+        "{program} is not installed: apt-get install {} (scripts/test does)",
+        package(program)
+    );
+}
+
+pub fn spawn(c: &mut Command) -> Child {
+    c.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{c:?}: {e}"))
+}
+
+/// Waits for `child` for at most [`LIMIT`], then kills it and fails.
+pub fn wait(child: Child, what: &str) -> Output {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    match rx.recv_timeout(LIMIT) {
+        Ok(o) => o.unwrap(),
+        Err(_) => {
+            // SAFETY: kill(2) takes no pointers; `pid` is our own child's.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("{what} ran longer than {LIMIT:?}");
+        }
+    }
+}
+
+/// A server that is killed if the test ends (or fails) before it is waited for, so that no
+/// process outlives its test holding a port.
+pub struct Server(pub Option<Child>);
+
+impl Server {
+    pub fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("not yet waited for")
+    }
+
+    pub fn wait(mut self, what: &str) -> Output {
+        wait(self.0.take().expect("waited once"), what)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Whether TCP `port` is listening on this host (/proc/net/tcp and tcp6, state 0A).
+pub fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let mut it = l.split_whitespace();
+                let local = it.nth(1).unwrap_or("");
+                let state = it.nth(1).unwrap_or("");
+                local.ends_with(&want) && state == "0A"
+            })
+        })
+    })
+}
+
+/// Waits until `port` listens, or `server` has ended (then its output says why).
+pub fn wait_listen(port: u16, server: &mut Child) {
+    let deadline = Instant::now() + LIMIT;
+    while !listening(port) {
+        if server.try_wait().unwrap().is_some() || Instant::now() > deadline {
+            return;
+        }
+        std::thread::yield_now();
+    }
+}
