@@ -14,7 +14,11 @@
 //! - `device`: the device core's glue: the progress thread, the region table, the QP and
 //!   CQ state the device reaches, and the lock order (below). Its protocol logic (QPN
 //!   demultiplexing, receive checks, ACK coalescing, timers, counter names) is the sans-I/O
-//!   [`softrdma_proto::endpoint`], which the simulator drives too.
+//!   [`softrdma_proto::endpoint`], which the simulator drives too. Its `share` module
+//!   shares a device among this user's processes: one owns the port and forwards the
+//!   others their datagrams, QPNs are drawn by the owner, and the role passes on when the
+//!   owner goes (its control plane is one mutex, taken by QP creation and destruction and
+//!   by the progress thread; see its docs).
 //! - [`datapath`]: the drivers beneath the device behind one trait: the UDP driver
 //!   (batched system calls, GSO/GRO, connected send sockets with IPv4-ID learning), and the
 //!   fault injector and pcap writer, each of which wraps any driver.

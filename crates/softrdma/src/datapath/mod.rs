@@ -3,7 +3,8 @@
 //! it for batches of datagrams, and knows nothing of sockets.
 //!
 //! - [`Datapath`]: the interface every driver implements.
-//! - [`udp::Udp`]: the UDP driver: the receive socket on `IP:4791` (with GRO), and the
+//! - [`udp::Udp`]: the UDP driver: the receive socket on `IP:4791` (with GRO), or the
+//!   socket the device's owner forwards this process's datagrams to, and the
 //!   sending path `tx` (connected sockets with IPv4-ID learning, GSO batches), over the
 //!   batched system calls of `socket` and the send batch of `batch`.
 //! - [`faults::Faulty`]: a fault injector around any driver, applying the one fault model
