@@ -889,6 +889,14 @@ enum Joined {
 /// Connects to the device's owner and says hello.
 fn join(addr: IpAddr, scope_id: u32) -> Result<Joined, ShareError> {
     let conn = seqpacket()?;
+    // A hung owner's full backlog would block the connect (and a send) for ever: both
+    // wait at most this long.
+    ns::setsockopt(
+        &conn,
+        ns::sockopt::SendTimeout,
+        &nix::sys::time::TimeVal::new(ANSWER_TIMEOUT.as_secs() as i64, 0),
+    )
+    .map_err(io("SO_SNDTIMEO"))?;
     match ns::connect(conn.as_raw_fd(), &name(addr, scope_id)) {
         Ok(()) => {}
         Err(nix::Error::ECONNREFUSED) | Err(nix::Error::ENOENT) => return Ok(Joined::Nobody),
