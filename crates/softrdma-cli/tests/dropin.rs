@@ -18,28 +18,12 @@ use common::*;
 /// Runs `server` on 127.0.`net`.2 and `client`, with the server's address appended, on
 /// 127.0.`net`.3; both must succeed.
 fn pair(net: u8, port: u16, server: (&str, &[&str]), client: (&str, &[&str])) -> (String, String) {
-    let what = format!("{} {}", server.0, server.1.join(" "));
-    let mut s = Server(Some(spawn(&mut exec(
-        &format!("127.0.{net}.2"),
-        server.0,
-        server.1,
-    ))));
-    wait_listen(port, s.child());
-    let mut cargs: Vec<&str> = client.1.to_vec();
-    cargs.push("127.0.0.1");
-    let c = wait(
-        spawn(&mut exec(&format!("127.0.{net}.3"), client.0, &cargs)),
-        &what,
-    );
-    let s = s.wait(&what);
-    let (st, ct) = (text(&s), text(&c));
-    assert!(
-        s.status.success() && c.status.success(),
-        "{what}: server {:?}, client {:?}\n--- server\n{st}\n--- client\n{ct}",
-        s.status,
-        c.status
-    );
-    (st, ct)
+    pair_at(
+        (&format!("127.0.{net}.2"), &format!("127.0.{net}.3")),
+        port,
+        server,
+        client,
+    )
 }
 
 /// The same program and arguments on both sides.

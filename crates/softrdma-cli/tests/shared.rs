@@ -216,31 +216,8 @@ fn unmodified_tools_run_with_both_ends_on_one_device() {
         let p = port.to_string();
         let mut a = args.to_vec();
         a.extend(["-p", &p]);
-        let mut server = Server(Some(
-            exec(addr, tool, &a)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        ));
-        wait_listen(port, server.child());
-        a.push("127.0.0.1");
-        let c = wait(
-            exec(addr, tool, &a)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-            tool,
-        );
-        let s = server.wait(tool);
-        let (st, ct) = (text(&s), text(&c));
-        assert!(
-            s.status.success() && c.status.success() && ct.contains(want),
-            "{tool} {args:?}:\n--- server\n{st}\n--- client\n{ct}"
-        );
+        let (_, ct) = pair_at((addr, addr), port, (tool, &a), (tool, &a));
+        assert!(ct.contains(want), "{tool} {args:?}:\n{ct}");
     };
     // Not ibv_uc_pingpong yet: UC never retransmits, and one run of it over a shared
     // device hung in CI (a datagram lost on the forwarding path, under investigation).
@@ -260,6 +237,23 @@ fn unmodified_tools_run_with_both_ends_on_one_device() {
     }
 }
 
+/// `softrdma service` owning the device on `addr`, and an RC pingpong of `iters`
+/// iterations between two processes on it, TCP `port`, once the client is connected (its
+/// stream under way): `[service, server, client]`.
+fn streaming(addr: &str, port: u16, iters: &str) -> [Watched; 3] {
+    let mut service = Watched::spawn(cli(Some(addr), &["service"]), "softrdma service");
+    service.expect("owns the device");
+    let p = port.to_string();
+    let args = ["rc-pingpong", "-g", "1", "-n", iters, "-p", &p];
+    let server = Watched::spawn(cli(Some(addr), &args), "rc-pingpong server");
+    until_listening(port, "the server never listened");
+    let mut cargs = args.to_vec();
+    cargs.push("localhost");
+    let mut client = Watched::spawn(cli(Some(addr), &cargs), "rc-pingpong client");
+    client.expect("remote address:");
+    [service, server, client]
+}
+
 /// `softrdma service` owns the device; two pingpongs join it; the service is killed with
 /// SIGKILL in the middle of their RC stream; one of them carries on as owner and both
 /// finish every iteration. Three times over.
@@ -267,17 +261,7 @@ fn unmodified_tools_run_with_both_ends_on_one_device() {
 fn the_device_outlives_a_kill_9_of_its_owner() {
     for round in 0..3u16 {
         let addr = format!("127.0.96.{}", 2 + round);
-        let mut service = Watched::spawn(cli(Some(&addr), &["service"]), "softrdma service");
-        service.expect("owns the device");
-        let port = 24400 + round;
-        let p = port.to_string();
-        let args = ["rc-pingpong", "-g", "1", "-n", "60000", "-p", &p];
-        let server = Watched::spawn(cli(Some(&addr), &args), "rc-pingpong server");
-        until_listening(port, "the server never listened");
-        let mut cargs = args.to_vec();
-        cargs.push("localhost");
-        let mut client = Watched::spawn(cli(Some(&addr), &cargs), "rc-pingpong client");
-        client.expect("remote address:");
+        let [mut service, server, client] = streaming(&addr, 24400 + round, "60000");
         service.expect(&format!("member pid {} joined", client.pid()));
         service.kill9();
         let (cs, ct) = client.finish();
@@ -294,17 +278,7 @@ fn the_device_outlives_a_kill_9_of_its_owner() {
 #[test]
 fn a_killed_members_qpns_are_freed() {
     let addr = "127.0.96.9";
-    let mut service = Watched::spawn(cli(Some(addr), &["service"]), "softrdma service");
-    service.expect("owns the device");
-    let port = 24409;
-    let p = port.to_string();
-    let args = ["rc-pingpong", "-g", "1", "-n", "100000000", "-p", &p];
-    let server = Watched::spawn(cli(Some(addr), &args), "rc-pingpong server");
-    until_listening(port, "the server never listened");
-    let mut cargs = args.to_vec();
-    cargs.push("localhost");
-    let mut client = Watched::spawn(cli(Some(addr), &cargs), "rc-pingpong client");
-    client.expect("remote address:");
+    let [mut service, server, mut client] = streaming(addr, 24409, "100000000");
     let pid = client.pid();
     client.kill9();
     let left = service.expect(&format!("member pid {pid} left"));

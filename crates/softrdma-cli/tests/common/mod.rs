@@ -136,3 +136,29 @@ pub fn wait_listen(port: u16, server: &mut Child) {
         std::thread::yield_now();
     }
 }
+
+/// Runs `server` through `softrdma exec` with its device on `addrs.0`, and once its TCP
+/// `port` listens, `client` (with the server's address appended) on `addrs.1`; both must
+/// succeed. Their outputs.
+pub fn pair_at(
+    addrs: (&str, &str),
+    port: u16,
+    server: (&str, &[&str]),
+    client: (&str, &[&str]),
+) -> (String, String) {
+    let what = format!("{} {}", server.0, server.1.join(" "));
+    let mut s = Server(Some(spawn(&mut exec(addrs.0, server.0, server.1))));
+    wait_listen(port, s.child());
+    let mut cargs: Vec<&str> = client.1.to_vec();
+    cargs.push("127.0.0.1");
+    let c = wait(spawn(&mut exec(addrs.1, client.0, &cargs)), &what);
+    let s = s.wait(&what);
+    let (st, ct) = (text(&s), text(&c));
+    assert!(
+        s.status.success() && c.status.success(),
+        "{what}: server {:?}, client {:?}\n--- server\n{st}\n--- client\n{ct}",
+        s.status,
+        c.status
+    );
+    (st, ct)
+}

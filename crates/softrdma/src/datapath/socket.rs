@@ -160,6 +160,29 @@ impl RecvBatch {
     }
 }
 
+/// `recvmmsg(2)` of up to `want` datagrams into `msgs`, without blocking: how many came,
+/// or -1 with errno set.
+///
+/// # Safety
+/// The first `want` headers of `msgs` are initialised, and every buffer they point to stays
+/// alive and unaliased for the call.
+unsafe fn recv_mmsg(
+    fd: RawFd,
+    msgs: &mut [MaybeUninit<libc::mmsghdr>; RX_BATCH],
+    want: usize,
+) -> i32 {
+    // SAFETY: the caller's promise; `want <= RX_BATCH` bounds the vector.
+    unsafe {
+        libc::recvmmsg(
+            fd,
+            msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
+            want.min(RX_BATCH) as u32,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    }
+}
+
 /// Receives up to `want` (at most [`RX_BATCH`]) datagrams without blocking; returns how
 /// many. Asking for one when one is expected saves the kernel a second, empty, look at the
 /// queue: a quarter of a microsecond of a ping-pong's half round trip on loopback.
@@ -200,15 +223,7 @@ pub fn recv_batch(fd: RawFd, b: &mut RecvBatch, want: usize) -> std::io::Result<
     } else {
         // SAFETY: the first `want` headers of `msgs` were written above and their buffers
         // stay alive for the call.
-        unsafe {
-            libc::recvmmsg(
-                fd,
-                msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
-                want as u32,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        }
+        unsafe { recv_mmsg(fd, &mut msgs, want) }
     };
     if n < 0 {
         return Err(std::io::Error::last_os_error());
@@ -296,15 +311,7 @@ pub fn recv_framed(fd: RawFd, b: &mut RecvBatch, want: usize) -> std::io::Result
         m.msg_hdr.msg_iovlen = 2;
     }
     // SAFETY: the first `want` headers were written above and their buffers stay alive.
-    let n = unsafe {
-        libc::recvmmsg(
-            fd,
-            msgs.as_mut_ptr().cast::<libc::mmsghdr>(),
-            want as u32,
-            libc::MSG_DONTWAIT,
-            std::ptr::null_mut(),
-        )
-    };
+    let n = unsafe { recv_mmsg(fd, &mut msgs, want) };
     if n < 0 {
         return Err(std::io::Error::last_os_error());
     }

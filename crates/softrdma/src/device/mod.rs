@@ -544,9 +544,10 @@ impl Device {
         }
     }
 
-    /// How many other processes this one forwards to, and whether it reads the port.
-    pub(crate) fn sharing(&self) -> (usize, bool) {
-        self.share.as_ref().map_or((0, true), |s| s.members())
+    /// Whether this process reads the port (it owns the device, or has it alone), and how
+    /// many other processes it forwards to.
+    pub(crate) fn sharing(&self) -> (bool, usize) {
+        self.share.as_ref().map_or((true, 0), |s| s.members())
     }
 
     /// Adds a receive batch's counts to the device's counters (zeros are not added: each

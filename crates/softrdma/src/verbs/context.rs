@@ -110,8 +110,7 @@ impl Context {
     /// whether it reads the port itself (it owns the device, or has it alone), and how many
     /// other processes it forwards datagrams to.
     pub fn sharing(&self) -> (bool, usize) {
-        let (members, owner) = self.inner.dev.sharing();
-        (owner, members)
+        self.inner.dev.sharing()
     }
 
     /// The active MTU of port 1.

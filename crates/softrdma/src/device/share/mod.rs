@@ -195,10 +195,9 @@ struct Ctl {
     /// Freed QPNs, oldest first, with when they may be drawn again.
     quarantine: VecDeque<(u32, Instant)>,
     quarantined: HashSet<u32>,
-    /// The port's socket (a member's duplicate, to carry on as owner), or its number
-    /// (owner: `RxPort` holds it).
+    /// A member's duplicate of the port's socket, to carry on as owner with (an owner's
+    /// is the one its `RxPort` reads).
     port: Option<Forgotten>,
-    port_fd: RawFd,
 }
 
 /// A device's part in sharing (see the module docs).
@@ -306,7 +305,7 @@ impl Share {
         exclusive: bool,
         bind_port: BindPort<'_>,
     ) -> crate::error::Result<Share> {
-        let share = |role, rx, port, port_fd| Share {
+        let share = |role, rx, port| Share {
             addr,
             scope_id,
             rx: Arc::new(rx),
@@ -319,13 +318,11 @@ impl Share {
                 quarantine: VecDeque::new(),
                 quarantined: HashSet::new(),
                 port,
-                port_fd,
             }),
         };
         if exclusive {
             let port = Forgotten::new(bind_port()?);
-            let fd = port.raw();
-            return Ok(share(Role::Alone, RxPort::new(port, false), None, fd));
+            return Ok(share(Role::Alone, RxPort::new(port, false), None));
         }
         let err = |e: ShareError| crate::error::Error::Share { addr, source: e };
         let deadline = Instant::now() + ANSWER_TIMEOUT;
@@ -338,7 +335,6 @@ impl Share {
                     port,
                 } => {
                     let port = Forgotten::new(port);
-                    let fd = port.raw();
                     log(format_args!(
                         "{addr}: pid {} joined owner pid {owner_pid}",
                         std::process::id()
@@ -347,7 +343,6 @@ impl Share {
                         Role::Member { conn, owner_pid },
                         RxPort::new(Forgotten::new(data), true),
                         Some(port),
-                        fd,
                     ));
                 }
                 Joined::Nobody => {}
@@ -366,7 +361,6 @@ impl Share {
                     ns::listen(&listener.0, Backlog::new(128).expect("within SOMAXCONN"))
                         .map_err(io("listen"))
                         .map_err(err)?;
-                    let fd = port.raw();
                     log(format_args!(
                         "{addr}: pid {} owns the device",
                         std::process::id()
@@ -379,7 +373,6 @@ impl Share {
                         },
                         RxPort::new(port, false),
                         None,
-                        fd,
                     ));
                 }
                 None if Instant::now() < deadline => {
@@ -481,13 +474,14 @@ impl Share {
         }
     }
 
-    /// How many processes share the device with this one, and whether this one owns it.
-    pub(crate) fn members(&self) -> (usize, bool) {
+    /// Whether this process owns the device (or has it alone), and how many other
+    /// processes it forwards to.
+    pub(crate) fn members(&self) -> (bool, usize) {
         let ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
         match &ctl.role {
-            Role::Alone => (0, true),
-            Role::Owner { members, .. } => (members.len(), true),
-            Role::Member { .. } => (0, false),
+            Role::Alone => (true, 0),
+            Role::Owner { members, .. } => (true, members.len()),
+            Role::Member { .. } => (false, 0),
         }
     }
 
@@ -641,7 +635,8 @@ impl Share {
                         version: VERSION,
                         pid: me,
                     };
-                    if send(fd, &welcome, &[ctl.port_fd]).is_err() {
+                    // An owner reads the port itself: its receive socket is the one to share.
+                    if send(fd, &welcome, &[self.rx.get().0]).is_err() {
                         drop_it = true;
                         continue;
                     }
@@ -782,7 +777,6 @@ impl Share {
                     ));
                     let port = Forgotten::new(port);
                     ctl.role = Role::Member { conn, owner_pid };
-                    ctl.port_fd = port.raw();
                     ctl.port = Some(port);
                     self.rx.set(Forgotten::new(data), true);
                     return Change::Rx { old };
@@ -817,7 +811,6 @@ impl Share {
                     members: HashMap::new(),
                     next: 0,
                 };
-                ctl.port_fd = port.raw();
                 self.rx.set(port, false);
                 // Members that connected before the listener was watched are waiting.
                 self.accept(ctl, r);
