@@ -801,6 +801,28 @@ impl QueuePair {
         }
     }
 
+    /// The peer QP is known to be gone (its process on this host died, which the
+    /// same-host path sees at once): what its retries would end in, without waiting for
+    /// them. An RC QP with a request on the wire fails that WR with RETRY_EXC_ERR, as the
+    /// last retry would (IBTA 9.7.5.2.1); any connected QP then goes to ERROR and flushes
+    /// the rest. A UD QP has no one peer and is left alone; so is a QP not yet connected.
+    pub fn peer_gone(&mut self) {
+        if self.cfg.qp_type == QpType::Ud
+            || !matches!(
+                self.state,
+                QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+            )
+        {
+            return;
+        }
+        if self.cfg.qp_type == QpType::Rc
+            && self.req.sq.front().is_some_and(|w| w.first_psn.is_some())
+        {
+            self.complete_front(WcStatus::RetryExcErr);
+        }
+        self.enter_error(None);
+    }
+
     /// Completes the oldest send WR.
     fn complete_front(&mut self, status: WcStatus) {
         let Some(w) = self.req.sq.pop_front() else {

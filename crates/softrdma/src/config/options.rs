@@ -45,6 +45,10 @@ pub struct DeviceOptions {
     /// Share the device with this user's other processes that open it (on by default;
     /// `SOFTRDMA_SHARE=0` binds the port alone, and fails if another process has it).
     pub share: bool,
+    /// Between processes that share a device, move packets through shared-memory rings
+    /// instead of UDP (on by default; `SOFTRDMA_SHM=0` forces the UDP path, for tests and
+    /// measurements).
+    pub shm: bool,
 }
 
 impl Default for DeviceOptions {
@@ -57,6 +61,7 @@ impl Default for DeviceOptions {
             gso_everywhere: false,
             connected: true,
             share: true,
+            shm: true,
         }
     }
 }
@@ -64,13 +69,14 @@ impl Default for DeviceOptions {
 impl DeviceOptions {
     /// The options `SOFTRDMA_FAULTS`, `SOFTRDMA_PCAP`, `SOFTRDMA_ZERO_COPY=1`,
     /// `SOFTRDMA_NO_GSO`, `SOFTRDMA_GSO=always`, `SOFTRDMA_CONNECTED=0` and
-    /// `SOFTRDMA_SHARE=0` ask for.
+    /// `SOFTRDMA_SHARE=0` and `SOFTRDMA_SHM=0` ask for.
     pub fn from_env() -> Result<Self> {
         Ok(Self {
             gso: std::env::var_os("SOFTRDMA_NO_GSO").is_none(),
             gso_everywhere: std::env::var("SOFTRDMA_GSO").is_ok_and(|v| v == "always"),
             connected: std::env::var("SOFTRDMA_CONNECTED").map_or(true, |v| v != "0"),
             share: std::env::var("SOFTRDMA_SHARE").map_or(true, |v| v != "0"),
+            shm: std::env::var("SOFTRDMA_SHM").map_or(true, |v| v != "0"),
             faults: match std::env::var("SOFTRDMA_FAULTS") {
                 Ok(s) => Some(LinkFaults::parse(&s).map_err(|e| Error::Faults {
                     spec: s.clone(),

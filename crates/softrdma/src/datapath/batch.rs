@@ -206,6 +206,22 @@ impl SendBatch {
         self.pkts.iter().map(|p| (self.packet_bytes(p), p.dst))
     }
 
+    /// Offers every queued packet, as its pieces in order (unused pieces are empty) and
+    /// its destination, to `take`, and keeps those it does not take, in order (the
+    /// same-host path takes the packets its rings carry). Empties the batch if it takes
+    /// them all.
+    pub(crate) fn divert(
+        &mut self,
+        mut take: impl FnMut(&[(*const u8, usize); 3], SocketAddr) -> bool,
+    ) {
+        let mut pkts = std::mem::take(&mut self.pkts);
+        pkts.retain(|p| !take(&self.pieces(p), p.dst));
+        self.pkts = pkts;
+        if self.pkts.is_empty() {
+            self.clear();
+        }
+    }
+
     /// Drops every queued packet (and the regions they held).
     pub fn clear(&mut self) {
         self.used = 0;

@@ -30,6 +30,7 @@ pub mod faults;
 #[cfg(test)]
 pub(crate) mod loopback;
 pub mod pcap;
+pub(crate) mod shm;
 pub(crate) mod socket;
 pub(crate) mod tx;
 pub(crate) mod udp;

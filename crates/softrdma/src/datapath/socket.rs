@@ -148,6 +148,22 @@ impl RecvBatch {
         self.segs[i] = 0;
     }
 
+    /// Fills slot `i` as a receive from `from` would: `write(buf)` puts the packet at the
+    /// start of the slot's buffer and says how long it is (the same-host ring's entries
+    /// come in this way, each copied out of shared memory before anything reads it).
+    pub(crate) fn fill(
+        &mut self,
+        i: usize,
+        from: SocketAddr,
+        write: impl FnOnce(&mut [u8]) -> usize,
+    ) {
+        let n = write(&mut self.bufs[i * SLOT..(i + 1) * SLOT]).min(SLOT);
+        self.lens[i] = n;
+        self.truncated[i] = false;
+        self.addrs[i] = to_storage(from).0;
+        self.segs[i] = 0;
+    }
+
     /// Datagram `i` of the last batch: its bytes, sender, whether it was cut short, and the
     /// segment size when GRO coalesced several datagrams into it (0 otherwise).
     pub fn get(&self, i: usize) -> (&[u8], Option<SocketAddr>, bool, usize) {

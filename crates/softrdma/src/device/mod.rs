@@ -20,6 +20,7 @@
 pub(crate) mod cq;
 pub(crate) mod events;
 pub(crate) mod handoff;
+pub(crate) mod local;
 pub(crate) mod qp;
 pub(crate) mod regions;
 pub(crate) mod share;
@@ -96,6 +97,10 @@ pub(crate) struct Device {
     /// which process reads the port, the forwarding routes, the QPN draw. `None` on a
     /// test rig.
     share: Option<share::Share>,
+    /// The same-host path: rings to and from the other processes on the device (see
+    /// [`local`]). `None` when the device is not shared, when `SOFTRDMA_SHM=0` forces
+    /// the UDP path, and when faults or a capture apply (they act on UDP packets).
+    local: Option<local::Local>,
     /// Tells devices apart for the per-thread send batches.
     id: u64,
     pub mrs: Arc<MrTable>,
@@ -187,7 +192,15 @@ struct RxState {
     want: usize,
     /// Where the multicast groups' datagrams are received (empty until a group is joined).
     group_buf: Vec<u8>,
+    /// While rings are open, when an application thread last read the socket (device
+    /// nanoseconds): it reads it at most every [`UDP_EVERY`], since each empty read is a
+    /// system call that would cost the rings their latency.
+    udp_at: u64,
 }
+
+/// While same-host rings are open, an application thread's drain reads the socket at most
+/// this often (the progress thread reads both on each pass).
+const UDP_EVERY: Duration = Duration::from_micros(5);
 
 thread_local! {
     /// Packets a thread has produced and not yet handed to the kernel: one batch per device
@@ -284,6 +297,14 @@ impl Device {
             }
             if b.is_empty() {
                 return;
+            }
+            if let (Some(l), Some(s)) = (&self.local, &self.share) {
+                let (sent, dropped) = l.divert(b, s);
+                self.counters.add(Counter::SentPkts, sent as u64);
+                self.counters.add(Counter::SendErr, dropped as u64);
+                if b.is_empty() {
+                    return;
+                }
             }
             let now = if self.holds { self.now().as_nanos() } else { 0 };
             let sent = self.datapath.send(b, now);
@@ -453,11 +474,15 @@ impl Device {
     fn drain(&self, st: &mut RxState, app: bool, defer: bool) -> bool {
         let mut any = false;
         let RxState {
-            rx, batch, want, ..
+            rx,
+            batch,
+            want,
+            udp_at,
+            ..
         } = st;
         loop {
             let ask = if app { *want } else { sys::RX_BATCH };
-            let got = self.datapath.recv(batch, ask);
+            let got = self.recv_some(batch, ask, app, udp_at);
             // One datagram is asked for while they come one at a time (a ping-pong); a full
             // batch means more are queued.
             *want = match got {
@@ -499,10 +524,68 @@ impl Device {
             } else {
                 self.flush_batch(true);
             }
-            if n < sys::RX_BATCH {
+            // With rings open the sources are read in turn: go on until both are empty.
+            if n < sys::RX_BATCH && self.local.is_none() {
                 return any;
             }
         }
+    }
+
+    /// Receives up to `ask` packets from the socket or the same-host rings. An application
+    /// thread (`app`) reads the rings, and the socket at most every [`UDP_EVERY`]; the
+    /// progress thread reads the socket and, when it is empty, the rings.
+    fn recv_some(
+        &self,
+        batch: &mut RecvBatch,
+        ask: usize,
+        app: bool,
+        udp_at: &mut u64,
+    ) -> std::io::Result<usize> {
+        let Some(l) = self.local.as_ref().filter(|l| l.has_rings()) else {
+            return self.datapath.recv(batch, ask);
+        };
+        let udp = !app || {
+            let now = self.now().as_nanos();
+            let due = now.saturating_sub(*udp_at) >= UDP_EVERY.as_nanos() as u64;
+            if due {
+                *udp_at = now;
+            }
+            due
+        };
+        if udp && let Ok(n @ 1..) = self.datapath.recv(batch, ask) {
+            return Ok(n);
+        }
+        let (n, bad) = l.recv(batch, ask);
+        if bad > 0 {
+            self.counters.add(Counter::RcvdMalformed, bad as u64);
+        }
+        Ok(n)
+    }
+
+    /// Same-host peers died: every QP of this device connected to one of `qpns` on the
+    /// device's own address goes to ERROR now, as its retries would have taken it, and
+    /// hands out its completions (see [`local`]).
+    fn lose_peers(&self, qpns: &[u32]) {
+        let lost: std::collections::HashSet<u32> = qpns.iter().copied().collect();
+        let qps: Vec<Arc<QpShared>> = self
+            .qps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for s in qps {
+            let mut qp = s.qp.lock().unwrap_or_else(|e| e.into_inner());
+            let a = qp.query();
+            let to_them = a.dest_qpn.is_some_and(|q| lost.contains(&q.value()))
+                && a.av
+                    .is_some_and(|av| softrdma_proto::qp::same_ip(av.dst, self.addr));
+            if to_them {
+                qp.peer_gone();
+                self.service(&s, &mut qp);
+            }
+        }
+        self.flush_batch(true);
     }
 
     /// Hands one received datagram to its QP through the receive path.
@@ -689,6 +772,9 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         if activity != published.0 && published.1.elapsed() >= Duration::from_secs(1) {
             stats::write(&dev.name, &dev.hw_counters());
             published = (activity, std::time::Instant::now());
+            if let Some(l) = &dev.local {
+                l.expire();
+            }
         }
         // Sleep until a packet, a wake-up (a new timer from another thread) or the next timer.
         let now = dev.now();
@@ -738,6 +824,13 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
             // latest when its grace ends.
             timeout = Some(timeout.map_or(APP_POLL_GRACE, |t| t.min(APP_POLL_GRACE)));
         }
+        if socket_registered
+            && let Some(l) = &dev.local
+            && l.arm()
+        {
+            // A same-host ring holds packets already (its producer saw it unarmed).
+            timeout = Some(Duration::ZERO);
+        }
         if socket_registered && !(one_cpu && sending) && last_work.elapsed() < SPIN {
             // Work is pending: look again at once instead of sleeping.
             timeout = Some(Duration::ZERO);
@@ -754,6 +847,15 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
                     continue;
                 }
                 let closed = ev.is_read_closed() || ev.is_error();
+                if let Some(l) = &dev.local
+                    && (t == local::LISTEN || t.0 >= local::BASE)
+                {
+                    let lost = l.event(t, closed);
+                    if !lost.is_empty() {
+                        dev.lose_peers(&lost);
+                    }
+                    continue;
+                }
                 if let share::Change::Rx { old } = share.event(poll.registry(), t, closed)
                     && socket_registered
                 {
@@ -869,7 +971,11 @@ impl Device {
     ) -> Result<(Arc<Device>, std::thread::JoinHandle<()>)> {
         let counters = Arc::new(DeviceCounters::default());
         let bind = || Udp::bind_port(addr, scope_id, opts.gso);
-        let share = share::Share::attach(addr, scope_id, !opts.share, &bind)?;
+        let local = (opts.share && opts.shm && opts.faults.is_none() && opts.pcap.is_none())
+            .then(|| local::Local::bind(addr, scope_id))
+            .flatten();
+        let ep = local.as_ref().map_or(0, |l| l.ep);
+        let share = share::Share::attach(addr, scope_id, !opts.share, ep, &bind)?;
         let udp = Udp::open(
             share.rx.clone(),
             addr,
@@ -914,11 +1020,16 @@ impl Device {
             opts.zero_copy,
             datapath,
             Some(share),
+            local,
             Clock::system(),
             counters,
         )?;
         if let Some(s) = &dev.share {
             s.register(poll.registry())
+                .map_err(Error::io("ibv_open_device: poll"))?;
+        }
+        if let Some(l) = &dev.local {
+            l.start(poll.registry(), dev.port())
                 .map_err(Error::io("ibv_open_device: poll"))?;
         }
         let d = dev.clone();
@@ -940,6 +1051,7 @@ impl Device {
         zero_copy: bool,
         datapath: Box<dyn Datapath>,
         share: Option<share::Share>,
+        local: Option<local::Local>,
         clock: Clock,
         counters: Arc<DeviceCounters>,
     ) -> Result<(Arc<Device>, Poll)> {
@@ -964,6 +1076,7 @@ impl Device {
             datapath,
             holds,
             share,
+            local,
             id: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
             mrs: Arc::new(MrTable::new(zero_copy)),
             qps: RwLock::new(QpTable::default()),
@@ -996,6 +1109,7 @@ impl Device {
                 batch: RecvBatch::default(),
                 want: 1,
                 group_buf: Vec::new(),
+                udp_at: 0,
             }),
             deferred: Mutex::new(SendBatch::default()),
             groups: Mutex::new(std::collections::HashMap::new()),
@@ -1025,6 +1139,7 @@ impl Device {
             Mtu::M1024,
             false,
             datapath,
+            None,
             None,
             Clock::Manual(clock),
             counters,
@@ -1184,6 +1299,9 @@ impl Device {
 
     /// Stops the progress thread, which sends what is still held back first.
     pub(crate) fn close(&self) {
+        if let Some(l) = &self.local {
+            l.bye();
+        }
         self.shutdown.store(true, Ordering::Release);
         self.wake();
     }

@@ -88,7 +88,7 @@ pub fn set_verbose(on: bool) {
     VERBOSE.store(on, Ordering::Relaxed);
 }
 
-fn log(what: std::fmt::Arguments<'_>) {
+pub(crate) fn log(what: std::fmt::Arguments<'_>) {
     if VERBOSE.load(Ordering::Relaxed) {
         eprintln!("softrdma service: {what}");
     }
@@ -171,6 +171,8 @@ struct Member {
     data: Option<Arc<OwnedFd>>,
     /// Its QPNs.
     qpns: HashSet<u32>,
+    /// Its same-host endpoint (0: none).
+    ep: u64,
 }
 
 enum Role {
@@ -204,6 +206,8 @@ struct Ctl {
 pub(crate) struct Share {
     addr: IpAddr,
     scope_id: u32,
+    /// This process's same-host endpoint (see `device::local`; 0: none).
+    ep: u64,
     /// What the receive path reads.
     pub(crate) rx: Arc<RxPort>,
     /// Owner: each member's QPN, with that member's end of its forwarding pair.
@@ -245,7 +249,7 @@ fn seqpacket() -> Result<OwnedFd, ShareError> {
 }
 
 /// Checks that the process at the other end of `fd` has our effective uid.
-fn same_user(fd: &OwnedFd) -> Result<i32, ShareError> {
+pub(crate) fn same_user(fd: &OwnedFd) -> Result<i32, ShareError> {
     let cred = ns::getsockopt(fd, ns::sockopt::PeerCredentials).map_err(io("SO_PEERCRED"))?;
     // SAFETY: geteuid has no preconditions and cannot fail.
     if cred.uid() != unsafe { libc::geteuid() } {
@@ -257,7 +261,7 @@ fn same_user(fd: &OwnedFd) -> Result<i32, ShareError> {
     Ok(cred.pid())
 }
 
-fn send(fd: RawFd, m: &Msg, fds: &[RawFd]) -> nix::Result<()> {
+pub(crate) fn send(fd: RawFd, m: &Msg, fds: &[RawFd]) -> nix::Result<()> {
     let b = m.encode();
     let cm = [ControlMessage::ScmRights(fds)];
     let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cm };
@@ -265,7 +269,7 @@ fn send(fd: RawFd, m: &Msg, fds: &[RawFd]) -> nix::Result<()> {
 }
 
 /// One record and the descriptors that came with it; `Ok(None)` at end of stream.
-fn recv(fd: RawFd, flags: MsgFlags) -> nix::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
+pub(crate) fn recv(fd: RawFd, flags: MsgFlags) -> nix::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
     let mut buf = vec![0u8; 8 + 4 * MAX_QPNS];
     let mut space = nix::cmsg_space!([RawFd; 4]);
     let (n, fds) = {
@@ -299,15 +303,19 @@ pub(crate) type BindPort<'a> = &'a dyn Fn() -> crate::error::Result<OwnedFd>;
 impl Share {
     /// Joins the device on `addr`: as its member if an owner answers, as its owner
     /// otherwise (binding the port with `bind_port`), or alone when `exclusive`.
+    /// `ep`: this process's same-host endpoint, which the owner tells whoever locates
+    /// its QPNs (0: none).
     pub(crate) fn attach(
         addr: IpAddr,
         scope_id: u32,
         exclusive: bool,
+        ep: u64,
         bind_port: BindPort<'_>,
     ) -> crate::error::Result<Share> {
         let share = |role, rx, port| Share {
             addr,
             scope_id,
+            ep,
             rx: Arc::new(rx),
             routes: RwLock::new(HashMap::new()),
             forwarding: AtomicBool::new(false),
@@ -327,7 +335,7 @@ impl Share {
         let err = |e: ShareError| crate::error::Error::Share { addr, source: e };
         let deadline = Instant::now() + ANSWER_TIMEOUT;
         loop {
-            match join(addr, scope_id).map_err(err)? {
+            match join(addr, scope_id, ep).map_err(err)? {
                 Joined::Member {
                     conn,
                     owner_pid,
@@ -459,6 +467,24 @@ impl Share {
         Ok(qpn)
     }
 
+    /// The same-host endpoint of the process that holds QPN `qpn` on this device (this
+    /// one's included), if one does and has an endpoint. A member asks its owner (a
+    /// request under the control lock, as a QPN draw is); the owner and a process alone
+    /// look it up.
+    pub(crate) fn locate(&self, qpn: u32) -> Option<u64> {
+        let ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        let ep = match &ctl.role {
+            Role::Member { conn, owner_pid } => {
+                match request(conn.as_raw_fd(), *owner_pid, &Msg::Locate(qpn)) {
+                    Ok(Msg::Located(ep)) => ep,
+                    _ => 0,
+                }
+            }
+            _ => ctl.endpoint_of(self.ep, qpn),
+        };
+        (ep != 0).then_some(ep)
+    }
+
     /// QPN `qpn` of this process is destroyed.
     pub(crate) fn free_qpn(&self, qpn: u32) {
         let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
@@ -569,6 +595,7 @@ impl Share {
                     pid,
                     data: None,
                     qpns: HashSet::new(),
+                    ep: 0,
                 },
             );
         }
@@ -610,7 +637,14 @@ impl Share {
             };
             let ready = m.data.is_some();
             match (msg, ready) {
-                (Msg::Hello { version, pid: _ }, false) => {
+                (
+                    Msg::Hello {
+                        version,
+                        pid: _,
+                        ep,
+                    },
+                    false,
+                ) => {
                     let me = std::process::id();
                     if version != VERSION || fds.len() != 1 {
                         let _ = send(
@@ -618,6 +652,7 @@ impl Share {
                             &Msg::Refused {
                                 version: VERSION,
                                 pid: me,
+                                ep: 0,
                             },
                             &[],
                         );
@@ -634,6 +669,7 @@ impl Share {
                     let welcome = Msg::Welcome {
                         version: VERSION,
                         pid: me,
+                        ep: self.ep,
                     };
                     // An owner reads the port itself: its receive socket is the one to share.
                     if send(fd, &welcome, &[self.rx.get().0]).is_err() {
@@ -642,6 +678,13 @@ impl Share {
                     }
                     log(format_args!("{}: member pid {} joined", self.addr, m.pid));
                     m.data = Some(Arc::new(data));
+                    m.ep = ep;
+                }
+                (Msg::Locate(q), true) => {
+                    let ep = ctl.endpoint_of(self.ep, q);
+                    if send(fd, &Msg::Located(ep), &[]).is_err() {
+                        drop_it = true;
+                    }
                 }
                 (Msg::Alloc, true) => {
                     let q = ctl.draw();
@@ -745,7 +788,7 @@ impl Share {
         let deadline = Instant::now() + ANSWER_TIMEOUT;
         let (old, _) = self.rx.get();
         loop {
-            match join(self.addr, self.scope_id) {
+            match join(self.addr, self.scope_id, self.ep) {
                 Ok(Joined::Member {
                     conn,
                     owner_pid,
@@ -829,6 +872,17 @@ impl Share {
 }
 
 impl Ctl {
+    /// The endpoint of whichever process holds QPN `q` (owner; `me`: its own), or 0.
+    fn endpoint_of(&self, me: u64, q: u32) -> u64 {
+        if self.mine.contains(&q) {
+            return me;
+        }
+        match (&self.role, self.theirs.get(&q)) {
+            (Role::Owner { members, .. }, Some(t)) => members.get(t).map_or(0, |m| m.ep),
+            _ => 0,
+        }
+    }
+
     /// Whether `q` is anyone's, or quarantined.
     fn in_use(&mut self, q: u32) -> bool {
         self.expire();
@@ -880,7 +934,7 @@ enum Joined {
 }
 
 /// Connects to the device's owner and says hello.
-fn join(addr: IpAddr, scope_id: u32) -> Result<Joined, ShareError> {
+fn join(addr: IpAddr, scope_id: u32, ep: u64) -> Result<Joined, ShareError> {
     let conn = seqpacket()?;
     // A hung owner's full backlog would block the connect (and a send) for ever: both
     // wait at most this long.
@@ -918,6 +972,7 @@ fn join(addr: IpAddr, scope_id: u32) -> Result<Joined, ShareError> {
     let hello = Msg::Hello {
         version: VERSION,
         pid: std::process::id(),
+        ep,
     };
     send(conn.as_raw_fd(), &hello, &[theirs.as_raw_fd()])
         .map_err(io("hello to the device's owner"))?;

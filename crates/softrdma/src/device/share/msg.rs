@@ -6,7 +6,7 @@
 
 /// The protocol version both ends state in [`Msg::Hello`] and [`Msg::Welcome`]. A process
 /// of another version gets a clear refusal, never a guess at the other's layout.
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
 
 /// The most QPNs one [`Msg::Register`] or [`Msg::Registered`] carries (a record stays under
 /// a page table's worth of socket buffer; more are sent as several).
@@ -18,14 +18,16 @@ const MAGIC: [u8; 4] = *b"SRDM";
 /// A control message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Msg {
-    /// Member → owner, first: the member's version and pid; its end of the data socket
+    /// Member → owner, first: the member's version, pid and same-host endpoint (the name
+    /// its ring listener has, see `device::local`; 0: none); its end of the data socket
     /// pair rides along.
-    Hello { version: u32, pid: u32 },
-    /// Owner → member, the answer to a hello of the same version: the owner's pid; the
-    /// device's `IP:4791` socket rides along (the member keeps it, to carry on as owner).
-    Welcome { version: u32, pid: u32 },
+    Hello { version: u32, pid: u32, ep: u64 },
+    /// Owner → member, the answer to a hello of the same version: the owner's pid and
+    /// endpoint; the device's `IP:4791` socket rides along (the member keeps it, to carry
+    /// on as owner).
+    Welcome { version: u32, pid: u32, ep: u64 },
     /// Owner → member, the answer to a hello of another version; the owner then closes.
-    Refused { version: u32, pid: u32 },
+    Refused { version: u32, pid: u32, ep: u64 },
     /// Member → owner: a new QPN, please.
     Alloc,
     /// Owner → member: the QPN allocated (0: none left).
@@ -36,6 +38,24 @@ pub(crate) enum Msg {
     Register(Vec<u32>),
     /// New owner → member: which of them another process holds already.
     Registered(Vec<u32>),
+    /// Member → owner: which process holds this QPN?
+    Locate(u32),
+    /// Owner → member: the endpoint of the process that holds it (0: none, or one with
+    /// no same-host endpoint).
+    Located(u64),
+    /// Producer → consumer, first on a same-host connection: the producer's version,
+    /// endpoint and UDP source port, and its ring's geometry; the ring's memfd and
+    /// eventfd ride along.
+    Ring {
+        version: u32,
+        ep: u64,
+        sport: u16,
+        slots: u32,
+        slot_size: u32,
+    },
+    /// Either way on a same-host connection: this process closes the device on purpose
+    /// (the hang-up that follows is not a crash).
+    Bye,
 }
 
 /// What was wrong with a record.
@@ -67,9 +87,9 @@ impl Msg {
             }
         };
         match self {
-            Msg::Hello { version, pid }
-            | Msg::Welcome { version, pid }
-            | Msg::Refused { version, pid } => {
+            Msg::Hello { version, pid, ep }
+            | Msg::Welcome { version, pid, ep }
+            | Msg::Refused { version, pid, ep } => {
                 out.push(match self {
                     Msg::Hello { .. } => 1,
                     Msg::Welcome { .. } => 2,
@@ -78,6 +98,7 @@ impl Msg {
                 out.extend_from_slice(&MAGIC);
                 word(&mut out, *version);
                 word(&mut out, *pid);
+                out.extend_from_slice(&ep.to_le_bytes());
             }
             Msg::Alloc => out.push(4),
             Msg::Qpn(q) => {
@@ -96,6 +117,30 @@ impl Msg {
                 out.push(8);
                 list(&mut out, l);
             }
+            Msg::Locate(q) => {
+                out.push(9);
+                word(&mut out, *q);
+            }
+            Msg::Located(ep) => {
+                out.push(10);
+                out.extend_from_slice(&ep.to_le_bytes());
+            }
+            Msg::Ring {
+                version,
+                ep,
+                sport,
+                slots,
+                slot_size,
+            } => {
+                out.push(11);
+                out.extend_from_slice(&MAGIC);
+                word(&mut out, *version);
+                out.extend_from_slice(&ep.to_le_bytes());
+                word(&mut out, u32::from(*sport));
+                word(&mut out, *slots);
+                word(&mut out, *slot_size);
+            }
+            Msg::Bye => out.push(12),
         }
         out
     }
@@ -115,6 +160,10 @@ impl Msg {
             6 => "free",
             7 => "register",
             8 => "registered",
+            9 => "locate",
+            10 => "located",
+            11 => "ring",
+            12 => "bye",
             k => return Err(MsgError::Unknown(k)),
         };
         let word = |at: usize| -> Result<u32, MsgError> {
@@ -124,6 +173,9 @@ impl Msg {
                     kind: name,
                     len: b.len(),
                 })
+        };
+        let dword = |at: usize| -> Result<u64, MsgError> {
+            Ok(u64::from(word(at)?) | u64::from(word(at + 4)?) << 32)
         };
         let list = || -> Result<Vec<u32>, MsgError> {
             let n = word(1)? as usize;
@@ -143,28 +195,46 @@ impl Msg {
             }
         };
         match kind {
-            1..=3 => exact(13)?,
-            4 => exact(1)?,
-            5 | 6 => exact(5)?,
+            1..=3 => exact(21)?,
+            4 | 12 => exact(1)?,
+            5 | 6 | 9 => exact(5)?,
+            10 => exact(9)?,
+            11 => exact(29)?,
             _ => {}
+        }
+        if matches!(kind, 1..=3 | 11) && b.get(1..5) != Some(&MAGIC[..]) {
+            return Err(MsgError::Unknown(kind));
         }
         Ok(match kind {
             1..=3 => {
-                if b.get(1..5) != Some(&MAGIC[..]) {
-                    return Err(MsgError::Unknown(kind));
-                }
-                let (version, pid) = (word(5)?, word(9)?);
+                let (version, pid, ep) = (word(5)?, word(9)?, dword(13)?);
                 match kind {
-                    1 => Msg::Hello { version, pid },
-                    2 => Msg::Welcome { version, pid },
-                    _ => Msg::Refused { version, pid },
+                    1 => Msg::Hello { version, pid, ep },
+                    2 => Msg::Welcome { version, pid, ep },
+                    _ => Msg::Refused { version, pid, ep },
                 }
             }
             4 => Msg::Alloc,
             5 => Msg::Qpn(word(1)?),
             6 => Msg::Free(word(1)?),
             7 => Msg::Register(list()?),
-            _ => Msg::Registered(list()?),
+            8 => Msg::Registered(list()?),
+            9 => Msg::Locate(word(1)?),
+            10 => Msg::Located(dword(1)?),
+            11 => {
+                let sport = word(17)?;
+                Msg::Ring {
+                    version: word(5)?,
+                    ep: dword(9)?,
+                    sport: u16::try_from(sport).map_err(|_| MsgError::Length {
+                        kind: name,
+                        len: b.len(),
+                    })?,
+                    slots: word(21)?,
+                    slot_size: word(25)?,
+                }
+            }
+            _ => Msg::Bye,
         })
     }
 }
@@ -177,9 +247,32 @@ mod tests {
     fn any_msg() -> impl Strategy<Value = Msg> {
         let qpns = proptest::collection::vec(any::<u32>(), 0..MAX_QPNS.min(64));
         prop_oneof![
-            (any::<u32>(), any::<u32>()).prop_map(|(version, pid)| Msg::Hello { version, pid }),
-            (any::<u32>(), any::<u32>()).prop_map(|(version, pid)| Msg::Welcome { version, pid }),
-            (any::<u32>(), any::<u32>()).prop_map(|(version, pid)| Msg::Refused { version, pid }),
+            (any::<u32>(), any::<u32>(), any::<u64>()).prop_map(|(version, pid, ep)| Msg::Hello {
+                version,
+                pid,
+                ep
+            }),
+            (any::<u32>(), any::<u32>(), any::<u64>())
+                .prop_map(|(version, pid, ep)| Msg::Welcome { version, pid, ep }),
+            (any::<u32>(), any::<u32>(), any::<u64>())
+                .prop_map(|(version, pid, ep)| Msg::Refused { version, pid, ep }),
+            any::<u32>().prop_map(Msg::Locate),
+            any::<u64>().prop_map(Msg::Located),
+            (
+                any::<u32>(),
+                any::<u64>(),
+                any::<u16>(),
+                any::<u32>(),
+                any::<u32>()
+            )
+                .prop_map(|(version, ep, sport, slots, slot_size)| Msg::Ring {
+                    version,
+                    ep,
+                    sport,
+                    slots,
+                    slot_size
+                }),
+            Just(Msg::Bye),
             Just(Msg::Alloc),
             any::<u32>().prop_map(Msg::Qpn),
             any::<u32>().prop_map(Msg::Free),

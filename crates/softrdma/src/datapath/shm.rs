@@ -1,0 +1,509 @@
+//! The same-host path's ring: a single-producer single-consumer ring of whole RoCE
+//! packets in a sealed memfd that two processes of one user map, with an eventfd for the
+//! consumer's wake-up. One process (the producer) creates it and passes both descriptors
+//! to the other over a connection that checked the peer's uid (see `device::local`); the
+//! kernel's UDP stack is then not involved between them.
+//!
+//! The ring carries what the UDP path would: each entry is one packet exactly as it would
+//! leave (BTH to ICRC) and the UDP source port it would leave from. The consumer copies
+//! each entry out of the shared memory first and then hands the copy to the normal
+//! receive path, which checks every field as it checks a datagram from the network (the
+//! ICRC included). So the responder, which owns the memory a packet targets, does every
+//! key, range and access check itself: a producer can write nothing but ring entries.
+//!
+//! Layout (little-endian, every offset fixed): a 256-byte header of three cache lines
+//! (magic and geometry; the producer's `head`; the consumer's `tail`, and its `armed`
+//! word), then [`SLOTS`] slots of [`SLOT_SIZE`] bytes, each a `len: u32`, a `sport: u16`,
+//! two bytes of padding, and the packet. `head` and `tail` count entries for ever
+//! (wrapping `u64`s); slot `n % SLOTS` holds entry `n`.
+//!
+//! Trust: each side keeps its own index in private memory and only publishes it, so the
+//! other side's writes to the header can make it skip or repeat entries, never read or
+//! write outside the mapping. The consumer also refuses a memfd whose size is not the
+//! layout's or that is not sealed against shrinking (a shrink would turn its reads into
+//! SIGBUS). A hostile producer can thus send garbage packets, as any UDP sender can, and
+//! nothing more.
+//!
+//! Threads: a [`Producer`] is used under its owner's lock (one writer at a time); a
+//! [`Consumer`] by the one thread that holds the device's receive state.
+//!
+//! Wake-ups: the consumer's progress thread, before it sleeps, sets `armed` and looks at
+//! the ring once more; a producer, after publishing, clears `armed` and writes the
+//! eventfd if it was set. Both sides fence between their store and their load, so one of
+//! them always sees the other: a packet is never left with its consumer asleep. While an
+//! application thread busy-polls, `armed` stays clear and a send costs no system call.
+
+use super::socket::RecvBatch;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+
+/// Entries in a ring: more than the packets an RC window keeps in flight to one peer
+/// process, so a sender outruns its receiver only when the receiver stalls.
+pub(crate) const SLOTS: u32 = 512;
+/// Bytes per slot: an entry header and the largest packet (a 4096-byte payload and every
+/// header a RoCE packet can carry, with room to spare), a multiple of a cache line.
+pub(crate) const SLOT_SIZE: u32 = 4352;
+/// An entry's header: `len: u32`, `sport: u16`, padding.
+const ENTRY: usize = 8;
+/// The longest packet an entry holds.
+pub(crate) const MAX_PACKET: usize = SLOT_SIZE as usize - ENTRY;
+/// The header's size; the slots start here.
+const HEADER: usize = 256;
+const MAGIC: u64 = u64::from_le_bytes(*b"SRDMRING");
+const HEAD: usize = 64;
+const TAIL: usize = 128;
+const ARMED: usize = 192;
+
+/// The memfd's size.
+pub(crate) const fn ring_bytes() -> usize {
+    HEADER + SLOTS as usize * SLOT_SIZE as usize
+}
+
+/// What was wrong with a ring a peer offered, or with its state.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RingError {
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// The memfd is not the layout's size.
+    #[error("the ring's memory is {0} bytes, not the {want} its layout needs", want = ring_bytes())]
+    Size(u64),
+    /// The memfd may still shrink.
+    #[error("the ring's memory is not sealed against shrinking (seals {0:#x})")]
+    Unsealed(i32),
+    /// The producer published an index the consumer cannot have been given.
+    #[error("the producer published entry {head} with the consumer at {tail}")]
+    Index {
+        /// The published head.
+        head: u64,
+        /// Where the consumer is.
+        tail: u64,
+    },
+}
+
+fn last_os(what: &'static str) -> RingError {
+    RingError::Io {
+        what,
+        source: std::io::Error::last_os_error(),
+    }
+}
+
+/// A shared mapping of a ring's memfd.
+struct Map {
+    ptr: *mut u8,
+}
+
+// SAFETY: the mapping is plain shared memory; every access to it goes through atomics or
+// through raw copies whose races the module docs account for.
+unsafe impl Send for Map {}
+// SAFETY: as for Send.
+unsafe impl Sync for Map {}
+
+impl Map {
+    /// Maps the whole of `fd` (which the caller checked is [`ring_bytes`] long), shared.
+    fn new(fd: &OwnedFd) -> Result<Self, RingError> {
+        // SAFETY: a fresh shared mapping of a descriptor we hold; the kernel picks where.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                ring_bytes(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(last_os("mmap of a ring"));
+        }
+        Ok(Self { ptr: p.cast() })
+    }
+
+    fn word64(&self, at: usize) -> &AtomicU64 {
+        // SAFETY: `at` is one of the header's 8-byte-aligned offsets, inside the mapping,
+        // which lives as long as `self`; the word is only ever accessed atomically.
+        unsafe { &*self.ptr.add(at).cast::<AtomicU64>() }
+    }
+
+    fn word32(&self, at: usize) -> &AtomicU32 {
+        // SAFETY: as for `word64`.
+        unsafe { &*self.ptr.add(at).cast::<AtomicU32>() }
+    }
+
+    /// Slot `n % SLOTS`.
+    fn slot(&self, n: u64) -> *mut u8 {
+        let i = (n % u64::from(SLOTS)) as usize;
+        // SAFETY: `i < SLOTS`, so the slot lies inside the mapping.
+        unsafe { self.ptr.add(HEADER + i * SLOT_SIZE as usize) }
+    }
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once; no reference into it outlives
+        // `self` (every accessor borrows it).
+        unsafe { libc::munmap(self.ptr.cast(), ring_bytes()) };
+    }
+}
+
+/// A new eventfd, non-blocking.
+fn eventfd() -> Result<OwnedFd, RingError> {
+    // SAFETY: no pointers; a new descriptor or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(last_os("eventfd"));
+    }
+    // SAFETY: a new descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The producing side of a ring.
+pub(crate) struct Producer {
+    map: Map,
+    /// The next entry to write (private: the consumer cannot move it).
+    head: u64,
+    /// The consumer's `tail` when last read: read again only when the ring looks full,
+    /// since each read is a cache miss on a line the consumer writes.
+    tail: u64,
+    memfd: OwnedFd,
+    wake: OwnedFd,
+}
+
+impl Producer {
+    /// A new ring, with its memfd sealed at its size, and its consumer's eventfd.
+    pub(crate) fn create() -> Result<Self, RingError> {
+        // SAFETY: a NUL-terminated name, no other pointers.
+        let fd = unsafe {
+            libc::memfd_create(
+                c"softrdma-ring".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
+        if fd < 0 {
+            return Err(last_os("memfd_create"));
+        }
+        // SAFETY: a new descriptor nothing else owns.
+        let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: plain calls on our descriptor.
+        let ok = unsafe {
+            libc::ftruncate(fd, ring_bytes() as libc::off_t) == 0
+                && libc::fcntl(
+                    fd,
+                    libc::F_ADD_SEALS,
+                    libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+                ) == 0
+        };
+        if !ok {
+            return Err(last_os("sizing and sealing a ring"));
+        }
+        let map = Map::new(&memfd)?;
+        map.word64(0).store(MAGIC, Ordering::Relaxed);
+        Ok(Self {
+            map,
+            head: 0,
+            tail: 0,
+            memfd,
+            wake: eventfd()?,
+        })
+    }
+
+    /// The descriptors to pass to the consumer: the memfd and the eventfd.
+    pub(crate) fn fds(&self) -> [RawFd; 2] {
+        [self.memfd.as_raw_fd(), self.wake.as_raw_fd()]
+    }
+
+    /// Whether there is room for another entry.
+    pub(crate) fn has_room(&mut self) -> bool {
+        if self.head.wrapping_sub(self.tail) < u64::from(SLOTS) {
+            return true;
+        }
+        self.tail = self.map.word64(TAIL).load(Ordering::Acquire);
+        self.head.wrapping_sub(self.tail) < u64::from(SLOTS)
+    }
+
+    /// Writes one packet, given as its pieces in order, that leaves from UDP port
+    /// `sport`, and publishes it. False if the ring is full or the packet too long.
+    pub(crate) fn push(&mut self, pieces: &[(*const u8, usize)], sport: u16) -> bool {
+        let len: usize = pieces.iter().map(|p| p.1).sum();
+        if len > MAX_PACKET || !self.has_room() {
+            return false;
+        }
+        let slot = self.map.slot(self.head);
+        let mut hdr = [0u8; ENTRY];
+        hdr[..4].copy_from_slice(&(len as u32).to_le_bytes());
+        hdr[4..6].copy_from_slice(&sport.to_le_bytes());
+        // SAFETY: the slot holds ENTRY + MAX_PACKET bytes and `len <= MAX_PACKET`; each
+        // piece is valid for its length (the send batch's contract); the consumer reads
+        // this slot only after `head` is published below.
+        unsafe {
+            std::ptr::copy_nonoverlapping(hdr.as_ptr(), slot, ENTRY);
+            let mut at = ENTRY;
+            for &(p, n) in pieces {
+                std::ptr::copy_nonoverlapping(p, slot.add(at), n);
+                at += n;
+            }
+        }
+        self.head = self.head.wrapping_add(1);
+        self.map.word64(HEAD).store(self.head, Ordering::Release);
+        true
+    }
+
+    /// After publishing: wakes the consumer if it sleeps (see the module docs).
+    pub(crate) fn wake(&self) {
+        fence(Ordering::SeqCst);
+        let armed = self.map.word32(ARMED);
+        if armed.load(Ordering::Relaxed) != 0 && armed.swap(0, Ordering::Relaxed) != 0 {
+            let one = 1u64.to_ne_bytes();
+            // SAFETY: writes 8 bytes from a live buffer to our eventfd. A full counter
+            // (EAGAIN) means the consumer has a wake-up pending already.
+            unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+        }
+    }
+}
+
+/// The consuming side of a ring a peer created.
+pub(crate) struct Consumer {
+    map: Map,
+    /// The next entry to read (private: the producer cannot move it).
+    tail: u64,
+    wake: OwnedFd,
+    /// The address every entry comes from (the device's own: both ends share it).
+    from: IpAddr,
+}
+
+impl Consumer {
+    /// Maps the ring a producer passed (`memfd`, `wake`) after checking its size and
+    /// seals; its packets count as coming from `from`.
+    pub(crate) fn open(memfd: OwnedFd, wake: OwnedFd, from: IpAddr) -> Result<Self, RingError> {
+        // SAFETY: an all-zero stat is a valid out-parameter for fstat.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat writes `st`, which lives for the call.
+        if unsafe { libc::fstat(memfd.as_raw_fd(), &mut st) } != 0 {
+            return Err(last_os("fstat of a ring"));
+        }
+        if st.st_size as u64 != ring_bytes() as u64 {
+            return Err(RingError::Size(st.st_size as u64));
+        }
+        // SAFETY: a plain fcntl on a descriptor we hold.
+        let seals = unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(RingError::Unsealed(seals));
+        }
+        // The eventfd is read by the progress thread, which must never block on it,
+        // whatever the peer passed.
+        // SAFETY: plain fcntls on a descriptor we hold.
+        unsafe {
+            let fl = libc::fcntl(wake.as_raw_fd(), libc::F_GETFL);
+            if fl < 0 || libc::fcntl(wake.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK) < 0 {
+                return Err(last_os("the ring's eventfd"));
+            }
+        }
+        let map = Map::new(&memfd)?;
+        // It starts wherever the producer is (a fresh ring: 0).
+        let tail = map.word64(TAIL).load(Ordering::Acquire);
+        Ok(Self {
+            map,
+            tail,
+            wake,
+            from,
+        })
+    }
+
+    /// The descriptor that becomes readable when the producer wakes this consumer.
+    pub(crate) fn wake_fd(&self) -> RawFd {
+        self.wake.as_raw_fd()
+    }
+
+    /// Empties the eventfd after a wake-up.
+    pub(crate) fn clear_wake(&self) {
+        let mut b = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a live buffer; the descriptor is non-blocking.
+        unsafe { libc::read(self.wake.as_raw_fd(), b.as_mut_ptr().cast(), 8) };
+    }
+
+    /// Whether an entry waits.
+    pub(crate) fn pending(&self) -> bool {
+        self.map.word64(HEAD).load(Ordering::Acquire) != self.tail
+    }
+
+    /// Before the progress thread sleeps: asks for a wake-up, and says whether an entry
+    /// already waits (then it must not sleep).
+    pub(crate) fn arm(&self) -> bool {
+        self.map.word32(ARMED).store(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        self.pending()
+    }
+
+    /// Copies up to `want` waiting entries into `batch` from slot `first` on; how many
+    /// slots it filled, and how many entries were malformed (counted, and skipped).
+    pub(crate) fn recv(
+        &mut self,
+        batch: &mut RecvBatch,
+        first: usize,
+        want: usize,
+    ) -> Result<(usize, usize), RingError> {
+        let head = self.map.word64(HEAD).load(Ordering::Acquire);
+        let avail = head.wrapping_sub(self.tail);
+        if avail > u64::from(SLOTS) {
+            return Err(RingError::Index {
+                head,
+                tail: self.tail,
+            });
+        }
+        let n = (avail as usize).min(want);
+        let (mut got, mut bad) = (0, 0);
+        for _ in 0..n {
+            let slot = self.map.slot(self.tail);
+            let mut hdr = [0u8; ENTRY];
+            // SAFETY: the slot lies in the mapping; a copy, since the producer may be
+            // writing it (a hostile one; a correct one published it and is done).
+            unsafe { std::ptr::copy_nonoverlapping(slot, hdr.as_mut_ptr(), ENTRY) };
+            let len = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]) as usize;
+            let sport = u16::from_le_bytes([hdr[4], hdr[5]]);
+            if len > MAX_PACKET {
+                bad += 1;
+            } else {
+                let from = SocketAddr::new(self.from, sport);
+                batch.fill(first + got, from, |buf| {
+                    // SAFETY: `len <= MAX_PACKET`, so the bytes lie in the slot, and `buf`
+                    // (a receive slot) is longer than any packet; copied out as above.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(slot.add(ENTRY), buf.as_mut_ptr(), len)
+                    };
+                    len
+                });
+                got += 1;
+            }
+            self.tail = self.tail.wrapping_add(1);
+        }
+        if n > 0 {
+            self.map.word64(TAIL).store(self.tail, Ordering::Release);
+        }
+        Ok((got, bad))
+    }
+
+    /// The producer's view, for tests that play a hostile one.
+    #[cfg(test)]
+    fn header(&self, at: usize) -> &AtomicU64 {
+        self.map.word64(at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn pair() -> (Producer, Consumer) {
+        let p = Producer::create().unwrap();
+        let dup = |fd: RawFd| {
+            // SAFETY: dup of a live descriptor.
+            unsafe { OwnedFd::from_raw_fd(libc::dup(fd)) }
+        };
+        let [m, w] = p.fds();
+        let c = Consumer::open(dup(m), dup(w), "127.0.0.1".parse().unwrap()).unwrap();
+        (p, c)
+    }
+
+    fn push(p: &mut Producer, data: &[u8], sport: u16) -> bool {
+        p.push(&[(data.as_ptr(), data.len())], sport)
+    }
+
+    #[test]
+    fn packets_arrive_in_order_with_their_port() {
+        let (mut p, mut c) = pair();
+        let mut b = RecvBatch::default();
+        for round in 0..3u32 {
+            for i in 0..SLOTS {
+                assert!(push(&mut p, &(round * SLOTS + i).to_le_bytes(), i as u16));
+            }
+            assert!(!push(&mut p, b"full", 1), "a full ring refuses");
+            let mut seen = 0u32;
+            while seen < SLOTS {
+                let (n, bad) = c.recv(&mut b, 0, 16).unwrap();
+                assert_eq!(bad, 0);
+                for k in 0..n {
+                    let (d, from, _, _) = b.get(k);
+                    assert_eq!(d, (round * SLOTS + seen).to_le_bytes());
+                    assert_eq!(from.unwrap().port(), seen as u16);
+                    seen += 1;
+                }
+            }
+            assert!(!c.pending());
+        }
+    }
+
+    #[test]
+    fn an_armed_consumer_is_woken_once() {
+        let (mut p, c) = pair();
+        assert!(!c.arm());
+        assert!(push(&mut p, b"x", 1));
+        p.wake();
+        p.wake();
+        let mut v = [0u8; 8];
+        // SAFETY: reads 8 bytes into a live buffer.
+        let n = unsafe { libc::read(c.wake_fd(), v.as_mut_ptr().cast(), 8) };
+        assert_eq!((n, u64::from_ne_bytes(v)), (8, 1));
+        assert!(c.arm(), "an entry waits: the consumer must not sleep");
+    }
+
+    #[test]
+    fn an_unsealed_or_short_memfd_is_refused() {
+        // SAFETY: a NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC) };
+        // SAFETY: a new descriptor.
+        let m = unsafe { OwnedFd::from_raw_fd(fd) };
+        let ip = "127.0.0.1".parse().unwrap();
+        assert!(matches!(
+            Consumer::open(m.try_clone().unwrap(), eventfd().unwrap(), ip),
+            Err(RingError::Size(0))
+        ));
+        // SAFETY: plain call on our descriptor.
+        assert_eq!(unsafe { libc::ftruncate(fd, ring_bytes() as i64) }, 0);
+        assert!(matches!(
+            Consumer::open(m, eventfd().unwrap(), ip),
+            Err(RingError::Unsealed(_))
+        ));
+    }
+
+    proptest! {
+        /// A hostile producer writes anything into the slots and the header: the consumer
+        /// never reads or writes outside its mapping, never panics, and hands on only
+        /// entries that fit a slot.
+        #[test]
+        fn garbage_from_the_producer_is_refused_or_skipped(
+            writes in proptest::collection::vec((0usize..ring_bytes() / 8, any::<u64>()), 0..200),
+            heads in proptest::collection::vec(any::<u64>(), 1..6),
+        ) {
+            let (_p, mut c) = pair();
+            let mut b = RecvBatch::default();
+            for (at, v) in writes {
+                if at * 8 == TAIL {
+                    continue;
+                }
+                // The producer's side of the mapping, written as a hostile peer would.
+                // SAFETY: `at * 8` is inside the mapping.
+                unsafe { c.map.ptr.add(at * 8).cast::<u64>().write_volatile(v) };
+            }
+            for h in heads {
+                c.header(HEAD).store(h, Ordering::Release);
+                match c.recv(&mut b, 0, 16) {
+                    Ok((n, _)) => {
+                        prop_assert!(n <= 16);
+                        for k in 0..n {
+                            prop_assert!(b.get(k).0.len() <= MAX_PACKET);
+                        }
+                    }
+                    Err(RingError::Index { .. }) => {}
+                    Err(e) => prop_assert!(false, "{e}"),
+                }
+            }
+        }
+    }
+}
