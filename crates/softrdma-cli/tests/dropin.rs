@@ -224,7 +224,7 @@ fn qperf_rc_uc_and_ud_tests() {
 fn ibv_asyncwatch_sees_the_port_become_active() {
     use std::io::BufRead;
     let mut c = spawn(&mut exec(
-        "127.0.96.2",
+        "127.0.97.2",
         "ibv_asyncwatch",
         &["-d", "softrdma0"],
     ));

@@ -219,9 +219,7 @@ fn unmodified_tools_run_with_both_ends_on_one_device() {
         let (_, ct) = pair_at((addr, addr), port, (tool, &a), (tool, &a));
         assert!(ct.contains(want), "{tool} {args:?}:\n{ct}");
     };
-    // Not ibv_uc_pingpong yet: UC never retransmits, and one run of it over a shared
-    // device hung in CI (a datagram lost on the forwarding path, under investigation).
-    for tool in ["ibv_rc_pingpong", "ibv_ud_pingpong"] {
+    for tool in ["ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong"] {
         run(tool, &["-g", "1", "-n", "100"], "100 iters in");
     }
     for tool in [
@@ -273,18 +271,53 @@ fn the_device_outlives_a_kill_9_of_its_owner() {
     }
 }
 
+/// How many same-host rings process `pid` has mapped (its own and its peers').
+fn rings_of(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("memfd:softrdma-ring"))
+        .count()
+}
+
 /// A member killed in the middle of an RC stream: the owner frees its QPNs into
-/// quarantine at once, and its peer's QP fails (its retries run out).
+/// quarantine at once, and its same-host peer's QP fails within a second (the ring's
+/// connection hung up with no bye), not after its retries would have run out (seconds):
+/// RETRY_EXC_ERR for a send on the wire, as its retries would have ended, and its
+/// receives flushed. Three times over.
 #[test]
-fn a_killed_members_qpns_are_freed() {
-    let addr = "127.0.96.9";
-    let [mut service, server, mut client] = streaming(addr, 24409, "100000000");
-    let pid = client.pid();
-    client.kill9();
-    let left = service.expect(&format!("member pid {pid} left"));
-    assert!(left.ends_with("1 QPNs quarantined"), "{left}");
-    let (ss, st) = server.finish();
-    assert!(!ss.success(), "the server's peer is gone:\n{st}");
+fn a_killed_members_qpns_are_freed_and_its_peer_fails_at_once() {
+    for round in 0..3u16 {
+        let addr = format!("127.0.96.{}", 9 + round);
+        let [mut service, server, mut client] = streaming(&addr, 24409 + round, "100000000");
+        // Mid-stream: the server has mapped the client's ring and its own, to the
+        // client, which both exist once each side has sent.
+        let deadline = Instant::now() + LIMIT;
+        while rings_of(server.pid()) < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: no rings in {LIMIT:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let pid = client.pid();
+        client.kill9();
+        let killed = Instant::now();
+        let (ss, st) = server.finish();
+        let took = killed.elapsed();
+        assert!(
+            // RETRY_EXC_ERR if a send was on the wire, else a flushed receive first.
+            !ss.success() && (st.contains("retry exc err") || st.contains("wr flush err")),
+            "round {round}: the server's peer is gone:\n{st}"
+        );
+        eprintln!("round {round}: the server failed {took:?} after the kill");
+        assert!(
+            took < std::time::Duration::from_secs(1),
+            "round {round}: {took:?}"
+        );
+        let left = service.expect(&format!("member pid {pid} left"));
+        assert!(left.ends_with("1 QPNs quarantined"), "{left}");
+    }
 }
 
 /// Another user can neither bind the device's port nor talk to its owner.

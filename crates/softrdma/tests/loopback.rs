@@ -1205,3 +1205,40 @@ fn members_carry_on_when_the_owner_goes() {
         "one member took the device over: {owners:?}"
     );
 }
+
+/// The owner's count of datagrams it forwarded to its members.
+fn forwarded(owner: &Context) -> u64 {
+    owner
+        .hw_counters()
+        .into_iter()
+        .find(|(n, _)| *n == "forwarded_pkts")
+        .expect("a forwarded_pkts counter")
+        .1
+}
+
+/// Two members of one device talk through a same-host ring: every RC operation works,
+/// and not one of their packets goes through UDP to the owner and on to them; with
+/// `shm: false` (`SOFTRDMA_SHM=0`) the same traffic takes the UDP path and the owner
+/// forwards it.
+#[test]
+fn members_talk_through_rings_unless_told_to_use_udp() {
+    for (last, shm) in [(112, true), (113, false)] {
+        let owner = ctx(last);
+        let opts = || DeviceOptions {
+            shm,
+            ..Default::default()
+        };
+        let (a, b) = (
+            end_opts(last, QpType::Rc, 4096, opts()),
+            end_opts(last, QpType::Rc, 4096, opts()),
+        );
+        assert_eq!(owner.sharing(), (true, 2));
+        rc_every_operation(a, b);
+        let n = forwarded(&owner);
+        if shm {
+            assert_eq!(n, 0, "with rings, the owner forwards nothing");
+        } else {
+            assert!(n > 100, "over UDP, the owner forwards every packet: {n}");
+        }
+    }
+}

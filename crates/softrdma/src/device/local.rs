@@ -392,15 +392,14 @@ impl Local {
     }
 
     /// Handles a poll event of the same-host path (`token` is [`LISTEN`] or at least
-    /// [`BASE`]); returns the QPNs of peers that died (not those that said bye): the
-    /// device's QPs connected to them must go to ERROR.
-    pub(crate) fn event(&self, token: mio::Token, closed: bool) -> Vec<u32> {
-        let Some(registry) = self.registry.get() else {
-            return Vec::new();
-        };
+    /// [`BASE`]). When a peer died (its connection hung up with no bye first): its
+    /// endpoint and the QPNs this process sent to there, for the device to put its QPs
+    /// connected to that peer into ERROR.
+    pub(crate) fn event(&self, token: mio::Token, closed: bool) -> Option<(u64, Vec<u32>)> {
+        let registry = self.registry.get()?;
         if token == LISTEN {
             self.accept(registry);
-            return Vec::new();
+            return None;
         }
         let t = token.0;
         if (t - BASE) % 2 == 1 {
@@ -408,12 +407,10 @@ impl Local {
             if let Some(r) = g.0.iter().find(|r| r.token + 1 == t) {
                 r.ring.clear_wake();
             }
-            return Vec::new();
+            return None;
         }
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(conn) = conns.get_mut(&t) else {
-            return Vec::new();
-        };
+        let conn = conns.get_mut(&t)?;
         let fd = match conn {
             Conn::Accepted { fd, .. } | Conn::In { fd, .. } | Conn::Out { fd, .. } => {
                 fd.as_raw_fd()
@@ -472,7 +469,7 @@ impl Local {
             }
         }
         if !gone {
-            return Vec::new();
+            return None;
         }
         let conn = conns.remove(&t).expect("looked up above");
         drop(conns);
@@ -490,7 +487,7 @@ impl Local {
             self.any_in.store(!g.0.is_empty(), Ordering::Relaxed);
         }
         if ep == 0 {
-            return Vec::new();
+            return None;
         }
         // Either connection to a peer going means the peer is going: its QPNs are
         // looked up again from now on (the owner will not know them).
@@ -511,7 +508,7 @@ impl Local {
             if bye { "closed" } else { "died" },
             lost.len()
         ));
-        if bye { Vec::new() } else { lost }
+        (!bye).then_some((ep, lost))
     }
 
     /// Accepts every waiting connection (checking the peer's uid).

@@ -562,11 +562,15 @@ impl Device {
         Ok(n)
     }
 
-    /// Same-host peers died: every QP of this device connected to one of `qpns` on the
-    /// device's own address goes to ERROR now, as its retries would have taken it, and
-    /// hands out its completions (see [`local`]).
-    fn lose_peers(&self, qpns: &[u32]) {
-        let lost: std::collections::HashSet<u32> = qpns.iter().copied().collect();
+    /// A same-host peer died (endpoint `ep`; `sent_to`: the QPNs this process sent to
+    /// there): every QP of this device connected to a QP of that process goes to ERROR
+    /// now, as its retries would have taken it, and hands out its completions (see
+    /// [`local`]). A QP that never sent to its peer (a server still waiting for the first
+    /// message) is found by asking the owner who holds its peer's QPN: the dead process
+    /// (the owner has not seen it go yet), or nobody. A QP whose peer the owner cannot be
+    /// asked about is left to its retries.
+    fn lose_peer(&self, share: &share::Share, ep: u64, sent_to: &[u32]) {
+        let sent_to: std::collections::HashSet<u32> = sent_to.iter().copied().collect();
         let qps: Vec<Arc<QpShared>> = self
             .qps
             .read()
@@ -575,12 +579,20 @@ impl Device {
             .cloned()
             .collect();
         for s in qps {
-            let mut qp = s.qp.lock().unwrap_or_else(|e| e.into_inner());
-            let a = qp.query();
-            let to_them = a.dest_qpn.is_some_and(|q| lost.contains(&q.value()))
-                && a.av
-                    .is_some_and(|av| softrdma_proto::qp::same_ip(av.dst, self.addr));
-            if to_them {
+            let a = s.qp.lock().unwrap_or_else(|e| e.into_inner()).query();
+            let (Some(q), Some(av)) = (a.dest_qpn, a.av) else {
+                continue;
+            };
+            if !softrdma_proto::qp::same_ip(av.dst, self.addr) {
+                continue;
+            }
+            // Asked without the QP's lock: a member's question waits for its owner.
+            let gone = sent_to.contains(&q.value())
+                || share
+                    .holder(q.value())
+                    .is_ok_and(|h| h == share::Holder::Nobody || h == share::Holder::At(ep));
+            if gone {
+                let mut qp = s.qp.lock().unwrap_or_else(|e| e.into_inner());
                 qp.peer_gone();
                 self.service(&s, &mut qp);
             }
@@ -850,9 +862,8 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
                 if let Some(l) = &dev.local
                     && (t == local::LISTEN || t.0 >= local::BASE)
                 {
-                    let lost = l.event(t, closed);
-                    if !lost.is_empty() {
-                        dev.lose_peers(&lost);
+                    if let Some((ep, sent_to)) = l.event(t, closed) {
+                        dev.lose_peer(share, ep, &sent_to);
                     }
                     continue;
                 }

@@ -217,6 +217,17 @@ pub(crate) struct Share {
     ctl: Mutex<Ctl>,
 }
 
+/// Who holds a QPN (see [`Share::holder`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Holder {
+    /// No process of the device.
+    Nobody,
+    /// A process with no same-host endpoint (`SOFTRDMA_SHM=0`).
+    NoEndpoint,
+    /// The process with this endpoint.
+    At(u64),
+}
+
 /// What a control event changed, for the device to apply.
 pub(crate) enum Change {
     /// Nothing the device must act on.
@@ -472,17 +483,30 @@ impl Share {
     /// request under the control lock, as a QPN draw is); the owner and a process alone
     /// look it up.
     pub(crate) fn locate(&self, qpn: u32) -> Option<u64> {
+        match self.holder(qpn) {
+            Ok(Holder::At(ep)) => Some(ep),
+            _ => None,
+        }
+    }
+
+    /// Who holds QPN `qpn` on this device, as [`Share::locate`] asks; an error if the
+    /// owner could not be asked.
+    pub(crate) fn holder(&self, qpn: u32) -> Result<Holder, ()> {
         let ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
         let ep = match &ctl.role {
             Role::Member { conn, owner_pid } => {
                 match request(conn.as_raw_fd(), *owner_pid, &Msg::Locate(qpn)) {
                     Ok(Msg::Located(ep)) => ep,
-                    _ => 0,
+                    _ => return Err(()),
                 }
             }
             _ => ctl.endpoint_of(self.ep, qpn),
         };
-        (ep != 0).then_some(ep)
+        Ok(match ep {
+            0 => Holder::Nobody,
+            u64::MAX => Holder::NoEndpoint,
+            ep => Holder::At(ep),
+        })
     }
 
     /// QPN `qpn` of this process is destroyed.
@@ -872,13 +896,15 @@ impl Share {
 }
 
 impl Ctl {
-    /// The endpoint of whichever process holds QPN `q` (owner; `me`: its own), or 0.
+    /// The endpoint of whichever process holds QPN `q` (owner; `me`: its own): 0 if
+    /// none does, `u64::MAX` if one without an endpoint does (see [`Msg::Located`]).
     fn endpoint_of(&self, me: u64, q: u32) -> u64 {
+        let ep = |e: u64| if e == 0 { u64::MAX } else { e };
         if self.mine.contains(&q) {
-            return me;
+            return ep(me);
         }
         match (&self.role, self.theirs.get(&q)) {
-            (Role::Owner { members, .. }, Some(t)) => members.get(t).map_or(0, |m| m.ep),
+            (Role::Owner { members, .. }, Some(t)) => members.get(t).map_or(0, |m| ep(m.ep)),
             _ => 0,
         }
     }

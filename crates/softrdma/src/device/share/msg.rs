@@ -40,8 +40,8 @@ pub(crate) enum Msg {
     Registered(Vec<u32>),
     /// Member → owner: which process holds this QPN?
     Locate(u32),
-    /// Owner → member: the endpoint of the process that holds it (0: none, or one with
-    /// no same-host endpoint).
+    /// Owner → member: the endpoint of the process that holds it (0: no process does;
+    /// `u64::MAX`: one with no same-host endpoint does).
     Located(u64),
     /// Producer → consumer, first on a same-host connection: the producer's version,
     /// endpoint and UDP source port, and its ring's geometry; the ring's memfd and
