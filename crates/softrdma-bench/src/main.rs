@@ -889,13 +889,6 @@ fn softrdma_pair(
     port: u16,
     limit: Duration,
 ) -> Result<String, BenchError> {
-    let p = port.to_string();
-    let mut a = vec![sr];
-    a.extend(cmd);
-    a.extend(["-p", &p]);
-    let server = args(&a);
-    a.push("127.0.0.1");
-    let client = args(&a);
     let env = |addr| {
         let mut e = vec![("SOFTRDMA_ADDR", addr)];
         if !faults.is_empty() {
@@ -903,10 +896,37 @@ fn softrdma_pair(
         }
         e
     };
+    softrdma_pair_env(
+        pin,
+        sr,
+        cmd,
+        (&env("127.0.0.2"), &env("127.0.0.3")),
+        port,
+        limit,
+    )
+}
+
+/// `softrdma CMD` as server and client (TCP `port`), each with its environment in `env`;
+/// the client's output.
+fn softrdma_pair_env(
+    pin: &Pin,
+    sr: &str,
+    cmd: &[&str],
+    env: (&[(&str, &str)], &[(&str, &str)]),
+    port: u16,
+    limit: Duration,
+) -> Result<String, BenchError> {
+    let p = port.to_string();
+    let mut a = vec![sr];
+    a.extend(cmd);
+    a.extend(["-p", &p]);
+    let server = args(&a);
+    a.push("127.0.0.1");
+    let client = args(&a);
     let (_, c) = pair(
         pin,
-        (&server, &env("127.0.0.2")),
-        (&client, &env("127.0.0.3")),
+        (&server, env.0),
+        (&client, env.1),
         Ready::Tcp(port),
         limit,
     )?;
@@ -1110,6 +1130,64 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
         rate_8(),
     );
 
+    // The same-host path: both processes on one device (127.0.0.4), through its rings, and
+    // with SOFTRDMA_SHM=0 through UDP and the owner's forwarding.
+    let same_host = |test: &str, extra: &[&str], shm: &str, port: u16| {
+        let mut cmd = vec!["perf", test, "--json"];
+        cmd.extend(extra);
+        let env = [("SOFTRDMA_ADDR", "127.0.0.4"), ("SOFTRDMA_SHM", shm)];
+        softrdma_pair_env(&pin, &sr, &cmd, (&env, &env), port, limit)
+            .and_then(|c| last_json(&c))
+            .map(|v| v["results"][0].clone())
+    };
+    for (shm, how) in [("1", "rings"), ("0", "SOFTRDMA_SHM=0, UDP")] {
+        add(
+            &format!("same host, one device ({how}): softrdma write-lat 8 B, t_typical"),
+            Kind::Lat,
+            lat(same_host(
+                "write-lat",
+                &["-s", "8", "-n", "20000"],
+                shm,
+                24050,
+            )),
+        );
+    }
+    add(
+        "same host, one device (rings): softrdma send-lat 8 B, t_typical",
+        Kind::Lat,
+        lat(same_host(
+            "send-lat",
+            &["-s", "8", "-n", "20000"],
+            "1",
+            24051,
+        )),
+    );
+    add(
+        "same host, one device (rings): softrdma write-bw 1 MiB",
+        Kind::Bw,
+        bw(same_host(
+            "write-bw",
+            &["-s", "1048576", "-m", "4096", "-D", &secs],
+            "1",
+            24052,
+        )),
+    );
+    add(
+        "same host, one device (rings): softrdma write-bw 8 B, message rate [msg/s]",
+        Kind::Rate,
+        same_host(
+            "write-bw",
+            &["-s", "8", "-D", &secs, "-t", "512", "-Q", "64"],
+            "1",
+            24053,
+        )
+        .and_then(|x| {
+            x["msg_rate_per_sec"]
+                .as_f64()
+                .ok_or_else(missing("no rate"))
+        }),
+    );
+
     // Unmodified perftest through the drop-in libibverbs (`softrdma exec`), both ends: the
     // figures perftest prints (t_typical; BW average in MB/s of 2^20 bytes; MsgRate in
     // Mpps).
@@ -1244,7 +1322,21 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
     for (name, tls, port) in [
         ("tcp", "tcp", 24030),
         ("shared memory", "posix,self", 24032),
+        ("shared memory with CMA", "posix,cma,self", 24034),
     ] {
+        add(
+            &format!("UCX {name} ucp_put_lat 8 B, p50"),
+            Kind::Lat,
+            ucx(tls, "ucp_put_lat", "8", "100000", port + 10)
+                .and_then(|v| v.get(1).copied().ok_or_else(missing("short line"))),
+        );
+        add(
+            &format!("UCX {name} tag_bw 1 MiB"),
+            Kind::Bw,
+            ucx(tls, "tag_bw", "1048576", "5000", port + 11)
+                .and_then(|v| v.get(5).copied().ok_or_else(missing("short line")))
+                .map(|mib| mib * 1048576.0),
+        );
         add(
             &format!("UCX {name} tag_lat 8 B, p50"),
             Kind::Lat,
@@ -1503,6 +1595,65 @@ fn print_table(figs: &[Figure], pin: &Pin, seconds: u64, paired: &Paired) {
         0.9,
         f64::INFINITY,
     );
+    // The same-host goals (issue 15), each against its peer from this run.
+    let ratio = |name: &str, ours: &str, theirs: &str, goal: f64, higher: bool| match (
+        get(ours),
+        get(theirs),
+    ) {
+        (Some(a), Some(b)) if b > 0.0 => {
+            let r = a / b;
+            let ok = if higher { r >= goal } else { r <= goal };
+            println!(
+                "- {name}: {r:.2}× ({a:.3e} against {b:.3e}; {})",
+                verdict(ok)
+            );
+        }
+        _ => println!("- {name}: a figure is missing"),
+    };
+    ratio(
+        "same-host write-lat 8 B ≤ 2× UCX posix ucp_put_lat",
+        "same host, one device (rings): softrdma write-lat",
+        "UCX shared memory ucp_put_lat",
+        2.0,
+        false,
+    );
+    ratio(
+        "same-host write-bw 1 MiB ≥ 0.6× UCX's best same-host tag_bw (posix with CMA)",
+        "same host, one device (rings): softrdma write-bw 1 MiB",
+        "UCX shared memory with CMA tag_bw",
+        0.6,
+        true,
+    );
+    ratio(
+        "same-host rings against the same device over UDP, write-lat 8 B (lower is better)",
+        "same host, one device (rings): softrdma write-lat",
+        "same host, one device (SOFTRDMA_SHM=0, UDP): softrdma write-lat",
+        1.0,
+        false,
+    );
+    for (what, name, goal) in [
+        (
+            "write-lat 8 B ≤ 0.5 µs",
+            "same host, one device (rings): softrdma write-lat",
+            0.5,
+        ),
+        (
+            "send-lat 8 B ≤ 0.6 µs",
+            "same host, one device (rings): softrdma send-lat",
+            0.6,
+        ),
+    ] {
+        if let Some(us) = get(name) {
+            println!("- same-host {what}: {us:.2} µs ({})", verdict(us <= goal));
+        }
+    }
+    if let Some(r) = get("same host, one device (rings): softrdma write-bw 8 B") {
+        println!(
+            "- same-host 8 B WRITE message rate ≥ 5 M/s: {:.3} M/s ({})",
+            r / 1e6,
+            verdict(r >= 5e6)
+        );
+    }
     if let Some(r) = get("softrdma write-bw 8 B") {
         println!(
             "- 8 B WRITE message rate ≥ 1 M/s: {:.3} M/s ({})",

@@ -13,7 +13,9 @@
 //! - `loopback`: an in-process driver for deterministic tests (devices on a clock the test
 //!   moves, with no progress thread, no socket and no sleep).
 //!
-//! A same-host shared-memory driver is the next step; it implements the same trait.
+//! - `shm`: the same-host path's ring (a sealed memfd shared by two processes of one user),
+//!   which the device fills and drains beside its driver (see `device::local`): packets to
+//!   another local process's QPN leave the send batch for a ring before the driver sees it.
 //!
 //! Contract: a driver never blocks (every socket is non-blocking; the capture wrapper's
 //! buffered file writes are the one exception, see the crate docs), may be called from any
@@ -21,9 +23,9 @@
 //! is given: a send empties the batch whatever became of each packet.
 //!
 //! Room for what comes next: the batches still carry UDP's addressing (`SocketAddr`s, the
-//! IPv4-ID bookkeeping of `batch`), and a driver with no descriptor is drained only by its
-//! callers' polls and the timer passes; a shared-memory driver will want a wake-up hook of
-//! its own.
+//! IPv4-ID bookkeeping of `batch`), which the rings carry too (each entry is the packet UDP
+//! would carry, ICRC included); a ring that took packets built straight into it, with no
+//! ICRC, would spare two copies and two CRCs per packet.
 
 pub(crate) mod batch;
 pub mod faults;

@@ -9,7 +9,9 @@
 //! owner forwards it the datagrams for its QPNs through a datagram socket pair of their
 //! own, each framed with its sender's address ([`socket::send_framed`]). Every process
 //! runs its own engines and sends from its own sockets, as before; only the receive side
-//! is shared.
+//! is shared. Between two processes of the device, packets go through shared-memory rings
+//! instead (see [`super::local`]); the owner only tells a sender which process holds a QPN
+//! (`Locate`).
 //!
 //! - **QPNs** are unique across the processes: the owner draws them at random (24 bits)
 //!   for itself and for its members, and a freed or dead process's QPN is not drawn again
