@@ -906,13 +906,16 @@ fn softrdma_pair(
     )
 }
 
+/// A process's added environment.
+type Env<'a> = &'a [(&'a str, &'a str)];
+
 /// `softrdma CMD` as server and client (TCP `port`), each with its environment in `env`;
 /// the client's output.
 fn softrdma_pair_env(
     pin: &Pin,
     sr: &str,
     cmd: &[&str],
-    env: (&[(&str, &str)], &[(&str, &str)]),
+    env: (Env<'_>, Env<'_>),
     port: u16,
     limit: Duration,
 ) -> Result<String, BenchError> {
