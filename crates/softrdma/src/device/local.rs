@@ -7,7 +7,7 @@
 //! its own, `@softrdma/UID/IP/ep/ID`, where `ID` is a random 64-bit endpoint it states in
 //! its hello to the owner. When a thread first sends to a QPN on the device's own
 //! address, [`Local::divert`] asks the owner which endpoint holds that QPN
-//! ([`super::share::Share::locate`]), connects there, checks the peer's uid, creates a
+//! ([`super::share::Share::holder`]), connects there, checks the peer's uid, creates a
 //! ring and passes its memfd and eventfd ([`Msg::Ring`]). From then on every packet to a
 //! QPN of that process goes into that ring, in the order it was built; the UDP path is
 //! never used for it again, so the two paths cannot reorder one QP's packets. The other
@@ -36,7 +36,7 @@
 //! `conns` is the progress thread's, and the sender's for the moment it adds a
 //! connection. No QP lock is taken under any of them.
 
-use super::share::{self, Share, msg::Msg, msg::VERSION};
+use super::share::{self, Holder, Share, msg::Msg, msg::VERSION};
 use crate::datapath::batch::SendBatch;
 use crate::datapath::shm::{self, Consumer, Producer};
 use crate::datapath::socket::{Forgotten, RecvBatch};
@@ -59,6 +59,9 @@ pub(crate) const BASE: usize = 1 << 40;
 const ROUTE_FOR: Duration = Duration::from_secs(60);
 /// How long a failed lookup stays cached (its packets take the UDP path meanwhile).
 const NO_ROUTE_FOR: Duration = Duration::from_secs(1);
+/// How long a first send to a QPN waits for an owner that does not answer (one that is
+/// going, while a member takes its place) before it takes the UDP path.
+const OWNER_PATIENCE: Duration = Duration::from_millis(300);
 /// How long a sender waits for room in a full ring before it drops the packet (as a
 /// full socket buffer would): a receiver that polls drains it long before.
 const FULL_WAIT: Duration = Duration::from_millis(1);
@@ -255,16 +258,26 @@ impl Local {
             return r.clone();
         }
         let now = Instant::now();
-        let out = share
-            .locate(qpn)
-            .and_then(|ep| match routes.by_ep.get(&ep) {
-                Some(o) => Some(o.clone()),
-                None => {
-                    let o = self.connect(ep)?;
-                    routes.by_ep.insert(ep, o.clone());
-                    Some(o)
+        // An owner that cannot answer is going (or just went): its successor answers
+        // within milliseconds. Waiting for it spares the QP a switch from UDP to the ring
+        // later, which could reorder its packets (a UC message lost for good).
+        let ep = loop {
+            match share.holder(qpn) {
+                Ok(Holder::At(ep)) => break Some(ep),
+                Err(()) if now.elapsed() < OWNER_PATIENCE => {
+                    std::thread::sleep(Duration::from_millis(2));
                 }
-            });
+                _ => break None,
+            }
+        };
+        let out = ep.and_then(|ep| match routes.by_ep.get(&ep) {
+            Some(o) => Some(o.clone()),
+            None => {
+                let o = self.connect(ep)?;
+                routes.by_ep.insert(ep, o.clone());
+                Some(o)
+            }
+        });
         let hold = if out.is_some() {
             ROUTE_FOR
         } else {

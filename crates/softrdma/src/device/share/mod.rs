@@ -374,6 +374,14 @@ impl Share {
                     let listener = Forgotten::new(listener);
                     let port = match bind_port() {
                         Ok(p) => Forgotten::new(p),
+                        // A member of the owner that just went still holds its duplicate
+                        // of the port, and is about to take the name (which this holds)
+                        // or to exit: let go of the name and look again.
+                        Err(crate::error::Error::AddrInUse { .. }) if Instant::now() < deadline => {
+                            drop(listener);
+                            std::thread::sleep(Duration::from_millis(5));
+                            continue;
+                        }
                         Err(crate::error::Error::AddrInUse { .. }) => {
                             return Err(err(ShareError::Foreign(addr)));
                         }
@@ -480,19 +488,10 @@ impl Share {
         Ok(qpn)
     }
 
-    /// The same-host endpoint of the process that holds QPN `qpn` on this device (this
-    /// one's included), if one does and has an endpoint. A member asks its owner (a
-    /// request under the control lock, as a QPN draw is); the owner and a process alone
-    /// look it up.
-    pub(crate) fn locate(&self, qpn: u32) -> Option<u64> {
-        match self.holder(qpn) {
-            Ok(Holder::At(ep)) => Some(ep),
-            _ => None,
-        }
-    }
-
-    /// Who holds QPN `qpn` on this device, as [`Share::locate`] asks; an error if the
-    /// owner could not be asked.
+    /// Who holds QPN `qpn` on this device (this process included), and its same-host
+    /// endpoint if it has one. A member asks its owner (a request under the control lock,
+    /// as a QPN draw is); the owner and a process alone look it up. An error if the owner
+    /// could not be asked.
     pub(crate) fn holder(&self, qpn: u32) -> Result<Holder, ()> {
         let ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
         let ep = match &ctl.role {
