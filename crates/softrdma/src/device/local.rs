@@ -59,9 +59,6 @@ pub(crate) const BASE: usize = 1 << 40;
 const ROUTE_FOR: Duration = Duration::from_secs(60);
 /// How long a failed lookup stays cached (its packets take the UDP path meanwhile).
 const NO_ROUTE_FOR: Duration = Duration::from_secs(1);
-/// How long a first send to a QPN waits for an owner that does not answer (one that is
-/// going, while a member takes its place) before it takes the UDP path.
-const OWNER_PATIENCE: Duration = Duration::from_millis(300);
 /// How long a sender waits for room in a full ring before it drops the packet (as a
 /// full socket buffer would): a receiver that polls drains it long before.
 const FULL_WAIT: Duration = Duration::from_millis(1);
@@ -258,17 +255,13 @@ impl Local {
             return r.clone();
         }
         let now = Instant::now();
-        // An owner that cannot answer is going (or just went): its successor answers
-        // within milliseconds. Waiting for it spares the QP a switch from UDP to the ring
-        // later, which could reorder its packets (a UC message lost for good).
-        let ep = loop {
-            match share.holder(qpn) {
-                Ok(Holder::At(ep)) => break Some(ep),
-                Err(()) if now.elapsed() < OWNER_PATIENCE => {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                _ => break None,
-            }
+        // An owner that cannot answer is going (or just went): this packet takes UDP, and
+        // nothing is cached, so the next one asks again (the progress thread, which would
+        // carry on as owner, may be this thread: waiting here could not help).
+        let ep = match share.holder(qpn) {
+            Ok(Holder::At(ep)) => Some(ep),
+            Err(()) => return None,
+            Ok(_) => None,
         };
         let out = ep.and_then(|ep| match routes.by_ep.get(&ep) {
             Some(o) => Some(o.clone()),
@@ -325,6 +318,9 @@ impl Local {
             nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
         );
         let token = BASE + 2 * self.next.fetch_add(1, Ordering::Relaxed);
+        // Registered under the lock the progress thread takes for its events, so that a
+        // hang-up reported at once finds the connection (the poll is edge-triggered).
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         registry
             .register(
                 &mut mio::unix::SourceFd(&fd.as_raw_fd()),
@@ -332,10 +328,7 @@ impl Local {
                 mio::Interest::READABLE,
             )
             .ok()?;
-        self.conns
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(token, Conn::Out { fd, ep, bye: false });
+        conns.insert(token, Conn::Out { fd, ep, bye: false });
         share::log(format_args!(
             "{}: pid {} opened a same-host ring to endpoint {ep:016x}",
             self.addr,

@@ -567,8 +567,8 @@ impl Device {
     /// now, as its retries would have taken it, and hands out its completions (see
     /// [`local`]). A QP that never sent to its peer (a server still waiting for the first
     /// message) is found by asking the owner who holds its peer's QPN: the dead process
-    /// (the owner has not seen it go yet), or nobody. A QP whose peer the owner cannot be
-    /// asked about is left to its retries.
+    /// (the owner has not seen it go yet). A QP whose peer the owner no longer knows, or
+    /// cannot be asked about, is left to its retries.
     fn lose_peer(&self, share: &share::Share, ep: u64, sent_to: &[u32]) {
         let sent_to: std::collections::HashSet<u32> = sent_to.iter().copied().collect();
         let qps: Vec<Arc<QpShared>> = self
@@ -587,10 +587,12 @@ impl Device {
                 continue;
             }
             // Asked without the QP's lock: a member's question waits for its owner.
+            // Only a positive answer counts: a new owner that has not yet heard from its
+            // members says "nobody" of live QPNs.
             let gone = sent_to.contains(&q.value())
                 || share
                     .holder(q.value())
-                    .is_ok_and(|h| h == share::Holder::Nobody || h == share::Holder::At(ep));
+                    .is_ok_and(|h| h == share::Holder::At(ep));
             if gone {
                 let mut qp = s.qp.lock().unwrap_or_else(|e| e.into_inner());
                 qp.peer_gone();

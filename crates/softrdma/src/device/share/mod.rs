@@ -850,10 +850,13 @@ impl Share {
                     return Change::Rx { old };
                 }
                 Ok(Joined::Nobody) => {}
-                Err(e) => {
+                // A new owner in the middle of taking over may fail one try; the
+                // deadline below bounds the retries.
+                Err(e) if Instant::now() >= deadline => {
                     eprintln!("softrdma: {}: lost the device's owner: {e}", self.addr);
                     return Change::None;
                 }
+                Err(_) => {}
             }
             if let Ok(Some(listener)) = listen(self.addr, self.scope_id) {
                 let listener = Forgotten::new(listener);
@@ -1001,8 +1004,13 @@ fn join(addr: IpAddr, scope_id: u32, ep: u64) -> Result<Joined, ShareError> {
         pid: std::process::id(),
         ep,
     };
-    send(conn.as_raw_fd(), &hello, &[theirs.as_raw_fd()])
-        .map_err(io("hello to the device's owner"))?;
+    match send(conn.as_raw_fd(), &hello, &[theirs.as_raw_fd()]) {
+        Ok(()) => {}
+        // It closed as we came (going, or refusing a connection it could not watch):
+        // whoever holds the name next will answer.
+        Err(nix::Error::ECONNRESET) | Err(nix::Error::EPIPE) => return Ok(Joined::Nobody),
+        Err(e) => return Err(io("hello to the device's owner")(e)),
+    }
     drop(theirs);
     let owner = pid as u32;
     let (rec, mut fds) = match recv(conn.as_raw_fd(), MsgFlags::empty()) {
