@@ -1327,32 +1327,24 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
         ("shared memory", "posix,self", 24032),
         ("shared memory with CMA", "posix,cma,self", 24034),
     ] {
-        add(
-            &format!("UCX {name} ucp_put_lat 8 B, p50"),
-            Kind::Lat,
-            ucx(tls, "ucp_put_lat", "8", "100000", port + 10)
-                .and_then(|v| v.get(1).copied().ok_or_else(missing("short line"))),
-        );
-        add(
-            &format!("UCX {name} tag_bw 1 MiB"),
-            Kind::Bw,
-            ucx(tls, "tag_bw", "1048576", "5000", port + 11)
-                .and_then(|v| v.get(5).copied().ok_or_else(missing("short line")))
-                .map(|mib| mib * 1048576.0),
-        );
-        add(
-            &format!("UCX {name} tag_lat 8 B, p50"),
-            Kind::Lat,
-            ucx(tls, "tag_lat", "8", "100000", port)
-                .and_then(|v| v.get(1).copied().ok_or_else(missing("short line"))),
-        );
-        add(
-            &format!("UCX {name} ucp_put_bw 1 MiB"),
-            Kind::Bw,
-            ucx(tls, "ucp_put_bw", "1048576", "5000", port + 1)
-                .and_then(|v| v.get(5).copied().ok_or_else(missing("short line")))
-                .map(|mib| mib * 1048576.0),
-        );
+        // Latency: the p50 field; bandwidth: the overall MiB/s field, in bytes per second.
+        for (test, port) in [("ucp_put_lat", port + 10), ("tag_lat", port)] {
+            add(
+                &format!("UCX {name} {test} 8 B, p50"),
+                Kind::Lat,
+                ucx(tls, test, "8", "100000", port)
+                    .and_then(|v| v.get(1).copied().ok_or_else(missing("short line"))),
+            );
+        }
+        for (test, port) in [("tag_bw", port + 11), ("ucp_put_bw", port + 1)] {
+            add(
+                &format!("UCX {name} {test} 1 MiB"),
+                Kind::Bw,
+                ucx(tls, test, "1048576", "5000", port)
+                    .and_then(|v| v.get(5).copied().ok_or_else(missing("short line")))
+                    .map(|mib| mib * 1048576.0),
+            );
+        }
     }
 
     // libfabric fi_pingpong: bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec.

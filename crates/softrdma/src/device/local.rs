@@ -201,15 +201,13 @@ impl Local {
             if !self.is_local(dst) {
                 return false;
             }
-            // IBTA 9.2: the BTH's destination QP is bytes 5..8 (the first piece holds the
-            // headers).
+            // The first piece holds the headers.
             let (p, n) = pieces[0];
-            if n < 8 {
+            // SAFETY: the first piece is valid for `n` bytes (the batch's contract).
+            let h = unsafe { std::slice::from_raw_parts(p, n.min(8)) };
+            let Some(qpn) = share::dest_qpn(h) else {
                 return false;
-            }
-            // SAFETY: the first piece is valid for `n >= 8` bytes (the batch's contract).
-            let h = unsafe { std::slice::from_raw_parts(p, 8) };
-            let qpn = u32::from_be_bytes([0, h[5], h[6], h[7]]);
+            };
             let Some(out) = self.route(&mut routes, share, qpn) else {
                 return false;
             };

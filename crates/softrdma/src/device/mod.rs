@@ -525,7 +525,7 @@ impl Device {
                 self.flush_batch(true);
             }
             // With rings open the sources are read in turn: go on until both are empty.
-            if n < sys::RX_BATCH && self.local.is_none() {
+            if n < sys::RX_BATCH && !self.local.as_ref().is_some_and(|l| l.has_rings()) {
                 return any;
             }
         }

@@ -310,6 +310,13 @@ pub(crate) fn recv(fd: RawFd, flags: MsgFlags) -> nix::Result<Option<(Vec<u8>, V
     Ok(Some((buf, fds)))
 }
 
+/// The destination QP of a RoCE packet (its BTH first); `None` if it is too short.
+pub(crate) fn dest_qpn(packet: &[u8]) -> Option<u32> {
+    // IBTA 9.2: the BTH's destination QP is bytes 5..8.
+    let q = packet.get(5..8)?;
+    Some(u32::from_be_bytes([0, q[0], q[1], q[2]]))
+}
+
 /// Binds `addr:4791` for the device's receive path (see `Udp`).
 pub(crate) type BindPort<'a> = &'a dyn Fn() -> crate::error::Result<OwnedFd>;
 
@@ -448,9 +455,7 @@ impl Share {
     /// Forwards `data` from `from` to the member whose QPN it is addressed to; false if
     /// it is not a member's (the device handles it).
     pub(crate) fn forward(&self, data: &[u8], from: SocketAddr) -> Option<bool> {
-        // IBTA 9.2: the BTH's destination QP is bytes 5..8.
-        let q = data.get(5..8)?;
-        let qpn = u32::from_be_bytes([0, q[0], q[1], q[2]]);
+        let qpn = dest_qpn(data)?;
         let routes = self.routes.read().unwrap_or_else(|e| e.into_inner());
         let fd = routes.get(&qpn)?;
         Some(sys::send_framed(fd.as_raw_fd(), from, data).is_ok())
