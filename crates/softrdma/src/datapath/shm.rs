@@ -244,7 +244,7 @@ impl Producer {
         unsafe {
             std::ptr::copy_nonoverlapping(hdr.as_ptr(), slot, ENTRY);
             let mut at = ENTRY;
-            for &(p, n) in pieces {
+            for &(p, n) in pieces.iter().filter(|p| p.1 > 0) {
                 std::ptr::copy_nonoverlapping(p, slot.add(at), n);
                 at += n;
             }
@@ -252,6 +252,12 @@ impl Producer {
         self.head = self.head.wrapping_add(1);
         self.map.word64(HEAD).store(self.head, Ordering::Release);
         true
+    }
+
+    /// Publishes `head` as it stands, whatever was written: a hostile producer, for tests.
+    #[cfg(test)]
+    pub(crate) fn publish_raw(&self, head: u64) {
+        self.map.word64(HEAD).store(head, Ordering::Release);
     }
 
     /// After publishing: wakes the consumer if it sleeps (see the module docs).

@@ -54,14 +54,39 @@ pub(crate) const LISTEN: mio::Token = mio::Token(5);
 /// The same-host path's tokens start here: `BASE + 2k` is connection `k`, `BASE + 2k + 1`
 /// its ring's eventfd.
 pub(crate) const BASE: usize = 1 << 40;
-/// How long a route stays cached: well inside the QPN quarantine, so that a QPN drawn
-/// again for another process (after its quarantine) is looked up again.
+/// How long a route stays cached once nothing uses it: well inside the QPN quarantine, so
+/// that a QPN drawn again for another process (after its quarantine) is looked up again.
+/// A route in use is kept for good, so that a QP's packets never switch between the UDP
+/// path and a ring (UC and UD would lose or reorder messages at the switch).
 const ROUTE_FOR: Duration = Duration::from_secs(60);
-/// How long a failed lookup stays cached (its packets take the UDP path meanwhile).
+/// How long an answer of "nobody holds it" stays cached (its packets take the UDP path
+/// meanwhile, where the owner drops them as it would any packet to an unknown QPN).
 const NO_ROUTE_FOR: Duration = Duration::from_secs(1);
 /// How long a sender waits for room in a full ring before it drops the packet (as a
 /// full socket buffer would): a receiver that polls drains it long before.
 const FULL_WAIT: Duration = Duration::from_millis(1);
+
+thread_local! {
+    /// Whether this thread holds its device's receive state now (see [`Draining`]): the
+    /// only thread that could drain a ring to its own process.
+    static DRAINS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the current thread as the one that drains the device's rings, until dropped.
+pub(crate) struct Draining(bool);
+
+impl Draining {
+    /// The current thread holds the device's receive state from now on.
+    pub(crate) fn enter() -> Self {
+        Self(DRAINS.replace(true))
+    }
+}
+
+impl Drop for Draining {
+    fn drop(&mut self) {
+        DRAINS.set(self.0);
+    }
+}
 
 /// A ring this process fills, and the connection it was passed over.
 struct Outgoing {
@@ -73,26 +98,57 @@ struct Outgoing {
 struct Incoming {
     ring: Consumer,
     token: usize,
+    /// The connection it came over (valid while `token` is in `conns`).
+    conn: std::os::fd::RawFd,
+    /// Its connection is gone: it is dropped once the receive path finds it empty, so
+    /// that what the peer published before it went is still delivered.
+    closing: bool,
 }
 
 /// A connection, as the progress thread watches it.
 enum Conn {
     /// Accepted; its ring has not come yet.
     Accepted { fd: OwnedFd, pid: i32 },
-    /// A peer's ring comes over it (the peer's endpoint, and whether it said bye).
-    In { fd: OwnedFd, ep: u64, bye: bool },
+    /// A peer's ring comes over it (the peer's endpoint, and whether the connection ends
+    /// in order: a bye either way, or a refusal).
+    In { fd: OwnedFd, ep: u64, bye: Ending },
     /// Our ring went over it.
-    Out { fd: OwnedFd, ep: u64, bye: bool },
+    Out { fd: OwnedFd, ep: u64, bye: Ending },
+}
+
+/// How a connection to a peer ends.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Ending {
+    /// No word yet: a hang-up now means the peer died.
+    Open,
+    /// A bye (from the peer, or ours): the peer closes, or this process dropped the
+    /// connection on purpose.
+    Bye,
+    /// The peer refused our ring: its QPNs take the UDP path from now on.
+    Refused,
+}
+
+/// One destination QPN's route.
+struct Route {
+    /// The ring to its process; `None`: the UDP path.
+    ring: Option<Arc<Outgoing>>,
+    /// Until when the answer holds unless used (the progress thread looks, see
+    /// [`Local::expire`], so that a send reads no clock).
+    until: Instant,
+    /// Whether a packet took it since the last look: a route in use is kept.
+    used: bool,
+    /// Whether use keeps it (a ring, or a holder with no endpoint; not "nobody").
+    sticky: bool,
 }
 
 #[derive(Default)]
 struct Routes {
-    /// Each destination QPN looked up: the ring to its process (`None`: UDP), and until
-    /// when the answer holds (the progress thread drops answers past it, see
-    /// [`Local::expire`], so that a send reads no clock).
-    by_qpn: HashMap<u32, (Option<Arc<Outgoing>>, Instant)>,
+    /// Each destination QPN looked up.
+    by_qpn: HashMap<u32, Route>,
     /// The ring to each peer endpoint.
     by_ep: HashMap<u64, Arc<Outgoing>>,
+    /// Endpoints that refused a ring: reached over UDP.
+    refused: std::collections::HashSet<u64>,
 }
 
 /// A device's same-host path (see the module docs).
@@ -211,20 +267,26 @@ impl Local {
             let Some(out) = self.route(&mut routes, share, qpn) else {
                 return false;
             };
+            // The thread that drains this process's rings waits in vain for room in its
+            // own ring: the packet is dropped at once, as by a full socket (RC resends).
+            let wait = out.ep != self.ep || !DRAINS.get();
             if let Some(l) = &last
                 && !Arc::ptr_eq(l, &out)
             {
                 l.ring.lock().unwrap_or_else(|e| e.into_inner()).wake();
             }
             let mut ring = out.ring.lock().unwrap_or_else(|e| e.into_inner());
-            let live: Vec<_> = pieces.iter().copied().filter(|p| p.1 > 0).collect();
-            if !ring.push(&live, sport) {
+            if ring.push(pieces, sport) {
+                sent += 1;
+            } else if !wait {
+                dropped += 1;
+            } else {
                 // Full: wake the reader and give it a moment, as a blocking socket would.
                 let until = Instant::now() + FULL_WAIT;
                 loop {
                     ring.wake();
                     std::thread::yield_now();
-                    if ring.push(&live, sport) {
+                    if ring.push(pieces, sport) {
                         sent += 1;
                         break;
                     }
@@ -233,8 +295,6 @@ impl Local {
                         break;
                     }
                 }
-            } else {
-                sent += 1;
             }
             drop(ring);
             last = Some(out);
@@ -249,17 +309,19 @@ impl Local {
 
     /// The ring to QPN `qpn`'s process, looked up (and connected) if need be.
     fn route(&self, routes: &mut Routes, share: &Share, qpn: u32) -> Option<Arc<Outgoing>> {
-        if let Some((r, _)) = routes.by_qpn.get(&qpn) {
-            return r.clone();
+        if let Some(r) = routes.by_qpn.get_mut(&qpn) {
+            r.used = true;
+            return r.ring.clone();
         }
         let now = Instant::now();
         // An owner that cannot answer is going (or just went): this packet takes UDP, and
         // nothing is cached, so the next one asks again (the progress thread, which would
         // carry on as owner, may be this thread: waiting here could not help).
-        let ep = match share.holder(qpn) {
-            Ok(Holder::At(ep)) => Some(ep),
+        let (ep, sticky) = match share.holder(qpn) {
+            Ok(Holder::At(ep)) if !routes.refused.contains(&ep) => (Some(ep), true),
+            Ok(Holder::At(_) | Holder::NoEndpoint) => (None, true),
+            Ok(Holder::Nobody) => (None, false),
             Err(()) => return None,
-            Ok(_) => None,
         };
         let out = ep.and_then(|ep| match routes.by_ep.get(&ep) {
             Some(o) => Some(o.clone()),
@@ -269,12 +331,16 @@ impl Local {
                 Some(o)
             }
         });
-        let hold = if out.is_some() {
-            ROUTE_FOR
-        } else {
-            NO_ROUTE_FOR
-        };
-        routes.by_qpn.insert(qpn, (out.clone(), now + hold));
+        let hold = if sticky { ROUTE_FOR } else { NO_ROUTE_FOR };
+        routes.by_qpn.insert(
+            qpn,
+            Route {
+                ring: out.clone(),
+                until: now + hold,
+                used: false,
+                sticky,
+            },
+        );
         out
     }
 
@@ -326,7 +392,14 @@ impl Local {
                 mio::Interest::READABLE,
             )
             .ok()?;
-        conns.insert(token, Conn::Out { fd, ep, bye: false });
+        conns.insert(
+            token,
+            Conn::Out {
+                fd,
+                ep,
+                bye: Ending::Open,
+            },
+        );
         share::log(format_args!(
             "{}: pid {} opened a same-host ring to endpoint {ep:016x}",
             self.addr,
@@ -338,12 +411,22 @@ impl Local {
         }))
     }
 
-    /// Drops the route answers that are past their time (the progress thread, now and
-    /// then): the next send to those QPNs looks them up again.
+    /// Drops the route answers that are past their time and were not used since the
+    /// last look (the progress thread, now and then): the next send to those QPNs looks
+    /// them up again. A route in use is kept (see [`ROUTE_FOR`]).
     pub(crate) fn expire(&self) {
         let now = Instant::now();
         let mut routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
-        routes.by_qpn.retain(|_, (_, until)| *until > now);
+        routes.by_qpn.retain(|_, r| {
+            if r.until > now {
+                return true;
+            }
+            if r.sticky && std::mem::take(&mut r.used) {
+                r.until = now + ROUTE_FOR;
+                return true;
+            }
+            false
+        });
     }
 
     /// Receives up to `want` packets from the rings into `batch` (from slot 0), taking
@@ -353,29 +436,59 @@ impl Local {
         let (rings, turn) = &mut *g;
         let (mut got, mut bad) = (0, 0);
         let n = rings.len();
-        let mut broken = None;
+        // Rings to drop: those found empty after their connection went, and broken ones
+        // (whose connections are then closed, below).
+        let mut done = false;
+        let mut broken = Vec::new();
         for k in 0..n {
             if got == want {
                 break;
             }
             let i = (*turn + k) % n;
-            match rings[i].ring.recv(batch, got, want - got) {
+            let r = &mut rings[i];
+            match r.ring.recv(batch, got, want - got) {
                 Ok((g, b)) => {
                     got += g;
                     bad += b;
+                    done |= r.closing && g + b == 0;
                 }
                 Err(e) => {
                     eprintln!("softrdma: {}: dropping a same-host ring: {e}", self.addr);
-                    broken = Some(i);
+                    broken.push((r.token, r.conn));
+                    r.closing = true;
+                    done = true;
                 }
             }
         }
         *turn = turn.wrapping_add(1);
-        if let Some(i) = broken {
-            rings.swap_remove(i);
+        if done {
+            let registry = self.registry.get();
+            rings.retain(|r| {
+                let keep =
+                    !r.closing || (r.ring.pending() && !broken.iter().any(|b| b.0 == r.token));
+                if !keep && let Some(reg) = registry {
+                    let _ = reg.deregister(&mut mio::unix::SourceFd(&r.ring.wake_fd()));
+                }
+                keep
+            });
             self.any_in.store(!rings.is_empty(), Ordering::Relaxed);
         }
+        drop(g);
+        for (token, fd) in broken {
+            self.hang_up(token, fd);
+        }
         (got, bad)
+    }
+
+    /// Ends connection `token` (descriptor `fd`) on purpose: says bye, so the peer does not
+    /// take it for a crash, and shuts it down; the hang-up that follows tears it down.
+    fn hang_up(&self, token: usize, fd: std::os::fd::RawFd) {
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(Conn::In { bye, .. } | Conn::Out { bye, .. }) = conns.get_mut(&token) {
+            *bye = Ending::Bye;
+            let _ = share::send(fd, &Msg::Bye, &[]);
+            let _ = ns::shutdown(fd, ns::Shutdown::Both);
+        }
     }
 
     /// Before the progress thread sleeps: asks every ring for a wake-up; true if a
@@ -437,15 +550,27 @@ impl Local {
         for (rec, fds) in got {
             let conn = conns.get_mut(&t).expect("looked up above");
             match (&mut *conn, Msg::decode(&rec)) {
-                (Conn::In { bye, .. } | Conn::Out { bye, .. }, Ok(Msg::Bye)) => *bye = true,
+                (Conn::In { bye, .. } | Conn::Out { bye, .. }, Ok(Msg::Bye)) => {
+                    if *bye == Ending::Open {
+                        *bye = Ending::Bye;
+                    }
+                }
+                (Conn::Out { bye, .. }, Ok(Msg::Refused { .. })) => *bye = Ending::Refused,
                 (Conn::Accepted { pid, .. }, Ok(Msg::Ring { .. })) => {
                     let pid = *pid;
-                    match self.take_ring(registry, t, &rec, fds) {
+                    match self.take_ring(registry, t, fd, &rec, fds) {
                         Ok(ep) => {
                             let Some(Conn::Accepted { fd, .. }) = conns.remove(&t) else {
                                 unreachable!("matched above");
                             };
-                            conns.insert(t, Conn::In { fd, ep, bye: false });
+                            conns.insert(
+                                t,
+                                Conn::In {
+                                    fd,
+                                    ep,
+                                    bye: Ending::Open,
+                                },
+                            );
                             share::log(format_args!(
                                 "{}: pid {pid} opened a same-host ring to pid {}",
                                 self.addr,
@@ -457,6 +582,9 @@ impl Local {
                                 "softrdma: {}: refused a same-host ring from pid {pid}: {e}",
                                 self.addr
                             );
+                            // Said, so that the sender takes the UDP path instead of
+                            // taking the hang-up for this process's death.
+                            let _ = share::send(fd, &self.refusal(), &[]);
                             gone = true;
                             break;
                         }
@@ -467,6 +595,7 @@ impl Local {
                         "softrdma: {}: closing a same-host connection: unexpected {m:?}",
                         self.addr
                     );
+                    let _ = share::send(fd, &self.refusal(), &[]);
                     gone = true;
                     break;
                 }
@@ -475,30 +604,34 @@ impl Local {
         if !gone {
             return None;
         }
-        let conn = conns.remove(&t).expect("looked up above");
-        drop(conns);
-        let (fd, ep, bye) = match conn {
-            Conn::Accepted { fd, .. } => (fd, 0, true),
-            Conn::In { fd, ep, bye } | Conn::Out { fd, ep, bye } => (fd, ep, bye),
-        };
-        let _ = registry.deregister(&mut mio::unix::SourceFd(&fd.as_raw_fd()));
-        {
-            let mut g = self.incoming.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(i) = g.0.iter().position(|r| r.token == t) {
-                let r = g.0.swap_remove(i);
-                let _ = registry.deregister(&mut mio::unix::SourceFd(&r.ring.wake_fd()));
+        let (ep, ending) = self.close(registry, &mut conns, t)?;
+        // One connection to a peer ending ends the others to it (the pair is closed in
+        // order, both ways): a ring with no connection behind it would stay mapped.
+        let others: Vec<usize> = conns
+            .iter()
+            .filter(
+                |(_, c)| matches!(c, Conn::In { ep: e, .. } | Conn::Out { ep: e, .. } if *e == ep),
+            )
+            .map(|(k, _)| *k)
+            .collect();
+        for k in others {
+            if let Some(Conn::In { fd, .. } | Conn::Out { fd, .. }) = conns.get(&k)
+                && ending != Ending::Open
+            {
+                let _ = share::send(fd.as_raw_fd(), &Msg::Bye, &[]);
             }
-            self.any_in.store(!g.0.is_empty(), Ordering::Relaxed);
+            self.close(registry, &mut conns, k);
         }
-        if ep == 0 {
-            return None;
-        }
+        drop(conns);
         // Either connection to a peer going means the peer is going: its QPNs are
         // looked up again from now on (the owner will not know them).
         let mut routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
         routes.by_ep.remove(&ep);
+        if ending == Ending::Refused {
+            routes.refused.insert(ep);
+        }
         let mut lost = Vec::new();
-        routes.by_qpn.retain(|q, (r, _)| match r {
+        routes.by_qpn.retain(|q, r| match &r.ring {
             Some(o) if o.ep == ep => {
                 lost.push(*q);
                 false
@@ -509,10 +642,50 @@ impl Local {
         share::log(format_args!(
             "{}: endpoint {ep:016x} {}; {} peer QPNs",
             self.addr,
-            if bye { "closed" } else { "died" },
+            match ending {
+                Ending::Open => "died",
+                Ending::Bye => "closed",
+                Ending::Refused => "refused a ring",
+            },
             lost.len()
         ));
-        (!bye).then_some((ep, lost))
+        (ending == Ending::Open).then_some((ep, lost))
+    }
+
+    /// What this process says when it refuses a peer's ring or record.
+    fn refusal(&self) -> Msg {
+        Msg::Refused {
+            version: VERSION,
+            pid: std::process::id(),
+            ep: self.ep,
+        }
+    }
+
+    /// Drops connection `t`; its ring, if one came over it, is drained first (see
+    /// [`Incoming::closing`]). The peer's endpoint and how the connection ended; `None`
+    /// for one that never carried a ring.
+    fn close(
+        &self,
+        registry: &mio::Registry,
+        conns: &mut HashMap<usize, Conn>,
+        t: usize,
+    ) -> Option<(u64, Ending)> {
+        let (fd, ep, ending) = match conns.remove(&t)? {
+            Conn::Accepted { fd, .. } => (fd, 0, Ending::Bye),
+            Conn::In { fd, ep, bye } | Conn::Out { fd, ep, bye } => (fd, ep, bye),
+        };
+        let _ = registry.deregister(&mut mio::unix::SourceFd(&fd.as_raw_fd()));
+        let mut g = self.incoming.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = g.0.iter().position(|r| r.token == t) {
+            if g.0[i].ring.pending() {
+                g.0[i].closing = true;
+            } else {
+                let r = g.0.swap_remove(i);
+                let _ = registry.deregister(&mut mio::unix::SourceFd(&r.ring.wake_fd()));
+            }
+        }
+        self.any_in.store(!g.0.is_empty(), Ordering::Relaxed);
+        (ep != 0).then_some((ep, ending))
     }
 
     /// Accepts every waiting connection (checking the peer's uid).
@@ -559,6 +732,7 @@ impl Local {
         &self,
         registry: &mio::Registry,
         token: usize,
+        conn: std::os::fd::RawFd,
         rec: &[u8],
         mut fds: Vec<OwnedFd>,
     ) -> Result<u64, String> {
@@ -594,7 +768,12 @@ impl Local {
             )
             .map_err(|e| e.to_string())?;
         let mut g = self.incoming.lock().unwrap_or_else(|e| e.into_inner());
-        g.0.push(Incoming { ring, token });
+        g.0.push(Incoming {
+            ring,
+            token,
+            conn,
+            closing: false,
+        });
         self.any_in.store(true, Ordering::Relaxed);
         Ok(ep)
     }
@@ -608,5 +787,97 @@ impl Local {
                 let _ = share::send(fd.as_raw_fd(), &Msg::Bye, &[]);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Context, DeviceOptions, Mtu};
+
+    /// A connection to the endpoint of the device opened at `127.0.78.last`, as a peer
+    /// process would make it (with a 10 s bound on each read), and the device.
+    fn peer_of(last: u8) -> (Context, OwnedFd) {
+        let addr = IpAddr::from([127, 0, 78, last]);
+        let ctx = Context::open_with(
+            &format!("l{last}"),
+            addr,
+            Mtu::M1024,
+            DeviceOptions::default(),
+        )
+        .expect("device opens");
+        let ep = ctx
+            .dev()
+            .local
+            .as_ref()
+            .expect("a shared device has an endpoint")
+            .ep;
+        let fd = ns::socket(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .unwrap();
+        ns::setsockopt(
+            &fd,
+            ns::sockopt::ReceiveTimeout,
+            &nix::sys::time::TimeVal::new(10, 0),
+        )
+        .unwrap();
+        ns::connect(fd.as_raw_fd(), &name(addr, 0, ep)).unwrap();
+        (ctx, fd)
+    }
+
+    fn ring_record(version: u32) -> Msg {
+        Msg::Ring {
+            version,
+            ep: 7,
+            sport: 49152,
+            slots: shm::SLOTS,
+            slot_size: shm::SLOT_SIZE,
+        }
+    }
+
+    /// The records the device sends on `fd` until it hangs up.
+    fn answers(fd: &OwnedFd) -> Vec<Msg> {
+        let mut got = Vec::new();
+        while let Some((rec, _)) = share::recv(fd.as_raw_fd(), MsgFlags::empty()).unwrap() {
+            got.push(Msg::decode(&rec).unwrap());
+        }
+        got
+    }
+
+    /// A ring the device cannot take (here: another protocol version, and no memory) is
+    /// refused in words before the hang-up, so that its sender takes the UDP path instead
+    /// of taking the hang-up for this process's death and failing its QPs.
+    #[test]
+    fn a_ring_it_cannot_take_is_refused_in_words() {
+        let (_ctx, fd) = peer_of(31);
+        share::send(fd.as_raw_fd(), &ring_record(VERSION + 1), &[]).unwrap();
+        let got = answers(&fd);
+        assert!(
+            matches!(
+                got[..],
+                [Msg::Refused {
+                    version: VERSION,
+                    ..
+                }]
+            ),
+            "{got:?}"
+        );
+    }
+
+    /// A ring whose producer publishes an impossible index is dropped, and its
+    /// connection ended in order (a bye, then the hang-up), not left registered.
+    #[test]
+    fn a_broken_ring_ends_its_connection_with_a_bye() {
+        let (_ctx, fd) = peer_of(32);
+        let ring = Producer::create().unwrap();
+        share::send(fd.as_raw_fd(), &ring_record(VERSION), &ring.fds()).unwrap();
+        ring.publish_raw(10_000);
+        ring.wake();
+        let got = answers(&fd);
+        assert!(matches!(got[..], [Msg::Bye]), "{got:?}");
     }
 }

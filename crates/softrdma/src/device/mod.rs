@@ -472,6 +472,7 @@ impl Device {
     /// spins on memory while that WRITE waits for a progress thread (perftest's
     /// `ib_write_lat`: the two ends spin on memory, not on their CQs).
     fn drain(&self, st: &mut RxState, app: bool, defer: bool) -> bool {
+        let _drains = local::Draining::enter();
         let mut any = false;
         let RxState {
             rx,

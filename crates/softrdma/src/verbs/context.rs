@@ -274,4 +274,83 @@ mod tests {
         a.dev().flush_batch(true);
         assert!(a.dev().with_batch(|q| q.is_empty()));
     }
+
+    /// A peer that sends and closes at once leaves its last packets in its ring: they
+    /// are delivered, not dropped with the ring when its bye and hang-up are seen. The
+    /// receiver's progress thread is held until the sender is gone, so that it finds the
+    /// ring, the bye and the hang-up in one look, which is when the old code dropped
+    /// all 100 messages.
+    #[test]
+    fn a_closing_peers_last_packets_are_delivered_from_its_ring() {
+        let addr = IpAddr::V4(Ipv4Addr::new(127, 0, 78, 30));
+        let open = |name: &str| {
+            Context::open_with(name, addr, Mtu::M1024, DeviceOptions::default())
+                .expect("device opens")
+        };
+        let owner = open("o30");
+        let end = |ctx: &Context| {
+            let pd = ctx.alloc_pd();
+            let cq = ctx.create_cq(256, None).unwrap();
+            let qp = pd.create_qp(QpInitAttr::new(QpType::Uc, &cq)).unwrap();
+            let mr = pd
+                .register_zeroed(64 << 10, AccessFlags::LOCAL_WRITE)
+                .unwrap();
+            (pd, cq, qp, mr)
+        };
+        let (a, b) = (open("a30"), open("b30"));
+        let (ea, eb) = (end(&a), end(&b));
+        b.dev().progress_paused.store(true, Ordering::Relaxed);
+        let peer = |qp: &QueuePair| Peer {
+            addr,
+            qpn: qp.qp_num(),
+            psn: Psn::new(1),
+        };
+        ea.2.connect(Psn::new(1), &peer(&eb.2), &ConnectAttr::default())
+            .unwrap();
+        eb.2.connect(Psn::new(1), &peer(&ea.2), &ConnectAttr::default())
+            .unwrap();
+        const N: u64 = 100;
+        for i in 0..N {
+            eb.2.post_recv(RecvWr {
+                wr_id: i,
+                sg_list: vec![eb.3.sge(i * 256, 256)],
+            })
+            .unwrap();
+        }
+        for i in 0..N {
+            ea.2.post_send(SendWr {
+                wr_id: i,
+                op: SendOp::Send,
+                payload: Payload::Sges(vec![ea.3.sge(0, 64)]),
+                flags: SendFlags::SIGNALED,
+                ud: None,
+            })
+            .unwrap();
+        }
+        // Bounds a hang only: a UC send completes as it leaves.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut sent = 0;
+        while sent < N {
+            sent += ea.1.poll(16).len() as u64;
+            assert!(Instant::now() < deadline, "{sent} sends completed");
+        }
+        drop(ea);
+        drop(a);
+        b.dev().progress_paused.store(false, Ordering::Relaxed);
+        let mut got = 0;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while got < N && Instant::now() < deadline {
+            for wc in eb.1.poll(16) {
+                assert_eq!(wc.status, WcStatus::Success);
+                got += 1;
+            }
+        }
+        assert_eq!(got, N, "every message sent before the close arrives");
+        let forwarded = owner
+            .hw_counters()
+            .into_iter()
+            .find(|(n, _)| *n == "forwarded_pkts")
+            .map(|c| c.1);
+        assert_eq!(forwarded, Some(0), "the messages went through the ring");
+    }
 }

@@ -284,7 +284,10 @@ pub(crate) fn send(fd: RawFd, m: &Msg, fds: &[RawFd]) -> nix::Result<()> {
 /// One record and the descriptors that came with it; `Ok(None)` at end of stream.
 pub(crate) fn recv(fd: RawFd, flags: MsgFlags) -> nix::Result<Option<(Vec<u8>, Vec<OwnedFd>)>> {
     let mut buf = vec![0u8; 8 + 4 * MAX_QPNS];
-    let mut space = nix::cmsg_space!([RawFd; 4]);
+    // Room for as many descriptors as one message can carry (the kernel's SCM_MAX_FD),
+    // so the kernel never truncates: it would install those that fit, and nix refuses to
+    // read a truncated control buffer, which would leak them. Extra ones are closed.
+    let mut space = nix::cmsg_space!([RawFd; 253]);
     let (n, fds) = {
         let mut iov = [IoSliceMut::new(&mut buf)];
         let m = ns::recvmsg::<()>(
