@@ -11,6 +11,7 @@ mod error;
 mod pcap;
 mod perf;
 mod pingpong;
+mod res;
 mod service;
 mod sim;
 mod view;
@@ -66,6 +67,10 @@ enum Command {
     },
     /// Print the `export` line that makes a shell's programs use softrdma.
     Env,
+    /// Show what every process holds on each device (QPs, CQs, MRs, PDs), as iproute2's
+    /// `rdma res` does.
+    #[command(subcommand)]
+    Res(res::ResCommand),
     /// Hold the devices open (one process owns each and forwards the others their
     /// datagrams), logging who joins, leaves and owns them, until SIGINT or SIGTERM.
     Service(service::ServiceArgs),
@@ -102,6 +107,7 @@ fn main() -> ExitCode {
         Command::Perf(a) => return perf::run(&a, &mut out),
         Command::Devinfo(a) => return devices::devinfo(&a),
         Command::Link(c) => return devices::link(&c),
+        Command::Res(c) => return res::run(&c),
         Command::RcPingpong(a) => return pingpong::run(softrdma::QpType::Rc, &a),
         Command::UcPingpong(a) => return pingpong::run(softrdma::QpType::Uc, &a),
         Command::UdPingpong(a) => return pingpong::run(softrdma::QpType::Ud, &a),

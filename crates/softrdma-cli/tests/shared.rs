@@ -372,3 +372,103 @@ fn another_user_can_neither_take_the_port_nor_join() {
     let refused = service.expect("refused a connection");
     assert!(refused.contains("uid 65534"), "{refused}");
 }
+
+/// `softrdma ARGS` on the device at `addr`, run to its end; its standard output.
+fn cli_out(addr: &str, args: &[&str]) -> String {
+    let o = wait(spawn(cli(Some(addr), args).stdout(Stdio::piped())), args[0]);
+    assert!(
+        o.status.success(),
+        "softrdma {}: {}",
+        args.join(" "),
+        text(&o)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Counter `name` in `softrdma link show -s` of the device at `addr`.
+fn counter(addr: &str, name: &str) -> u64 {
+    let out = cli_out(addr, &["link", "show", "-s"]);
+    let line = out.lines().last().unwrap_or_default();
+    let words: Vec<&str> = line.split(' ').collect();
+    let at = words
+        .iter()
+        .position(|w| *w == name)
+        .unwrap_or_else(|| panic!("{line}"));
+    words[at + 1].parse().unwrap()
+}
+
+/// `softrdma res show` lists what each process of a device holds, as it holds it: two
+/// pingpong processes' QPs (each the other's peer, in RTS), CQs, MRs and PDs, with their
+/// pids. `link show -s` sums the counters of every process, and keeps those of processes
+/// that closed the device or were killed; their resources leave the list.
+#[test]
+fn res_show_lists_every_processs_resources_and_counters_outlive_them() {
+    let addr = "127.0.96.21";
+    // Processes that close the device in order: their counters stay.
+    let (_, c) = pingpong_pair(Some(addr), "rc-pingpong", 24430, &["-n", "2000"]);
+    assert!(c.contains("2000 iters in"), "{c}");
+    let sent = counter(addr, "sent_pkts");
+    assert!(sent >= 4000, "both processes' sends are counted: {sent}");
+    let summary = cli_out(addr, &["res", "show"]);
+    assert!(
+        summary.contains(": softrdma0: pd 0 cq 0 qp 0 cm_id 0 mr 0 ctx 0"),
+        "{summary}"
+    );
+
+    // Processes that hold the device now.
+    let [_service, mut server, mut client] = streaming(addr, 24431, "100000000");
+    let pids = [server.pid(), client.pid()];
+    let deadline = Instant::now() + LIMIT;
+    let qps = loop {
+        let j: serde_json::Value =
+            serde_json::from_str(&cli_out(addr, &["res", "show", "qp", "-j", "-dd"])).unwrap();
+        let qps = j.as_array().unwrap().clone();
+        let rts = |q: &serde_json::Value| q["state"] == "RTS" && q["sent-pkts"].as_u64() > Some(0);
+        if qps.len() == 2 && qps.iter().all(rts) {
+            break qps;
+        }
+        assert!(Instant::now() < deadline, "two QPs in RTS: {qps:?}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut got: Vec<u64> = qps.iter().map(|q| q["pid"].as_u64().unwrap()).collect();
+    got.sort();
+    let mut want: Vec<u64> = pids.iter().map(|p| u64::from(*p)).collect();
+    want.sort();
+    assert_eq!(got, want, "one QP in each pingpong: {qps:?}");
+    assert_eq!(qps[0]["lqpn"], qps[1]["rqpn"], "{qps:?}");
+    assert_eq!(qps[1]["lqpn"], qps[0]["rqpn"], "{qps:?}");
+    for q in &qps {
+        assert_eq!(
+            (&q["type"], &q["peer"], &q["ifname"]),
+            (&"RC".into(), &addr.into(), &"softrdma0".into())
+        );
+        assert_eq!(q["comm"], "softrdma");
+    }
+    let text = cli_out(addr, &["res", "show", "qp"]);
+    let line = text.lines().next().unwrap_or_default();
+    assert!(
+        line.starts_with("link softrdma0/1 lqpn 0x") && line.contains(" type RC state RTS "),
+        "{text}"
+    );
+    for kind in ["cq", "mr", "pd"] {
+        let out = cli_out(addr, &["res", "show", kind]);
+        assert_eq!(out.lines().count(), 2, "{kind}: one per pingpong:\n{out}");
+        assert!(
+            out.lines().all(|l| l.starts_with("dev softrdma0 ")),
+            "{out}"
+        );
+    }
+    let summary = cli_out(addr, &["res", "show"]);
+    assert!(
+        summary.contains("pd 2 cq 2 qp 2 cm_id 0 mr 2 ctx 3"),
+        "{summary}"
+    );
+
+    // Killed: their last published counters stay; their resources go.
+    let before = counter(addr, "sent_pkts");
+    client.kill9();
+    server.kill9();
+    assert!(counter(addr, "sent_pkts") >= before);
+    let out = cli_out(addr, &["res", "show", "qp"]);
+    assert!(out.is_empty(), "{out}");
+}

@@ -563,6 +563,11 @@ impl QueuePair {
         self.cfg.qpn
     }
 
+    /// The protection domain it was created in.
+    pub fn pd(&self) -> crate::Pd {
+        self.cfg.pd
+    }
+
     /// The transport.
     pub fn qp_type(&self) -> QpType {
         self.cfg.qp_type

@@ -164,6 +164,12 @@ macro_rules! registry {
                     .remove(&key)
             }
 
+            /// Every value, as the registry holds them now.
+            pub(crate) fn values(&self) -> Vec<$arc<T>> {
+                let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+                map.values().cloned().collect()
+            }
+
             /// A reference to `key`'s value if `keep` accepts it: it outlives a removal.
             pub(crate) fn lend(&self, key: u32, keep: impl Fn(&T) -> bool) -> Option<$arc<T>> {
                 let map = self.map.read().unwrap_or_else(|e| e.into_inner());

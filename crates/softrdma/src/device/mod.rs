@@ -23,6 +23,7 @@ pub(crate) mod handoff;
 pub(crate) mod local;
 pub(crate) mod qp;
 pub(crate) mod regions;
+pub(crate) mod res;
 pub(crate) mod share;
 pub mod stats;
 
@@ -105,6 +106,8 @@ pub(crate) struct Device {
     id: u64,
     pub mrs: Arc<MrTable>,
     pub qps: RwLock<QpTable<QpShared>>,
+    /// The PDs and CQs, and whether the published list is stale (see [`res`]).
+    pub(crate) res: res::Resources,
     /// The smallest round trip to each destination, shared by the QPs that go there (see
     /// [`softrdma_proto::qp::rtt::PathRtt`]).
     paths: Mutex<std::collections::HashMap<IpAddr, Arc<softrdma_proto::qp::rtt::PathRtt>>>,
@@ -258,6 +261,14 @@ impl Device {
 
     pub fn wake(&self) {
         let _ = self.waker.wake();
+    }
+
+    /// A resource was created, destroyed or changed: the progress thread publishes the
+    /// list soon (see [`res`]).
+    pub(crate) fn res_changed(&self) {
+        if self.res.changed() {
+            self.wake();
+        }
     }
 
     /// Runs `f` on this thread's send batch for this device. Each device a thread uses has
@@ -572,14 +583,7 @@ impl Device {
     /// cannot be asked about, is left to its retries.
     fn lose_peer(&self, share: &share::Share, ep: u64, sent_to: &[u32]) {
         let sent_to: std::collections::HashSet<u32> = sent_to.iter().copied().collect();
-        let qps: Vec<Arc<QpShared>> = self
-            .qps
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        for s in qps {
+        for s in self.qp_list() {
             let a = s.qp.lock().unwrap_or_else(|e| e.into_inner()).query();
             let (Some(q), Some(av)) = (a.dest_qpn, a.av) else {
                 continue;
@@ -733,6 +737,12 @@ impl Device {
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => &shared.recv_cq,
                 _ => &shared.send_cq,
             };
+            if !matches!(
+                wc.status,
+                softrdma_proto::WcStatus::Success | softrdma_proto::WcStatus::WrFlushErr
+            ) {
+                *shared.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(wc.status);
+            }
             cq.push(wc);
         }
         if let Some(first) = qp.poll_event() {
@@ -762,6 +772,8 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
     let one_cpu = one_cpu();
     let mut events = Events::with_capacity(64);
     let mut published: (u64, std::time::Instant) = (u64::MAX, std::time::Instant::now());
+    // The resource list as last published: the region table's generation, and when.
+    let mut res_published: (u64, Option<std::time::Instant>) = (0, None);
     let mut last_work = std::time::Instant::now();
     let mut pollers = PollerWatch::default();
     // The application's send count when last seen, and when it last moved.
@@ -784,12 +796,21 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         }
         // Publish the counters at most once a second while they change.
         let activity = dev.counters.get(Counter::SentPkts) + dev.counters.get(Counter::RcvdPkts);
+        let mut res_due = dev.res.is_dirty() || dev.mrs.generation() != res_published.0;
         if activity != published.0 && published.1.elapsed() >= Duration::from_secs(1) {
             stats::write(&dev.name, &dev.hw_counters());
             published = (activity, std::time::Instant::now());
             if let Some(l) = &dev.local {
                 l.expire();
             }
+            // QP states and PSNs move with the traffic.
+            res_due |= res_published.1.is_some();
+        }
+        if res_due && res_published.1.is_none_or(|t| t.elapsed() >= res::EVERY) {
+            dev.res.take_dirty();
+            res_published = (dev.mrs.generation(), Some(std::time::Instant::now()));
+            res::write(&dev);
+            res_due = false;
         }
         // Sleep until a packet, a wake-up (a new timer from another thread) or the next timer.
         let now = dev.now();
@@ -824,6 +845,11 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         if activity != published.0 {
             // Come back to publish once the second is up.
             let t = now.add(Duration::from_secs(1));
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+        if res_due {
+            // A change the last write was too recent for.
+            let t = now.add(res::EVERY);
             next = Some(next.map_or(t, |n| n.min(t)));
         }
         // A timer armed while `next` was worked out saw the old wake-up time and may not
@@ -974,6 +1000,17 @@ impl Lookup<QpShared> for Device {
 }
 
 impl Device {
+    /// Every QP of this device now, taken out of the table so that no lock is held while
+    /// the caller works on them.
+    pub(crate) fn qp_list(&self) -> Vec<Arc<QpShared>> {
+        self.qps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
     /// Opens the device `name` on `addr` (IPv6 scope `scope_id`): binds `addr:4791`, makes
     /// the sending path, and starts the progress thread, which runs until [`Device::close`].
     pub(crate) fn open(
@@ -1094,6 +1131,12 @@ impl Device {
             id: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
             mrs: Arc::new(MrTable::new(zero_copy)),
             qps: RwLock::new(QpTable::default()),
+            res: {
+                // Published once at open too: `res show` counts the processes.
+                let r = res::Resources::default();
+                r.changed();
+                r
+            },
             paths: Mutex::new(std::collections::HashMap::new()),
             qps_gen: AtomicU64::new(0),
             next_pd: AtomicU32::new(1),

@@ -15,4 +15,6 @@ pub(crate) struct QpShared {
     /// Whether the QP keeps a poller's socket, as of its last service (see
     /// `Poller::polled`; counted in the device's `awaiting`).
     pub awaits: std::sync::atomic::AtomicBool,
+    /// The status of its last completion in error, flushes aside (`softrdma res show -dd`).
+    pub last_error: Mutex<Option<softrdma_proto::WcStatus>>,
 }

@@ -134,6 +134,8 @@ pub(crate) struct MrTable {
     regions: super::handoff::Registry<MrInner>,
     /// Whether owned regions lend their bytes to sends (zero-copy sends).
     lends: bool,
+    /// Moves on with every registration and deregistration (`softrdma res show` looks).
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl MrTable {
@@ -142,7 +144,18 @@ impl MrTable {
         Self {
             regions: super::handoff::Registry::new(),
             lends,
+            generation: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Every region registered now.
+    pub(crate) fn list(&self) -> Vec<Arc<MrInner>> {
+        self.regions.values()
+    }
+
+    /// How many registrations and deregistrations there have been.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn insert(&self, make: impl FnOnce(u32) -> MrInner) -> Arc<MrInner> {
@@ -153,6 +166,8 @@ impl MrTable {
                 return k;
             }
         };
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.regions.insert(pick, make)
     }
 
@@ -209,6 +224,8 @@ impl MrTable {
     ) -> Result<Arc<MrInner>> {
         let verb = "ibv_rereg_mr";
         let make = raw_region(verb, pd, addr, len, iova, access)?;
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.regions.replace(key, make).ok_or(Error::OutOfRange {
             verb,
             attr: "mr",
@@ -220,6 +237,8 @@ impl MrTable {
 
     /// Removes an owned region and gives its buffer back, if nothing else holds it.
     pub fn take_owned(&self, key: u32) -> Option<Vec<u8>> {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mr = self.regions.remove(key)?;
         let mut inner = Arc::try_unwrap(mr).ok()?;
         match std::mem::replace(&mut inner.storage, Storage::Raw) {
@@ -233,6 +252,8 @@ impl MrTable {
     /// Removes region `key`; returns once no access to it is in flight (a lent payload's
     /// send still holds an owned buffer, see [`MrTable::lendable`]).
     pub fn deregister(&self, key: u32) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.regions.remove(key);
     }
 

@@ -3,7 +3,12 @@
 //! A soft device lives inside the process that opened it, so its counters do too. The
 //! progress thread publishes them, at most once a second while they change and once when the
 //! device closes, to `$XDG_RUNTIME_DIR/softrdma/NAME.PID` (or `/tmp/softrdma-UID/NAME.PID`),
-//! one `name value` per line; `softrdma link show -s` adds up the files of live processes.
+//! one `name value` per line. A process that closes the device adds its last counters to
+//! `NAME.retired` and removes its file; a reader does the same for the file of a process
+//! that died without closing (its last published counters). Both hold an exclusive
+//! `flock` on `NAME.lock` meanwhile, so each file is added once. `softrdma link show -s`
+//! shows the sum of the live files and the retired one: the device's counters over every
+//! process that ever used it (as rxe's `hw_counters` count for the device, not a process).
 
 use softrdma_proto::endpoint::Counter;
 use std::collections::BTreeMap;
@@ -47,33 +52,181 @@ pub(crate) fn write(name: &str, counters: &[(&'static str, u64)]) {
     }
 }
 
-/// The counters of device `name`, summed over the live processes that have it open.
+/// Adds the `name value` lines of `text` into `sum`.
+fn add(sum: &mut BTreeMap<String, u64>, text: &str) {
+    for line in text.lines() {
+        if let Some((k, v)) = line.split_once(' ') {
+            let e = sum.entry(k.to_owned()).or_default();
+            *e = e.saturating_add(v.parse::<u64>().unwrap_or(0));
+        }
+    }
+}
+
+/// Holds `NAME.lock` exclusively while it lives (see the module docs): the lock goes
+/// with the descriptor.
+struct Lock(#[allow(dead_code)] std::fs::File);
+
+impl Lock {
+    fn take(name: &str) -> Option<Self> {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir().join(format!("{name}.lock")))
+            .ok()?;
+        // SAFETY: flock on a descriptor the File owns; released when it closes.
+        (unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0).then_some(Self(f))
+    }
+}
+
+/// Adds counter file `file` (a process's, `NAME.PID`) to `NAME.retired` and removes it;
+/// the caller holds the lock.
+fn fold(name: &str, file: &std::path::Path) {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return;
+    };
+    let retired = dir().join(format!("{name}.retired"));
+    let mut sum = BTreeMap::new();
+    add(
+        &mut sum,
+        &std::fs::read_to_string(&retired).unwrap_or_default(),
+    );
+    add(&mut sum, &text);
+    let out: String = sum.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
+    let tmp = dir().join(format!(".{name}.retired.{}.tmp", std::process::id()));
+    if std::fs::write(&tmp, out).is_ok() && std::fs::rename(&tmp, &retired).is_ok() {
+        let _ = std::fs::remove_file(file);
+    }
+}
+
+/// This process closes device `name`: its last counters (just written) join the
+/// retired ones.
+pub(crate) fn retire(name: &str) {
+    if let Some(_l) = Lock::take(name) {
+        fold(name, &path(name));
+    }
+}
+
+/// The counters of device `name`, summed over every process that has used it: the live
+/// ones, and those that have closed it or died (see the module docs).
 pub fn read(name: &str) -> Vec<(String, u64)> {
     let mut sum: BTreeMap<String, u64> = BTreeMap::new();
     let prefix = format!("{name}.");
+    let lock = Lock::take(name);
     if let Ok(entries) = std::fs::read_dir(dir()) {
         for e in entries.flatten() {
             let file = e.file_name().to_string_lossy().into_owned();
             let Some(pid) = file.strip_prefix(&prefix) else {
                 continue;
             };
-            if !pid.chars().all(|c| c.is_ascii_digit())
-                || !PathBuf::from(format!("/proc/{pid}")).exists()
-            {
+            if pid.is_empty() || !pid.chars().all(|c| c.is_ascii_digit()) {
                 continue;
             }
-            for line in std::fs::read_to_string(e.path())
-                .unwrap_or_default()
-                .lines()
-            {
-                if let Some((k, v)) = line.split_once(' ') {
-                    *sum.entry(k.to_owned()).or_default() += v.parse::<u64>().unwrap_or(0);
+            if !PathBuf::from(format!("/proc/{pid}")).exists() {
+                if lock.is_some() {
+                    fold(name, &e.path());
                 }
+                continue;
             }
+            add(
+                &mut sum,
+                &std::fs::read_to_string(e.path()).unwrap_or_default(),
+            );
         }
     }
+    add(
+        &mut sum,
+        &std::fs::read_to_string(dir().join(format!("{name}.retired"))).unwrap_or_default(),
+    );
     NAMES
         .iter()
         .map(|n| (n.to_string(), sum.get(*n).copied().unwrap_or(0)))
         .collect()
+}
+
+/// One resource a process holds on a device, as it published it (see `softrdma res
+/// show`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resource {
+    /// The process.
+    pub pid: u32,
+    /// Its command name (`/proc/PID/comm`).
+    pub comm: String,
+    /// `qp`, `cq`, `mr` or `pd`.
+    pub kind: String,
+    /// Its attributes, in the order published: numbers in decimal, names as words.
+    pub fields: Vec<(String, String)>,
+}
+
+impl Resource {
+    /// Attribute `key`, if published.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Parses one process's resource file: its pid and command, then its resources.
+fn parse_resources(text: &str) -> Vec<Resource> {
+    let mut lines = text.lines();
+    let Some(head) = lines.next() else {
+        return Vec::new();
+    };
+    let words: Vec<&str> = head.split(' ').collect();
+    let (pid, comm) = match words[..] {
+        ["proc", "pid", pid, "comm", ref comm @ ..] => (pid.parse().unwrap_or(0), comm.join(" ")),
+        _ => return Vec::new(),
+    };
+    lines
+        .filter_map(|l| {
+            let mut w = l.split(' ');
+            let kind = w.next()?.to_owned();
+            let rest: Vec<&str> = w.collect();
+            let fields = rest
+                .chunks_exact(2)
+                .map(|p| (p[0].to_owned(), p[1].to_owned()))
+                .collect();
+            Some(Resource {
+                pid,
+                comm: comm.clone(),
+                kind,
+                fields,
+            })
+        })
+        .collect()
+}
+
+/// Every resource of device `name` in every live process, and how many processes have
+/// published (each process that has the device open and has created anything). The
+/// files of processes that died are removed.
+pub fn resources(name: &str) -> (Vec<Resource>, usize) {
+    let prefix = format!("{name}.");
+    let (mut all, mut procs) = (Vec::new(), 0);
+    if let Ok(entries) = std::fs::read_dir(dir()) {
+        for e in entries.flatten() {
+            let file = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = file
+                .strip_prefix(&prefix)
+                .and_then(|r| r.strip_suffix(".res"))
+            else {
+                continue;
+            };
+            if pid.is_empty() || !pid.chars().all(|c| c.is_ascii_digit()) {
+                continue;
+            }
+            if !PathBuf::from(format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_file(e.path());
+                continue;
+            }
+            procs += 1;
+            all.extend(parse_resources(
+                &std::fs::read_to_string(e.path()).unwrap_or_default(),
+            ));
+        }
+    }
+    all.sort_by_key(|r| r.pid);
+    (all, procs)
 }

@@ -23,12 +23,15 @@ impl Context {
         channel: Option<&CompletionChannel>,
     ) -> Result<CompletionQueue> {
         let dev = self.dev();
-        CompletionQueue::new(
+        let cq = CompletionQueue::new(
             cqe,
             channel,
             dev.events.clone(),
             Arc::downgrade(&(dev.clone() as Arc<dyn Poller>)),
-        )
+        )?;
+        dev.res.add_cq(&cq.inner);
+        dev.res_changed();
+        Ok(cq)
     }
 }
 

@@ -25,6 +25,8 @@ impl Context {
 pub struct ProtectionDomain {
     ctx: Context,
     pd: Pd,
+    /// Keeps it in `softrdma res show` while any handle lives.
+    _res: Arc<crate::device::res::PdEntry>,
 }
 
 impl std::fmt::Debug for ProtectionDomain {
@@ -130,8 +132,11 @@ const _: () = {
 
 impl ProtectionDomain {
     pub(crate) fn new(ctx: Context) -> Self {
-        let pd = ctx.dev().alloc_pd();
-        Self { ctx, pd }
+        let dev = ctx.dev();
+        let pd = dev.alloc_pd();
+        let _res = dev.res.add_pd(pd.0);
+        dev.res_changed();
+        Self { ctx, pd, _res }
     }
 
     /// Registers an owned buffer (`ibv_reg_mr`). The region owns it until dropped.
@@ -139,6 +144,7 @@ impl ProtectionDomain {
         check_access(access)?;
         let table = self.ctx.dev().mrs.clone();
         let inner = table.register_owned(self.pd, buf, access)?;
+        self.ctx.dev().res_changed();
         Ok(MemoryRegion { inner, table })
     }
 
@@ -179,6 +185,7 @@ impl ProtectionDomain {
         let table = self.ctx.dev().mrs.clone();
         // SAFETY: forwarded from this function's contract.
         let inner = unsafe { table.register_raw(self.pd, addr, len, iova, access)? };
+        self.ctx.dev().res_changed();
         Ok(MemoryRegion { inner, table })
     }
 
@@ -290,8 +297,11 @@ impl ProtectionDomain {
             send_cq: init.send_cq.inner.clone(),
             recv_cq: init.recv_cq.inner.clone(),
             awaits: std::sync::atomic::AtomicBool::new(false),
+            last_error: Mutex::new(None),
         });
         qps.insert(qpn, shared.clone());
+        drop(qps);
+        dev.res_changed();
         Ok(QueuePair {
             ctx: self.ctx.clone(),
             pd: self.clone(),
@@ -361,6 +371,7 @@ impl QueuePair {
             }
             Ok::<_, softrdma_proto::ModifyError>(())
         })?;
+        self.ctx.dev().res_changed();
         if attr.state == Some(softrdma_proto::QpState::Reset) {
             self.shared.send_cq.discard_qp(self.qpn);
             if !Arc::ptr_eq(&self.shared.send_cq, &self.shared.recv_cq) {
@@ -575,6 +586,7 @@ impl Drop for QueuePair {
             qps.remove(self.qpn.value());
         }
         dev.free_qpn(self.qpn.value());
+        dev.res_changed();
         let c = self.counters();
         *dev.retired.lock().unwrap_or_else(|e| e.into_inner()) += c;
     }
