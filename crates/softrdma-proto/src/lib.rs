@@ -43,7 +43,8 @@ pub mod workload;
 
 pub use memory::{Access, AtomicOp, MemError, Memory, Pd, RegionBounds, SimMemory};
 pub use qp::{
-    LEND_MIN_BYTES, Lent, PostError, QpCaps, QpConfig, QpCounters, QueuePair, Srq, Transmit,
+    LEND_MIN_BYTES, Lent, Placing, PostError, QpCaps, QpConfig, QpCounters, QueuePair, Srq,
+    Transmit,
 };
 pub use state::{AttrMask, ModifyError, QpAttr};
 pub use types::*;

@@ -1242,3 +1242,117 @@ fn members_talk_through_rings_unless_told_to_use_udp() {
         }
     }
 }
+
+fn placed(c: &Context) -> u64 {
+    c.hw_counters()
+        .into_iter()
+        .find(|(n, _)| *n == "placed_writes")
+        .expect("a placed_writes counter")
+        .1
+}
+
+/// Posts signaled WRITEs of `len` bytes of `data` from `a` to `b`'s region `mr` at
+/// `off`, waiting for each, until one is placed (the first ones take the ring while the
+/// grant is asked for); each WRITE's bytes are checked where they landed.
+fn write_until_placed(a: &End, mr: &MemoryRegion, off: u64, data: &[u8]) {
+    a.mr.write(0, data).unwrap();
+    let before = placed(&a.ctx);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut k = 0;
+    while placed(&a.ctx) == before {
+        assert!(Instant::now() < deadline, "no WRITE was ever placed");
+        let op = SendOp::Write {
+            remote_addr: mr.addr() + off,
+            rkey: mr.rkey(),
+        };
+        a.qp.post_send(signaled(k, op, a.mr.sge(0, data.len() as u32)))
+            .unwrap();
+        assert_eq!(wait(&a.cq, 1)[0].status, WcStatus::Success);
+        let mut got = vec![0; data.len()];
+        mr.read(off as usize, &mut got).unwrap();
+        assert!(got == data, "WRITE {k} landed wrong");
+        k += 1;
+    }
+}
+
+/// Between two members, WRITEs are placed by the sender once the target granted their
+/// region (large ones always, small signaled ones on an idle QP), and land exactly; a
+/// deregistered region's grant is gone before `dereg` returns (a WRITE through its key
+/// then fails as any WRITE to an unknown key does); a QP that left the states that take
+/// WRITEs gets none placed; and `cma: false` places nothing.
+#[test]
+fn writes_are_placed_only_inside_live_grants() {
+    let owner = ctx(114);
+    let (a, b) = (
+        end_opts(114, QpType::Rc, 4096, DeviceOptions::default()),
+        end_opts(114, QpType::Rc, 4096, DeviceOptions::default()),
+    );
+    assert_eq!(owner.sharing(), (true, 2));
+    connect(&a, &b, ConnectAttr::default());
+    write_until_placed(&a, &b.mr, 0x1000, &pattern(3, 65536));
+    write_until_placed(&a, &b.mr, 0x30, &pattern(4, 8));
+    assert!(placed(&a.ctx) >= 2);
+    assert_eq!(placed(&b.ctx), 0, "the target placed nothing");
+
+    // A second region, granted, then deregistered.
+    let mr2 = b
+        ._pd
+        .register_zeroed(8192, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+        .unwrap();
+    let (addr2, rkey2) = (mr2.addr(), mr2.rkey());
+    write_until_placed(&a, &mr2, 0, &pattern(5, 4096));
+    drop(mr2);
+    let before = placed(&a.ctx);
+    let op = SendOp::Write {
+        remote_addr: addr2,
+        rkey: rkey2,
+    };
+    a.qp.post_send(signaled(99, op, a.mr.sge(0, 8))).unwrap();
+    assert_eq!(wait(&a.cq, 1)[0].status, WcStatus::RemAccessErr);
+    assert_eq!(
+        placed(&a.ctx),
+        before,
+        "nothing placed after the deregistration"
+    );
+
+    // A fresh pair whose target then leaves the states that take WRITEs.
+    let (c, d) = (
+        end_opts(114, QpType::Rc, 4096, DeviceOptions::default()),
+        end_opts(114, QpType::Rc, 4096, DeviceOptions::default()),
+    );
+    connect(&c, &d, ConnectAttr::default());
+    write_until_placed(&c, &d.mr, 0, &pattern(6, 65536));
+    d.qp.modify(&QpAttr {
+        state: Some(QpState::Error),
+        ..Default::default()
+    })
+    .unwrap();
+    let before = (placed(&c.ctx), d.mr.to_vec());
+    c.mr.write(0, &pattern(7, 65536)).unwrap();
+    let op = write_to(&d, 0);
+    c.qp.post_send(signaled(7, op, c.mr.sge(0, 65536))).unwrap();
+    assert_eq!(
+        (placed(&c.ctx), d.mr.to_vec()),
+        before,
+        "nothing placed into ERROR"
+    );
+
+    // Told not to.
+    let no = || DeviceOptions {
+        cma: false,
+        ..Default::default()
+    };
+    let (e, f) = (
+        end_opts(114, QpType::Rc, 4096, no()),
+        end_opts(114, QpType::Rc, 4096, no()),
+    );
+    connect(&e, &f, ConnectAttr::default());
+    e.mr.write(0, &pattern(8, 65536)).unwrap();
+    for k in 0..20 {
+        e.qp.post_send(signaled(k, write_to(&f, 0), e.mr.sge(0, 65536)))
+            .unwrap();
+        assert_eq!(wait(&e.cq, 1)[0].status, WcStatus::Success);
+    }
+    assert_eq!(&f.mr.to_vec()[..65536], &pattern(8, 65536)[..]);
+    assert_eq!(placed(&e.ctx), 0);
+}

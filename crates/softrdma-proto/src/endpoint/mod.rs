@@ -173,6 +173,8 @@ pub enum Counter {
     CompleterRetryErr,
     /// Tail-loss probes sent.
     TailLossProbes,
+    /// RDMA WRITEs placed in a same-host peer's memory with no packet (summed over QPs).
+    PlacedWrites,
 }
 
 // The slot of a device counter is its place in the declaration: DEVICE lists them first.
@@ -203,7 +205,7 @@ impl Counter {
 
     /// What `softrdma link show -s` and the counter files show, in the order `rdma
     /// statistic` prints rxe's, then softrdma's own.
-    pub const HW: [Counter; 17] = [
+    pub const HW: [Counter; 18] = [
         Counter::SentPkts,
         Counter::RcvdPkts,
         Counter::DuplicateRequest,
@@ -221,6 +223,7 @@ impl Counter {
         Counter::TailLossProbes,
         Counter::ForwardedPkts,
         Counter::ForwardErr,
+        Counter::PlacedWrites,
     ];
 
     /// Its name, as rxe's `hw_counters` (or in their style, for the ones rxe has not).
@@ -246,6 +249,7 @@ impl Counter {
             Counter::RetryRnrExceededErr => "retry_rnr_exceeded_err",
             Counter::CompleterRetryErr => "completer_retry_err",
             Counter::TailLossProbes => "tail_loss_probes",
+            Counter::PlacedWrites => "placed_writes",
         }
     }
 
@@ -272,6 +276,7 @@ impl Counter {
             Counter::RetryRnrExceededErr => q.rnr_retry_exceeded,
             Counter::CompleterRetryErr => q.timeouts,
             Counter::TailLossProbes => q.probes,
+            Counter::PlacedWrites => q.placed_writes,
             _ => return None,
         })
     }

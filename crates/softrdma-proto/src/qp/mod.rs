@@ -134,6 +134,18 @@ pub struct QpConfig {
     pub udp_sport: Option<u16>,
 }
 
+/// What the host does with a WRITE it may place itself (see
+/// [`QueuePair::post_send_placed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placing {
+    /// Placed in the target's memory: it completes at once.
+    Done,
+    /// To be placed once every earlier WR has completed.
+    Hold,
+    /// Sent as packets.
+    Wire,
+}
+
 /// What the application did wrong when posting. The QP is unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PostError {
@@ -291,6 +303,9 @@ pub struct QpCounters {
     /// Packets dropped: wrong state, address, transport, P_Key or Q_Key, or a UC message
     /// with a missing packet.
     pub dropped: u64,
+    /// RDMA WRITEs the host placed in the target's memory itself, without packets (see
+    /// [`QueuePair::post_send_placed`]).
+    pub placed_writes: u64,
 }
 
 impl std::ops::AddAssign for QpCounters {
@@ -310,6 +325,7 @@ impl std::ops::AddAssign for QpCounters {
         self.retry_exceeded += b.retry_exceeded;
         self.rnr_retry_exceeded += b.rnr_retry_exceeded;
         self.dropped += b.dropped;
+        self.placed_writes += b.placed_writes;
     }
 }
 
@@ -568,6 +584,11 @@ impl QueuePair {
         self.cfg.pd
     }
 
+    /// Whether every send WR completes with a completion (`sq_sig_all`).
+    pub fn sq_sig_all(&self) -> bool {
+        self.cfg.sq_sig_all
+    }
+
     /// The transport.
     pub fn qp_type(&self) -> QpType {
         self.cfg.qp_type
@@ -749,6 +770,90 @@ impl QueuePair {
         }
         self.req.push(wr, len, signaled, self.attrs.mtu);
         Ok(())
+    }
+
+    /// [`QueuePair::post_send`], for a host that can place an RDMA WRITE in the target's
+    /// memory itself (two processes of one host). Once the WR has passed every check of
+    /// `post_send`, and if it is a WRITE without immediate data (whose receive completion
+    /// only the wire can make) on an RC or UC QP in RTS, `place` is asked what to do with
+    /// it, given its destination QPN and address and whether the send queue is empty
+    /// (every earlier WR completed):
+    /// - [`Placing::Done`] (only when empty): the host placed it; it completes at once, as
+    ///   its ACK would have completed it;
+    /// - [`Placing::Hold`]: it waits in the queue, unsent, until every WR before it has
+    ///   completed; then [`QueuePair::held_front`] hands it to the host, which places it
+    ///   or sends it ([`QueuePair::complete_held`]);
+    /// - [`Placing::Wire`]: it is posted as `post_send` posts it.
+    ///
+    /// The order of a QP's operations holds: a WRITE is placed only when every earlier WR
+    /// is complete, so none can land after it, and every later one waits behind it.
+    /// Returns what was done.
+    pub fn post_send_placed(
+        &mut self,
+        wr: SendWr,
+        place: impl FnOnce(&SendWr, Qpn, IpAddr, bool) -> Placing,
+    ) -> Result<Placing, PostError> {
+        let placeable = self.state == QpState::Rts
+            && matches!(self.cfg.qp_type, QpType::Rc | QpType::Uc)
+            && matches!(wr.op, SendOp::Write { .. })
+            && (self.req.sq.len() as u32) < self.cfg.caps.max_send_wr;
+        // The checks of `post_send` that a WRITE on a QP in RTS can fail.
+        let fits = match &wr.payload {
+            Payload::Sges(s) => s.len() as u32 <= self.cfg.caps.max_send_sge,
+            Payload::Inline(v) => v.len() as u32 <= self.cfg.caps.max_inline_data,
+        };
+        let len = wr.payload.len();
+        if !placeable || !fits || len == 0 || len > MAX_MSG_SIZE {
+            return self.post_send(wr).map(|()| Placing::Wire);
+        }
+        let idle = self.req.sq.is_empty();
+        match place(&wr, self.attrs.dest_qpn, self.attrs.av.dst, idle) {
+            Placing::Done if idle => {
+                if self.cfg.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED) {
+                    self.completions
+                        .push_back(self.send_wc(&wr, WcStatus::Success, len as u32));
+                }
+                self.counters.placed_writes += 1;
+                Ok(Placing::Done)
+            }
+            Placing::Hold => {
+                self.post_send(wr)?;
+                if let Some(w) = self.req.sq.back_mut() {
+                    w.held = true;
+                }
+                Ok(Placing::Hold)
+            }
+            _ => self.post_send(wr).map(|()| Placing::Wire),
+        }
+    }
+
+    /// The held WRITE (see [`QueuePair::post_send_placed`]) that every WR before it
+    /// completed, if there is one now, with its destination QPN and address: the host
+    /// places or sends it, and says which with [`QueuePair::complete_held`].
+    pub fn held_front(&self) -> Option<(&SendWr, Qpn, IpAddr)> {
+        let w = self.req.sq.front()?;
+        (w.held && w.first_psn.is_none() && self.state == QpState::Rts).then_some((
+            &w.wr,
+            self.attrs.dest_qpn,
+            self.attrs.av.dst,
+        ))
+    }
+
+    /// The host placed the WR [`QueuePair::held_front`] gave (`placed`): it completes;
+    /// or it did not: it is sent as any other.
+    pub fn complete_held(&mut self, placed: bool) {
+        let Some(w) = self.req.sq.front_mut() else {
+            return;
+        };
+        if !w.held || w.first_psn.is_some() {
+            return;
+        }
+        if placed {
+            self.complete_front(WcStatus::Success);
+            self.counters.placed_writes += 1;
+        } else {
+            w.held = false;
+        }
     }
 
     /// Posts a receive WR.

@@ -25,6 +25,9 @@ pub(crate) struct SendWqe {
     /// READ: responses placed ahead of `read_done`: bit `i` is the response PSN `i + 1`
     /// after the next one expected.
     pub read_ahead: u128,
+    /// Held for the host to place once every WR before it completed (see
+    /// `QueuePair::post_send_placed`): not sent while held.
+    pub held: bool,
 }
 
 /// The requester and completer state.
@@ -190,6 +193,7 @@ impl Requester {
             signaled,
             read_done: 0,
             read_ahead: 0,
+            held: false,
         });
         self.drain_reported = false;
     }
@@ -544,7 +548,7 @@ impl QueuePair {
         let idx = self.req.send_idx;
         let w = self.req.sq.get(idx)?;
         if w.first_psn.is_none() {
-            if self.state == QpState::Sqd {
+            if self.state == QpState::Sqd || w.held {
                 return None;
             }
             if rc {
@@ -824,7 +828,7 @@ impl QueuePair {
     }
 
     /// Completes the oldest send WR.
-    fn complete_front(&mut self, status: WcStatus) {
+    pub(super) fn complete_front(&mut self, status: WcStatus) {
         let Some(w) = self.req.sq.pop_front() else {
             return;
         };

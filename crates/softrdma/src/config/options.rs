@@ -49,6 +49,11 @@ pub struct DeviceOptions {
     /// instead of UDP (on by default; `SOFTRDMA_SHM=0` forces the UDP path, for tests and
     /// measurements).
     pub shm: bool,
+    /// Between processes that share a device, let a process place its RDMA WRITEs in the
+    /// target's memory itself, with one cross-memory copy (`process_vm_writev`), once the
+    /// target checked the R_Key and granted the range (on by default where the kernel
+    /// allows it; `SOFTRDMA_CMA=0` sends them through the rings, for measurements).
+    pub cma: bool,
 }
 
 impl Default for DeviceOptions {
@@ -62,6 +67,7 @@ impl Default for DeviceOptions {
             connected: true,
             share: true,
             shm: true,
+            cma: true,
         }
     }
 }
@@ -69,7 +75,7 @@ impl Default for DeviceOptions {
 impl DeviceOptions {
     /// The options `SOFTRDMA_FAULTS`, `SOFTRDMA_PCAP`, `SOFTRDMA_ZERO_COPY=1`,
     /// `SOFTRDMA_NO_GSO`, `SOFTRDMA_GSO=always`, `SOFTRDMA_CONNECTED=0` and
-    /// `SOFTRDMA_SHARE=0` and `SOFTRDMA_SHM=0` ask for.
+    /// `SOFTRDMA_SHARE=0`, `SOFTRDMA_SHM=0` and `SOFTRDMA_CMA=0` ask for.
     pub fn from_env() -> Result<Self> {
         Ok(Self {
             gso: std::env::var_os("SOFTRDMA_NO_GSO").is_none(),
@@ -77,6 +83,7 @@ impl DeviceOptions {
             connected: std::env::var("SOFTRDMA_CONNECTED").map_or(true, |v| v != "0"),
             share: std::env::var("SOFTRDMA_SHARE").map_or(true, |v| v != "0"),
             shm: std::env::var("SOFTRDMA_SHM").map_or(true, |v| v != "0"),
+            cma: std::env::var("SOFTRDMA_CMA").map_or(true, |v| v != "0"),
             faults: match std::env::var("SOFTRDMA_FAULTS") {
                 Ok(s) => Some(LinkFaults::parse(&s).map_err(|e| Error::Faults {
                     spec: s.clone(),

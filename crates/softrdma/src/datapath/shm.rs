@@ -72,10 +72,10 @@ pub(crate) enum RingError {
         source: std::io::Error,
     },
     /// The memfd is not the layout's size.
-    #[error("the ring's memory is {0} bytes, not the {want} its layout needs", want = ring_bytes())]
-    Size(u64),
+    #[error("the shared memory is {0} bytes, not the {1} its layout needs")]
+    Size(u64, usize),
     /// The memfd may still shrink.
-    #[error("the ring's memory is not sealed against shrinking (seals {0:#x})")]
+    #[error("the shared memory is not sealed against shrinking (seals {0:#x})")]
     Unsealed(i32),
     /// The producer published an index the consumer cannot have been given.
     #[error("the producer published entry {head} with the consumer at {tail}")]
@@ -94,9 +94,10 @@ fn last_os(what: &'static str) -> RingError {
     }
 }
 
-/// A shared mapping of a ring's memfd.
+/// A shared mapping of a memfd (a ring's, or a placement table's).
 struct Map {
     ptr: *mut u8,
+    len: usize,
 }
 
 // SAFETY: the mapping is plain shared memory; every access to it goes through atomics or
@@ -106,13 +107,14 @@ unsafe impl Send for Map {}
 unsafe impl Sync for Map {}
 
 impl Map {
-    /// Maps the whole of `fd` (which the caller checked is [`ring_bytes`] long), shared.
-    fn new(fd: &OwnedFd) -> Result<Self, RingError> {
+    /// Maps the first `len` bytes of `fd` (which the caller checked is that long and
+    /// cannot shrink), shared.
+    fn new(fd: &OwnedFd, len: usize) -> Result<Self, RingError> {
         // SAFETY: a fresh shared mapping of a descriptor we hold; the kernel picks where.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                ring_bytes(),
+                len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 fd.as_raw_fd(),
@@ -120,26 +122,35 @@ impl Map {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(last_os("mmap of a ring"));
+            return Err(last_os("mmap of shared memory"));
         }
-        Ok(Self { ptr: p.cast() })
+        Ok(Self { ptr: p.cast(), len })
     }
 
     fn word64(&self, at: usize) -> &AtomicU64 {
-        // SAFETY: `at` is one of the header's 8-byte-aligned offsets, inside the mapping,
-        // which lives as long as `self`; the word is only ever accessed atomically.
+        assert!(
+            at % 8 == 0 && at + 8 <= self.len,
+            "a word inside the mapping"
+        );
+        // SAFETY: `at` is 8-byte aligned and inside the mapping (checked), which lives as
+        // long as `self`; the word is only ever accessed atomically.
         unsafe { &*self.ptr.add(at).cast::<AtomicU64>() }
     }
 
     fn word32(&self, at: usize) -> &AtomicU32 {
+        assert!(
+            at % 4 == 0 && at + 4 <= self.len,
+            "a word inside the mapping"
+        );
         // SAFETY: as for `word64`.
         unsafe { &*self.ptr.add(at).cast::<AtomicU32>() }
     }
 
-    /// Slot `n % SLOTS`.
+    /// Slot `n % SLOTS` of a ring.
     fn slot(&self, n: u64) -> *mut u8 {
         let i = (n % u64::from(SLOTS)) as usize;
-        // SAFETY: `i < SLOTS`, so the slot lies inside the mapping.
+        debug_assert!(HEADER + (i + 1) * SLOT_SIZE as usize <= self.len);
+        // SAFETY: `i < SLOTS`, so the slot lies inside a ring's mapping.
         unsafe { self.ptr.add(HEADER + i * SLOT_SIZE as usize) }
     }
 }
@@ -148,8 +159,53 @@ impl Drop for Map {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `new`, unmapped once; no reference into it outlives
         // `self` (every accessor borrows it).
-        unsafe { libc::munmap(self.ptr.cast(), ring_bytes()) };
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
+}
+
+/// A new memfd of `len` bytes, sealed at that size.
+fn sealed_memfd(name: &std::ffi::CStr, len: usize) -> Result<OwnedFd, RingError> {
+    // SAFETY: a NUL-terminated name, no other pointers.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(last_os("memfd_create"));
+    }
+    // SAFETY: a new descriptor nothing else owns.
+    let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: plain calls on our descriptor.
+    let ok = unsafe {
+        libc::ftruncate(fd, len as libc::off_t) == 0
+            && libc::fcntl(
+                fd,
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+            ) == 0
+    };
+    if !ok {
+        return Err(last_os("sizing and sealing shared memory"));
+    }
+    Ok(memfd)
+}
+
+/// Checks that a memfd a peer passed is `len` bytes and cannot shrink (a shrink would turn
+/// this process's accesses into SIGBUS), and maps it.
+fn map_peers(memfd: &OwnedFd, len: usize) -> Result<Map, RingError> {
+    // SAFETY: an all-zero stat is a valid out-parameter for fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes `st`, which lives for the call.
+    if unsafe { libc::fstat(memfd.as_raw_fd(), &mut st) } != 0 {
+        return Err(last_os("fstat of shared memory"));
+    }
+    if st.st_size as u64 != len as u64 {
+        return Err(RingError::Size(st.st_size as u64, len));
+    }
+    // SAFETY: a plain fcntl on a descriptor we hold.
+    let seals = unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+        return Err(RingError::Unsealed(seals));
+    }
+    Map::new(memfd, len)
 }
 
 /// A new eventfd, non-blocking.
@@ -178,31 +234,8 @@ pub(crate) struct Producer {
 impl Producer {
     /// A new ring, with its memfd sealed at its size, and its consumer's eventfd.
     pub(crate) fn create() -> Result<Self, RingError> {
-        // SAFETY: a NUL-terminated name, no other pointers.
-        let fd = unsafe {
-            libc::memfd_create(
-                c"softrdma-ring".as_ptr(),
-                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-            )
-        };
-        if fd < 0 {
-            return Err(last_os("memfd_create"));
-        }
-        // SAFETY: a new descriptor nothing else owns.
-        let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: plain calls on our descriptor.
-        let ok = unsafe {
-            libc::ftruncate(fd, ring_bytes() as libc::off_t) == 0
-                && libc::fcntl(
-                    fd,
-                    libc::F_ADD_SEALS,
-                    libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
-                ) == 0
-        };
-        if !ok {
-            return Err(last_os("sizing and sealing a ring"));
-        }
-        let map = Map::new(&memfd)?;
+        let memfd = sealed_memfd(c"softrdma-ring", ring_bytes())?;
+        let map = Map::new(&memfd, ring_bytes())?;
         map.word64(0).store(MAGIC, Ordering::Relaxed);
         Ok(Self {
             map,
@@ -287,20 +320,6 @@ impl Consumer {
     /// Maps the ring a producer passed (`memfd`, `wake`) after checking its size and
     /// seals; its packets count as coming from `from`.
     pub(crate) fn open(memfd: OwnedFd, wake: OwnedFd, from: IpAddr) -> Result<Self, RingError> {
-        // SAFETY: an all-zero stat is a valid out-parameter for fstat.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fstat writes `st`, which lives for the call.
-        if unsafe { libc::fstat(memfd.as_raw_fd(), &mut st) } != 0 {
-            return Err(last_os("fstat of a ring"));
-        }
-        if st.st_size as u64 != ring_bytes() as u64 {
-            return Err(RingError::Size(st.st_size as u64));
-        }
-        // SAFETY: a plain fcntl on a descriptor we hold.
-        let seals = unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
-            return Err(RingError::Unsealed(seals));
-        }
         // The eventfd is read by the progress thread, which must never block on it,
         // whatever the peer passed.
         // SAFETY: plain fcntls on a descriptor we hold.
@@ -310,7 +329,7 @@ impl Consumer {
                 return Err(last_os("the ring's eventfd"));
             }
         }
-        let map = Map::new(&memfd)?;
+        let map = map_peers(&memfd, ring_bytes())?;
         // It starts wherever the producer is (a fresh ring: 0).
         let tail = map.word64(TAIL).load(Ordering::Acquire);
         Ok(Self {
@@ -401,6 +420,102 @@ impl Consumer {
     }
 }
 
+/// Slots in a placement table: grants one process holds from another at once.
+pub(crate) const GRANTS: u32 = 256;
+/// A placement table's bytes: per slot, its `word` and its `inuse` count.
+const GRANT_BYTES: usize = GRANTS as usize * 16;
+
+/// A placement table: the shared words through which a process that granted a peer a
+/// memory range (see `device::place`) takes the grant back. Slot `i` is two words: `word`,
+/// the grant's stamp while it holds (0 once revoked), and `inuse`, how many of the peer's
+/// writes into that range are under way. The peer enters a slot (`inuse` + 1, then
+/// `word` still its stamp), writes, and leaves; the granting process revokes it (`word`
+/// to 0, then waits until `inuse` is 0). Both sides use sequentially consistent
+/// operations, so a write either saw the revocation and did not start, or the revoker
+/// sees it under way and waits for it.
+///
+/// Trust: the words are the peer's to wreck, and only to its own loss: the table says
+/// when the peer may write, and the peer could write that memory anyway (the kernel's
+/// ptrace rules are what stop it; see `device::place`). A revoker waits for `inuse` for
+/// a bounded time only.
+pub(crate) struct GrantTable {
+    map: Map,
+    memfd: OwnedFd,
+}
+
+impl GrantTable {
+    /// A new table, every slot revoked (the granting side).
+    pub(crate) fn create() -> Result<Self, RingError> {
+        let memfd = sealed_memfd(c"softrdma-grants", GRANT_BYTES)?;
+        let map = Map::new(&memfd, GRANT_BYTES)?;
+        Ok(Self { map, memfd })
+    }
+
+    /// Maps the table a granting peer passed, after checking its size and seals.
+    pub(crate) fn open(memfd: OwnedFd) -> Result<Self, RingError> {
+        let map = map_peers(&memfd, GRANT_BYTES)?;
+        Ok(Self { map, memfd })
+    }
+
+    /// The memfd, to pass to the peer.
+    pub(crate) fn fd(&self) -> RawFd {
+        self.memfd.as_raw_fd()
+    }
+
+    fn words(&self, slot: u32) -> (&AtomicU64, &AtomicU64) {
+        let at = (slot % GRANTS) as usize * 16;
+        (self.map.word64(at), self.map.word64(at + 8))
+    }
+
+    /// Grants slot `slot` under `stamp` (not 0).
+    pub(crate) fn grant(&self, slot: u32, stamp: u64) {
+        debug_assert!(stamp != 0);
+        let (word, inuse) = self.words(slot);
+        inuse.store(0, Ordering::SeqCst);
+        word.store(stamp, Ordering::SeqCst);
+    }
+
+    /// Takes slot `slot` back: no write starts in it from now on, and this returns once
+    /// none is under way, or once `waited` (given how long it has waited) says to stop
+    /// (the peer is dead, or took too long). True if no write was left under way.
+    pub(crate) fn revoke(
+        &self,
+        slot: u32,
+        mut waited: impl FnMut(std::time::Duration) -> bool,
+    ) -> bool {
+        let (word, inuse) = self.words(slot);
+        word.store(0, Ordering::SeqCst);
+        let start = std::time::Instant::now();
+        let mut spins = 0u32;
+        while inuse.load(Ordering::SeqCst) != 0 {
+            spins += 1;
+            if spins % 64 == 0 && waited(start.elapsed()) {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
+    }
+
+    /// The peer's side: starts a write under the grant `stamp` in slot `slot`; false if
+    /// the grant was revoked (nothing may be written then). Each true must be followed by
+    /// [`GrantTable::leave`].
+    pub(crate) fn enter(&self, slot: u32, stamp: u64) -> bool {
+        let (word, inuse) = self.words(slot);
+        inuse.fetch_add(1, Ordering::SeqCst);
+        if word.load(Ordering::SeqCst) == stamp {
+            return true;
+        }
+        inuse.fetch_sub(1, Ordering::SeqCst);
+        false
+    }
+
+    /// The peer's side: the write that [`GrantTable::enter`] started is over.
+    pub(crate) fn leave(&self, slot: u32) {
+        self.words(slot).1.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -468,7 +583,7 @@ mod tests {
         let ip = "127.0.0.1".parse().unwrap();
         assert!(matches!(
             Consumer::open(m.try_clone().unwrap(), eventfd().unwrap(), ip),
-            Err(RingError::Size(0))
+            Err(RingError::Size(0, _))
         ));
         // SAFETY: plain call on our descriptor.
         assert_eq!(unsafe { libc::ftruncate(fd, ring_bytes() as i64) }, 0);
@@ -511,5 +626,38 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A grant's slot: a write starts only under the live stamp; a revocation stops new
+    /// ones at once and waits for the one under way (here given up on after its first
+    /// look, so it reports the write still under way); a table a peer passed is mapped
+    /// only if it is sealed at its size.
+    #[test]
+    fn a_revoked_grant_admits_no_write_and_waits_for_the_one_under_way() {
+        let t = GrantTable::create().unwrap();
+        t.grant(3, 7);
+        let peer = GrantTable::open(
+            // SAFETY: dup of a live descriptor, owned by the new OwnedFd.
+            unsafe { OwnedFd::from_raw_fd(libc::dup(t.fd())) },
+        )
+        .unwrap();
+        assert!(!peer.enter(3, 8), "a stale stamp");
+        assert!(peer.enter(3, 7));
+        let mut looks = 0;
+        assert!(!t.revoke(3, |_| {
+            looks += 1;
+            true
+        }));
+        assert_eq!(looks, 1);
+        assert!(!peer.enter(3, 7), "revoked: no new write");
+        peer.leave(3);
+        assert!(t.revoke(3, |_| panic!("nothing under way to wait for")));
+        // SAFETY: a NUL-terminated name, no other pointers.
+        let fd = unsafe { libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC) };
+        // SAFETY: a new descriptor nothing else owns.
+        let m = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: a plain call on our descriptor.
+        assert_eq!(unsafe { libc::ftruncate(fd, GRANT_BYTES as i64) }, 0);
+        assert!(matches!(GrantTable::open(m), Err(RingError::Unsealed(_))));
     }
 }

@@ -36,6 +36,7 @@
 //! `conns` is the progress thread's, and the sender's for the moment it adds a
 //! connection. No QP lock is taken under any of them.
 
+use super::place::{self, Grant, Granted, Placements, Table};
 use super::share::{self, Holder, Share, msg::Msg, msg::VERSION};
 use crate::datapath::batch::SendBatch;
 use crate::datapath::shm::{self, Consumer, Producer};
@@ -92,6 +93,8 @@ impl Drop for Draining {
 struct Outgoing {
     ring: Mutex<Producer>,
     ep: u64,
+    /// The connection's token.
+    token: usize,
 }
 
 /// A ring a peer fills, drained by the receive path.
@@ -110,10 +113,31 @@ enum Conn {
     /// Accepted; its ring has not come yet.
     Accepted { fd: OwnedFd, pid: i32 },
     /// A peer's ring comes over it (the peer's endpoint, and whether the connection ends
-    /// in order: a bye either way, or a refusal).
-    In { fd: OwnedFd, ep: u64, bye: Ending },
+    /// in order: a bye either way, or a refusal), with the placement table of the grants
+    /// made to it, once it asked for one (see [`super::place`]).
+    In {
+        fd: OwnedFd,
+        ep: u64,
+        bye: Ending,
+        pid: i32,
+        table: Option<Arc<Table>>,
+    },
     /// Our ring went over it.
-    Out { fd: OwnedFd, ep: u64, bye: Ending },
+    Out {
+        fd: OwnedFd,
+        ep: u64,
+        bye: Ending,
+        pid: i32,
+    },
+}
+
+/// What a poll event on the same-host path asks of the device.
+#[derive(Default)]
+pub(crate) struct Happened {
+    /// A peer died: its endpoint, and the QPNs this process sent to there.
+    pub died: Option<(u64, Vec<u32>)>,
+    /// Peers' asks to place WRITEs: (connection, QPN, R_Key).
+    pub asks: Vec<(usize, u32, u32)>,
 }
 
 /// How a connection to a peer ends.
@@ -166,8 +190,24 @@ pub(crate) struct Local {
     incoming: Mutex<(Vec<Incoming>, usize)>,
     /// Whether `incoming` has any (read on every poll, without the lock).
     any_in: AtomicBool,
+    /// Whether this process opened a ring to any peer (read on every send, without a
+    /// lock).
+    any_out: AtomicBool,
     conns: Mutex<HashMap<usize, Conn>>,
     next: AtomicUsize,
+    /// Whether WRITEs may be placed by cross-memory copy (see [`super::place`]).
+    cma: bool,
+    /// The grants this process holds from its peers.
+    placements: Mutex<Placements>,
+    /// The grants this process issued (the region table's), revoked with a connection.
+    granted: Arc<Granted>,
+}
+
+/// A connection's descriptor.
+fn fd_raw(c: &Conn) -> std::os::fd::RawFd {
+    match c {
+        Conn::Accepted { fd, .. } | Conn::In { fd, .. } | Conn::Out { fd, .. } => fd.as_raw_fd(),
+    }
 }
 
 /// The abstract name of endpoint `ep` on the device at `addr`.
@@ -185,7 +225,12 @@ fn name(addr: IpAddr, scope_id: u32, ep: u64) -> ns::UnixAddr {
 impl Local {
     /// Binds a fresh endpoint's name and listens on it; `None` if that cannot be done
     /// (the device then shares through the owner only).
-    pub(crate) fn bind(addr: IpAddr, scope_id: u32) -> Option<Local> {
+    pub(crate) fn bind(
+        addr: IpAddr,
+        scope_id: u32,
+        cma: bool,
+        granted: Arc<Granted>,
+    ) -> Option<Local> {
         let l = ns::socket(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -215,8 +260,12 @@ impl Local {
             routes: Mutex::new(Routes::default()),
             incoming: Mutex::new((Vec::new(), 0)),
             any_in: AtomicBool::new(false),
+            any_out: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
             next: AtomicUsize::new(0),
+            cma,
+            placements: Mutex::new(Placements::default()),
+            granted,
         })
     }
 
@@ -362,10 +411,13 @@ impl Local {
         )
         .ok()?;
         ns::connect(fd.as_raw_fd(), &name(self.addr, self.scope_id, ep)).ok()?;
-        if let Err(e) = share::same_user(&fd) {
-            eprintln!("softrdma: {}: not using a same-host ring: {e}", self.addr);
-            return None;
-        }
+        let pid = match share::same_user(&fd) {
+            Ok(pid) => pid,
+            Err(e) => {
+                eprintln!("softrdma: {}: not using a same-host ring: {e}", self.addr);
+                return None;
+            }
+        };
         let ring = Producer::create()
             .map_err(|e| eprintln!("softrdma: {}: no same-host ring: {e}", self.addr))
             .ok()?;
@@ -398,8 +450,10 @@ impl Local {
                 fd,
                 ep,
                 bye: Ending::Open,
+                pid,
             },
         );
+        self.any_out.store(true, Ordering::Relaxed);
         share::log(format_args!(
             "{}: pid {} opened a same-host ring to endpoint {ep:016x}",
             self.addr,
@@ -408,6 +462,7 @@ impl Local {
         Some(Arc::new(Outgoing {
             ring: Mutex::new(ring),
             ep,
+            token,
         }))
     }
 
@@ -502,6 +557,12 @@ impl Local {
         any
     }
 
+    /// Whether any route to a peer's ring exists (a send looks for a grant only then).
+    #[inline]
+    pub(crate) fn has_routes(&self) -> bool {
+        self.cma && self.any_out.load(Ordering::Relaxed)
+    }
+
     /// Whether any ring is open (the receive path looks at them only then).
     #[inline]
     pub(crate) fn has_rings(&self) -> bool {
@@ -512,11 +573,14 @@ impl Local {
     /// [`BASE`]). When a peer died (its connection hung up with no bye first): its
     /// endpoint and the QPNs this process sent to there, for the device to put its QPs
     /// connected to that peer into ERROR.
-    pub(crate) fn event(&self, token: mio::Token, closed: bool) -> Option<(u64, Vec<u32>)> {
-        let registry = self.registry.get()?;
+    pub(crate) fn event(&self, token: mio::Token, closed: bool) -> Happened {
+        let mut happened = Happened::default();
+        let Some(registry) = self.registry.get() else {
+            return happened;
+        };
         if token == LISTEN {
             self.accept(registry);
-            return None;
+            return happened;
         }
         let t = token.0;
         if (t - BASE) % 2 == 1 {
@@ -524,10 +588,12 @@ impl Local {
             if let Some(r) = g.0.iter().find(|r| r.token + 1 == t) {
                 r.ring.clear_wake();
             }
-            return None;
+            return happened;
         }
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        let conn = conns.get_mut(&t)?;
+        let Some(conn) = conns.get_mut(&t) else {
+            return happened;
+        };
         let fd = match conn {
             Conn::Accepted { fd, .. } | Conn::In { fd, .. } | Conn::Out { fd, .. } => {
                 fd.as_raw_fd()
@@ -556,6 +622,27 @@ impl Local {
                     }
                 }
                 (Conn::Out { bye, .. }, Ok(Msg::Refused { .. })) => *bye = Ending::Refused,
+                (Conn::In { .. }, Ok(Msg::Place { qpn, rkey })) => {
+                    happened.asks.push((t, qpn, rkey));
+                }
+                (Conn::Out { ep, pid, .. }, Ok(Msg::Placed { qpn, rkey, grant })) => {
+                    let grant = (grant != Grant::REFUSED).then_some(grant);
+                    let fd = fds.into_iter().next();
+                    let r = self
+                        .placements
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .answer(*ep, *pid, qpn, rkey, grant, fd);
+                    if let Err(e) = r {
+                        eprintln!(
+                            "softrdma: {}: closing a same-host connection: {e}",
+                            self.addr
+                        );
+                        let _ = share::send(fd_raw(conn), &self.refusal(), &[]);
+                        gone = true;
+                        break;
+                    }
+                }
                 (Conn::Accepted { pid, .. }, Ok(Msg::Ring { .. })) => {
                     let pid = *pid;
                     match self.take_ring(registry, t, fd, &rec, fds) {
@@ -569,6 +656,8 @@ impl Local {
                                     fd,
                                     ep,
                                     bye: Ending::Open,
+                                    pid,
+                                    table: None,
                                 },
                             );
                             share::log(format_args!(
@@ -602,9 +691,11 @@ impl Local {
             }
         }
         if !gone {
-            return None;
+            return happened;
         }
-        let (ep, ending) = self.close(registry, &mut conns, t)?;
+        let Some((ep, ending)) = self.close(registry, &mut conns, t) else {
+            return happened;
+        };
         // One connection to a peer ending ends the others to it (the pair is closed in
         // order, both ways): a ring with no connection behind it would stay mapped.
         let others: Vec<usize> = conns
@@ -649,7 +740,124 @@ impl Local {
             },
             lost.len()
         ));
-        (ending == Ending::Open).then_some((ep, lost))
+        happened.died = (ending == Ending::Open).then_some((ep, lost));
+        happened
+    }
+
+    /// The placement table for the peer on connection `token`, made on its first ask.
+    pub(crate) fn table_for(&self, token: usize) -> Option<Arc<Table>> {
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(Conn::In { pid, table, .. }) = conns.get_mut(&token) else {
+            return None;
+        };
+        if table.is_none() {
+            *table = Table::create(*pid);
+        }
+        table.clone()
+    }
+
+    /// Answers the ask for (`qpn`, `rkey`) on connection `token` with `grant` (made in
+    /// `table`), or with a refusal. A grant that can no longer be said (the connection
+    /// went meanwhile) is revoked.
+    pub(crate) fn answer(
+        &self,
+        token: usize,
+        qpn: u32,
+        rkey: u32,
+        grant: Option<Grant>,
+        table: &Arc<Table>,
+    ) {
+        let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let m = Msg::Placed {
+            qpn,
+            rkey,
+            grant: grant.unwrap_or(Grant::REFUSED),
+        };
+        let said = match conns.get(&token) {
+            Some(Conn::In { fd, .. }) => {
+                let fds = if grant.is_some() {
+                    vec![table.shm.fd()]
+                } else {
+                    Vec::new()
+                };
+                share::send(fd.as_raw_fd(), &m, &fds).is_ok()
+            }
+            _ => false,
+        };
+        drop(conns);
+        if !said && grant.is_some() {
+            self.granted.revoke_table(table);
+        }
+    }
+
+    /// Places a WRITE of the `local` pieces at `remote_addr` of QPN `qpn`'s process
+    /// through `rkey`, by cross-memory copy, if that process granted it (see
+    /// [`super::place`]); otherwise asks for a grant (once in a while) and says no, and
+    /// the WRITE takes the ring.
+    pub(crate) fn place(
+        &self,
+        qpn: u32,
+        rkey: u32,
+        remote_addr: u64,
+        local: &[(*const u8, usize)],
+    ) -> bool {
+        if !self.cma {
+            return false;
+        }
+        let held = self
+            .placements
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .held(qpn, rkey);
+        match held {
+            Some(p) => {
+                place::write(&self.placements, &p, qpn, rkey, remote_addr, local)
+                    == place::Placed::Done
+            }
+            None => {
+                self.ask(qpn, rkey);
+                false
+            }
+        }
+    }
+
+    /// Whether a grant to place WRITEs to QPN `qpn` through `rkey` is held; if not, one
+    /// is asked for (once in a while).
+    pub(crate) fn granted(&self, qpn: u32, rkey: u32) -> bool {
+        let held = self
+            .placements
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .held(qpn, rkey)
+            .is_some();
+        if !held {
+            self.ask(qpn, rkey);
+        }
+        held
+    }
+
+    /// Asks QPN `qpn`'s process for a grant through `rkey`, if a ring reaches it and it
+    /// was not asked lately.
+    fn ask(&self, qpn: u32, rkey: u32) {
+        let out = {
+            let routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+            routes.by_qpn.get(&qpn).and_then(|r| r.ring.clone())
+        };
+        let Some(out) = out else {
+            return;
+        };
+        if !self
+            .placements
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .should_ask(qpn, rkey, out.ep)
+        {
+            return;
+        }
+        let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(Conn::Out { fd, .. }) = conns.get(&out.token) {
+            let _ = share::send(fd.as_raw_fd(), &Msg::Place { qpn, rkey }, &[]);
+        }
     }
 
     /// What this process says when it refuses a peer's ring or record.
@@ -672,7 +880,21 @@ impl Local {
     ) -> Option<(u64, Ending)> {
         let (fd, ep, ending) = match conns.remove(&t)? {
             Conn::Accepted { fd, .. } => (fd, 0, Ending::Bye),
-            Conn::In { fd, ep, bye } | Conn::Out { fd, ep, bye } => (fd, ep, bye),
+            Conn::In {
+                fd, ep, bye, table, ..
+            } => {
+                if let Some(table) = table {
+                    self.granted.revoke_table(&table);
+                }
+                (fd, ep, bye)
+            }
+            Conn::Out { fd, ep, bye, .. } => {
+                self.placements
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .forget(ep);
+                (fd, ep, bye)
+            }
         };
         let _ = registry.deregister(&mut mio::unix::SourceFd(&fd.as_raw_fd()));
         let mut g = self.incoming.lock().unwrap_or_else(|e| e.into_inner());

@@ -21,6 +21,7 @@ pub(crate) mod cq;
 pub(crate) mod events;
 pub(crate) mod handoff;
 pub(crate) mod local;
+pub(crate) mod place;
 pub(crate) mod qp;
 pub(crate) mod regions;
 pub(crate) mod res;
@@ -731,6 +732,7 @@ impl Device {
     /// saturates, and a timer set a microsecond early is still microseconds inside its
     /// millisecond-scale timeout. (A clock read costs about 10 ns.)
     fn service_at(&self, shared: &QpShared, qp: &mut softrdma_proto::QueuePair, now: Instant) {
+        self.place_held(qp);
         self.transmit(qp, now);
         while let Some(wc) = qp.poll_completion() {
             let cq: &Arc<CqInner> = match wc.opcode {
@@ -750,6 +752,128 @@ impl Device {
             self.events.push(std::iter::once(first).chain(rest));
         }
         self.set_awaits(shared, qp.awaits_completions() || !qp.written());
+        if shared.granted.load(Ordering::Relaxed) && !receives(qp.state()) {
+            // It can no longer take WRITEs: no peer may place one.
+            shared.granted.store(false, Ordering::Relaxed);
+            self.mrs.granted.revoke_qpn(qp.qpn().value());
+        }
+    }
+
+    /// Posts a send WR on `qp` (its lock held): a WRITE to a same-host peer that granted
+    /// its range may be placed in the peer's memory instead of sent (see [`place`]).
+    pub(crate) fn post_send(
+        &self,
+        qp: &mut softrdma_proto::QueuePair,
+        wr: softrdma_proto::SendWr,
+    ) -> std::result::Result<(), softrdma_proto::PostError> {
+        let Some(l) = self.local.as_ref().filter(|l| l.has_routes()) else {
+            return qp.post_send(wr);
+        };
+        let (pd, sig_all) = (qp.pd(), qp.sq_sig_all());
+        qp.post_send_placed(wr, |wr, dqpn, dst, idle| {
+            use softrdma_proto::Placing;
+            let softrdma_proto::SendOp::Write { rkey, .. } = wr.op else {
+                return Placing::Wire;
+            };
+            if !l.is_local(SocketAddr::new(dst, softrdma_wire::ROCE_V2_PORT)) {
+                return Placing::Wire;
+            }
+            let big = wr.payload.len() >= PLACE_ALWAYS;
+            let signaled = sig_all || wr.flags.contains(softrdma_proto::SendFlags::SIGNALED);
+            match (idle, big) {
+                // A small WRITE costs a system call placed, more than its ring entry: it
+                // is placed only where it is waited for (a signaled one on an idle QP, a
+                // latency test), not in a stream.
+                (true, false) if !signaled => Placing::Wire,
+                (true, _) if self.place(l, pd, wr, dqpn.value()) => Placing::Done,
+                (false, true) if l.granted(dqpn.value(), rkey) => Placing::Hold,
+                _ => Placing::Wire,
+            }
+        })
+        .map(drop)
+    }
+
+    /// Places the WRITE `wr` of a QP of PD `pd` in the memory of QPN `dqpn`'s process, if
+    /// that process granted the range (see [`place`]): true if it is there.
+    fn place(&self, l: &local::Local, pd: Pd, wr: &softrdma_proto::SendWr, dqpn: u32) -> bool {
+        let softrdma_proto::SendOp::Write { remote_addr, rkey } = wr.op else {
+            return false;
+        };
+        match &wr.payload {
+            softrdma_proto::Payload::Inline(v) => {
+                l.place(dqpn, rkey, remote_addr, &[(v.as_ptr(), v.len())])
+            }
+            // One SGE, as nearly every WRITE has: its region stays registered meanwhile.
+            softrdma_proto::Payload::Sges(s) if s.len() == 1 => {
+                let s = s[0];
+                self.mrs
+                    .with_local(pd, s.lkey, s.addr, u64::from(s.length), |p, n| {
+                        l.place(dqpn, rkey, remote_addr, &[(p, n)])
+                    })
+                    .unwrap_or(false)
+            }
+            _ => false,
+        }
+    }
+
+    /// Places the held WRITEs of `qp` whose turn has come (see
+    /// `softrdma_proto::QueuePair::post_send_placed`), or releases them to the wire.
+    fn place_held(&self, qp: &mut softrdma_proto::QueuePair) {
+        let Some(l) = &self.local else {
+            return;
+        };
+        let pd = qp.pd();
+        while let Some((wr, dqpn, _)) = qp.held_front() {
+            let placed = self.place(l, pd, wr, dqpn.value());
+            qp.complete_held(placed);
+        }
+    }
+
+    /// Answers a same-host peer's ask (on connection `token`) to place WRITEs to QP `qpn`
+    /// through `rkey`: granted if the receive path would take such a WRITE (see
+    /// [`place`]), refused otherwise.
+    fn answer_place(&self, l: &local::Local, token: usize, qpn: u32, rkey: u32) {
+        let Some(table) = l.table_for(token) else {
+            return;
+        };
+        let grant = Lookup::get(self, qpn).and_then(|shared| {
+            // Issued under the QP's lock: a modify that follows revokes it.
+            let qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
+            let a = qp.query();
+            let ok = matches!(
+                qp.qp_type(),
+                softrdma_proto::QpType::Rc | softrdma_proto::QpType::Uc
+            ) && receives(qp.state())
+                && a.access_flags
+                    .is_some_and(|f| f.contains(softrdma_proto::AccessFlags::REMOTE_WRITE))
+                && a.av
+                    .is_some_and(|av| softrdma_proto::qp::same_ip(av.dst, self.addr));
+            if !ok {
+                return None;
+            }
+            let pd = qp.pd();
+            let g = self.mrs.granted.issue(&table, qpn, rkey, || {
+                self.mrs.get(rkey).filter(|m| {
+                    m.pd == pd && m.access.contains(softrdma_proto::AccessFlags::REMOTE_WRITE)
+                })
+            })?;
+            shared.granted.store(true, Ordering::Relaxed);
+            Some(g)
+        });
+        l.answer(token, qpn, rkey, grant, &table);
+    }
+
+    /// After `ibv_modify_qp` on `shared` (QPN `qpn`): grants to it are revoked unless it
+    /// still takes WRITEs with the same rights.
+    pub(crate) fn modified(&self, shared: &QpShared, qpn: u32, attr: &softrdma_proto::QpAttr) {
+        if !shared.granted.load(Ordering::Relaxed) {
+            return;
+        }
+        let state = shared.qp.lock().unwrap_or_else(|e| e.into_inner()).state();
+        if attr.access_flags.is_some() || !receives(state) {
+            shared.granted.store(false, Ordering::Relaxed);
+            self.mrs.granted.revoke_qpn(qpn);
+        }
     }
 
     /// Records whether `shared`'s QP keeps a poller's socket (see [`Poller::polled`]); its
@@ -764,6 +888,18 @@ impl Device {
             }
         }
     }
+}
+
+/// The size from which a WRITE to a same-host peer is placed whenever it was granted,
+/// waiting for the WRs before it if need be: one cross-memory copy instead of a packet per
+/// 4 KiB through the ring, each copied four times.
+const PLACE_ALWAYS: u64 = 16384;
+
+/// Whether a QP in `state` takes incoming requests (IBTA 10.3.1: from RTR on, until
+/// ERROR or RESET).
+fn receives(state: softrdma_proto::QpState) -> bool {
+    use softrdma_proto::QpState::*;
+    matches!(state, Rtr | Rts | Sqd | Sqe)
 }
 
 fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
@@ -891,7 +1027,11 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
                 if let Some(l) = &dev.local
                     && (t == local::LISTEN || t.0 >= local::BASE)
                 {
-                    if let Some((ep, sent_to)) = l.event(t, closed) {
+                    let happened = l.event(t, closed);
+                    for (token, qpn, rkey) in happened.asks {
+                        dev.answer_place(l, token, qpn, rkey);
+                    }
+                    if let Some((ep, sent_to)) = happened.died {
                         dev.lose_peer(share, ep, &sent_to);
                     }
                     continue;
@@ -1022,8 +1162,9 @@ impl Device {
     ) -> Result<(Arc<Device>, std::thread::JoinHandle<()>)> {
         let counters = Arc::new(DeviceCounters::default());
         let bind = || Udp::bind_port(addr, scope_id, opts.gso);
+        let mrs = Arc::new(MrTable::new(opts.zero_copy));
         let local = (opts.share && opts.shm && opts.faults.is_none() && opts.pcap.is_none())
-            .then(|| local::Local::bind(addr, scope_id))
+            .then(|| local::Local::bind(addr, scope_id, opts.cma, mrs.granted.clone()))
             .flatten();
         let ep = local.as_ref().map_or(0, |l| l.ep);
         let share = share::Share::attach(addr, scope_id, !opts.share, ep, &bind)?;
@@ -1068,7 +1209,7 @@ impl Device {
             addr,
             scope_id,
             mtu,
-            opts.zero_copy,
+            mrs,
             datapath,
             Some(share),
             local,
@@ -1099,7 +1240,7 @@ impl Device {
         addr: IpAddr,
         scope_id: u32,
         mtu: Mtu,
-        zero_copy: bool,
+        mrs: Arc<MrTable>,
         datapath: Box<dyn Datapath>,
         share: Option<share::Share>,
         local: Option<local::Local>,
@@ -1129,7 +1270,7 @@ impl Device {
             share,
             local,
             id: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
-            mrs: Arc::new(MrTable::new(zero_copy)),
+            mrs,
             qps: RwLock::new(QpTable::default()),
             res: {
                 // Published once at open too: `res show` counts the processes.
@@ -1194,7 +1335,7 @@ impl Device {
             addr,
             0,
             Mtu::M1024,
-            false,
+            Arc::new(MrTable::new(false)),
             datapath,
             None,
             None,

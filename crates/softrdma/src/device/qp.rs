@@ -17,4 +17,7 @@ pub(crate) struct QpShared {
     pub awaits: std::sync::atomic::AtomicBool,
     /// The status of its last completion in error, flushes aside (`softrdma res show -dd`).
     pub last_error: Mutex<Option<softrdma_proto::WcStatus>>,
+    /// Whether a same-host peer may hold a grant to place WRITEs for it (see
+    /// `device::place`): revoked when it can no longer take them.
+    pub granted: std::sync::atomic::AtomicBool,
 }

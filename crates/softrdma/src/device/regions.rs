@@ -65,6 +65,12 @@ impl MrInner {
         unsafe { self.base.add(off as usize) }
     }
 
+    /// Where the region's first byte lies in this process's address space (what a peer
+    /// that was granted the region names for cross-memory copies, see [`super::place`]).
+    pub(crate) fn vaddr(&self) -> u64 {
+        self.base as u64
+    }
+
     /// Whether the region owns its buffer, which a reference to it therefore keeps alive:
     /// only such a region lends its bytes to a send (see [`MrTable::lendable`]).
     fn owns_buffer(&self) -> bool {
@@ -136,6 +142,8 @@ pub(crate) struct MrTable {
     lends: bool,
     /// Moves on with every registration and deregistration (`softrdma res show` looks).
     generation: std::sync::atomic::AtomicU64,
+    /// The grants of regions to same-host peers, revoked before a region goes or changes.
+    pub(crate) granted: Arc<super::place::Granted>,
 }
 
 impl MrTable {
@@ -145,7 +153,30 @@ impl MrTable {
             regions: super::handoff::Registry::new(),
             lends,
             generation: std::sync::atomic::AtomicU64::new(0),
+            granted: Arc::default(),
         }
+    }
+
+    /// Region `key`, if registered, as a reference that outlives its deregistration.
+    pub(crate) fn get(&self, key: u32) -> Option<Arc<MrInner>> {
+        self.regions.lend(key, |_| true)
+    }
+
+    /// Runs `f` on the address and length of `len` bytes at `addr` of region `key`, after
+    /// the checks a send's gather makes (PD, key, range); `None` if they fail. The region
+    /// stays registered while `f` runs.
+    pub(crate) fn with_local<T>(
+        &self,
+        pd: Pd,
+        key: u32,
+        addr: u64,
+        len: u64,
+        f: impl FnOnce(*const u8, usize) -> T,
+    ) -> Option<T> {
+        self.with_range(pd, key, addr, len, Access::LocalRead, |_, p| {
+            f(p as *const u8, len as usize)
+        })
+        .ok()
     }
 
     /// Every region registered now.
@@ -226,7 +257,10 @@ impl MrTable {
         let make = raw_region(verb, pd, addr, len, iova, access)?;
         self.generation
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.regions.replace(key, make).ok_or(Error::OutOfRange {
+        let r = self.regions.replace(key, make);
+        // A peer's grant named the old translation.
+        self.granted.revoke_key(key);
+        r.ok_or(Error::OutOfRange {
             verb,
             attr: "mr",
             requested: u64::from(key),
@@ -240,6 +274,7 @@ impl MrTable {
         self.generation
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mr = self.regions.remove(key)?;
+        self.granted.revoke_key(key);
         let mut inner = Arc::try_unwrap(mr).ok()?;
         match std::mem::replace(&mut inner.storage, Storage::Raw) {
             // SAFETY: the pointer came from `Box::into_raw` and, the storage now being `Raw`,
@@ -255,6 +290,8 @@ impl MrTable {
         self.generation
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.regions.remove(key);
+        // Before the caller may free the memory: no peer writes it from now on.
+        self.granted.revoke_key(key);
     }
 
     /// Region `key`, if it lends its bytes to sends: a region over an owned buffer, which the

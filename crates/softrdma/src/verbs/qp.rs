@@ -298,6 +298,7 @@ impl ProtectionDomain {
             recv_cq: init.recv_cq.inner.clone(),
             awaits: std::sync::atomic::AtomicBool::new(false),
             last_error: Mutex::new(None),
+            granted: Default::default(),
         });
         qps.insert(qpn, shared.clone());
         drop(qps);
@@ -372,6 +373,9 @@ impl QueuePair {
             Ok::<_, softrdma_proto::ModifyError>(())
         })?;
         self.ctx.dev().res_changed();
+        self.ctx
+            .dev()
+            .modified(&self.shared, self.qpn.value(), attr);
         if attr.state == Some(softrdma_proto::QpState::Reset) {
             self.shared.send_cq.discard_qp(self.qpn);
             if !Arc::ptr_eq(&self.shared.send_cq, &self.shared.recv_cq) {
@@ -440,8 +444,9 @@ impl QueuePair {
     /// Posts a send WR (`ibv_post_send`). Its SGEs name registered memory by key; the device
     /// checks every access, so this is safe.
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
-        self.ctx.dev().note_send();
-        Ok(self.with(|qp| qp.post_send(wr))?)
+        let dev = self.ctx.dev();
+        dev.note_send();
+        Ok(self.with(|qp| dev.post_send(qp, wr))?)
     }
 
     /// Posts a chain of send WRs at once (`ibv_post_send` with a linked list): one lock, one
@@ -455,10 +460,11 @@ impl QueuePair {
         &self,
         wrs: impl IntoIterator<Item = SendWr>,
     ) -> std::result::Result<(), (usize, Error)> {
-        self.ctx.dev().note_send();
+        let dev = self.ctx.dev();
+        dev.note_send();
         self.with(|qp| {
             for (i, wr) in wrs.into_iter().enumerate() {
-                qp.post_send(wr).map_err(|e| (i, e.into()))?;
+                dev.post_send(qp, wr).map_err(|e| (i, e.into()))?;
             }
             Ok(())
         })
@@ -576,6 +582,7 @@ impl Drop for QueuePair {
         // The farewell, and ACKs this thread deferred, leave before the QP is gone.
         dev.flush_batch(true);
         dev.detach_all(self.qpn.value());
+        dev.mrs.granted.revoke_qpn(self.qpn.value());
         {
             let mut qps = dev.qps.write().unwrap_or_else(|e| e.into_inner());
             // The generation moves first, under the write lock: a receiver that sees the new

@@ -6,7 +6,7 @@
 
 /// The protocol version both ends state in [`Msg::Hello`] and [`Msg::Welcome`]. A process
 /// of another version gets a clear refusal, never a guess at the other's layout.
-pub(crate) const VERSION: u32 = 2;
+pub(crate) const VERSION: u32 = 3;
 
 /// The most QPNs one [`Msg::Register`] or [`Msg::Registered`] carries (a record stays under
 /// a page table's worth of socket buffer; more are sent as several).
@@ -56,6 +56,35 @@ pub(crate) enum Msg {
     /// Either way on a same-host connection: this process closes the device on purpose
     /// (the hang-up that follows is not a crash).
     Bye,
+    /// Producer → consumer: may this process place its RDMA WRITEs to QP `qpn` through
+    /// R_Key `rkey` in the consumer's memory itself (see `device::place`)?
+    Place { qpn: u32, rkey: u32 },
+    /// Consumer → producer, the answer: the grant, with the consumer's placement table's
+    /// memfd alongside; a refusal is [`Grant::REFUSED`].
+    Placed { qpn: u32, rkey: u32, grant: Grant },
+}
+
+/// A grant of a region to a same-host peer, as [`Msg::Placed`] carries it (see
+/// `device::place`): slot `slot` of the granter's placement table under `stamp`, for the
+/// region at `iova..iova + len`, which lies at `vaddr` in the granter's address space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub slot: u32,
+    pub stamp: u64,
+    pub iova: u64,
+    pub len: u64,
+    pub vaddr: u64,
+}
+
+impl Grant {
+    /// What a refusal carries.
+    pub(crate) const REFUSED: Grant = Grant {
+        slot: u32::MAX,
+        stamp: 0,
+        iova: 0,
+        len: 0,
+        vaddr: 0,
+    };
 }
 
 /// What was wrong with a record.
@@ -141,6 +170,24 @@ impl Msg {
                 word(&mut out, *slot_size);
             }
             Msg::Bye => out.push(12),
+            Msg::Place { qpn, rkey } => {
+                out.push(13);
+                word(&mut out, *qpn);
+                word(&mut out, *rkey);
+            }
+            Msg::Placed {
+                qpn,
+                rkey,
+                grant: g,
+            } => {
+                out.push(14);
+                for w in [qpn, rkey, &g.slot] {
+                    word(&mut out, *w);
+                }
+                for d in [g.stamp, g.iova, g.len, g.vaddr] {
+                    out.extend_from_slice(&d.to_le_bytes());
+                }
+            }
         }
         out
     }
@@ -164,6 +211,8 @@ impl Msg {
             10 => "located",
             11 => "ring",
             12 => "bye",
+            13 => "place",
+            14 => "placed",
             k => return Err(MsgError::Unknown(k)),
         };
         let word = |at: usize| -> Result<u32, MsgError> {
@@ -200,6 +249,8 @@ impl Msg {
             5 | 6 | 9 => exact(5)?,
             10 => exact(9)?,
             11 => exact(29)?,
+            13 => exact(9)?,
+            14 => exact(45)?,
             _ => {}
         }
         if matches!(kind, 1..=3 | 11) && b.get(1..5) != Some(&MAGIC[..]) {
@@ -234,6 +285,21 @@ impl Msg {
                     slot_size: word(25)?,
                 }
             }
+            13 => Msg::Place {
+                qpn: word(1)?,
+                rkey: word(5)?,
+            },
+            14 => Msg::Placed {
+                qpn: word(1)?,
+                rkey: word(5)?,
+                grant: Grant {
+                    slot: word(9)?,
+                    stamp: dword(13)?,
+                    iova: dword(21)?,
+                    len: dword(29)?,
+                    vaddr: dword(37)?,
+                },
+            },
             _ => Msg::Bye,
         })
     }
@@ -273,6 +339,21 @@ mod tests {
                     slot_size
                 }),
             Just(Msg::Bye),
+            (any::<u32>(), any::<u32>()).prop_map(|(qpn, rkey)| Msg::Place { qpn, rkey }),
+            (
+                (any::<u32>(), any::<u32>(), any::<u32>()),
+                (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>())
+            )
+                .prop_map(|((qpn, rkey, slot), (stamp, iova, len, vaddr))| {
+                    let grant = Grant {
+                        slot,
+                        stamp,
+                        iova,
+                        len,
+                        vaddr,
+                    };
+                    Msg::Placed { qpn, rkey, grant }
+                }),
             Just(Msg::Alloc),
             any::<u32>().prop_map(Msg::Qpn),
             any::<u32>().prop_map(Msg::Free),

@@ -1,0 +1,388 @@
+//! Placement: RDMA WRITEs that a process places in a same-host peer's memory itself, with
+//! one cross-memory copy (`process_vm_writev`, CMA), instead of sending them through a
+//! ring for the peer to check and copy.
+//!
+//! # Why
+//! Through a ring, a WRITE lands only when a thread of the target process drains it: its
+//! application thread if it polls, its progress thread otherwise. Latency tests (perftest's
+//! `ib_write_lat`) spin on the target memory and make no call, so the progress thread has
+//! to be scheduled on a machine whose CPUs both spin: tens of microseconds. Placed by the
+//! sender, the WRITE is in the target memory when `ibv_post_send` returns, and the spinner
+//! sees it with no thread of its own involved; a large WRITE costs one copy instead of
+//! four.
+//!
+//! # The rule: only what the owner granted
+//! A process writes another's memory only inside a range the owner granted it, after the
+//! owner checked the key (the same checks its receive path makes: the QP exists, is RC or
+//! UC, can receive, allows remote writes, its peer is on this host, and the R_Key names a
+//! region of the QP's PD that allows remote writes):
+//! 1. The sender asks, over its ring's connection ([`Msg::Place`](super::share::msg::Msg)),
+//!    after its first WRITE through that key went through the ring.
+//! 2. The owner checks and grants the whole region in a slot of the placement table it keeps
+//!    for that connection ([`GrantTable`]), or refuses.
+//! 3. The sender caches the grant ([`Placements`]) and places WRITEs inside it while its QP
+//!    has nothing else in flight (see `softrdma_proto::QueuePair::post_send_placed`): each
+//!    write enters the slot, copies, and leaves.
+//! 4. The owner revokes a grant before the region or the QP can change under it: at
+//!    deregistration and re-registration (before `ibv_dereg_mr` returns), when the QP is
+//!    modified or destroyed or falls into ERROR, and when the connection ends. A revocation
+//!    returns once no write is under way in the slot, waiting at most [`REVOKE_WAIT`] (a
+//!    peer that died mid-write is not waited for).
+//!
+//! The kernel's rules stay in force: CMA needs the right to ptrace the target (same uid,
+//! and Yama's `ptrace_scope` at 0, or an exception the target made). Where the kernel
+//! refuses (Yama at 1 or more, another PID namespace, seccomp, gVisor), the WRITEs go
+//! through the ring as before, which is the pipelined copy through shared memory; softrdma
+//! never loosens ptrace permissions on its own.
+//!
+//! # Threads and locks
+//! [`Granted`] has one lock, over its list of grants, taken to issue (by the progress
+//! thread, under the QP's lock) and to revoke (by whichever thread deregisters, modifies
+//! or services). A revocation waits for other processes' copies only, never for a lock,
+//! so it may be called under a QP's lock. [`Placements`] is the sender's cache, taken
+//! once per placed WRITE (to clone a grant) and by the progress thread to add or drop one.
+
+use super::regions::MrInner;
+use crate::datapath::shm::{GRANTS, GrantTable};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The longest a revocation waits for a write that is under way: a copy of a GiB takes
+/// less; a peer that keeps a slot entered for longer is broken or hostile.
+pub(crate) const REVOKE_WAIT: Duration = Duration::from_secs(1);
+/// How long a refused or unanswered ask stands before the sender asks again.
+const ASK_AGAIN: Duration = Duration::from_secs(1);
+
+/// The placement table this process keeps for one peer connection, and its free slots.
+pub(crate) struct Table {
+    pub(crate) shm: GrantTable,
+    free: Mutex<Vec<u32>>,
+    /// The peer's pid (waited for only while it lives).
+    pid: i32,
+}
+
+impl Table {
+    /// A new table for the peer `pid`.
+    pub(crate) fn create(pid: i32) -> Option<Arc<Table>> {
+        let shm = GrantTable::create()
+            .map_err(|e| eprintln!("softrdma: no placement table: {e}"))
+            .ok()?;
+        Some(Arc::new(Table {
+            shm,
+            free: Mutex::new((0..GRANTS).rev().collect()),
+            pid,
+        }))
+    }
+}
+
+/// One grant this process issued.
+struct Issued {
+    key: u32,
+    qpn: u32,
+    table: Arc<Table>,
+    slot: u32,
+    /// Keeps an owned region's buffer alive until the grant is revoked, whatever order a
+    /// deregistration takes.
+    _mr: Arc<MrInner>,
+}
+
+pub(crate) use super::share::msg::Grant;
+
+/// Every grant this process issued, for revocation (kept by the region table, which every
+/// deregistration goes through).
+#[derive(Default)]
+pub(crate) struct Granted {
+    issued: Mutex<Vec<Issued>>,
+    /// How many are issued (read without the lock on every service of a QP).
+    count: AtomicUsize,
+    next_stamp: AtomicU64,
+}
+
+impl Granted {
+    /// Whether any grant is issued.
+    #[inline]
+    pub(crate) fn any(&self) -> bool {
+        self.count.load(Ordering::Relaxed) != 0
+    }
+
+    /// Issues a grant of region `mr` to QP `qpn` in `table`, if `mr` passes `ok` under the
+    /// lock (so that a deregistration, which revokes under it, cannot pass in between).
+    pub(crate) fn issue(
+        &self,
+        table: &Arc<Table>,
+        qpn: u32,
+        key: u32,
+        mr: impl FnOnce() -> Option<Arc<MrInner>>,
+    ) -> Option<Grant> {
+        let mut issued = self.issued.lock().unwrap_or_else(|e| e.into_inner());
+        let mr = mr()?;
+        let slot = table.free.lock().unwrap_or_else(|e| e.into_inner()).pop()?;
+        let stamp = self.next_stamp.fetch_add(1, Ordering::Relaxed) + 1;
+        table.shm.grant(slot, stamp);
+        let g = Grant {
+            slot,
+            stamp,
+            iova: mr.addr,
+            len: mr.len,
+            vaddr: mr.vaddr(),
+        };
+        issued.push(Issued {
+            key,
+            qpn,
+            table: table.clone(),
+            slot,
+            _mr: mr,
+        });
+        self.count.store(issued.len(), Ordering::Relaxed);
+        Some(g)
+    }
+
+    /// Revokes the grants through region `key` (its deregistration or re-registration).
+    pub(crate) fn revoke_key(&self, key: u32) {
+        self.revoke(|i| i.key == key);
+    }
+
+    /// Revokes the grants to QP `qpn` (modified, destroyed, or in ERROR).
+    pub(crate) fn revoke_qpn(&self, qpn: u32) {
+        self.revoke(|i| i.qpn == qpn);
+    }
+
+    /// Revokes every grant in `table` (its connection ended).
+    pub(crate) fn revoke_table(&self, table: &Arc<Table>) {
+        self.revoke(|i| Arc::ptr_eq(&i.table, table));
+    }
+
+    fn revoke(&self, pick: impl Fn(&Issued) -> bool) {
+        if !self.any() {
+            return;
+        }
+        let mut issued = self.issued.lock().unwrap_or_else(|e| e.into_inner());
+        let mut gone = Vec::new();
+        let mut i = 0;
+        while i < issued.len() {
+            if pick(&issued[i]) {
+                gone.push(issued.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        self.count.store(issued.len(), Ordering::Relaxed);
+        // Revoked under the lock: an issue that follows cannot reuse a slot whose write
+        // is still under way.
+        for g in gone {
+            let pid = g.table.pid;
+            let clean = g
+                .table
+                .shm
+                .revoke(g.slot, |waited| waited >= REVOKE_WAIT || !alive(pid));
+            if !clean && alive(pid) {
+                eprintln!(
+                    "softrdma: pid {pid} kept a write into a granted region under way for \
+                     {REVOKE_WAIT:?}; revoked anyway"
+                );
+            }
+            g.table
+                .free
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(g.slot);
+        }
+    }
+}
+
+/// Whether process `pid` lives (or is beyond our sight, which counts as living).
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    pid > 0 && (unsafe { libc::kill(pid, 0) } == 0 || errno() == libc::EPERM)
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// A grant this process holds from a peer.
+#[derive(Clone)]
+pub(crate) struct Placement {
+    table: Arc<GrantTable>,
+    grant: Grant,
+    pid: i32,
+    ep: u64,
+}
+
+/// How one placed WRITE went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Placed {
+    /// The bytes are in the target's memory.
+    Done,
+    /// Not placed: no grant (one was asked for), or not inside it; send it as usual.
+    NotNow,
+}
+
+/// The grants this process holds from its same-host peers, by (QPN, R_Key).
+#[derive(Default)]
+pub(crate) struct Placements {
+    by: HashMap<(u32, u32), Placement>,
+    /// When each (QPN, R_Key) was last asked for (or refused).
+    asked: HashMap<(u32, u32), Instant>,
+    /// Each peer's placement table, mapped once.
+    tables: HashMap<u64, Arc<GrantTable>>,
+    /// Peers that CMA cannot reach (the kernel refused): their WRITEs take the ring.
+    unreachable: HashSet<u64>,
+}
+
+impl Placements {
+    /// The grant for (`qpn`, `rkey`), if one is held.
+    #[inline]
+    pub(crate) fn held(&self, qpn: u32, rkey: u32) -> Option<Placement> {
+        self.by.get(&(qpn, rkey)).cloned()
+    }
+
+    /// Whether to ask the peer at `ep` for a grant for (`qpn`, `rkey`) now: CMA reaches
+    /// it, and it was not asked within [`ASK_AGAIN`]. Noted as asked if so.
+    pub(crate) fn should_ask(&mut self, qpn: u32, rkey: u32, ep: u64) -> bool {
+        if self.unreachable.contains(&ep) {
+            return false;
+        }
+        let now = Instant::now();
+        match self.asked.get(&(qpn, rkey)) {
+            Some(t) if now.duration_since(*t) < ASK_AGAIN => false,
+            _ => {
+                self.asked.insert((qpn, rkey), now);
+                true
+            }
+        }
+    }
+
+    /// The peer at `ep` (pid `pid`) answered an ask; `fd` is its table's memfd.
+    pub(crate) fn answer(
+        &mut self,
+        ep: u64,
+        pid: i32,
+        qpn: u32,
+        rkey: u32,
+        grant: Option<Grant>,
+        fd: Option<std::os::fd::OwnedFd>,
+    ) -> Result<(), String> {
+        let Some(g) = grant else {
+            return Ok(());
+        };
+        if g.slot >= GRANTS || g.len == 0 || g.iova.checked_add(g.len).is_none() {
+            return Err(format!("an impossible grant {g:?}"));
+        }
+        if g.vaddr.checked_add(g.len).is_none() || pid <= 0 {
+            return Err(format!("a grant at {:#x} from pid {pid}", g.vaddr));
+        }
+        let table = match (self.tables.get(&ep), fd) {
+            (Some(t), _) => t.clone(),
+            (None, Some(fd)) => {
+                let t = Arc::new(GrantTable::open(fd).map_err(|e| e.to_string())?);
+                self.tables.insert(ep, t.clone());
+                t
+            }
+            (None, None) => return Err("a grant without its table".into()),
+        };
+        self.asked.remove(&(qpn, rkey));
+        self.by.insert(
+            (qpn, rkey),
+            Placement {
+                table,
+                grant: g,
+                pid,
+                ep,
+            },
+        );
+        Ok(())
+    }
+
+    /// The peer at `ep` is gone: its grants and table go with it.
+    pub(crate) fn forget(&mut self, ep: u64) {
+        self.by.retain(|_, p| p.ep != ep);
+        self.tables.remove(&ep);
+        self.unreachable.remove(&ep);
+    }
+
+    /// A grant turned out revoked.
+    fn revoked(&mut self, qpn: u32, rkey: u32) {
+        self.by.remove(&(qpn, rkey));
+    }
+
+    /// The kernel refused CMA into the peer at `ep`.
+    fn refused(&mut self, ep: u64) {
+        self.by.retain(|_, p| p.ep != ep);
+        self.unreachable.insert(ep);
+    }
+}
+
+/// Places `len` bytes gathered from `local` (address, length pieces of this process's
+/// memory, valid for reads) at `remote_addr` through the grant `p` for (`qpn`, `rkey`).
+/// `cache` is taken again only when the grant turned out revoked or the kernel refused.
+pub(crate) fn write(
+    cache: &Mutex<Placements>,
+    p: &Placement,
+    qpn: u32,
+    rkey: u32,
+    remote_addr: u64,
+    local: &[(*const u8, usize)],
+) -> Placed {
+    let len: usize = local.iter().map(|l| l.1).sum();
+    let g = &p.grant;
+    let Some(off) = remote_addr.checked_sub(g.iova) else {
+        return Placed::NotNow;
+    };
+    if off.checked_add(len as u64).is_none_or(|end| end > g.len) {
+        // Outside the region: the ring's path makes the remote access error.
+        return Placed::NotNow;
+    }
+    if !p.table.enter(g.slot, g.stamp) {
+        cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .revoked(qpn, rkey);
+        return Placed::NotNow;
+    }
+    let iov: Vec<libc::iovec> = local
+        .iter()
+        .map(|&(ptr, n)| libc::iovec {
+            iov_base: ptr as *mut libc::c_void,
+            iov_len: n,
+        })
+        .collect();
+    let remote = libc::iovec {
+        iov_base: (g.vaddr + off) as *mut libc::c_void,
+        iov_len: len,
+    };
+    // SAFETY: the local pieces are this process's memory, valid for reads for the call
+    // (the caller's contract); the remote range is the peer's, which the kernel checks,
+    // inside the region the peer granted and has not revoked (the slot is entered).
+    let n = unsafe {
+        libc::process_vm_writev(
+            p.pid,
+            iov.as_ptr(),
+            iov.len() as libc::c_ulong,
+            &remote,
+            1,
+            0,
+        )
+    };
+    let err = errno();
+    p.table.leave(g.slot);
+    if n >= 0 && n as usize == len {
+        return Placed::Done;
+    }
+    // A short copy is sent again whole through the ring (a WRITE may land twice).
+    if n < 0 && matches!(err, libc::EPERM | libc::ENOSYS | libc::ESRCH | libc::EFAULT) {
+        eprintln!(
+            "softrdma: same-host WRITEs to pid {} go through the ring: the kernel refuses \
+             cross-memory attach ({})",
+            p.pid,
+            std::io::Error::from_raw_os_error(err)
+        );
+        cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .refused(p.ep);
+    }
+    Placed::NotNow
+}
