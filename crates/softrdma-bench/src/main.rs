@@ -1135,14 +1135,73 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
 
     // The same-host path: both processes on one device (127.0.0.4), through its rings, and
     // with SOFTRDMA_SHM=0 through UDP and the owner's forwarding.
-    let same_host = |test: &str, extra: &[&str], shm: &str, port: u16| {
+    // Writes are placed by cross-memory copy there unless SOFTRDMA_CMA=0.
+    let same_host_cma = |test: &str, extra: &[&str], shm: &str, cma: &str, port: u16| {
         let mut cmd = vec!["perf", test, "--json"];
         cmd.extend(extra);
-        let env = [("SOFTRDMA_ADDR", "127.0.0.4"), ("SOFTRDMA_SHM", shm)];
+        let env = [
+            ("SOFTRDMA_ADDR", "127.0.0.4"),
+            ("SOFTRDMA_SHM", shm),
+            ("SOFTRDMA_CMA", cma),
+        ];
         softrdma_pair_env(&pin, &sr, &cmd, (&env, &env), port, limit)
             .and_then(|c| last_json(&c))
             .map(|v| v["results"][0].clone())
     };
+    let same_host = |test: &str, extra: &[&str], shm: &str, port: u16| {
+        same_host_cma(test, extra, shm, "1", port)
+    };
+    let same_lat = || {
+        lat(same_host(
+            "write-lat",
+            &["-s", "8", "-n", "20000"],
+            "1",
+            24050,
+        ))
+    };
+    let same_bw_1m = || {
+        bw(same_host(
+            "write-bw",
+            &["-s", "1048576", "-m", "4096", "-D", &secs],
+            "1",
+            24052,
+        ))
+    };
+    let same_rate_8 = || {
+        same_host(
+            "write-bw",
+            &["-s", "8", "-D", &secs, "-t", "512", "-Q", "64"],
+            "1",
+            24053,
+        )
+        .and_then(|x| {
+            x["msg_rate_per_sec"]
+                .as_f64()
+                .ok_or_else(missing("no rate"))
+        })
+    };
+    add(
+        "same host, one device (rings, SOFTRDMA_CMA=0): softrdma write-lat 8 B, t_typical",
+        Kind::Lat,
+        lat(same_host_cma(
+            "write-lat",
+            &["-s", "8", "-n", "20000"],
+            "1",
+            "0",
+            24054,
+        )),
+    );
+    add(
+        "same host, one device (rings, SOFTRDMA_CMA=0): softrdma write-bw 1 MiB",
+        Kind::Bw,
+        bw(same_host_cma(
+            "write-bw",
+            &["-s", "1048576", "-m", "4096", "-D", &secs],
+            "1",
+            "0",
+            24055,
+        )),
+    );
     for (shm, how) in [("1", "rings"), ("0", "SOFTRDMA_SHM=0, UDP")] {
         add(
             &format!("same host, one device ({how}): softrdma write-lat 8 B, t_typical"),
@@ -1168,68 +1227,67 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
     add(
         "same host, one device (rings): softrdma write-bw 1 MiB",
         Kind::Bw,
-        bw(same_host(
-            "write-bw",
-            &["-s", "1048576", "-m", "4096", "-D", &secs],
-            "1",
-            24052,
-        )),
+        same_bw_1m(),
     );
     add(
         "same host, one device (rings): softrdma write-bw 8 B, message rate [msg/s]",
         Kind::Rate,
-        same_host(
-            "write-bw",
-            &["-s", "8", "-D", &secs, "-t", "512", "-Q", "64"],
-            "1",
-            24053,
-        )
-        .and_then(|x| {
-            x["msg_rate_per_sec"]
-                .as_f64()
-                .ok_or_else(missing("no rate"))
-        }),
+        same_rate_8(),
     );
 
     // Unmodified perftest through the drop-in libibverbs (`softrdma exec`), both ends: the
     // figures perftest prints (t_typical; BW average in MB/s of 2^20 bytes; MsgRate in
     // Mpps).
-    let perftest = |tool: &str, extra: &[&str], port: u16| -> Result<Vec<f64>, BenchError> {
-        let p = port.to_string();
-        let mut a = vec![sr.as_str(), "exec", "--", tool];
-        a.extend(extra);
-        a.extend(["-p", &p]);
-        let server = args(&a);
-        a.push("127.0.0.1");
-        let client = args(&a);
-        let (_, c) = pair(
-            &pin,
-            (&server, &[("SOFTRDMA_ADDR", "127.0.0.2")]),
-            (&client, &[("SOFTRDMA_ADDR", "127.0.0.3")]),
-            Ready::Tcp(port),
-            limit,
-        )?;
-        perftest_row(&c)
-    };
-    let pt_lat = || {
-        perftest("ib_write_lat", &["-s", "8", "-n", "20000"], 24050)
+    // Over UDP between two devices, and on one device (the same-host path), as the Rust
+    // API's rows above.
+    let perftest_at =
+        |tool: &str, extra: &[&str], port: u16, one: bool| -> Result<Vec<f64>, BenchError> {
+            let p = port.to_string();
+            let mut a = vec![sr.as_str(), "exec", "--", tool];
+            a.extend(extra);
+            a.extend(["-p", &p]);
+            let server = args(&a);
+            a.push("127.0.0.1");
+            let client = args(&a);
+            let (s_addr, c_addr) = if one {
+                ("127.0.0.4", "127.0.0.4")
+            } else {
+                ("127.0.0.2", "127.0.0.3")
+            };
+            let (_, c) = pair(
+                &pin,
+                (&server, &[("SOFTRDMA_ADDR", s_addr)]),
+                (&client, &[("SOFTRDMA_ADDR", c_addr)]),
+                Ready::Tcp(port),
+                limit,
+            )?;
+            perftest_row(&c)
+        };
+    let pt_lat_at = |one: bool| {
+        perftest_at("ib_write_lat", &["-s", "8", "-n", "20000"], 24050, one)
             .and_then(|r| r.get(4).copied().ok_or_else(missing("no t_typical")))
     };
-    let pt_bw = || {
-        perftest("ib_write_bw", &["-s", "1048576", "-D", &secs], 24051).and_then(|r| {
+    let pt_bw_at = |one: bool| {
+        perftest_at("ib_write_bw", &["-s", "1048576", "-D", &secs], 24051, one).and_then(|r| {
             r.get(3)
                 .map(|m| m * 1048576.0)
                 .ok_or_else(missing("no BW average"))
         })
     };
-    let pt_rate = || {
-        perftest(
+    let pt_rate_at = |one: bool| {
+        perftest_at(
             "ib_write_bw",
             &["-s", "8", "-D", &secs, "-t", "512", "-Q", "64"],
             24052,
+            one,
         )
         .and_then(|r| r.get(4).map(|m| m * 1e6).ok_or_else(missing("no MsgRate")))
     };
+    let (pt_lat, pt_bw, pt_rate) = (
+        || pt_lat_at(false),
+        || pt_bw_at(false),
+        || pt_rate_at(false),
+    );
     add(
         "drop-in: unmodified ib_write_lat 8 B, t_typical",
         Kind::Lat,
@@ -1240,6 +1298,21 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
         "drop-in: unmodified ib_write_bw 8 B -t 512 -Q 64, message rate [msg/s]",
         Kind::Rate,
         pt_rate(),
+    );
+    add(
+        "drop-in, one device: unmodified ib_write_lat 8 B, t_typical",
+        Kind::Lat,
+        pt_lat_at(true),
+    );
+    add(
+        "drop-in, one device: unmodified ib_write_bw 1 MiB",
+        Kind::Bw,
+        pt_bw_at(true),
+    );
+    add(
+        "drop-in, one device: unmodified ib_write_bw 8 B -t 512 -Q 64, message rate [msg/s]",
+        Kind::Rate,
+        pt_rate_at(true),
     );
 
     // iperf3.
@@ -1423,6 +1496,15 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
         if let (Ok(c), Ok(r)) = (pt_rate(), rate_8()) {
             paired.dropin_rate.push(c / r);
         }
+        if let (Ok(c), Ok(r)) = (pt_lat_at(true), same_lat()) {
+            paired.one_lat.push(c / r);
+        }
+        if let (Ok(c), Ok(r)) = (pt_bw_at(true), same_bw_1m()) {
+            paired.one_bw.push(c / r);
+        }
+        if let (Ok(c), Ok(r)) = (pt_rate_at(true), same_rate_8()) {
+            paired.one_rate.push(c / r);
+        }
     }
 
     print_table(&figs, &pin, seconds, &paired);
@@ -1449,6 +1531,10 @@ struct Paired {
     dropin_bw: Vec<f64>,
     /// Unmodified ib_write_bw 8 B message rate over softrdma perf's.
     dropin_rate: Vec<f64>,
+    /// The same three with both ends on one device (the same-host path).
+    one_lat: Vec<f64>,
+    one_bw: Vec<f64>,
+    one_rate: Vec<f64>,
 }
 
 /// The numbers of the row under perftest's (or `softrdma perf`'s) `#bytes` header.
@@ -1590,6 +1676,24 @@ fn print_table(figs: &[Figure], pin: &Pin, seconds: u64, paired: &Paired) {
         0.9,
         f64::INFINITY,
     );
+    within(
+        "one device: drop-in ib_write_lat 8 B within 10 % of softrdma perf write-lat (t_typical)",
+        &paired.one_lat,
+        0.0,
+        1.1,
+    );
+    within(
+        "one device: drop-in ib_write_bw 1 MiB within 5 % of softrdma perf write-bw",
+        &paired.one_bw,
+        0.95,
+        f64::INFINITY,
+    );
+    within(
+        "one device: drop-in ib_write_bw 8 B -t 512 -Q 64 message rate within 10 % of softrdma perf's",
+        &paired.one_rate,
+        0.9,
+        f64::INFINITY,
+    );
     // The same-host goals (issue 15), each against its peer from this run.
     let ratio = |name: &str, ours: &str, theirs: &str, goal: f64, higher: bool| match (
         get(ours),
@@ -1617,6 +1721,13 @@ fn print_table(figs: &[Figure], pin: &Pin, seconds: u64, paired: &Paired) {
         "same host, one device (rings): softrdma write-bw 1 MiB",
         "UCX shared memory with CMA tag_bw",
         0.6,
+        true,
+    );
+    ratio(
+        "same-host placed WRITEs against rings alone (SOFTRDMA_CMA=0), write-bw 1 MiB",
+        "same host, one device (rings): softrdma write-bw 1 MiB",
+        "same host, one device (rings, SOFTRDMA_CMA=0): softrdma write-bw 1 MiB",
+        1.0,
         true,
     );
     ratio(

@@ -1276,7 +1276,8 @@ fn write_until_placed(a: &End, mr: &MemoryRegion, off: u64, data: &[u8]) {
 }
 
 /// Between two members, WRITEs are placed by the sender once the target granted their
-/// region (large ones always, small signaled ones on an idle QP), and land exactly; a
+/// region (with a plain copy into a region in shareable memory, by cross-memory copy into
+/// one on the heap), and land exactly; a
 /// deregistered region's grant is gone before `dereg` returns (a WRITE through its key
 /// then fails as any WRITE to an unknown key does); a QP that left the states that take
 /// WRITEs gets none placed; and `cma: false` places nothing.
@@ -1294,26 +1295,38 @@ fn writes_are_placed_only_inside_live_grants() {
     assert!(placed(&a.ctx) >= 2);
     assert_eq!(placed(&b.ctx), 0, "the target placed nothing");
 
-    // A second region, granted, then deregistered.
-    let mr2 = b
-        ._pd
-        .register_zeroed(8192, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
-        .unwrap();
-    let (addr2, rkey2) = (mr2.addr(), mr2.rkey());
-    write_until_placed(&a, &mr2, 0, &pattern(5, 4096));
-    drop(mr2);
-    let before = placed(&a.ctx);
-    let op = SendOp::Write {
-        remote_addr: addr2,
-        rkey: rkey2,
-    };
-    a.qp.post_send(signaled(99, op, a.mr.sge(0, 8))).unwrap();
-    assert_eq!(wait(&a.cq, 1)[0].status, WcStatus::RemAccessErr);
-    assert_eq!(
-        placed(&a.ctx),
-        before,
-        "nothing placed after the deregistration"
-    );
+    // Second regions, granted, then deregistered: in shareable memory (placed with a plain
+    // copy) and on the heap (placed by cross-memory copy). The failed WRITE puts its QP in
+    // ERROR: a fresh pair each.
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    for heap in [false, true] {
+        let (a, b) = (
+            end_opts(114, QpType::Rc, 4096, DeviceOptions::default()),
+            end_opts(114, QpType::Rc, 4096, DeviceOptions::default()),
+        );
+        connect(&a, &b, ConnectAttr::default());
+        let mr2 = if heap {
+            b._pd.register(vec![0; 8192], access).unwrap()
+        } else {
+            b._pd.register_zeroed(8192, access).unwrap()
+        };
+        let (addr2, rkey2) = (mr2.addr(), mr2.rkey());
+        write_until_placed(&a, &mr2, 0, &pattern(5, 4096));
+        write_until_placed(&a, &mr2, 4000, &pattern(9, 8));
+        drop(mr2);
+        let before = placed(&a.ctx);
+        let op = SendOp::Write {
+            remote_addr: addr2,
+            rkey: rkey2,
+        };
+        a.qp.post_send(signaled(99, op, a.mr.sge(0, 8))).unwrap();
+        assert_eq!(wait(&a.cq, 1)[0].status, WcStatus::RemAccessErr);
+        assert_eq!(
+            placed(&a.ctx),
+            before,
+            "nothing placed after the deregistration"
+        );
+    }
 
     // A fresh pair whose target then leaves the states that take WRITEs.
     let (c, d) = (

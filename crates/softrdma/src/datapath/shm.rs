@@ -420,6 +420,74 @@ impl Consumer {
     }
 }
 
+/// A region's memory in a sealed memfd, which a same-host peer granted the region maps to
+/// place WRITEs with a plain copy (see `device::place`): the region's owner maps it
+/// ([`SharedMem::create`]), the peer too ([`SharedMem::open`]).
+pub(crate) struct SharedMem {
+    map: Map,
+    memfd: OwnedFd,
+}
+
+impl SharedMem {
+    /// `len` zeroed bytes (more than 0).
+    pub(crate) fn create(len: usize) -> Result<Self, RingError> {
+        let memfd = sealed_memfd(c"softrdma-region", len)?;
+        let map = Map::new(&memfd, len)?;
+        Ok(Self { map, memfd })
+    }
+
+    /// Maps the region memory a peer passed, after checking that it is `len` bytes and
+    /// sealed against shrinking.
+    pub(crate) fn open(memfd: OwnedFd, len: usize) -> Result<Self, RingError> {
+        let map = map_peers(&memfd, len)?;
+        Ok(Self { map, memfd })
+    }
+
+    /// The first byte.
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.map.ptr
+    }
+
+    /// Its length.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len
+    }
+
+    /// The memfd, to pass to a peer.
+    pub(crate) fn fd(&self) -> RawFd {
+        self.memfd.as_raw_fd()
+    }
+
+    /// Copies the `pieces` (address and length, valid for reads) in order to `off` on,
+    /// the last byte last (latency tests spin on it): false, and nothing copied, if they
+    /// do not fit.
+    pub(crate) fn write(&self, off: usize, pieces: &[(*const u8, usize)]) -> bool {
+        let len: usize = pieces.iter().map(|p| p.1).sum();
+        if pieces.iter().any(|p| p.1 == 0)
+            || len == 0
+            || off.checked_add(len).is_none_or(|end| end > self.map.len)
+        {
+            return false;
+        }
+        let mut at = off;
+        for (k, &(p, n)) in pieces.iter().enumerate() {
+            let n_now = if k + 1 == pieces.len() { n - 1 } else { n };
+            // SAFETY: `at + n <= map.len` (checked above, the pieces summing to `len`), so
+            // the destination lies inside the mapping; the source is the caller's, valid
+            // for `n` reads. The ranges cannot overlap: one is the peer's shared memory.
+            // Races with the peer's own accesses are a NIC's DMA races (see the module
+            // docs of `device::regions`).
+            unsafe { std::ptr::copy_nonoverlapping(p, self.map.ptr.add(at), n_now) };
+            at += n_now;
+        }
+        let &(p, n) = pieces.last().expect("len > 0");
+        fence(Ordering::Release);
+        // SAFETY: the last byte of the last piece, to `off + len - 1`, inside the mapping.
+        unsafe { std::ptr::write_volatile(self.map.ptr.add(at), p.add(n - 1).read_volatile()) };
+        true
+    }
+}
+
 /// Slots in a placement table: grants one process holds from another at once.
 pub(crate) const GRANTS: u32 = 256;
 /// A placement table's bytes: per slot, its `word` and its `inuse` count.
@@ -659,5 +727,32 @@ mod tests {
         // SAFETY: a plain call on our descriptor.
         assert_eq!(unsafe { libc::ftruncate(fd, GRANT_BYTES as i64) }, 0);
         assert!(matches!(GrantTable::open(m), Err(RingError::Unsealed(_))));
+    }
+
+    /// A peer's mapping of region memory sees what the owner's copy wrote, and a copy
+    /// that does not fit (or has an empty piece) writes nothing.
+    #[test]
+    fn region_memory_copies_only_what_fits() {
+        let owner = SharedMem::create(4096).unwrap();
+        // SAFETY: dup of a live descriptor, owned by the new OwnedFd.
+        let fd = unsafe { OwnedFd::from_raw_fd(libc::dup(owner.fd())) };
+        assert!(matches!(
+            SharedMem::open(fd, 8192),
+            Err(RingError::Size(4096, 8192))
+        ));
+        // SAFETY: as above.
+        let peer =
+            SharedMem::open(unsafe { OwnedFd::from_raw_fd(libc::dup(owner.fd())) }, 4096).unwrap();
+        let (a, b) = ([1u8, 2, 3], [4u8, 5]);
+        let pieces = [(a.as_ptr(), 3), (b.as_ptr(), 2)];
+        assert!(peer.write(4091, &pieces));
+        let mut got = [0u8; 5];
+        // SAFETY: 5 bytes inside the owner's live mapping.
+        unsafe { std::ptr::copy_nonoverlapping(owner.ptr().add(4091), got.as_mut_ptr(), 5) };
+        assert_eq!(got, [1, 2, 3, 4, 5]);
+        assert!(!peer.write(4092, &pieces), "one byte past the end");
+        assert!(!peer.write(usize::MAX, &pieces));
+        assert!(!peer.write(0, &[(a.as_ptr(), 0)]));
+        assert!(!peer.write(0, &[(a.as_ptr(), 3), (b.as_ptr(), 0)]));
     }
 }

@@ -557,6 +557,11 @@ impl Local {
         any
     }
 
+    /// Whether WRITEs may be placed (`DeviceOptions::cma`).
+    pub(crate) fn cma(&self) -> bool {
+        self.cma
+    }
+
     /// Whether any route to a peer's ring exists (a send looks for a grant only then).
     #[inline]
     pub(crate) fn has_routes(&self) -> bool {
@@ -627,12 +632,11 @@ impl Local {
                 }
                 (Conn::Out { ep, pid, .. }, Ok(Msg::Placed { qpn, rkey, grant })) => {
                     let grant = (grant != Grant::REFUSED).then_some(grant);
-                    let fd = fds.into_iter().next();
                     let r = self
                         .placements
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
-                        .answer(*ep, *pid, qpn, rkey, grant, fd);
+                        .answer(*ep, *pid, qpn, rkey, grant, fds);
                     if let Err(e) = r {
                         eprintln!(
                             "softrdma: {}: closing a same-host connection: {e}",
@@ -766,6 +770,7 @@ impl Local {
         rkey: u32,
         grant: Option<Grant>,
         table: &Arc<Table>,
+        memfd: Option<std::os::fd::RawFd>,
     ) {
         let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         let m = Msg::Placed {
@@ -775,10 +780,10 @@ impl Local {
         };
         let said = match conns.get(&token) {
             Some(Conn::In { fd, .. }) => {
-                let fds = if grant.is_some() {
-                    vec![table.shm.fd()]
-                } else {
-                    Vec::new()
+                // The table, and the region's memory when it is shareable.
+                let fds: Vec<_> = match grant {
+                    Some(_) => std::iter::once(table.shm.fd()).chain(memfd).collect(),
+                    None => Vec::new(),
                 };
                 share::send(fd.as_raw_fd(), &m, &fds).is_ok()
             }
@@ -821,16 +826,17 @@ impl Local {
         }
     }
 
-    /// Whether a grant to place WRITEs to QPN `qpn` through `rkey` is held; if not, one
-    /// is asked for (once in a while).
-    pub(crate) fn granted(&self, qpn: u32, rkey: u32) -> bool {
+    /// The grant to place WRITEs to QPN `qpn` through `rkey`, if one is held: whether the
+    /// region is mapped here (a placed WRITE is then a plain copy). If none is, one is
+    /// asked for (once in a while).
+    pub(crate) fn granted(&self, qpn: u32, rkey: u32) -> Option<bool> {
         let held = self
             .placements
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .held(qpn, rkey)
-            .is_some();
-        if !held {
+            .map(|p| p.mapped());
+        if held.is_none() {
             self.ask(qpn, rkey);
         }
         held

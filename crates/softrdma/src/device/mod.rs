@@ -759,6 +759,11 @@ impl Device {
         }
     }
 
+    /// Whether same-host peers may map this device's regions (see [`place`]).
+    pub(crate) fn shares_memory(&self) -> bool {
+        self.local.as_ref().is_some_and(|l| l.cma())
+    }
+
     /// Posts a send WR on `qp` (its lock held): a WRITE to a same-host peer that granted
     /// its range may be placed in the peer's memory instead of sent (see [`place`]).
     pub(crate) fn post_send(
@@ -780,13 +785,15 @@ impl Device {
             }
             let big = wr.payload.len() >= PLACE_ALWAYS;
             let signaled = sig_all || wr.flags.contains(softrdma_proto::SendFlags::SIGNALED);
-            match (idle, big) {
-                // A small WRITE costs a system call placed, more than its ring entry: it
-                // is placed only where it is waited for (a signaled one on an idle QP, a
-                // latency test), not in a stream.
-                (true, false) if !signaled => Placing::Wire,
-                (true, _) if self.place(l, pd, wr, dqpn.value()) => Placing::Done,
-                (false, true) if l.granted(dqpn.value(), rkey) => Placing::Hold,
+            // Through a mapped region a placed WRITE is a plain copy, always worth it; by
+            // cross-memory copy a small one costs a system call, more than its ring entry:
+            // it is placed only where it is waited for (a signaled one on an idle QP, a
+            // latency test), not in a stream.
+            let grant = l.granted(dqpn.value(), rkey);
+            let worth = grant == Some(true) || big || (idle && signaled);
+            match (idle, worth) {
+                (true, true) if self.place(l, pd, wr, dqpn.value()) => Placing::Done,
+                (false, true) if grant.is_some() => Placing::Hold,
                 _ => Placing::Wire,
             }
         })
@@ -836,6 +843,8 @@ impl Device {
         let Some(table) = l.table_for(token) else {
             return;
         };
+        // The region granted, kept until the answer (with its memfd) is sent.
+        let mut region = None;
         let grant = Lookup::get(self, qpn).and_then(|shared| {
             // Issued under the QP's lock: a modify that follows revokes it.
             let qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
@@ -853,14 +862,16 @@ impl Device {
             }
             let pd = qp.pd();
             let g = self.mrs.granted.issue(&table, qpn, rkey, || {
-                self.mrs.get(rkey).filter(|m| {
+                region = self.mrs.get(rkey).filter(|m| {
                     m.pd == pd && m.access.contains(softrdma_proto::AccessFlags::REMOTE_WRITE)
-                })
+                });
+                region.clone()
             })?;
             shared.granted.store(true, Ordering::Relaxed);
             Some(g)
         });
-        l.answer(token, qpn, rkey, grant, &table);
+        let memfd = region.as_ref().and_then(|m| m.shared_fd());
+        l.answer(token, qpn, rkey, grant, &table, memfd);
     }
 
     /// After `ibv_modify_qp` on `shared` (QPN `qpn`): grants to it are revoked unless it

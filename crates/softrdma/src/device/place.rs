@@ -43,7 +43,7 @@
 //! once per placed WRITE (to clone a grant) and by the progress thread to add or drop one.
 
 use super::regions::MrInner;
-use crate::datapath::shm::{GRANTS, GrantTable};
+use crate::datapath::shm::{GRANTS, GrantTable, SharedMem};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -209,6 +209,16 @@ pub(crate) struct Placement {
     grant: Grant,
     pid: i32,
     ep: u64,
+    /// The region's memory, mapped, when the peer keeps it in shareable memory: written
+    /// with a plain copy instead of a cross-memory one.
+    mem: Option<Arc<SharedMem>>,
+}
+
+impl Placement {
+    /// Whether the region is mapped here.
+    pub(crate) fn mapped(&self) -> bool {
+        self.mem.is_some()
+    }
 }
 
 /// How one placed WRITE went.
@@ -255,7 +265,8 @@ impl Placements {
         }
     }
 
-    /// The peer at `ep` (pid `pid`) answered an ask; `fd` is its table's memfd.
+    /// The peer at `ep` (pid `pid`) answered an ask; `fds` are its table's memfd and,
+    /// for a region in shareable memory, the region's.
     pub(crate) fn answer(
         &mut self,
         ep: u64,
@@ -263,7 +274,7 @@ impl Placements {
         qpn: u32,
         rkey: u32,
         grant: Option<Grant>,
-        fd: Option<std::os::fd::OwnedFd>,
+        fds: Vec<std::os::fd::OwnedFd>,
     ) -> Result<(), String> {
         let Some(g) = grant else {
             return Ok(());
@@ -274,6 +285,20 @@ impl Placements {
         if g.vaddr.checked_add(g.len).is_none() || pid <= 0 {
             return Err(format!("a grant at {:#x} from pid {pid}", g.vaddr));
         }
+        if fds.len() > 2 {
+            return Err(format!("a grant with {} descriptors", fds.len()));
+        }
+        let mut fds = fds.into_iter();
+        let (fd, region) = (fds.next(), fds.next());
+        let mem = match region {
+            Some(m) => {
+                let len = usize::try_from(g.len).map_err(|_| "a grant too long".to_string())?;
+                Some(Arc::new(
+                    SharedMem::open(m, len).map_err(|e| e.to_string())?,
+                ))
+            }
+            None => None,
+        };
         let table = match (self.tables.get(&ep), fd) {
             (Some(t), _) => t.clone(),
             (None, Some(fd)) => {
@@ -291,6 +316,7 @@ impl Placements {
                 grant: g,
                 pid,
                 ep,
+                mem,
             },
         );
         Ok(())
@@ -334,6 +360,19 @@ pub(crate) fn write(
     if off.checked_add(len as u64).is_none_or(|end| end > g.len) {
         // Outside the region: the ring's path makes the remote access error.
         return Placed::NotNow;
+    }
+    if let Some(mem) = &p.mem {
+        // No system call: the region's memory is mapped here too.
+        if !p.table.enter(g.slot, g.stamp) {
+            cache
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .revoked(qpn, rkey);
+            return Placed::NotNow;
+        }
+        let done = mem.write(off as usize, local);
+        p.table.leave(g.slot);
+        return if done { Placed::Done } else { Placed::NotNow };
     }
     if !p.table.enter(g.slot, g.stamp) {
         cache

@@ -19,6 +19,9 @@ enum Storage {
     Owned(*mut [u8]),
     /// Memory the application owns (`register_raw`).
     Raw,
+    /// A sealed memfd the region owns, which same-host peers it is granted to map (see
+    /// [`super::place`]); unmapped when the last reference goes.
+    Shared(crate::datapath::shm::SharedMem),
 }
 
 pub(crate) struct MrInner {
@@ -74,7 +77,15 @@ impl MrInner {
     /// Whether the region owns its buffer, which a reference to it therefore keeps alive:
     /// only such a region lends its bytes to a send (see [`MrTable::lendable`]).
     fn owns_buffer(&self) -> bool {
-        matches!(self.storage, Storage::Owned(_))
+        matches!(self.storage, Storage::Owned(_) | Storage::Shared(_))
+    }
+
+    /// The memfd of a region in shareable memory, which a peer granted it maps.
+    pub(crate) fn shared_fd(&self) -> Option<std::os::fd::RawFd> {
+        match &self.storage {
+            Storage::Shared(m) => Some(m.fd()),
+            _ => None,
+        }
     }
 
     /// The lent payload `addr..addr + len` of this owned region, as a pointer valid while
@@ -202,6 +213,26 @@ impl MrTable {
         self.regions.insert(pick, make)
     }
 
+    /// Registers `len` zeroed bytes of memory the region owns, in shareable memory (a
+    /// sealed memfd) so that same-host peers granted it place WRITEs with a plain copy;
+    /// on a heap buffer where that memory cannot be had.
+    pub fn register_zeroed(&self, pd: Pd, len: usize, access: AccessFlags) -> Result<Arc<MrInner>> {
+        Error::check_range("ibv_reg_mr", "length", len as u64, 1u64, MAX_REGION)?;
+        let Ok(mem) = crate::datapath::shm::SharedMem::create(len) else {
+            return self.register_owned(pd, vec![0; len], access);
+        };
+        let base = mem.ptr();
+        Ok(self.insert(|key| MrInner {
+            key,
+            pd,
+            addr: base as u64,
+            len: mem.len() as u64,
+            access,
+            base,
+            storage: Storage::Shared(mem),
+        }))
+    }
+
     pub fn register_owned(
         &self,
         pd: Pd,
@@ -281,6 +312,13 @@ impl MrTable {
             // `Drop` will not free it again.
             Storage::Owned(ptr) => Some(unsafe { Box::from_raw(ptr) }.into_vec()),
             Storage::Raw => None,
+            Storage::Shared(m) => {
+                let mut v = vec![0; m.len()];
+                // SAFETY: the whole mapping, valid for reads while `m` lives; a copy of
+                // plain bytes.
+                unsafe { std::ptr::copy_nonoverlapping(m.ptr(), v.as_mut_ptr(), m.len()) };
+                Some(v)
+            }
         }
     }
 

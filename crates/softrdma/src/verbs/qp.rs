@@ -148,9 +148,23 @@ impl ProtectionDomain {
         Ok(MemoryRegion { inner, table })
     }
 
-    /// Registers `len` zeroed bytes.
+    /// Registers `len` zeroed bytes that the region owns. They are shareable memory (a
+    /// sealed memfd): a same-host peer that this process grants the region to places its
+    /// WRITEs there with a plain copy, with no system call (for a region peers may write,
+    /// on a device shared with other processes; each such region holds a descriptor).
+    /// After `fork()`, parent and child share these bytes (the mapping is shared, not
+    /// copied on write).
     pub fn register_zeroed(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
-        self.register(vec![0; len], access)
+        check_access(access)?;
+        let dev = self.ctx.dev();
+        if !access.contains(AccessFlags::REMOTE_WRITE) || !dev.shares_memory() {
+            // No peer could map it: a heap buffer (and no descriptor) will do.
+            return self.register(vec![0; len], access);
+        }
+        let table = dev.mrs.clone();
+        let inner = table.register_zeroed(self.pd, len, access)?;
+        self.ctx.dev().res_changed();
+        Ok(MemoryRegion { inner, table })
     }
 
     /// Registers memory the caller owns (`ibv_reg_mr` on a raw buffer).
