@@ -670,33 +670,67 @@ fn a_taken_port_is_a_clear_error() {
     );
 }
 
+/// The CPU time (clock ticks) this process's threads named `comm` have used.
+fn threads_cpu(comm: &str) -> u64 {
+    let mut total = 0;
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if name.trim() == comm {
+            let stat = std::fs::read_to_string(t.path().join("stat")).unwrap();
+            let f: Vec<&str> = stat
+                .rsplit(')')
+                .next()
+                .unwrap()
+                .split_whitespace()
+                .collect();
+            total += f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+        }
+    }
+    total
+}
+
 #[test]
 fn an_idle_device_does_not_spin() {
     // Measure the progress thread's CPU time over an idle 200 ms via /proc.
     let c = ctx(41);
-    let cpu = || -> u64 {
-        let mut total = 0;
-        for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-            if comm.trim() == "softrdma-t41" {
-                let stat = std::fs::read_to_string(t.path().join("stat")).unwrap();
-                let f: Vec<&str> = stat
-                    .rsplit(')')
-                    .next()
-                    .unwrap()
-                    .split_whitespace()
-                    .collect();
-                total += f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
-            }
-        }
-        total
-    };
     std::thread::sleep(Duration::from_millis(50));
-    let before = cpu();
+    let before = threads_cpu("softrdma-t41");
     std::thread::sleep(Duration::from_millis(200));
     // Clock ticks are 10 ms: an idle thread uses none; a spinning one would use ~20.
-    assert!(cpu() - before <= 1, "the idle progress thread used CPU");
+    assert!(
+        threads_cpu("softrdma-t41") - before <= 1,
+        "the idle progress thread used CPU"
+    );
     drop(c);
+}
+
+/// The same for a shared device: its owner and two members whose rings (and grants) are
+/// open after traffic between them.
+#[test]
+fn an_idle_shared_device_with_open_rings_does_not_spin() {
+    let owner = ctx(42);
+    let (a, b) = (
+        end_opts(42, QpType::Rc, 4096, DeviceOptions::default()),
+        end_opts(42, QpType::Rc, 4096, DeviceOptions::default()),
+    );
+    connect(&a, &b, ConnectAttr::default());
+    write_until_placed(&a, &b.mr, 0, &pattern(1, 65536));
+    b.qp.post_recv(RecvWr {
+        wr_id: 1,
+        sg_list: vec![b.mr.sge(0, 64)],
+    })
+    .unwrap();
+    a.qp.post_send(signaled(2, SendOp::Send, a.mr.sge(0, 64)))
+        .unwrap();
+    assert_eq!(wait(&a.cq, 1)[0].status, WcStatus::Success);
+    assert_eq!(wait(&b.cq, 1)[0].status, WcStatus::Success);
+    assert_eq!(owner.sharing(), (true, 2));
+    std::thread::sleep(Duration::from_millis(50));
+    let before = threads_cpu("softrdma-t42");
+    std::thread::sleep(Duration::from_millis(300));
+    // Three progress threads: a spinning one would use ~30 ticks.
+    let used = threads_cpu("softrdma-t42") - before;
+    assert!(used <= 2, "idle progress threads used {used} ticks");
 }
 
 #[test]

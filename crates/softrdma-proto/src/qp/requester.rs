@@ -734,7 +734,7 @@ impl QueuePair {
             src,
             dst,
             sport,
-            &mut self.icrc,
+            self.icrc.get_or_insert_with(Default::default),
         );
         let t = match result {
             Ok(t) => t,

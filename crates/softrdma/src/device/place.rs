@@ -361,25 +361,18 @@ pub(crate) fn write(
         // Outside the region: the ring's path makes the remote access error.
         return Placed::NotNow;
     }
-    if let Some(mem) = &p.mem {
-        // No system call: the region's memory is mapped here too.
-        if !p.table.enter(g.slot, g.stamp) {
-            cache
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .revoked(qpn, rkey);
-            return Placed::NotNow;
-        }
-        let done = mem.write(off as usize, local);
-        p.table.leave(g.slot);
-        return if done { Placed::Done } else { Placed::NotNow };
-    }
     if !p.table.enter(g.slot, g.stamp) {
         cache
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .revoked(qpn, rkey);
         return Placed::NotNow;
+    }
+    if let Some(mem) = &p.mem {
+        // No system call: the region's memory is mapped here too.
+        let done = mem.write(off as usize, local);
+        p.table.leave(g.slot);
+        return if done { Placed::Done } else { Placed::NotNow };
     }
     let iov: Vec<libc::iovec> = local
         .iter()
