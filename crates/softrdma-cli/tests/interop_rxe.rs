@@ -468,6 +468,8 @@ fn pingpong_with_linux_rxe() {
     perf_case_env(&vm, "write-bw", &["-n", "200", "-s", "65536"], &lossy);
     perf_case_env(&vm, "read-bw", &["-n", "200", "-s", "65536"], &lossy);
 
+    two_local_processes_at_once(&vm);
+
     // Unmodified rdma-core and perftest binaries on the host through the drop-in
     // libibverbs (`softrdma exec`), against the same binaries on rxe, both ways.
     dropin_case(
@@ -477,6 +479,86 @@ fn pingpong_with_linux_rxe() {
         "50 iters in",
     );
     dropin_case(&vm, "ib_write_bw", "-x 1 -F -n 50 -s 65536", "BW average");
+}
+
+/// Two softrdma processes on the host share one device (`HOST_IP:4791`, the first owns it
+/// and forwards the other's packets by QPN) and each runs an RC pingpong with its own rxe
+/// process at the same time, data checked at both ends: rxe as the servers, then as the
+/// clients.
+fn two_local_processes_at_once(vm: &Vm) {
+    let flags = ["-g", "1", "-n", "50", "-s", "4096", "-c", "-m", "1024"];
+    let ibv = format!("ibv_rc_pingpong -d rxe0 {}", flags.join(" "));
+    let ports = ["18515", "18516"];
+    // rxe serves twice; two softrdma clients at once.
+    for p in ports {
+        vm.exec_ok(&format!(
+            "{ibv} -p {p} > /tmp/srv{p}.log 2>&1 & echo $! > /tmp/srv{p}.pid"
+        ));
+        vm.exec_ok(&format!("waitport {p}"));
+    }
+    let clients: Vec<_> = ports
+        .iter()
+        .map(|p| {
+            let mut args = vec!["rc-pingpong", "--timeout", "60", "-p", p];
+            args.extend(flags);
+            args.push(VM_IP);
+            ours(HOST_IP, &[], &args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (c, p) in clients.into_iter().zip(ports) {
+        let o = c.wait_with_output().unwrap();
+        assert!(
+            o.status.success() && text(&o).contains("50 iters in"),
+            "softrdma client on port {p}, beside another:\n{}",
+            text(&o)
+        );
+        let srv = vm.exec_ok(&format!(
+            "while kill -0 $(cat /tmp/srv{p}.pid) 2>/dev/null; do sleep 0.1; done; cat /tmp/srv{p}.log"
+        ));
+        assert!(
+            srv.contains("50 iters in"),
+            "rxe server on port {p}:\n{srv}"
+        );
+    }
+    // Two softrdma servers at once; rxe connects to each.
+    let servers: Vec<_> = ports
+        .iter()
+        .map(|p| {
+            let mut args = vec!["rc-pingpong", "--timeout", "60", "-p", p];
+            args.extend(flags);
+            ours(HOST_IP, &[], &args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for p in ports {
+        wait_listen(p.parse().unwrap());
+        vm.exec_ok(&format!(
+            "{ibv} -p {p} {HOST_IP} > /tmp/cli{p}.log 2>&1 & echo $! > /tmp/cli{p}.pid"
+        ));
+    }
+    for (s, p) in servers.into_iter().zip(ports) {
+        let o = s.wait_with_output().unwrap();
+        let cli = vm.exec_ok(&format!(
+            "while kill -0 $(cat /tmp/cli{p}.pid) 2>/dev/null; do sleep 0.1; done; cat /tmp/cli{p}.log"
+        ));
+        assert!(
+            o.status.success() && text(&o).contains("50 iters in"),
+            "softrdma server on port {p}, beside another:\n{}\nrxe client:\n{cli}",
+            text(&o)
+        );
+        assert!(
+            cli.contains("50 iters in"),
+            "rxe client on port {p}:\n{cli}"
+        );
+    }
+    eprintln!("ok: two softrdma processes on one device, each with rxe, both ways");
 }
 
 /// `PROGRAM FLAGS` on the host through `softrdma exec` against `PROGRAM FLAGS` on rxe in
