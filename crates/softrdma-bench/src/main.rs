@@ -1235,6 +1235,51 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
         same_rate_8(),
     );
 
+    // A process that shares its device with another (here `softrdma service`, which owns
+    // it and forwards the member's packets) talking to a process on another device: what
+    // the owner's hop costs, against the lone processes of `softrdma write-lat` above.
+    let member_lat = || -> Result<f64, BenchError> {
+        let mut service = command(
+            &[],
+            &args(&[sr.as_str(), "service"]),
+            &[("SOFTRDMA_ADDR", "127.0.0.6")],
+        )
+        .spawn()
+        .map_err(|source| BenchError::Spawn {
+            program: "softrdma service".into(),
+            source,
+        })?;
+        // Up once it says it owns the device.
+        let up = service.stderr.take().map(|e| {
+            let mut r = std::io::BufReader::new(e);
+            let mut line = String::new();
+            let ok =
+                std::io::BufRead::read_line(&mut r, &mut line).is_ok() && line.contains("owns");
+            std::thread::spawn(move || std::io::copy(&mut r, &mut std::io::sink()));
+            ok
+        });
+        let r = if up == Some(true) {
+            let cmd = ["perf", "write-lat", "--json", "-s", "8", "-n", "20000"];
+            let env = (
+                &[("SOFTRDMA_ADDR", "127.0.0.6")][..],
+                &[("SOFTRDMA_ADDR", "127.0.0.7")][..],
+            );
+            lat(softrdma_pair_env(&pin, &sr, &cmd, env, 24056, limit)
+                .and_then(|c| last_json(&c))
+                .map(|v| v["results"][0].clone()))
+        } else {
+            Err(BenchError::Output("softrdma service did not start".into()))
+        };
+        let _ = service.kill();
+        let _ = service.wait();
+        r
+    };
+    add(
+        "a member of a shared device (its owner forwards) to another device: softrdma write-lat 8 B, t_typical",
+        Kind::Lat,
+        member_lat(),
+    );
+
     // Unmodified perftest through the drop-in libibverbs (`softrdma exec`), both ends: the
     // figures perftest prints (t_typical; BW average in MB/s of 2^20 bytes; MsgRate in
     // Mpps).
@@ -1722,6 +1767,13 @@ fn print_table(figs: &[Figure], pin: &Pin, seconds: u64, paired: &Paired) {
         "UCX shared memory with CMA tag_bw",
         0.6,
         true,
+    );
+    ratio(
+        "two processes on one device, one talking to another device: latency ≤ 1.5× a lone process's",
+        "a member of a shared device (its owner forwards) to another device",
+        "softrdma write-lat 8 B, t_typical",
+        1.5,
+        false,
     );
     ratio(
         "same-host placed WRITEs against rings alone (SOFTRDMA_CMA=0), write-bw 1 MiB",

@@ -496,11 +496,14 @@ pub fn discard(fd: RawFd) {
 }
 
 /// Descriptors that a child this process forks must not keep: a child that holds the
-/// device's name would keep every member waiting on a listener nobody accepts on, and one
-/// that holds the port would keep its datagrams from whoever owns the device next. (A
-/// child that execs closes them anyway: they are close-on-exec.)
-static FORGET: [std::sync::atomic::AtomicI32; 64] =
-    [const { std::sync::atomic::AtomicI32::new(-1) }; 64];
+/// device's name would keep every member waiting on a listener nobody accepts on, one
+/// that holds the port would keep its datagrams from whoever owns the device next, and one
+/// that holds a same-host ring's connection would hide its parent's death from the peer.
+/// (A child that execs closes them anyway: they are close-on-exec.) A fixed table, since
+/// the fork handler may take no lock: a process with more than this many such
+/// descriptors leaves the rest to its children.
+static FORGET: [std::sync::atomic::AtomicI32; 1024] =
+    [const { std::sync::atomic::AtomicI32::new(-1) }; 1024];
 
 /// A descriptor that a forked child does not keep: in the child it becomes `/dev/null`
 /// (see [`FORGET`]), so that the number stays taken and closing it later closes nothing
@@ -548,6 +551,12 @@ impl Forgotten {
     }
 
     pub(crate) fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+impl AsRawFd for Forgotten {
+    fn as_raw_fd(&self) -> RawFd {
         self.0.as_raw_fd()
     }
 }

@@ -111,12 +111,12 @@ struct Incoming {
 /// A connection, as the progress thread watches it.
 enum Conn {
     /// Accepted; its ring has not come yet.
-    Accepted { fd: OwnedFd, pid: i32 },
+    Accepted { fd: Forgotten, pid: i32 },
     /// A peer's ring comes over it (the peer's endpoint, and whether the connection ends
     /// in order: a bye either way, or a refusal), with the placement table of the grants
     /// made to it, once it asked for one (see [`super::place`]).
     In {
-        fd: OwnedFd,
+        fd: Forgotten,
         ep: u64,
         bye: Ending,
         pid: i32,
@@ -124,7 +124,7 @@ enum Conn {
     },
     /// Our ring went over it.
     Out {
-        fd: OwnedFd,
+        fd: Forgotten,
         ep: u64,
         bye: Ending,
         pid: i32,
@@ -447,7 +447,7 @@ impl Local {
         conns.insert(
             token,
             Conn::Out {
-                fd,
+                fd: Forgotten::new(fd),
                 ep,
                 bye: Ending::Open,
                 pid,
@@ -947,10 +947,13 @@ impl Local {
                 )
                 .is_ok()
             {
-                self.conns
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(t, Conn::Accepted { fd, pid });
+                self.conns.lock().unwrap_or_else(|e| e.into_inner()).insert(
+                    t,
+                    Conn::Accepted {
+                        fd: Forgotten::new(fd),
+                        pid,
+                    },
+                );
             }
         }
     }
@@ -1107,5 +1110,59 @@ mod tests {
         ring.wake();
         let got = answers(&fd);
         assert!(matches!(got[..], [Msg::Bye]), "{got:?}");
+    }
+
+    /// A child forked by a process with same-host connections holds none of them (each
+    /// is `/dev/null` there), so that a parent's death is seen by its peers however long
+    /// the child lives.
+    #[test]
+    fn a_forked_child_keeps_no_ring_connection() {
+        let (ctx, fd) = peer_of(33);
+        let ring = Producer::create().unwrap();
+        share::send(fd.as_raw_fd(), &ring_record(VERSION), &ring.fds()).unwrap();
+        let local = ctx.dev().local.as_ref().unwrap();
+        // The device's progress thread accepts the connection and takes the ring.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let fds = loop {
+            let conns = local.conns.lock().unwrap();
+            let fds: Vec<i32> = conns
+                .values()
+                .filter(|c| matches!(c, Conn::In { .. }))
+                .map(fd_raw)
+                .collect();
+            if !fds.is_empty() {
+                break fds;
+            }
+            drop(conns);
+            assert!(Instant::now() < deadline, "the ring was never taken");
+            std::thread::yield_now();
+        };
+        let paths: Vec<std::ffi::CString> = fds
+            .iter()
+            .map(|f| std::ffi::CString::new(format!("/proc/self/fd/{f}")).unwrap())
+            .collect();
+        // SAFETY: the child makes only async-signal-safe calls (readlink, _exit) on memory
+        // prepared before the fork.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let mut buf = [0u8; 64];
+            for p in &paths {
+                // SAFETY: a NUL-terminated path and a buffer that outlives the call.
+                let n = unsafe { libc::readlink(p.as_ptr(), buf.as_mut_ptr().cast(), 64) };
+                if n != 9 || &buf[..9] != b"/dev/null" {
+                    // SAFETY: ends the child at once.
+                    unsafe { libc::_exit(1) };
+                }
+            }
+            // SAFETY: as above.
+            unsafe { libc::_exit(0) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child kept a ring connection ({status:#x})"
+        );
     }
 }

@@ -1047,7 +1047,21 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
                     }
                     continue;
                 }
-                if let share::Change::Rx { old } = share.event(poll.registry(), t, closed)
+                let change = share.event(poll.registry(), t, closed);
+                if let share::Change::Rx {
+                    took_over: Some(pid),
+                    ..
+                } = change
+                {
+                    // A dead QP's number must not answer its old peers' retries: the dead
+                    // owner's are known from what it last published.
+                    let n = share.quarantine(&stats::qpns_of(&dev.name, pid));
+                    share::log(format_args!(
+                        "{}: {n} QPNs of owner pid {pid} quarantined",
+                        dev.addr
+                    ));
+                }
+                if let share::Change::Rx { old, .. } = change
                     && socket_registered
                 {
                     // The port (or a new owner's forwarding socket) is read from now on.

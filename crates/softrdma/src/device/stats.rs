@@ -199,6 +199,17 @@ fn parse_resources(text: &str) -> Vec<Resource> {
         .collect()
 }
 
+/// The QPNs that process `pid` last published for device `name` (a dead owner's, for its
+/// successor to quarantine); none if its file is gone.
+pub(crate) fn qpns_of(name: &str, pid: u32) -> Vec<u32> {
+    let path = dir().join(format!("{name}.{pid}.res"));
+    parse_resources(&std::fs::read_to_string(path).unwrap_or_default())
+        .iter()
+        .filter(|r| r.kind == "qp")
+        .filter_map(|r| r.get("lqpn")?.parse().ok())
+        .collect()
+}
+
 /// Every resource of device `name` in every live process, and how many processes have
 /// published (each process that has the device open and has created anything). The
 /// files of processes that died are removed.
@@ -229,4 +240,29 @@ pub fn resources(name: &str) -> (Vec<Resource>, usize) {
     }
     all.sort_by_key(|r| r.pid);
     (all, procs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dead owner's QPNs are read back from the resource file it last published, as
+    /// its successor quarantines them; a process with no file has none.
+    #[test]
+    fn a_dead_processs_qpns_are_read_from_its_last_file() {
+        let name = format!("qtest{}", std::process::id());
+        let _ = std::fs::create_dir_all(dir());
+        let path = dir().join(format!("{name}.4000000001.res"));
+        std::fs::write(
+            &path,
+            "proc pid 4000000001 comm x\n\
+             qp lqpn 1193046 type RC state RTS\n\
+             cq cqn 3 cqe 16\n\
+             qp lqpn 42 type UD state RTS\n",
+        )
+        .unwrap();
+        assert_eq!(qpns_of(&name, 4000000001), vec![1193046, 42]);
+        let _ = std::fs::remove_file(path);
+        assert!(qpns_of(&name, 4000000001).is_empty());
+    }
 }

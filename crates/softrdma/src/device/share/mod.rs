@@ -235,8 +235,10 @@ pub(crate) enum Change {
     /// Nothing the device must act on.
     None,
     /// The receiving socket changed (a member became the owner, or joined a new one):
-    /// re-register the descriptor the progress thread watches.
-    Rx { old: RawFd },
+    /// re-register the descriptor the progress thread watches. `took_over`: this process
+    /// became the owner after the owner with that pid went (its QPNs are to be
+    /// quarantined, see [`Share::quarantine`]).
+    Rx { old: RawFd, took_over: Option<u32> },
 }
 
 /// The abstract socket name of the device on `addr`.
@@ -531,6 +533,20 @@ impl Share {
             }
             _ => ctl.retire(qpn),
         }
+    }
+
+    /// Quarantines QPNs that a process which went held (a dead owner's, which no member
+    /// registers again), so that none is drawn anew while its remote peers still retry.
+    pub(crate) fn quarantine(&self, qpns: &[u32]) -> usize {
+        let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        let mut n = 0;
+        for &q in qpns {
+            if !ctl.in_use(q) {
+                ctl.retire(q);
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Whether this process owns the device (or has it alone), and how many other
@@ -855,7 +871,10 @@ impl Share {
                     ctl.role = Role::Member { conn, owner_pid };
                     ctl.port = Some(port);
                     self.rx.set(Forgotten::new(data), true);
-                    return Change::Rx { old };
+                    return Change::Rx {
+                        old,
+                        took_over: None,
+                    };
                 }
                 Ok(Joined::Nobody) => {}
                 // A new owner in the middle of taking over may fail one try; the
@@ -893,7 +912,10 @@ impl Share {
                 self.rx.set(port, false);
                 // Members that connected before the listener was watched are waiting.
                 self.accept(ctl, r);
-                return Change::Rx { old };
+                return Change::Rx {
+                    old,
+                    took_over: Some(old_owner),
+                };
             }
             if Instant::now() >= deadline {
                 eprintln!(
