@@ -732,8 +732,14 @@ impl Device {
     /// saturates, and a timer set a microsecond early is still microseconds inside its
     /// millisecond-scale timeout. (A clock read costs about 10 ns.)
     fn service_at(&self, shared: &QpShared, qp: &mut softrdma_proto::QueuePair, now: Instant) {
-        self.place_held(qp);
-        self.transmit(qp, now);
+        // A UC WR completes as it is sent: the held WRITE behind it may then be next.
+        loop {
+            self.place_held(qp);
+            self.transmit(qp, now);
+            if qp.held_front().is_none() {
+                break;
+            }
+        }
         while let Some(wc) = qp.poll_completion() {
             let cq: &Arc<CqInner> = match wc.opcode {
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => &shared.recv_cq,
