@@ -294,7 +294,7 @@ fn link_inner(cmd: &LinkCommand) -> Result<(), CliError> {
                     d.active_mtu.bytes()
                 );
                 if *stats {
-                    let c = softrdma::stats::read(&d.name);
+                    let c = softrdma::stats::read(&softrdma::stats::key(&d.name, d.addr));
                     let line: String = c.iter().map(|(k, v)| format!(" {k} {v}")).collect();
                     println!("link {}/1{line}", d.name);
                 }

@@ -123,7 +123,7 @@ fn show(a: &ShowArgs, out: &mut impl std::io::Write) -> Result<(), CliError> {
         if only.as_ref().is_some_and(|n| *n != d.name) {
             continue;
         }
-        let (all, procs) = softrdma::stats::resources(&d.name);
+        let (all, procs) = softrdma::stats::resources(&softrdma::stats::key(&d.name, d.addr));
         let Some(object) = &a.object else {
             let count = |k: &str| all.iter().filter(|r| r.kind == k).count();
             if a.json {

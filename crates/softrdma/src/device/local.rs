@@ -796,9 +796,9 @@ impl Local {
     }
 
     /// Places a WRITE of the `local` pieces at `remote_addr` of QPN `qpn`'s process
-    /// through `rkey`, by cross-memory copy, if that process granted it (see
-    /// [`super::place`]); otherwise asks for a grant (once in a while) and says no, and
-    /// the WRITE takes the ring.
+    /// through `rkey` (a plain copy into a mapped region, a cross-memory copy otherwise),
+    /// if that process granted it (see [`super::place`]); otherwise asks for a grant (once
+    /// in a while) and says no, and the WRITE takes the ring.
     pub(crate) fn place(
         &self,
         qpn: u32,

@@ -765,6 +765,11 @@ impl Device {
         }
     }
 
+    /// The name this device's counter and resource files go under ([`stats::key`]).
+    pub(crate) fn stats_key(&self) -> String {
+        stats::key(&self.name, self.addr)
+    }
+
     /// Whether same-host peers may map this device's regions (see [`place`]).
     pub(crate) fn shares_memory(&self) -> bool {
         self.local.as_ref().is_some_and(|l| l.cma())
@@ -912,8 +917,8 @@ impl Device {
 /// 4 KiB through the ring, each copied four times.
 const PLACE_ALWAYS: u64 = 16384;
 
-/// Whether a QP in `state` takes incoming requests (IBTA 10.3.1: from RTR on, until
-/// ERROR or RESET).
+/// Whether a QP in `state` takes incoming requests: from RTR on, until ERROR or RESET
+/// (its receive queue works in SQD and SQE too).
 fn receives(state: softrdma_proto::QpState) -> bool {
     use softrdma_proto::QpState::*;
     matches!(state, Rtr | Rts | Sqd | Sqe)
@@ -938,7 +943,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
             let released = dev.datapath.release(u64::MAX);
             dev.count_sent(released);
             dev.flush_batch(true);
-            stats::write(&dev.name, &dev.hw_counters());
+            stats::write(&dev.stats_key(), &dev.hw_counters());
             dev.datapath.flush_capture();
             return;
         }
@@ -951,7 +956,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
         let activity = dev.counters.get(Counter::SentPkts) + dev.counters.get(Counter::RcvdPkts);
         let mut res_due = dev.res.is_dirty() || dev.mrs.generation() != res_published.0;
         if activity != published.0 && published.1.elapsed() >= Duration::from_secs(1) {
-            stats::write(&dev.name, &dev.hw_counters());
+            stats::write(&dev.stats_key(), &dev.hw_counters());
             published = (activity, std::time::Instant::now());
             if let Some(l) = &dev.local {
                 l.expire();
@@ -1061,7 +1066,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
                 {
                     // A dead QP's number must not answer its old peers' retries: the dead
                     // owner's are known from what it last published.
-                    let n = share.quarantine(&stats::qpns_of(&dev.name, pid));
+                    let n = share.quarantine(&stats::qpns_of(&dev.stats_key(), pid));
                     share::log(format_args!(
                         "{}: {n} QPNs of owner pid {pid} quarantined",
                         dev.addr

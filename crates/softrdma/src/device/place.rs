@@ -1,6 +1,9 @@
-//! Placement: RDMA WRITEs that a process places in a same-host peer's memory itself, with
-//! one cross-memory copy (`process_vm_writev`, CMA), instead of sending them through a
-//! ring for the peer to check and copy.
+//! Placement: RDMA WRITEs that a process places in a same-host peer's memory itself,
+//! instead of sending them through a ring for the peer to check and copy: with a plain
+//! copy into a region the peer keeps in shareable memory (a sealed memfd it passes with the
+//! grant: what the Rust API's `register_zeroed` allocates for remote writes), and with one
+//! cross-memory copy (`process_vm_writev`, CMA) into any other region (application memory,
+//! as C programs register).
 //!
 //! # Why
 //! Through a ring, a WRITE lands only when a thread of the target process drains it: its
@@ -20,9 +23,10 @@
 //!    after its first WRITE through that key went through the ring.
 //! 2. The owner checks and grants the whole region in a slot of the placement table it keeps
 //!    for that connection ([`GrantTable`]), or refuses.
-//! 3. The sender caches the grant ([`Placements`]) and places WRITEs inside it while its QP
-//!    has nothing else in flight (see `softrdma_proto::QueuePair::post_send_placed`): each
-//!    write enters the slot, copies, and leaves.
+//! 3. The sender caches the grant ([`Placements`]) and places WRITEs inside it once every
+//!    earlier WR of its QP completed (a WRITE posted behind others is held until then; see
+//!    `softrdma_proto::QueuePair::post_send_placed`): each write enters the slot, copies,
+//!    and leaves.
 //! 4. The owner revokes a grant before the region or the QP can change under it: at
 //!    deregistration and re-registration (before `ibv_dereg_mr` returns), when the QP is
 //!    modified or destroyed or falls into ERROR, and when the connection ends. A revocation

@@ -205,8 +205,12 @@ pub(crate) fn write(dev: &Device) {
     if std::fs::create_dir_all(&d).is_err() {
         return;
     }
-    let tmp = d.join(format!(".{}.{}.res.tmp", dev.name, std::process::id()));
+    let tmp = d.join(format!(
+        ".{}.{}.res.tmp",
+        dev.stats_key(),
+        std::process::id()
+    ));
     if std::fs::write(&tmp, render(dev)).is_ok() {
-        let _ = std::fs::rename(&tmp, path(&dev.name));
+        let _ = std::fs::rename(&tmp, path(&dev.stats_key()));
     }
 }

@@ -3,7 +3,8 @@
 //! A soft device lives inside the process that opened it, so its counters do too. The
 //! progress thread publishes them, at most once a second while they change and once when the
 //! device closes, to `$XDG_RUNTIME_DIR/softrdma/NAME.PID` (or `/tmp/softrdma-UID/NAME.PID`),
-//! one `name value` per line. A process that closes the device adds its last counters to
+//! one `name value` per line, where NAME is the device's [`key`] (its name and address:
+//! `softrdma0` moved to another address by `SOFTRDMA_ADDR` is another device). A process that closes the device adds its last counters to
 //! `NAME.retired` and removes its file; a reader does the same for the file of a process
 //! that died without closing (its last published counters). Both hold an exclusive
 //! `flock` on `NAME.lock` meanwhile, so each file is added once. `softrdma link show -s`
@@ -33,6 +34,13 @@ pub fn dir() -> PathBuf {
         // SAFETY: getuid has no preconditions and cannot fail.
         None => PathBuf::from(format!("/tmp/softrdma-{}", unsafe { libc::getuid() })),
     }
+}
+
+/// The name the files of the device `name` on `addr` go under: devices on different
+/// addresses that have the same name (`softrdma0` moved by `SOFTRDMA_ADDR`) are different
+/// devices, with counters and resources of their own.
+pub fn key(name: &str, addr: std::net::IpAddr) -> String {
+    format!("{name}@{addr}")
 }
 
 pub(crate) fn path(name: &str) -> PathBuf {
@@ -108,8 +116,8 @@ pub(crate) fn retire(name: &str) {
     }
 }
 
-/// The counters of device `name`, summed over every process that has used it: the live
-/// ones, and those that have closed it or died (see the module docs).
+/// The counters of device `name` (its [`key`]), summed over every process that has used
+/// it: the live ones, and those that have closed it or died (see the module docs).
 pub fn read(name: &str) -> Vec<(String, u64)> {
     let mut sum: BTreeMap<String, u64> = BTreeMap::new();
     let prefix = format!("{name}.");
@@ -210,7 +218,7 @@ pub(crate) fn qpns_of(name: &str, pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Every resource of device `name` in every live process, and how many processes have
+/// Every resource of device `name` (its [`key`]) in every live process, and how many processes have
 /// published (each process that has the device open and has created anything). The
 /// files of processes that died are removed.
 pub fn resources(name: &str) -> (Vec<Resource>, usize) {

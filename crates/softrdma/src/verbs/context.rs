@@ -20,8 +20,8 @@ impl Drop for ContextInner {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        crate::device::stats::retire(&self.dev.name);
-        let _ = std::fs::remove_file(crate::device::res::path(&self.dev.name));
+        crate::device::stats::retire(&self.dev.stats_key());
+        let _ = std::fs::remove_file(crate::device::res::path(&self.dev.stats_key()));
     }
 }
 
