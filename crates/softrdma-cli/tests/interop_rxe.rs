@@ -78,6 +78,14 @@ impl Vm {
         assert!(o.status.success(), "in the VM: {cmd}\n{}", text(&o));
         text(&o)
     }
+
+    /// Waits for the VM's background program that wrote `/tmp/TAG.pid` to end, and gives
+    /// what it logged to `/tmp/TAG.log`.
+    fn finished(&self, tag: &str) -> String {
+        self.exec_ok(&format!(
+            "while kill -0 $(cat /tmp/{tag}.pid) 2>/dev/null; do sleep 0.1; done; cat /tmp/{tag}.log"
+        ))
+    }
 }
 
 impl Drop for Vm {
@@ -157,9 +165,7 @@ fn perf_case_env(vm: &Vm, test: &str, flags: &[&str], env: &[(&str, &str)]) {
     let mut cli_args = args.clone();
     cli_args.push(VM_IP);
     let o = run(&mut ours(HOST_IP, env, &cli_args), Duration::from_secs(90));
-    let srv = vm.exec_ok(
-        "while kill -0 $(cat /tmp/perf.pid) 2>/dev/null; do sleep 0.1; done; cat /tmp/perf.log",
-    );
+    let srv = vm.finished("perf");
     let out = text(&o);
     assert!(
         o.status.success(),
@@ -496,19 +502,18 @@ fn two_local_processes_at_once(vm: &Vm) {
         ));
         vm.exec_ok(&format!("waitport {p}"));
     }
-    let clients: Vec<_> = ports
-        .iter()
-        .map(|p| {
-            let mut args = vec!["rc-pingpong", "--timeout", "60", "-p", p];
-            args.extend(flags);
-            args.push(VM_IP);
-            ours(HOST_IP, &[], &args)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
+    // softrdma's rc-pingpong on port `p`, a client of `peer` or a server.
+    let spawn = |p: &str, peer: Option<&str>| {
+        let mut args = vec!["rc-pingpong", "--timeout", "60", "-p", p];
+        args.extend(flags);
+        args.extend(peer);
+        ours(HOST_IP, &[], &args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let clients: Vec<_> = ports.iter().map(|p| spawn(p, Some(VM_IP))).collect();
     for (c, p) in clients.into_iter().zip(ports) {
         let o = c.wait_with_output().unwrap();
         assert!(
@@ -516,27 +521,14 @@ fn two_local_processes_at_once(vm: &Vm) {
             "softrdma client on port {p}, beside another:\n{}",
             text(&o)
         );
-        let srv = vm.exec_ok(&format!(
-            "while kill -0 $(cat /tmp/srv{p}.pid) 2>/dev/null; do sleep 0.1; done; cat /tmp/srv{p}.log"
-        ));
+        let srv = vm.finished(&format!("srv{p}"));
         assert!(
             srv.contains("50 iters in"),
             "rxe server on port {p}:\n{srv}"
         );
     }
     // Two softrdma servers at once; rxe connects to each.
-    let servers: Vec<_> = ports
-        .iter()
-        .map(|p| {
-            let mut args = vec!["rc-pingpong", "--timeout", "60", "-p", p];
-            args.extend(flags);
-            ours(HOST_IP, &[], &args)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
+    let servers: Vec<_> = ports.iter().map(|p| spawn(p, None)).collect();
     for p in ports {
         wait_listen(p.parse().unwrap());
         vm.exec_ok(&format!(
@@ -545,9 +537,7 @@ fn two_local_processes_at_once(vm: &Vm) {
     }
     for (s, p) in servers.into_iter().zip(ports) {
         let o = s.wait_with_output().unwrap();
-        let cli = vm.exec_ok(&format!(
-            "while kill -0 $(cat /tmp/cli{p}.pid) 2>/dev/null; do sleep 0.1; done; cat /tmp/cli{p}.log"
-        ));
+        let cli = vm.finished(&format!("cli{p}"));
         assert!(
             o.status.success() && text(&o).contains("50 iters in"),
             "softrdma server on port {p}, beside another:\n{}\nrxe client:\n{cli}",
@@ -578,9 +568,7 @@ fn dropin_case(vm: &Vm, program: &str, flags: &str, want: &str) {
     ));
     vm.exec_ok("waitport 18515");
     let o = run(&mut host(Some(VM_IP)), Duration::from_secs(90));
-    let srv = vm.exec_ok(
-        "while kill -0 $(cat /tmp/dsrv.pid) 2>/dev/null; do sleep 0.1; done; cat /tmp/dsrv.log",
-    );
+    let srv = vm.finished("dsrv");
     assert!(
         o.status.success() && text(&o).contains(want),
         "drop-in {program} -> rxe ({:?}):\n{}\nrxe:\n{srv}",

@@ -76,6 +76,17 @@ fn connect(a: &End, b: &End, attr: ConnectAttr) {
     .unwrap();
 }
 
+/// Two more processes' worth of a device at `127.0.77.last` (members, when something owns
+/// it already): one QP of type `t` each, opened with `opts`, connected to each other.
+fn members(last: u8, t: QpType, opts: DeviceOptions) -> (End, End) {
+    let (a, b) = (
+        end_opts(last, t, 4096, opts.clone()),
+        end_opts(last, t, 4096, opts),
+    );
+    connect(&a, &b, ConnectAttr::default());
+    (a, b)
+}
+
 /// Waits up to 10 s for `n` completions.
 fn wait(cq: &CompletionQueue, n: usize) -> Vec<Completion> {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -709,11 +720,7 @@ fn an_idle_device_does_not_spin() {
 #[test]
 fn an_idle_shared_device_with_open_rings_does_not_spin() {
     let owner = ctx(42);
-    let (a, b) = (
-        end_opts(42, QpType::Rc, 4096, DeviceOptions::default()),
-        end_opts(42, QpType::Rc, 4096, DeviceOptions::default()),
-    );
-    connect(&a, &b, ConnectAttr::default());
+    let (a, b) = members(42, QpType::Rc, DeviceOptions::default());
     write_until_placed(&a, &b.mr, 0, &pattern(1, 65536));
     b.qp.post_recv(RecvWr {
         wr_id: 1,
@@ -1339,12 +1346,8 @@ fn write_until_placed(a: &End, mr: &MemoryRegion, off: u64, data: &[u8]) {
 #[test]
 fn writes_are_placed_only_inside_live_grants() {
     let owner = ctx(114);
-    let (a, b) = (
-        end_opts(114, QpType::Rc, 4096, DeviceOptions::default()),
-        end_opts(114, QpType::Rc, 4096, DeviceOptions::default()),
-    );
+    let (a, b) = members(114, QpType::Rc, DeviceOptions::default());
     assert_eq!(owner.sharing(), (true, 2));
-    connect(&a, &b, ConnectAttr::default());
     write_until_placed(&a, &b.mr, 0x1000, &pattern(3, 65536));
     write_until_placed(&a, &b.mr, 0x30, &pattern(4, 8));
     assert!(placed(&a.ctx) >= 2);
@@ -1355,11 +1358,7 @@ fn writes_are_placed_only_inside_live_grants() {
     // ERROR: a fresh pair each.
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     for heap in [false, true] {
-        let (a, b) = (
-            end_opts(114, QpType::Rc, 4096, DeviceOptions::default()),
-            end_opts(114, QpType::Rc, 4096, DeviceOptions::default()),
-        );
-        connect(&a, &b, ConnectAttr::default());
+        let (a, b) = members(114, QpType::Rc, DeviceOptions::default());
         let mr2 = if heap {
             b._pd.register(vec![0; 8192], access).unwrap()
         } else {
@@ -1384,11 +1383,7 @@ fn writes_are_placed_only_inside_live_grants() {
     }
 
     // A fresh pair whose target then leaves the states that take WRITEs.
-    let (c, d) = (
-        end_opts(114, QpType::Rc, 4096, DeviceOptions::default()),
-        end_opts(114, QpType::Rc, 4096, DeviceOptions::default()),
-    );
-    connect(&c, &d, ConnectAttr::default());
+    let (c, d) = members(114, QpType::Rc, DeviceOptions::default());
     write_until_placed(&c, &d.mr, 0, &pattern(6, 65536));
     d.qp.modify(&QpAttr {
         state: Some(QpState::Error),
@@ -1406,15 +1401,11 @@ fn writes_are_placed_only_inside_live_grants() {
     );
 
     // Told not to.
-    let no = || DeviceOptions {
+    let no = DeviceOptions {
         cma: false,
         ..Default::default()
     };
-    let (e, f) = (
-        end_opts(114, QpType::Rc, 4096, no()),
-        end_opts(114, QpType::Rc, 4096, no()),
-    );
-    connect(&e, &f, ConnectAttr::default());
+    let (e, f) = members(114, QpType::Rc, no);
     e.mr.write(0, &pattern(8, 65536)).unwrap();
     for k in 0..20 {
         e.qp.post_send(signaled(k, write_to(&f, 0), e.mr.sge(0, 65536)))
@@ -1431,11 +1422,7 @@ fn writes_are_placed_only_inside_live_grants() {
 #[test]
 fn a_held_write_behind_a_uc_send_is_placed_in_turn() {
     let _owner = ctx(116);
-    let (a, b) = (
-        end_opts(116, QpType::Uc, 4096, DeviceOptions::default()),
-        end_opts(116, QpType::Uc, 4096, DeviceOptions::default()),
-    );
-    connect(&a, &b, ConnectAttr::default());
+    let (a, b) = members(116, QpType::Uc, DeviceOptions::default());
     write_until_placed(&a, &b.mr, 0, &pattern(1, 65536));
     b.qp.post_recv(RecvWr {
         wr_id: 5,

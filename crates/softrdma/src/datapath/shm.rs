@@ -431,7 +431,12 @@ pub(crate) struct SharedMem {
 impl SharedMem {
     /// `len` zeroed bytes (more than 0).
     pub(crate) fn create(len: usize) -> Result<Self, RingError> {
-        let memfd = sealed_memfd(c"softrdma-region", len)?;
+        Self::named(c"softrdma-region", len)
+    }
+
+    /// `len` zeroed bytes in a memfd called `name` (as `/proc/PID/maps` shows it).
+    fn named(name: &std::ffi::CStr, len: usize) -> Result<Self, RingError> {
+        let memfd = sealed_memfd(name, len)?;
         let map = Map::new(&memfd, len)?;
         Ok(Self { map, memfd })
     }
@@ -506,33 +511,27 @@ const GRANT_BYTES: usize = GRANTS as usize * 16;
 /// when the peer may write, and the peer could write that memory anyway (the kernel's
 /// ptrace rules are what stop it; see `device::place`). A revoker waits for `inuse` for
 /// a bounded time only.
-pub(crate) struct GrantTable {
-    map: Map,
-    memfd: OwnedFd,
-}
+pub(crate) struct GrantTable(SharedMem);
 
 impl GrantTable {
     /// A new table, every slot revoked (the granting side).
     pub(crate) fn create() -> Result<Self, RingError> {
-        let memfd = sealed_memfd(c"softrdma-grants", GRANT_BYTES)?;
-        let map = Map::new(&memfd, GRANT_BYTES)?;
-        Ok(Self { map, memfd })
+        SharedMem::named(c"softrdma-grants", GRANT_BYTES).map(Self)
     }
 
     /// Maps the table a granting peer passed, after checking its size and seals.
     pub(crate) fn open(memfd: OwnedFd) -> Result<Self, RingError> {
-        let map = map_peers(&memfd, GRANT_BYTES)?;
-        Ok(Self { map, memfd })
+        SharedMem::open(memfd, GRANT_BYTES).map(Self)
     }
 
     /// The memfd, to pass to the peer.
     pub(crate) fn fd(&self) -> RawFd {
-        self.memfd.as_raw_fd()
+        self.0.fd()
     }
 
     fn words(&self, slot: u32) -> (&AtomicU64, &AtomicU64) {
         let at = (slot % GRANTS) as usize * 16;
-        (self.map.word64(at), self.map.word64(at + 8))
+        (self.0.map.word64(at), self.0.map.word64(at + 8))
     }
 
     /// Grants slot `slot` under `stamp` (not 0).

@@ -796,46 +796,32 @@ impl Local {
     }
 
     /// Places a WRITE of the `local` pieces at `remote_addr` of QPN `qpn`'s process
-    /// through `rkey` (a plain copy into a mapped region, a cross-memory copy otherwise),
-    /// if that process granted it (see [`super::place`]); otherwise asks for a grant (once
-    /// in a while) and says no, and the WRITE takes the ring.
+    /// through `rkey`, under the grant `p` it holds for them ([`Local::granted`]): a plain
+    /// copy into a mapped region, a cross-memory copy otherwise (see [`super::place`]).
+    /// False if not placed (the grant was revoked, the range is outside it, or the kernel
+    /// refused): the WRITE then takes the ring.
     pub(crate) fn place(
         &self,
+        p: &place::Placement,
         qpn: u32,
         rkey: u32,
         remote_addr: u64,
         local: &[(*const u8, usize)],
     ) -> bool {
+        place::write(&self.placements, p, qpn, rkey, remote_addr, local) == place::Placed::Done
+    }
+
+    /// The grant to place WRITEs to QPN `qpn` through `rkey`, if one is held (none when
+    /// placement is off). If none is, one is asked for (once in a while).
+    pub(crate) fn granted(&self, qpn: u32, rkey: u32) -> Option<place::Placement> {
         if !self.cma {
-            return false;
+            return None;
         }
         let held = self
             .placements
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .held(qpn, rkey);
-        match held {
-            Some(p) => {
-                place::write(&self.placements, &p, qpn, rkey, remote_addr, local)
-                    == place::Placed::Done
-            }
-            None => {
-                self.ask(qpn, rkey);
-                false
-            }
-        }
-    }
-
-    /// The grant to place WRITEs to QPN `qpn` through `rkey`, if one is held: whether the
-    /// region is mapped here (a placed WRITE is then a plain copy). If none is, one is
-    /// asked for (once in a while).
-    pub(crate) fn granted(&self, qpn: u32, rkey: u32) -> Option<bool> {
-        let held = self
-            .placements
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .held(qpn, rkey)
-            .map(|p| p.mapped());
         if held.is_none() {
             self.ask(qpn, rkey);
         }

@@ -800,33 +800,41 @@ impl Device {
             // cross-memory copy a small one costs a system call, more than its ring entry:
             // it is placed only where it is waited for (a signaled one on an idle QP, a
             // latency test), not in a stream.
-            let grant = l.granted(dqpn.value(), rkey);
-            let worth = grant == Some(true) || big || (idle && signaled);
-            match (idle, worth) {
-                (true, true) if self.place(l, pd, wr, dqpn.value()) => Placing::Done,
-                (false, true) if grant.is_some() => Placing::Hold,
+            let Some(grant) = l.granted(dqpn.value(), rkey) else {
+                return Placing::Wire;
+            };
+            match (idle, grant.mapped() || big || (idle && signaled)) {
+                (true, true) if self.place(l, pd, wr, dqpn.value(), &grant) => Placing::Done,
+                (false, true) => Placing::Hold,
                 _ => Placing::Wire,
             }
         })
         .map(drop)
     }
 
-    /// Places the WRITE `wr` of a QP of PD `pd` in the memory of QPN `dqpn`'s process, if
-    /// that process granted the range (see [`place`]): true if it is there.
-    fn place(&self, l: &local::Local, pd: Pd, wr: &softrdma_proto::SendWr, dqpn: u32) -> bool {
+    /// Places the WRITE `wr` of a QP of PD `pd` in the memory of QPN `dqpn`'s process,
+    /// under the grant `p` that process gave (see [`place`]): true if it is there.
+    fn place(
+        &self,
+        l: &local::Local,
+        pd: Pd,
+        wr: &softrdma_proto::SendWr,
+        dqpn: u32,
+        p: &place::Placement,
+    ) -> bool {
         let softrdma_proto::SendOp::Write { remote_addr, rkey } = wr.op else {
             return false;
         };
         match &wr.payload {
             softrdma_proto::Payload::Inline(v) => {
-                l.place(dqpn, rkey, remote_addr, &[(v.as_ptr(), v.len())])
+                l.place(p, dqpn, rkey, remote_addr, &[(v.as_ptr(), v.len())])
             }
             // One SGE, as nearly every WRITE has: its region stays registered meanwhile.
             softrdma_proto::Payload::Sges(s) if s.len() == 1 => {
                 let s = s[0];
                 self.mrs
-                    .with_local(pd, s.lkey, s.addr, u64::from(s.length), |p, n| {
-                        l.place(dqpn, rkey, remote_addr, &[(p, n)])
+                    .with_local(pd, s.lkey, s.addr, u64::from(s.length), |at, n| {
+                        l.place(p, dqpn, rkey, remote_addr, &[(at, n)])
                     })
                     .unwrap_or(false)
             }
@@ -842,7 +850,12 @@ impl Device {
         };
         let pd = qp.pd();
         while let Some((wr, dqpn, _)) = qp.held_front() {
-            let placed = self.place(l, pd, wr, dqpn.value());
+            let softrdma_proto::SendOp::Write { rkey, .. } = wr.op else {
+                break;
+            };
+            let placed = l
+                .granted(dqpn.value(), rkey)
+                .is_some_and(|p| self.place(l, pd, wr, dqpn.value(), &p));
             qp.complete_held(placed);
         }
     }

@@ -199,18 +199,7 @@ pub(crate) fn render(dev: &Device) -> String {
     s
 }
 
-/// Writes `dev`'s file (write, then rename: a reader never sees half of one).
+/// Writes `dev`'s file (whole: see [`super::stats::replace`]).
 pub(crate) fn write(dev: &Device) {
-    let d = super::stats::dir();
-    if std::fs::create_dir_all(&d).is_err() {
-        return;
-    }
-    let tmp = d.join(format!(
-        ".{}.{}.res.tmp",
-        dev.stats_key(),
-        std::process::id()
-    ));
-    if std::fs::write(&tmp, render(dev)).is_ok() {
-        let _ = std::fs::rename(&tmp, path(&dev.stats_key()));
-    }
+    super::stats::replace(&path(&dev.stats_key()), &render(dev));
 }

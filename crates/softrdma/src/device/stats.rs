@@ -48,16 +48,41 @@ pub(crate) fn path(name: &str) -> PathBuf {
 }
 
 pub(crate) fn write(name: &str, counters: &[(&'static str, u64)]) {
+    let text: String = counters.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
+    replace(&path(name), &text);
+}
+
+/// Puts `text` in file `to` of [`dir`] whole (written aside, then renamed, so that a
+/// reader never sees half a file); true if it is there.
+pub(crate) fn replace(to: &std::path::Path, text: &str) -> bool {
     let d = dir();
     if std::fs::create_dir_all(&d).is_err() {
-        return;
+        return false;
     }
-    let text: String = counters.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
+    let name = to.file_name().unwrap_or_default().to_string_lossy();
     let tmp = d.join(format!(".{name}.{}.tmp", std::process::id()));
-    // Write then rename, so that readers never see half a file.
-    if std::fs::write(&tmp, text).is_ok() {
-        let _ = std::fs::rename(&tmp, path(name));
-    }
+    std::fs::write(&tmp, text).is_ok() && std::fs::rename(&tmp, to).is_ok()
+}
+
+/// The files `NAME.PID` + `suffix` of device `name` in [`dir`], each with whether its
+/// process lives.
+fn process_files(name: &str, suffix: &str) -> Vec<(PathBuf, bool)> {
+    let prefix = format!("{name}.");
+    let Ok(entries) = std::fs::read_dir(dir()) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let file = e.file_name().to_string_lossy().into_owned();
+            let pid = file.strip_prefix(&prefix)?.strip_suffix(suffix)?;
+            if pid.is_empty() || !pid.chars().all(|c| c.is_ascii_digit()) {
+                return None;
+            }
+            let alive = PathBuf::from(format!("/proc/{pid}")).exists();
+            Some((e.path(), alive))
+        })
+        .collect()
 }
 
 /// Adds the `name value` lines of `text` into `sum`.
@@ -102,8 +127,7 @@ fn fold(name: &str, file: &std::path::Path) {
     );
     add(&mut sum, &text);
     let out: String = sum.iter().map(|(k, v)| format!("{k} {v}\n")).collect();
-    let tmp = dir().join(format!(".{name}.retired.{}.tmp", std::process::id()));
-    if std::fs::write(&tmp, out).is_ok() && std::fs::rename(&tmp, &retired).is_ok() {
+    if replace(&retired, &out) {
         let _ = std::fs::remove_file(file);
     }
 }
@@ -120,27 +144,12 @@ pub(crate) fn retire(name: &str) {
 /// it: the live ones, and those that have closed it or died (see the module docs).
 pub fn read(name: &str) -> Vec<(String, u64)> {
     let mut sum: BTreeMap<String, u64> = BTreeMap::new();
-    let prefix = format!("{name}.");
     let lock = Lock::take(name);
-    if let Ok(entries) = std::fs::read_dir(dir()) {
-        for e in entries.flatten() {
-            let file = e.file_name().to_string_lossy().into_owned();
-            let Some(pid) = file.strip_prefix(&prefix) else {
-                continue;
-            };
-            if pid.is_empty() || !pid.chars().all(|c| c.is_ascii_digit()) {
-                continue;
-            }
-            if !PathBuf::from(format!("/proc/{pid}")).exists() {
-                if lock.is_some() {
-                    fold(name, &e.path());
-                }
-                continue;
-            }
-            add(
-                &mut sum,
-                &std::fs::read_to_string(e.path()).unwrap_or_default(),
-            );
+    for (file, alive) in process_files(name, "") {
+        if alive {
+            add(&mut sum, &std::fs::read_to_string(file).unwrap_or_default());
+        } else if lock.is_some() {
+            fold(name, &file);
         }
     }
     add(
@@ -222,29 +231,16 @@ pub(crate) fn qpns_of(name: &str, pid: u32) -> Vec<u32> {
 /// published (each process that has the device open and has created anything). The
 /// files of processes that died are removed.
 pub fn resources(name: &str) -> (Vec<Resource>, usize) {
-    let prefix = format!("{name}.");
     let (mut all, mut procs) = (Vec::new(), 0);
-    if let Ok(entries) = std::fs::read_dir(dir()) {
-        for e in entries.flatten() {
-            let file = e.file_name().to_string_lossy().into_owned();
-            let Some(pid) = file
-                .strip_prefix(&prefix)
-                .and_then(|r| r.strip_suffix(".res"))
-            else {
-                continue;
-            };
-            if pid.is_empty() || !pid.chars().all(|c| c.is_ascii_digit()) {
-                continue;
-            }
-            if !PathBuf::from(format!("/proc/{pid}")).exists() {
-                let _ = std::fs::remove_file(e.path());
-                continue;
-            }
-            procs += 1;
-            all.extend(parse_resources(
-                &std::fs::read_to_string(e.path()).unwrap_or_default(),
-            ));
+    for (file, alive) in process_files(name, ".res") {
+        if !alive {
+            let _ = std::fs::remove_file(file);
+            continue;
         }
+        procs += 1;
+        all.extend(parse_resources(
+            &std::fs::read_to_string(file).unwrap_or_default(),
+        ));
     }
     all.sort_by_key(|r| r.pid);
     (all, procs)
