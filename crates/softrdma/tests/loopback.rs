@@ -1416,13 +1416,14 @@ fn writes_are_placed_only_inside_live_grants() {
     assert_eq!(placed(&e.ctx), 0);
 }
 
-/// A large WRITE posted behind a SEND (one chain) waits, held, until the SEND is done, and
-/// is then placed: over UC, where the SEND completes as it leaves and no ACK comes to
-/// service the QP again, the same pass that sent the SEND places the WRITE.
+/// A large WRITE posted behind a SEND (one chain) waits, held, until the SEND is done
+/// (acknowledged), and is then placed. Over UC nothing is placed: a UC WRITE completes
+/// as it leaves, so one still in the ring would land after a later, placed one (the
+/// last of these UC WRITEs must be what the target holds).
 #[test]
-fn a_held_write_behind_a_uc_send_is_placed_in_turn() {
+fn a_held_write_behind_a_send_is_placed_in_turn_and_uc_places_none() {
     let _owner = ctx(116);
-    let (a, b) = members(116, QpType::Uc, DeviceOptions::default());
+    let (a, b) = members(116, QpType::Rc, DeviceOptions::default());
     write_until_placed(&a, &b.mr, 0, &pattern(1, 65536));
     b.qp.post_recv(RecvWr {
         wr_id: 5,
@@ -1445,4 +1446,18 @@ fn a_held_write_behind_a_uc_send_is_placed_in_turn() {
     assert_eq!(placed(&a.ctx), before + 1, "the WRITE was placed, not sent");
     assert_eq!(&b.mr.to_vec()[0x1000..0x1000 + 65536], &data[..]);
     assert_eq!(wait(&b.cq, 1)[0].wr_id, 5);
+
+    let (c, d) = members(116, QpType::Uc, DeviceOptions::default());
+    for k in 0..20u8 {
+        c.mr.write(0, &pattern(k, 65536)).unwrap();
+        c.qp.post_send(signaled(u64::from(k), write_to(&d, 0), c.mr.sge(0, 65536)))
+            .unwrap();
+        assert_eq!(wait(&c.cq, 1)[0].status, WcStatus::Success);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while d.mr.to_vec()[..65536] != pattern(19, 65536)[..] {
+        assert!(Instant::now() < deadline, "the last UC WRITE never won");
+        std::thread::yield_now();
+    }
+    assert_eq!(placed(&c.ctx), 0, "no UC WRITE is placed");
 }

@@ -779,7 +779,7 @@ impl QueuePair {
     /// [`QueuePair::post_send`], for a host that can place an RDMA WRITE in the target's
     /// memory itself (two processes of one host). Once the WR has passed every check of
     /// `post_send`, and if it is a WRITE without immediate data (whose receive completion
-    /// only the wire can make) on an RC or UC QP in RTS, `place` is asked what to do with
+    /// only the wire can make) on an RC QP in RTS, `place` is asked what to do with
     /// it, given its destination QPN and address and whether the send queue is empty
     /// (every earlier WR completed):
     /// - [`Placing::Done`] (only when empty): the host placed it; it completes at once, as
@@ -790,7 +790,9 @@ impl QueuePair {
     /// - [`Placing::Wire`]: it is posted as `post_send` posts it.
     ///
     /// The order of a QP's operations holds: a WRITE is placed only when every earlier WR
-    /// is complete, so none can land after it, and every later one waits behind it.
+    /// is complete, so none can land after it, and every later one waits behind it. Only
+    /// on RC, where a completion means the responder has executed the WR: a UC WR
+    /// completes as it leaves, so an earlier UC WRITE could still land after a placed one.
     /// Returns what was done.
     pub fn post_send_placed(
         &mut self,
@@ -798,7 +800,7 @@ impl QueuePair {
         place: impl FnOnce(&SendWr, Qpn, IpAddr, bool) -> Placing,
     ) -> Result<Placing, PostError> {
         let placeable = self.state == QpState::Rts
-            && matches!(self.cfg.qp_type, QpType::Rc | QpType::Uc)
+            && self.cfg.qp_type == QpType::Rc
             && matches!(wr.op, SendOp::Write { .. })
             && (self.req.sq.len() as u32) < self.cfg.caps.max_send_wr;
         // The checks of `post_send` that a WRITE on a QP in RTS can fail.

@@ -732,14 +732,9 @@ impl Device {
     /// saturates, and a timer set a microsecond early is still microseconds inside its
     /// millisecond-scale timeout. (A clock read costs about 10 ns.)
     fn service_at(&self, shared: &QpShared, qp: &mut softrdma_proto::QueuePair, now: Instant) {
-        // A UC WR completes as it is sent: the held WRITE behind it may then be next.
-        loop {
-            self.place_held(qp);
-            self.transmit(qp, now);
-            if qp.held_front().is_none() {
-                break;
-            }
-        }
+        // A held WRITE comes to the front when the ACK of the WR before it completed it.
+        self.place_held(qp);
+        self.transmit(qp, now);
         while let Some(wc) = qp.poll_completion() {
             let cq: &Arc<CqInner> = match wc.opcode {
                 WcOpcode::Recv | WcOpcode::RecvRdmaWithImm => &shared.recv_cq,
@@ -873,10 +868,10 @@ impl Device {
             // Issued under the QP's lock: a modify that follows revokes it.
             let qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
             let a = qp.query();
-            let ok = matches!(
-                qp.qp_type(),
-                softrdma_proto::QpType::Rc | softrdma_proto::QpType::Uc
-            ) && receives(qp.state())
+            // RC only: what a UC sender places could overtake its earlier WRITEs in the
+            // ring (see `QueuePair::post_send_placed`).
+            let ok = qp.qp_type() == softrdma_proto::QpType::Rc
+                && receives(qp.state())
                 && a.access_flags
                     .is_some_and(|f| f.contains(softrdma_proto::AccessFlags::REMOTE_WRITE))
                 && a.av

@@ -16,9 +16,10 @@
 //!
 //! # The rule: only what the owner granted
 //! A process writes another's memory only inside a range the owner granted it, after the
-//! owner checked the key (the same checks its receive path makes: the QP exists, is RC or
-//! UC, can receive, allows remote writes, its peer is on this host, and the R_Key names a
-//! region of the QP's PD that allows remote writes):
+//! owner checked the key (the same checks its receive path makes: the QP exists, is RC,
+//! can receive, allows remote writes, its peer is on this host, and the R_Key names a
+//! region of the QP's PD that allows remote writes). Not UC: a UC WRITE completes as it
+//! leaves, so one still in the ring could land after a later, placed one:
 //! 1. The sender asks, over its ring's connection ([`Msg::Place`](super::share::msg::Msg)),
 //!    after its first WRITE through that key went through the ring.
 //! 2. The owner checks and grants the whole region in a slot of the placement table it keeps
