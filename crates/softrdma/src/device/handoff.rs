@@ -164,10 +164,11 @@ macro_rules! registry {
                     .remove(&key)
             }
 
-            /// Every value, as the registry holds them now.
-            pub(crate) fn values(&self) -> Vec<$arc<T>> {
+            /// What `f` makes of every value, under the read lock (no reference to a
+            /// value outlives the call, so a removal that follows finds it unshared).
+            pub(crate) fn collect<R>(&self, f: impl Fn(&T) -> R) -> Vec<R> {
                 let map = self.map.read().unwrap_or_else(|e| e.into_inner());
-                map.values().cloned().collect()
+                map.values().map(|v| f(v)).collect()
             }
 
             /// A reference to `key`'s value if `keep` accepts it: it outlives a removal.

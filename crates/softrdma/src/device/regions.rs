@@ -141,6 +141,15 @@ fn raw_region(
     })
 }
 
+/// What `softrdma res show` lists of a region (see [`MrTable::list`]).
+pub(crate) struct MrRecord {
+    pub key: u32,
+    pub pd: Pd,
+    pub addr: u64,
+    pub len: u64,
+    pub access: AccessFlags,
+}
+
 /// The longest region (a Rust allocation's limit).
 const MAX_REGION: u64 = isize::MAX as u64;
 
@@ -191,8 +200,16 @@ impl MrTable {
     }
 
     /// Every region registered now.
-    pub(crate) fn list(&self) -> Vec<Arc<MrInner>> {
-        self.regions.values()
+    pub(crate) fn list(&self) -> Vec<MrRecord> {
+        // Copies, not references: a reference held here would make a concurrent
+        // `take_owned` fail to get its buffer back.
+        self.regions.collect(|m| MrRecord {
+            key: m.key,
+            pd: m.pd,
+            addr: m.addr,
+            len: m.len,
+            access: m.access,
+        })
     }
 
     /// How many registrations and deregistrations there have been.
