@@ -1236,13 +1236,14 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
     );
 
     // A process that shares its device with another (here `softrdma service`, which owns
-    // it and forwards the member's packets) talking to a process on another device: what
-    // the owner's hop costs, against the lone processes of `softrdma write-lat` above.
-    let member_lat = || -> Result<f64, BenchError> {
+    // it) talking to a process on another device, against the lone processes of `softrdma
+    // write-lat` above: steered its datagrams by the kernel (the default), and forwarded
+    // by the owner (`SOFTRDMA_STEER=0`), which costs a hop through a third process.
+    let member_lat = |steer: &'static str| -> Result<f64, BenchError> {
         let mut service = command(
             &[],
             &args(&[sr.as_str(), "service"]),
-            &[("SOFTRDMA_ADDR", "127.0.0.6")],
+            &[("SOFTRDMA_ADDR", "127.0.0.6"), ("SOFTRDMA_STEER", steer)],
         )
         .spawn()
         .map_err(|source| BenchError::Spawn {
@@ -1261,7 +1262,7 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
         let r = if up == Some(true) {
             let cmd = ["perf", "write-lat", "--json", "-s", "8", "-n", "20000"];
             let env = (
-                &[("SOFTRDMA_ADDR", "127.0.0.6")][..],
+                &[("SOFTRDMA_ADDR", "127.0.0.6"), ("SOFTRDMA_STEER", steer)][..],
                 &[("SOFTRDMA_ADDR", "127.0.0.7")][..],
             );
             lat(softrdma_pair_env(&pin, &sr, &cmd, env, 24056, limit)
@@ -1275,9 +1276,14 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
         r
     };
     add(
-        "a member of a shared device (its owner forwards) to another device: softrdma write-lat 8 B, t_typical",
+        "a member of a shared device (steered) to another device: softrdma write-lat 8 B, t_typical",
         Kind::Lat,
-        member_lat(),
+        member_lat("1"),
+    );
+    add(
+        "a member of a shared device (its owner forwards, SOFTRDMA_STEER=0) to another device: softrdma write-lat 8 B, t_typical",
+        Kind::Lat,
+        member_lat("0"),
     );
 
     // Unmodified perftest through the drop-in libibverbs (`softrdma exec`), both ends: the
@@ -1770,7 +1776,7 @@ fn print_table(figs: &[Figure], pin: &Pin, seconds: u64, paired: &Paired) {
     );
     ratio(
         "two processes on one device, one talking to another device: latency ≤ 1.5× a lone process's",
-        "a member of a shared device (its owner forwards) to another device",
+        "a member of a shared device (steered) to another device",
         "softrdma write-lat 8 B, t_typical",
         1.5,
         false,

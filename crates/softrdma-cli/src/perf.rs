@@ -1630,6 +1630,13 @@ fn perf(a: &PerfArgs, out: &mut impl Write) -> Result<(), CliError> {
             for &sz in &sizes {
                 rows.push(run_lat(a, &s, sz, iters, &pb)?);
             }
+            // A timed run stops on each side's own clock, so the side that stops last may
+            // still have a WRITE in flight to the one that stopped first: both meet here
+            // before tearing down (each side's own WRITEs have completed). perftest's
+            // write_lat has no such point and just exits: its socket closing ends the wait.
+            if a.duration.is_some() {
+                let _ = s.barrier();
+            }
         }
     }
     pb.finish_and_clear();

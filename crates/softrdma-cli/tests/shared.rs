@@ -371,6 +371,18 @@ fn another_user_can_neither_take_the_port_nor_join() {
     );
     let refused = service.expect("refused a connection");
     assert!(refused.contains("uid 65534"), "{refused}");
+    // The port's SO_REUSEPORT group (members are steered through it) is this user's:
+    // another's socket cannot join it.
+    let py = format!(
+        "import socket\n\
+         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)\n\
+         try:\n    s.bind(('{addr}', 4791)); print('joined')\nexcept OSError as e:\n    print('refused', e.errno)\n"
+    );
+    let mut c = as_nobody("/usr/bin/python3");
+    c.args(["-c", &py]);
+    let (st, t) = Watched::spawn(c, "nobody's reuseport bind").finish();
+    assert!(st.success() && t.contains("refused 98"), "{t}");
 }
 
 /// `softrdma ARGS` on the device at `addr`, run to its end; its standard output.

@@ -1273,14 +1273,16 @@ fn forwarded(owner: &Context) -> u64 {
 
 /// Two members of one device talk through a same-host ring: every RC operation works,
 /// and not one of their packets goes through UDP to the owner and on to them; with
-/// `shm: false` (`SOFTRDMA_SHM=0`) the same traffic takes the UDP path and the owner
-/// forwards it.
+/// `shm: false` (`SOFTRDMA_SHM=0`) and no steering the same traffic takes the UDP path and
+/// the owner forwards it.
 #[test]
 fn members_talk_through_rings_unless_told_to_use_udp() {
     for (last, shm) in [(112, true), (113, false)] {
         let owner = ctx(last);
         let opts = || DeviceOptions {
             shm,
+            // Steered, the members would get their datagrams straight from the kernel.
+            steer: false,
             ..Default::default()
         };
         let (a, b) = (
@@ -1295,6 +1297,79 @@ fn members_talk_through_rings_unless_told_to_use_udp() {
         } else {
             assert!(n > 100, "over UDP, the owner forwards every packet: {n}");
         }
+    }
+}
+
+/// Members of a device that talk over UDP (here to each other, with the rings off) get
+/// their datagrams from the kernel, steered to their own sockets by QPN: every RC
+/// operation works, and the owner forwards a tenth or less of what it forwards to the
+/// same members unsteered (`SOFTRDMA_STEER=0`), which is only what came before the
+/// program took their slots in.
+#[test]
+fn members_are_steered_their_datagrams_unless_told_not_to() {
+    let mut got = Vec::new();
+    for (last, steer) in [(130, false), (131, true)] {
+        let owner = ctx(last);
+        let opts = || DeviceOptions {
+            shm: false,
+            steer,
+            ..Default::default()
+        };
+        let (a, b) = (
+            end_opts(last, QpType::Rc, 4096, opts()),
+            end_opts(last, QpType::Rc, 4096, opts()),
+        );
+        rc_every_operation(a, b);
+        got.push(forwarded(&owner));
+    }
+    let [unsteered, steered] = got[..] else {
+        unreachable!()
+    };
+    eprintln!("the owner forwarded {unsteered} datagrams unsteered, {steered} steered");
+    assert!(
+        unsteered > 100,
+        "unsteered, the owner forwards all: {unsteered}"
+    );
+    assert!(
+        steered * 10 <= unsteered,
+        "steered, the owner forwards {steered} datagrams against {unsteered}"
+    );
+}
+
+/// Steered members whose sockets move in the group (one member leaves, and the kernel
+/// moves the last socket into its place) keep their RC streams to another device: what
+/// reaches the wrong process before the owner probes the group again is retransmitted,
+/// and every WRITE lands.
+#[test]
+fn steered_members_keep_their_streams_when_one_leaves() {
+    let _owner = ctx(132);
+    let mut pairs: Vec<(End, End)> = (0..3)
+        .map(|_| {
+            let (m, r) = (end(132, QpType::Rc), end(133, QpType::Rc));
+            connect(&m, &r, ConnectAttr::default());
+            (m, r)
+        })
+        .collect();
+    let round = |pairs: &[(End, End)], i: u64| {
+        for (k, (m, r)) in pairs.iter().enumerate() {
+            let data = pattern((i as u8) ^ (k as u8) << 4, 4096);
+            m.mr.write(0, &data).unwrap();
+            m.qp.post_send(signaled(i, write_to(r, 8192), m.mr.sge(0, 4096)))
+                .unwrap();
+            let wc = wait(&m.cq, 1);
+            assert_eq!((wc[0].wr_id, wc[0].status), (i, WcStatus::Success));
+            let mut got = vec![0; 4096];
+            r.mr.read(8192, &mut got).unwrap();
+            assert_eq!(got, data, "round {i}, pair {k}");
+        }
+    };
+    for i in 0..20 {
+        round(&pairs, i);
+    }
+    // The first member leaves: the last socket of the group takes its index.
+    drop(pairs.remove(0));
+    for i in 20..200 {
+        round(&pairs, i);
     }
 }
 

@@ -54,6 +54,11 @@ pub struct DeviceOptions {
     /// target checked the R_Key and granted the range (on by default where the kernel
     /// allows it; `SOFTRDMA_CMA=0` sends them through the rings, for measurements).
     pub cma: bool,
+    /// Between processes that share a device, have the kernel steer each member's
+    /// datagrams from remote peers to the member's own socket, instead of through the
+    /// device's owner (on by default; `SOFTRDMA_STEER=0` keeps them forwarded, for
+    /// measurements).
+    pub steer: bool,
 }
 
 impl Default for DeviceOptions {
@@ -68,6 +73,7 @@ impl Default for DeviceOptions {
             share: true,
             shm: true,
             cma: true,
+            steer: true,
         }
     }
 }
@@ -75,7 +81,8 @@ impl Default for DeviceOptions {
 impl DeviceOptions {
     /// The options `SOFTRDMA_FAULTS`, `SOFTRDMA_PCAP`, `SOFTRDMA_ZERO_COPY=1`,
     /// `SOFTRDMA_NO_GSO`, `SOFTRDMA_GSO=always`, `SOFTRDMA_CONNECTED=0` and
-    /// `SOFTRDMA_SHARE=0`, `SOFTRDMA_SHM=0` and `SOFTRDMA_CMA=0` ask for.
+    /// `SOFTRDMA_SHARE=0`, `SOFTRDMA_SHM=0`, `SOFTRDMA_CMA=0` and `SOFTRDMA_STEER=0` ask
+    /// for.
     pub fn from_env() -> Result<Self> {
         Ok(Self {
             gso: std::env::var_os("SOFTRDMA_NO_GSO").is_none(),
@@ -84,6 +91,7 @@ impl DeviceOptions {
             share: std::env::var("SOFTRDMA_SHARE").map_or(true, |v| v != "0"),
             shm: std::env::var("SOFTRDMA_SHM").map_or(true, |v| v != "0"),
             cma: std::env::var("SOFTRDMA_CMA").map_or(true, |v| v != "0"),
+            steer: std::env::var("SOFTRDMA_STEER").map_or(true, |v| v != "0"),
             faults: match std::env::var("SOFTRDMA_FAULTS") {
                 Ok(s) => Some(LinkFaults::parse(&s).map_err(|e| Error::Faults {
                     spec: s.clone(),

@@ -555,6 +555,21 @@ impl Forgotten {
     }
 }
 
+/// Closes what descriptor `fd` refers to while keeping the number taken (it becomes
+/// `/dev/null`): a thread that read the number just before reads nothing, never another
+/// file opened meanwhile. A socket so closed leaves its SO_REUSEPORT group at once.
+pub(crate) fn hollow(fd: RawFd) {
+    // SAFETY: open, dup3 and close take no pointers but the NUL-terminated literal; dup3
+    // replaces `fd` atomically, and a failure leaves it as it was.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if null >= 0 {
+            libc::dup3(null, fd, libc::O_CLOEXEC);
+            libc::close(null);
+        }
+    }
+}
+
 impl AsRawFd for Forgotten {
     fn as_raw_fd(&self) -> RawFd {
         self.0.as_raw_fd()

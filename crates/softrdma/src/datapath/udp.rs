@@ -12,7 +12,7 @@ use softrdma_wire::ROCE_V2_PORT;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The receiving socket a process reads: the port (the device's owner, or a process
@@ -22,6 +22,11 @@ use std::sync::{Arc, Mutex};
 pub(crate) struct RxPort {
     /// The descriptor read, with bit 32 set when it is a forwarding socket (framed).
     cur: AtomicU64,
+    /// A steered member's forwarding socket (framed), which it reads too, but only when
+    /// the progress thread saw it readable (`spilled`): its owner forwards there what the
+    /// group did not steer (see `device::share::steer`). -1: none.
+    spill: AtomicI32,
+    spilled: AtomicBool,
     /// Every socket ever current, kept open for the device's life (there is one per
     /// change of owner), so that a receive that read the old descriptor never reads a
     /// reused number.
@@ -33,6 +38,8 @@ impl RxPort {
     pub(crate) fn new(fd: Forgotten, framed: bool) -> Self {
         let p = Self {
             cur: Default::default(),
+            spill: AtomicI32::new(-1),
+            spilled: AtomicBool::new(false),
             keep: Mutex::new(Vec::new()),
         };
         p.set(fd, framed);
@@ -51,6 +58,55 @@ impl RxPort {
         let v = self.cur.load(Ordering::Acquire);
         (v as u32 as RawFd, v >> 32 != 0)
     }
+
+    /// Reads forwarded datagrams from `fd` (framed) beside the current socket, or no
+    /// more (`None`).
+    pub(crate) fn set_spill(&self, fd: Option<Forgotten>) {
+        let raw = fd.as_ref().map_or(-1, |f| f.raw());
+        if let Some(fd) = fd {
+            self.keep.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
+        }
+        self.spill.store(raw, Ordering::Release);
+        self.spilled.store(raw >= 0, Ordering::Release);
+    }
+
+    /// The forwarding socket read beside the current one.
+    pub(crate) fn spill(&self) -> Option<RawFd> {
+        let fd = self.spill.load(Ordering::Acquire);
+        (fd >= 0).then_some(fd)
+    }
+
+    /// The progress thread saw the forwarding socket readable: the next receive reads it.
+    pub(crate) fn spilled(&self) {
+        self.spilled.store(true, Ordering::Release);
+    }
+
+    /// Reads forwarded datagrams if the progress thread saw some.
+    fn recv_spill(&self, batch: &mut RecvBatch, want: usize) -> Option<usize> {
+        if !self.spilled.load(Ordering::Relaxed) || !self.spilled.swap(false, Ordering::AcqRel) {
+            return None;
+        }
+        let fd = self.spill()?;
+        match sys::recv_framed(fd, batch, want) {
+            Ok(n) if n > 0 => {
+                // More may wait: the poll reports the next arrival only.
+                self.spilled.store(true, Ordering::Release);
+                Some(n)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// How [`Udp::bind_port`] binds the port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PortBind {
+    /// Alone: no other socket may ever bind it (`SOFTRDMA_SHARE=0`).
+    Alone,
+    /// The device's owner: the first socket of a SO_REUSEPORT group, if the port is free.
+    Group,
+    /// A member: joins the owner's group, to be steered its own datagrams.
+    Join,
 }
 
 /// The UDP driver.
@@ -72,16 +128,23 @@ pub(crate) struct Udp {
 
 impl Udp {
     /// Binds `addr:4791` (IPv6 scope `scope_id`) for the device's receive path, with no
-    /// SO_REUSEADDR or SO_REUSEPORT: the port is this user's alone (a second bind by
-    /// anyone fails). `gro`: ask the kernel to coalesce received segments.
-    pub(crate) fn bind_port(addr: IpAddr, scope_id: u32, gro: bool) -> Result<OwnedFd> {
+    /// SO_REUSEADDR (which would let another user take the port). `how` says whether the
+    /// socket opens a SO_REUSEPORT group that this user's other processes may join (their
+    /// datagrams are then steered to them, see `device::share::steer`), joins one, or
+    /// stays alone. `gro`: ask the kernel to coalesce received segments.
+    pub(crate) fn bind_port(
+        addr: IpAddr,
+        scope_id: u32,
+        gro: bool,
+        how: PortBind,
+    ) -> Result<OwnedFd> {
         let bind = match addr {
             IpAddr::V6(v6) => {
                 SocketAddr::V6(std::net::SocketAddrV6::new(v6, ROCE_V2_PORT, 0, scope_id))
             }
             v4 => SocketAddr::new(v4, ROCE_V2_PORT),
         };
-        let socket = std::net::UdpSocket::bind(bind).map_err(|e| {
+        let in_use = |e: std::io::Error| {
             if e.kind() == std::io::ErrorKind::AddrInUse {
                 Error::AddrInUse { addr }
             } else {
@@ -90,7 +153,29 @@ impl Udp {
                     source: e,
                 }
             }
-        })?;
+        };
+        if how == PortBind::Group {
+            // A plain bind first: a group's socket would join a group some other process
+            // of this user still holds (a member of an owner that just went), where it
+            // must find the port taken instead. Only the holder of the device's name binds
+            // here, so nobody takes the port between the two binds but a joining member.
+            drop(std::net::UdpSocket::bind(bind).map_err(in_use)?);
+        }
+        let socket: std::net::UdpSocket = if how == PortBind::Alone {
+            std::net::UdpSocket::bind(bind).map_err(in_use)?
+        } else {
+            let s = socket2::Socket::new(
+                socket2::Domain::for_address(bind),
+                socket2::Type::DGRAM,
+                Some(socket2::Protocol::UDP),
+            )
+            .map_err(Error::io("ibv_open_device: socket"))?;
+            // The kernel lets only sockets of the same effective uid into a group.
+            s.set_reuse_port(true)
+                .map_err(Error::io("ibv_open_device: SO_REUSEPORT"))?;
+            s.bind(&bind.into()).map_err(in_use)?;
+            s.into()
+        };
         socket
             .set_nonblocking(true)
             .map_err(Error::io("ibv_open_device"))?;
@@ -184,9 +269,13 @@ impl Datapath for Udp {
     }
 
     fn recv(&self, batch: &mut RecvBatch, want: usize) -> std::io::Result<usize> {
-        match self.rx.get() {
+        let r = match self.rx.get() {
             (fd, false) => sys::recv_batch(fd, batch, want),
             (fd, true) => sys::recv_framed(fd, batch, want),
+        };
+        match r {
+            Ok(n) if n > 0 => Ok(n),
+            r => self.rx.recv_spill(batch, want).map_or(r, Ok),
         }
     }
 

@@ -611,6 +611,16 @@ impl Device {
     /// Hands one received datagram to its QP through the receive path.
     fn receive(&self, rx: &mut Receiver<QpShared>, data: &[u8], from: SocketAddr, now: Instant) {
         if let Some(s) = &self.share
+            && data.first() == Some(&share::steer::PROBE_MAGIC[0])
+            && let Some((index, nonce)) = share::steer::parse_probe(data)
+        {
+            // The device's owner asks which socket of the group this is.
+            if s.saw_probe(index, nonce) {
+                self.wake();
+            }
+            return;
+        }
+        if let Some(s) = &self.share
             && s.forwarding()
             && let Some(sent) = s.forward(data, from)
         {
@@ -1038,6 +1048,10 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
             // A same-host ring holds packets already (its producer saw it unarmed).
             timeout = Some(Duration::ZERO);
         }
+        if let Some(d) = dev.share.as_ref().and_then(|s| s.tick()) {
+            // A probe to report, or a probe round to make.
+            timeout = Some(timeout.map_or(d, |t| t.min(d)));
+        }
         if socket_registered && !(one_cpu && sending) && last_work.elapsed() < SPIN {
             // Work is pending: look again at once instead of sleeping.
             timeout = Some(Duration::ZERO);
@@ -1205,13 +1219,13 @@ impl Device {
         opts: DeviceOptions,
     ) -> Result<(Arc<Device>, std::thread::JoinHandle<()>)> {
         let counters = Arc::new(DeviceCounters::default());
-        let bind = || Udp::bind_port(addr, scope_id, opts.gso);
+        let bind = |how| Udp::bind_port(addr, scope_id, opts.gso, how);
         let mrs = Arc::new(MrTable::new(opts.zero_copy));
         let local = (opts.share && opts.shm && opts.faults.is_none() && opts.pcap.is_none())
             .then(|| local::Local::bind(addr, scope_id, opts.cma, mrs.granted.clone()))
             .flatten();
         let ep = local.as_ref().map_or(0, |l| l.ep);
-        let share = share::Share::attach(addr, scope_id, !opts.share, ep, &bind)?;
+        let share = share::Share::attach(addr, scope_id, !opts.share, opts.steer, ep, &bind)?;
         let udp = Udp::open(
             share.rx.clone(),
             addr,

@@ -47,9 +47,10 @@
 //! datagram.
 
 pub(crate) mod msg;
+pub(crate) mod steer;
 
 use crate::datapath::socket::{self as sys, Forgotten};
-use crate::datapath::udp::RxPort;
+use crate::datapath::udp::{PortBind, RxPort};
 use msg::{MAX_QPNS, Msg, VERSION};
 use nix::sys::socket::{
     self as ns, AddressFamily, Backlog, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
@@ -77,10 +78,18 @@ pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 pub(crate) const LISTEN: mio::Token = mio::Token(3);
 /// The progress thread's token for a member's connection to its owner.
 pub(crate) const OWNER: mio::Token = mio::Token(4);
+/// The progress thread's token for a steered member's forwarding socket.
+pub(crate) const SPILL: mio::Token = mio::Token(6);
 /// The owner's tokens for its members' connections start here.
 const MEMBER_BASE: usize = 1 << 20;
 /// The socket buffer of a forwarding socket pair: a window of datagrams in flight.
 const FORWARD_BUF: i32 = 4 << 20;
+/// How long after a change of the group the owner probes it once more: a member that
+/// died leaves the group when its process is torn down, which may be after its
+/// connection closed.
+const PROBE_AGAIN: Duration = Duration::from_millis(100);
+/// The owner's own reports of probes, among its members' tokens.
+const OWN: usize = usize::MAX;
 
 /// Whether `softrdma service` asked for a log of the sharing on stderr.
 static VERBOSE: AtomicBool = AtomicBool::new(false);
@@ -175,6 +184,29 @@ struct Member {
     qpns: HashSet<u32>,
     /// Its same-host endpoint (0: none).
     ep: u64,
+    /// The slot its QPNs carry (0: none; see [`steer`]), and whether its socket is in the
+    /// group.
+    slot: u8,
+    steering: bool,
+}
+
+/// The owner's view of the steering group (see [`steer`]).
+#[derive(Default)]
+struct Rounds {
+    /// Each granted slot's member.
+    slots: HashMap<u8, usize>,
+    /// The current probing round's nonce; the index each member's socket (or the
+    /// owner's, [`OWN`]) received last, and who reported in this round.
+    nonce: u64,
+    seen: HashMap<usize, u32>,
+    this_round: HashSet<usize>,
+    /// Members that reported two indexes in one round (a probe the kernel hashed): not
+    /// steered until the next round.
+    ambiguous: HashSet<usize>,
+    /// When to probe once more.
+    again: Option<Instant>,
+    /// The program attached last: the owner's index and the routes.
+    installed: Option<(u32, Vec<(u8, u32)>)>,
 }
 
 enum Role {
@@ -202,6 +234,12 @@ struct Ctl {
     /// A member's duplicate of the port's socket, to carry on as owner with (an owner's
     /// is the one its `RxPort` reads).
     port: Option<Forgotten>,
+    /// The slot this process's QPNs carry (see [`steer`]; an owner that started as one
+    /// has 0), and a member's socket in the steering group, which its `RxPort` reads.
+    my_slot: u8,
+    steering: Option<RawFd>,
+    /// Owner: the steering group.
+    rounds: Rounds,
 }
 
 /// A device's part in sharing (see the module docs).
@@ -216,6 +254,13 @@ pub(crate) struct Share {
     routes: RwLock<HashMap<u32, Arc<OwnedFd>>>,
     /// Whether `routes` has any.
     forwarding: AtomicBool,
+    /// Whether members may be steered (`SOFTRDMA_STEER`).
+    steer: bool,
+    /// Probes the receive path saw, for the progress thread to report (see [`steer`]);
+    /// `probed`: there are some. `again`: the owner has a probe round to make.
+    probes: Mutex<Vec<(u32, u64)>>,
+    probed: AtomicBool,
+    again: AtomicBool,
     ctl: Mutex<Ctl>,
 }
 
@@ -323,27 +368,46 @@ pub(crate) fn dest_qpn(packet: &[u8]) -> Option<u32> {
 }
 
 /// Binds `addr:4791` for the device's receive path (see `Udp`).
-pub(crate) type BindPort<'a> = &'a dyn Fn() -> crate::error::Result<OwnedFd>;
+pub(crate) type BindPort<'a> = &'a dyn Fn(PortBind) -> crate::error::Result<OwnedFd>;
+
+/// Asks the owner (at the other end of `conn`) for a steering slot, `want` or any, and
+/// joins the group with a socket of our own; `None` if the owner has no slot to give or
+/// the socket cannot join, and the member stays forwarded.
+fn steer_join(conn: RawFd, owner: u32, want: u8, bind_port: BindPort<'_>) -> Option<(u8, OwnedFd)> {
+    let slot = match request(conn, owner, &Msg::Steer(want)) {
+        Ok(Msg::Slot(s)) if s != 0 && (want == 0 || s == want) => s,
+        _ => return None,
+    };
+    let sock = bind_port(PortBind::Join).ok()?;
+    send(conn, &Msg::Steering(slot), &[]).ok()?;
+    Some((slot, sock))
+}
 
 impl Share {
     /// Joins the device on `addr`: as its member if an owner answers, as its owner
     /// otherwise (binding the port with `bind_port`), or alone when `exclusive`.
     /// `ep`: this process's same-host endpoint, which the owner tells whoever locates
     /// its QPNs (0: none).
+    /// `steer`: members may have their datagrams steered to them (see [`steer`]).
     pub(crate) fn attach(
         addr: IpAddr,
         scope_id: u32,
         exclusive: bool,
+        steer: bool,
         ep: u64,
         bind_port: BindPort<'_>,
     ) -> crate::error::Result<Share> {
-        let share = |role, rx, port| Share {
+        let share = |role, rx, port, my_slot, steering| Share {
             addr,
             scope_id,
             ep,
             rx: Arc::new(rx),
             routes: RwLock::new(HashMap::new()),
             forwarding: AtomicBool::new(false),
+            steer,
+            probes: Mutex::new(Vec::new()),
+            probed: AtomicBool::new(false),
+            again: AtomicBool::new(false),
             ctl: Mutex::new(Ctl {
                 role,
                 mine: HashSet::new(),
@@ -351,11 +415,14 @@ impl Share {
                 quarantine: VecDeque::new(),
                 quarantined: HashSet::new(),
                 port,
+                my_slot,
+                steering,
+                rounds: Rounds::default(),
             }),
         };
         if exclusive {
-            let port = Forgotten::new(bind_port()?);
-            return Ok(share(Role::Alone, RxPort::new(port, false), None));
+            let port = Forgotten::new(bind_port(PortBind::Alone)?);
+            return Ok(share(Role::Alone, RxPort::new(port, false), None, 0, None));
         }
         let err = |e: ShareError| crate::error::Error::Share { addr, source: e };
         let deadline = Instant::now() + ANSWER_TIMEOUT;
@@ -368,14 +435,34 @@ impl Share {
                     port,
                 } => {
                     let port = Forgotten::new(port);
+                    let steered = steer
+                        .then(|| steer_join(conn.as_raw_fd(), owner_pid, 0, bind_port))
+                        .flatten();
                     log(format_args!(
-                        "{addr}: pid {} joined owner pid {owner_pid}",
-                        std::process::id()
+                        "{addr}: pid {} joined owner pid {owner_pid}{}",
+                        std::process::id(),
+                        match &steered {
+                            Some((s, _)) => format!(", steered as slot {s}"),
+                            None => String::new(),
+                        }
                     ));
+                    let data = Forgotten::new(data);
+                    let (rx, slot, steering) = match steered {
+                        Some((slot, sock)) => {
+                            let sock = Forgotten::new(sock);
+                            let raw = sock.raw();
+                            let rx = RxPort::new(sock, false);
+                            rx.set_spill(Some(data));
+                            (rx, slot, Some(raw))
+                        }
+                        None => (RxPort::new(data, true), 0, None),
+                    };
                     return Ok(share(
                         Role::Member { conn, owner_pid },
-                        RxPort::new(Forgotten::new(data), true),
+                        rx,
                         Some(port),
+                        slot,
+                        steering,
                     ));
                 }
                 Joined::Nobody => {}
@@ -384,7 +471,7 @@ impl Share {
             match listen(addr, scope_id).map_err(err)? {
                 Some(listener) => {
                     let listener = Forgotten::new(listener);
-                    let port = match bind_port() {
+                    let port = match bind_port(PortBind::Group) {
                         Ok(p) => Forgotten::new(p),
                         // A member of the owner that just went still holds its duplicate
                         // of the port, and is about to take the name (which this holds)
@@ -413,6 +500,8 @@ impl Share {
                             next: 0,
                         },
                         RxPort::new(port, false),
+                        None,
+                        0,
                         None,
                     ));
                 }
@@ -443,11 +532,154 @@ impl Share {
                 LISTEN,
                 mio::Interest::READABLE,
             ),
-            Role::Member { conn, .. } => r.register(
-                &mut mio::unix::SourceFd(&conn.as_raw_fd()),
-                OWNER,
-                mio::Interest::READABLE,
-            ),
+            Role::Member { conn, .. } => {
+                if let Some(fd) = self.rx.spill() {
+                    r.register(
+                        &mut mio::unix::SourceFd(&fd),
+                        SPILL,
+                        mio::Interest::READABLE,
+                    )?;
+                }
+                r.register(
+                    &mut mio::unix::SourceFd(&conn.as_raw_fd()),
+                    OWNER,
+                    mio::Interest::READABLE,
+                )
+            }
+        }
+    }
+
+    /// The receive path saw a probe (see [`steer`]): the progress thread reports it.
+    /// Returns whether it should be woken for that.
+    pub(crate) fn saw_probe(&self, index: u32, nonce: u64) -> bool {
+        if !self.steer {
+            return false;
+        }
+        let mut p = self.probes.lock().unwrap_or_else(|e| e.into_inner());
+        // Anyone may send probes to the port: a flood is not kept.
+        if p.len() < 64 {
+            p.push((index, nonce));
+        }
+        self.probed.store(true, Ordering::Release);
+        true
+    }
+
+    /// The progress thread's part in steering, at each of its turns: reports the probes
+    /// the receive path saw (a member tells its owner; the owner notes its own index),
+    /// and makes a due probe round (owner). Returns how soon it wants to run again.
+    pub(crate) fn tick(&self) -> Option<Duration> {
+        let probed = self.probed.swap(false, Ordering::AcqRel);
+        if !probed && !self.again.load(Ordering::Relaxed) {
+            return None;
+        }
+        let seen = std::mem::take(&mut *self.probes.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        for (index, nonce) in seen {
+            match &ctl.role {
+                Role::Member { conn, .. } => {
+                    let _ = send(conn.as_raw_fd(), &Msg::Probed { index, nonce }, &[]);
+                }
+                Role::Owner { .. } => self.probed_at(&mut ctl, OWN, index, nonce),
+                Role::Alone => {}
+            }
+        }
+        let wait = match ctl.rounds.again {
+            Some(at) if matches!(ctl.role, Role::Owner { .. }) => {
+                let now = Instant::now();
+                if now >= at {
+                    ctl.rounds.again = None;
+                    self.probe_round(&mut ctl, false, false);
+                    ctl.rounds.again.map(|a| a.saturating_duration_since(now))
+                } else {
+                    Some(at - now)
+                }
+            }
+            _ => None,
+        };
+        self.again
+            .store(ctl.rounds.again.is_some(), Ordering::Relaxed);
+        wait
+    }
+
+    /// Probes every index the group should have (owner): the port's socket and each
+    /// steered member's. `changed`: the group just changed, so it is probed once more a
+    /// little later; `moved`: a socket left it, so what the last rounds found no longer
+    /// holds.
+    fn probe_round(&self, ctl: &mut Ctl, changed: bool, moved: bool) {
+        let n = match &ctl.role {
+            Role::Owner { members, .. } => members.values().filter(|m| m.steering).count(),
+            _ => return,
+        };
+        let r = &mut ctl.rounds;
+        r.nonce = rand::random();
+        if moved {
+            r.seen.clear();
+        }
+        r.this_round.clear();
+        r.ambiguous.clear();
+        if changed {
+            r.again = Some(Instant::now() + PROBE_AGAIN);
+            self.again.store(true, Ordering::Relaxed);
+        }
+        let to = match self.addr {
+            IpAddr::V6(v6) => SocketAddr::V6(std::net::SocketAddrV6::new(
+                v6,
+                softrdma_wire::ROCE_V2_PORT,
+                0,
+                self.scope_id,
+            )),
+            v4 => SocketAddr::new(v4, softrdma_wire::ROCE_V2_PORT),
+        };
+        // Only indexes that exist: the kernel hashes a probe for one past the end to any
+        // socket, which would report it as its own.
+        for i in 0..=n as u32 {
+            let _ = steer::send_probe(self.rx.get().0, to, i, r.nonce);
+        }
+    }
+
+    /// A socket (member `t`'s, or the owner's: [`OWN`]) received the probe for `index`
+    /// (owner): the program is rebuilt from what this round has found so far.
+    fn probed_at(&self, ctl: &mut Ctl, t: usize, index: u32, nonce: u64) {
+        let r = &mut ctl.rounds;
+        if nonce != r.nonce {
+            return;
+        }
+        if !r.this_round.insert(t) && r.seen.get(&t) != Some(&index) {
+            r.ambiguous.insert(t);
+        }
+        r.seen.insert(t, index);
+        self.install(ctl);
+    }
+
+    /// Attaches the program that this round's findings make, if it changed (owner).
+    fn install(&self, ctl: &mut Ctl) {
+        let Role::Owner { members, .. } = &ctl.role else {
+            return;
+        };
+        let r = &mut ctl.rounds;
+        let own = match r.seen.get(&OWN) {
+            Some(&i) if !r.ambiguous.contains(&OWN) => i,
+            _ => 0,
+        };
+        let mut routes: Vec<(u8, u32)> = members
+            .iter()
+            .filter(|(t, m)| m.steering && !r.ambiguous.contains(t))
+            .filter_map(|(t, m)| Some((m.slot, *r.seen.get(t)?)))
+            .collect();
+        routes.sort_unstable();
+        let want = (own, routes);
+        if r.installed.as_ref() == Some(&want) {
+            return;
+        }
+        match steer::attach(self.rx.get().0, &steer::program(want.0, &want.1)) {
+            Ok(()) => {
+                log(format_args!(
+                    "{}: steering program: owner at {}, slots {:?}",
+                    self.addr, want.0, want.1
+                ));
+                r.installed = Some(want);
+            }
+            Err(e) => eprintln!("softrdma: {}: cannot steer members: {e}", self.addr),
         }
     }
 
@@ -492,7 +724,10 @@ impl Share {
                     }
                 }
             }
-            _ => ctl.draw(),
+            _ => {
+                let slot = ctl.my_slot;
+                ctl.draw(slot)
+            }
         };
         ctl.mine.insert(qpn);
         Ok(qpn)
@@ -563,6 +798,11 @@ impl Share {
     /// Handles a control event of the progress thread's poll: `token` is [`LISTEN`],
     /// [`OWNER`] or a member's. `closed`: the poll saw the other end hang up.
     pub(crate) fn event(&self, r: &mio::Registry, token: mio::Token, closed: bool) -> Change {
+        if token == SPILL {
+            // Read by the next receive, without the control lock.
+            self.rx.spilled();
+            return Change::None;
+        }
         let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
         match token {
             LISTEN => {
@@ -645,6 +885,8 @@ impl Share {
                     data: None,
                     qpns: HashSet::new(),
                     ep: 0,
+                    slot: 0,
+                    steering: false,
                 },
             );
         }
@@ -685,6 +927,7 @@ impl Share {
                 }
             };
             let ready = m.data.is_some();
+            let its_slot = m.slot;
             match (msg, ready) {
                 (
                     Msg::Hello {
@@ -736,7 +979,7 @@ impl Share {
                     }
                 }
                 (Msg::Alloc, true) => {
-                    let q = ctl.draw();
+                    let q = ctl.draw(its_slot);
                     ctl.theirs.insert(q, t);
                     let Role::Owner { members, .. } = &mut ctl.role else {
                         return;
@@ -770,6 +1013,12 @@ impl Share {
                     for q in &got {
                         ctl.theirs.insert(*q, t);
                         self.route(*q, Some(data.clone()));
+                        // Its QPNs carry the slot it had under the owner that went: no
+                        // one else gets that slot.
+                        let slot = *q as u8;
+                        if slot != 0 && slot != ctl.my_slot {
+                            ctl.rounds.slots.entry(slot).or_insert(t);
+                        }
                     }
                     let Role::Owner { members, .. } = &mut ctl.role else {
                         return;
@@ -781,6 +1030,41 @@ impl Share {
                         .extend(got);
                     if send(fd, &Msg::Registered(taken), &[]).is_err() {
                         drop_it = true;
+                    }
+                }
+                (Msg::Steer(want), true) => {
+                    let slot = if self.steer {
+                        ctl.grant_slot(t, want)
+                    } else {
+                        0
+                    };
+                    if slot != 0 {
+                        // The group gets its program before the member's socket joins
+                        // it: without one the kernel would hash other processes'
+                        // datagrams to it.
+                        self.install(ctl);
+                        let Role::Owner { members, .. } = &mut ctl.role else {
+                            return;
+                        };
+                        members.get_mut(&t).expect("looked up above").slot = slot;
+                    }
+                    if send(fd, &Msg::Slot(slot), &[]).is_err() {
+                        drop_it = true;
+                    }
+                }
+                (Msg::Steering(slot), true) => {
+                    if slot != 0 && its_slot == slot {
+                        m.steering = true;
+                        log(format_args!(
+                            "{}: member pid {} steered as slot {slot}",
+                            self.addr, m.pid
+                        ));
+                        self.probe_round(ctl, true, false);
+                    }
+                }
+                (Msg::Probed { index, nonce }, true) => {
+                    if m.steering {
+                        self.probed_at(ctl, t, index, nonce);
                     }
                 }
                 (other, _) => {
@@ -810,6 +1094,13 @@ impl Share {
             ctl.theirs.remove(&q);
             self.route(q, None);
             ctl.retire(q);
+        }
+        ctl.rounds.slots.retain(|_, owner| *owner != t);
+        ctl.rounds.seen.remove(&t);
+        if m.steering {
+            // Its socket left the group, and the last one took its index.
+            self.probe_round(ctl, true, true);
+            self.install(ctl);
         }
     }
 
@@ -868,9 +1159,37 @@ impl Share {
                         std::process::id()
                     ));
                     let port = Forgotten::new(port);
+                    let data = Forgotten::new(data);
+                    if let Some(fd) = self.rx.spill() {
+                        let _ = r.deregister(&mut mio::unix::SourceFd(&fd));
+                    }
+                    // A steered member keeps its socket in the group, and its slot, which
+                    // its QPNs carry, if the new owner agrees.
+                    let slot = ctl.my_slot;
+                    let kept = ctl.steering.is_some()
+                        && self.steer
+                        && matches!(
+                            request(conn.as_raw_fd(), owner_pid, &Msg::Steer(slot)),
+                            Ok(Msg::Slot(s)) if s == slot
+                        )
+                        && send(conn.as_raw_fd(), &Msg::Steering(slot), &[]).is_ok();
+                    if kept {
+                        let raw = data.raw();
+                        self.rx.set_spill(Some(data));
+                        let _ = r.register(
+                            &mut mio::unix::SourceFd(&raw),
+                            SPILL,
+                            mio::Interest::READABLE,
+                        );
+                    } else {
+                        if let Some(fd) = ctl.steering.take() {
+                            sys::hollow(fd);
+                        }
+                        self.rx.set_spill(None);
+                        self.rx.set(data, true);
+                    }
                     ctl.role = Role::Member { conn, owner_pid };
                     ctl.port = Some(port);
-                    self.rx.set(Forgotten::new(data), true);
                     return Change::Rx {
                         old,
                         took_over: None,
@@ -909,7 +1228,19 @@ impl Share {
                     members: HashMap::new(),
                     next: 0,
                 };
+                // The port is read from now on; this process's socket leaves the group,
+                // whose program sends everything to the port until the members, steered
+                // again, are probed.
+                if let Some(fd) = ctl.steering.take() {
+                    sys::hollow(fd);
+                }
+                if let Some(fd) = self.rx.spill() {
+                    let _ = r.deregister(&mut mio::unix::SourceFd(&fd));
+                }
+                self.rx.set_spill(None);
                 self.rx.set(port, false);
+                ctl.rounds = Rounds::default();
+                self.install(ctl);
                 // Members that connected before the listener was watched are waiting.
                 self.accept(ctl, r);
                 return Change::Rx {
@@ -925,6 +1256,17 @@ impl Share {
                 return Change::None;
             }
             std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        // The socket leaves the group before the owner sees the connection close, so that
+        // its probe round finds the group as it is.
+        let ctl = self.ctl.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(fd) = ctl.steering.take() {
+            sys::hollow(fd);
         }
     }
 }
@@ -949,13 +1291,48 @@ impl Ctl {
         self.mine.contains(&q) || self.theirs.contains_key(&q) || self.quarantined.contains(&q)
     }
 
-    /// Draws a free QPN (owner, alone).
-    fn draw(&mut self) -> u32 {
-        loop {
-            let q = rand::random::<u32>() & 0xFF_FFFF;
+    /// Draws a free QPN for the process whose slot is `slot` (owner, alone): 16 random
+    /// bits above the slot (see [`steer`]). Should that slot's numbers run out, any free
+    /// QPN that no steered slot claims will do: the owner's socket receives it and
+    /// forwards.
+    fn draw(&mut self, slot: u8) -> u32 {
+        for _ in 0..1 << 17 {
+            let q = rand::random::<u32>() & 0xFF_FF00 | u32::from(slot);
             if q > 1 && !self.in_use(q) {
                 return q;
             }
+        }
+        loop {
+            let q = rand::random::<u32>() & 0xFF_FFFF;
+            let claimed = self.rounds.slots.contains_key(&(q as u8));
+            if q > 1 && !claimed && !self.in_use(q) {
+                return q;
+            }
+        }
+    }
+
+    /// A steering slot for member `t` (owner): `want` if it is free or already `t`'s,
+    /// otherwise (or for `want` 0) any free one; 0 if none is.
+    fn grant_slot(&mut self, t: usize, want: u8) -> u8 {
+        let mine = self.my_slot;
+        let r = &mut self.rounds;
+        let free =
+            |s: u8, r: &Rounds| s != 0 && s != mine && r.slots.get(&s).is_none_or(|o| *o == t);
+        let slot = if want != 0 {
+            free(want, r).then_some(want)
+        } else {
+            // From a random start, so that a slot freed a moment ago is not the next one.
+            let start = rand::random::<u8>();
+            (0..=255u8)
+                .map(|i| start.wrapping_add(i))
+                .find(|&s| free(s, r) && !r.slots.contains_key(&s))
+        };
+        match slot {
+            Some(s) => {
+                r.slots.insert(s, t);
+                s
+            }
+            None => 0,
         }
     }
 

@@ -6,7 +6,7 @@
 
 /// The protocol version both ends state in [`Msg::Hello`] and [`Msg::Welcome`]. A process
 /// of another version gets a clear refusal, never a guess at the other's layout.
-pub(crate) const VERSION: u32 = 3;
+pub(crate) const VERSION: u32 = 4;
 
 /// The most QPNs one [`Msg::Register`] or [`Msg::Registered`] carries (a record stays under
 /// a page table's worth of socket buffer; more are sent as several).
@@ -62,6 +62,17 @@ pub(crate) enum Msg {
     /// Consumer → producer, the answer: the grant, with the consumer's placement table's
     /// memfd alongside; a refusal is [`Grant::REFUSED`].
     Placed { qpn: u32, rkey: u32, grant: Grant },
+    /// Member → owner: may this process have its datagrams steered to its own socket
+    /// (see `steer`)? With the slot it wants (its QPNs carry it, after a change of owner),
+    /// or 0 for any.
+    Steer(u8),
+    /// Owner → member, the answer: the slot its QPNs will carry (0: none, stay forwarded).
+    Slot(u8),
+    /// Member → owner: its socket for this slot is in the group now (no answer).
+    Steering(u8),
+    /// Member → owner: its socket received the probe for this index in round `nonce`
+    /// (no answer).
+    Probed { index: u32, nonce: u64 },
 }
 
 /// A grant of a region to a same-host peer, as [`Msg::Placed`] carries it (see
@@ -188,6 +199,19 @@ impl Msg {
                     out.extend_from_slice(&d.to_le_bytes());
                 }
             }
+            Msg::Steer(s) | Msg::Slot(s) | Msg::Steering(s) => {
+                out.push(match self {
+                    Msg::Steer(_) => 15,
+                    Msg::Slot(_) => 16,
+                    _ => 17,
+                });
+                out.push(*s);
+            }
+            Msg::Probed { index, nonce } => {
+                out.push(18);
+                word(&mut out, *index);
+                out.extend_from_slice(&nonce.to_le_bytes());
+            }
         }
         out
     }
@@ -213,6 +237,10 @@ impl Msg {
             12 => "bye",
             13 => "place",
             14 => "placed",
+            15 => "steer",
+            16 => "slot",
+            17 => "steering",
+            18 => "probed",
             k => return Err(MsgError::Unknown(k)),
         };
         let word = |at: usize| -> Result<u32, MsgError> {
@@ -251,6 +279,8 @@ impl Msg {
             11 => exact(29)?,
             13 => exact(9)?,
             14 => exact(45)?,
+            15..=17 => exact(2)?,
+            18 => exact(13)?,
             _ => {}
         }
         if matches!(kind, 1..=3 | 11) && b.get(1..5) != Some(&MAGIC[..]) {
@@ -299,6 +329,13 @@ impl Msg {
                     len: dword(29)?,
                     vaddr: dword(37)?,
                 },
+            },
+            15 => Msg::Steer(b[1]),
+            16 => Msg::Slot(b[1]),
+            17 => Msg::Steering(b[1]),
+            18 => Msg::Probed {
+                index: word(1)?,
+                nonce: dword(5)?,
             },
             _ => Msg::Bye,
         })
@@ -355,6 +392,10 @@ mod tests {
                     Msg::Placed { qpn, rkey, grant }
                 }),
             Just(Msg::Alloc),
+            any::<u8>().prop_map(Msg::Steer),
+            any::<u8>().prop_map(Msg::Slot),
+            any::<u8>().prop_map(Msg::Steering),
+            (any::<u32>(), any::<u64>()).prop_map(|(index, nonce)| Msg::Probed { index, nonce }),
             any::<u32>().prop_map(Msg::Qpn),
             any::<u32>().prop_map(Msg::Free),
             qpns.clone().prop_map(Msg::Register),
