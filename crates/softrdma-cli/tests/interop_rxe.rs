@@ -487,11 +487,12 @@ fn pingpong_with_linux_rxe() {
     dropin_case(&vm, "ib_write_bw", "-x 1 -F -n 50 -s 65536", "BW average");
 }
 
-/// Two softrdma processes on the host share one device (`HOST_IP:4791`, the first owns it
-/// and forwards the other's packets by QPN) and each runs an RC pingpong with its own rxe
-/// process at the same time, data checked at both ends: rxe as the servers, then as the
-/// clients.
+/// Two softrdma processes on the host share one device (`HOST_IP:4791`: the first owns it,
+/// and the kernel steers the other's datagrams to it by QPN) and each runs an RC pingpong
+/// with its own rxe process at the same time, data checked at both ends: rxe as the
+/// servers, then as the clients. Steered, the owner forwards almost nothing.
 fn two_local_processes_at_once(vm: &Vm) {
+    let before = [counter("forwarded_pkts"), counter("rcvd_pkts")];
     let flags = ["-g", "1", "-n", "50", "-s", "4096", "-c", "-m", "1024"];
     let ibv = format!("ibv_rc_pingpong -d rxe0 {}", flags.join(" "));
     let ports = ["18515", "18516"];
@@ -548,7 +549,35 @@ fn two_local_processes_at_once(vm: &Vm) {
             "rxe client on port {p}:\n{cli}"
         );
     }
-    eprintln!("ok: two softrdma processes on one device, each with rxe, both ways");
+    let [forwarded, rcvd] = [
+        counter("forwarded_pkts") - before[0],
+        counter("rcvd_pkts") - before[1],
+    ];
+    assert!(
+        rcvd > 200 && forwarded * 10 <= rcvd,
+        "the owner forwarded {forwarded} of {rcvd} datagrams"
+    );
+    eprintln!(
+        "ok: two softrdma processes on one device, each with rxe, both ways \
+         ({forwarded} of {rcvd} datagrams forwarded)"
+    );
+}
+
+/// Counter `name` of the host's device, summed over its processes, live and gone
+/// (`softrdma link show -s`).
+fn counter(name: &str) -> u64 {
+    let o = run(
+        &mut ours(HOST_IP, &[], &["link", "show", "-s"]),
+        Duration::from_secs(30),
+    );
+    let out = text(&o);
+    let line = out.lines().find(|l| l.contains(name)).unwrap_or_default();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    words
+        .iter()
+        .position(|w| *w == name)
+        .and_then(|at| words.get(at + 1)?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{out}"))
 }
 
 /// `PROGRAM FLAGS` on the host through `softrdma exec` against `PROGRAM FLAGS` on rxe in
