@@ -168,7 +168,7 @@ struct Route {
 #[derive(Default)]
 struct Routes {
     /// Each destination QPN looked up.
-    by_qpn: HashMap<u32, Route>,
+    by_qpn: softrdma_proto::endpoint::check::KeyMap<Route>,
     /// The ring to each peer endpoint.
     by_ep: HashMap<u64, Arc<Outgoing>>,
     /// Endpoints that refused a ring: reached over UDP.

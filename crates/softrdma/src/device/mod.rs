@@ -495,7 +495,8 @@ impl Device {
         } = st;
         loop {
             let ask = if app { *want } else { sys::RX_BATCH };
-            let got = self.recv_some(batch, ask, app, udp_at);
+            let mut ringed = false;
+            let got = self.recv_some(batch, ask, app, udp_at, &mut ringed);
             // One datagram is asked for while they come one at a time (a ping-pong); a full
             // batch means more are queued.
             *want = match got {
@@ -514,10 +515,10 @@ impl Device {
                     // GRO coalesced equal segments (the last may be shorter).
                     (data, Some(from), false, seg) if seg > 0 => {
                         for d in data.chunks(seg) {
-                            self.receive(rx, d, from, now);
+                            self.receive(rx, d, from, now, ringed);
                         }
                     }
-                    (data, Some(from), false, _) => self.receive(rx, data, from, now),
+                    (data, Some(from), false, _) => self.receive(rx, data, from, now, ringed),
                     _ => {
                         self.counters.add(Counter::RcvdMalformed, 1);
                     }
@@ -546,13 +547,15 @@ impl Device {
 
     /// Receives up to `ask` packets from the socket or the same-host rings. An application
     /// thread (`app`) reads the rings, and the socket at most every [`UDP_EVERY`]; the
-    /// progress thread reads the socket and, when it is empty, the rings.
+    /// progress thread reads the socket and, when it is empty, the rings. `ringed` is set
+    /// when the packets came from the rings.
     fn recv_some(
         &self,
         batch: &mut RecvBatch,
         ask: usize,
         app: bool,
         udp_at: &mut u64,
+        ringed: &mut bool,
     ) -> std::io::Result<usize> {
         let Some(l) = self.local.as_ref().filter(|l| l.has_rings()) else {
             return self.datapath.recv(batch, ask);
@@ -572,6 +575,7 @@ impl Device {
         if bad > 0 {
             self.counters.add(Counter::RcvdMalformed, bad as u64);
         }
+        *ringed = true;
         Ok(n)
     }
 
@@ -608,8 +612,16 @@ impl Device {
         self.flush_batch(true);
     }
 
-    /// Hands one received datagram to its QP through the receive path.
-    fn receive(&self, rx: &mut Receiver<QpShared>, data: &[u8], from: SocketAddr, now: Instant) {
+    /// Hands one received datagram to its QP through the receive path (`ringed`: it came
+    /// through a same-host ring, so no ICRC is checked).
+    fn receive(
+        &self,
+        rx: &mut Receiver<QpShared>,
+        data: &[u8],
+        from: SocketAddr,
+        now: Instant,
+        ringed: bool,
+    ) {
         if let Some(s) = &self.share
             && data.first() == Some(&share::steer::PROBE_MAGIC[0])
             && let Some((index, nonce)) = share::steer::parse_probe(data)
@@ -633,7 +645,11 @@ impl Device {
             self.counters.add(c, 1);
             return;
         }
-        rx.datagram(self, now, self.addr, from.ip(), from.port(), data);
+        if ringed {
+            rx.datagram_from_memory(self, now, self.addr, from.ip(), from.port(), data);
+        } else {
+            rx.datagram(self, now, self.addr, from.ip(), from.port(), data);
+        }
     }
 
     /// A QPN for a new QP: random, and unique among the processes that share the device

@@ -1,0 +1,101 @@
+//! SEND ping-pong turns between two processes' worth of one device in one thread, for
+//! counting instructions (bench/instructions.sh runs it under callgrind at two turn counts;
+//! the difference is what one turn costs). Each turn is perftest's send_lat step, both
+//! ways: post a receive, SEND 8 bytes, poll the SEND's completion and the peer's message.
+//! The two ends share the device on 127.0.88.1, so their packets take the same-host ring.
+//!
+//! `cargo run --release -p softrdma --example send_turns -- TURNS`
+
+use softrdma::*;
+use std::time::{Duration, Instant};
+
+struct End {
+    ctx: Context,
+    _pd: ProtectionDomain,
+    cq: CompletionQueue,
+    qp: QueuePair,
+    mr: MemoryRegion,
+}
+
+fn end() -> Result<End> {
+    let ctx = Context::open_with(
+        "turns",
+        "127.0.88.1".parse().unwrap(),
+        Mtu::M4096,
+        DeviceOptions::default(),
+    )?;
+    let pd = ctx.alloc_pd();
+    let cq = ctx.create_cq(64, None)?;
+    let qp = pd.create_qp(QpInitAttr::new(QpType::Rc, &cq))?;
+    let mr = pd.register_zeroed(4096, AccessFlags::LOCAL_WRITE)?;
+    Ok(End {
+        ctx,
+        _pd: pd,
+        cq,
+        qp,
+        mr,
+    })
+}
+
+/// Polls `e`'s CQ until `n` completions came, for at most ten seconds.
+fn wait(e: &End, n: usize) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = 0;
+    while got < n {
+        for c in e.cq.poll(n - got) {
+            assert_eq!(c.status, WcStatus::Success, "{c:?}");
+            got += 1;
+        }
+        assert!(Instant::now() < deadline, "{got} of {n} completions");
+    }
+    Ok(())
+}
+
+fn recv(e: &End, id: u64) -> Result<()> {
+    e.qp.post_recv(RecvWr {
+        wr_id: id,
+        sg_list: vec![e.mr.sge(1024, 8)],
+    })
+}
+
+fn send(e: &End, id: u64) -> Result<()> {
+    e.qp.post_send(SendWr {
+        wr_id: id,
+        op: SendOp::Send,
+        payload: Payload::Sges(vec![e.mr.sge(0, 8)]),
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    })
+}
+
+/// Runs the turns given as the first argument (default 1000).
+pub fn main() -> Result<()> {
+    let turns: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1000);
+    let (a, b) = (end()?, end()?);
+    let (pa, pb) = (Psn::new(1), Psn::new(2));
+    let peer = |e: &End, psn| Peer {
+        addr: e.ctx.addr(),
+        qpn: e.qp.qp_num(),
+        psn,
+    };
+    a.qp.connect(pa, &peer(&b, pb), &ConnectAttr::default())?;
+    b.qp.connect(pb, &peer(&a, pa), &ConnectAttr::default())?;
+    recv(&a, 0)?;
+    recv(&b, 0)?;
+    for i in 1..=turns {
+        // a SENDs, b receives and answers: two completions on each side per turn, the
+        // SEND's (its ACK rides with the peer's next SEND, as in perftest's send_lat) and
+        // the peer's message.
+        send(&a, i)?;
+        wait(&b, if i == 1 { 1 } else { 2 })?;
+        recv(&b, i)?;
+        send(&b, i)?;
+        wait(&a, 2)?;
+        recv(&a, i)?;
+    }
+    println!("{turns} turns");
+    Ok(())
+}
