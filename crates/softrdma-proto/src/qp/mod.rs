@@ -214,6 +214,10 @@ pub struct Transmit {
     /// The payload, when it stays in registered memory for the sender to take from there
     /// (a zero-copy send; see [`Memory::lend`]).
     pub lent: Option<Lent>,
+    /// The ICRC is left to the sender (zero in the packet; see
+    /// [`QueuePair::owe_icrc`]): it computes it, for an IPv4 ID of 0, if the packet goes
+    /// on a wire.
+    pub icrc_owed: bool,
 }
 
 impl Transmit {
@@ -482,6 +486,8 @@ pub struct QueuePair {
     /// over and over to one peer.
     /// Made on the first packet: an idle QP (of a job with thousands) carries none.
     pub(crate) icrc: Option<Box<softrdma_wire::icrc::IcrcPrefixes>>,
+    /// Whether packets leave without their ICRC (see [`QueuePair::owe_icrc`]).
+    pub(crate) icrc_owed: bool,
     /// The deadline this QP last entered in its owner's timer queue and has not seen come
     /// due (see [`crate::endpoint::timers`]): never later than [`QueuePair::poll_timeout`]
     /// as of the QP's last input (a shared path minimum can lower that since).
@@ -516,6 +522,7 @@ impl QueuePair {
             events: None,
             counters: QpCounters::default(),
             icrc: None,
+            icrc_owed: false,
             timer_entry: None,
         }
     }
@@ -946,6 +953,14 @@ impl QueuePair {
         Some(t)
     }
 
+    /// Builds this QP's packets with no ICRC (zero in its place, and
+    /// [`Transmit::icrc_owed`] set), for a sender that carries some of them where none is
+    /// needed (shared memory between two processes of a host crosses no link; IBTA 7.8.1)
+    /// and computes it for the others. Off by default: every packet is built whole.
+    pub fn owe_icrc(&mut self, on: bool) {
+        self.icrc_owed = on;
+    }
+
     /// [`QueuePair::poll_transmit`], writing the packet at `buf[at..at + len]` instead: what
     /// `buf` holds before `at` stays, `buf` grows when it is too short, and it never shrinks.
     /// A sender that lays its packets back to back in one buffer builds them in place (no
@@ -1096,7 +1111,7 @@ pub(crate) fn emit_packet<F>(
     src: IpAddr,
     dst: IpAddr,
     src_port: u16,
-    icrc: &mut softrdma_wire::icrc::IcrcPrefixes,
+    mut icrc: Option<&mut softrdma_wire::icrc::IcrcPrefixes>,
 ) -> Result<Transmit, crate::MemError>
 where
     F: FnOnce(&mut [u8]) -> Result<(), crate::MemError>,
@@ -1115,6 +1130,7 @@ where
     );
     let hlen = softrdma_wire::Bth::<&[u8]>::LEN + bth.opcode.info().map_or(0, |i| i.headers_len());
     let (s, d) = icrc_pair(src, dst);
+    let owed = icrc.is_none();
     if let PayloadSource::Range {
         mem,
         pd,
@@ -1134,15 +1150,22 @@ where
         let (head, tail) = pkt.split_at_mut(hlen);
         // The ICRC over the payload where it lies: the one pass over its bytes this side
         // makes (the kernel's copy into the socket buffer is the other).
-        let (crc, lent) = icrc
-            .compute_for_parts(s, d, src_port, head, payload_len + pad, |r| {
-                let lent = mem.lend(pd, key, addr, payload_len as u64, access, &mut |b| {
-                    r.update(b)
-                });
-                r.update(&[0; 3][..pad]);
-                lent
-            })
-            .unwrap_or((0, Ok(false)));
+        let (crc, lent) = match &mut icrc {
+            Some(icrc) => icrc
+                .compute_for_parts(s, d, src_port, head, payload_len + pad, |r| {
+                    let lent = mem.lend(pd, key, addr, payload_len as u64, access, &mut |b| {
+                        r.update(b)
+                    });
+                    r.update(&[0; 3][..pad]);
+                    lent
+                })
+                .unwrap_or((0, Ok(false))),
+            // Owed: the region is still checked and its payload lent.
+            None => (
+                0,
+                mem.lend(pd, key, addr, payload_len as u64, access, &mut |_| {}),
+            ),
+        };
         if lent? {
             tail[..pad].fill(0);
             tail[pad..].copy_from_slice(&crc.to_le_bytes());
@@ -1157,6 +1180,7 @@ where
                     len: payload_len as u32,
                     at: hlen as u16,
                 }),
+                icrc_owed: owed,
             });
         }
     }
@@ -1184,7 +1208,10 @@ where
         } => mem.read(pd, key, addr, out, access)?,
     }
     let body = total - ICRC_LEN;
-    let crc = icrc.compute_for(s, d, src_port, &pkt[..body]).unwrap_or(0);
+    let owed = icrc.is_none();
+    let crc = icrc.map_or(0, |i| {
+        i.compute_for(s, d, src_port, &pkt[..body]).unwrap_or(0)
+    });
     pkt[body..].copy_from_slice(&crc.to_le_bytes());
     Ok(Transmit {
         src,
@@ -1192,6 +1219,7 @@ where
         src_port,
         len: total,
         lent: None,
+        icrc_owed: owed,
     })
 }
 

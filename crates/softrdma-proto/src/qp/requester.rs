@@ -734,7 +734,7 @@ impl QueuePair {
             src,
             dst,
             sport,
-            self.icrc.get_or_insert_with(Default::default),
+            (!self.icrc_owed).then(|| &mut **self.icrc.get_or_insert_with(Default::default)),
         );
         let t = match result {
             Ok(t) => t,

@@ -954,7 +954,7 @@ impl QueuePair {
             src,
             dst,
             sport,
-            self.icrc.get_or_insert_with(Default::default),
+            (!self.icrc_owed).then(|| &mut **self.icrc.get_or_insert_with(Default::default)),
         );
         if done {
             self.resp.responses.pop_front();

@@ -5,7 +5,7 @@ use super::socket::{
     BATCH, CMSG_LEN, GSO_MAX_BYTES, GSO_MAX_SEGS, IOV_PER_CALL, SOL_UDP, UDP_SEGMENT, to_storage,
 };
 use std::mem::MaybeUninit;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
@@ -25,6 +25,15 @@ pub(crate) trait Lender {
     fn lend_region(&self, key: u32) -> Option<Arc<dyn LentRegion>>;
 }
 
+/// What a packet built in place is: its length, destination, lent payload, and the
+/// source address and UDP port its owed ICRC is for (see [`SendBatch::push_with`]).
+pub(crate) type Built = (
+    usize,
+    SocketAddr,
+    Option<softrdma_proto::Lent>,
+    Option<(IpAddr, u16)>,
+);
+
 /// One queued packet: where its bytes are in the batch, and where it goes.
 #[derive(Clone, Copy)]
 struct Queued {
@@ -37,6 +46,9 @@ struct Queued {
     ident: u16,
     /// The payload it takes from a region instead (a zero-copy send).
     ext: Option<Ext>,
+    /// Built without its ICRC, which is owed for the source address and UDP port given
+    /// here if it goes on a wire (see [`SendBatch::settle_icrc`]).
+    owed: Option<(IpAddr, u16)>,
 }
 
 impl Queued {
@@ -84,6 +96,10 @@ pub struct SendBatch {
     /// The regions that queued packets take payloads from, held until the flush has handed
     /// their bytes to the kernel (which copies them before the send call returns).
     held: Vec<Arc<dyn LentRegion>>,
+    /// Whether a queued packet owes its ICRC, and the CRCs of the fixed part of those
+    /// packets, per length (made on the first).
+    owes: bool,
+    icrc: Option<Box<softrdma_wire::icrc::IcrcPrefixes>>,
 }
 
 impl SendBatch {
@@ -96,15 +112,66 @@ impl SendBatch {
     }
 
     /// Queues the packet of `len` bytes at `at` (the end of the queued ones).
-    fn queue(&mut self, at: usize, len: usize, dst: SocketAddr, ext: Option<Ext>) {
+    fn queue(
+        &mut self,
+        at: usize,
+        len: usize,
+        dst: SocketAddr,
+        ext: Option<Ext>,
+        owed: Option<(IpAddr, u16)>,
+    ) {
         self.used = at + len;
+        self.owes |= owed.is_some();
         self.pkts.push(Queued {
             at,
             len,
             dst,
             ident: 0,
             ext,
+            owed,
         });
+    }
+
+    /// Computes the ICRC of every packet built without it (for an IPv4 ID of 0, which the
+    /// connected sockets' patches start from): those left after the same-host rings took
+    /// theirs go on a wire.
+    pub(crate) fn settle_icrc(&mut self) {
+        if !std::mem::take(&mut self.owes) {
+            return;
+        }
+        let icrc = self.icrc.get_or_insert_with(Default::default);
+        for i in 0..self.pkts.len() {
+            let p = self.pkts[i];
+            let Some((src, sport)) = p.owed else {
+                continue;
+            };
+            if p.len < 4 {
+                continue;
+            }
+            let (s, d) = softrdma_proto::qp::icrc_pair(src, p.dst.ip());
+            let crc = match p.ext {
+                None => icrc
+                    .compute_for(s, d, sport, &self.data[p.at..p.at + p.len - 4])
+                    .unwrap_or(0),
+                Some(e) => {
+                    let payload = self.held[e.region]
+                        .lent_ptr(e.addr, e.len as u64)
+                        .unwrap_or(self.data.as_ptr());
+                    let head = &self.data[p.at..p.at + e.at];
+                    let pad = &self.data[p.at + e.at..p.at + p.len - 4];
+                    icrc.compute_for_parts(s, d, sport, head, e.len + pad.len(), |r| {
+                        // SAFETY: `hold` checked the range, and `held` keeps the region
+                        // alive until the flush.
+                        r.update(unsafe { std::slice::from_raw_parts(payload, e.len) });
+                        r.update(pad);
+                    })
+                    .map_or(0, |(c, ())| c)
+                }
+            };
+            let at = p.at + p.len - 4;
+            self.data[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+            self.pkts[i].owed = None;
+        }
     }
 
     /// Holds the region a lent payload comes from until the flush, and says where the
@@ -172,7 +239,7 @@ impl SendBatch {
     pub fn push(&mut self, bytes: &[u8], dst: SocketAddr) {
         let at = self.room(bytes.len());
         self.data[at..at + bytes.len()].copy_from_slice(bytes);
-        self.queue(at, bytes.len(), dst, None);
+        self.queue(at, bytes.len(), dst, None, None);
     }
 
     /// Adds a packet built in place: `build(buf, at)` writes it at `buf[at..]` (growing `buf`
@@ -183,13 +250,10 @@ impl SendBatch {
     pub fn push_with(
         &mut self,
         table: &impl Lender,
-        build: impl FnOnce(
-            &mut Vec<u8>,
-            usize,
-        ) -> Option<(usize, SocketAddr, Option<softrdma_proto::Lent>)>,
+        build: impl FnOnce(&mut Vec<u8>, usize) -> Option<Built>,
     ) -> Option<bool> {
         let at = self.used;
-        let (len, dst, lent) = build(&mut self.data, at)?;
+        let (len, dst, lent, owed) = build(&mut self.data, at)?;
         let ext = match lent {
             None => None,
             Some(l) => match self.hold(table, &l) {
@@ -197,7 +261,7 @@ impl SendBatch {
                 None => return Some(false),
             },
         };
-        self.queue(at, len, dst, ext);
+        self.queue(at, len, dst, ext, owed);
         Some(true)
     }
 
@@ -225,6 +289,7 @@ impl SendBatch {
     /// Drops every queued packet (and the regions they held).
     pub fn clear(&mut self) {
         self.used = 0;
+        self.owes = false;
         self.pkts.clear();
         self.held.clear();
     }
@@ -247,6 +312,7 @@ impl SendBatch {
         self.used += n;
         let regions = self.held.len();
         self.held.append(&mut other.held);
+        self.owes |= std::mem::take(&mut other.owes);
         self.pkts.extend(other.pkts.drain(..).map(|mut p| {
             p.at += base;
             if let Some(e) = &mut p.ext {

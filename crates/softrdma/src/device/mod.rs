@@ -318,6 +318,8 @@ impl Device {
                     return;
                 }
             }
+            // What the rings did not take goes on a wire, with its ICRC.
+            b.settle_icrc();
             let now = if self.holds { self.now().as_nanos() } else { 0 };
             let sent = self.datapath.send(b, now);
             self.count_sent(sent);
@@ -336,6 +338,12 @@ impl Device {
         if let Some(t) = s.held_until {
             self.timer_armed(Instant::from_nanos(t));
         }
+    }
+
+    /// Whether this device carries packets through same-host rings, where its QPs build
+    /// them without an ICRC (see [`softrdma_proto::QueuePair::owe_icrc`]).
+    pub(crate) fn has_rings_path(&self) -> bool {
+        self.local.is_some()
     }
 
     /// The UDP source port the device's packets leave from.
@@ -737,7 +745,8 @@ impl Device {
         self.with_batch(|b| {
             while let Some(queued) = b.push_with(&*self.mrs, |buf, at| {
                 let t = qp.poll_transmit_at(now, buf, at)?;
-                Some((t.len, dst_of(t.dst), t.lent))
+                let owed = t.icrc_owed.then_some((t.src, t.src_port));
+                Some((t.len, dst_of(t.dst), t.lent, owed))
             }) {
                 if !queued {
                     self.counters.add(Counter::SendErr, 1);

@@ -306,6 +306,9 @@ impl ProtectionDomain {
         let mut engine = softrdma_proto::QueuePair::new(cfg, mem);
         // The peer may be a soft device too, which defers ACKs (see `device`).
         engine.set_peer_ack_delay(crate::device::PEER_ACK_DELAY);
+        // Packets that go through a same-host ring need no ICRC; the device computes it
+        // for those that go on a wire.
+        engine.owe_icrc(dev.has_rings_path());
         let shared = Arc::new(QpShared {
             qp: Mutex::new(engine),
             send_cq: init.send_cq.inner.clone(),
