@@ -1531,7 +1531,11 @@ fn a_held_write_behind_a_send_is_placed_in_turn_and_uc_places_none() {
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while d.mr.to_vec()[..65536] != pattern(19, 65536)[..] {
-        assert!(Instant::now() < deadline, "the last UC WRITE never won");
+        assert!(
+            Instant::now() < deadline,
+            "the last UC WRITE never won; the target's counters: {:?}",
+            d.ctx.hw_counters()
+        );
         std::thread::yield_now();
     }
     assert_eq!(placed(&c.ctx), 0, "no UC WRITE is placed");

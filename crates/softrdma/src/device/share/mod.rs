@@ -188,6 +188,8 @@ struct Member {
     /// group.
     slot: u8,
     steering: bool,
+    /// It said it leaves (its socket leaves the group).
+    left: bool,
 }
 
 /// The owner's view of the steering group (see [`steer`]).
@@ -238,8 +240,14 @@ struct Ctl {
     /// has 0), and a member's socket in the steering group, which its `RxPort` reads.
     my_slot: u8,
     steering: Option<RawFd>,
+    /// Member: the owner's slot, which its QPNs carry.
+    owner_slot: u8,
     /// Owner: the steering group.
     rounds: Rounds,
+    /// Slots out of use until then: those of owners that went, whose newest QPNs may be
+    /// in no file a successor can read (see [`Share::quarantine`]), so that no QPN of
+    /// theirs is drawn again while its peers retry.
+    retired: VecDeque<(u8, Instant)>,
 }
 
 /// A device's part in sharing (see the module docs).
@@ -370,17 +378,89 @@ pub(crate) fn dest_qpn(packet: &[u8]) -> Option<u32> {
 /// Binds `addr:4791` for the device's receive path (see `Udp`).
 pub(crate) type BindPort<'a> = &'a dyn Fn(PortBind) -> crate::error::Result<OwnedFd>;
 
-/// Asks the owner (at the other end of `conn`) for a steering slot, `want` or any, and
-/// joins the group with a socket of our own; `None` if the owner has no slot to give or
-/// the socket cannot join, and the member stays forwarded.
-fn steer_join(conn: RawFd, owner: u32, want: u8, bind_port: BindPort<'_>) -> Option<(u8, OwnedFd)> {
-    let slot = match request(conn, owner, &Msg::Steer(want)) {
-        Ok(Msg::Slot(s)) if s != 0 && (want == 0 || s == want) => s,
-        _ => return None,
+/// What a member learned of the slots: its own, and its owner's.
+#[derive(Debug, Clone, Copy, Default)]
+struct Slots {
+    mine: u8,
+    owner: u8,
+}
+
+/// Asks the owner (at the other end of `conn`) for a slot, `want` or any, and, if
+/// `steer` and the owner agrees, joins the steering group with a socket of our own
+/// (`None`: the member stays forwarded: no slot, no agreement, or a socket that could not
+/// join).
+fn slot_join(
+    conn: RawFd,
+    owner: u32,
+    want: u8,
+    steer: bool,
+    bind_port: BindPort<'_>,
+) -> (Slots, Option<OwnedFd>) {
+    let (slots, join) = match request(conn, owner, &Msg::Steer(want)) {
+        Ok(Msg::Slot {
+            slot,
+            owner: theirs,
+            join,
+        }) if want == 0 || slot == want => (
+            Slots {
+                mine: slot,
+                owner: theirs,
+            },
+            join && slot != 0,
+        ),
+        Ok(Msg::Slot { owner: theirs, .. }) => (
+            Slots {
+                mine: 0,
+                owner: theirs,
+            },
+            false,
+        ),
+        _ => (Slots::default(), false),
     };
-    let sock = bind_port(PortBind::Join).ok()?;
-    send(conn, &Msg::Steering(slot), &[]).ok()?;
-    Some((slot, sock))
+    if !(steer && join) {
+        return (slots, None);
+    }
+    let Ok(sock) = bind_port(PortBind::Join) else {
+        return (slots, None);
+    };
+    if send(conn, &Msg::Steering(slots.mine), &[]).is_err() {
+        return (slots, None);
+    }
+    // The owner probes the group at once: answering the probe here, instead of from the
+    // progress thread once something reads the socket, steers this process's first
+    // packets too. Nothing else reaches the socket before the program names its slot.
+    if let Some((index, nonce)) = await_probe(sock.as_raw_fd(), PROBE_WAIT) {
+        let _ = send(conn, &Msg::Probed { index, nonce }, &[]);
+    }
+    (slots, Some(sock))
+}
+
+/// How long a joining member waits for its first probe.
+const PROBE_WAIT: Duration = Duration::from_millis(200);
+
+/// The first probe that reaches non-blocking socket `fd` within `wait`; anything else that
+/// arrives meanwhile is dropped.
+fn await_probe(fd: RawFd, wait: Duration) -> Option<(u32, u64)> {
+    let deadline = Instant::now() + wait;
+    let mut buf = [0u8; 64];
+    loop {
+        let left = deadline.checked_duration_since(Instant::now())?;
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: `p` is one valid pollfd for the call.
+        let n = unsafe { libc::poll(&mut p, 1, left.as_millis().max(1) as libc::c_int) };
+        if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return None;
+        }
+        while let Ok(len) = ns::recv(fd, &mut buf, MsgFlags::MSG_DONTWAIT) {
+            if let Some(p) = steer::parse_probe(&buf[..len.min(buf.len())]) {
+                return Some(p);
+            }
+        }
+    }
 }
 
 impl Share {
@@ -397,7 +477,7 @@ impl Share {
         ep: u64,
         bind_port: BindPort<'_>,
     ) -> crate::error::Result<Share> {
-        let share = |role, rx, port, my_slot, steering| Share {
+        let share = |role, rx, port, slots: Slots, steering| Share {
             addr,
             scope_id,
             ep,
@@ -415,14 +495,22 @@ impl Share {
                 quarantine: VecDeque::new(),
                 quarantined: HashSet::new(),
                 port,
-                my_slot,
+                my_slot: slots.mine,
+                owner_slot: slots.owner,
                 steering,
                 rounds: Rounds::default(),
+                retired: VecDeque::new(),
             }),
         };
         if exclusive {
             let port = Forgotten::new(bind_port(PortBind::Alone)?);
-            return Ok(share(Role::Alone, RxPort::new(port, false), None, 0, None));
+            return Ok(share(
+                Role::Alone,
+                RxPort::new(port, false),
+                None,
+                Slots::default(),
+                None,
+            ));
         }
         let err = |e: ShareError| crate::error::Error::Share { addr, source: e };
         let deadline = Instant::now() + ANSWER_TIMEOUT;
@@ -435,33 +523,30 @@ impl Share {
                     port,
                 } => {
                     let port = Forgotten::new(port);
-                    let steered = steer
-                        .then(|| steer_join(conn.as_raw_fd(), owner_pid, 0, bind_port))
-                        .flatten();
+                    let (slots, steered) =
+                        slot_join(conn.as_raw_fd(), owner_pid, 0, steer, bind_port);
                     log(format_args!(
-                        "{addr}: pid {} joined owner pid {owner_pid}{}",
+                        "{addr}: pid {} joined owner pid {owner_pid} as slot {}{}",
                         std::process::id(),
-                        match &steered {
-                            Some((s, _)) => format!(", steered as slot {s}"),
-                            None => String::new(),
-                        }
+                        slots.mine,
+                        if steered.is_some() { ", steered" } else { "" }
                     ));
                     let data = Forgotten::new(data);
-                    let (rx, slot, steering) = match steered {
-                        Some((slot, sock)) => {
+                    let (rx, steering) = match steered {
+                        Some(sock) => {
                             let sock = Forgotten::new(sock);
                             let raw = sock.raw();
                             let rx = RxPort::new(sock, false);
                             rx.set_spill(Some(data));
-                            (rx, slot, Some(raw))
+                            (rx, Some(raw))
                         }
-                        None => (RxPort::new(data, true), 0, None),
+                        None => (RxPort::new(data, true), None),
                     };
                     return Ok(share(
                         Role::Member { conn, owner_pid },
                         rx,
                         Some(port),
-                        slot,
+                        slots,
                         steering,
                     ));
                 }
@@ -501,7 +586,7 @@ impl Share {
                         },
                         RxPort::new(port, false),
                         None,
-                        0,
+                        Slots::default(),
                         None,
                     ));
                 }
@@ -887,6 +972,7 @@ impl Share {
                     ep: 0,
                     slot: 0,
                     steering: false,
+                    left: false,
                 },
             );
         }
@@ -1033,12 +1119,10 @@ impl Share {
                     }
                 }
                 (Msg::Steer(want), true) => {
-                    let slot = if self.steer {
-                        ctl.grant_slot(t, want)
-                    } else {
-                        0
-                    };
-                    if slot != 0 {
+                    // Every member gets a slot its QPNs carry; only with steering on may its
+                    // socket join the group.
+                    let slot = ctl.grant_slot(t, want);
+                    if slot != 0 && self.steer {
                         // The group gets its program before the member's socket joins
                         // it: without one the kernel would hash other processes'
                         // datagrams to it.
@@ -1047,19 +1131,45 @@ impl Share {
                             return;
                         };
                         members.get_mut(&t).expect("looked up above").slot = slot;
+                    } else if slot != 0 {
+                        let Role::Owner { members, .. } = &mut ctl.role else {
+                            return;
+                        };
+                        members.get_mut(&t).expect("looked up above").slot = slot;
                     }
-                    if send(fd, &Msg::Slot(slot), &[]).is_err() {
+                    let answer = Msg::Slot {
+                        slot,
+                        owner: ctl.my_slot,
+                        join: self.steer,
+                    };
+                    if send(fd, &answer, &[]).is_err() {
                         drop_it = true;
                     }
                 }
                 (Msg::Steering(slot), true) => {
-                    if slot != 0 && its_slot == slot {
+                    if self.steer && slot != 0 && its_slot == slot {
                         m.steering = true;
                         log(format_args!(
                             "{}: member pid {} steered as slot {slot}",
                             self.addr, m.pid
                         ));
                         self.probe_round(ctl, true, false);
+                    }
+                }
+                (Msg::Leave, true) => {
+                    // Its socket leaves the group next, and the last one takes its index:
+                    // until the group is probed again, every member is forwarded to.
+                    if m.steering {
+                        m.steering = false;
+                        m.left = true;
+                        // Reports of the round under way name indexes from before the move:
+                        // none counts now.
+                        ctl.rounds.nonce = rand::random();
+                        ctl.rounds.seen.clear();
+                        self.install(ctl);
+                    }
+                    if send(fd, &Msg::Left, &[]).is_err() {
+                        drop_it = true;
                     }
                 }
                 (Msg::Probed { index, nonce }, true) => {
@@ -1097,7 +1207,8 @@ impl Share {
         }
         ctl.rounds.slots.retain(|_, owner| *owner != t);
         ctl.rounds.seen.remove(&t);
-        if m.steering {
+        // A member that left on purpose said so first (`Leave`); one that died did not.
+        if m.steering || m.left {
             // Its socket left the group, and the last one took its index.
             self.probe_round(ctl, true, true);
             self.install(ctl);
@@ -1163,16 +1274,20 @@ impl Share {
                     if let Some(fd) = self.rx.spill() {
                         let _ = r.deregister(&mut mio::unix::SourceFd(&fd));
                     }
-                    // A steered member keeps its socket in the group, and its slot, which
-                    // its QPNs carry, if the new owner agrees.
+                    // A member keeps its slot, which its QPNs carry, and a steered one its
+                    // socket in the group, if the new owner agrees.
                     let slot = ctl.my_slot;
-                    let kept = ctl.steering.is_some()
-                        && self.steer
-                        && matches!(
-                            request(conn.as_raw_fd(), owner_pid, &Msg::Steer(slot)),
-                            Ok(Msg::Slot(s)) if s == slot
-                        )
-                        && send(conn.as_raw_fd(), &Msg::Steering(slot), &[]).is_ok();
+                    let kept = match request(conn.as_raw_fd(), owner_pid, &Msg::Steer(slot)) {
+                        Ok(Msg::Slot {
+                            slot: s,
+                            owner,
+                            join,
+                        }) => {
+                            ctl.owner_slot = owner;
+                            s == slot && join && slot != 0 && ctl.steering.is_some()
+                        }
+                        _ => false,
+                    } && send(conn.as_raw_fd(), &Msg::Steering(slot), &[]).is_ok();
                     if kept {
                         let raw = data.raw();
                         self.rx.set_spill(Some(data));
@@ -1228,19 +1343,21 @@ impl Share {
                     members: HashMap::new(),
                     next: 0,
                 };
-                // The port is read from now on; this process's socket leaves the group,
-                // whose program sends everything to the port until the members, steered
-                // again, are probed.
-                if let Some(fd) = ctl.steering.take() {
-                    sys::hollow(fd);
-                }
+                // The port is read from now on, and the group's program sends everything
+                // to it until the members, steered again, are probed; then this process's
+                // socket leaves the group.
                 if let Some(fd) = self.rx.spill() {
                     let _ = r.deregister(&mut mio::unix::SourceFd(&fd));
                 }
                 self.rx.set_spill(None);
                 self.rx.set(port, false);
                 ctl.rounds = Rounds::default();
+                let gone = ctl.owner_slot;
+                ctl.retire_slot(gone);
                 self.install(ctl);
+                if let Some(fd) = ctl.steering.take() {
+                    sys::hollow(fd);
+                }
                 // Members that connected before the listener was watched are waiting.
                 self.accept(ctl, r);
                 return Change::Rx {
@@ -1263,9 +1380,14 @@ impl Share {
 impl Drop for Share {
     fn drop(&mut self) {
         // The socket leaves the group before the owner sees the connection close, so that
-        // its probe round finds the group as it is.
+        // its probe round finds the group as it is; and after the owner's program stopped
+        // steering to members, so that the socket that takes its index gets no datagram
+        // of another's (a UC or UD one would be lost).
         let ctl = self.ctl.get_mut().unwrap_or_else(|e| e.into_inner());
         if let Some(fd) = ctl.steering.take() {
+            if let Role::Member { conn, owner_pid } = &ctl.role {
+                let _ = request(conn.as_raw_fd(), *owner_pid, &Msg::Leave);
+            }
             sys::hollow(fd);
         }
     }
@@ -1296,7 +1418,17 @@ impl Ctl {
     /// QPN that no steered slot claims will do: the owner's socket receives it and
     /// forwards.
     fn draw(&mut self, slot: u8) -> u32 {
-        for _ in 0..1 << 17 {
+        let now = Instant::now();
+        while self.retired.front().is_some_and(|r| r.1 <= now) {
+            self.retired.pop_front();
+        }
+        let retired = |r: &VecDeque<(u8, Instant)>, s: u8| r.iter().any(|x| x.0 == s);
+        let tries = if retired(&self.retired, slot) {
+            0
+        } else {
+            1 << 17
+        };
+        for _ in 0..tries {
             let q = rand::random::<u32>() & 0xFF_FF00 | u32::from(slot);
             if q > 1 && !self.in_use(q) {
                 return q;
@@ -1304,7 +1436,8 @@ impl Ctl {
         }
         loop {
             let q = rand::random::<u32>() & 0xFF_FFFF;
-            let claimed = self.rounds.slots.contains_key(&(q as u8));
+            let claimed =
+                self.rounds.slots.contains_key(&(q as u8)) || retired(&self.retired, q as u8);
             if q > 1 && !claimed && !self.in_use(q) {
                 return q;
             }
@@ -1315,9 +1448,15 @@ impl Ctl {
     /// otherwise (or for `want` 0) any free one; 0 if none is.
     fn grant_slot(&mut self, t: usize, want: u8) -> u8 {
         let mine = self.my_slot;
+        let now = Instant::now();
+        while self.retired.front().is_some_and(|r| r.1 <= now) {
+            self.retired.pop_front();
+        }
+        let retired: Vec<u8> = self.retired.iter().map(|r| r.0).collect();
         let r = &mut self.rounds;
-        let free =
-            |s: u8, r: &Rounds| s != 0 && s != mine && r.slots.get(&s).is_none_or(|o| *o == t);
+        let free = |s: u8, r: &Rounds| {
+            s != 0 && s != mine && !retired.contains(&s) && r.slots.get(&s).is_none_or(|o| *o == t)
+        };
         let slot = if want != 0 {
             free(want, r).then_some(want)
         } else {
@@ -1334,6 +1473,12 @@ impl Ctl {
             }
             None => 0,
         }
+    }
+
+    /// Takes slot `s` out of use for [`QUARANTINE`] (an owner that went had it).
+    fn retire_slot(&mut self, s: u8) {
+        self.retired.retain(|r| r.0 != s);
+        self.retired.push_back((s, Instant::now() + QUARANTINE));
     }
 
     /// Puts a freed QPN into quarantine.
@@ -1486,5 +1631,63 @@ fn request(fd: RawFd, owner: u32, m: &Msg) -> Result<Msg, ShareError> {
         Ok(None) => Err(lost("closed the connection".into())),
         Err(nix::Error::EAGAIN) => Err(lost(format!("did not answer in {ANSWER_TIMEOUT:?}"))),
         Err(e) => Err(lost(format!("is gone ({e})"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctl(my_slot: u8) -> Ctl {
+        Ctl {
+            role: Role::Alone,
+            mine: HashSet::new(),
+            theirs: HashMap::new(),
+            quarantine: VecDeque::new(),
+            quarantined: HashSet::new(),
+            port: None,
+            my_slot,
+            steering: None,
+            owner_slot: 0,
+            rounds: Rounds::default(),
+            retired: VecDeque::new(),
+        }
+    }
+
+    /// Every slot but 0, the owner's own and a retired one is granted once, each to its
+    /// member; then none is left.
+    #[test]
+    fn slots_are_granted_once_and_never_a_retired_one() {
+        let mut c = ctl(7);
+        c.retire_slot(42);
+        let granted: Vec<u8> = (0..253).map(|t| c.grant_slot(t, 0)).collect();
+        assert_eq!(c.grant_slot(999, 0), 0, "none left");
+        assert_eq!(
+            c.grant_slot(999, 42),
+            0,
+            "a retired slot is refused by name too"
+        );
+        // A member asking again for its own slot (after a change of owner) keeps it.
+        assert_eq!(c.grant_slot(3, granted[3]), granted[3]);
+        let mut got = granted;
+        got.sort_unstable();
+        let want: Vec<u8> = (1..=255).filter(|s| ![7, 42].contains(s)).collect();
+        assert_eq!(got, want);
+    }
+
+    /// QPNs carry their process's slot in their low byte, and none is drawn with a
+    /// retired slot (a gone owner's, whose newest QPNs no file may list).
+    #[test]
+    fn qpns_carry_their_slot_and_never_a_retired_one() {
+        let mut c = ctl(9);
+        for _ in 0..1000 {
+            assert_eq!(c.draw(9) & 0xFF, 9);
+        }
+        c.retire_slot(0);
+        c.rounds.slots.insert(5, 1);
+        for _ in 0..1000 {
+            let q = c.draw(0);
+            assert!(q > 1 && ![0, 5].contains(&(q & 0xFF)), "{q:#x}");
+        }
     }
 }

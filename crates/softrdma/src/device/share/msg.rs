@@ -62,17 +62,24 @@ pub(crate) enum Msg {
     /// Consumer → producer, the answer: the grant, with the consumer's placement table's
     /// memfd alongside; a refusal is [`Grant::REFUSED`].
     Placed { qpn: u32, rkey: u32, grant: Grant },
-    /// Member → owner: may this process have its datagrams steered to its own socket
-    /// (see `steer`)? With the slot it wants (its QPNs carry it, after a change of owner),
-    /// or 0 for any.
+    /// Member → owner, after the welcome: which slot (see `steer`) will this process's
+    /// QPNs carry? The one it wants (its QPNs carry it, after a change of owner), or 0 for
+    /// any.
     Steer(u8),
-    /// Owner → member, the answer: the slot its QPNs will carry (0: none, stay forwarded).
-    Slot(u8),
+    /// Owner → member, the answer: the slot (0: none), the owner's own slot (which its
+    /// QPNs carry: a member that carries on as owner keeps them out of the draw), and
+    /// whether the member's socket may join the steering group.
+    Slot { slot: u8, owner: u8, join: bool },
     /// Member → owner: its socket for this slot is in the group now (no answer).
     Steering(u8),
     /// Member → owner: its socket received the probe for this index in round `nonce`
     /// (no answer).
     Probed { index: u32, nonce: u64 },
+    /// Member → owner: this process closes the device, and its socket is about to leave
+    /// the steering group (the last socket then takes its index).
+    Leave,
+    /// Owner → member, the answer: the group's program steers to no member's socket now.
+    Left,
 }
 
 /// A grant of a region to a same-host peer, as [`Msg::Placed`] carries it (see
@@ -199,14 +206,19 @@ impl Msg {
                     out.extend_from_slice(&d.to_le_bytes());
                 }
             }
-            Msg::Steer(s) | Msg::Slot(s) | Msg::Steering(s) => {
-                out.push(match self {
-                    Msg::Steer(_) => 15,
-                    Msg::Slot(_) => 16,
-                    _ => 17,
+            Msg::Steer(s) | Msg::Steering(s) => {
+                out.push(if matches!(self, Msg::Steer(_)) {
+                    15
+                } else {
+                    17
                 });
                 out.push(*s);
             }
+            Msg::Slot { slot, owner, join } => {
+                out.extend_from_slice(&[16, *slot, *owner, u8::from(*join)]);
+            }
+            Msg::Leave => out.push(19),
+            Msg::Left => out.push(20),
             Msg::Probed { index, nonce } => {
                 out.push(18);
                 word(&mut out, *index);
@@ -241,6 +253,8 @@ impl Msg {
             16 => "slot",
             17 => "steering",
             18 => "probed",
+            19 => "leave",
+            20 => "left",
             k => return Err(MsgError::Unknown(k)),
         };
         let word = |at: usize| -> Result<u32, MsgError> {
@@ -273,13 +287,14 @@ impl Msg {
         };
         match kind {
             1..=3 => exact(21)?,
-            4 | 12 => exact(1)?,
+            4 | 12 | 19 | 20 => exact(1)?,
             5 | 6 | 9 => exact(5)?,
             10 => exact(9)?,
             11 => exact(29)?,
             13 => exact(9)?,
             14 => exact(45)?,
-            15..=17 => exact(2)?,
+            15 | 17 => exact(2)?,
+            16 => exact(4)?,
             18 => exact(13)?,
             _ => {}
         }
@@ -331,12 +346,27 @@ impl Msg {
                 },
             },
             15 => Msg::Steer(b[1]),
-            16 => Msg::Slot(b[1]),
+            16 => Msg::Slot {
+                slot: b[1],
+                owner: b[2],
+                join: match b[3] {
+                    0 => false,
+                    1 => true,
+                    _ => {
+                        return Err(MsgError::Length {
+                            kind: name,
+                            len: b.len(),
+                        });
+                    }
+                },
+            },
             17 => Msg::Steering(b[1]),
             18 => Msg::Probed {
                 index: word(1)?,
                 nonce: dword(5)?,
             },
+            19 => Msg::Leave,
+            20 => Msg::Left,
             _ => Msg::Bye,
         })
     }
@@ -392,8 +422,14 @@ mod tests {
                     Msg::Placed { qpn, rkey, grant }
                 }),
             Just(Msg::Alloc),
+            Just(Msg::Leave),
+            Just(Msg::Left),
             any::<u8>().prop_map(Msg::Steer),
-            any::<u8>().prop_map(Msg::Slot),
+            (any::<u8>(), any::<u8>(), any::<bool>()).prop_map(|(slot, owner, join)| Msg::Slot {
+                slot,
+                owner,
+                join
+            }),
             any::<u8>().prop_map(Msg::Steering),
             (any::<u32>(), any::<u64>()).prop_map(|(index, nonce)| Msg::Probed { index, nonce }),
             any::<u32>().prop_map(Msg::Qpn),
