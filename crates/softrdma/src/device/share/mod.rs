@@ -3,11 +3,13 @@
 //!
 //! # The design
 //! One of the processes that have the device open is its **owner**: it alone reads
-//! `IP:4791` (an exclusive bind: no SO_REUSEADDR, which would let another user take the
-//! port, and no SO_REUSEPORT), and it listens on the abstract UNIX socket
-//! `@softrdma/UID/IP`. Every other process is a **member**: it connects there, and the
-//! owner forwards it the datagrams for its QPNs through a datagram socket pair of their
-//! own, each framed with its sender's address ([`socket::send_framed`]). Every process
+//! `IP:4791` (no SO_REUSEADDR, which would let another user take the port; SO_REUSEPORT,
+//! whose group the kernel opens to sockets of the same uid only), and it listens on the
+//! abstract UNIX socket `@softrdma/UID/IP`. Every other process is a **member**: it
+//! connects there, gets a slot its QPNs carry, and joins the port's group with a socket
+//! of its own, to which the kernel steers its datagrams ([`steer`]); what is not steered
+//! the owner forwards it through a datagram socket pair of their own, each framed with its
+//! sender's address ([`sys::send_framed`]). Every process
 //! runs its own engines and sends from its own sockets, as before; only the receive side
 //! is shared. Between two processes of the device, packets go through shared-memory rings
 //! instead (see [`super::local`]); the owner only tells a sender which process holds a QPN
@@ -17,8 +19,8 @@
 //!   for itself and for its members, and a freed or dead process's QPN is not drawn again
 //!   for [`QUARANTINE`], longer than any peer's retries last.
 //! - **Alone, nothing changes**: a process with no members reads the port itself, with no
-//!   hop and no lookup; the owner's receive path consults the route table only while it
-//!   has members.
+//!   hop, no steering program and no lookup; the owner's receive path consults the route
+//!   table only while it has members.
 //! - **No setup step, no separate service**: the first open becomes the owner, and the
 //!   role goes with the last process that has the device open. A library (the drop-in
 //!   `libibverbs.so.1`, or a Rust program) cannot count on finding a service binary, and a
@@ -44,7 +46,8 @@
 //! progress thread for control events; no other device lock is held under it, except the
 //! route table's write lock. The route table (`routes`) is read per forwarded datagram,
 //! under the receive state's lock; `forwarding` is read, without a lock, per received
-//! datagram.
+//! datagram. A probe the receive path sees goes into `probes` (a mutex taken for probes
+//! only), and the progress thread reports it under the control lock.
 
 pub(crate) mod msg;
 pub(crate) mod steer;
