@@ -1441,7 +1441,7 @@ impl Ctl {
             let q = rand::random::<u32>() & 0xFF_FFFF;
             let claimed =
                 self.rounds.slots.contains_key(&(q as u8)) || retired(&self.retired, q as u8);
-            if q > 1 && !claimed && !self.in_use(q) {
+            if q > 1 && q != 0xFF_FFFF && !claimed && !self.in_use(q) {
                 return q;
             }
         }
@@ -1458,7 +1458,12 @@ impl Ctl {
         let retired: Vec<u8> = self.retired.iter().map(|r| r.0).collect();
         let r = &mut self.rounds;
         let free = |s: u8, r: &Rounds| {
-            s != 0 && s != mine && !retired.contains(&s) && r.slots.get(&s).is_none_or(|o| *o == t)
+            // 0 is the first owner's; QP1 (the GSI, whose MADs the owner serves) and the
+            // multicast QPN end in 1 and 0xFF.
+            !matches!(s, 0 | 1 | 0xFF)
+                && s != mine
+                && !retired.contains(&s)
+                && r.slots.get(&s).is_none_or(|o| *o == t)
         };
         let slot = if want != 0 {
             free(want, r).then_some(want)
@@ -1657,13 +1662,15 @@ mod tests {
         }
     }
 
-    /// Every slot but 0, the owner's own and a retired one is granted once, each to its
-    /// member; then none is left.
+    /// Every slot but 0, 1 (QP1's), 0xFF (the multicast QPN's), the owner's own and a
+    /// retired one is granted once, each to its member; then none is left.
     #[test]
     fn slots_are_granted_once_and_never_a_retired_one() {
         let mut c = ctl(7);
         c.retire_slot(42);
-        let granted: Vec<u8> = (0..253).map(|t| c.grant_slot(t, 0)).collect();
+        assert_eq!(c.grant_slot(500, 1), 0, "QP1's slot");
+        assert_eq!(c.grant_slot(500, 0xFF), 0, "the multicast QPN's slot");
+        let granted: Vec<u8> = (0..251).map(|t| c.grant_slot(t, 0)).collect();
         assert_eq!(c.grant_slot(999, 0), 0, "none left");
         assert_eq!(
             c.grant_slot(999, 42),
@@ -1674,7 +1681,7 @@ mod tests {
         assert_eq!(c.grant_slot(3, granted[3]), granted[3]);
         let mut got = granted;
         got.sort_unstable();
-        let want: Vec<u8> = (1..=255).filter(|s| ![7, 42].contains(s)).collect();
+        let want: Vec<u8> = (2..=254).filter(|s| ![7, 42].contains(s)).collect();
         assert_eq!(got, want);
     }
 

@@ -3,10 +3,11 @@
 //! wake-up and often a preemption per packet).
 //!
 //! The owner's `IP:4791` socket opens a SO_REUSEPORT group; a member that is granted a
-//! *slot* (1..=255) joins the group with a socket of its own. Every QPN the owner draws for
-//! that member carries the slot in its low byte, and a classic BPF program attached to the
-//! group (unprivileged, unlike eBPF on Debian; see `docs/shared-device.md` §1.3) maps the
-//! destination QPN's low byte to the member's socket. The program returns an *index* into
+//! *slot* (2..=254: QP1 and the multicast QPN end in 1 and 0xFF) joins the group with a
+//! socket of its own. Every QPN the owner draws for that member carries the slot in its
+//! low byte, and a classic BPF program attached to the group (unprivileged, unlike eBPF
+//! on Debian; see `docs/shared-device.md` §1.3) maps the destination QPN's low byte to the
+//! member's socket. The program returns an *index* into
 //! the group, in join order, and the kernel moves the last socket into the hole a leaving
 //! one makes; so the owner **probes**: it sends one marked datagram per index, each member
 //! reports the index its socket received, and the program is rebuilt from the reports.
