@@ -98,6 +98,16 @@ impl RxPort {
     }
 }
 
+/// UDP port 4791 at `ip` (IPv6 scope `scope_id`).
+pub(crate) fn roce_port(ip: IpAddr, scope_id: u32) -> SocketAddr {
+    match ip {
+        IpAddr::V6(v6) => {
+            SocketAddr::V6(std::net::SocketAddrV6::new(v6, ROCE_V2_PORT, 0, scope_id))
+        }
+        v4 => SocketAddr::new(v4, ROCE_V2_PORT),
+    }
+}
+
 /// How [`Udp::bind_port`] binds the port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PortBind {
@@ -138,12 +148,7 @@ impl Udp {
         gro: bool,
         how: PortBind,
     ) -> Result<OwnedFd> {
-        let bind = match addr {
-            IpAddr::V6(v6) => {
-                SocketAddr::V6(std::net::SocketAddrV6::new(v6, ROCE_V2_PORT, 0, scope_id))
-            }
-            v4 => SocketAddr::new(v4, ROCE_V2_PORT),
-        };
+        let bind = roce_port(addr, scope_id);
         let in_use = |e: std::io::Error| {
             if e.kind() == std::io::ErrorKind::AddrInUse {
                 Error::AddrInUse { addr }
@@ -228,15 +233,7 @@ impl Udp {
     /// SO_REUSEADDR), and what it receives, any host on the link may send and receive.
     fn group_socket(&self, group: IpAddr) -> std::io::Result<std::net::UdpSocket> {
         use socket2::{Domain, Protocol, Socket, Type};
-        let bind = match group {
-            IpAddr::V6(g) => SocketAddr::V6(std::net::SocketAddrV6::new(
-                g,
-                ROCE_V2_PORT,
-                0,
-                self.scope_id,
-            )),
-            g => SocketAddr::new(g, ROCE_V2_PORT),
-        };
+        let bind = roce_port(group, self.scope_id);
         let sock = Socket::new(Domain::for_address(bind), Type::DGRAM, Some(Protocol::UDP))?;
         sock.set_reuse_address(true)?;
         sock.set_nonblocking(true)?;

@@ -631,7 +631,6 @@ impl Device {
         ringed: bool,
     ) {
         if let Some(s) = &self.share
-            && data.first() == Some(&share::steer::PROBE_MAGIC[0])
             && let Some((index, nonce)) = share::steer::parse_probe(data)
         {
             // The device's owner asks which socket of the group this is.

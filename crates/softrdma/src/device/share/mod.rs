@@ -709,15 +709,7 @@ impl Share {
             r.again = Some(Instant::now() + PROBE_AGAIN);
             self.again.store(true, Ordering::Relaxed);
         }
-        let to = match self.addr {
-            IpAddr::V6(v6) => SocketAddr::V6(std::net::SocketAddrV6::new(
-                v6,
-                softrdma_wire::ROCE_V2_PORT,
-                0,
-                self.scope_id,
-            )),
-            v4 => SocketAddr::new(v4, softrdma_wire::ROCE_V2_PORT),
-        };
+        let to = crate::datapath::udp::roce_port(self.addr, self.scope_id);
         // Only indexes that exist: the kernel hashes a probe for one past the end to any
         // socket, which would report it as its own.
         for i in 0..=n as u32 {
@@ -1125,16 +1117,13 @@ impl Share {
                     // Every member gets a slot its QPNs carry; only with steering on may its
                     // socket join the group.
                     let slot = ctl.grant_slot(t, want);
-                    if slot != 0 && self.steer {
-                        // The group gets its program before the member's socket joins
-                        // it: without one the kernel would hash other processes'
-                        // datagrams to it.
-                        self.install(ctl);
-                        let Role::Owner { members, .. } = &mut ctl.role else {
-                            return;
-                        };
-                        members.get_mut(&t).expect("looked up above").slot = slot;
-                    } else if slot != 0 {
+                    if slot != 0 {
+                        if self.steer {
+                            // The group gets its program before the member's socket joins
+                            // it: without one the kernel would hash other processes'
+                            // datagrams to it.
+                            self.install(ctl);
+                        }
                         let Role::Owner { members, .. } = &mut ctl.role else {
                             return;
                         };
@@ -1421,16 +1410,8 @@ impl Ctl {
     /// QPN that no steered slot claims will do: the owner's socket receives it and
     /// forwards.
     fn draw(&mut self, slot: u8) -> u32 {
-        let now = Instant::now();
-        while self.retired.front().is_some_and(|r| r.1 <= now) {
-            self.retired.pop_front();
-        }
-        let retired = |r: &VecDeque<(u8, Instant)>, s: u8| r.iter().any(|x| x.0 == s);
-        let tries = if retired(&self.retired, slot) {
-            0
-        } else {
-            1 << 17
-        };
+        self.expire();
+        let tries = if self.is_retired(slot) { 0 } else { 1 << 17 };
         for _ in 0..tries {
             let q = rand::random::<u32>() & 0xFF_FF00 | u32::from(slot);
             if q > 1 && !self.in_use(q) {
@@ -1439,8 +1420,7 @@ impl Ctl {
         }
         loop {
             let q = rand::random::<u32>() & 0xFF_FFFF;
-            let claimed =
-                self.rounds.slots.contains_key(&(q as u8)) || retired(&self.retired, q as u8);
+            let claimed = self.rounds.slots.contains_key(&(q as u8)) || self.is_retired(q as u8);
             if q > 1 && q != 0xFF_FFFF && !claimed && !self.in_use(q) {
                 return q;
             }
@@ -1450,33 +1430,27 @@ impl Ctl {
     /// A steering slot for member `t` (owner): `want` if it is free or already `t`'s,
     /// otherwise (or for `want` 0) any free one; 0 if none is.
     fn grant_slot(&mut self, t: usize, want: u8) -> u8 {
-        let mine = self.my_slot;
-        let now = Instant::now();
-        while self.retired.front().is_some_and(|r| r.1 <= now) {
-            self.retired.pop_front();
-        }
-        let retired: Vec<u8> = self.retired.iter().map(|r| r.0).collect();
-        let r = &mut self.rounds;
-        let free = |s: u8, r: &Rounds| {
+        self.expire();
+        let free = |s: u8, c: &Ctl| {
             // 0 is the first owner's; QP1 (the GSI, whose MADs the owner serves) and the
             // multicast QPN end in 1 and 0xFF.
             !matches!(s, 0 | 1 | 0xFF)
-                && s != mine
-                && !retired.contains(&s)
-                && r.slots.get(&s).is_none_or(|o| *o == t)
+                && s != c.my_slot
+                && !c.is_retired(s)
+                && c.rounds.slots.get(&s).is_none_or(|o| *o == t)
         };
         let slot = if want != 0 {
-            free(want, r).then_some(want)
+            free(want, self).then_some(want)
         } else {
             // From a random start, so that a slot freed a moment ago is not the next one.
             let start = rand::random::<u8>();
             (0..=255u8)
                 .map(|i| start.wrapping_add(i))
-                .find(|&s| free(s, r) && !r.slots.contains_key(&s))
+                .find(|&s| free(s, self) && !self.rounds.slots.contains_key(&s))
         };
         match slot {
             Some(s) => {
-                r.slots.insert(s, t);
+                self.rounds.slots.insert(s, t);
                 s
             }
             None => 0,
@@ -1500,6 +1474,7 @@ impl Ctl {
         self.quarantined.insert(q);
     }
 
+    /// Ends the quarantines and slot retirements that are over.
     fn expire(&mut self) {
         let now = Instant::now();
         while let Some(&(q, until)) = self.quarantine.front() {
@@ -1509,6 +1484,14 @@ impl Ctl {
             self.quarantine.pop_front();
             self.quarantined.remove(&q);
         }
+        while self.retired.front().is_some_and(|r| r.1 <= now) {
+            self.retired.pop_front();
+        }
+    }
+
+    /// Whether slot `s` is retired (see [`Ctl::retire_slot`]).
+    fn is_retired(&self, s: u8) -> bool {
+        self.retired.iter().any(|r| r.0 == s)
     }
 }
 
