@@ -156,15 +156,43 @@ fn a_pollers_ack_waits_for_its_answer_and_leaves_behind_it() {
     // ping-pong's): the SEND first, B's message.
     let wc = r.a.cq.poll(4);
     assert_eq!((wc.len(), wc[0].wr_id), (1, 2));
-    // A's next poll first sends its own deferred ACK of that SEND, having nothing to
-    // answer it with, then receives B's ACK, which completes A's SEND.
+    // A's next poll receives B's ACK, which completes A's SEND. A's own deferred ACK is
+    // held meanwhile (A's SEND was outstanding: its application may answer next); the
+    // poll after, with nothing outstanding, sends it.
     let wc = r.a.cq.poll(4);
     assert_eq!(
         (wc.len(), wc[0].wr_id, wc[0].status),
         (1, 10, WcStatus::Success)
     );
+    assert!(r.fabric.opcodes(IP_B).is_empty(), "held for A's answer");
+    assert!(r.a.cq.poll(4).is_empty());
     assert_eq!(r.fabric.opcodes(IP_B), [ACK]);
     assert_eq!(r.b.cq.poll(4)[0].wr_id, 11);
+}
+
+/// Two ends that send at once each hold the ACK of the other's request for their next
+/// one, while their own is outstanding: for at most `POLL_HOLD`, after which a poll sends
+/// it alone, and both requests complete.
+#[test]
+fn held_acks_leave_once_their_hold_is_up() {
+    let r = Rig::new(64, None);
+    recv(&r.a, 1);
+    recv(&r.b, 2);
+    r.a.qp.post_send(wr(10, SendOp::Send, &r.a, 8)).unwrap();
+    r.b.qp.post_send(wr(11, SendOp::Send, &r.b, 8)).unwrap();
+    assert_eq!(r.a.cq.poll(4)[0].wr_id, 1);
+    assert_eq!(r.b.cq.poll(4)[0].wr_id, 2);
+    for _ in 0..4 {
+        assert!(r.a.cq.poll(4).is_empty());
+        assert!(r.b.cq.poll(4).is_empty());
+    }
+    assert!(r.fabric.opcodes(IP_A).is_empty() && r.fabric.opcodes(IP_B).is_empty());
+    r.advance(crate::device::POLL_HOLD);
+    assert!(r.a.cq.poll(4).is_empty());
+    assert_eq!(r.fabric.opcodes(IP_B), [ACK], "A's hold is up");
+    assert_eq!(r.b.cq.poll(4)[0].wr_id, 11);
+    assert!(r.b.cq.poll(4).is_empty());
+    assert_eq!(r.a.cq.poll(4)[0].wr_id, 10);
 }
 
 /// A lost WRITE is sent again when, and only when, its timer falls due on the device's
@@ -303,9 +331,11 @@ fn the_progress_pass_sends_what_a_poller_that_stopped_deferred() {
 }
 
 /// A poll that returns a QP's last awaited completion gives the socket back to the
-/// progress thread at once, if the peer writes that QP's memory (the application then
-/// waits on memory, not on the CQ: perftest's latency tests); a QP whose memory nobody
-/// writes keeps the socket with its poller, who is likely to poll again at once.
+/// progress thread at once, if the peer writes that QP's memory and has not answered its
+/// last send yet (the application then waits on memory, not on the CQ: perftest's latency
+/// tests); a QP whose memory nobody writes keeps the socket with its poller, who is likely
+/// to poll again at once, and so does one whose answer came with the completion (its
+/// application finds its memory written and posts again).
 #[test]
 fn a_poller_gives_the_socket_back_when_it_will_wait_on_memory() {
     let r = Rig::new(64, None);
@@ -347,9 +377,11 @@ fn a_poller_gives_the_socket_back_when_it_will_wait_on_memory() {
         }
         panic!("A's WRITE did not complete");
     };
-    // B writes A's memory; A's next WRITE completes with nothing more awaited, and the
-    // poll that returns it gives the socket back.
+    // B writes A's memory, and that is done before A's next WRITE: when it completes,
+    // nothing more is awaited and no answer came, and the poll that returns it gives the
+    // socket back.
     write(&r.b, &r.a, 2);
+    complete(1);
     write(&r.a, &r.b, 3);
     assert!(
         released_at_completion(),
@@ -360,10 +392,34 @@ fn a_poller_gives_the_socket_back_when_it_will_wait_on_memory() {
     assert!(r.a.cq.poll(1).is_empty());
     assert!(!r.a.ctx.dev().pollers_released());
     assert!(released_at_completion());
+
+    // A ping-pong: B receives A's WRITE by polling and answers it with its own, which
+    // carries the ACK. A's poll drains the answer with the ACK, and keeps the socket: its
+    // application finds its memory written and posts again.
+    write(&r.a, &r.b, 5);
+    assert!(r.b.cq.poll(4).is_empty());
+    assert!(
+        r.fabric.opcodes(IP_A).is_empty(),
+        "B's ACK waits for its answer"
+    );
+    write(&r.b, &r.a, 6);
+    assert_eq!(
+        r.fabric.opcodes(IP_A),
+        [Opcode::RC_RDMA_WRITE_ONLY.0, ACK],
+        "the ACK rides behind the answer"
+    );
+    assert!(!released_at_completion(), "answered, A keeps the socket");
+
+    // B's WRITE completes (A's next poll sends the ACK it held). A's next WRITE is
+    // unanswered again: its completion gives the socket back.
+    complete(1);
+    write(&r.a, &r.b, 7);
+    assert!(released_at_completion(), "a new send awaits a new answer");
+
     // A polls with nothing awaited: it watches for WRITEs by polling, and from now on
     // keeps the socket after its completions too.
     assert!(r.a.cq.poll(1).is_empty());
-    write(&r.a, &r.b, 5);
+    write(&r.a, &r.b, 8);
     assert!(
         !released_at_completion(),
         "a polling waiter keeps the socket"

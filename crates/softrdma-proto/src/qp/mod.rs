@@ -538,10 +538,23 @@ impl QueuePair {
             || !self.completions.is_empty()
     }
 
+    /// Whether send WRs are outstanding (posted and not yet complete).
+    pub fn sends_outstanding(&self) -> bool {
+        !self.req.sq.is_empty()
+    }
+
     /// Whether a peer has written this QP's memory with an RDMA WRITE: its application may
     /// learn of what arrives by watching memory, not a CQ (perftest's latency tests do).
     pub fn written(&self) -> bool {
         self.resp.written
+    }
+
+    /// Whether a peer's RDMA WRITE has landed whole here since the application last posted
+    /// a send. In a ping-pong over WRITEs (perftest's `ib_write_lat`) it is the answer to
+    /// that send: an application that finds it while polling its CQ will find its memory
+    /// written too, and post again, rather than wait for the next WRITE by watching memory.
+    pub fn answered(&self) -> bool {
+        self.resp.answered
     }
 
     /// The deadline to enter in the owner's timer queue, if any: the QP's next deadline when
@@ -693,6 +706,7 @@ impl QueuePair {
     /// Posts a send WR.
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
         const VERB: &str = "post_send";
+        self.resp.answered = false;
         let bad = |attr, why| {
             Err(PostError::InvalidAttr {
                 verb: VERB,
@@ -806,6 +820,7 @@ impl QueuePair {
         wr: SendWr,
         place: impl FnOnce(&SendWr, Qpn, IpAddr, bool) -> Placing,
     ) -> Result<Placing, PostError> {
+        self.resp.answered = false;
         let placeable = self.state == QpState::Rts
             && self.cfg.qp_type == QpType::Rc
             && matches!(wr.op, SendOp::Write { .. })

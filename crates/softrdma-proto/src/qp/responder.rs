@@ -66,6 +66,9 @@ pub(crate) struct Responder {
     pub rq: VecDeque<RecvWr>,
     /// Whether a peer has started an RDMA WRITE here (see `QueuePair::written`).
     pub written: bool,
+    /// Whether a WRITE has landed whole since the application last posted a send (see
+    /// `QueuePair::answered`).
+    pub answered: bool,
     cur: Option<InMsg>,
     nak_sent: bool,
     uc_drop: bool,
@@ -570,6 +573,7 @@ impl QueuePair {
         self.resp.epsn = p.next();
         if info.ends_message() {
             self.resp.cur = None;
+            self.resp.answered = true;
             self.resp.msn = self.resp.msn.next();
             if let Some((wr, _)) = recv {
                 self.complete_write_with_imm(wr.wr_id, len, pkt);
@@ -830,6 +834,7 @@ impl QueuePair {
             return;
         }
         self.resp.msn = self.resp.msn.next();
+        self.resp.answered = true;
         if let Some((wr, _)) = recv {
             self.complete_write_with_imm(wr.wr_id, len, pkt);
         }

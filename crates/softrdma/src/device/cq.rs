@@ -17,11 +17,13 @@ pub(crate) trait Poller: Send + Sync {
     /// thread waits for is not held up by it.
     fn app_sleeps(&self);
     /// A poll returned completions. If no QP of the device awaits any more, and each has
-    /// had its memory written by its peer, the thread will most likely wait for the next
-    /// WRITE by watching memory, not by polling: the socket goes back to the progress
-    /// thread at once (as [`Poller::app_sleeps`]), so that the WRITE need not wait for the
-    /// poll's grace to run out (perftest's latency tests spin on memory after their CQ
-    /// poll). A QP that reads, or is never written, keeps the socket with its poller, which
+    /// had its memory written by its peer but not since its last send, the thread will
+    /// most likely wait for the next WRITE by watching memory, not by polling: the socket
+    /// goes back to the progress thread at once (as [`Poller::app_sleeps`]), so that the
+    /// WRITE need not wait for the poll's grace to run out (perftest's latency tests spin
+    /// on memory after their CQ poll). A QP whose answer (a WRITE since its last send)
+    /// came before the completion keeps the socket: its application finds its memory
+    /// written and posts again. A QP that reads, or is never written, keeps the socket with its poller, which
     /// comes back at once: handing the socket over and back costs two wake-ups. So does an
     /// application that has polled while nothing was awaited: it watches for WRITEs by
     /// polling, and receives them itself.

@@ -8,9 +8,12 @@
 //! application thread busy-polling a CQ (the progress thread then stops watching the socket
 //! until the polls have stopped for [`APP_POLL_GRACE`]). ACKs produced by an application
 //! thread's drain are deferred until that thread's next send (which carries them in the same
-//! system call), its next poll, or the progress thread's next pass, at most about a
-//! millisecond after the last poll: far inside any ACK timeout, so a requester never
-//! retransmits for it. Everything else a drain produces leaves before the drain returns.
+//! system call), its next poll (or, while a QP has sends outstanding, the first poll
+//! [`POLL_HOLD`] on), or the progress thread's pass, at most about a millisecond after the
+//! last poll: far inside any ACK timeout, so a requester never retransmits for it. The
+//! progress thread defers its own drains' ACKs the same way while the application sends,
+//! for at most [`ACK_HOLD`]. Everything else a drain produces leaves before the drain
+//! returns.
 //!
 //! Timers (retransmission, probes, RNR waits, packets the fault injector holds back) are run
 //! by whichever thread finds them due: the progress thread, or a busy poller, which compares
@@ -69,6 +72,10 @@ const APP_POLL_GRACE: Duration = Duration::from_micros(200);
 /// ping-pong turn that the scheduler slowed past it would otherwise get its ACK alone,
 /// and fall into the slow pattern the deferral avoids (see `Device::drain`).
 const ACK_HOLD: Duration = Duration::from_micros(800);
+/// The longest a poller holds deferred ACKs for its application's next request (see
+/// `Device::hold_deferred`): a ping-pong's turn, with room for a preemption, far inside
+/// [`ACK_HOLD`].
+pub(crate) const POLL_HOLD: Duration = Duration::from_micros(50);
 /// How long after an application's last send the progress thread goes on deferring ACKs
 /// (see `Device::drain`): long enough to span a ping-pong turn that the scheduler slowed
 /// (milliseconds on a busy machine), short next to any requester's timeout. An ACK itself
@@ -163,8 +170,12 @@ pub(crate) struct Device {
     /// Counters of QPs already destroyed.
     pub retired: Mutex<softrdma_proto::QpCounters>,
     /// How many QPs keep a poller's socket (see [`Poller::polled`]): those that await
-    /// completions, or whose peers never wrote their memory.
+    /// completions, whose peers never wrote their memory, or whose peers answered their
+    /// last send with a WRITE.
     awaiting: AtomicUsize,
+    /// How many QPs have send WRs outstanding: while any has, a poller holds the ACKs it
+    /// deferred for the application's next request (see [`Device::poll_rx`]).
+    requesting: AtomicUsize,
     /// Set once an application thread polls while no QP awaits anything: it watches for
     /// WRITEs by polling too, and keeps the socket (see [`Poller::polled`]).
     idle_poller: AtomicBool,
@@ -405,7 +416,7 @@ impl Device {
         }
         match self.rx.try_lock() {
             Ok(mut st) => {
-                self.flush_batch(true);
+                self.flush_batch(!self.hold_deferred());
                 // Only a change matters to the progress thread, so two pollers that race
                 // and count one poll instead of two are fine, and a plain store spares a
                 // locked instruction on every poll.
@@ -420,6 +431,23 @@ impl Device {
             // the middle): the timers need not wait for it as well.
             Err(_) => self.run_due_timers(),
         }
+    }
+
+    /// Whether a poller keeps the deferred ACKs for the application's next request rather
+    /// than send them alone now: while a QP has sends outstanding, for at most
+    /// [`POLL_HOLD`]. In a ping-pong over WRITEs (perftest's `ib_write_lat`) the poller
+    /// drains the peer's WRITE before the ACK of its own that came with it; sent alone, the
+    /// ACK for that WRITE would give the peer its completion before the next WRITE arrives,
+    /// and the peer would then wait for it by watching memory, with its progress thread to
+    /// receive it. Held, it rides with the next WRITE, which the peer's poller drains
+    /// itself. A poller that waits for receives only (the peer streams to it) sends its
+    /// ACKs at each poll.
+    fn hold_deferred(&self) -> bool {
+        if !self.gate.deferred(false) || self.requesting.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let at = self.deferred_at.load(Ordering::Relaxed);
+        at != u64::MAX && self.now().as_nanos() < at.saturating_add(POLL_HOLD.as_nanos() as u64)
     }
 
     /// A poller's part in the timers: [`Device::run_timers`] if one is due. The progress
@@ -471,7 +499,9 @@ impl Device {
                 self.enter_timer(qp);
             });
         }
-        self.flush_batch(true);
+        // Deferred ACKs stay deferred: whoever runs the timers sends them by its own rule
+        // (a poller at its next poll, the progress thread after its pass).
+        self.flush_batch(false);
         if let Some((t, _)) = self.timers.lock().unwrap_or_else(|e| e.into_inner()).peek() {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
@@ -786,7 +816,14 @@ impl Device {
             let rest = std::iter::from_fn(|| qp.poll_event());
             self.events.push(std::iter::once(first).chain(rest));
         }
-        self.set_awaits(shared, qp.awaits_completions() || !qp.written());
+        // A QP whose peer answered its last send with a WRITE keeps the socket with its
+        // poller: the application, having its completion, finds its memory written and
+        // posts again at once (see `Poller::polled`).
+        self.set_awaits(
+            shared,
+            qp.awaits_completions() || !qp.written() || qp.answered(),
+            qp.sends_outstanding(),
+        );
         if shared.granted.load(Ordering::Relaxed) && !receives(qp.state()) {
             // It can no longer take WRITEs: no peer may place one.
             shared.granted.store(false, Ordering::Relaxed);
@@ -940,15 +977,21 @@ impl Device {
         }
     }
 
-    /// Records whether `shared`'s QP keeps a poller's socket (see [`Poller::polled`]); its
-    /// lock is held, so the flag and the count move together.
-    pub(crate) fn set_awaits(&self, shared: &QpShared, awaits: bool) {
-        if shared.awaits.load(Ordering::Relaxed) != awaits {
-            shared.awaits.store(awaits, Ordering::Relaxed);
-            if awaits {
-                self.awaiting.fetch_add(1, Ordering::Relaxed);
-            } else {
-                self.awaiting.fetch_sub(1, Ordering::Relaxed);
+    /// Records whether `shared`'s QP keeps a poller's socket (see [`Poller::polled`]) and
+    /// whether it has sends outstanding; its lock is held, so the flags and the counts move
+    /// together.
+    pub(crate) fn set_awaits(&self, shared: &QpShared, awaits: bool, requests: bool) {
+        for (flag, count, on) in [
+            (&shared.awaits, &self.awaiting, awaits),
+            (&shared.requests, &self.requesting, requests),
+        ] {
+            if flag.load(Ordering::Relaxed) != on {
+                flag.store(on, Ordering::Relaxed);
+                if on {
+                    count.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    count.fetch_sub(1, Ordering::Relaxed);
+                }
             }
         }
     }
@@ -1395,6 +1438,7 @@ impl Device {
             groups: Mutex::new(std::collections::HashMap::new()),
             grouped: AtomicBool::new(false),
             awaiting: AtomicUsize::new(0),
+            requesting: AtomicUsize::new(0),
             idle_poller: AtomicBool::new(false),
             registry,
         });

@@ -15,6 +15,9 @@ pub(crate) struct QpShared {
     /// Whether the QP keeps a poller's socket, as of its last service (see
     /// `Poller::polled`; counted in the device's `awaiting`).
     pub awaits: std::sync::atomic::AtomicBool,
+    /// Whether the QP had send WRs outstanding, as of its last service (counted in the
+    /// device's `requesting`).
+    pub requests: std::sync::atomic::AtomicBool,
     /// The status of its last completion in error, flushes aside (`softrdma res show -dd`).
     pub last_error: Mutex<Option<softrdma_proto::WcStatus>>,
     /// Whether a same-host peer may hold a grant to place WRITEs for it (see

@@ -314,6 +314,7 @@ impl ProtectionDomain {
             send_cq: init.send_cq.inner.clone(),
             recv_cq: init.recv_cq.inner.clone(),
             awaits: std::sync::atomic::AtomicBool::new(false),
+            requests: std::sync::atomic::AtomicBool::new(false),
             last_error: Mutex::new(None),
             granted: Default::default(),
         });
@@ -599,7 +600,7 @@ impl Drop for QueuePair {
             qp.farewell_ack();
             dev.service(&self.shared, &mut qp);
             // What it still awaited, nobody will: it leaves the device's count.
-            dev.set_awaits(&self.shared, false);
+            dev.set_awaits(&self.shared, false, false);
         }
         // The farewell, and ACKs this thread deferred, leave before the QP is gone.
         dev.flush_batch(true);
