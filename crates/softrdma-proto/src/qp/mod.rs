@@ -532,7 +532,7 @@ impl QueuePair {
     /// SRQ, whose receives may come at any time), or a completion not yet taken. When no
     /// QP of a device awaits any, a thread that polled its CQ has no more reason to.
     pub fn awaits_completions(&self) -> bool {
-        !self.req.sq.is_empty()
+        self.sends_outstanding()
             || !self.resp.rq.is_empty()
             || self.cfg.srq.is_some()
             || !self.completions.is_empty()
