@@ -191,6 +191,11 @@ pub struct PerfArgs {
     /// With -a, draw the results against message size as SVG.
     #[arg(long)]
     plot: Option<std::path::PathBuf>,
+    /// Register a heap buffer of this process, as a C program's `malloc`ed memory, instead
+    /// of shareable memory that softrdma allocates: a peer on the same host then places its
+    /// WRITEs by cross-memory copy, as it does for programs run through the drop-in.
+    #[arg(long)]
+    app_memory: bool,
 }
 
 /// The 108-byte key message.
@@ -514,15 +519,19 @@ fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, CliError> {
         .next_multiple_of(u64::from(PAGE));
     let pd = ctx.alloc_pd();
     let n = u64::from(a.qps);
-    let mr = pd
-        .register_zeroed(
-            (2 * n * half) as usize,
-            AccessFlags::LOCAL_WRITE
-                | AccessFlags::REMOTE_WRITE
-                | AccessFlags::REMOTE_READ
-                | AccessFlags::REMOTE_ATOMIC,
-        )
-        .map_err(CliError::verb("Couldn't register MR"))?;
+    let (len, access) = (
+        (2 * n * half) as usize,
+        AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC,
+    );
+    let mr = if a.app_memory {
+        pd.register(vec![0; len], access)
+    } else {
+        pd.register_zeroed(len, access)
+    }
+    .map_err(CliError::verb("Couldn't register MR"))?;
     let depth = tx_depth(a);
     let cq = ctx
         .create_cq(((depth + RX_DEPTH) * a.qps + 1) as usize, None)

@@ -349,9 +349,24 @@ fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), CliError> {
         };
         if wcs.is_empty() {
             if last.elapsed() > guard {
+                // What the device saw tells a peer that sent nothing from packets that
+                // arrived and were dropped (and why).
+                let seen: Vec<String> = ctx
+                    .hw_counters()
+                    .into_iter()
+                    .filter(|&(_, v)| v != 0)
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect();
                 return Err(CliError::Timeout(format!(
-                    "no completion for {} s ({rcnt} received, {scnt} sent): is the peer alive?",
-                    a.timeout
+                    "no completion for {} s ({rcnt} received, {scnt} sent): is the peer alive? \
+                     The device counted: {}; the QP: {:?}",
+                    a.timeout,
+                    if seen.is_empty() {
+                        "nothing".into()
+                    } else {
+                        seen.join(", ")
+                    },
+                    qp.counters()
                 )));
             }
             std::hint::spin_loop();

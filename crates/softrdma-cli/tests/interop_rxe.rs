@@ -272,13 +272,15 @@ fn case(vm: &Vm, c: Case<'_>) -> String {
         .spawn()
         .unwrap();
     wait_listen(18515);
-    let cli = vm.exec(&format!("{ibv} {HOST_IP}"));
+    // Bounded below the transport's 90 s: with retry_cnt 7 rxe retries for ever.
+    let cli = vm.exec(&format!("timeout 70 {ibv} {HOST_IP}"));
     let srv = server.wait_with_output().unwrap();
     assert!(
         cli.status.success(),
-        "rxe {t} client -> softrdma, {size} B:\n{}\nserver:\n{}",
+        "rxe {t} client -> softrdma, {size} B:\n{}\nserver:\n{}\nrxe's counters:\n{}",
         text(&cli),
-        text(&srv)
+        text(&srv),
+        text(&vm.exec("grep . /sys/class/infiniband/rxe0/ports/1/hw_counters/*"))
     );
     assert!(
         srv.status.success(),

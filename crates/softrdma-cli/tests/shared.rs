@@ -206,6 +206,54 @@ fn softrdmas_perf_shares_one_device() {
     }
 }
 
+/// `perf --app-memory` registers the process's own heap memory, as C programs do, which has
+/// no memfd for a peer to map: a peer on the same device still places its WRITEs there, by
+/// cross-memory copy, and sends them through the rings with `SOFTRDMA_CMA=0`. The
+/// benchmark's like-for-like pairs with the drop-in rest on this.
+#[test]
+fn perf_app_memory_is_placed_by_cross_memory_copy_only() {
+    for (i, (addr, app, cma, placed)) in [
+        ("127.0.96.30", true, "1", true),
+        ("127.0.96.31", true, "0", false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let before = counter(addr, "placed_writes");
+        let port = (24210 + i as u16).to_string();
+        let mut args = vec!["perf", "write-lat", "-s", "8", "-n", "500", "-p", &port];
+        if app {
+            args.push("--app-memory");
+        }
+        let with = |a: &[&str]| {
+            let mut c = cli(Some(addr), a);
+            c.env("SOFTRDMA_CMA", cma);
+            c
+        };
+        let server = Watched::spawn(with(&args), "perf write-lat server");
+        until_listening(24210 + i as u16, "perf write-lat server never listened");
+        args.push("127.0.0.1");
+        let (cs, ct) = Watched::spawn(with(&args), "perf write-lat").finish();
+        let (ss, st) = server.finish();
+        assert!(
+            cs.success() && ss.success() && ct.contains("#bytes"),
+            "{addr}:\n--- server\n{st}\n--- client\n{ct}"
+        );
+        let n = counter(addr, "placed_writes") - before;
+        assert_eq!(
+            n >= 500,
+            placed,
+            "{addr} (app memory {app}, SOFTRDMA_CMA={cma}): {n} WRITEs placed"
+        );
+        if !placed {
+            assert!(
+                n < 10,
+                "{addr}: {n} WRITEs placed with no way to place them"
+            );
+        }
+    }
+}
+
 /// Unmodified tools through `softrdma exec`, server and client on one device.
 #[test]
 fn unmodified_tools_run_with_both_ends_on_one_device() {
