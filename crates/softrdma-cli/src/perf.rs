@@ -532,6 +532,17 @@ fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, CliError> {
         pd.register_zeroed(len, access)
     }
     .map_err(CliError::verb("Couldn't register MR"))?;
+    // As perftest does: zeros for write-lat (which spins on the last byte), random bytes
+    // otherwise. Either way every page is written once: untouched heap pages all read as the
+    // kernel's one zero page, which would make a copy out of them cheaper than out of a
+    // real buffer's.
+    let mut fill = vec![0u8; len];
+    if a.test != Test::WriteLat {
+        rand::Rng::fill(&mut rand::rng(), &mut fill[..]);
+    }
+    mr.write(0, &fill)
+        .map_err(CliError::verb("Couldn't initialize the buffer"))?;
+    drop(fill);
     let depth = tx_depth(a);
     let cq = ctx
         .create_cq(((depth + RX_DEPTH) * a.qps + 1) as usize, None)
