@@ -1540,3 +1540,87 @@ fn a_held_write_behind_a_send_is_placed_in_turn_and_uc_places_none() {
     }
     assert_eq!(placed(&c.ctx), 0, "no UC WRITE is placed");
 }
+
+/// What the group gives a member by mistake is not lost: for the moment after a member
+/// dies, before the owner probes again, the kernel steers by a program whose indexes have
+/// moved, and another member's socket gets datagrams for QPNs it does not have. That
+/// member hands them back to the owner, which routes them on. The moment is made to last
+/// here: a program of the test's own, attached to the group through a socket the test
+/// adds (the group takes one from any socket of this uid), sends every datagram to the
+/// first member's socket (index 1: the owner bound first, then each member in turn).
+/// A UC stream from another device to the second member, which loses any message whose
+/// packet is dropped, then arrives whole, and the first member counts what it handed
+/// back.
+#[test]
+fn what_the_group_gives_the_wrong_member_is_handed_back() {
+    let _owner = ctx(134);
+    let first = end(134, QpType::Uc);
+    let (b, r) = (end(134, QpType::Uc), end(135, QpType::Uc));
+    connect(&b, &r, ConnectAttr::default());
+    // The test's socket in the group, and its program: "always index 1".
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    sock.set_reuse_port(true).unwrap();
+    sock.bind(&std::net::SocketAddr::from((b.ctx.addr(), 4791)).into())
+        .unwrap();
+    let mut code = [libc::sock_filter {
+        code: (libc::BPF_RET | libc::BPF_K) as u16,
+        jt: 0,
+        jf: 0,
+        k: 1,
+    }];
+    let prog = libc::sock_fprog {
+        len: 1,
+        filter: code.as_mut_ptr(),
+    };
+    let attach = || {
+        // SAFETY: `prog` points at one valid instruction for the call; the kernel copies it.
+        let rc = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&sock),
+                libc::SOL_SOCKET,
+                libc::SO_ATTACH_REUSEPORT_CBPF,
+                (&prog as *const libc::sock_fprog).cast(),
+                std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    };
+    let handed = || {
+        first
+            .ctx
+            .hw_counters()
+            .into_iter()
+            .find(|(n, _)| *n == "handed_back_pkts")
+            .expect("a handed_back_pkts counter")
+            .1
+    };
+    for i in 0..50u64 {
+        // Again each time: the owner installs its own program when it probes.
+        attach();
+        let data = pattern(i as u8, 2048);
+        r.mr.write(0, &data).unwrap();
+        let off = 4096 * (i % 8);
+        r.qp.post_send(signaled(i, write_to(&b, off), r.mr.sge(0, 2048)))
+            .unwrap();
+        let wc = wait(&r.cq, 1);
+        assert_eq!((wc[0].wr_id, wc[0].status), (i, WcStatus::Success));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut got = vec![0; 2048];
+        loop {
+            b.mr.read(off as usize, &mut got).unwrap();
+            if got == data {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "UC WRITE {i} never landed ({} handed back)",
+                handed()
+            );
+            std::thread::yield_now();
+        }
+    }
+    assert!(
+        handed() > 0,
+        "nothing went the wrong way: the test proves nothing"
+    );
+}

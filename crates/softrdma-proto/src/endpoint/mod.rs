@@ -155,6 +155,10 @@ pub enum Counter {
     /// Datagrams for another process that its forwarding socket refused (it reads too
     /// slowly, or is gone); retransmission recovers them.
     ForwardErr,
+    /// Datagrams a member of a shared device got for another process's QPN, by the
+    /// kernel's mistake in the moment after a member died, and handed back to the owner
+    /// (its receive path counted them in `rcvd_unknown_qpn` first).
+    HandedBackPkts,
     /// Duplicate requests received (summed over QPs).
     DuplicateRequest,
     /// Requests received ahead of the expected PSN.
@@ -189,7 +193,7 @@ const _: () = {
 impl Counter {
     /// The device's own counters, in the order of their slots
     /// ([`Counter::device_slot`]).
-    pub const DEVICE: [Counter; 11] = [
+    pub const DEVICE: [Counter; 12] = [
         Counter::SentPkts,
         Counter::RcvdPkts,
         Counter::RcvdUnknownQpn,
@@ -201,11 +205,12 @@ impl Counter {
         Counter::IpIdProbes,
         Counter::ForwardedPkts,
         Counter::ForwardErr,
+        Counter::HandedBackPkts,
     ];
 
     /// What `softrdma link show -s` and the counter files show, in the order `rdma
     /// statistic` prints rxe's, then softrdma's own.
-    pub const HW: [Counter; 18] = [
+    pub const HW: [Counter; 19] = [
         Counter::SentPkts,
         Counter::RcvdPkts,
         Counter::DuplicateRequest,
@@ -223,6 +228,7 @@ impl Counter {
         Counter::TailLossProbes,
         Counter::ForwardedPkts,
         Counter::ForwardErr,
+        Counter::HandedBackPkts,
         Counter::PlacedWrites,
     ];
 
@@ -240,6 +246,7 @@ impl Counter {
             Counter::IpIdProbes => "ip_id_probes",
             Counter::ForwardedPkts => "forwarded_pkts",
             Counter::ForwardErr => "forward_err",
+            Counter::HandedBackPkts => "handed_back_pkts",
             Counter::DuplicateRequest => "duplicate_request",
             Counter::OutOfSeqRequest => "out_of_seq_request",
             Counter::RcvdRnrErr => "rcvd_rnr_err",

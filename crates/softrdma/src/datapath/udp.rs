@@ -12,7 +12,7 @@ use softrdma_wire::ROCE_V2_PORT;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The receiving socket a process reads: the port (the device's owner, or a process
@@ -27,6 +27,14 @@ pub(crate) struct RxPort {
     /// group did not steer (see `device::share::steer`). -1: none.
     spill: AtomicI32,
     spilled: AtomicBool,
+    /// The slot of a steered member (whose QPNs end in it): a datagram for a QPN of
+    /// another slot that its socket got is the kernel's mistake, which it hands back.
+    slot: AtomicU8,
+    /// An owner's ends of its members' forwarding pairs, on which members hand back what
+    /// the group gave them by mistake (see `device::share`), read only when the progress
+    /// thread saw one readable (`handed`).
+    handbacks: Mutex<Vec<Arc<OwnedFd>>>,
+    handed: AtomicBool,
     /// Every socket ever current, kept open for the device's life (there is one per
     /// change of owner), so that a receive that read the old descriptor never reads a
     /// reused number.
@@ -40,6 +48,9 @@ impl RxPort {
             cur: Default::default(),
             spill: AtomicI32::new(-1),
             spilled: AtomicBool::new(false),
+            slot: AtomicU8::new(0),
+            handbacks: Mutex::new(Vec::new()),
+            handed: AtomicBool::new(false),
             keep: Mutex::new(Vec::new()),
         };
         p.set(fd, framed);
@@ -60,14 +71,63 @@ impl RxPort {
     }
 
     /// Reads forwarded datagrams from `fd` (framed) beside the current socket, or no
-    /// more (`None`).
-    pub(crate) fn set_spill(&self, fd: Option<Forgotten>) {
+    /// more (`None`); `slot`: the one this steered member's QPNs end in.
+    pub(crate) fn set_spill(&self, fd: Option<Forgotten>, slot: u8) {
         let raw = fd.as_ref().map_or(-1, |f| f.raw());
         if let Some(fd) = fd {
             self.keep.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
         }
+        self.slot.store(slot, Ordering::Relaxed);
         self.spill.store(raw, Ordering::Release);
         self.spilled.store(raw >= 0, Ordering::Release);
+    }
+
+    /// A steered member's socket got `data` from `from`, a datagram for no QP of this
+    /// process: if its QPN ends in another slot than this member's, the group gave it here
+    /// by mistake (for the moment after a member died, before the owner probed the group
+    /// again, the kernel had moved another member's socket into the dead one's index).
+    /// It goes back to the owner over the forwarding pair, which routes it as though its
+    /// own socket had received it. Returns whether it went.
+    pub(crate) fn hand_back(&self, qpn: u32, data: &[u8], from: SocketAddr) -> bool {
+        match self.spill() {
+            Some(fd) if qpn as u8 != self.slot.load(Ordering::Relaxed) => {
+                sys::send_framed(fd, from, data).is_ok()
+            }
+            _ => false,
+        }
+    }
+
+    /// The owner reads what the member at the other end of `fd` hands back (`Some`), or no
+    /// longer (`None`, with the descriptor to forget).
+    pub(crate) fn set_handback(&self, fd: &Arc<OwnedFd>, on: bool) {
+        let mut h = self.handbacks.lock().unwrap_or_else(|e| e.into_inner());
+        h.retain(|f| !Arc::ptr_eq(f, fd));
+        if on {
+            h.push(fd.clone());
+        }
+    }
+
+    /// The progress thread saw a member's forwarding pair readable: the next receive
+    /// reads the pairs.
+    pub(crate) fn handed(&self) {
+        self.handed.store(true, Ordering::Release);
+    }
+
+    /// Reads what members handed back, if the progress thread saw some.
+    fn recv_handed(&self, batch: &mut RecvBatch, want: usize) -> Option<usize> {
+        if !self.handed.load(Ordering::Relaxed) || !self.handed.swap(false, Ordering::AcqRel) {
+            return None;
+        }
+        // Under the lock: a member's pair is closed only once it is out of the list.
+        let h = self.handbacks.lock().unwrap_or_else(|e| e.into_inner());
+        for fd in h.iter() {
+            if let Ok(n @ 1..) = sys::recv_framed(fd.as_raw_fd(), batch, want) {
+                // More may wait, here or in another pair.
+                self.handed.store(true, Ordering::Release);
+                return Some(n);
+            }
+        }
+        None
     }
 
     /// The forwarding socket read beside the current one.
@@ -272,7 +332,11 @@ impl Datapath for Udp {
         };
         match r {
             Ok(n) if n > 0 => Ok(n),
-            r => self.rx.recv_spill(batch, want).map_or(r, Ok),
+            r => self
+                .rx
+                .recv_spill(batch, want)
+                .or_else(|| self.rx.recv_handed(batch, want))
+                .map_or(r, Ok),
         }
     }
 

@@ -46,7 +46,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use qp::QpShared;
 use regions::MrTable;
 use softrdma_proto::endpoint::timers::TimerQueue;
-use softrdma_proto::endpoint::{Counter, Lookup, QpCell, QpTable, Receiver};
+use softrdma_proto::endpoint::{Counter, Lookup, QpCell, QpTable, Receiver, RxOutcome};
 use softrdma_proto::{AsyncEvent, Instant, Mtu, Pd, WcOpcode};
 use softrdma_wire::{Opcode, ROCE_V2_PORT};
 use std::net::{IpAddr, SocketAddr};
@@ -684,8 +684,13 @@ impl Device {
         }
         if ringed {
             rx.datagram_from_memory(self, now, self.addr, from.ip(), from.port(), data);
-        } else {
-            rx.datagram(self, now, self.addr, from.ip(), from.port(), data);
+        } else if let RxOutcome::UnknownQpn { .. } =
+            rx.datagram(self, now, self.addr, from.ip(), from.port(), data)
+            && let Some(s) = &self.share
+            && s.hand_back(data, from)
+        {
+            // Not lost: the owner routes it where it belongs.
+            self.counters.add(Counter::HandedBackPkts, 1);
         }
     }
 

@@ -85,6 +85,9 @@ pub(crate) const OWNER: mio::Token = mio::Token(4);
 pub(crate) const SPILL: mio::Token = mio::Token(6);
 /// The owner's tokens for its members' connections start here.
 const MEMBER_BASE: usize = 1 << 20;
+/// The owner's tokens for its ends of its members' forwarding pairs start here (a member's
+/// is this plus its connection's token).
+const HANDBACK_BASE: usize = 1 << 30;
 /// The socket buffer of a forwarding socket pair: a window of datagrams in flight.
 const FORWARD_BUF: i32 = 4 << 20;
 /// How long after a change of the group the owner probes it once more: a member that
@@ -540,7 +543,7 @@ impl Share {
                             let sock = Forgotten::new(sock);
                             let raw = sock.raw();
                             let rx = RxPort::new(sock, false);
-                            rx.set_spill(Some(data));
+                            rx.set_spill(Some(data), slots.mine);
                             (rx, Some(raw))
                         }
                         None => (RxPort::new(data, true), None),
@@ -769,6 +772,13 @@ impl Share {
         self.forwarding.load(Ordering::Relaxed)
     }
 
+    /// A datagram from `from` for no QP of this process: a steered member hands it back
+    /// to its owner if the group gave it here by mistake (see [`RxPort::hand_back`]).
+    /// Returns whether it did.
+    pub(crate) fn hand_back(&self, data: &[u8], from: SocketAddr) -> bool {
+        dest_qpn(data).is_some_and(|q| self.rx.hand_back(q, data, from))
+    }
+
     /// Forwards `data` from `from` to the member whose QPN it is addressed to; false if
     /// it is not a member's (the device handles it).
     pub(crate) fn forward(&self, data: &[u8], from: SocketAddr) -> Option<bool> {
@@ -881,6 +891,11 @@ impl Share {
         if token == SPILL {
             // Read by the next receive, without the control lock.
             self.rx.spilled();
+            return Change::None;
+        }
+        if token.0 >= HANDBACK_BASE {
+            // What a member handed back: read by the next receive, with the port.
+            self.rx.handed();
             return Change::None;
         }
         let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
@@ -1050,7 +1065,18 @@ impl Share {
                         continue;
                     }
                     log(format_args!("{}: member pid {} joined", self.addr, m.pid));
-                    m.data = Some(Arc::new(data));
+                    let data = Arc::new(data);
+                    // What the member hands back comes in on its pair.
+                    if r.register(
+                        &mut mio::unix::SourceFd(&data.as_raw_fd()),
+                        mio::Token(HANDBACK_BASE + t - MEMBER_BASE),
+                        mio::Interest::READABLE,
+                    )
+                    .is_ok()
+                    {
+                        self.rx.set_handback(&data, true);
+                    }
+                    m.data = Some(data);
                     m.ep = ep;
                 }
                 (Msg::Locate(q), true) => {
@@ -1186,6 +1212,10 @@ impl Share {
             return;
         };
         let _ = r.deregister(&mut mio::unix::SourceFd(&m.conn.as_raw_fd()));
+        if let Some(d) = &m.data {
+            let _ = r.deregister(&mut mio::unix::SourceFd(&d.as_raw_fd()));
+            self.rx.set_handback(d, false);
+        }
         log(format_args!(
             "{}: member pid {} left, {} QPNs quarantined",
             self.addr,
@@ -1282,7 +1312,7 @@ impl Share {
                     } && send(conn.as_raw_fd(), &Msg::Steering(slot), &[]).is_ok();
                     if kept {
                         let raw = data.raw();
-                        self.rx.set_spill(Some(data));
+                        self.rx.set_spill(Some(data), slot);
                         let _ = r.register(
                             &mut mio::unix::SourceFd(&raw),
                             SPILL,
@@ -1292,7 +1322,7 @@ impl Share {
                         if let Some(fd) = ctl.steering.take() {
                             sys::hollow(fd);
                         }
-                        self.rx.set_spill(None);
+                        self.rx.set_spill(None, 0);
                         self.rx.set(data, true);
                     }
                     ctl.role = Role::Member { conn, owner_pid };
@@ -1341,7 +1371,7 @@ impl Share {
                 if let Some(fd) = self.rx.spill() {
                     let _ = r.deregister(&mut mio::unix::SourceFd(&fd));
                 }
-                self.rx.set_spill(None);
+                self.rx.set_spill(None, 0);
                 self.rx.set(port, false);
                 ctl.rounds = Rounds::default();
                 let gone = ctl.owner_slot;

@@ -12,9 +12,13 @@
 //! one makes; so the owner **probes**: it sends one marked datagram per index, each member
 //! reports the index its socket received, and the program is rebuilt from the reports.
 //! What the program does not map (the owner's QPNs, QP1, unknown or unprobed slots) goes to
-//! the owner's socket, which forwards members' datagrams as before; a datagram that reaches
-//! the wrong member in the moment between a change and its probe is dropped as an unknown
-//! QPN there, and RC retransmits it.
+//! the owner's socket, which forwards members' datagrams as before. A datagram that reaches
+//! the wrong member in the moment between a change and its probe (a member died, and the
+//! kernel moved the last socket into its index) is for a QPN of another slot: that member
+//! hands it back to the owner over their forwarding pair, and the owner routes it as though
+//! its own socket had received it (`RxPort::hand_back`), so UC and UD lose nothing there
+//! either. A datagram for a QPN of the member's own slot that it does not have is for a
+//! destroyed QP, and is dropped.
 //!
 //! Only the kernel's rules guard the group: a socket of another uid cannot join it, and a
 //! plain bind (no SO_REUSEPORT) of the port fails for everyone.
