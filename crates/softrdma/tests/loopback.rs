@@ -1624,3 +1624,91 @@ fn what_the_group_gives_the_wrong_member_is_handed_back() {
         "nothing went the wrong way: the test proves nothing"
     );
 }
+
+/// `name` in `c`'s counters.
+fn hw(c: &Context, name: &str) -> u64 {
+    c.hw_counters()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .unwrap_or_else(|| panic!("no {name} counter"))
+        .1
+}
+
+/// Between two processes' worth of one device, RC ACKs travel in the rings' ACK boxes, not
+/// as packets: a SEND ping-pong sends one packet per message, not two.
+#[test]
+fn same_host_acks_travel_in_memory() {
+    let (a, b) = (end(136, QpType::Rc), end(136, QpType::Rc));
+    connect(&a, &b, ConnectAttr::default());
+    let turns = 200;
+    let before = (hw(&a.ctx, "sent_pkts"), hw(&b.ctx, "sent_pkts"));
+    for i in 0..turns {
+        b.qp.post_recv(RecvWr {
+            wr_id: i,
+            sg_list: vec![b.mr.sge(0x40000, 64)],
+        })
+        .unwrap();
+        a.qp.post_recv(RecvWr {
+            wr_id: i,
+            sg_list: vec![a.mr.sge(0x40000, 64)],
+        })
+        .unwrap();
+        a.qp.post_send(signaled(i, SendOp::Send, a.mr.sge(0, 8)))
+            .unwrap();
+        wait(&b.cq, 1);
+        b.qp.post_send(signaled(i, SendOp::Send, b.mr.sge(0, 8)))
+            .unwrap();
+        for c in wait(&a.cq, 2) {
+            assert_eq!(c.status, WcStatus::Success, "{c:?}");
+        }
+        assert_eq!(wait(&b.cq, 1)[0].status, WcStatus::Success);
+    }
+    let sent = (
+        hw(&a.ctx, "sent_pkts") - before.0,
+        hw(&b.ctx, "sent_pkts") - before.1,
+    );
+    // The first ACK makes the route; a few may find this thread's batch in use.
+    assert!(
+        sent.0 < turns + turns / 10 && sent.1 < turns + turns / 10,
+        "packets sent for {turns} SENDs each way: {sent:?}"
+    );
+}
+
+/// An ACK in memory is applied only after the responses the responder sent before it: a
+/// 64 KiB READ (64 responses at MTU 1024, more than one receive batch) followed by a SEND,
+/// whose ACK would otherwise overtake the responses still in the ring and make the
+/// requester think them lost and ask again.
+#[test]
+fn acks_in_memory_never_overtake_the_read_responses_before_them() {
+    let (a, b) = (end(137, QpType::Rc), end(137, QpType::Rc));
+    connect(&a, &b, ConnectAttr::default());
+    let data = pattern(3, 65536);
+    b.mr.write(0x80000, &data).unwrap();
+    for i in 0..50 {
+        b.qp.post_recv(RecvWr {
+            wr_id: i,
+            sg_list: vec![b.mr.sge(0x40000, 64)],
+        })
+        .unwrap();
+        let read = SendOp::Read {
+            remote_addr: b.mr.addr() + 0x80000,
+            rkey: b.mr.rkey(),
+        };
+        a.mr.write(0x10000, &[0; 65536]).unwrap();
+        a.qp.post_send(signaled(2 * i, read, a.mr.sge(0x10000, 65536)))
+            .unwrap();
+        a.qp.post_send(signaled(2 * i + 1, SendOp::Send, a.mr.sge(0, 8)))
+            .unwrap();
+        let wcs = wait(&a.cq, 2);
+        assert!(wcs.iter().all(|c| c.status == WcStatus::Success), "{wcs:?}");
+        assert_eq!(wait(&b.cq, 1)[0].status, WcStatus::Success);
+        let mut got = vec![0; 65536];
+        a.mr.read(0x10000, &mut got).unwrap();
+        assert!(got == data, "READ {i} landed wrong");
+    }
+    assert_eq!(
+        hw(&b.ctx, "duplicate_request"),
+        0,
+        "a READ was asked for again"
+    );
+}

@@ -480,6 +480,27 @@ impl<C: QpCell> Receiver<C> {
     }
 }
 
+impl<C: QpCell> Receiver<C> {
+    /// A positive ACK of `psn` for QP `qpn` that a same-host responder passed in memory
+    /// (see [`QueuePair::ack_from_memory`]); the QP is then serviced with those the
+    /// datagrams reached. False if no QP has that number.
+    pub fn ack_from_memory(
+        &mut self,
+        table: &impl Lookup<C>,
+        now: Instant,
+        qpn: u32,
+        psn: softrdma_wire::Psn,
+    ) -> bool {
+        let Some(cell) = table.get(qpn) else {
+            self.counts.unknown_qpn += 1;
+            return false;
+        };
+        cell.lock_qp().ack_from_memory(now, psn);
+        push_once(&mut self.touched, &cell);
+        true
+    }
+}
+
 impl<C> Receiver<C> {
     /// Takes the QPs the datagrams since the last call reached, each once: the caller
     /// services each (transmit, completions, timer) after the batch.

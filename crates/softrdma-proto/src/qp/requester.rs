@@ -1081,6 +1081,22 @@ impl QueuePair {
         Acked::Done
     }
 
+    /// A positive ACK of every request up to `psn` that the responder's host passed in
+    /// memory rather than in a packet (see [`QueuePair::carry_ack`]): handled as an ACK
+    /// packet's AETH would be, with the same checks of the PSN against what is
+    /// outstanding, so a stale, repeated or forged one changes nothing it could not.
+    pub fn ack_from_memory(&mut self, now: Instant, psn: Psn) {
+        if self.cfg.qp_type != QpType::Rc || !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            self.counters.dropped += 1;
+            return;
+        }
+        self.counters.rcvd_packets += 1;
+        self.ack_until(now, psn);
+        if self.state == QpState::Sqd {
+            self.check_drained();
+        }
+    }
+
     pub(crate) fn handle_response(&mut self, now: Instant, pkt: &IbPacket<&[u8]>) {
         let p = pkt.bth().psn();
         let old_una = self.req.una;

@@ -977,6 +977,31 @@ impl QueuePair {
     }
 }
 
+impl QueuePair {
+    /// Hands the positive ACK at the head of the responses to `carry` instead of
+    /// transmitting it, if there is one and `carry` takes it: `carry(peer QPN, peer
+    /// address, PSN)`
+    /// returns whether the ACK reached the requester another way (a same-host host writes
+    /// it into shared memory that the requester's host reads, with no packet built or
+    /// parsed). An ACK is cumulative (IBTA 9.7.5.1.1: it acknowledges every request up to
+    /// its PSN), so it may travel apart from the responses before it as long as it is not
+    /// applied before them, which is the host's to ensure. NAKs, READ responses and atomic
+    /// ACKs stay packets. RC only.
+    pub fn carry_ack(&mut self, carry: impl FnOnce(Qpn, IpAddr, Psn) -> bool) -> bool {
+        if self.cfg.qp_type != QpType::Rc {
+            return false;
+        }
+        let Some(Resp::Ack { psn, syndrome, .. }) = self.resp.responses.front() else {
+            return false;
+        };
+        if !syndrome.is_ack() || !carry(self.attrs.dest_qpn, self.attrs.av.dst, *psn) {
+            return false;
+        }
+        self.resp.responses.pop_front();
+        true
+    }
+}
+
 /// The 40 bytes a UD receive buffer starts with: the IPv6 header as a GRH, or for IPv4 twenty
 /// zero bytes and then the IPv4 header, as rxe writes them.
 fn grh_area(src: IpAddr, dst: IpAddr, ib_len: usize) -> [u8; GRH_LEN] {

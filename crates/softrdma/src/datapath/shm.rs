@@ -17,12 +17,21 @@
 //! two bytes of padding, and the packet. `head` and `tail` count entries for ever
 //! (wrapping `u64`s); slot `n % SLOTS` holds entry `n`.
 //!
+//! After the slots come [`ACKS`] ACK boxes of a cache line each: a responder whose
+//! requester reads this ring leaves its positive ACKs there instead of sending ACK packets
+//! (see [`Producer::ack`]): a sequence word (odd while it is written), the requester's QPN
+//! (with bit 31 set; 0 is an empty box), the PSN acknowledged, and the number of entries
+//! written before it, which the consumer must have read first, so that an ACK is never
+//! applied ahead of the responses sent before it. `ack_gen`, beside `head`, counts the
+//! boxes' writes, so that a consumer looks at the boxes only when one changed.
+//!
 //! Trust: each side keeps its own index in private memory and only publishes it, so the
 //! other side's writes to the header can make it skip or repeat entries, never read or
 //! write outside the mapping. The consumer also refuses a memfd whose size is not the
 //! layout's or that is not sealed against shrinking (a shrink would turn its reads into
 //! SIGBUS). A hostile producer can thus send garbage packets, as any UDP sender can, and
-//! nothing more.
+//! ACKs for any of the consumer's QPNs, as an ACK packet could: the QP checks an ACK's PSN
+//! against what it has outstanding either way. Nothing more.
 //!
 //! Threads: a [`Producer`] is used under its owner's lock (one writer at a time); a
 //! [`Consumer`] by the one thread that holds the device's receive state.
@@ -52,12 +61,30 @@ pub(crate) const MAX_PACKET: usize = SLOT_SIZE as usize - ENTRY;
 const HEADER: usize = 256;
 const MAGIC: u64 = u64::from_le_bytes(*b"SRDMRING");
 const HEAD: usize = 64;
+/// The producer's count of ACK box writes, on `head`'s cache line.
+const ACK_GEN: usize = 72;
 const TAIL: usize = 128;
 const ARMED: usize = 192;
+/// ACK boxes: enough for the RC QPs of one process that a peer process answers, each in
+/// the box its QPN hashes to (one that finds its box taken sends packets, as before).
+pub(crate) const ACKS: usize = 64;
+/// An ACK box's size, and where the boxes start.
+const ACK_BOX: usize = 64;
+const ACK_AREA: usize = HEADER + SLOTS as usize * SLOT_SIZE as usize;
+/// A box's words: sequence, QPN (bit 31 set), PSN, and the entries written before it.
+const BOX_SEQ: usize = 0;
+const BOX_QPN: usize = 4;
+const BOX_PSN: usize = 8;
+const BOX_AT: usize = 16;
 
 /// The memfd's size.
 pub(crate) const fn ring_bytes() -> usize {
-    HEADER + SLOTS as usize * SLOT_SIZE as usize
+    ACK_AREA + ACKS * ACK_BOX
+}
+
+/// The box QPN `qpn`'s ACKs go in.
+fn ack_box(qpn: u32) -> usize {
+    ACK_AREA + (qpn.wrapping_mul(0x9E37_79B1) >> 26) as usize % ACKS * ACK_BOX
 }
 
 /// What was wrong with a ring a peer offered, or with its state.
@@ -227,6 +254,8 @@ pub(crate) struct Producer {
     /// The consumer's `tail` when last read: read again only when the ring looks full,
     /// since each read is a cache miss on a line the consumer writes.
     tail: u64,
+    /// The ACK box writes so far.
+    ack_gen: u64,
     memfd: OwnedFd,
     wake: OwnedFd,
 }
@@ -241,6 +270,7 @@ impl Producer {
             map,
             head: 0,
             tail: 0,
+            ack_gen: 0,
             memfd,
             wake: eventfd()?,
         })
@@ -287,6 +317,35 @@ impl Producer {
         true
     }
 
+    /// Leaves a positive ACK of `psn` for the consumer's QP `qpn` in its box, behind
+    /// every entry written so far; the caller then wakes the consumer as after a push.
+    /// False if the box is another QP's (the ACK goes as a packet).
+    pub(crate) fn ack(&mut self, qpn: u32, psn: u32) -> bool {
+        let b = ack_box(qpn);
+        let tag = qpn | 1 << 31;
+        let owner = self.map.word32(b + BOX_QPN);
+        let held = owner.load(Ordering::Relaxed);
+        if held != 0 && held != tag {
+            return false;
+        }
+        let seq = self.map.word32(b + BOX_SEQ);
+        let s = seq.load(Ordering::Relaxed);
+        // A seqlock: odd while written, so a consumer never applies a torn ACK.
+        seq.store(s.wrapping_add(1) | 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        owner.store(tag, Ordering::Relaxed);
+        self.map.word32(b + BOX_PSN).store(psn, Ordering::Relaxed);
+        self.map
+            .word64(b + BOX_AT)
+            .store(self.head, Ordering::Relaxed);
+        seq.store((s | 1).wrapping_add(1), Ordering::Release);
+        self.ack_gen = self.ack_gen.wrapping_add(1);
+        self.map
+            .word64(ACK_GEN)
+            .store(self.ack_gen, Ordering::Release);
+        true
+    }
+
     /// Publishes `head` as it stands, whatever was written: a hostile producer, for tests.
     #[cfg(test)]
     pub(crate) fn publish_raw(&self, head: u64) {
@@ -314,6 +373,10 @@ pub(crate) struct Consumer {
     wake: OwnedFd,
     /// The address every entry comes from (the device's own: both ends share it).
     from: IpAddr,
+    /// The producer's `ack_gen` when every box was last read, and each box's sequence
+    /// word then.
+    ack_gen: u64,
+    ack_seen: [u32; ACKS],
 }
 
 impl Consumer {
@@ -337,6 +400,8 @@ impl Consumer {
             tail,
             wake,
             from,
+            ack_gen: 0,
+            ack_seen: [0; ACKS],
         })
     }
 
@@ -352,9 +417,52 @@ impl Consumer {
         unsafe { libc::read(self.wake.as_raw_fd(), b.as_mut_ptr().cast(), 8) };
     }
 
-    /// Whether an entry waits.
+    /// Whether an entry or an ACK waits.
     pub(crate) fn pending(&self) -> bool {
         self.map.word64(HEAD).load(Ordering::Acquire) != self.tail
+            || self.map.word64(ACK_GEN).load(Ordering::Acquire) != self.ack_gen
+    }
+
+    /// Adds to `out` the ACKs left in the boxes since the last call, as (QPN, PSN), each
+    /// once the entries written before it were read (a call after [`Consumer::recv`]
+    /// finds them). One not yet due, or being written, is looked at again next time.
+    pub(crate) fn acks(&mut self, out: &mut Vec<(u32, u32)>) {
+        let generation = self.map.word64(ACK_GEN).load(Ordering::Acquire);
+        if generation == self.ack_gen {
+            return;
+        }
+        let head = self.map.word64(HEAD).load(Ordering::Acquire);
+        let mut all = true;
+        for (i, seen) in self.ack_seen.iter_mut().enumerate() {
+            let b = ACK_AREA + i * ACK_BOX;
+            let seq = self.map.word32(b + BOX_SEQ);
+            let s1 = seq.load(Ordering::Acquire);
+            if s1 == *seen {
+                continue;
+            }
+            let tag = self.map.word32(b + BOX_QPN).load(Ordering::Relaxed);
+            let psn = self.map.word32(b + BOX_PSN).load(Ordering::Relaxed);
+            let at = self.map.word64(b + BOX_AT).load(Ordering::Relaxed);
+            fence(Ordering::Acquire);
+            if s1 & 1 != 0 || seq.load(Ordering::Relaxed) != s1 {
+                all = false;
+                continue;
+            }
+            // Due once the entries before it are read; one that names entries the
+            // producer never published is garbage, and skipped like a malformed entry.
+            let early = at.wrapping_sub(self.tail) as i64 > 0;
+            if early && at.wrapping_sub(head) as i64 <= 0 {
+                all = false;
+                continue;
+            }
+            *seen = s1;
+            if !early && tag & 1 << 31 != 0 {
+                out.push((tag & 0xFF_FFFF, psn & 0xFF_FFFF));
+            }
+        }
+        if all {
+            self.ack_gen = generation;
+        }
     }
 
     /// Before the progress thread sleeps: asks for a wake-up, and says whether an entry
@@ -642,6 +750,62 @@ mod tests {
     }
 
     #[test]
+    fn acks_arrive_once_and_never_ahead_of_the_packets_before_them() {
+        let (mut p, mut c) = pair();
+        let mut b = RecvBatch::default();
+        let mut acks = Vec::new();
+        let q = 0x12_3456;
+        assert!(push(&mut p, b"read response", 7));
+        assert!(p.ack(q, 5));
+        assert!(c.pending());
+        c.acks(&mut acks);
+        assert!(acks.is_empty(), "applied ahead of the entry before it");
+        assert!(c.pending(), "the ACK still waits");
+        assert_eq!(c.recv(&mut b, 0, 16).unwrap(), (1, 0));
+        c.acks(&mut acks);
+        assert_eq!(acks, [(q, 5)]);
+        acks.clear();
+        c.acks(&mut acks);
+        assert!(acks.is_empty(), "an ACK is handed on once");
+        assert!(!c.pending());
+        // Later ACKs of one QP replace each other: the newest is what counts.
+        assert!(p.ack(q, 6) && p.ack(q, 7));
+        c.acks(&mut acks);
+        assert_eq!(acks, [(q, 7)]);
+        // Another QP whose box is taken sends packets instead.
+        let other = (1..0xFF_FFFF)
+            .find(|&o| o != q && ack_box(o) == ack_box(q))
+            .unwrap();
+        assert!(!p.ack(other, 1));
+        // An armed consumer is woken by an ACK as by a packet.
+        acks.clear();
+        assert!(!c.arm());
+        assert!(p.ack(q, 8));
+        assert!(c.arm(), "an ACK waits: the consumer must not sleep");
+    }
+
+    #[test]
+    fn an_ack_being_written_is_not_applied_until_it_is_whole() {
+        let (mut p, mut c) = pair();
+        let mut acks = Vec::new();
+        let q = 77;
+        assert!(p.ack(q, 1));
+        let b = ack_box(q);
+        // The producer is in the middle of its next write: the sequence word is odd.
+        let seq = p.map.word32(b + BOX_SEQ);
+        let s = seq.load(Ordering::Relaxed);
+        seq.store(s + 1, Ordering::Relaxed);
+        p.map.word64(ACK_GEN).store(99, Ordering::Release);
+        c.acks(&mut acks);
+        assert!(acks.is_empty(), "a torn ACK was applied: {acks:?}");
+        assert!(c.pending(), "it is looked at again");
+        seq.store(s + 2, Ordering::Release);
+        c.acks(&mut acks);
+        assert_eq!(acks, [(q, 1)]);
+        assert!(!c.pending());
+    }
+
+    #[test]
     fn an_unsealed_or_short_memfd_is_refused() {
         // SAFETY: a NUL-terminated name.
         let fd = unsafe { libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC) };
@@ -690,6 +854,15 @@ mod tests {
                     }
                     Err(RingError::Index { .. }) => {}
                     Err(e) => prop_assert!(false, "{e}"),
+                }
+                // The ACK boxes: whatever they hold, each is handed on at most once per
+                // write, with a 24-bit QPN and PSN.
+                let mut acks = Vec::new();
+                c.acks(&mut acks);
+                c.acks(&mut acks);
+                prop_assert!(acks.len() <= ACKS);
+                for (q, psn) in acks {
+                    prop_assert!(q <= 0xFF_FFFF && psn <= 0xFF_FFFF);
                 }
             }
         }

@@ -18,7 +18,13 @@
 //! peer never writes another's memory.
 //!
 //! Each direction between two processes is one ring and one connection, created by its
-//! sender; a process's own QPs reach each other the same way (a ring to itself).
+//! sender; a process's own QPs reach each other the same way (a ring to itself). An RC
+//! responder's positive ACKs to a QP that a ring already reaches go in that ring's ACK
+//! boxes instead ([`Local::ack`]): no ACK packet is built, pushed, parsed or dispatched,
+//! which was most of what RC cost over UC on this path; the requester's receive path
+//! applies each once it has read the packets sent before it (IBTA 9.7.5.1.1 lets one ACK
+//! stand for every request up to its PSN). NAKs, READ responses and atomic ACKs stay
+//! packets.
 //!
 //! # Crashes
 //! The connections exist to be watched: when one hangs up without a [`Msg::Bye`] first
@@ -358,6 +364,34 @@ impl Local {
         (sent, dropped)
     }
 
+    /// Leaves a positive ACK of `psn` for QPN `qpn` in the ACK box of the ring that
+    /// already reaches `qpn`'s process, behind every packet sent there, and wakes its
+    /// reader as a packet would (see [`crate::datapath::shm`]); the caller has no packet of
+    /// the acknowledging QP left unsent. False if no ring reaches it yet (its first packet
+    /// makes the route) or its box is another QP's: the ACK then goes as a packet.
+    pub(crate) fn ack(&self, qpn: u32, psn: u32) -> bool {
+        if !self.any_out.load(Ordering::Relaxed) {
+            return false;
+        }
+        let out = {
+            let mut routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(r) = routes.by_qpn.get_mut(&qpn) else {
+                return false;
+            };
+            let Some(out) = r.ring.clone() else {
+                return false;
+            };
+            r.used = true;
+            out
+        };
+        let mut ring = out.ring.lock().unwrap_or_else(|e| e.into_inner());
+        if !ring.ack(qpn, psn) {
+            return false;
+        }
+        ring.wake();
+        true
+    }
+
     /// The ring to QPN `qpn`'s process, looked up (and connected) if need be.
     fn route(&self, routes: &mut Routes, share: &Share, qpn: u32) -> Option<Arc<Outgoing>> {
         if let Some(r) = routes.by_qpn.get_mut(&qpn) {
@@ -487,8 +521,14 @@ impl Local {
     }
 
     /// Receives up to `want` packets from the rings into `batch` (from slot 0), taking
-    /// the rings in turn; how many came, and how many entries were malformed.
-    pub(crate) fn recv(&self, batch: &mut RecvBatch, want: usize) -> (usize, usize) {
+    /// the rings in turn, and into `acks` the ACKs their boxes hold (see
+    /// [`Local::ack`]); how many packets came, and how many entries were malformed.
+    pub(crate) fn recv(
+        &self,
+        batch: &mut RecvBatch,
+        want: usize,
+        acks: &mut Vec<(u32, u32)>,
+    ) -> (usize, usize) {
         let mut g = self.incoming.lock().unwrap_or_else(|e| e.into_inner());
         let (rings, turn) = &mut *g;
         let (mut got, mut bad) = (0, 0);
@@ -507,6 +547,8 @@ impl Local {
                 Ok((g, b)) => {
                     got += g;
                     bad += b;
+                    // Behind the entries just read, the ACKs left since.
+                    r.ring.acks(acks);
                     done |= r.closing && g + b == 0;
                 }
                 Err(e) => {

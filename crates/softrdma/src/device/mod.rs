@@ -211,6 +211,9 @@ struct RxState {
     /// nanoseconds): it reads it at most every [`UDP_EVERY`], since each empty read is a
     /// system call that would cost the rings their latency.
     udp_at: u64,
+    /// The ACKs same-host responders left in the rings' boxes, (QPN, PSN), for the drain
+    /// to apply (see [`Local::ack`]).
+    acks: Vec<(u32, u32)>,
 }
 
 /// While same-host rings are open, an application thread's drain reads the socket at most
@@ -529,12 +532,13 @@ impl Device {
             batch,
             want,
             udp_at,
+            acks,
             ..
         } = st;
         loop {
             let ask = if app { *want } else { sys::RX_BATCH };
             let mut ringed = false;
-            let got = self.recv_some(batch, ask, app, udp_at, &mut ringed);
+            let got = self.recv_some(batch, ask, app, udp_at, &mut ringed, acks);
             // One datagram is asked for while they come one at a time (a ping-pong); a full
             // batch means more are queued.
             *want = match got {
@@ -543,6 +547,7 @@ impl Device {
             };
             let n = match got {
                 Ok(n) if n > 0 => n,
+                _ if !acks.is_empty() => 0,
                 _ => return any,
             };
             any = true;
@@ -561,6 +566,11 @@ impl Device {
                         self.counters.add(Counter::RcvdMalformed, 1);
                     }
                 }
+            }
+            // Behind the packets read with them (the ring's order), the ACKs that came in
+            // memory.
+            for (qpn, psn) in acks.drain(..) {
+                rx.ack_from_memory(self, now, qpn, softrdma_wire::Psn::new(psn));
             }
             self.publish(rx.take_counts());
             // The QPs that received, serviced once after the whole batch: their responses
@@ -594,6 +604,7 @@ impl Device {
         app: bool,
         udp_at: &mut u64,
         ringed: &mut bool,
+        acks: &mut Vec<(u32, u32)>,
     ) -> std::io::Result<usize> {
         let Some(l) = self.local.as_ref().filter(|l| l.has_rings()) else {
             return self.datapath.recv(batch, ask);
@@ -609,7 +620,10 @@ impl Device {
         if udp && let Ok(n @ 1..) = self.datapath.recv(batch, ask) {
             return Ok(n);
         }
-        let (n, bad) = l.recv(batch, ask);
+        // Whatever the rings hold, however few were asked for: reading more costs no
+        // system call, and the packets of one turn (an ACK and the answer behind it) are
+        // then handled, and their QP serviced, in one pass instead of one pass each.
+        let (n, bad) = l.recv(batch, sys::RX_BATCH, acks);
         if bad > 0 {
             self.counters.add(Counter::RcvdMalformed, bad as u64);
         }
@@ -777,6 +791,16 @@ impl Device {
         };
         // Packets are built in place, at the end of this thread's batch.
         self.with_batch(|b| {
+            // A positive ACK to a same-host requester goes in its ring's ACK box instead of
+            // a packet, when nothing of this thread's is still unsent to keep order with.
+            if b.is_empty()
+                && let Some(l) = &self.local
+            {
+                while qp
+                    .carry_ack(|q, dst, p| l.is_local(dst_of(dst)) && l.ack(q.value(), p.value()))
+                {
+                }
+            }
             while let Some(queued) = b.push_with(&*self.mrs, |buf, at| {
                 let t = qp.poll_transmit_at(now, buf, at)?;
                 let owed = t.icrc_owed.then_some((t.src, t.src_port));
@@ -1438,6 +1462,7 @@ impl Device {
                 want: 1,
                 group_buf: Vec::new(),
                 udp_at: 0,
+                acks: Vec::new(),
             }),
             deferred: Mutex::new(SendBatch::default()),
             groups: Mutex::new(std::collections::HashMap::new()),

@@ -6,7 +6,7 @@
 
 /// The protocol version both ends state in [`Msg::Hello`] and [`Msg::Welcome`]. A process
 /// of another version gets a clear refusal, never a guess at the other's layout.
-pub(crate) const VERSION: u32 = 4;
+pub(crate) const VERSION: u32 = 5;
 
 /// The most QPNs one [`Msg::Register`] or [`Msg::Registered`] carries (a record stays under
 /// a page table's worth of socket buffer; more are sent as several).
