@@ -857,7 +857,7 @@ impl Local {
 
     /// The grant to place WRITEs to QPN `qpn` through `rkey`, if one is held (none when
     /// placement is off). If none is, one is asked for (once in a while).
-    pub(crate) fn granted(&self, qpn: u32, rkey: u32) -> Option<place::Placement> {
+    pub(crate) fn granted(&self, qpn: u32, rkey: u32) -> Option<Arc<place::Placement>> {
         if !self.cma {
             return None;
         }
