@@ -1712,3 +1712,96 @@ fn acks_in_memory_never_overtake_the_read_responses_before_them() {
         "a READ was asked for again"
     );
 }
+
+/// Makes `process_vm_writev` fail with EPERM for this thread and the threads it starts,
+/// as the kernel answers it under Yama's `ptrace_scope` 1 and up, in another PID namespace,
+/// or in gVisor (a seccomp filter; x86-64 and aarch64 number the call differently, which
+/// `libc::SYS_process_vm_writev` accounts for).
+fn refuse_cross_memory_attach() {
+    let mut code = [
+        // A = the system call's number.
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_process_vm_writev as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ];
+    let prog = libc::sock_fprog {
+        len: code.len() as u16,
+        filter: code.as_mut_ptr(),
+    };
+    // SAFETY: plain prctls; `prog` points at `code`, live for the call (the kernel copies
+    // it). No new privileges first, which an unprivileged filter needs.
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        assert_eq!(
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &prog as *const libc::sock_fprog
+            ),
+            0,
+            "{}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Where the kernel refuses cross-memory attach, WRITEs into a peer's heap memory go
+/// through the ring, and every one lands; WRITEs into its shareable memory are still
+/// placed, with a plain copy, which needs no system call.
+#[test]
+fn writes_take_the_ring_where_the_kernel_refuses_cross_memory_attach() {
+    refuse_cross_memory_attach();
+    let _owner = ctx(139);
+    let (a, b) = members(139, QpType::Rc, DeviceOptions::default());
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let heap = b._pd.register(vec![0; 65536], access).unwrap();
+    let before = placed(&a.ctx);
+    // Until the grant came and the kernel refused a copy through it, then 20 more.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut more = 20;
+    for k in 0.. {
+        if hw(&a.ctx, "place_refused") > 0 {
+            if more == 0 {
+                break;
+            }
+            more -= 1;
+        }
+        assert!(Instant::now() < deadline, "no copy was ever refused");
+        let data = pattern(k as u8, 4096);
+        a.mr.write(0, &data).unwrap();
+        let op = SendOp::Write {
+            remote_addr: heap.addr() + 4096 * (k % 16),
+            rkey: heap.rkey(),
+        };
+        a.qp.post_send(signaled(k, op, a.mr.sge(0, 4096))).unwrap();
+        assert_eq!(wait(&a.cq, 1)[0].status, WcStatus::Success);
+        let mut got = vec![0; 4096];
+        heap.read(4096 * (k % 16) as usize, &mut got).unwrap();
+        assert!(got == data, "WRITE {k} landed wrong");
+    }
+    // None was placed, since none could be.
+    assert_eq!(placed(&a.ctx), before, "placed through a refused attach");
+    // The target's shareable memory is placed into regardless.
+    write_until_placed(&a, &b.mr, 0x1000, &pattern(40, 65536));
+}

@@ -159,6 +159,9 @@ pub enum Counter {
     /// kernel's mistake in the moment after a member died, and handed back to the owner
     /// (its receive path counted them in `rcvd_unknown_qpn` first).
     HandedBackPkts,
+    /// RDMA WRITEs that a same-host peer's kernel would not let this process place by
+    /// cross-memory copy (Yama, seccomp, another PID namespace): they took the ring.
+    PlaceRefused,
     /// Duplicate requests received (summed over QPs).
     DuplicateRequest,
     /// Requests received ahead of the expected PSN.
@@ -193,7 +196,7 @@ const _: () = {
 impl Counter {
     /// The device's own counters, in the order of their slots
     /// ([`Counter::device_slot`]).
-    pub const DEVICE: [Counter; 12] = [
+    pub const DEVICE: [Counter; 13] = [
         Counter::SentPkts,
         Counter::RcvdPkts,
         Counter::RcvdUnknownQpn,
@@ -206,11 +209,12 @@ impl Counter {
         Counter::ForwardedPkts,
         Counter::ForwardErr,
         Counter::HandedBackPkts,
+        Counter::PlaceRefused,
     ];
 
     /// What `softrdma link show -s` and the counter files show, in the order `rdma
     /// statistic` prints rxe's, then softrdma's own.
-    pub const HW: [Counter; 19] = [
+    pub const HW: [Counter; 20] = [
         Counter::SentPkts,
         Counter::RcvdPkts,
         Counter::DuplicateRequest,
@@ -230,6 +234,7 @@ impl Counter {
         Counter::ForwardErr,
         Counter::HandedBackPkts,
         Counter::PlacedWrites,
+        Counter::PlaceRefused,
     ];
 
     /// Its name, as rxe's `hw_counters` (or in their style, for the ones rxe has not).
@@ -247,6 +252,7 @@ impl Counter {
             Counter::ForwardedPkts => "forwarded_pkts",
             Counter::ForwardErr => "forward_err",
             Counter::HandedBackPkts => "handed_back_pkts",
+            Counter::PlaceRefused => "place_refused",
             Counter::DuplicateRequest => "duplicate_request",
             Counter::OutOfSeqRequest => "out_of_seq_request",
             Counter::RcvdRnrErr => "rcvd_rnr_err",

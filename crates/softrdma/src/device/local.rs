@@ -842,7 +842,7 @@ impl Local {
     /// Places a WRITE of the `local` pieces at `remote_addr` of QPN `qpn`'s process
     /// through `rkey`, under the grant `p` it holds for them ([`Local::granted`]): a plain
     /// copy into a mapped region, a cross-memory copy otherwise (see [`super::place`]).
-    /// False if not placed (the grant was revoked, the range is outside it, or the kernel
+    /// Anything but `Done` (the grant was revoked, the range is outside it, or the kernel
     /// refused): the WRITE then takes the ring.
     pub(crate) fn place(
         &self,
@@ -851,8 +851,8 @@ impl Local {
         rkey: u32,
         remote_addr: u64,
         local: &[(*const u8, usize)],
-    ) -> bool {
-        place::write(&self.placements, p, qpn, rkey, remote_addr, local) == place::Placed::Done
+    ) -> place::Placed {
+        place::write(&self.placements, p, qpn, rkey, remote_addr, local)
     }
 
     /// The grant to place WRITEs to QPN `qpn` through `rkey`, if one is held (none when
@@ -886,7 +886,7 @@ impl Local {
             .placements
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .should_ask(qpn, rkey, out.ep)
+            .should_ask(qpn, rkey)
         {
             return;
         }

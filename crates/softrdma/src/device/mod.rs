@@ -920,7 +920,7 @@ impl Device {
         let softrdma_proto::SendOp::Write { remote_addr, rkey } = wr.op else {
             return false;
         };
-        match &wr.payload {
+        let placed = match &wr.payload {
             softrdma_proto::Payload::Inline(v) => {
                 l.place(p, dqpn, rkey, remote_addr, &[(v.as_ptr(), v.len())])
             }
@@ -931,10 +931,14 @@ impl Device {
                     .with_local(pd, s.lkey, s.addr, u64::from(s.length), |at, n| {
                         l.place(p, dqpn, rkey, remote_addr, &[(at, n)])
                     })
-                    .unwrap_or(false)
+                    .unwrap_or(place::Placed::NotNow)
             }
-            _ => false,
+            _ => place::Placed::NotNow,
+        };
+        if placed == place::Placed::Refused {
+            self.counters.add(Counter::PlaceRefused, 1);
         }
+        placed == place::Placed::Done
     }
 
     /// Places the held WRITEs of `qp` whose turn has come (see

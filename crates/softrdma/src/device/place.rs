@@ -36,9 +36,10 @@
 //!
 //! The kernel's rules stay in force: CMA needs the right to ptrace the target (same uid,
 //! and Yama's `ptrace_scope` at 0, or an exception the target made). Where the kernel
-//! refuses (Yama at 1 or more, another PID namespace, seccomp, gVisor), the WRITEs go
-//! through the ring as before, which is the pipelined copy through shared memory; softrdma
-//! never loosens ptrace permissions on its own.
+//! refuses (Yama at 1 or more, another PID namespace, seccomp, gVisor), WRITEs into that
+//! peer's heap memory go through the ring as before, which is the pipelined copy through
+//! shared memory (`place_refused` counts them), while a region it keeps in shareable memory
+//! is still placed with a plain copy; softrdma never loosens ptrace permissions on its own.
 //!
 //! # Threads and locks
 //! [`Granted`] has one lock, over its list of grants, taken to issue (by the progress
@@ -235,6 +236,9 @@ pub(crate) enum Placed {
     Done,
     /// Not placed: no grant (one was asked for), or not inside it; send it as usual.
     NotNow,
+    /// Not placed: the kernel refused the cross-memory copy (this peer's WRITEs into heap
+    /// memory take the ring from now on); send it as usual.
+    Refused,
 }
 
 /// The grants this process holds from its same-host peers, by (QPN, R_Key).
@@ -247,7 +251,8 @@ pub(crate) struct Placements {
     asked: HashMap<(u32, u32), Instant>,
     /// Each peer's placement table, mapped once.
     tables: HashMap<u64, Arc<GrantTable>>,
-    /// Peers that CMA cannot reach (the kernel refused): their WRITEs take the ring.
+    /// Peers that CMA cannot reach (the kernel refused): their WRITEs into heap memory take
+    /// the ring.
     unreachable: HashSet<u64>,
 }
 
@@ -258,12 +263,11 @@ impl Placements {
         self.by.get(&(qpn, rkey)).cloned()
     }
 
-    /// Whether to ask the peer at `ep` for a grant for (`qpn`, `rkey`) now: CMA reaches
-    /// it, and it was not asked within [`ASK_AGAIN`]. Noted as asked if so.
-    pub(crate) fn should_ask(&mut self, qpn: u32, rkey: u32, ep: u64) -> bool {
-        if self.unreachable.contains(&ep) {
-            return false;
-        }
+    /// Whether to ask for a grant for (`qpn`, `rkey`) now: it was not asked within
+    /// [`ASK_AGAIN`]. Noted as asked if so. A peer that CMA cannot reach is asked too: a
+    /// region it keeps in shareable memory is placed by plain copy all the same (the answer
+    /// says which it is).
+    pub(crate) fn should_ask(&mut self, qpn: u32, rkey: u32) -> bool {
         let now = Instant::now();
         match self.asked.get(&(qpn, rkey)) {
             Some(t) if now.duration_since(*t) < ASK_AGAIN => false,
@@ -317,6 +321,11 @@ impl Placements {
             }
             (None, None) => return Err("a grant without its table".into()),
         };
+        if mem.is_none() && self.unreachable.contains(&ep) {
+            // Only cross-memory copy could place into it, which the kernel refuses: it is
+            // asked for again after ASK_AGAIN, in case the region changed.
+            return Ok(());
+        }
         self.asked.remove(&(qpn, rkey));
         self.by.insert(
             (qpn, rkey),
@@ -343,9 +352,10 @@ impl Placements {
         self.by.remove(&(qpn, rkey));
     }
 
-    /// The kernel refused CMA into the peer at `ep`.
+    /// The kernel refused CMA into the peer at `ep`: its grants of regions in shareable
+    /// memory stay, since they need no system call.
     fn refused(&mut self, ep: u64) {
-        self.by.retain(|_, p| p.ep != ep);
+        self.by.retain(|_, p| p.ep != ep || p.mapped());
         self.unreachable.insert(ep);
     }
 }
@@ -424,6 +434,7 @@ pub(crate) fn write(
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .refused(p.ep);
+        return Placed::Refused;
     }
     Placed::NotNow
 }
