@@ -61,8 +61,10 @@ pub(crate) const MAX_PACKET: usize = SLOT_SIZE as usize - ENTRY;
 const HEADER: usize = 256;
 const MAGIC: u64 = u64::from_le_bytes(*b"SRDMRING");
 const HEAD: usize = 64;
-/// The producer's count of ACK box writes, on `head`'s cache line.
+/// The producer's count of ACK box writes, and the box it wrote last, on `head`'s cache
+/// line: a consumer one write behind looks at that box alone.
 const ACK_GEN: usize = 72;
+const ACK_LAST: usize = 80;
 const TAIL: usize = 128;
 const ARMED: usize = 192;
 /// ACK boxes: enough for the RC QPs of one process that a peer process answers, each in
@@ -341,6 +343,9 @@ impl Producer {
         seq.store((s | 1).wrapping_add(1), Ordering::Release);
         self.ack_gen = self.ack_gen.wrapping_add(1);
         self.map
+            .word32(ACK_LAST)
+            .store(((b - ACK_AREA) / ACK_BOX) as u32, Ordering::Relaxed);
+        self.map
             .word64(ACK_GEN)
             .store(self.ack_gen, Ordering::Release);
         true
@@ -433,7 +438,15 @@ impl Consumer {
         }
         let head = self.map.word64(HEAD).load(Ordering::Acquire);
         let mut all = true;
+        // One write since the last look (a ping-pong's every turn): only its box changed,
+        // if the producer says true; one that lies only delays its own ACKs, whose
+        // requesters then retry and are answered again.
+        let last = self.map.word32(ACK_LAST).load(Ordering::Relaxed) as usize;
+        let only = (generation == self.ack_gen.wrapping_add(1) && last < ACKS).then_some(last);
         for (i, seen) in self.ack_seen.iter_mut().enumerate() {
+            if only.is_some_and(|o| o != i) {
+                continue;
+            }
             let b = ACK_AREA + i * ACK_BOX;
             let seq = self.map.word32(b + BOX_SEQ);
             let s1 = seq.load(Ordering::Acquire);

@@ -97,8 +97,8 @@ impl RxPort {
         }
     }
 
-    /// The owner reads what the member at the other end of `fd` hands back (`Some`), or no
-    /// longer (`None`, with the descriptor to forget).
+    /// The owner reads what the member at the other end of `fd` hands back (`on`), or no
+    /// longer (the member is gone, and `fd` is forgotten here).
     pub(crate) fn set_handback(&self, fd: &Arc<OwnedFd>, on: bool) {
         let mut h = self.handbacks.lock().unwrap_or_else(|e| e.into_inner());
         h.retain(|f| !Arc::ptr_eq(f, fd));
