@@ -368,7 +368,10 @@ impl Local {
     /// already reaches `qpn`'s process, behind every packet sent there, and wakes its
     /// reader as a packet would (see [`crate::datapath::shm`]); the caller has no packet of
     /// the acknowledging QP left unsent. False if no ring reaches it yet (its first packet
-    /// makes the route) or its box is another QP's: the ACK then goes as a packet.
+    /// makes the route) or its box is another QP's: the ACK then goes as a packet. (Another
+    /// thread may still hold this QP's READ responses unsent in its own batch: the ACK can
+    /// then overtake them, as an ACK packet flushed by this thread first could, and the
+    /// requester asks for the READ again as after a loss.)
     pub(crate) fn ack(&self, qpn: u32, psn: u32) -> bool {
         if !self.any_out.load(Ordering::Relaxed) {
             return false;
