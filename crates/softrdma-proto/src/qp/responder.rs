@@ -979,14 +979,13 @@ impl QueuePair {
 
 impl QueuePair {
     /// Hands the positive ACK at the head of the responses to `carry` instead of
-    /// transmitting it, if there is one and `carry` takes it: `carry(peer QPN, peer
-    /// address, PSN)`
-    /// returns whether the ACK reached the requester another way (a same-host host writes
-    /// it into shared memory that the requester's host reads, with no packet built or
-    /// parsed). An ACK is cumulative (IBTA 9.7.5.1.1: it acknowledges every request up to
-    /// its PSN), so it may travel apart from the responses before it as long as it is not
-    /// applied before them, which is the host's to ensure. NAKs, READ responses and atomic
-    /// ACKs stay packets. RC only.
+    /// transmitting it, if there is one and `carry` takes it. `carry(peer QPN, peer address,
+    /// PSN)` returns whether the ACK reached the requester another way (a host whose peer
+    /// is on the same machine writes it into memory that the peer's host reads, with no
+    /// packet built or parsed). An ACK is cumulative (IBTA 9.7.5.1.1: it acknowledges every
+    /// request up to its PSN), so it may travel apart from the responses before it as long
+    /// as it is not applied before them, which is the host's to ensure. NAKs, READ
+    /// responses and atomic ACKs stay packets. RC only.
     pub fn carry_ack(&mut self, carry: impl FnOnce(Qpn, IpAddr, Psn) -> bool) -> bool {
         if self.cfg.qp_type != QpType::Rc {
             return false;
