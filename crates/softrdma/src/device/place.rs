@@ -254,6 +254,9 @@ pub(crate) struct Placements {
     /// Peers that CMA cannot reach (the kernel refused): their WRITEs into heap memory take
     /// the ring.
     unreachable: HashSet<u64>,
+    /// Grants such a peer gave for heap memory, which only a cross-memory copy could use:
+    /// not asked for again (each ask takes a slot of the peer's table).
+    useless: HashSet<(u32, u32)>,
 }
 
 impl Placements {
@@ -264,10 +267,13 @@ impl Placements {
     }
 
     /// Whether to ask for a grant for (`qpn`, `rkey`) now: it was not asked within
-    /// [`ASK_AGAIN`]. Noted as asked if so. A peer that CMA cannot reach is asked too: a
-    /// region it keeps in shareable memory is placed by plain copy all the same (the answer
-    /// says which it is).
+    /// [`ASK_AGAIN`], nor found useless. Noted as asked if so. A peer that CMA cannot reach
+    /// is asked too: a region it keeps in shareable memory is placed by plain copy all the
+    /// same (the answer says which it is).
     pub(crate) fn should_ask(&mut self, qpn: u32, rkey: u32) -> bool {
+        if self.useless.contains(&(qpn, rkey)) {
+            return false;
+        }
         let now = Instant::now();
         match self.asked.get(&(qpn, rkey)) {
             Some(t) if now.duration_since(*t) < ASK_AGAIN => false,
@@ -322,8 +328,8 @@ impl Placements {
             (None, None) => return Err("a grant without its table".into()),
         };
         if mem.is_none() && self.unreachable.contains(&ep) {
-            // Only cross-memory copy could place into it, which the kernel refuses: it is
-            // asked for again after ASK_AGAIN, in case the region changed.
+            // Only a cross-memory copy could place into it, which the kernel refuses.
+            self.useless.insert((qpn, rkey));
             return Ok(());
         }
         self.asked.remove(&(qpn, rkey));
@@ -345,6 +351,7 @@ impl Placements {
         self.by.retain(|_, p| p.ep != ep);
         self.tables.remove(&ep);
         self.unreachable.remove(&ep);
+        self.useless.clear();
     }
 
     /// A grant turned out revoked.
@@ -437,4 +444,45 @@ pub(crate) fn write(
         return Placed::Refused;
     }
     Placed::NotNow
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::{FromRawFd, OwnedFd};
+
+    fn dup(fd: std::os::fd::RawFd) -> OwnedFd {
+        // SAFETY: dup of a live descriptor; the copy is ours.
+        unsafe { OwnedFd::from_raw_fd(libc::dup(fd)) }
+    }
+
+    /// Once the kernel refused cross-memory copies into a peer, a grant it gives for heap
+    /// memory (no memfd alongside) is useless: it is dropped and never asked for again,
+    /// since each ask takes a slot of the peer's table; its other regions are still asked
+    /// for, and a grant of shareable memory would be kept.
+    #[test]
+    fn a_refused_peers_heap_grants_are_not_asked_for_again() {
+        let table = GrantTable::create().unwrap();
+        let mut p = Placements::default();
+        let ep = 7;
+        p.unreachable.insert(ep);
+        let g = Grant {
+            slot: 3,
+            stamp: 1,
+            iova: 0x1000,
+            len: 4096,
+            vaddr: 0x1000,
+        };
+        assert!(p.should_ask(1, 2));
+        p.answer(ep, 42, 1, 2, Some(g), vec![dup(table.fd())])
+            .unwrap();
+        assert!(p.held(1, 2).is_none(), "a useless grant was kept");
+        p.asked.clear();
+        assert!(!p.should_ask(1, 2), "a useless grant is asked for again");
+        assert!(p.should_ask(1, 3), "another region is still asked for");
+        // A peer that CMA reaches keeps its heap grants.
+        p.answer(8, 43, 1, 4, Some(g), vec![dup(table.fd())])
+            .unwrap();
+        assert!(p.held(1, 4).is_some());
+    }
 }
