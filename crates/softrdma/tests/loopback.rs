@@ -1263,12 +1263,7 @@ fn members_carry_on_when_the_owner_goes() {
 
 /// The owner's count of datagrams it forwarded to its members.
 fn forwarded(owner: &Context) -> u64 {
-    owner
-        .hw_counters()
-        .into_iter()
-        .find(|(n, _)| *n == "forwarded_pkts")
-        .expect("a forwarded_pkts counter")
-        .1
+    hw(owner, "forwarded_pkts")
 }
 
 /// Two members of one device talk through a same-host ring: every RC operation works,
@@ -1374,11 +1369,7 @@ fn steered_members_keep_their_streams_when_one_leaves() {
 }
 
 fn placed(c: &Context) -> u64 {
-    c.hw_counters()
-        .into_iter()
-        .find(|(n, _)| *n == "placed_writes")
-        .expect("a placed_writes counter")
-        .1
+    hw(c, "placed_writes")
 }
 
 /// Posts signaled WRITEs of `len` bytes of `data` from `a` to `b`'s region `mr` at
@@ -1585,15 +1576,7 @@ fn what_the_group_gives_the_wrong_member_is_handed_back() {
         };
         assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
     };
-    let handed = || {
-        first
-            .ctx
-            .hw_counters()
-            .into_iter()
-            .find(|(n, _)| *n == "handed_back_pkts")
-            .expect("a handed_back_pkts counter")
-            .1
-    };
+    let handed = || hw(&first.ctx, "handed_back_pkts");
     for i in 0..50u64 {
         // Again each time: the owner installs its own program when it probes.
         attach();

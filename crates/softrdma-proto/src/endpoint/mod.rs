@@ -484,9 +484,7 @@ impl<C: QpCell> Receiver<C> {
         push_once(&mut self.touched, cell);
         RxOutcome::Delivered { ident }
     }
-}
 
-impl<C: QpCell> Receiver<C> {
     /// A positive ACK of `psn` for QP `qpn` that a same-host responder passed in memory
     /// (see [`QueuePair::ack_from_memory`]); the QP is then serviced with those the
     /// datagrams reached. False if no QP has that number.

@@ -84,9 +84,14 @@ pub(crate) const fn ring_bytes() -> usize {
     ACK_AREA + ACKS * ACK_BOX
 }
 
-/// The box QPN `qpn`'s ACKs go in.
+/// The box QPN `qpn`'s ACKs go in (its index).
 fn ack_box(qpn: u32) -> usize {
-    ACK_AREA + (qpn.wrapping_mul(0x9E37_79B1) >> 26) as usize % ACKS * ACK_BOX
+    (qpn.wrapping_mul(0x9E37_79B1) >> 26) as usize % ACKS
+}
+
+/// Where box `i` lies in the mapping.
+const fn box_at(i: usize) -> usize {
+    ACK_AREA + i * ACK_BOX
 }
 
 /// What was wrong with a ring a peer offered, or with its state.
@@ -323,7 +328,8 @@ impl Producer {
     /// every entry written so far; the caller then wakes the consumer as after a push.
     /// False if the box is another QP's (the ACK goes as a packet).
     pub(crate) fn ack(&mut self, qpn: u32, psn: u32) -> bool {
-        let b = ack_box(qpn);
+        let i = ack_box(qpn);
+        let b = box_at(i);
         let tag = qpn | 1 << 31;
         let owner = self.map.word32(b + BOX_QPN);
         let held = owner.load(Ordering::Relaxed);
@@ -342,9 +348,7 @@ impl Producer {
             .store(self.head, Ordering::Relaxed);
         seq.store((s | 1).wrapping_add(1), Ordering::Release);
         self.ack_gen = self.ack_gen.wrapping_add(1);
-        self.map
-            .word32(ACK_LAST)
-            .store(((b - ACK_AREA) / ACK_BOX) as u32, Ordering::Relaxed);
+        self.map.word32(ACK_LAST).store(i as u32, Ordering::Relaxed);
         self.map
             .word64(ACK_GEN)
             .store(self.ack_gen, Ordering::Release);
@@ -447,7 +451,7 @@ impl Consumer {
             if only.is_some_and(|o| o != i) {
                 continue;
             }
-            let b = ACK_AREA + i * ACK_BOX;
+            let b = box_at(i);
             let seq = self.map.word32(b + BOX_SEQ);
             let s1 = seq.load(Ordering::Acquire);
             if s1 == *seen {
@@ -803,7 +807,7 @@ mod tests {
         let mut acks = Vec::new();
         let q = 77;
         assert!(p.ack(q, 1));
-        let b = ack_box(q);
+        let b = box_at(ack_box(q));
         // The producer is in the middle of its next write: the sequence word is odd.
         let seq = p.map.word32(b + BOX_SEQ);
         let s = seq.load(Ordering::Relaxed);
