@@ -207,18 +207,68 @@ struct RxState {
     want: usize,
     /// Where the multicast groups' datagrams are received (empty until a group is joined).
     group_buf: Vec<u8>,
-    /// While rings are open, when an application thread last read the socket (device
-    /// nanoseconds): it reads it at most every [`UDP_EVERY`], since each empty read is a
-    /// system call that would cost the rings their latency.
-    udp_at: u64,
+    /// While rings are open, how often an application thread reads the socket (see
+    /// [`UdpPace`]).
+    udp: UdpPace,
     /// The ACKs same-host responders left in the rings' boxes, (QPN, PSN), for the drain
     /// to apply (see [`Local::ack`]).
     acks: Vec<(u32, u32)>,
 }
 
 /// While same-host rings are open, an application thread's drain reads the socket at most
-/// this often (the progress thread reads both on each pass).
+/// this often while datagrams come (the progress thread reads both on each pass).
 const UDP_EVERY: Duration = Duration::from_micros(5);
+
+/// The longest an application thread's drain goes without reading the socket while rings
+/// are open: what a datagram that arrives after a quiet spell may wait, far inside the ACK
+/// timeouts programs set (IBTA 9.7.6.1.3: 4.096 µs × 2^timeout; perftest's 14 is 67 ms).
+const UDP_EVERY_MAX: Duration = Duration::from_micros(128);
+
+/// Empty reads of the socket at [`UDP_EVERY`] before the pace slows: 40 µs without a
+/// datagram, longer than a loopback or LAN round trip, so a UDP ping-pong beside the rings
+/// keeps the fast pace.
+const UDP_PATIENCE: u32 = 8;
+
+/// When an application thread's drain reads the socket while same-host rings are open. A
+/// read is a system call, and an empty one costs about 1.2 µs on a virtual machine with
+/// the CPU's mitigations (0.3 µs elsewhere): read every [`UDP_EVERY`], it was most of a
+/// same-host SEND ping-pong's turn. It starts at that pace, and after [`UDP_PATIENCE`]
+/// empty reads doubles its interval per empty read up to [`UDP_EVERY_MAX`]; a datagram
+/// brings the fast pace back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct UdpPace {
+    /// When the socket was last read (device nanoseconds).
+    at: u64,
+    /// Empty reads in a row.
+    empty: u32,
+}
+
+impl UdpPace {
+    const fn new() -> Self {
+        Self { at: 0, empty: 0 }
+    }
+
+    /// The interval now.
+    fn every(&self) -> u64 {
+        let base = UDP_EVERY.as_nanos() as u64;
+        let doublings = self.empty.saturating_sub(UDP_PATIENCE).min(16);
+        (base << doublings).min(UDP_EVERY_MAX.as_nanos() as u64)
+    }
+
+    /// Whether the socket is due at `now`; if so the read is counted as made now.
+    fn due(&mut self, now: u64) -> bool {
+        let due = now.saturating_sub(self.at) >= self.every();
+        if due {
+            self.at = now;
+        }
+        due
+    }
+
+    /// What the read found.
+    fn found(&mut self, any: bool) {
+        self.empty = if any { 0 } else { self.empty.saturating_add(1) };
+    }
+}
 
 thread_local! {
     /// Packets a thread has produced and not yet handed to the kernel: one batch per device
@@ -531,14 +581,14 @@ impl Device {
             rx,
             batch,
             want,
-            udp_at,
+            udp,
             acks,
             ..
         } = st;
         loop {
             let ask = if app { *want } else { sys::RX_BATCH };
             let mut ringed = false;
-            let got = self.recv_some(batch, ask, app, udp_at, &mut ringed, acks);
+            let got = self.recv_some(batch, ask, app, udp, &mut ringed, acks);
             // One datagram is asked for while they come one at a time (a ping-pong); a full
             // batch means more are queued.
             *want = match got {
@@ -594,7 +644,7 @@ impl Device {
     }
 
     /// Receives up to `ask` packets from the socket or the same-host rings. An application
-    /// thread (`app`) reads the rings, and the socket at most every [`UDP_EVERY`]; the
+    /// thread (`app`) reads the rings, and the socket when its [`UdpPace`] says; the
     /// progress thread reads the socket and, when it is empty, the rings. `ringed` is set
     /// when the packets came from the rings.
     fn recv_some(
@@ -602,23 +652,23 @@ impl Device {
         batch: &mut RecvBatch,
         ask: usize,
         app: bool,
-        udp_at: &mut u64,
+        pace: &mut UdpPace,
         ringed: &mut bool,
         acks: &mut Vec<(u32, u32)>,
     ) -> std::io::Result<usize> {
         let Some(l) = self.local.as_ref().filter(|l| l.has_rings()) else {
             return self.datapath.recv(batch, ask);
         };
-        let udp = !app || {
-            let now = self.now().as_nanos();
-            let due = now.saturating_sub(*udp_at) >= UDP_EVERY.as_nanos() as u64;
-            if due {
-                *udp_at = now;
+        let app_due = app && pace.due(self.now().as_nanos());
+        if !app || app_due {
+            let got = self.datapath.recv(batch, ask);
+            let any = matches!(got, Ok(1..));
+            if app_due {
+                pace.found(any);
             }
-            due
-        };
-        if udp && let Ok(n @ 1..) = self.datapath.recv(batch, ask) {
-            return Ok(n);
+            if any {
+                return got;
+            }
         }
         // Whatever the rings hold, however few were asked for: reading more costs no
         // system call, and the packets of one turn (an ACK and the answer behind it) are
@@ -1465,7 +1515,7 @@ impl Device {
                 batch: RecvBatch::default(),
                 want: 1,
                 group_buf: Vec::new(),
-                udp_at: 0,
+                udp: UdpPace::new(),
                 acks: Vec::new(),
             }),
             deferred: Mutex::new(SendBatch::default()),
@@ -1692,6 +1742,36 @@ impl cq::Poller for Device {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The pace of a poller's socket reads beside open rings: fast while datagrams come and
+    /// for a few empty reads after, then slower per empty read up to its cap, and fast again
+    /// at the next datagram.
+    #[test]
+    fn a_pollers_socket_reads_slow_down_while_none_comes() {
+        let us = |n: u64| n * 1000;
+        let every = UDP_EVERY.as_nanos() as u64;
+        let mut p = UdpPace::new();
+        let mut t = us(1000);
+        assert!(p.due(t));
+        assert!(!p.due(t + every - 1), "not before the interval");
+        for _ in 0..UDP_PATIENCE {
+            p.found(false);
+            assert_eq!(p.every(), every, "patient at first");
+        }
+        p.found(false);
+        assert_eq!(p.every(), 2 * every);
+        for _ in 0..40 {
+            p.found(false);
+        }
+        assert_eq!(p.every(), UDP_EVERY_MAX.as_nanos() as u64, "capped");
+        t += us(50);
+        assert!(!p.due(t), "a quiet socket is read less often");
+        t += UDP_EVERY_MAX.as_nanos() as u64;
+        assert!(p.due(t));
+        p.found(true);
+        assert_eq!(p.every(), every, "a datagram brings the fast pace back");
+        assert!(p.due(t + every));
+    }
 
     /// The hand-off of the socket: pollers count as active from their first poll until a
     /// grace after their count last moved, and no longer.
