@@ -44,6 +44,8 @@ pub enum Layer {
     Icrc,
     /// Management datagram header.
     Mad,
+    /// Communication management message.
+    Cm,
 }
 
 impl fmt::Display for Layer {
@@ -65,6 +67,7 @@ impl fmt::Display for Layer {
             Layer::Payload => "payload",
             Layer::Icrc => "ICRC",
             Layer::Mad => "MAD header",
+            Layer::Cm => "CM message",
         })
     }
 }
@@ -143,6 +146,16 @@ pub enum Error {
     /// The IP packet is a fragment; RoCE v2 never fragments.
     #[error("fragmented IP packet")]
     Fragmented,
+    /// A field holds a value the spec reserves or this stack cannot take.
+    #[error("{layer}: {field} {value:#x} is reserved or unsupported")]
+    ReservedValue {
+        /// Where.
+        layer: Layer,
+        /// The field, with the message it belongs to.
+        field: &'static str,
+        /// What it held.
+        value: u64,
+    },
 }
 
 impl Error {

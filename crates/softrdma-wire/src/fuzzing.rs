@@ -37,6 +37,34 @@ pub fn check(data: &[u8]) {
         }
     }
     let _ = MadHeader::parse(data).map(|h| (h.class_name(), h.method_name(), h.attr_name()));
+    check_cm(data);
+    if let Some(ud) = data.get(crate::bth::Bth::<&[u8]>::LEN + crate::ext::Deth::<&[u8]>::LEN..) {
+        // A UD packet to QP1: the MAD after BTH and DETH.
+        check_cm(ud);
+    }
+}
+
+/// A CM MAD that parses re-emits to 256 bytes that parse back to it, and its IP CM
+/// header, if it has one, does the same.
+pub fn check_cm(data: &[u8]) {
+    use crate::cm::{CmMad, CmMessage, IpCmHeader};
+    let Ok(mad) = CmMad::parse(data) else {
+        return;
+    };
+    let bytes = mad.to_bytes();
+    assert_eq!(CmMad::parse(&bytes), Ok(mad), "a parsed CM MAD re-emits");
+    let pd: &[u8] = match &mad.msg {
+        CmMessage::Req(r) => r.private_data.as_bytes(),
+        CmMessage::SidrReq(r) => r.private_data.as_bytes(),
+        _ => return,
+    };
+    if let Ok(h) = IpCmHeader::parse(pd)
+        && h.src.is_ipv4() == h.dst.is_ipv4()
+    {
+        let mut b = [0u8; IpCmHeader::LEN];
+        h.emit(&mut b);
+        assert_eq!(IpCmHeader::parse(&b), Ok(h), "an IP CM header re-emits");
+    }
 }
 
 fn check_ib(p: &IbPacket<&[u8]>) {

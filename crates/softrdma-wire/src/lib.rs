@@ -31,6 +31,7 @@
 mod macros;
 
 pub mod bth;
+pub mod cm;
 pub mod error;
 pub mod ethernet;
 pub mod ext;
