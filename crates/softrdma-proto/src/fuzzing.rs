@@ -517,3 +517,186 @@ pub fn requester(data: &[u8]) -> Vec<(u64, WcStatus)> {
     }
     seen
 }
+
+/// Drives a CM agent with a byte string read as a stream of steps, and checks what must
+/// hold whatever the peer sends and the consumer does: no panic, every MAD the agent
+/// sends parses, and once time runs far ahead with nothing more arriving, only
+/// established connections are left (every exchange under way ended, every TIMEWAIT
+/// passed). Each step is an opcode byte and its arguments:
+///
+/// * 0: connect (the next byte picks the REQ's timeout and retry count);
+/// * 1: listen on the next byte's service (ports 0-3);
+/// * 2: a MAD from the peer: an attribute byte and up to 232 bytes of message
+///   (length-prefixed by one byte; the MAD's communication IDs are taken from the
+///   agent's connections when the next byte says so, so that states are reached);
+/// * 3: time runs on by the next byte's milliseconds;
+/// * 4: a consumer verb (next byte) on the connection the byte after picks;
+/// * 5: the agent's last MAD comes back to it as if the peer had sent it (a duplicate).
+pub fn cm_agent(data: &[u8]) {
+    use crate::cm::{CmAgent, CmConfig, CmEvent, CmState, CommId};
+    use softrdma_wire::cm::{
+        CmMad, PathRepr, PrivateData, RepRepr, ReqRepr, TransportService, ip_service_id, port_space,
+    };
+    let mut agent: CmAgent<u8> = CmAgent::new(
+        CmConfig {
+            ca_guid: 0xA,
+            ..CmConfig::default()
+        },
+        7,
+    );
+    let mut now = Instant::from_nanos(1);
+    let mut ids: Vec<CommId> = vec![];
+    let mut last: Option<[u8; 256]> = None;
+    let service = |b: u8| ip_service_id(port_space::TCP, u16::from(b % 4));
+    let req = |b: u8| ReqRepr {
+        local_comm_id: 0,
+        service_id: service(b),
+        local_ca_guid: 0,
+        local_qkey: 0,
+        local_qpn: 0x100 + u32::from(b),
+        responder_resources: 1,
+        local_eecn: 0,
+        initiator_depth: 1,
+        remote_eecn: 0,
+        remote_cm_response_timeout: b % 20,
+        transport: TransportService::Rc,
+        end_to_end_flow_control: false,
+        starting_psn: 1,
+        local_cm_response_timeout: b % 20,
+        retry_count: 7,
+        pkey: 0xFFFF,
+        path_mtu: 3,
+        rdc_exists: false,
+        rnr_retry_count: 7,
+        max_cm_retries: b % 16,
+        srq: false,
+        primary: PathRepr::default(),
+        alternate: PathRepr::default(),
+        sap_supported: false,
+        private_data: PrivateData::default(),
+    };
+    let drain = |agent: &mut CmAgent<u8>, ids: &mut Vec<CommId>, last: &mut Option<[u8; 256]>| {
+        while let Some((_, mad)) = agent.poll_transmit() {
+            let b = mad.to_bytes();
+            assert_eq!(CmMad::parse(&b), Ok(mad), "the agent sends what parses");
+            *last = Some(b);
+        }
+        while let Some(ev) = agent.poll_event() {
+            if let CmEvent::ReqReceived { id, .. } | CmEvent::SidrReqReceived { id, .. } = ev {
+                ids.push(id);
+            }
+        }
+    };
+    let mut rest = data;
+    while let Some((&op, tail)) = rest.split_first() {
+        rest = tail;
+        let mut arg = || {
+            let (&b, t) = rest.split_first().unwrap_or((&0, &[]));
+            rest = t;
+            b
+        };
+        match op % 6 {
+            0 => {
+                let b = arg();
+                ids.push(agent.connect(now, 1, req(b)));
+            }
+            1 => {
+                let _ = agent.listen(service(arg()));
+            }
+            2 => {
+                let attr = 0x0010 + u16::from(arg() % 12);
+                let n = usize::from(arg()).min(232);
+                let pick = arg();
+                let mut mad = [0u8; 256];
+                mad[..4].copy_from_slice(&[1, 7, 2, 3]);
+                mad[16..18].copy_from_slice(&attr.to_be_bytes());
+                let take = n.min(rest.len());
+                mad[24..24 + take].copy_from_slice(&rest[..take]);
+                rest = &rest[take..];
+                if pick & 1 == 1 && !ids.is_empty() {
+                    // Address one of our connections (as the receiver's ID, where most
+                    // messages keep it).
+                    let id = ids[usize::from(pick >> 1) % ids.len()];
+                    mad[28..32].copy_from_slice(&id.to_be_bytes());
+                }
+                agent.handle_mad(now, 1, &mad);
+            }
+            3 => {
+                now = now.add(std::time::Duration::from_millis(u64::from(arg())));
+                agent.handle_timeout(now);
+            }
+            4 => {
+                let verb = arg();
+                let pick = arg();
+                let Some(&id) = ids.get(usize::from(pick) % ids.len().max(1)) else {
+                    continue;
+                };
+                let rep = RepRepr {
+                    local_comm_id: 0,
+                    remote_comm_id: 0,
+                    local_qkey: 0,
+                    local_qpn: 0x200,
+                    local_eecn: 0,
+                    starting_psn: 2,
+                    responder_resources: 1,
+                    initiator_depth: 1,
+                    target_ack_delay: 15,
+                    failover_accepted: 0,
+                    end_to_end_flow_control: false,
+                    rnr_retry_count: 7,
+                    srq: false,
+                    local_ca_guid: 0,
+                    private_data: PrivateData::default(),
+                };
+                // Misuse is refused with an error, never a panic.
+                let _ = match verb % 7 {
+                    0 => agent.accept(now, id, rep),
+                    1 => agent.reject(now, id, 28, &[1, 2, 3]),
+                    2 => agent.ready_to_use(id, &[]),
+                    3 => agent.disconnect(now, id, &[]),
+                    4 => agent.mra(id, verb >> 3),
+                    5 => agent.establish(id),
+                    _ => {
+                        agent.destroy(now, id);
+                        Ok(())
+                    }
+                };
+            }
+            _ => {
+                if let Some(b) = last {
+                    agent.handle_mad(now, 1, &b);
+                }
+            }
+        }
+        drain(&mut agent, &mut ids, &mut last);
+    }
+    // Nothing more arrives: every exchange under way ends within its retries (at most 16
+    // sends and a TIMEWAIT per connection, however many timers share an instant).
+    for _ in 0..(ids.len() + 1) * 40 {
+        let Some(t) = agent.poll_timeout() else { break };
+        now = now.max(t);
+        agent.handle_timeout(now);
+        drain(&mut agent, &mut ids, &mut last);
+    }
+    assert_eq!(
+        agent.poll_timeout(),
+        None,
+        "timers left after the exchanges ended"
+    );
+    for id in ids {
+        if let Some(s) = agent.state(id) {
+            assert!(
+                matches!(
+                    s,
+                    CmState::Established
+                        | CmState::ReqRcvd
+                        | CmState::MraReqSent
+                        | CmState::RepRcvd
+                        | CmState::MraRepSent
+                        | CmState::DreqRcvd
+                ),
+                "connection {id:#x} left in {s:?}, which waits on the peer"
+            );
+        }
+    }
+}

@@ -30,6 +30,7 @@
 //! FLUSH and ATOMIC WRITE requests are refused with an invalid-request NAK; memory windows and
 //! SEND with invalidate's actual invalidation are left to the device layer.
 
+pub mod cm;
 pub mod endpoint;
 pub mod faults;
 #[doc(hidden)]
