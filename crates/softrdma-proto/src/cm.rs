@@ -1029,15 +1029,7 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
             }
             // Both ends disconnected at once: answer, and the DREP we wait for is moot.
             CmState::DreqSent => {
-                let mad = CmMad {
-                    tid: c.tid,
-                    attr_mod: 0,
-                    msg: CmMessage::Drep(IdsRepr {
-                        local_comm_id: id,
-                        remote_comm_id: c.remote_comm_id,
-                        private_data: PrivateData::default(),
-                    }),
-                };
+                let mad = bare_drep(c, id);
                 let peer = c.peer;
                 self.send(peer, mad);
                 self.events.push_back(CmEvent::Disconnected {
@@ -1059,15 +1051,7 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
                     let peer = c.peer;
                     self.send(peer, last);
                 } else {
-                    let mad = CmMad {
-                        tid: c.tid,
-                        attr_mod: 0,
-                        msg: CmMessage::Drep(IdsRepr {
-                            local_comm_id: id,
-                            remote_comm_id: c.remote_comm_id,
-                            private_data: PrivateData::default(),
-                        }),
-                    };
+                    let mad = bare_drep(c, id);
                     let peer = c.peer;
                     self.send(peer, mad);
                 }
@@ -1316,6 +1300,19 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
     /// The next event for the consumer.
     pub fn poll_event(&mut self) -> Option<CmEvent<A>> {
         self.events.pop_front()
+    }
+}
+
+/// A DREP with no private data for connection `id`, in its transaction.
+fn bare_drep<A>(c: &Conn<A>, id: CommId) -> CmMad {
+    CmMad {
+        tid: c.tid,
+        attr_mod: 0,
+        msg: CmMessage::Drep(IdsRepr {
+            local_comm_id: id,
+            remote_comm_id: c.remote_comm_id,
+            private_data: PrivateData::default(),
+        }),
     }
 }
 
