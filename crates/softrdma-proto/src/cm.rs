@@ -327,6 +327,12 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         self.conns.get(&id).map(|c| c.state)
     }
 
+    /// Whether this side sent the connection's REQ (the active side), as `res show`
+    /// says.
+    pub fn is_active(&self, id: CommId) -> Option<bool> {
+        self.conns.get(&id).map(|c| c.active)
+    }
+
     /// Connections and SIDR requests alive (TIMEWAIT included): what `res show` lists.
     pub fn len(&self) -> usize {
         self.conns.len() + self.sidrs.len()
@@ -656,15 +662,14 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
             | CmState::MraRepSent
             | CmState::RepSent
             | CmState::MraRepRcvd => {
-                let message = if c.active
-                    && matches!(c.state, CmState::ReqSent | CmState::MraReqRcvd)
-                    || !c.active && matches!(c.state, CmState::ReqRcvd | CmState::MraReqSent)
-                {
-                    MessageRef::Req
+                // As Linux's CM does for a destroyed ID: TIMEOUT while our REQ waits,
+                // consumer-defined otherwise.
+                let reason = if matches!(c.state, CmState::ReqSent | CmState::MraReqRcvd) {
+                    rej_reason::TIMEOUT
                 } else {
-                    MessageRef::Rep
+                    rej_reason::CONSUMER_DEFINED
                 };
-                let mad = self.rej_mad(c, id, message, rej_reason::TIMEOUT);
+                let mad = self.rej_mad(c, id, reason);
                 let peer = c.peer;
                 self.send(peer, mad);
             }
@@ -679,7 +684,15 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         self.forget(id);
     }
 
-    fn rej_mad(&self, c: &Conn<A>, id: CommId, message: MessageRef, reason: u16) -> CmMad {
+    /// A REJ of connection `id` in its state. IBTA 12.6.7.1: the message rejected is the
+    /// REQ or REP we hold unanswered, and "other" otherwise; a REJ of a REQ carries no
+    /// local ID (its sender never learnt ours; Linux sends 0 too).
+    fn rej_mad(&self, c: &Conn<A>, id: CommId, reason: u16) -> CmMad {
+        let message = match c.state {
+            CmState::ReqRcvd | CmState::MraReqSent => MessageRef::Req,
+            CmState::RepRcvd | CmState::MraRepSent => MessageRef::Rep,
+            _ => MessageRef::Other,
+        };
         let mut ari = cm::Info::default();
         if reason == rej_reason::TIMEOUT {
             // IBTA 12.6.7.2: a TIMEOUT reject carries the sender's CA GUID.
@@ -690,7 +703,7 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
             tid: c.tid,
             attr_mod: 0,
             msg: CmMessage::Rej(RejRepr {
-                local_comm_id: id,
+                local_comm_id: if c.state == CmState::ReqRcvd { 0 } else { id },
                 remote_comm_id: c.remote_comm_id,
                 message,
                 reason,
@@ -828,9 +841,9 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
                 }
                 (CmState::TimeWait, _) => {
                     // The old connection is over; the peer's REQ is stale.
-                    // Message rejected "other", as Linux sends it: the REQ is not one this
-                    // connection is answering.
-                    let mad = self.rej_mad(c, id, MessageRef::Other, rej_reason::STALE_CONNECTION);
+                    // Message rejected "other" (the state's), as Linux sends it: the REQ is
+                    // not one this connection is answering.
+                    let mad = self.rej_mad(c, id, rej_reason::STALE_CONNECTION);
                     let peer = c.peer;
                     self.send(peer, mad);
                 }
@@ -1247,16 +1260,7 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
                 };
                 // IBTA 12.9.6: the side that gives up says so with a TIMEOUT reject.
                 let c = &self.conns[&id];
-                let rej = self.rej_mad(
-                    c,
-                    id,
-                    if message == "REQ" {
-                        MessageRef::Req
-                    } else {
-                        MessageRef::Rep
-                    },
-                    rej_reason::TIMEOUT,
-                );
+                let rej = self.rej_mad(c, id, rej_reason::TIMEOUT);
                 let peer = c.peer;
                 self.send(peer, rej);
                 self.events.push_back(CmEvent::Timeout { id, message });
