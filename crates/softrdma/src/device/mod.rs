@@ -230,9 +230,9 @@ const UDP_EVERY_MAX: Duration = Duration::from_micros(128);
 const UDP_PATIENCE: u32 = 8;
 
 /// When an application thread's drain reads the socket while same-host rings are open. A
-/// read is a system call, and an empty one costs about 1.2 µs on a virtual machine with
-/// the CPU's mitigations (0.3 µs elsewhere): read every [`UDP_EVERY`], it was most of a
-/// same-host SEND ping-pong's turn. It starts at that pace, and after [`UDP_PATIENCE`]
+/// read is a system call, and an empty `recvmmsg` cost 1.2 µs on a KVM guest (AMD EPYC,
+/// measured): read every [`UDP_EVERY`], it was a quarter of a same-host SEND ping-pong's
+/// CPU. It starts at that pace, and after [`UDP_PATIENCE`]
 /// empty reads doubles its interval per empty read up to [`UDP_EVERY_MAX`]; a datagram
 /// brings the fast pace back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
