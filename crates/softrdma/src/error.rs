@@ -114,6 +114,16 @@ pub enum Error {
         /// What went wrong.
         source: crate::device::share::ShareError,
     },
+    /// A connection manager verb that cannot be done now (the message says why).
+    #[error("{verb}: {why}")]
+    Cm {
+        /// The rdma_cm verb.
+        verb: &'static str,
+        /// The errno librdmacm gives for it (EINVAL for misuse, EADDRINUSE, ...).
+        errno: i32,
+        /// Why not.
+        why: String,
+    },
     /// `SOFTRDMA_FAULTS` (or a fault specification given another way) did not parse.
     #[error("ibv_open_device: SOFTRDMA_FAULTS={spec:?}: {source}")]
     Faults {
@@ -194,6 +204,7 @@ impl Error {
             Error::Post(_) => libc::EINVAL,
             Error::NoDevice(_) | Error::NoInterface { .. } => libc::ENODEV,
             Error::AddrInUse { .. } => libc::EADDRINUSE,
+            Error::Cm { errno, .. } => *errno,
             Error::Share { source, .. } => source.errno(),
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }

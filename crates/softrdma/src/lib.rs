@@ -9,6 +9,8 @@
 //! # Layout
 //! Imports go one way, top to bottom; no module imports one above it.
 //!
+//! - [`cm`]: the connection manager (rdma_cm's event channels and IDs), which runs the
+//!   IB CM protocol of `softrdma_proto::cm` over QP1 of the device, through the verbs.
 //! - [`verbs`]: the objects applications hold ([`Context`], [`ProtectionDomain`],
 //!   [`QueuePair`], [`CompletionQueue`], [`MemoryRegion`]), each a handle onto the device.
 //! - `device`: the device core's glue: the progress thread, the region table, the QP and
@@ -90,6 +92,7 @@
 //! The lending poll ([`CompletionQueue::poll_lending`]) holds no lock between calls, so its
 //! loop may post, poll, re-arm and create or destroy QPs.
 
+pub mod cm;
 pub mod config;
 mod counters;
 pub mod datapath;

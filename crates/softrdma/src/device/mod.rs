@@ -774,7 +774,10 @@ impl Device {
 
     /// QPN `qpn` is free again (its QP is destroyed).
     pub(crate) fn free_qpn(&self, qpn: u32) {
-        if let Some(s) = &self.share {
+        // QP1 is the GSI's, never drawn.
+        if qpn > 1
+            && let Some(s) = &self.share
+        {
             s.free_qpn(qpn);
         }
     }

@@ -291,6 +291,33 @@ impl ProtectionDomain {
                 .unwrap_or_else(|e| e.into_inner())
                 .contains(n)
         })?;
+        self.create_numbered(init, qpn)
+    }
+
+    /// Creates QP1, the General Services Interface's UD QP that the connection manager
+    /// receives its MADs on (IBTA 10.2.5: QP1 is the GSI's on every port).
+    pub(crate) fn create_gsi_qp(&self, init: QpInitAttr) -> Result<QueuePair> {
+        let qpn = softrdma_wire::cm::GSI_QPN;
+        let taken = self
+            .ctx
+            .dev()
+            .qps
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(qpn);
+        if taken {
+            return Err(Error::Cm {
+                verb: "rdma_create_id",
+                errno: libc::EBUSY,
+                why: "QP1 of this device is taken by another connection manager".into(),
+            });
+        }
+        self.create_numbered(init, qpn)
+    }
+
+    fn create_numbered(&self, init: QpInitAttr, qpn: u32) -> Result<QueuePair> {
+        let dev = self.ctx.dev().clone();
+        let c = init.cap;
         let mut qps = dev.qps.write().unwrap_or_else(|e| e.into_inner());
         let cfg = QpConfig {
             qpn: Qpn::new(qpn),

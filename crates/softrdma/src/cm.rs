@@ -1,0 +1,1128 @@
+//! The connection manager: rdma_cm's event channels and IDs over the IB CM protocol, which
+//! travels in MADs to and from QP1 of the device (`softrdma_proto::cm` is the protocol;
+//! `softrdma_wire::cm` its messages), so that it talks to Linux's rdma_cm on rxe.
+//!
+//! Connecting by IP address alone:
+//!
+//! * passive: [`CmId::new`], [`CmId::bind_addr`], [`CmId::listen`]; a
+//!   [`CmEventKind::ConnectRequest`] brings a new [`CmId`], which gets a QP
+//!   ([`CmId::create_qp`]) and [`CmId::accept`]s; [`CmEventKind::Established`] follows.
+//! * active: [`CmId::resolve_addr`], [`CmId::resolve_route`], [`CmId::create_qp`],
+//!   [`CmId::connect`]; [`CmEventKind::Established`] once the peer accepted (the QP is then
+//!   in RTS), or [`CmEventKind::Rejected`] / [`CmEventKind::Unreachable`].
+//! * either side: [`CmId::disconnect`]; the other sees [`CmEventKind::Disconnected`].
+//!
+//! The QP is moved through INIT, RTR and RTS here, with the PSNs, QPNs, MTU and RDMA
+//! resources the REQ and REP carry: each side's message names the first PSN its receive
+//! queue expects (as Linux's rdma_cm does; see `rping.pcap`).
+//!
+//! # Threads and locks
+//! Each device with a CM ID open has one CM agent (a `softrdma_proto::cm::CmAgent`, behind
+//! one mutex) and one thread, `softrdma-cm`, that sleeps on QP1's completion channel and
+//! the agent's next timer, and hands MADs and timeouts to the agent. Verbs run the agent
+//! under its mutex on the caller's thread and send what it produces there; no lock is
+//! held across user code or a blocking call. Events go to each ID's [`EventChannel`], a
+//! queue behind a mutex with an eventfd that [`EventChannel::fd`] gives for `poll(2)`.
+//! Lock order: the agent's mutex, then an ID's, then the device's (a QP modify or post).
+//!
+//! # Not yet
+//! The device's QP1 belongs to one process: on a device that several processes share, the
+//! CM works in the process that owns the port (members do not get QP1's MADs yet). UD
+//! through SIDR, multicast, and `librdmacm.so.1` come later.
+
+use crate::error::{Error, Result};
+use crate::verbs::context::Context;
+use crate::verbs::cq::{CompletionChannel, CompletionQueue};
+use crate::verbs::qp::{ProtectionDomain, QpInitAttr, QueuePair};
+use softrdma_proto::cm::{CmAgent, CmConfig, CmEvent as AgentEvent, CommId};
+use softrdma_proto::{
+    AccessFlags, AddressVector, Instant, Mtu, QpAttr, QpCaps, QpState, QpType, SendFlags, SendOp,
+    UdDest, WcOpcode, WcStatus,
+};
+use softrdma_wire::cm::{
+    self as wire, CmMad, GSI_QKEY, GSI_QPN, IpCmHeader, PathRepr, PrivateData, RepRepr, ReqRepr,
+    TransportService, rej_reason,
+};
+use softrdma_wire::{Psn, Qpn};
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+/// rdma_cm's port spaces (`enum rdma_port_space`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PortSpace {
+    /// RDMA_PS_TCP: reliable connections.
+    Tcp,
+    /// RDMA_PS_UDP: datagrams (not yet).
+    Udp,
+    /// RDMA_PS_IB: any QP type.
+    Ib,
+}
+
+impl PortSpace {
+    /// The value librdmacm uses.
+    pub fn code(self) -> u16 {
+        match self {
+            PortSpace::Tcp => wire::port_space::TCP,
+            PortSpace::Udp => wire::port_space::UDP,
+            PortSpace::Ib => wire::port_space::IB,
+        }
+    }
+}
+
+/// What a connect or accept offers (`struct rdma_conn_param`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnParam {
+    /// Private data for the peer: at most 56 bytes in a connect (the REQ's 92 less the IP
+    /// CM header), 196 in an accept.
+    pub private_data: Vec<u8>,
+    /// RDMA READs and atomics this side answers at once.
+    pub responder_resources: u8,
+    /// RDMA READs and atomics this side has outstanding.
+    pub initiator_depth: u8,
+    /// Transport retries (0-7).
+    pub retry_count: u8,
+    /// RNR retries (0-7; 7 is infinite).
+    pub rnr_retry_count: u8,
+}
+
+impl Default for ConnParam {
+    fn default() -> Self {
+        Self {
+            private_data: Vec::new(),
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+        }
+    }
+}
+
+/// The response timeout our REQs carry, both ways: 4.096 µs × 2^17 = 537 ms.
+const RESPONSE_TIMEOUT: u8 = 17;
+/// How often a REQ, REP or DREQ of ours is resent: with [`RESPONSE_TIMEOUT`], a peer that
+/// never answers is reported unreachable after 7 × 539 ms, 3.8 s.
+const MAX_CM_RETRIES: u8 = 6;
+/// The ACK timeout our QPs get and our REQs announce (4.096 µs × 2^14 = 67 ms, as
+/// `ibv_rc_pingpong`'s).
+const ACK_TIMEOUT: u8 = 14;
+/// Receive buffers kept posted on QP1: a UD receive starts with its 40-byte GRH area.
+const GSI_RECVS: u64 = 64;
+const GSI_BUF: usize = 40 + wire::MAD_LEN;
+/// WR IDs of QP1's sends start here; below are its receives.
+const SEND_WR_BASE: u64 = 1 << 32;
+
+/// What happened to an ID (`enum rdma_cm_event_type`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CmEventKind {
+    /// `resolve_addr` found the local device.
+    AddrResolved,
+    /// `resolve_route` made the path.
+    RouteResolved,
+    /// A peer asks to connect: the event's `id` is the new connection's.
+    ConnectRequest,
+    /// The peer accepted, and this ID has no QP: answer with [`CmId::establish`].
+    ConnectResponse,
+    /// The connection is up.
+    Established,
+    /// The peer rejected the connection (IBTA reject reason; 28 is the consumer's own).
+    Rejected {
+        /// The reject reason.
+        reason: u16,
+    },
+    /// The peer never answered.
+    Unreachable,
+    /// The connection is down.
+    Disconnected,
+    /// The connection's IDs may be reused.
+    TimewaitExit,
+}
+
+/// One event (`struct rdma_cm_event`).
+#[derive(Debug, Clone)]
+pub struct CmEvent {
+    /// What happened.
+    pub kind: CmEventKind,
+    /// The ID it happened to.
+    pub id: CmId,
+    /// For a connect request: the listening ID.
+    pub listen_id: Option<CmId>,
+    /// The peer's private data (connect request, response, established, rejected,
+    /// disconnected), zero-padded as the message carried it.
+    pub private_data: Vec<u8>,
+}
+
+/// Where an ID's events go (`struct rdma_event_channel`).
+#[derive(Debug, Clone)]
+pub struct EventChannel {
+    inner: Arc<Chan>,
+}
+
+#[derive(Debug)]
+struct Chan {
+    q: Mutex<VecDeque<CmEvent>>,
+    efd: OwnedFd,
+}
+
+impl Chan {
+    fn push(&self, ev: CmEvent) {
+        self.q
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(ev);
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: an eventfd takes an 8-byte write from a valid buffer.
+        unsafe { libc::write(self.efd.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+}
+
+fn eventfd(verb: &'static str) -> Result<OwnedFd> {
+    // SAFETY: eventfd takes no pointers; the result is checked before use.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(Error::io(verb)(std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` is a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Waits until one of `fds` is readable or `timeout` passes (`None`: for ever).
+fn wait_readable(fds: &[RawFd], timeout: Option<Duration>) {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.map_or(-1, |t| t.as_millis().clamp(1, i32::MAX as u128) as i32);
+    // SAFETY: `p` holds `p.len()` valid pollfd entries.
+    unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
+}
+
+fn drain_eventfd(fd: RawFd) {
+    let mut b = [0u8; 8];
+    // SAFETY: reads at most 8 bytes into `b`; the descriptor is non-blocking.
+    unsafe { libc::read(fd, b.as_mut_ptr().cast(), 8) };
+}
+
+impl EventChannel {
+    /// A new channel (`rdma_create_event_channel`).
+    pub fn new() -> Result<Self> {
+        Ok(Self {
+            inner: Arc::new(Chan {
+                q: Mutex::new(VecDeque::new()),
+                efd: eventfd("rdma_create_event_channel")?,
+            }),
+        })
+    }
+
+    /// The descriptor that is readable while events wait (for `poll(2)`).
+    pub fn fd(&self) -> RawFd {
+        self.inner.efd.as_raw_fd()
+    }
+
+    /// The next event (`rdma_get_cm_event`), waiting at most `timeout` (`None`: for ever).
+    pub fn get_event(&self, timeout: Option<Duration>) -> Option<CmEvent> {
+        let end = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            drain_eventfd(self.fd());
+            if let Some(ev) = self
+                .inner
+                .q
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front()
+            {
+                return Some(ev);
+            }
+            let left = match end {
+                Some(e) => {
+                    let now = std::time::Instant::now();
+                    if now >= e {
+                        return None;
+                    }
+                    Some(e - now)
+                }
+                None => None,
+            };
+            wait_readable(&[self.fd()], left);
+        }
+    }
+}
+
+/// A connection-manager ID (`struct rdma_cm_id`): a listener, or one connection.
+#[derive(Clone)]
+pub struct CmId {
+    inner: Arc<IdInner>,
+}
+
+impl std::fmt::Debug for CmId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.inner.st.lock().unwrap_or_else(|e| e.into_inner());
+        f.debug_struct("CmId")
+            .field("local", &st.local)
+            .field("peer", &st.peer)
+            .field("comm", &st.comm)
+            .finish()
+    }
+}
+
+struct IdInner {
+    chan: Arc<Chan>,
+    ctx: Context,
+    core: Arc<Core>,
+    ps: PortSpace,
+    st: Mutex<IdState>,
+}
+
+#[derive(Default)]
+struct IdState {
+    local: Option<SocketAddr>,
+    peer: Option<SocketAddr>,
+    listening: Option<u64>,
+    comm: Option<CommId>,
+    qp: Option<Arc<QueuePair>>,
+    /// The REQ this passive ID answers, or the one this active ID sent.
+    req: Option<Box<ReqRepr>>,
+    /// The REP received (active, without a QP, until `establish`).
+    rep: Option<Box<RepRepr>>,
+    param: Option<ConnParam>,
+}
+
+impl Drop for IdInner {
+    /// The ID's listen and connection end in the CM thread's next pass: the last handle
+    /// may go while that thread holds the agent's mutex (an event it was dispatching).
+    fn drop(&mut self) {
+        let st = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
+        if st.listening.is_some() || st.comm.is_some() {
+            self.core
+                .dropped
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((st.listening, st.comm));
+            self.core.wake();
+        }
+    }
+}
+
+impl CmId {
+    /// A new ID on `ctx`'s device whose events go to `chan` (`rdma_create_id`).
+    pub fn new(chan: &EventChannel, ctx: &Context, ps: PortSpace) -> Result<Self> {
+        let core = Core::of(ctx)?;
+        Ok(Self::with_core(chan.inner.clone(), ctx.clone(), core, ps))
+    }
+
+    fn with_core(chan: Arc<Chan>, ctx: Context, core: Arc<Core>, ps: PortSpace) -> Self {
+        Self {
+            inner: Arc::new(IdInner {
+                chan,
+                ctx,
+                core,
+                ps,
+                st: Mutex::new(IdState::default()),
+            }),
+        }
+    }
+
+    fn st(&self) -> std::sync::MutexGuard<'_, IdState> {
+        self.inner.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn event(&self, kind: CmEventKind, private_data: Vec<u8>) {
+        self.inner.chan.push(CmEvent {
+            kind,
+            id: self.clone(),
+            listen_id: None,
+            private_data,
+        });
+    }
+
+    /// The local address (after bind, resolve or a connect request).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.st().local
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.st().peer
+    }
+
+    /// The ID's QP, once made.
+    pub fn qp(&self) -> Option<Arc<QueuePair>> {
+        self.st().qp.clone()
+    }
+
+    /// The device context the ID is on.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    /// Binds to `addr`, which must be this device's address or unspecified; port 0 picks
+    /// one (`rdma_bind_addr`).
+    pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
+        let dev = self.inner.ctx.addr();
+        if !addr.ip().is_unspecified() && addr.ip().to_canonical() != dev {
+            return Err(cm_err(
+                "rdma_bind_addr",
+                libc::EADDRNOTAVAIL,
+                format!(
+                    "{} is not the address of device {} ({dev})",
+                    addr.ip(),
+                    self.inner.ctx.name()
+                ),
+            ));
+        }
+        let port = if addr.port() == 0 {
+            rand::random_range(32768..61000)
+        } else {
+            addr.port()
+        };
+        self.st().local = Some(SocketAddr::new(dev, port));
+        Ok(())
+    }
+
+    /// Takes connection requests on the bound port (`rdma_listen`).
+    pub fn listen(&self, _backlog: i32) -> Result<()> {
+        let local = match self.local_addr() {
+            Some(l) => l,
+            None => {
+                self.bind_addr(SocketAddr::new(self.inner.ctx.addr(), 0))?;
+                self.local_addr().expect("bound")
+            }
+        };
+        let sid = wire::ip_service_id(self.inner.ps.code(), local.port());
+        let mut core = self.inner.core.st.lock().unwrap_or_else(|e| e.into_inner());
+        core.agent
+            .listen(sid)
+            .map_err(|e| cm_err("rdma_listen", libc::EADDRINUSE, e.to_string()))?;
+        core.listeners.insert(sid, Arc::downgrade(&self.inner));
+        self.st().listening = Some(sid);
+        Ok(())
+    }
+
+    /// Resolves `dst` to this device's port and the peer's GID (`rdma_resolve_addr`): on
+    /// RoCE the GID is the address, so this completes at once, with an
+    /// [`CmEventKind::AddrResolved`] event.
+    pub fn resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr) -> Result<()> {
+        if dst.ip().is_unspecified() || dst.port() == 0 {
+            return Err(cm_err(
+                "rdma_resolve_addr",
+                libc::EINVAL,
+                format!("{dst} is not an address and port to connect to"),
+            ));
+        }
+        if self.local_addr().is_none() {
+            self.bind_addr(src.unwrap_or(SocketAddr::new(self.inner.ctx.addr(), 0)))?;
+        }
+        self.st().peer = Some(SocketAddr::new(dst.ip().to_canonical(), dst.port()));
+        self.event(CmEventKind::AddrResolved, vec![]);
+        Ok(())
+    }
+
+    /// Makes the path to the resolved peer (`rdma_resolve_route`): a RoCE v2 path needs no
+    /// query, so this completes at once, with a [`CmEventKind::RouteResolved`] event.
+    pub fn resolve_route(&self) -> Result<()> {
+        if self.peer_addr().is_none() {
+            return Err(cm_err(
+                "rdma_resolve_route",
+                libc::EINVAL,
+                "the address is not resolved yet (rdma_resolve_addr first)".into(),
+            ));
+        }
+        self.event(CmEventKind::RouteResolved, vec![]);
+        Ok(())
+    }
+
+    /// Creates the ID's QP on `pd` and moves it to INIT (`rdma_create_qp`); RC only.
+    pub fn create_qp(&self, pd: &ProtectionDomain, init: QpInitAttr) -> Result<Arc<QueuePair>> {
+        if init.qp_type != QpType::Rc {
+            return Err(cm_err(
+                "rdma_create_qp",
+                libc::EOPNOTSUPP,
+                format!(
+                    "{:?} QPs through the CM are not supported yet (RC only)",
+                    init.qp_type
+                ),
+            ));
+        }
+        let qp = Arc::new(pd.create_qp(init)?);
+        qp.modify(&QpAttr {
+            state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port: Some(1),
+            access_flags: Some(
+                AccessFlags::LOCAL_WRITE
+                    | AccessFlags::REMOTE_WRITE
+                    | AccessFlags::REMOTE_READ
+                    | AccessFlags::REMOTE_ATOMIC,
+            ),
+            ..Default::default()
+        })?;
+        self.st().qp = Some(qp.clone());
+        Ok(qp)
+    }
+
+    /// Asks the resolved peer to connect (`rdma_connect`).
+    pub fn connect(&self, param: &ConnParam) -> Result<()> {
+        let verb = "rdma_connect";
+        let user_max = wire::private_len::REQ - IpCmHeader::LEN;
+        if param.private_data.len() > user_max {
+            return Err(cm_err(
+                verb,
+                libc::EINVAL,
+                format!(
+                    "{} bytes of private data; a connect carries {user_max}",
+                    param.private_data.len()
+                ),
+            ));
+        }
+        let (local, peer, qp) = {
+            let st = self.st();
+            let (Some(local), Some(peer)) = (st.local, st.peer) else {
+                return Err(cm_err(
+                    verb,
+                    libc::EINVAL,
+                    "the route is not resolved yet".into(),
+                ));
+            };
+            if st.comm.is_some() {
+                return Err(cm_err(
+                    verb,
+                    libc::EISCONN,
+                    "the ID is connecting or connected".into(),
+                ));
+            }
+            let Some(qp) = st.qp.clone() else {
+                return Err(cm_err(
+                    verb,
+                    libc::EINVAL,
+                    "the ID has no QP (rdma_create_qp first)".into(),
+                ));
+            };
+            (local, peer, qp)
+        };
+        let mut pd = [0u8; wire::private_len::REQ];
+        IpCmHeader {
+            version: 0,
+            src_port: local.port(),
+            src: local.ip(),
+            dst: peer.ip(),
+        }
+        .emit(&mut pd);
+        pd[IpCmHeader::LEN..IpCmHeader::LEN + param.private_data.len()]
+            .copy_from_slice(&param.private_data);
+        let req = ReqRepr {
+            local_comm_id: 0,
+            service_id: wire::ip_service_id(self.inner.ps.code(), peer.port()),
+            local_ca_guid: 0,
+            local_qkey: 0,
+            local_qpn: qp.qp_num().value(),
+            responder_resources: param.responder_resources,
+            local_eecn: 0,
+            initiator_depth: param.initiator_depth,
+            remote_eecn: 0,
+            remote_cm_response_timeout: RESPONSE_TIMEOUT,
+            transport: TransportService::Rc,
+            end_to_end_flow_control: false,
+            // What our receive queue expects first (see the module docs).
+            starting_psn: random_psn(),
+            local_cm_response_timeout: RESPONSE_TIMEOUT,
+            retry_count: param.retry_count.min(7),
+            pkey: 0xFFFF,
+            path_mtu: self.inner.ctx.active_mtu() as u8,
+            rdc_exists: false,
+            rnr_retry_count: param.rnr_retry_count.min(7),
+            max_cm_retries: MAX_CM_RETRIES,
+            srq: false,
+            primary: path(local.ip(), peer.ip()),
+            alternate: PathRepr::default(),
+            sap_supported: false,
+            private_data: PrivateData(pd),
+        };
+        let core = &self.inner.core;
+        let mut cs = core.st.lock().unwrap_or_else(|e| e.into_inner());
+        let id = cs.agent.connect(core.now(), peer.ip(), req);
+        cs.ids.insert(id, Arc::downgrade(&self.inner));
+        {
+            let mut st = self.st();
+            st.comm = Some(id);
+            st.req = Some(Box::new(req));
+            st.param = Some(param.clone());
+        }
+        core.flush(&mut cs);
+        core.wake();
+        Ok(())
+    }
+
+    /// Accepts the connection request this ID was made for (`rdma_accept`): its QP goes
+    /// to RTS, and the REP carries `param`.
+    pub fn accept(&self, param: &ConnParam) -> Result<()> {
+        let verb = "rdma_accept";
+        let (id, req, peer, qp) = {
+            let st = self.st();
+            let (Some(id), Some(req), Some(peer)) = (st.comm, st.req.clone(), st.peer) else {
+                return Err(cm_err(
+                    verb,
+                    libc::EINVAL,
+                    "the ID holds no connection request".into(),
+                ));
+            };
+            let Some(qp) = st.qp.clone() else {
+                return Err(cm_err(
+                    verb,
+                    libc::EINVAL,
+                    "the ID has no QP (rdma_create_qp first)".into(),
+                ));
+            };
+            (id, req, peer, qp)
+        };
+        let pd = PrivateData::from_slice(&param.private_data).ok_or_else(|| {
+            cm_err(
+                verb,
+                libc::EINVAL,
+                format!(
+                    "{} bytes of private data; an accept carries {}",
+                    param.private_data.len(),
+                    wire::private_len::REP
+                ),
+            )
+        })?;
+        let rq_psn = random_psn();
+        let mtu = mtu_min(req.path_mtu, self.inner.ctx.active_mtu());
+        to_rts(
+            &qp,
+            self.inner.ctx.addr(),
+            peer.ip(),
+            Conn {
+                dest_qpn: req.local_qpn,
+                rq_psn,
+                sq_psn: req.starting_psn,
+                mtu,
+                timeout: req.primary.local_ack_timeout.max(1),
+                retry: req.retry_count,
+                rnr_retry: param.rnr_retry_count.min(7),
+                rd_atomic: param.initiator_depth.min(req.responder_resources).max(1),
+                dest_rd_atomic: param.responder_resources.max(1),
+            },
+        )?;
+        let rep = RepRepr {
+            local_comm_id: 0,
+            remote_comm_id: 0,
+            local_qkey: 0,
+            local_qpn: qp.qp_num().value(),
+            local_eecn: 0,
+            starting_psn: rq_psn,
+            responder_resources: param.responder_resources,
+            initiator_depth: param.initiator_depth,
+            target_ack_delay: crate::config::limits::LOCAL_CA_ACK_DELAY as u8,
+            failover_accepted: 0,
+            end_to_end_flow_control: false,
+            rnr_retry_count: param.rnr_retry_count.min(7),
+            srq: false,
+            local_ca_guid: 0,
+            private_data: pd,
+        };
+        let core = &self.inner.core;
+        let mut cs = core.st.lock().unwrap_or_else(|e| e.into_inner());
+        cs.agent
+            .accept(core.now(), id, rep)
+            .map_err(|e| cm_err(verb, libc::EINVAL, e.to_string()))?;
+        self.st().param = Some(param.clone());
+        core.flush(&mut cs);
+        core.wake();
+        Ok(())
+    }
+
+    /// Rejects the connection request this ID was made for (`rdma_reject`), with the
+    /// consumer's reason (28) and `private_data` (at most 148 bytes).
+    pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        self.agent_verb("rdma_reject", |a, now, id| {
+            a.reject(now, id, rej_reason::CONSUMER_DEFINED, private_data)
+        })
+    }
+
+    /// Sends the RTU after a [`CmEventKind::ConnectResponse`] (`rdma_establish`).
+    pub fn establish(&self) -> Result<()> {
+        self.agent_verb("rdma_establish", |a, _, id| a.ready_to_use(id, &[]))
+    }
+
+    /// Ends the connection (`rdma_disconnect`): its QP goes to ERROR (its WRs flush), and
+    /// the peer gets a DREQ, or the DREP for its own.
+    pub fn disconnect(&self) -> Result<()> {
+        if let Some(qp) = self.qp() {
+            let _ = qp.modify(&QpAttr {
+                state: Some(QpState::Error),
+                ..Default::default()
+            });
+        }
+        self.agent_verb("rdma_disconnect", |a, now, id| a.disconnect(now, id, &[]))
+    }
+
+    fn agent_verb(
+        &self,
+        verb: &'static str,
+        f: impl FnOnce(
+            &mut CmAgent<IpAddr>,
+            Instant,
+            CommId,
+        ) -> std::result::Result<(), softrdma_proto::cm::CmError>,
+    ) -> Result<()> {
+        let Some(id) = self.st().comm else {
+            return Err(cm_err(
+                verb,
+                libc::EINVAL,
+                "the ID has no connection".into(),
+            ));
+        };
+        let core = &self.inner.core;
+        let mut cs = core.st.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut cs.agent, core.now(), id).map_err(|e| cm_err(verb, libc::EINVAL, e.to_string()))?;
+        core.flush(&mut cs);
+        core.wake();
+        Ok(())
+    }
+}
+
+fn cm_err(verb: &'static str, errno: i32, why: String) -> Error {
+    Error::Cm { verb, errno, why }
+}
+
+fn random_psn() -> u32 {
+    rand::random::<u32>() & 0xFF_FFFF
+}
+
+/// A RoCE v2 path between two addresses: GIDs are the addresses (IPv4-mapped), LIDs the
+/// permissive 0xFFFF as rxe sends them, hop limit 64.
+fn path(local: IpAddr, remote: IpAddr) -> PathRepr {
+    let gid = |a: IpAddr| match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    };
+    PathRepr {
+        local_lid: 0xFFFF,
+        remote_lid: 0xFFFF,
+        local_gid: gid(local),
+        remote_gid: gid(remote),
+        hop_limit: 64,
+        local_ack_timeout: ACK_TIMEOUT,
+        ..PathRepr::default()
+    }
+}
+
+fn mtu_min(code: u8, ours: Mtu) -> Mtu {
+    [Mtu::M256, Mtu::M512, Mtu::M1024, Mtu::M2048, Mtu::M4096]
+        .into_iter()
+        .find(|m| *m as u8 == code)
+        .map_or(ours, |m| m.min(ours))
+}
+
+/// What a connected QP is brought to RTS with.
+struct Conn {
+    dest_qpn: u32,
+    rq_psn: u32,
+    sq_psn: u32,
+    mtu: Mtu,
+    timeout: u8,
+    retry: u8,
+    rnr_retry: u8,
+    rd_atomic: u8,
+    dest_rd_atomic: u8,
+}
+
+fn to_rts(qp: &QueuePair, local: IpAddr, peer: IpAddr, c: Conn) -> Result<()> {
+    qp.modify(&QpAttr {
+        state: Some(QpState::Rtr),
+        av: Some(AddressVector {
+            src: local,
+            dst: peer,
+            flow_label: 0,
+        }),
+        path_mtu: Some(c.mtu),
+        dest_qpn: Some(Qpn::new(c.dest_qpn)),
+        rq_psn: Some(Psn::new(c.rq_psn)),
+        max_dest_rd_atomic: Some(c.dest_rd_atomic),
+        min_rnr_timer: Some(12),
+        ..Default::default()
+    })?;
+    qp.modify(&QpAttr {
+        state: Some(QpState::Rts),
+        sq_psn: Some(Psn::new(c.sq_psn)),
+        timeout: Some(c.timeout),
+        retry_cnt: Some(c.retry.min(7)),
+        rnr_retry: Some(c.rnr_retry),
+        max_rd_atomic: Some(c.rd_atomic),
+        ..Default::default()
+    })?;
+    Ok(())
+}
+
+/// A device's CM: its agent, QP1, and the thread that serves them.
+struct Core {
+    ctx: Context,
+    cq: CompletionQueue,
+    chan: CompletionChannel,
+    qp: QueuePair,
+    st: Mutex<CoreSt>,
+    /// Listens and connections of IDs dropped, for the thread to end (see `IdInner`'s
+    /// drop).
+    dropped: Mutex<Vec<(Option<u64>, Option<CommId>)>>,
+    wake: OwnedFd,
+    epoch: std::time::Instant,
+    next_send: AtomicU64,
+}
+
+struct CoreSt {
+    agent: CmAgent<IpAddr>,
+    ids: HashMap<CommId, Weak<IdInner>>,
+    listeners: HashMap<u64, Weak<IdInner>>,
+}
+
+/// The cores by device (the `Arc<Device>`'s address), so that every ID on a device shares
+/// one agent and one QP1.
+static CORES: Mutex<Vec<(usize, Weak<Core>)>> = Mutex::new(Vec::new());
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        // Wakes the thread, which then finds the core gone and ends.
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: an eventfd takes an 8-byte write from a valid buffer.
+        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+}
+
+impl Core {
+    fn of(ctx: &Context) -> Result<Arc<Core>> {
+        let key = Arc::as_ptr(ctx.dev()) as usize;
+        let mut cores = CORES.lock().unwrap_or_else(|e| e.into_inner());
+        cores.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(c) = cores
+            .iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return Ok(c);
+        }
+        let core = Arc::new(Core::new(ctx)?);
+        cores.push((key, Arc::downgrade(&core)));
+        let weak = Arc::downgrade(&core);
+        let fds = (core.chan.fd(), core.wake.as_raw_fd());
+        std::thread::Builder::new()
+            .name("softrdma-cm".into())
+            .spawn(move || serve(weak, fds))
+            .map_err(Error::io("rdma_create_id"))?;
+        Ok(core)
+    }
+
+    fn new(ctx: &Context) -> Result<Core> {
+        let pd = ctx.alloc_pd();
+        let chan = ctx.create_comp_channel()?;
+        let cq = ctx.create_cq(4 * GSI_RECVS as usize, Some(&chan))?;
+        let qp = pd.create_gsi_qp(QpInitAttr {
+            cap: QpCaps {
+                max_send_wr: 256,
+                max_recv_wr: GSI_RECVS as u32,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: true,
+            ..QpInitAttr::new(QpType::Ud, &cq)
+        })?;
+        qp.connect(
+            Psn::new(0),
+            &crate::verbs::qp::Peer {
+                addr: ctx.addr(),
+                qpn: Qpn::new(GSI_QPN),
+                psn: Psn::new(0),
+            },
+            &crate::verbs::qp::ConnectAttr {
+                qkey: GSI_QKEY,
+                ..Default::default()
+            },
+        )?;
+        for i in 0..GSI_RECVS {
+            qp.post_recv_owned(i, vec![0; GSI_BUF])?;
+        }
+        cq.req_notify(false)?;
+        let seed = rand::random::<u64>();
+        Ok(Core {
+            ctx: ctx.clone(),
+            cq,
+            chan,
+            qp,
+            st: Mutex::new(CoreSt {
+                agent: CmAgent::new(
+                    CmConfig {
+                        ca_guid: ctx.node_guid(),
+                        ack_delay: crate::config::limits::LOCAL_CA_ACK_DELAY as u8,
+                        ..CmConfig::default()
+                    },
+                    seed,
+                ),
+                ids: HashMap::new(),
+                listeners: HashMap::new(),
+            }),
+            dropped: Mutex::new(Vec::new()),
+            wake: eventfd("rdma_create_id")?,
+            epoch: std::time::Instant::now(),
+            next_send: AtomicU64::new(SEND_WR_BASE),
+        })
+    }
+
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    fn wake(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: an eventfd takes an 8-byte write from a valid buffer.
+        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+    }
+
+    /// Receives what QP1 got, runs the agent's timers, and sends and dispatches what came
+    /// of it. Returns when the agent's next timer is due.
+    fn service(&self) -> Option<Duration> {
+        let mut cs = self.st.lock().unwrap_or_else(|e| e.into_inner());
+        let dropped = std::mem::take(&mut *self.dropped.lock().unwrap_or_else(|e| e.into_inner()));
+        for (listening, comm) in dropped {
+            if let Some(sid) = listening {
+                cs.agent.unlisten(sid);
+                cs.listeners.remove(&sid);
+            }
+            if let Some(c) = comm {
+                cs.agent.destroy(self.now(), c);
+                cs.ids.remove(&c);
+            }
+        }
+        for pass in 0..2 {
+            for wc in self.cq.poll(64) {
+                let buf = self.qp.reclaim(wc.wr_id);
+                if wc.opcode != WcOpcode::Recv {
+                    continue;
+                }
+                if let Some(buf) = buf {
+                    if wc.status == WcStatus::Success
+                        && wc.byte_len as usize >= GSI_BUF
+                        && let Some(src) = grh_source(&buf)
+                    {
+                        let now = self.now();
+                        cs.agent.handle_mad(now, src, &buf[40..GSI_BUF]);
+                    }
+                    let _ = self.qp.post_recv_owned(wc.wr_id, buf);
+                }
+            }
+            if pass == 0 {
+                // Completions that came between the poll and the arm are read again.
+                let _ = self.cq.req_notify(false);
+            }
+        }
+        cs.agent.handle_timeout(self.now());
+        self.flush(&mut cs);
+        cs.agent.poll_timeout().map(|t| t.since(self.now()))
+    }
+
+    /// Sends what the agent produced and hands its events to the IDs, until both are done
+    /// (an event may make the agent send: the RTU after a REP).
+    fn flush(&self, cs: &mut CoreSt) {
+        loop {
+            let mut any = false;
+            while let Some((to, mad)) = cs.agent.poll_transmit() {
+                any = true;
+                self.send(to, &mad);
+            }
+            while let Some(ev) = cs.agent.poll_event() {
+                any = true;
+                self.dispatch(cs, ev);
+            }
+            if !any {
+                return;
+            }
+        }
+    }
+
+    fn send(&self, to: IpAddr, mad: &CmMad) {
+        let wr = self.next_send.fetch_add(1, Ordering::Relaxed);
+        let dest = UdDest {
+            src: self.ctx.addr(),
+            ip: to,
+            qpn: Qpn::new(GSI_QPN),
+            qkey: GSI_QKEY,
+        };
+        // A full send queue loses the MAD, as a lost packet would: the agent resends.
+        let _ = self.qp.post_send_owned(
+            wr,
+            SendOp::Send,
+            SendFlags::SIGNALED,
+            Some(dest),
+            mad.to_bytes().to_vec(),
+        );
+    }
+
+    fn dispatch(&self, cs: &mut CoreSt, ev: AgentEvent<IpAddr>) {
+        let now = self.now();
+        let id_of = |cs: &CoreSt, c: CommId| cs.ids.get(&c).and_then(Weak::upgrade);
+        match ev {
+            AgentEvent::ReqReceived { id, from, req } => {
+                let listener = cs.listeners.get(&req.service_id).and_then(Weak::upgrade);
+                let (Some(l), Ok(ip)) = (listener, IpCmHeader::parse(req.private_data.as_bytes()))
+                else {
+                    let _ = cs.agent.reject(now, id, rej_reason::CONSUMER_DEFINED, &[]);
+                    return;
+                };
+                let local = l.st.lock().unwrap_or_else(|e| e.into_inner()).local;
+                let conn = CmId::with_core(l.chan.clone(), l.ctx.clone(), l.core.clone(), l.ps);
+                {
+                    let mut st = conn.st();
+                    st.local = local;
+                    st.peer = Some(SocketAddr::new(from, ip.src_port));
+                    st.comm = Some(id);
+                    st.req = Some(req.clone());
+                }
+                cs.ids.insert(id, Arc::downgrade(&conn.inner));
+                conn.inner.chan.push(CmEvent {
+                    kind: CmEventKind::ConnectRequest,
+                    id: conn.clone(),
+                    listen_id: Some(CmId { inner: l }),
+                    private_data: req.private_data.as_bytes()[IpCmHeader::LEN..].to_vec(),
+                });
+            }
+            AgentEvent::RepReceived { id, rep } => {
+                let Some(inner) = id_of(cs, id) else {
+                    return;
+                };
+                let cid = CmId { inner };
+                let (qp, req, param, peer) = {
+                    let st = cid.st();
+                    (st.qp.clone(), st.req.clone(), st.param.clone(), st.peer)
+                };
+                let (Some(qp), Some(req), Some(param), Some(peer)) = (qp, req, param, peer) else {
+                    cid.st().rep = Some(rep.clone());
+                    cid.event(
+                        CmEventKind::ConnectResponse,
+                        rep.private_data.as_bytes().to_vec(),
+                    );
+                    return;
+                };
+                let r = to_rts(
+                    &qp,
+                    self.ctx.addr(),
+                    peer.ip(),
+                    Conn {
+                        dest_qpn: rep.local_qpn,
+                        rq_psn: req.starting_psn,
+                        sq_psn: rep.starting_psn,
+                        mtu: mtu_min(req.path_mtu, self.ctx.active_mtu()),
+                        timeout: ACK_TIMEOUT,
+                        retry: param.retry_count,
+                        rnr_retry: rep.rnr_retry_count,
+                        rd_atomic: param.initiator_depth.min(rep.responder_resources).max(1),
+                        dest_rd_atomic: param.responder_resources.max(1),
+                    },
+                );
+                if r.is_err() {
+                    let _ = cs.agent.reject(now, id, rej_reason::CONSUMER_DEFINED, &[]);
+                    cid.event(CmEventKind::Unreachable, vec![]);
+                    return;
+                }
+                let _ = cs.agent.ready_to_use(id, &[]);
+                cid.event(
+                    CmEventKind::Established,
+                    rep.private_data.as_bytes().to_vec(),
+                );
+            }
+            AgentEvent::Established { id, private_data } => {
+                if let Some(inner) = id_of(cs, id) {
+                    CmId { inner }.event(CmEventKind::Established, private_data.into_vec());
+                }
+            }
+            AgentEvent::Rejected { id, rej } => {
+                if let Some(inner) = cs.ids.remove(&id).and_then(|w| w.upgrade()) {
+                    let cid = CmId { inner };
+                    cid.st().comm = None;
+                    cid.event(
+                        CmEventKind::Rejected { reason: rej.reason },
+                        rej.private_data.as_bytes().to_vec(),
+                    );
+                }
+            }
+            AgentEvent::Timeout { id, .. } => {
+                if let Some(inner) = id_of(cs, id) {
+                    let cid = CmId { inner };
+                    if cs.agent.state(id).is_none() {
+                        cs.ids.remove(&id);
+                        cid.st().comm = None;
+                    }
+                    cid.event(CmEventKind::Unreachable, vec![]);
+                }
+            }
+            AgentEvent::DreqReceived { id, private_data } => {
+                if let Some(inner) = id_of(cs, id) {
+                    CmId { inner }.event(CmEventKind::Disconnected, private_data.into_vec());
+                }
+            }
+            AgentEvent::Disconnected { id, .. } => {
+                if let Some(inner) = id_of(cs, id) {
+                    CmId { inner }.event(CmEventKind::Disconnected, vec![]);
+                }
+            }
+            AgentEvent::TimewaitExit { id } => {
+                if let Some(inner) = cs.ids.remove(&id).and_then(|w| w.upgrade()) {
+                    let cid = CmId { inner };
+                    cid.st().comm = None;
+                    cid.event(CmEventKind::TimewaitExit, vec![]);
+                }
+            }
+            AgentEvent::MraReceived { .. } => {}
+            AgentEvent::SidrReqReceived { id, .. } => {
+                // UD through SIDR is not built yet: say so rather than stay silent.
+                let _ = cs.agent.sidr_reply(
+                    now,
+                    id,
+                    wire::SidrRepRepr {
+                        request_id: 0,
+                        status: wire::sidr_status::SERVICE_ID_NOT_SUPPORTED,
+                        info: Default::default(),
+                        qpn: 0,
+                        service_id: 0,
+                        qkey: 0,
+                        private_data: PrivateData::default(),
+                    },
+                );
+            }
+            AgentEvent::SidrRepReceived { .. } => {}
+        }
+    }
+}
+
+/// The source address of a UD receive, from its GRH area (an IPv6 header, or an IPv4
+/// header in its last 20 bytes, as rxe writes it).
+fn grh_source(buf: &[u8]) -> Option<IpAddr> {
+    let grh = buf.get(..40)?;
+    if grh[0] >> 4 == 6 {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(&grh[8..24]);
+        Some(IpAddr::from(a).to_canonical())
+    } else {
+        Some(IpAddr::from([grh[32], grh[33], grh[34], grh[35]]))
+    }
+}
+
+/// The `softrdma-cm` thread: serves its core until the core is gone.
+fn serve(core: Weak<Core>, (cq_fd, wake_fd): (RawFd, RawFd)) {
+    loop {
+        let Some(c) = core.upgrade() else {
+            return;
+        };
+        drain_eventfd(wake_fd);
+        // The channel's event is consumed so that its descriptor rearms.
+        let _ = c.chan.get_cq_event(Some(Duration::ZERO));
+        let next = c.service();
+        drop(c);
+        wait_readable(&[cq_fd, wake_fd], next);
+    }
+}

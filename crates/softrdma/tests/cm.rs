@@ -1,0 +1,175 @@
+//! The connection manager end to end over real UDP sockets: IB CM MADs on QP1 between two
+//! devices on loopback (one process, two contexts), as rdma_cm programs use it.
+
+use softrdma::cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel, PortSpace};
+use softrdma::*;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+fn ctx(addr: &str) -> Context {
+    Context::open_addr(addr, addr.parse().unwrap(), Mtu::M1024).unwrap()
+}
+
+/// The next event, which must come within `within`.
+fn next(chan: &EventChannel, within: Duration) -> CmEvent {
+    chan.get_event(Some(within))
+        .unwrap_or_else(|| panic!("no CM event within {within:?}"))
+}
+
+fn expect(chan: &EventChannel, kind: CmEventKind) -> CmEvent {
+    let ev = next(chan, Duration::from_secs(10));
+    assert_eq!(ev.kind, kind, "{ev:?}");
+    ev
+}
+
+fn active(
+    ctx: &Context,
+    chan: &EventChannel,
+    dst: SocketAddr,
+) -> (CmId, ProtectionDomain, CompletionQueue) {
+    let id = CmId::new(chan, ctx, PortSpace::Tcp).unwrap();
+    id.resolve_addr(None, dst).unwrap();
+    expect(chan, CmEventKind::AddrResolved);
+    id.resolve_route().unwrap();
+    expect(chan, CmEventKind::RouteResolved);
+    let pd = ctx.alloc_pd();
+    let cq = ctx.create_cq(64, None).unwrap();
+    id.create_qp(&pd, QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+    (id, pd, cq)
+}
+
+fn wait_wc(cq: &CompletionQueue) -> Completion {
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(wc) = cq.poll_one() {
+            return wc;
+        }
+        assert!(std::time::Instant::now() < end, "no completion");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn two_devices_connect_by_address_exchange_a_send_and_disconnect() {
+    let (sctx, cctx) = (ctx("127.0.0.71"), ctx("127.0.0.72"));
+    let (schan, cchan) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let listener = CmId::new(&schan, &sctx, PortSpace::Tcp).unwrap();
+    listener.bind_addr("0.0.0.0:7471".parse().unwrap()).unwrap();
+    listener.listen(8).unwrap();
+
+    let (client, cpd, ccq) = active(&cctx, &cchan, "127.0.0.71:7471".parse().unwrap());
+    client
+        .connect(&ConnParam {
+            private_data: b"from the client".to_vec(),
+            ..Default::default()
+        })
+        .unwrap();
+
+    let req = expect(&schan, CmEventKind::ConnectRequest);
+    assert!(req.private_data.starts_with(b"from the client"));
+    assert_eq!(
+        req.private_data.len(),
+        56,
+        "the REQ's 92 bytes less the IP CM header"
+    );
+    let conn = req.id.clone();
+    assert_eq!(
+        conn.peer_addr().map(|a| a.ip()),
+        Some(IpAddr::from([127, 0, 0, 72]))
+    );
+    assert_eq!(conn.local_addr().map(|a| a.port()), Some(7471));
+    let spd = sctx.alloc_pd();
+    let scq = sctx.create_cq(64, None).unwrap();
+    let sqp = conn
+        .create_qp(&spd, QpInitAttr::new(QpType::Rc, &scq))
+        .unwrap();
+    sqp.post_recv_owned(1, vec![0; 64]).unwrap();
+    conn.accept(&ConnParam {
+        private_data: b"welcome".to_vec(),
+        ..Default::default()
+    })
+    .unwrap();
+
+    let est = expect(&cchan, CmEventKind::Established);
+    assert!(est.private_data.starts_with(b"welcome"));
+    expect(&schan, CmEventKind::Established);
+
+    // The QPs are connected: a SEND goes through.
+    let cqp = client.qp().unwrap();
+    assert_eq!(cqp.query().state, Some(QpState::Rts));
+    cqp.post_send_owned(
+        2,
+        SendOp::Send,
+        SendFlags::SIGNALED,
+        None,
+        b"hello over rdma_cm".to_vec(),
+    )
+    .unwrap();
+    assert_eq!(wait_wc(&ccq).status, WcStatus::Success);
+    let wc = wait_wc(&scq);
+    assert_eq!(wc.status, WcStatus::Success);
+    assert_eq!(wc.byte_len, 18);
+    assert!(sqp.reclaim(1).unwrap().starts_with(b"hello over rdma_cm"));
+
+    client.disconnect().unwrap();
+    expect(&schan, CmEventKind::Disconnected);
+    conn.disconnect().unwrap();
+    expect(&cchan, CmEventKind::Disconnected);
+    expect(&cchan, CmEventKind::TimewaitExit);
+    expect(&schan, CmEventKind::TimewaitExit);
+    drop(cpd);
+}
+
+#[test]
+fn a_connect_to_a_port_nobody_listens_on_is_rejected() {
+    let (sctx, cctx) = (ctx("127.0.0.73"), ctx("127.0.0.74"));
+    let chan = EventChannel::new().unwrap();
+    // The server's device has a CM (another ID listens elsewhere).
+    let schan = EventChannel::new().unwrap();
+    let other = CmId::new(&schan, &sctx, PortSpace::Tcp).unwrap();
+    other.bind_addr("127.0.0.73:1".parse().unwrap()).unwrap();
+    other.listen(1).unwrap();
+    let (client, _pd, _cq) = active(&cctx, &chan, "127.0.0.73:7472".parse().unwrap());
+    client.connect(&ConnParam::default()).unwrap();
+    let ev = next(&chan, Duration::from_secs(10));
+    assert_eq!(
+        ev.kind,
+        CmEventKind::Rejected {
+            reason: softrdma_wire::cm::rej_reason::INVALID_SERVICE_ID
+        }
+    );
+}
+
+#[test]
+fn a_connect_to_an_address_with_nothing_there_is_unreachable_within_the_retry_budget() {
+    let cctx = ctx("127.0.0.75");
+    let chan = EventChannel::new().unwrap();
+    let (client, _pd, _cq) = active(&cctx, &chan, "127.0.0.76:7473".parse().unwrap());
+    let t = std::time::Instant::now();
+    client.connect(&ConnParam::default()).unwrap();
+    // 7 sends of the REQ, 539 ms apart.
+    let ev = next(&chan, Duration::from_secs(8));
+    assert_eq!(ev.kind, CmEventKind::Unreachable);
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(3700) && took < Duration::from_secs(6),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn misuse_is_refused_with_the_verb_named() {
+    let c = ctx("127.0.0.77");
+    let chan = EventChannel::new().unwrap();
+    let id = CmId::new(&chan, &c, PortSpace::Tcp).unwrap();
+    let e = id.connect(&ConnParam::default()).unwrap_err();
+    assert!(e.to_string().starts_with("rdma_connect:"), "{e}");
+    let e = id.bind_addr("127.0.0.99:1".parse().unwrap()).unwrap_err();
+    assert_eq!(e.errno(), libc_eaddrnotavail());
+    let e = id.accept(&ConnParam::default()).unwrap_err();
+    assert!(e.to_string().contains("no connection request"), "{e}");
+}
+
+fn libc_eaddrnotavail() -> i32 {
+    99
+}
