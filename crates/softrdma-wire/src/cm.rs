@@ -281,7 +281,10 @@ pub struct ReqRepr {
     pub transport: TransportService,
     /// Whether the sender's receive queue is flow controlled end to end.
     pub end_to_end_flow_control: bool,
-    /// The PSN the sender's requests start at (24 bits).
+    /// Starting PSN (24 bits). Linux's rdma_cm puts here the first PSN the sender's
+    /// receive queue expects, which the receiver's requests then start at: in
+    /// `rping.pcap` the passive side sends from the REQ's PSN and the active side from the
+    /// REP's.
     pub starting_psn: u32,
     /// How long the receiver may take to answer (5 bits, 4.096 µs × 2^n).
     pub local_cm_response_timeout: u8,
@@ -582,7 +585,10 @@ pub struct RepRepr {
     pub local_qpn: u32,
     /// The sender's EECN (RD only, 24 bits).
     pub local_eecn: u32,
-    /// The PSN the sender's requests start at (24 bits).
+    /// Starting PSN (24 bits). Linux's rdma_cm puts here the first PSN the sender's
+    /// receive queue expects, which the receiver's requests then start at: in
+    /// `rping.pcap` the passive side sends from the REQ's PSN and the active side from the
+    /// REP's.
     pub starting_psn: u32,
     /// RDMA READs and atomics the sender will answer at once.
     pub responder_resources: u8,

@@ -165,11 +165,8 @@ fn misuse_is_refused_with_the_verb_named() {
     let e = id.connect(&ConnParam::default()).unwrap_err();
     assert!(e.to_string().starts_with("rdma_connect:"), "{e}");
     let e = id.bind_addr("127.0.0.99:1".parse().unwrap()).unwrap_err();
-    assert_eq!(e.errno(), libc_eaddrnotavail());
+    // EADDRNOTAVAIL.
+    assert_eq!(e.errno(), 99);
     let e = id.accept(&ConnParam::default()).unwrap_err();
     assert!(e.to_string().contains("no connection request"), "{e}");
-}
-
-fn libc_eaddrnotavail() -> i32 {
-    99
 }
