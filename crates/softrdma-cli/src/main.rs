@@ -12,6 +12,7 @@ mod pcap;
 mod perf;
 mod pingpong;
 mod res;
+mod rping;
 mod service;
 mod sim;
 mod view;
@@ -53,6 +54,9 @@ enum Command {
     UcPingpong(pingpong::PingpongArgs),
     /// UD ping-pong, compatible with `ibv_ud_pingpong` in both directions.
     UdPingpong(pingpong::PingpongArgs),
+    /// librdmacm's rping over softrdma's connection manager, compatible with `rping` in
+    /// both directions.
+    Rping(rping::RpingArgs),
     /// Run an unmodified RDMA program (ibv_devinfo, ibv_rc_pingpong, perftest, qperf, ...)
     /// on softrdma: it gets the drop-in libibverbs.so.1 and librdmacm.so.1 through
     /// LD_LIBRARY_PATH, and its exit status is this command's.
@@ -111,6 +115,7 @@ fn main() -> ExitCode {
         Command::RcPingpong(a) => return pingpong::run(softrdma::QpType::Rc, &a),
         Command::UcPingpong(a) => return pingpong::run(softrdma::QpType::Uc, &a),
         Command::UdPingpong(a) => return pingpong::run(softrdma::QpType::Ud, &a),
+        Command::Rping(a) => return rping::run(&a),
         Command::Exec { program, no_view } => return dropin::exec(&program, !no_view),
         Command::Env => return dropin::env(),
         Command::Service(a) => return service::run(&a),

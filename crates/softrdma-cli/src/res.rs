@@ -1,4 +1,4 @@
-//! `softrdma res show`: the resources (QPs, CQs, MRs, PDs) every process holds on each
+//! `softrdma res show`: the resources (QPs, CQs, MRs, PDs, CM IDs) every process holds on each
 //! device, in the layout of iproute2's `rdma res show`, from what each process publishes
 //! (`softrdma::stats::resources`).
 
@@ -84,6 +84,15 @@ fn layout(kind: &str) -> &'static [(&'static str, &'static str, bool, u8)] {
             ("access", "access", true, 1),
         ],
         "pd" => &[("users", "users", false, 0), ("pdn", "pdn", false, 0)],
+        "cm_id" => &[
+            ("cm-idn", "cm-idn", false, 0),
+            ("lqpn", "lqpn", false, 0),
+            ("qp-type", "qp-type", false, 0),
+            ("state", "state", false, 0),
+            ("ps", "ps", false, 0),
+            ("src-addr", "src-addr", false, 0),
+            ("dst-addr", "dst-addr", false, 0),
+        ],
         _ => &[],
     }
 }
@@ -130,16 +139,17 @@ fn show(a: &ShowArgs, out: &mut impl std::io::Write) -> Result<(), CliError> {
                 json.push(serde_json::json!({
                     "ifindex": index, "ifname": d.name,
                     "pd": count("pd"), "cq": count("cq"), "qp": count("qp"),
-                    "cm_id": 0, "mr": count("mr"), "ctx": procs, "srq": 0,
+                    "cm_id": count("cm_id"), "mr": count("mr"), "ctx": procs, "srq": 0,
                 }));
             } else {
                 writeln!(
                     out,
-                    "{index}: {}: pd {} cq {} qp {} cm_id 0 mr {} ctx {procs} srq 0",
+                    "{index}: {}: pd {} cq {} qp {} cm_id {} mr {} ctx {procs} srq 0",
                     d.name,
                     count("pd"),
                     count("cq"),
                     count("qp"),
+                    count("cm_id"),
                     count("mr")
                 )
                 .map_err(io)?;
@@ -167,7 +177,7 @@ fn applies(r: &Resource, k: &str) -> bool {
 
 /// One resource as a line of text, as `rdma res show` prints it.
 fn to_text(r: &Resource, dev: &str, details: u8) -> String {
-    let mut s = if r.kind == "qp" {
+    let mut s = if r.kind == "qp" || r.kind == "cm_id" {
         format!("link {dev}/1")
     } else {
         format!("dev {dev}")
@@ -192,7 +202,7 @@ fn to_text(r: &Resource, dev: &str, details: u8) -> String {
 fn to_json(r: &Resource, index: usize, dev: &str, details: u8) -> serde_json::Value {
     let mut m = serde_json::Map::new();
     m.insert("ifindex".into(), index.into());
-    if r.kind == "qp" {
+    if r.kind == "qp" || r.kind == "cm_id" {
         m.insert("ifname".into(), dev.into());
         m.insert("port".into(), 1.into());
     } else {

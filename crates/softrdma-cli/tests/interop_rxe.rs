@@ -478,6 +478,12 @@ fn pingpong_with_linux_rxe() {
 
     two_local_processes_at_once(&vm);
 
+    // The connection manager: IB CM MADs on QP1 between softrdma's `rping` and rdma-core's
+    // over the kernel's rdma_cm, both ways, data checked (`-V`) at 64 B and 64 KiB.
+    for size in ["64", "65000"] {
+        rping_case(&vm, size);
+    }
+
     // Unmodified rdma-core and perftest binaries on the host through the drop-in
     // libibverbs (`softrdma exec`), against the same binaries on rxe, both ways.
     dropin_case(
@@ -487,6 +493,102 @@ fn pingpong_with_linux_rxe() {
         "50 iters in",
     );
     dropin_case(&vm, "ib_write_bw", "-x 1 -F -n 50 -s 65536", "BW average");
+}
+
+/// `softrdma rping` against rdma-core's `rping` in the VM, both ways, `-C 20 -S size`:
+/// the REQ, REP, RTU, DREQ and DREP of each connection come from the kernel's CM on one
+/// side and softrdma's on the other, and the READs and WRITEs of the pings follow.
+fn rping_case(vm: &Vm, size: &str) {
+    // rxe's rping as the client.
+    let srv = ours(
+        HOST_IP,
+        &[],
+        &["rping", "-s", "-v", "-S", size, "-p", "7174"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("softrdma rping -s");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let pid = srv.id();
+    std::thread::spawn(move || tx.send(srv.wait_with_output()));
+    // rxe's client starts once `res show cm_id` shows the server listening: a REQ before
+    // then would be rejected.
+    wait_cm_listen(7174);
+    let cli = vm.exec(&format!(
+        "timeout 60 rping -c -v -V -C 20 -S {size} -a {HOST_IP} -p 7174"
+    ));
+    let srv = match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(o) => o.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!("softrdma rping -s did not end")
+        }
+    };
+    assert!(
+        cli.status.success() && text(&cli).matches("ping data: rdma-ping-").count() == 20,
+        "rxe rping -c -> softrdma, -S {size}:\n{}\nserver:\n{}",
+        text(&cli),
+        text(&srv)
+    );
+    assert!(srv.status.success(), "softrdma rping -s:\n{}", text(&srv));
+    assert_eq!(
+        text(&srv).matches("server ping data: rdma-ping-").count(),
+        20,
+        "{}",
+        text(&srv)
+    );
+
+    // rxe's rping as the server.
+    vm.exec_ok(&format!(
+        "timeout 60 rping -s -v -S {size} -a {VM_IP} -p 7175 > /tmp/rping.log 2>&1 & echo $! > /tmp/rping.pid"
+    ));
+    vm.exec_ok("waitcm 7175");
+    let cli = run(
+        &mut ours(
+            HOST_IP,
+            &[],
+            &[
+                "rping", "-c", "-v", "-V", "-C", "20", "-S", size, "-a", VM_IP, "-p", "7175",
+            ],
+        ),
+        Duration::from_secs(70),
+    );
+    let srv = vm.finished("rping");
+    assert!(
+        cli.status.success() && text(&cli).matches("ping data: rdma-ping-").count() == 20,
+        "softrdma rping -c -> rxe, -S {size}:\n{}\nrxe's server:\n{srv}",
+        text(&cli)
+    );
+    assert_eq!(
+        srv.matches("server ping data: rdma-ping-").count(),
+        20,
+        "{srv}"
+    );
+    eprintln!("ok: rping -S {size} both ways");
+}
+
+/// Waits until a softrdma process in the namespace listens on rdma_cm port `port`, as
+/// `softrdma res show cm_id` shows it.
+fn wait_cm_listen(port: u16) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let o = run(
+            &mut ours(HOST_IP, &[], &["res", "show", "cm_id"]),
+            Duration::from_secs(10),
+        );
+        let t = text(&o);
+        if t.lines()
+            .any(|l| l.contains("state LISTEN") && l.contains(&format!(":{port} ")))
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no rdma_cm listener on port {port} after 30 s: {t}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Two softrdma processes on the host share one device (`HOST_IP:4791`: the first owns it,

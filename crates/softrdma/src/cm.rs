@@ -36,8 +36,8 @@ use crate::verbs::cq::{CompletionChannel, CompletionQueue};
 use crate::verbs::qp::{ProtectionDomain, QpInitAttr, QueuePair};
 use softrdma_proto::cm::{CmAgent, CmConfig, CmEvent as AgentEvent, CommId};
 use softrdma_proto::{
-    AccessFlags, AddressVector, Instant, Mtu, QpAttr, QpCaps, QpState, QpType, SendFlags, SendOp,
-    UdDest, WcOpcode, WcStatus,
+    AccessFlags, AddressVector, Instant, Mtu, Payload, QpAttr, QpCaps, QpState, QpType, RecvWr,
+    SendFlags, SendOp, SendWr, UdDest, WcOpcode, WcStatus,
 };
 use softrdma_wire::cm::{
     self as wire, CmMad, GSI_QKEY, GSI_QPN, IpCmHeader, PathRepr, PrivateData, RepRepr, ReqRepr,
@@ -278,10 +278,15 @@ struct IdInner {
     core: Arc<Core>,
     ps: PortSpace,
     st: Mutex<IdState>,
+    /// The ID's line in `softrdma res show cm_id`.
+    res: Arc<crate::device::res::CmIdEntry>,
 }
 
 #[derive(Default)]
 struct IdState {
+    /// Where it stands, in the kernel's `enum rdma_cm_state` words as `rdma res` shows
+    /// them (`IDLE` when empty).
+    state: &'static str,
     local: Option<SocketAddr>,
     peer: Option<SocketAddr>,
     listening: Option<u64>,
@@ -318,19 +323,57 @@ impl CmId {
     }
 
     fn with_core(chan: Arc<Chan>, ctx: Context, core: Arc<Core>, ps: PortSpace) -> Self {
-        Self {
+        let res = ctx.dev().res.add_cm_id();
+        let id = Self {
             inner: Arc::new(IdInner {
                 chan,
                 ctx,
                 core,
                 ps,
                 st: Mutex::new(IdState::default()),
+                res,
             }),
-        }
+        };
+        id.set_state("IDLE");
+        id
     }
 
     fn st(&self) -> std::sync::MutexGuard<'_, IdState> {
         self.inner.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Moves the ID to `state` and publishes its line for `res show cm_id`.
+    fn set_state(&self, state: &'static str) {
+        let line = {
+            let mut st = self.st();
+            st.state = state;
+            let mut line = String::new();
+            if let Some(qp) = &st.qp {
+                line.push_str(&format!("lqpn {} qp-type RC ", qp.qp_num().value()));
+            }
+            line.push_str(&format!(
+                "state {state} ps {}",
+                match self.inner.ps {
+                    PortSpace::Tcp => "TCP",
+                    PortSpace::Udp => "UDP",
+                    PortSpace::Ib => "IB",
+                }
+            ));
+            if let Some(a) = st.local {
+                line.push_str(&format!(" src-addr {a}"));
+            }
+            if let Some(a) = st.peer {
+                line.push_str(&format!(" dst-addr {a}"));
+            }
+            line
+        };
+        *self
+            .inner
+            .res
+            .fields
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = line;
+        self.inner.ctx.dev().res_changed();
     }
 
     fn event(&self, kind: CmEventKind, private_data: Vec<u8>) {
@@ -383,6 +426,7 @@ impl CmId {
             addr.port()
         };
         self.st().local = Some(SocketAddr::new(dev, port));
+        self.set_state("ADDR_BOUND");
         Ok(())
     }
 
@@ -402,6 +446,7 @@ impl CmId {
             .map_err(|e| cm_err("rdma_listen", libc::EADDRINUSE, e.to_string()))?;
         core.listeners.insert(sid, Arc::downgrade(&self.inner));
         self.st().listening = Some(sid);
+        self.set_state("LISTEN");
         Ok(())
     }
 
@@ -420,6 +465,7 @@ impl CmId {
             self.bind_addr(src.unwrap_or(SocketAddr::new(self.inner.ctx.addr(), 0)))?;
         }
         self.st().peer = Some(SocketAddr::new(dst.ip().to_canonical(), dst.port()));
+        self.set_state("ADDR_RESOLVED");
         self.event(CmEventKind::AddrResolved, vec![]);
         Ok(())
     }
@@ -434,6 +480,7 @@ impl CmId {
                 "the address is not resolved yet (rdma_resolve_addr first)".into(),
             ));
         }
+        self.set_state("ROUTE_RESOLVED");
         self.event(CmEventKind::RouteResolved, vec![]);
         Ok(())
     }
@@ -463,7 +510,9 @@ impl CmId {
             ),
             ..Default::default()
         })?;
+        let state = self.st().state;
         self.st().qp = Some(qp.clone());
+        self.set_state(state);
         Ok(qp)
     }
 
@@ -554,6 +603,7 @@ impl CmId {
             st.req = Some(Box::new(req));
             st.param = Some(param.clone());
         }
+        self.set_state("CONNECT");
         core.flush(&mut cs);
         core.wake();
         Ok(())
@@ -633,6 +683,7 @@ impl CmId {
             .accept(core.now(), id, rep)
             .map_err(|e| cm_err(verb, libc::EINVAL, e.to_string()))?;
         self.st().param = Some(param.clone());
+        self.set_state("CONNECT");
         core.flush(&mut cs);
         core.wake();
         Ok(())
@@ -660,7 +711,9 @@ impl CmId {
                 ..Default::default()
             });
         }
-        self.agent_verb("rdma_disconnect", |a, now, id| a.disconnect(now, id, &[]))
+        self.agent_verb("rdma_disconnect", |a, now, id| a.disconnect(now, id, &[]))?;
+        self.set_state("DISCONNECT");
+        Ok(())
     }
 
     fn agent_verb(
@@ -767,6 +820,8 @@ struct Core {
     cq: CompletionQueue,
     chan: CompletionChannel,
     qp: QueuePair,
+    /// QP1's receive buffers, one region of [`GSI_RECVS`] slots of [`GSI_BUF`] bytes.
+    bufs: crate::verbs::mr::MemoryRegion,
     st: Mutex<CoreSt>,
     /// Listens and connections of IDs dropped, for the thread to end (see `IdInner`'s
     /// drop).
@@ -828,7 +883,8 @@ impl Core {
                 max_recv_wr: GSI_RECVS as u32,
                 max_send_sge: 1,
                 max_recv_sge: 1,
-                max_inline_data: 0,
+                // A MAD goes inline: no region per send.
+                max_inline_data: wire::MAD_LEN as u32,
             },
             sq_sig_all: true,
             ..QpInitAttr::new(QpType::Ud, &cq)
@@ -845,8 +901,12 @@ impl Core {
                 ..Default::default()
             },
         )?;
+        let bufs = pd.register(
+            vec![0; GSI_RECVS as usize * GSI_BUF],
+            AccessFlags::LOCAL_WRITE,
+        )?;
         for i in 0..GSI_RECVS {
-            qp.post_recv_owned(i, vec![0; GSI_BUF])?;
+            post_gsi_recv(&qp, &bufs, i)?;
         }
         cq.req_notify(false)?;
         let seed = rand::random::<u64>();
@@ -855,6 +915,7 @@ impl Core {
             cq,
             chan,
             qp,
+            bufs,
             st: Mutex::new(CoreSt {
                 agent: CmAgent::new(
                     CmConfig {
@@ -901,19 +962,24 @@ impl Core {
         }
         for pass in 0..2 {
             for wc in self.cq.poll(64) {
-                let buf = self.qp.reclaim(wc.wr_id);
-                if wc.opcode != WcOpcode::Recv {
+                if wc.opcode != WcOpcode::Recv || wc.wr_id >= GSI_RECVS {
                     continue;
                 }
-                if let Some(buf) = buf {
-                    if wc.status == WcStatus::Success
-                        && wc.byte_len as usize >= GSI_BUF
-                        && let Some(src) = grh_source(&buf)
-                    {
-                        let now = self.now();
-                        cs.agent.handle_mad(now, src, &buf[40..GSI_BUF]);
-                    }
-                    let _ = self.qp.post_recv_owned(wc.wr_id, buf);
+                let mut buf = [0u8; GSI_BUF];
+                if wc.status == WcStatus::Success
+                    && wc.byte_len as usize >= GSI_BUF
+                    && self
+                        .bufs
+                        .read(wc.wr_id as usize * GSI_BUF, &mut buf)
+                        .is_ok()
+                    && let Some(src) = grh_source(&buf)
+                {
+                    let now = self.now();
+                    cs.agent.handle_mad(now, src, &buf[40..]);
+                }
+                // A flushed receive (the QP is going) is not posted again.
+                if wc.status == WcStatus::Success {
+                    let _ = post_gsi_recv(&self.qp, &self.bufs, wc.wr_id);
                 }
             }
             if pass == 0 {
@@ -954,13 +1020,13 @@ impl Core {
             qkey: GSI_QKEY,
         };
         // A full send queue loses the MAD, as a lost packet would: the agent resends.
-        let _ = self.qp.post_send_owned(
-            wr,
-            SendOp::Send,
-            SendFlags::SIGNALED,
-            Some(dest),
-            mad.to_bytes().to_vec(),
-        );
+        let _ = self.qp.post_send(SendWr {
+            wr_id: wr,
+            op: SendOp::Send,
+            payload: Payload::Inline(mad.to_bytes().to_vec()),
+            flags: SendFlags::SIGNALED | SendFlags::INLINE,
+            ud: Some(dest),
+        });
     }
 
     fn dispatch(&self, cs: &mut CoreSt, ev: AgentEvent<IpAddr>) {
@@ -983,6 +1049,7 @@ impl Core {
                     st.comm = Some(id);
                     st.req = Some(req.clone());
                 }
+                conn.set_state("CONNECT");
                 cs.ids.insert(id, Arc::downgrade(&conn.inner));
                 conn.inner.chan.push(CmEvent {
                     kind: CmEventKind::ConnectRequest,
@@ -1044,6 +1111,7 @@ impl Core {
                 if let Some(inner) = cs.ids.remove(&id).and_then(|w| w.upgrade()) {
                     let cid = CmId { inner };
                     cid.st().comm = None;
+                    cid.set_state("IDLE");
                     cid.event(
                         CmEventKind::Rejected { reason: rej.reason },
                         rej.private_data.as_bytes().to_vec(),
@@ -1062,18 +1130,23 @@ impl Core {
             }
             AgentEvent::DreqReceived { id, private_data } => {
                 if let Some(inner) = id_of(cs, id) {
-                    CmId { inner }.event(CmEventKind::Disconnected, private_data.into_vec());
+                    let cid = CmId { inner };
+                    cid.set_state("DISCONNECT");
+                    cid.event(CmEventKind::Disconnected, private_data.into_vec());
                 }
             }
             AgentEvent::Disconnected { id, .. } => {
                 if let Some(inner) = id_of(cs, id) {
-                    CmId { inner }.event(CmEventKind::Disconnected, vec![]);
+                    let cid = CmId { inner };
+                    cid.set_state("DISCONNECT");
+                    cid.event(CmEventKind::Disconnected, vec![]);
                 }
             }
             AgentEvent::TimewaitExit { id } => {
                 if let Some(inner) = cs.ids.remove(&id).and_then(|w| w.upgrade()) {
                     let cid = CmId { inner };
                     cid.st().comm = None;
+                    cid.set_state("IDLE");
                     cid.event(CmEventKind::TimewaitExit, vec![]);
                 }
             }
@@ -1097,6 +1170,14 @@ impl Core {
             AgentEvent::SidrRepReceived { .. } => {}
         }
     }
+}
+
+/// Posts QP1's receive `slot` of `bufs`.
+fn post_gsi_recv(qp: &QueuePair, bufs: &crate::verbs::mr::MemoryRegion, slot: u64) -> Result<()> {
+    qp.post_recv(RecvWr {
+        wr_id: slot,
+        sg_list: vec![bufs.sge(slot * GSI_BUF as u64, GSI_BUF as u32)],
+    })
 }
 
 /// The source address of a UD receive, from its GRH area (an IPv6 header, or an IPv4

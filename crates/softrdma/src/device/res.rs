@@ -33,10 +33,22 @@ pub(crate) struct PdEntry {
     pub pdn: u32,
 }
 
-/// The device's list of its PDs and CQs (QPs and MRs have tables of their own).
+/// A connection-manager ID's entry: alive while the ID is; its published fields
+/// (`lqpn N qp-type RC state CONNECT ps TCP src-addr A:P dst-addr A:P`), which the CM
+/// updates as the ID moves.
+pub(crate) struct CmIdEntry {
+    /// The ID's number in this process.
+    pub idn: u32,
+    /// Its fields as published.
+    pub fields: Mutex<String>,
+}
+
+/// The device's list of its PDs, CQs and CM IDs (QPs and MRs have tables of their own).
 #[derive(Default)]
 pub(crate) struct Resources {
     pds: Mutex<Vec<Weak<PdEntry>>>,
+    cm_ids: Mutex<Vec<Weak<CmIdEntry>>>,
+    next_cm_idn: AtomicU32,
     cqs: Mutex<Vec<(u32, Weak<CqInner>)>>,
     next_cqn: AtomicU32,
     /// Something changed since the file was last written.
@@ -60,6 +72,18 @@ impl Resources {
         cqs.retain(|c| c.1.strong_count() > 0);
         cqs.push((n, Arc::downgrade(cq)));
         n
+    }
+
+    /// Notes a CM ID; it stays listed while the returned entry lives.
+    pub(crate) fn add_cm_id(&self) -> Arc<CmIdEntry> {
+        let e = Arc::new(CmIdEntry {
+            idn: self.next_cm_idn.fetch_add(1, Ordering::Relaxed),
+            fields: Mutex::new(String::new()),
+        });
+        let mut ids = self.cm_ids.lock().unwrap_or_else(|e| e.into_inner());
+        ids.retain(|p| p.strong_count() > 0);
+        ids.push(Arc::downgrade(&e));
+        e
     }
 
     /// Something was created, destroyed or modified: true if the file was up to date
@@ -195,6 +219,18 @@ pub(crate) fn render(dev: &Device) -> String {
         let users = qp_pds.iter().filter(|p| **p == pdn).count()
             + mrs.iter().filter(|m| m.pd.0 == pdn).count();
         let _ = writeln!(s, "pd pdn {pdn} users {users}");
+    }
+    let ids: Vec<Arc<CmIdEntry>> = dev
+        .res
+        .cm_ids
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    for e in ids {
+        let f = e.fields.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let _ = writeln!(s, "cm_id cm-idn {} {f}", e.idn);
     }
     s
 }

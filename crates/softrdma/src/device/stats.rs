@@ -170,7 +170,7 @@ pub struct Resource {
     pub pid: u32,
     /// Its command name (`/proc/PID/comm`).
     pub comm: String,
-    /// `qp`, `cq`, `mr` or `pd`.
+    /// `qp`, `cq`, `mr`, `pd` or `cm_id`.
     pub kind: String,
     /// Its attributes, in the order published: numbers in decimal, names as words.
     pub fields: Vec<(String, String)>,

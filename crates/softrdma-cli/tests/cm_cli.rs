@@ -1,0 +1,154 @@
+//! `softrdma rping` between two processes on two loopback devices, through softrdma's
+//! connection manager (IB CM MADs on QP1 over UDP), and `softrdma res show cm_id` while a
+//! server listens.
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn softrdma(addr: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_softrdma"));
+    c.env("SOFTRDMA_ADDR", addr).args(args);
+    c
+}
+
+/// A child whose output is read from the start (a full pipe would stop it), to be
+/// waited for with [`Running::finish`].
+struct Running {
+    pid: u32,
+    rx: std::sync::mpsc::Receiver<std::io::Result<Output>>,
+}
+
+impl Running {
+    fn new(child: Child) -> Self {
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(child.wait_with_output()));
+        Self { pid, rx }
+    }
+
+    /// Its output, once it ends within `limit`.
+    fn finish(self, limit: Duration) -> Output {
+        match self.rx.recv_timeout(limit) {
+            Ok(o) => o.expect("output"),
+            Err(_) => {
+                let _ = Command::new("kill")
+                    .arg("-9")
+                    .arg(self.pid.to_string())
+                    .status();
+                panic!("pid {} ran longer than {limit:?}", self.pid);
+            }
+        }
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Waits until `res show cm_id` on `addr`'s device shows a listener on `port`; gives the
+/// line.
+fn listening(addr: &str, port: u16) -> String {
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let o = softrdma(addr, &["res", "show", "cm_id"]).output().unwrap();
+        let t = text(&o);
+        if let Some(l) = t
+            .lines()
+            .find(|l| l.contains("state LISTEN") && l.contains(&format!(":{port} ")))
+        {
+            return l.to_owned();
+        }
+        assert!(Instant::now() < end, "no listener on {port}: {t}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn server(addr: &str, port: &str, size: &str) -> Running {
+    Running::new(
+        softrdma(addr, &["rping", "-s", "-v", "-S", size, "-p", port])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn rping_between_two_processes_checks_every_ping() {
+    for (size, port) in [("64", 7401u16), ("65000", 7402)] {
+        let srv = server("127.0.0.91", &port.to_string(), size);
+        let line = listening("127.0.0.91", port);
+        assert!(
+            line.starts_with("link softrdma0/1 cm-idn ")
+                && line.contains(" ps TCP ")
+                && line.contains(&format!("src-addr 127.0.0.91:{port} "))
+                && line.contains(" comm softrdma"),
+            "{line}"
+        );
+        let cli = softrdma(
+            "127.0.0.92",
+            &[
+                "rping",
+                "-c",
+                "-v",
+                "-V",
+                "-C",
+                "10",
+                "-S",
+                size,
+                "-a",
+                "127.0.0.91",
+                "-p",
+                &port.to_string(),
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+        let cli = Running::new(cli).finish(Duration::from_secs(60));
+        let srv = srv.finish(Duration::from_secs(60));
+        let short = |o: &Output| text(o).chars().take(2000).collect::<String>();
+        assert!(
+            cli.status.success(),
+            "client: {}\nserver: {}",
+            short(&cli),
+            short(&srv)
+        );
+        assert!(srv.status.success(), "server: {}", short(&srv));
+        assert_eq!(text(&cli).matches("ping data: rdma-ping-").count(), 10);
+        assert_eq!(
+            text(&srv).matches("server ping data: rdma-ping-").count(),
+            10
+        );
+        assert!(
+            text(&srv).contains("rdma-ping-9: JKLMNOP"),
+            "{}",
+            short(&srv)
+        );
+    }
+}
+
+#[test]
+fn rping_to_a_port_nobody_listens_on_is_rejected() {
+    let srv = server("127.0.0.93", "7403", "64");
+    listening("127.0.0.93", 7403);
+    let cli = softrdma(
+        "127.0.0.94",
+        &["rping", "-c", "-C", "1", "-a", "127.0.0.93", "-p", "7404"],
+    )
+    .output()
+    .unwrap();
+    assert!(!cli.status.success());
+    assert!(
+        text(&cli).contains("Rejected { reason: 8 }"),
+        "{}",
+        text(&cli)
+    );
+    let _ = Command::new("kill").arg(srv.pid.to_string()).status();
+    srv.finish(Duration::from_secs(10));
+}
