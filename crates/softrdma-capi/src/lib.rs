@@ -36,6 +36,7 @@
 //! registered memory, the application's own, in place.
 
 pub mod abi;
+mod cm;
 mod cq;
 mod device;
 mod events;

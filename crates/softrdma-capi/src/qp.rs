@@ -26,7 +26,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 #[repr(C)]
 pub(crate) struct SoftQp {
     pub qp: ibv_qp_ex,
-    pub inner: softrdma::QueuePair,
+    /// Shared with the connection manager, which holds it weakly (`rdma_create_qp`) to
+    /// move it to RTR and RTS as the connection forms.
+    pub inner: std::sync::Arc<softrdma::QueuePair>,
     caps: ibv_qp_cap,
     sq_sig_all: bool,
     /// The WRs an `ibv_wr_start` ... `ibv_wr_complete` batch has built, and the first error.
@@ -143,7 +145,7 @@ fn create(verb: &'static str, c: Create) -> Result<*mut SoftQp, ()> {
         srq: srq.map(|s| s.inner.clone()),
     };
     let inner = match pd.inner.create_qp(init) {
-        Ok(q) => q,
+        Ok(q) => std::sync::Arc::new(q),
         Err(e) => {
             fail_with(verb, &e);
             return Err(());

@@ -1,8 +1,9 @@
 //! `librdmacm.so.1`'s symbols (RDMACM_1.0-1.3), served by this same library under its
-//! second name. The connection manager is not built yet (issue 16): until it is, every
-//! call fails with ENOSYS and says so once per function on stderr, and loading never
-//! fails, because BIND_NOW callers (perftest, rping, libfabric) need every symbol to exist
-//! even when they never connect through it.
+//! second name. The connection manager's verbs are in [`crate::cm`]; what is left here
+//! is not built yet (rsockets, `rdma_create_ep` and `rdma_get_request`, SRQs through the
+//! CM, `rdma_init_qp_attr`, `rdma_migrate_id`, ECE): each such call fails with ENOSYS and
+//! says so once per function on stderr, and loading never fails, because BIND_NOW callers
+//! (perftest, rping, libfabric) need every symbol to exist even when they never call it.
 //!
 //! The stubs take no parameters: on x86_64 (System V) a caller's arguments are in
 //! registers the callee may ignore, so a parameterless function serves any signature.
@@ -15,8 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 fn enosys(name: &str, said: &AtomicBool) {
     if !said.swap(true, Ordering::Relaxed) {
         eprintln!(
-            "softrdma: {name}: the RDMA connection manager (librdmacm) is not implemented yet; \
-             exchange QP numbers out of band instead (ENOSYS)"
+            "softrdma: {name} is not implemented yet in softrdma's librdmacm (ENOSYS)"
         );
     }
     set_errno(libc::ENOSYS);
@@ -24,7 +24,7 @@ fn enosys(name: &str, said: &AtomicBool) {
 
 macro_rules! enosys {
     ($ret:ty = $fail:expr; $($name:ident)*) => {$(
-        #[doc = concat!("`", stringify!($name), "`: the connection manager is not implemented yet (ENOSYS).")]
+        #[doc = concat!("`", stringify!($name), "`: not implemented yet (ENOSYS).")]
         #[unsafe(no_mangle)]
         pub extern "C" fn $name() -> $ret {
             static SAID: AtomicBool = AtomicBool::new(false);
@@ -36,21 +36,13 @@ macro_rules! enosys {
 
 // int-returning (and ssize_t/off_t-returning: -1 in the full register).
 enosys! { isize = -1;
-    rdma_accept rdma_ack_cm_event rdma_bind_addr rdma_connect rdma_create_ep rdma_create_id
-    rdma_create_qp rdma_create_qp_ex rdma_create_srq rdma_create_srq_ex rdma_destroy_event_channel
-    rdma_destroy_id rdma_disconnect rdma_get_cm_event rdma_get_request rdma_getaddrinfo
-    rdma_join_multicast rdma_join_multicast_ex rdma_leave_multicast rdma_listen rdma_migrate_id
-    rdma_notify rdma_reject rdma_resolve_addr rdma_resolve_route rdma_set_option rdma_establish
-    rdma_init_qp_attr rdma_get_remote_ece rdma_reject_ece rdma_set_local_ece
+    rdma_create_ep rdma_create_srq rdma_create_srq_ex rdma_get_request rdma_migrate_id
+    rdma_notify rdma_init_qp_attr rdma_get_remote_ece rdma_reject_ece rdma_set_local_ece
     raccept rbind rclose rconnect rfcntl rgetpeername rgetsockname rgetsockopt riomap riounmap
     riowrite rlisten rpoll rread rreadv rrecv rrecvfrom rrecvmsg rselect rsend rsendmsg rsendto
     rsetsockopt rshutdown rsocket rwrite rwritev
 }
 
-// pointer-returning.
-enosys! { *mut c_void = std::ptr::null_mut();
-    rdma_create_event_channel
-}
 
 /// `rdma_get_devices`: a NULL-terminated array of an open context for each device, which
 /// needs no connection manager (libfabric's verbs provider lists its domains from it).
@@ -104,26 +96,13 @@ pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut crate::abi::ibv_conte
     })
 }
 
-// __be16-returning: port 0.
-enosys! { u16 = 0;
-    rdma_get_src_port rdma_get_dst_port
-}
-
-/// `rdma_destroy_ep`: nothing was created.
+/// `rdma_destroy_ep`: `rdma_create_ep` made nothing.
 #[unsafe(no_mangle)]
 pub extern "C" fn rdma_destroy_ep(_id: *mut c_void) {}
 
-/// `rdma_destroy_qp`: nothing was created.
-#[unsafe(no_mangle)]
-pub extern "C" fn rdma_destroy_qp(_id: *mut c_void) {}
-
-/// `rdma_destroy_srq`: nothing was created.
+/// `rdma_destroy_srq`: `rdma_create_srq` made nothing.
 #[unsafe(no_mangle)]
 pub extern "C" fn rdma_destroy_srq(_id: *mut c_void) {}
-
-/// `rdma_freeaddrinfo`: nothing was allocated.
-#[unsafe(no_mangle)]
-pub extern "C" fn rdma_freeaddrinfo(_res: *mut c_void) {}
 
 /// `rdma_event_str`: the names of `enum rdma_cm_event_type`.
 #[unsafe(no_mangle)]

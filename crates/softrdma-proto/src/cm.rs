@@ -584,8 +584,9 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
     }
 
     /// Starts or answers a disconnection: from ESTABLISHED sends DREQ and waits for DREP;
-    /// from DREQ_RCVD sends DREP and enters TIMEWAIT. Before the connection is
-    /// established it is rejected instead (as rdma_disconnect does).
+    /// from DREQ_RCVD sends DREP and enters TIMEWAIT; in DREQ_SENT and TIMEWAIT does
+    /// nothing. Before the connection is established it is rejected instead (as
+    /// rdma_disconnect does).
     pub fn disconnect(
         &mut self,
         now: Instant,
@@ -633,6 +634,9 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
             CmState::ReqRcvd | CmState::MraReqSent | CmState::RepRcvd | CmState::MraRepSent => {
                 self.reject(now, id, rej_reason::CONSUMER_DEFINED, private_data)
             }
+            // Already ending (both ends disconnected, or the peer's DREQ was answered):
+            // nothing more to send, as Linux's rdma_disconnect then returns 0 too.
+            CmState::DreqSent | CmState::TimeWait => Ok(()),
             s => Err(Self::wrong(id, s, "disconnect")),
         }
     }

@@ -236,14 +236,11 @@ fn a_connection_forms_carries_private_data_and_ends_through_timewait() {
     )));
     assert_eq!(p.a[0].state(id), Some(CmState::TimeWait));
     assert_eq!(p.a[1].state(pid), Some(CmState::TimeWait));
-    // A disconnect in TIMEWAIT is a misuse, named.
-    assert!(
-        p.a[0]
-            .disconnect(p.now, id, &[])
-            .unwrap_err()
-            .to_string()
-            .contains("TimeWait")
-    );
+    // A second disconnect sends nothing; a verb that cannot apply is refused by name.
+    assert_eq!(p.a[0].disconnect(p.now, id, &[]), Ok(()));
+    assert!(p.a[0].poll_transmit().is_none());
+    let e = p.a[0].accept(p.now, id, rep(1)).unwrap_err();
+    assert!(e.to_string().contains("TimeWait"), "{e}");
     p.run(p.after(Duration::from_secs(1)));
     assert!(p.a[0].is_empty() && p.a[1].is_empty(), "TIMEWAIT ends");
     assert!(has(&p.events[0], |e| matches!(

@@ -141,9 +141,29 @@ pub enum CmEventKind {
     TimewaitExit,
 }
 
+/// What the peer's REQ or REP said of the connection (`rdma_cm_event.param.conn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PeerParam {
+    /// RDMA READs and atomics the peer answers at once.
+    pub responder_resources: u8,
+    /// RDMA READs and atomics the peer has outstanding.
+    pub initiator_depth: u8,
+    /// Its transport retry count (a REQ's).
+    pub retry_count: u8,
+    /// Its RNR retry count.
+    pub rnr_retry_count: u8,
+    /// Whether its QP takes receives from an SRQ.
+    pub srq: bool,
+    /// Its QP number.
+    pub qp_num: u32,
+}
+
 /// One event (`struct rdma_cm_event`).
 #[derive(Debug, Clone)]
 pub struct CmEvent {
+    /// For a connect request and an established active connection: what the peer's REQ
+    /// or REP said.
+    pub peer: Option<PeerParam>,
     /// What happened.
     pub kind: CmEventKind,
     /// The ID it happened to.
@@ -280,6 +300,23 @@ struct IdInner {
     st: Mutex<IdState>,
     /// The ID's line in `softrdma res show cm_id`.
     res: Arc<crate::device::res::CmIdEntry>,
+    /// See [`CmId::user`].
+    user: std::sync::atomic::AtomicUsize,
+}
+
+/// An ID's QP: made by [`CmId::create_qp`] and held, or the caller's and only known.
+enum QpRef {
+    Owned(Arc<QueuePair>),
+    Attached(Weak<QueuePair>),
+}
+
+impl QpRef {
+    fn get(&self) -> Option<Arc<QueuePair>> {
+        match self {
+            QpRef::Owned(q) => Some(q.clone()),
+            QpRef::Attached(w) => w.upgrade(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -291,7 +328,7 @@ struct IdState {
     peer: Option<SocketAddr>,
     listening: Option<u64>,
     comm: Option<CommId>,
-    qp: Option<Arc<QueuePair>>,
+    qp: Option<QpRef>,
     /// The REQ this passive ID answers, or the one this active ID sent.
     req: Option<Box<ReqRepr>>,
     /// The REP received (active, without a QP, until `establish`).
@@ -332,6 +369,7 @@ impl CmId {
                 ps,
                 st: Mutex::new(IdState::default()),
                 res,
+                user: std::sync::atomic::AtomicUsize::new(0),
             }),
         };
         id.set_state("IDLE");
@@ -348,7 +386,7 @@ impl CmId {
             let mut st = self.st();
             st.state = state;
             let mut line = String::new();
-            if let Some(qp) = &st.qp {
+            if let Some(qp) = st.qp.as_ref().and_then(QpRef::get) {
                 line.push_str(&format!("lqpn {} qp-type RC ", qp.qp_num().value()));
             }
             line.push_str(&format!(
@@ -382,6 +420,7 @@ impl CmId {
             id: self.clone(),
             listen_id: None,
             private_data,
+            peer: None,
         });
     }
 
@@ -397,7 +436,7 @@ impl CmId {
 
     /// The ID's QP, once made.
     pub fn qp(&self) -> Option<Arc<QueuePair>> {
-        self.st().qp.clone()
+        self.st().qp.as_ref().and_then(QpRef::get)
     }
 
     /// The device context the ID is on.
@@ -511,9 +550,55 @@ impl CmId {
             ..Default::default()
         })?;
         let state = self.st().state;
-        self.st().qp = Some(qp.clone());
+        self.st().qp = Some(QpRef::Owned(qp.clone()));
         self.set_state(state);
         Ok(qp)
+    }
+
+    /// Makes `qp` the ID's QP (a QP the caller created and keeps: the ID holds it weakly,
+    /// and the CM moves it to RTR and RTS as the connection forms), moving it to INIT if it
+    /// is in RESET (`rdma_create_qp` of librdmacm, whose QP is the library's own).
+    pub fn attach_qp(&self, qp: &Arc<QueuePair>) -> Result<()> {
+        if qp.query().state == Some(QpState::Reset) {
+            qp.modify(&QpAttr {
+                state: Some(QpState::Init),
+                pkey_index: Some(0),
+                port: Some(1),
+                access_flags: Some(
+                    AccessFlags::LOCAL_WRITE
+                        | AccessFlags::REMOTE_WRITE
+                        | AccessFlags::REMOTE_READ
+                        | AccessFlags::REMOTE_ATOMIC,
+                ),
+                ..Default::default()
+            })?;
+        }
+        let state = self.st().state;
+        self.st().qp = Some(QpRef::Attached(Arc::downgrade(qp)));
+        self.set_state(state);
+        Ok(())
+    }
+
+    /// Forgets the ID's QP (`rdma_destroy_qp`).
+    pub fn detach_qp(&self) {
+        let state = self.st().state;
+        self.st().qp = None;
+        self.set_state(state);
+    }
+
+    /// A number the caller keeps with the ID (the C library's own object), 0 until set.
+    pub fn user(&self) -> usize {
+        self.inner.user.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`CmId::user`].
+    pub fn set_user(&self, v: usize) {
+        self.inner.user.store(v, Ordering::Relaxed);
+    }
+
+    /// The port space the ID was made in.
+    pub fn port_space(&self) -> PortSpace {
+        self.inner.ps
     }
 
     /// Asks the resolved peer to connect (`rdma_connect`).
@@ -546,7 +631,7 @@ impl CmId {
                     "the ID is connecting or connected".into(),
                 ));
             }
-            let Some(qp) = st.qp.clone() else {
+            let Some(qp) = st.qp.as_ref().and_then(QpRef::get) else {
                 return Err(cm_err(
                     verb,
                     libc::EINVAL,
@@ -622,7 +707,7 @@ impl CmId {
                     "the ID holds no connection request".into(),
                 ));
             };
-            let Some(qp) = st.qp.clone() else {
+            let Some(qp) = st.qp.as_ref().and_then(QpRef::get) else {
                 return Err(cm_err(
                     verb,
                     libc::EINVAL,
@@ -1056,6 +1141,14 @@ impl Core {
                     id: conn.clone(),
                     listen_id: Some(CmId { inner: l }),
                     private_data: req.private_data.as_bytes()[IpCmHeader::LEN..].to_vec(),
+                    peer: Some(PeerParam {
+                        responder_resources: req.responder_resources,
+                        initiator_depth: req.initiator_depth,
+                        retry_count: req.retry_count,
+                        rnr_retry_count: req.rnr_retry_count,
+                        srq: req.srq,
+                        qp_num: req.local_qpn,
+                    }),
                 });
             }
             AgentEvent::RepReceived { id, rep } => {
@@ -1065,7 +1158,12 @@ impl Core {
                 let cid = CmId { inner };
                 let (qp, req, param, peer) = {
                     let st = cid.st();
-                    (st.qp.clone(), st.req.clone(), st.param.clone(), st.peer)
+                    (
+                        st.qp.as_ref().and_then(QpRef::get),
+                        st.req.clone(),
+                        st.param.clone(),
+                        st.peer,
+                    )
                 };
                 let (Some(qp), Some(req), Some(param), Some(peer)) = (qp, req, param, peer) else {
                     cid.st().rep = Some(rep.clone());
@@ -1097,10 +1195,20 @@ impl Core {
                     return;
                 }
                 let _ = cs.agent.ready_to_use(id, &[]);
-                cid.event(
-                    CmEventKind::Established,
-                    rep.private_data.as_bytes().to_vec(),
-                );
+                cid.inner.chan.push(CmEvent {
+                    kind: CmEventKind::Established,
+                    id: cid.clone(),
+                    listen_id: None,
+                    private_data: rep.private_data.as_bytes().to_vec(),
+                    peer: Some(PeerParam {
+                        responder_resources: rep.responder_resources,
+                        initiator_depth: rep.initiator_depth,
+                        retry_count: 0,
+                        rnr_retry_count: rep.rnr_retry_count,
+                        srq: rep.srq,
+                        qp_num: rep.local_qpn,
+                    }),
+                });
             }
             AgentEvent::Established { id, private_data } => {
                 if let Some(inner) = id_of(cs, id) {

@@ -1,0 +1,1151 @@
+//! librdmacm's connection manager over `softrdma::cm`: event channels, IDs, address and
+//! route resolution, listen, connect, accept, reject, disconnect, the QP verbs of an ID,
+//! `rdma_getaddrinfo`, and the structs callers read directly (`rdma_cm_id`,
+//! `rdma_cm_event`, `rdma_event_channel`, `rdma_addrinfo`; layouts of rdma-core 44,
+//! `../shared/docs/c-abi.md` §5, checked by the asserts below).
+//!
+//! Each C object is a `#[repr(C)]` box whose first field is the public struct, so the
+//! caller's pointer is the box's. An ID's Rust `CmId` keeps the box's address
+//! ([`softrdma::cm::CmId::user`]), which is how an event finds the C ID it is for; an ID
+//! being destroyed clears it first, and events of IDs already destroyed are dropped.
+//!
+//! The device of an ID is the one whose address the ID binds to or resolves from (the
+//! first device when the address says nothing), opened once per process for the CM and
+//! kept open, as librdmacm keeps its devices: `id->verbs` is that context.
+
+use crate::abi::{ibv_ah_attr, ibv_context, ibv_pd, ibv_qp, ibv_qp_init_attr};
+use crate::device::SoftContext;
+use crate::qp::SoftQp;
+use crate::{fail, fail_with, guard, set_errno};
+use softrdma::cm::{CmEventKind, CmId, ConnParam, EventChannel, PeerParam, PortSpace};
+use std::ffi::{c_char, c_int, c_void};
+use std::mem::{offset_of, size_of};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::ptr::null_mut;
+use std::sync::Mutex;
+
+/// `struct rdma_event_channel`.
+#[repr(C)]
+pub struct rdma_event_channel {
+    /// Readable while events wait (libfabric epolls it).
+    pub fd: c_int,
+}
+
+/// A channel: the public struct, then softrdma's.
+#[repr(C)]
+struct ChanC {
+    ch: rdma_event_channel,
+    rust: EventChannel,
+}
+
+/// `union ibv_gid`, with its 8-byte alignment.
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+pub struct gid8 {
+    raw: [u8; 16],
+}
+
+/// `struct rdma_ib_addr`.
+#[repr(C)]
+pub struct rdma_ib_addr {
+    sgid: gid8,
+    dgid: gid8,
+    pkey: u16,
+}
+
+/// `struct rdma_addr`: source and destination (`sockaddr_storage` each), then the IB
+/// addresses.
+#[repr(C)]
+pub struct rdma_addr {
+    src: libc::sockaddr_storage,
+    dst: libc::sockaddr_storage,
+    ib: rdma_ib_addr,
+}
+
+/// `struct rdma_route`.
+#[repr(C)]
+pub struct rdma_route {
+    addr: rdma_addr,
+    path_rec: *mut c_void,
+    num_paths: c_int,
+}
+
+/// `struct rdma_cm_id`.
+#[repr(C)]
+pub struct rdma_cm_id {
+    verbs: *mut ibv_context,
+    channel: *mut rdma_event_channel,
+    context: *mut c_void,
+    qp: *mut ibv_qp,
+    route: rdma_route,
+    ps: c_int,
+    port_num: u8,
+    event: *mut rdma_cm_event,
+    send_cq_channel: *mut c_void,
+    send_cq: *mut c_void,
+    recv_cq_channel: *mut c_void,
+    recv_cq: *mut c_void,
+    srq: *mut c_void,
+    pd: *mut ibv_pd,
+    qp_type: c_int,
+}
+
+/// `struct rdma_conn_param`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdma_conn_param {
+    private_data: *const c_void,
+    private_data_len: u8,
+    responder_resources: u8,
+    initiator_depth: u8,
+    flow_control: u8,
+    retry_count: u8,
+    rnr_retry_count: u8,
+    srq: u8,
+    qp_num: u32,
+}
+
+/// `struct rdma_ud_param`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct rdma_ud_param {
+    private_data: *const c_void,
+    private_data_len: u8,
+    ah_attr: ibv_ah_attr,
+    qp_num: u32,
+    qkey: u32,
+}
+
+/// The union of `struct rdma_cm_event`'s `param`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union rdma_cm_param {
+    conn: rdma_conn_param,
+    ud: rdma_ud_param,
+}
+
+/// `struct rdma_cm_event`.
+#[repr(C)]
+pub struct rdma_cm_event {
+    id: *mut rdma_cm_id,
+    listen_id: *mut rdma_cm_id,
+    event: c_int,
+    status: c_int,
+    param: rdma_cm_param,
+}
+
+/// `struct rdma_addrinfo`.
+#[repr(C)]
+pub struct rdma_addrinfo {
+    ai_flags: c_int,
+    ai_family: c_int,
+    ai_qp_type: c_int,
+    ai_port_space: c_int,
+    ai_src_len: libc::socklen_t,
+    ai_dst_len: libc::socklen_t,
+    ai_src_addr: *mut libc::sockaddr,
+    ai_dst_addr: *mut libc::sockaddr,
+    ai_src_canonname: *mut c_char,
+    ai_dst_canonname: *mut c_char,
+    ai_route_len: usize,
+    ai_route: *mut c_void,
+    ai_connect_len: usize,
+    ai_connect: *mut c_void,
+    ai_next: *mut rdma_addrinfo,
+}
+
+const _: () = {
+    assert!(size_of::<rdma_route>() == 312);
+    assert!(size_of::<rdma_cm_id>() == 416);
+    assert!(offset_of!(rdma_cm_id, route) == 32);
+    assert!(offset_of!(rdma_cm_id, ps) == 344);
+    assert!(offset_of!(rdma_cm_id, port_num) == 348);
+    assert!(offset_of!(rdma_cm_id, event) == 352);
+    assert!(offset_of!(rdma_cm_id, pd) == 400);
+    assert!(offset_of!(rdma_cm_id, qp_type) == 408);
+    assert!(size_of::<rdma_conn_param>() == 24);
+    assert!(offset_of!(rdma_conn_param, qp_num) == 16);
+    assert!(offset_of!(rdma_ud_param, ah_attr) == 16);
+    assert!(offset_of!(rdma_ud_param, qp_num) == 48);
+    assert!(size_of::<rdma_cm_event>() == 80);
+    assert!(offset_of!(rdma_cm_event, param) == 24);
+    assert!(size_of::<rdma_addrinfo>() == 96);
+    assert!(offset_of!(rdma_addrinfo, ai_route) == 64);
+    assert!(offset_of!(rdma_addrinfo, ai_next) == 88);
+};
+
+/// An ID: the public struct, then softrdma's.
+#[repr(C)]
+struct IdC {
+    id: rdma_cm_id,
+    /// Made once the device is known (bind or resolve).
+    rust: Mutex<Option<CmId>>,
+    /// What the peer's REQ said (a connect request's ID), for an `rdma_accept` without
+    /// parameters.
+    peer: Mutex<Option<PeerParam>>,
+    /// The channel made for an ID created without one (librdmacm's synchronous IDs).
+    own_chan: Option<Box<ChanC>>,
+}
+
+/// An event: the public struct, then the private data it points at.
+#[repr(C)]
+struct EventC {
+    ev: rdma_cm_event,
+    private: Vec<u8>,
+}
+
+// `enum rdma_cm_event_type`.
+const ADDR_RESOLVED: c_int = 0;
+const ROUTE_RESOLVED: c_int = 2;
+const CONNECT_REQUEST: c_int = 4;
+const CONNECT_RESPONSE: c_int = 5;
+const UNREACHABLE: c_int = 7;
+const REJECTED: c_int = 8;
+const ESTABLISHED: c_int = 9;
+const DISCONNECTED: c_int = 10;
+const TIMEWAIT_EXIT: c_int = 15;
+
+fn port_space(ps: c_int) -> Option<PortSpace> {
+    match ps {
+        0x0106 => Some(PortSpace::Tcp),
+        0x0111 => Some(PortSpace::Udp),
+        0x013F => Some(PortSpace::Ib),
+        _ => None,
+    }
+}
+
+/// # Safety
+/// `id` must be an ID this library returned.
+unsafe fn idc<'a>(id: *mut rdma_cm_id) -> &'a mut IdC {
+    // SAFETY: `id` is the first field of a live IdC.
+    unsafe { &mut *id.cast::<IdC>() }
+}
+
+/// A socket address from C, if it is IPv4 or IPv6.
+///
+/// # Safety
+/// `sa` must be NULL or point at a sockaddr as long as its family says.
+unsafe fn from_sockaddr(sa: *const libc::sockaddr) -> Option<SocketAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: per the contract, at least sa_family is there.
+    match c_int::from(unsafe { (*sa).sa_family }) {
+        libc::AF_INET => {
+            // SAFETY: an AF_INET address is a sockaddr_in.
+            let a = unsafe { &*sa.cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: an AF_INET6 address is a sockaddr_in6.
+            let a = unsafe { &*sa.cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Writes `a` into a `sockaddr_storage`; its length.
+fn to_sockaddr(a: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    *out = unsafe { std::mem::zeroed() };
+    match a {
+        SocketAddr::V4(v4) => {
+            let p = (out as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>();
+            // SAFETY: a sockaddr_storage holds a sockaddr_in.
+            let s = unsafe { &mut *p };
+            s.sin_family = libc::AF_INET as libc::sa_family_t;
+            s.sin_port = v4.port().to_be();
+            s.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+            size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(v6) => {
+            let p = (out as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
+            // SAFETY: a sockaddr_storage holds a sockaddr_in6.
+            let s = unsafe { &mut *p };
+            s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            s.sin6_port = v6.port().to_be();
+            s.sin6_addr.s6_addr = v6.ip().octets();
+            s.sin6_scope_id = v6.scope_id();
+            size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+/// The context the CM keeps open for device `index` (opened on first use, never
+/// closed: librdmacm keeps its devices open too).
+fn cm_context(index: usize) -> *mut ibv_context {
+    static OPEN: Mutex<Vec<(u32, usize, usize)>> = Mutex::new(Vec::new());
+    let generation = crate::device::generation();
+    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, _, c)) = open
+        .iter()
+        .find(|(g, i, _)| *g == generation && *i == index)
+    {
+        return *c as *mut ibv_context;
+    }
+    let Some(d) = crate::device::devices().get(index) else {
+        return null_mut();
+    };
+    // SAFETY: a device of this process's list.
+    let ctx = unsafe { crate::device::ibv_open_device((&raw const d.dev).cast_mut()) };
+    if !ctx.is_null() {
+        open.push((generation, index, ctx as usize));
+    }
+    ctx
+}
+
+/// The device for an address: the one that has it, or the first for an unspecified one.
+fn device_for(ip: Option<IpAddr>) -> Option<usize> {
+    let devs = crate::device::devices();
+    match ip.map(|i| i.to_canonical()) {
+        Some(ip) if !ip.is_unspecified() => devs.iter().position(|d| d.info.addr == ip),
+        _ => (!devs.is_empty()).then_some(0),
+    }
+}
+
+/// The ID's Rust side, made on the device of `ip` if it has none yet.
+fn rust_id(verb: &'static str, c: &mut IdC, ip: Option<IpAddr>) -> Result<CmId, c_int> {
+    if let Some(r) = c.rust.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        return Ok(r);
+    }
+    let Some(index) = device_for(ip) else {
+        return Err(fail(
+            verb,
+            libc::EADDRNOTAVAIL,
+            &format_args!("no softrdma device has the address {ip:?}"),
+        ));
+    };
+    let ctx = cm_context(index);
+    if ctx.is_null() {
+        return Err(fail(verb, libc::ENODEV, &"the device did not open"));
+    }
+    // SAFETY: a context this library opened.
+    let soft = unsafe { SoftContext::from_ptr(ctx) };
+    // SAFETY: the ID's channel is a ChanC this library made.
+    let chan = unsafe { &*c.id.channel.cast::<ChanC>() };
+    let ps = port_space(c.id.ps).unwrap_or(PortSpace::Tcp);
+    let r = CmId::new(&chan.rust, &soft.ctx, ps).map_err(|e| fail_with(verb, &e))?;
+    r.set_user(c as *mut IdC as usize);
+    c.id.verbs = ctx;
+    c.id.port_num = 1;
+    *c.rust.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.clone());
+    Ok(r)
+}
+
+/// The ID's Rust side, which must exist.
+fn made(verb: &'static str, c: &IdC) -> Result<CmId, c_int> {
+    c.rust
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .ok_or_else(|| {
+            fail(
+                verb,
+                libc::EINVAL,
+                &"the ID is not bound to a device yet (rdma_bind_addr or rdma_resolve_addr first)",
+            )
+        })
+}
+
+/// Copies the ID's addresses into `id->route.addr`.
+fn fill_route(c: &mut IdC, r: &CmId) {
+    if let Some(a) = r.local_addr() {
+        to_sockaddr(a, &mut c.id.route.addr.src);
+        c.id.route.addr.ib.sgid.raw = gid(a.ip());
+    }
+    if let Some(a) = r.peer_addr() {
+        to_sockaddr(a, &mut c.id.route.addr.dst);
+        c.id.route.addr.ib.dgid.raw = gid(a.ip());
+    }
+    c.id.route.addr.ib.pkey = 0xFFFFu16.to_be();
+}
+
+fn gid(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+fn errno_of(verb: &'static str, r: softrdma::Result<()>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            fail_with(verb, &e);
+            -1
+        }
+    }
+}
+
+/// `rdma_create_event_channel`.
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
+    guard("rdma_create_event_channel", null_mut(), || {
+        match EventChannel::new() {
+            Ok(rust) => {
+                let ch = rdma_event_channel { fd: rust.fd() };
+                Box::into_raw(Box::new(ChanC { ch, rust })).cast()
+            }
+            Err(e) => {
+                fail_with("rdma_create_event_channel", &e);
+                null_mut()
+            }
+        }
+    })
+}
+
+/// `rdma_destroy_event_channel`.
+///
+/// # Safety
+/// `ch` must be a channel this library made, with no ID left on it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
+    guard("rdma_destroy_event_channel", (), || {
+        if !ch.is_null() {
+            // SAFETY: made by rdma_create_event_channel, destroyed once.
+            drop(unsafe { Box::from_raw(ch.cast::<ChanC>()) });
+        }
+    })
+}
+
+/// `rdma_create_id`: an ID on `channel` (or on a channel of its own when NULL, as
+/// librdmacm makes for synchronous IDs).
+///
+/// # Safety
+/// `channel` NULL or a channel of this library; `id` a valid pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_create_id(
+    channel: *mut rdma_event_channel,
+    id: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: c_int,
+) -> c_int {
+    guard("rdma_create_id", -1, || {
+        if id.is_null() {
+            fail("rdma_create_id", libc::EINVAL, &"NULL id");
+            return -1;
+        }
+        if port_space(ps).is_none() {
+            fail(
+                "rdma_create_id",
+                libc::EINVAL,
+                &format_args!("port space {ps:#x} (RDMA_PS_TCP, _UDP or _IB)"),
+            );
+            return -1;
+        }
+        if ps == 0x0111 {
+            fail(
+                "rdma_create_id",
+                libc::EOPNOTSUPP,
+                &"RDMA_PS_UDP (UD through SIDR) is not implemented yet",
+            );
+            return -1;
+        }
+        let own_chan = if channel.is_null() {
+            match EventChannel::new() {
+                Ok(rust) => Some(Box::new(ChanC {
+                    ch: rdma_event_channel { fd: rust.fd() },
+                    rust,
+                })),
+                Err(e) => {
+                    fail_with("rdma_create_id", &e);
+                    return -1;
+                }
+            }
+        } else {
+            None
+        };
+        // SAFETY: rdma_cm_id is pointers, ints and sockaddrs: all-zero is valid.
+        let mut raw: rdma_cm_id = unsafe { std::mem::zeroed() };
+        raw.channel = match &own_chan {
+            Some(c) => (&raw const c.ch).cast_mut(),
+            None => channel,
+        };
+        raw.context = context;
+        raw.ps = ps;
+        raw.qp_type = 2; // IBV_QPT_RC
+        let c = Box::into_raw(Box::new(IdC {
+            id: raw,
+            rust: Mutex::new(None),
+            peer: Mutex::new(None),
+            own_chan,
+        }));
+        // SAFETY: the caller's pointer.
+        unsafe { *id = c.cast() };
+        0
+    })
+}
+
+/// `rdma_destroy_id`: its connection ends (a DREQ, or a REJ while it forms); events still
+/// queued for it are dropped.
+///
+/// # Safety
+/// `id` must be an ID of this library, not used again.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+    guard("rdma_destroy_id", -1, || {
+        if id.is_null() {
+            fail("rdma_destroy_id", libc::EINVAL, &"NULL id");
+            return -1;
+        }
+        // SAFETY: made by rdma_create_id or an event, destroyed once.
+        let c = unsafe { Box::from_raw(id.cast::<IdC>()) };
+        if let Some(r) = c.rust.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            r.set_user(0);
+        }
+        0
+    })
+}
+
+/// `rdma_bind_addr`.
+///
+/// # Safety
+/// `id` an ID of this library; `addr` a sockaddr.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
+    guard("rdma_bind_addr", -1, || {
+        let v = "rdma_bind_addr";
+        // SAFETY: per the contract.
+        let (c, a) = unsafe { (idc(id), from_sockaddr(addr)) };
+        let Some(a) = a else {
+            fail(v, libc::EAFNOSUPPORT, &"not an IPv4 or IPv6 address");
+            return -1;
+        };
+        let r = match rust_id(v, c, Some(a.ip())) {
+            Ok(r) => r,
+            Err(_) => return -1,
+        };
+        let rc = errno_of(v, r.bind_addr(a));
+        fill_route(c, &r);
+        rc
+    })
+}
+
+/// `rdma_resolve_addr`: completes at once (the GID is the address), with an
+/// ADDR_RESOLVED event.
+///
+/// # Safety
+/// `id` an ID of this library; `src` NULL or a sockaddr; `dst` a sockaddr.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_resolve_addr(
+    id: *mut rdma_cm_id,
+    src: *mut libc::sockaddr,
+    dst: *mut libc::sockaddr,
+    _timeout_ms: c_int,
+) -> c_int {
+    guard("rdma_resolve_addr", -1, || {
+        let v = "rdma_resolve_addr";
+        // SAFETY: per the contract.
+        let (c, s, d) = unsafe { (idc(id), from_sockaddr(src), from_sockaddr(dst)) };
+        let Some(d) = d else {
+            fail(v, libc::EAFNOSUPPORT, &"the destination is not IPv4 or IPv6");
+            return -1;
+        };
+        let r = match rust_id(v, c, s.map(|s| s.ip())) {
+            Ok(r) => r,
+            Err(_) => return -1,
+        };
+        let rc = errno_of(v, r.resolve_addr(s, d));
+        fill_route(c, &r);
+        rc
+    })
+}
+
+/// `rdma_resolve_route`: completes at once, with a ROUTE_RESOLVED event.
+///
+/// # Safety
+/// `id` an ID of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
+    guard("rdma_resolve_route", -1, || {
+        let v = "rdma_resolve_route";
+        // SAFETY: per the contract.
+        let c = unsafe { idc(id) };
+        match made(v, c) {
+            Ok(r) => errno_of(v, r.resolve_route()),
+            Err(_) => -1,
+        }
+    })
+}
+
+/// `rdma_listen`.
+///
+/// # Safety
+/// `id` an ID of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
+    guard("rdma_listen", -1, || {
+        let v = "rdma_listen";
+        // SAFETY: per the contract.
+        let c = unsafe { idc(id) };
+        // An ID never bound listens on the first device, on a port of its choosing.
+        let r = match rust_id(v, c, None) {
+            Ok(r) => r,
+            Err(_) => return -1,
+        };
+        let rc = errno_of(v, r.listen(backlog));
+        fill_route(c, &r);
+        rc
+    })
+}
+
+/// `rdma_create_qp`: a QP on `pd` (or the ID's PD) that the CM moves to RTS as the
+/// connection forms; `attr.cap` gets what was given.
+///
+/// # Safety
+/// `id` an ID of this library; `pd` NULL or a PD of this library; `attr` valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard("rdma_create_qp", -1, || {
+        let v = "rdma_create_qp";
+        // SAFETY: per the contract.
+        let c = unsafe { idc(id) };
+        let r = match made(v, c) {
+            Ok(r) => r,
+            Err(_) => return -1,
+        };
+        let pd = if pd.is_null() { c.id.pd } else { pd };
+        if pd.is_null() || attr.is_null() {
+            fail(v, libc::EINVAL, &"no PD or no attributes");
+            return -1;
+        }
+        // SAFETY: the caller's PD and attributes.
+        let qp = unsafe { crate::qp::ibv_create_qp(pd, attr) };
+        if qp.is_null() {
+            return -1;
+        }
+        // SAFETY: just made by this library.
+        let soft = unsafe { SoftQp::from_ptr(qp) };
+        if let Err(e) = r.attach_qp(&soft.inner) {
+            fail_with(v, &e);
+            // SAFETY: just made, not handed out.
+            unsafe { crate::qp::ibv_destroy_qp(qp) };
+            return -1;
+        }
+        c.id.qp = qp;
+        c.id.pd = pd;
+        // SAFETY: the caller's attributes.
+        let a = unsafe { &*attr };
+        c.id.send_cq = a.send_cq.cast();
+        c.id.recv_cq = a.recv_cq.cast();
+        c.id.qp_type = a.qp_type;
+        0
+    })
+}
+
+/// `rdma_create_qp_ex`: as [`rdma_create_qp`], from the extended attributes (PD, CQs,
+/// caps and type; nothing else is taken).
+///
+/// # Safety
+/// `id` an ID of this library; `attr` valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_create_qp_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut crate::abi::ibv_qp_init_attr_ex,
+) -> c_int {
+    guard("rdma_create_qp_ex", -1, || {
+        if attr.is_null() {
+            fail("rdma_create_qp_ex", libc::EINVAL, &"NULL attr");
+            return -1;
+        }
+        // SAFETY: the caller's attributes.
+        let a = unsafe { &mut *attr };
+        let mut init = ibv_qp_init_attr {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all,
+        };
+        let pd = if a.comp_mask & 1 != 0 { a.pd } else { null_mut() };
+        // SAFETY: per the contract.
+        let rc = unsafe { rdma_create_qp(id, pd, &mut init) };
+        a.cap = init.cap;
+        rc
+    })
+}
+
+/// `rdma_destroy_qp`.
+///
+/// # Safety
+/// `id` an ID of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
+    guard("rdma_destroy_qp", (), || {
+        // SAFETY: per the contract.
+        let c = unsafe { idc(id) };
+        if let Some(r) = c.rust.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            r.detach_qp();
+        }
+        if !c.id.qp.is_null() {
+            // SAFETY: the QP rdma_create_qp made, destroyed once.
+            unsafe { crate::qp::ibv_destroy_qp(c.id.qp) };
+            c.id.qp = null_mut();
+        }
+    })
+}
+
+/// The caller's connection parameters (NULL: librdmacm's defaults), against what the
+/// peer offered (`peer`, for an accept).
+///
+/// # Safety
+/// `p` NULL or a valid `rdma_conn_param` whose private data is readable.
+unsafe fn conn_param(p: *const rdma_conn_param, peer: Option<PeerParam>) -> ConnParam {
+    // The device's limit (`max_qp_rd_atom`).
+    const RD_MAX: u8 = 128;
+    if p.is_null() {
+        return ConnParam {
+            private_data: Vec::new(),
+            responder_resources: peer.map_or(RD_MAX, |p| p.initiator_depth.min(RD_MAX)),
+            initiator_depth: peer.map_or(RD_MAX, |p| p.responder_resources.min(RD_MAX)),
+            retry_count: 7,
+            rnr_retry_count: 7,
+        };
+    }
+    // SAFETY: per the contract.
+    let p = unsafe { &*p };
+    let private_data = if p.private_data.is_null() || p.private_data_len == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: the caller's buffer of that length.
+        unsafe { std::slice::from_raw_parts(p.private_data.cast::<u8>(), p.private_data_len.into()) }
+            .to_vec()
+    };
+    ConnParam {
+        private_data,
+        responder_resources: p.responder_resources,
+        initiator_depth: p.initiator_depth,
+        retry_count: p.retry_count.min(7),
+        rnr_retry_count: p.rnr_retry_count.min(7),
+    }
+}
+
+/// `rdma_connect`.
+///
+/// # Safety
+/// `id` an ID of this library; `param` NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    guard("rdma_connect", -1, || {
+        let v = "rdma_connect";
+        // SAFETY: per the contract.
+        let (c, p) = unsafe { (idc(id), conn_param(param, None)) };
+        match made(v, c) {
+            Ok(r) => errno_of(v, r.connect(&p)),
+            Err(_) => -1,
+        }
+    })
+}
+
+/// `rdma_accept`.
+///
+/// # Safety
+/// `id` an ID of this library; `param` NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    guard("rdma_accept", -1, || {
+        let v = "rdma_accept";
+        // SAFETY: per the contract.
+        let c = unsafe { idc(id) };
+        let peer = *c.peer.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: per the contract.
+        let p = unsafe { conn_param(param, peer) };
+        match made(v, c) {
+            Ok(r) => errno_of(v, r.accept(&p)),
+            Err(_) => -1,
+        }
+    })
+}
+
+/// `rdma_reject`.
+///
+/// # Safety
+/// `id` an ID of this library; `data` NULL or `len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_reject(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
+    guard("rdma_reject", -1, || {
+        let v = "rdma_reject";
+        // SAFETY: per the contract.
+        let c = unsafe { idc(id) };
+        let pd = if data.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: the caller's buffer.
+            unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len.into()) }.to_vec()
+        };
+        match made(v, c) {
+            Ok(r) => errno_of(v, r.reject(&pd)),
+            Err(_) => -1,
+        }
+    })
+}
+
+/// `rdma_establish`.
+///
+/// # Safety
+/// `id` an ID of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
+    guard("rdma_establish", -1, || {
+        // SAFETY: per the contract.
+        let c = unsafe { idc(id) };
+        match made("rdma_establish", c) {
+            Ok(r) => errno_of("rdma_establish", r.establish()),
+            Err(_) => -1,
+        }
+    })
+}
+
+/// `rdma_disconnect`.
+///
+/// # Safety
+/// `id` an ID of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
+    guard("rdma_disconnect", -1, || {
+        // SAFETY: per the contract.
+        let c = unsafe { idc(id) };
+        match made("rdma_disconnect", c) {
+            Ok(r) => errno_of("rdma_disconnect", r.disconnect()),
+            Err(_) => -1,
+        }
+    })
+}
+
+/// `rdma_set_option`: TOS, REUSEADDR, AFONLY and ACK_TIMEOUT are taken (softrdma's paths
+/// carry no traffic class of their own, its ports are never held by a dead listener, and
+/// its QPs' ACK timeout is their own); anything else is EINVAL, as librdmacm says of an
+/// unknown option.
+///
+/// # Safety
+/// `id` an ID of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_set_option(
+    _id: *mut rdma_cm_id,
+    level: c_int,
+    optname: c_int,
+    _optval: *mut c_void,
+    _optlen: usize,
+) -> c_int {
+    guard("rdma_set_option", -1, || {
+        // RDMA_OPTION_ID = 0: TOS 0, REUSEADDR 1, AFONLY 2, ACK_TIMEOUT 3; IB = 1: PATH 1.
+        match (level, optname) {
+            (0, 0..=3) => 0,
+            _ => {
+                fail(
+                    "rdma_set_option",
+                    libc::EINVAL,
+                    &format_args!("level {level} option {optname}"),
+                );
+                -1
+            }
+        }
+    })
+}
+
+/// `rdma_get_src_port`: the local port, in network order.
+///
+/// # Safety
+/// `id` an ID of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
+    guard("rdma_get_src_port", 0, || {
+        // SAFETY: per the contract.
+        let c = unsafe { idc(id) };
+        c.rust
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(|r| r.local_addr())
+            .map_or(0, |a| a.port().to_be())
+    })
+}
+
+/// `rdma_get_dst_port`: the peer's port, in network order.
+///
+/// # Safety
+/// `id` an ID of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
+    guard("rdma_get_dst_port", 0, || {
+        // SAFETY: per the contract.
+        let c = unsafe { idc(id) };
+        c.rust
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(|r| r.peer_addr())
+            .map_or(0, |a| a.port().to_be())
+    })
+}
+
+/// `rdma_get_cm_event`: waits for the channel's next event. A connect request brings a new
+/// ID, with the listener's channel, context and device.
+///
+/// # Safety
+/// `ch` a channel of this library; `event` a valid pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_get_cm_event(
+    ch: *mut rdma_event_channel,
+    event: *mut *mut rdma_cm_event,
+) -> c_int {
+    guard("rdma_get_cm_event", -1, || {
+        if ch.is_null() || event.is_null() {
+            fail("rdma_get_cm_event", libc::EINVAL, &"NULL argument");
+            return -1;
+        }
+        // SAFETY: a ChanC this library made.
+        let chan = unsafe { &*ch.cast::<ChanC>() };
+        loop {
+            let Some(ev) = chan.rust.get_event(None) else {
+                continue;
+            };
+            if let Some(e) = convert(ev) {
+                // SAFETY: the caller's pointer.
+                unsafe { *event = e };
+                return 0;
+            }
+        }
+    })
+}
+
+/// The C event for `ev`, or `None` when its ID was destroyed.
+fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
+    let (kind, status) = match &ev.kind {
+        CmEventKind::AddrResolved => (ADDR_RESOLVED, 0),
+        CmEventKind::RouteResolved => (ROUTE_RESOLVED, 0),
+        CmEventKind::ConnectRequest => (CONNECT_REQUEST, 0),
+        CmEventKind::ConnectResponse => (CONNECT_RESPONSE, 0),
+        CmEventKind::Established => (ESTABLISHED, 0),
+        CmEventKind::Rejected { reason } => (REJECTED, c_int::from(*reason)),
+        CmEventKind::Unreachable => (UNREACHABLE, -libc::ETIMEDOUT),
+        CmEventKind::Disconnected => (DISCONNECTED, 0),
+        CmEventKind::TimewaitExit => (TIMEWAIT_EXIT, 0),
+    };
+    let (id, listen_id) = if kind == CONNECT_REQUEST {
+        let l = ev.listen_id.as_ref()?.user();
+        if l == 0 {
+            return None;
+        }
+        // SAFETY: a live IdC (its user value is cleared before it is freed).
+        let lc = unsafe { &*(l as *const IdC) };
+        // SAFETY: all-zero is a valid rdma_cm_id.
+        let mut raw: rdma_cm_id = unsafe { std::mem::zeroed() };
+        raw.verbs = lc.id.verbs;
+        raw.channel = lc.id.channel;
+        raw.context = lc.id.context;
+        raw.ps = lc.id.ps;
+        raw.port_num = 1;
+        raw.qp_type = 2;
+        let c = Box::into_raw(Box::new(IdC {
+            id: raw,
+            rust: Mutex::new(Some(ev.id.clone())),
+            peer: Mutex::new(ev.peer),
+            own_chan: None,
+        }));
+        ev.id.set_user(c as usize);
+        // SAFETY: just made.
+        fill_route(unsafe { &mut *c }, &ev.id);
+        (c.cast::<rdma_cm_id>(), l as *mut rdma_cm_id)
+    } else {
+        let u = ev.id.user();
+        if u == 0 {
+            return None;
+        }
+        (u as *mut rdma_cm_id, null_mut())
+    };
+    let mut e = Box::new(EventC {
+        // SAFETY: all-zero is a valid rdma_cm_event (pointers, ints, a union of them).
+        ev: unsafe { std::mem::zeroed() },
+        private: ev.private_data.clone(),
+    });
+    e.ev.id = id;
+    e.ev.listen_id = listen_id;
+    e.ev.event = kind;
+    e.ev.status = status;
+    let p = ev.peer.unwrap_or_default();
+    e.ev.param.conn = rdma_conn_param {
+        private_data: if e.private.is_empty() {
+            std::ptr::null()
+        } else {
+            e.private.as_ptr().cast()
+        },
+        private_data_len: e.private.len().min(255) as u8,
+        responder_resources: p.responder_resources,
+        initiator_depth: p.initiator_depth,
+        flow_control: 0,
+        retry_count: p.retry_count,
+        rnr_retry_count: p.rnr_retry_count,
+        srq: u8::from(p.srq),
+        qp_num: p.qp_num,
+    };
+    let raw = Box::into_raw(e);
+    // SAFETY: `id` is a live IdC; its current event, as librdmacm keeps it.
+    unsafe { (*id).event = raw.cast() };
+    Some(raw.cast())
+}
+
+/// `rdma_ack_cm_event`: frees the event.
+///
+/// # Safety
+/// `event` an event of this library, acked once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
+    guard("rdma_ack_cm_event", -1, || {
+        if event.is_null() {
+            fail("rdma_ack_cm_event", libc::EINVAL, &"NULL event");
+            return -1;
+        }
+        // SAFETY: made by rdma_get_cm_event, freed once.
+        drop(unsafe { Box::from_raw(event.cast::<EventC>()) });
+        0
+    })
+}
+
+/// `rdma_getaddrinfo`: `node` and `service` through the system's `getaddrinfo`, as
+/// source (`RAI_PASSIVE`) or destination addresses, with the hints' QP type and port
+/// space (RC and RDMA_PS_TCP by default). A chain of one entry.
+///
+/// # Safety
+/// `node`, `service` NULL or C strings; `hints` NULL or valid; `res` a valid pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_getaddrinfo(
+    node: *const c_char,
+    service: *const c_char,
+    hints: *const rdma_addrinfo,
+    res: *mut *mut rdma_addrinfo,
+) -> c_int {
+    guard("rdma_getaddrinfo", -1, || {
+        const RAI_PASSIVE: c_int = 1;
+        const RAI_NUMERICHOST: c_int = 2;
+        if res.is_null() || (node.is_null() && service.is_null()) {
+            fail("rdma_getaddrinfo", libc::EINVAL, &"no node, service or result");
+            return -1;
+        }
+        // SAFETY: NULL or the caller's hints.
+        let h = (!hints.is_null()).then(|| unsafe { &*hints });
+        let flags = h.map_or(0, |h| h.ai_flags);
+        // SAFETY: all-zero is a valid addrinfo for hints.
+        let mut sys_hints: libc::addrinfo = unsafe { std::mem::zeroed() };
+        sys_hints.ai_family = h.map_or(libc::AF_UNSPEC, |h| h.ai_family);
+        sys_hints.ai_socktype = libc::SOCK_STREAM;
+        if flags & RAI_PASSIVE != 0 {
+            sys_hints.ai_flags |= libc::AI_PASSIVE;
+        }
+        if flags & RAI_NUMERICHOST != 0 {
+            sys_hints.ai_flags |= libc::AI_NUMERICHOST;
+        }
+        let mut list: *mut libc::addrinfo = null_mut();
+        // SAFETY: C strings or NULL, valid hints, a valid result pointer.
+        let rc = unsafe { libc::getaddrinfo(node, service, &sys_hints, &mut list) };
+        if rc != 0 || list.is_null() {
+            fail(
+                "rdma_getaddrinfo",
+                libc::EADDRNOTAVAIL,
+                &format_args!("getaddrinfo failed ({rc})"),
+            );
+            return rc.min(-1);
+        }
+        // SAFETY: a list getaddrinfo returned.
+        let first = unsafe { &*list };
+        // SAFETY: its address, of its length.
+        let addr = unsafe { from_sockaddr(first.ai_addr) };
+        // SAFETY: returned by getaddrinfo.
+        unsafe { libc::freeaddrinfo(list) };
+        let Some(addr) = addr else {
+            fail("rdma_getaddrinfo", libc::EAFNOSUPPORT, &"not IPv4 or IPv6");
+            return -1;
+        };
+        let boxed = |a: SocketAddr| {
+            // SAFETY: all-zero is a valid sockaddr_storage.
+            let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+            let len = to_sockaddr(a, &mut ss);
+            (Box::into_raw(Box::new(ss)).cast::<libc::sockaddr>(), len)
+        };
+        // SAFETY: all-zero is a valid rdma_addrinfo.
+        let mut ai: rdma_addrinfo = unsafe { std::mem::zeroed() };
+        ai.ai_flags = flags;
+        ai.ai_family = if addr.is_ipv4() {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        };
+        ai.ai_qp_type = h.map_or(2, |h| if h.ai_qp_type == 0 { 2 } else { h.ai_qp_type });
+        ai.ai_port_space = h.map_or(0x0106, |h| {
+            if h.ai_port_space == 0 {
+                0x0106
+            } else {
+                h.ai_port_space
+            }
+        });
+        if flags & RAI_PASSIVE != 0 {
+            (ai.ai_src_addr, ai.ai_src_len) = boxed(addr);
+        } else {
+            (ai.ai_dst_addr, ai.ai_dst_len) = boxed(addr);
+        }
+        // SAFETY: the caller's pointer; freed by rdma_freeaddrinfo.
+        unsafe { *res = Box::into_raw(Box::new(ai)) };
+        0
+    })
+}
+
+/// `rdma_freeaddrinfo`.
+///
+/// # Safety
+/// `res` NULL or a chain `rdma_getaddrinfo` made, freed once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
+    guard("rdma_freeaddrinfo", (), || {
+        let mut p = res;
+        while !p.is_null() {
+            // SAFETY: made by rdma_getaddrinfo, freed once.
+            let ai = unsafe { Box::from_raw(p) };
+            for a in [ai.ai_src_addr, ai.ai_dst_addr] {
+                if !a.is_null() {
+                    // SAFETY: a boxed sockaddr_storage.
+                    drop(unsafe { Box::from_raw(a.cast::<libc::sockaddr_storage>()) });
+                }
+            }
+            p = ai.ai_next;
+        }
+    })
+}
+
+/// `rdma_join_multicast`: softrdma's devices carry no multicast through the CM yet.
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_join_multicast() -> c_int {
+    fail(
+        "rdma_join_multicast",
+        libc::EOPNOTSUPP,
+        &"multicast through the CM is not supported",
+    );
+    -1
+}
+
+/// `rdma_join_multicast_ex`: see [`rdma_join_multicast`].
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_join_multicast_ex() -> c_int {
+    rdma_join_multicast()
+}
+
+/// `rdma_leave_multicast`: nothing was joined.
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_leave_multicast() -> c_int {
+    set_errno(libc::EADDRNOTAVAIL);
+    -1
+}
