@@ -389,8 +389,10 @@ fn errno_of(verb: &'static str, r: softrdma::Result<()>) -> c_int {
 /// `rdma_create_event_channel`.
 #[unsafe(no_mangle)]
 pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
-    guard("rdma_create_event_channel", null_mut(), || {
-        match EventChannel::new() {
+    guard(
+        "rdma_create_event_channel",
+        null_mut(),
+        || match EventChannel::new() {
             Ok(rust) => {
                 let ch = rdma_event_channel { fd: rust.fd() };
                 Box::into_raw(Box::new(ChanC { ch, rust })).cast()
@@ -399,8 +401,8 @@ pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
                 fail_with("rdma_create_event_channel", &e);
                 null_mut()
             }
-        }
-    })
+        },
+    )
 }
 
 /// `rdma_destroy_event_channel`.
@@ -547,7 +549,11 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         // SAFETY: per the contract.
         let (c, s, d) = unsafe { (idc(id), from_sockaddr(src), from_sockaddr(dst)) };
         let Some(d) = d else {
-            fail(v, libc::EAFNOSUPPORT, &"the destination is not IPv4 or IPv6");
+            fail(
+                v,
+                libc::EAFNOSUPPORT,
+                &"the destination is not IPv4 or IPv6",
+            );
             return -1;
         };
         let r = match rust_id(v, c, s.map(|s| s.ip())) {
@@ -672,7 +678,11 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
             qp_type: a.qp_type,
             sq_sig_all: a.sq_sig_all,
         };
-        let pd = if a.comp_mask & 1 != 0 { a.pd } else { null_mut() };
+        let pd = if a.comp_mask & 1 != 0 {
+            a.pd
+        } else {
+            null_mut()
+        };
         // SAFETY: per the contract.
         let rc = unsafe { rdma_create_qp(id, pd, &mut init) };
         a.cap = init.cap;
@@ -723,8 +733,10 @@ unsafe fn conn_param(p: *const rdma_conn_param, peer: Option<PeerParam>) -> Conn
         Vec::new()
     } else {
         // SAFETY: the caller's buffer of that length.
-        unsafe { std::slice::from_raw_parts(p.private_data.cast::<u8>(), p.private_data_len.into()) }
-            .to_vec()
+        unsafe {
+            std::slice::from_raw_parts(p.private_data.cast::<u8>(), p.private_data_len.into())
+        }
+        .to_vec()
     };
     ConnParam {
         private_data,
@@ -1034,7 +1046,11 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         const RAI_PASSIVE: c_int = 1;
         const RAI_NUMERICHOST: c_int = 2;
         if res.is_null() || (node.is_null() && service.is_null()) {
-            fail("rdma_getaddrinfo", libc::EINVAL, &"no node, service or result");
+            fail(
+                "rdma_getaddrinfo",
+                libc::EINVAL,
+                &"no node, service or result",
+            );
             return -1;
         }
         // SAFETY: NULL or the caller's hints.

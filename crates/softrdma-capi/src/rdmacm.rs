@@ -15,9 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 fn enosys(name: &str, said: &AtomicBool) {
     if !said.swap(true, Ordering::Relaxed) {
-        eprintln!(
-            "softrdma: {name} is not implemented yet in softrdma's librdmacm (ENOSYS)"
-        );
+        eprintln!("softrdma: {name} is not implemented yet in softrdma's librdmacm (ENOSYS)");
     }
     set_errno(libc::ENOSYS);
 }
@@ -42,7 +40,6 @@ enosys! { isize = -1;
     riowrite rlisten rpoll rread rreadv rrecv rrecvfrom rrecvmsg rselect rsend rsendmsg rsendto
     rsetsockopt rshutdown rsocket rwrite rwritev
 }
-
 
 /// `rdma_get_devices`: a NULL-terminated array of an open context for each device, which
 /// needs no connection manager (libfabric's verbs provider lists its domains from it).

@@ -44,7 +44,10 @@ impl Drop for Running {
     /// would hold its device's port for the next one.
     fn drop(&mut self) {
         if self.pid != 0 {
-            let _ = Command::new("kill").arg("-9").arg(self.pid.to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-9")
+                .arg(self.pid.to_string())
+                .status();
         }
     }
 }
@@ -222,8 +225,31 @@ fn unmodified_rdma_cm_programs_connect_through_the_dropin() {
     }
     let (c, s) = dropin_pair(
         1,
-        &["rping", "-s", "-v", "-C", "10", "-a", "127.0.1.1", "-p", "7420"],
-        &["rping", "-c", "-v", "-V", "-C", "10", "-S", "64", "-a", "127.0.1.1", "-p", "7420"],
+        &[
+            "rping",
+            "-s",
+            "-v",
+            "-C",
+            "10",
+            "-a",
+            "127.0.1.1",
+            "-p",
+            "7420",
+        ],
+        &[
+            "rping",
+            "-c",
+            "-v",
+            "-V",
+            "-C",
+            "10",
+            "-S",
+            "64",
+            "-a",
+            "127.0.1.1",
+            "-p",
+            "7420",
+        ],
         7420,
     );
     assert_eq!(c.matches("ping data: rdma-ping-").count(), 10, "{c}");
@@ -231,11 +257,34 @@ fn unmodified_rdma_cm_programs_connect_through_the_dropin() {
 
     let (c, s) = dropin_pair(
         2,
-        &["ucmatose", "-b", "127.0.1.2", "-p", "7421", "-c", "4", "-C", "10"],
-        &["ucmatose", "-s", "127.0.1.2", "-p", "7421", "-c", "4", "-C", "10"],
+        &[
+            "ucmatose",
+            "-b",
+            "127.0.1.2",
+            "-p",
+            "7421",
+            "-c",
+            "4",
+            "-C",
+            "10",
+        ],
+        &[
+            "ucmatose",
+            "-s",
+            "127.0.1.2",
+            "-p",
+            "7421",
+            "-c",
+            "4",
+            "-C",
+            "10",
+        ],
         7421,
     );
-    assert!(c.contains("return status 0") && s.contains("return status 0"), "{c}\n{s}");
+    assert!(
+        c.contains("return status 0") && s.contains("return status 0"),
+        "{c}\n{s}"
+    );
 
     let tools = [
         "ib_send_bw",
