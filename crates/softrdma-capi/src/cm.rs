@@ -185,6 +185,8 @@ struct IdC {
     peer: Mutex<Option<PeerParam>>,
     /// The channel made for an ID created without one (librdmacm's synchronous IDs).
     own_chan: Option<Box<ChanC>>,
+    /// CQs `rdma_create_qp` made because the caller gave none, destroyed with the QP.
+    own_cqs: Vec<*mut crate::abi::ibv_cq>,
 }
 
 /// An event: the public struct, then the private data it points at.
@@ -480,6 +482,7 @@ pub unsafe extern "C" fn rdma_create_id(
             rust: Mutex::new(None),
             peer: Mutex::new(None),
             own_chan,
+            own_cqs: Vec::new(),
         }));
         // SAFETY: the caller's pointer.
         unsafe { *id = c.cast() };
@@ -500,7 +503,10 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             return -1;
         }
         // SAFETY: made by rdma_create_id or an event, destroyed once.
-        let c = unsafe { Box::from_raw(id.cast::<IdC>()) };
+        let mut c = unsafe { Box::from_raw(id.cast::<IdC>()) };
+        if c.id.qp.is_null() {
+            destroy_own_cqs(&mut c);
+        }
         if let Some(r) = c.rust.lock().unwrap_or_else(|e| e.into_inner()).take() {
             r.set_user(0);
         }
@@ -623,14 +629,49 @@ pub unsafe extern "C" fn rdma_create_qp(
             Ok(r) => r,
             Err(_) => return -1,
         };
-        let pd = if pd.is_null() { c.id.pd } else { pd };
-        if pd.is_null() || attr.is_null() {
-            fail(v, libc::EINVAL, &"no PD or no attributes");
+        if attr.is_null() {
+            fail(v, libc::EINVAL, &"NULL attributes");
             return -1;
         }
-        // SAFETY: the caller's PD and attributes.
+        // As librdmacm: no PD is the device's default PD, and a missing CQ is made for the
+        // ID (cmtime gives neither).
+        let pd = match (pd.is_null(), c.id.pd.is_null()) {
+            (false, _) => pd,
+            (true, false) => c.id.pd,
+            (true, true) => default_pd(c.id.verbs),
+        };
+        if pd.is_null() {
+            fail(v, libc::EINVAL, &"no PD");
+            return -1;
+        }
+        // SAFETY: the caller's attributes.
+        let a = unsafe { &mut *attr };
+        for (cq, depth) in [
+            (&mut a.send_cq, a.cap.max_send_wr),
+            (&mut a.recv_cq, a.cap.max_recv_wr),
+        ] {
+            if cq.is_null() {
+                // SAFETY: the ID's context; no channel.
+                let made = unsafe {
+                    crate::cq::ibv_create_cq(
+                        c.id.verbs,
+                        depth.max(1) as c_int,
+                        null_mut(),
+                        null_mut(),
+                        0,
+                    )
+                };
+                if made.is_null() {
+                    return -1;
+                }
+                c.own_cqs.push(made);
+                *cq = made;
+            }
+        }
+        // SAFETY: the PD and the caller's attributes.
         let qp = unsafe { crate::qp::ibv_create_qp(pd, attr) };
         if qp.is_null() {
+            destroy_own_cqs(c);
             return -1;
         }
         // SAFETY: just made by this library.
@@ -639,11 +680,12 @@ pub unsafe extern "C" fn rdma_create_qp(
             fail_with(v, &e);
             // SAFETY: just made, not handed out.
             unsafe { crate::qp::ibv_destroy_qp(qp) };
+            destroy_own_cqs(c);
             return -1;
         }
         c.id.qp = qp;
         c.id.pd = pd;
-        // SAFETY: the caller's attributes.
+        // SAFETY: the caller's attributes, as ibv_create_qp left them.
         let a = unsafe { &*attr };
         c.id.send_cq = a.send_cq.cast();
         c.id.recv_cq = a.recv_cq.cast();
@@ -707,7 +749,34 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
             unsafe { crate::qp::ibv_destroy_qp(c.id.qp) };
             c.id.qp = null_mut();
         }
+        destroy_own_cqs(c);
     })
+}
+
+/// Destroys the CQs `rdma_create_qp` made for the ID.
+fn destroy_own_cqs(c: &mut IdC) {
+    for cq in c.own_cqs.drain(..) {
+        // SAFETY: a CQ this library made for the ID, destroyed once, its QP gone.
+        unsafe { crate::cq::ibv_destroy_cq(cq) };
+    }
+}
+
+/// The PD the CM allocates once per context for QPs created without one.
+fn default_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+    static PDS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+    if ctx.is_null() {
+        return null_mut();
+    }
+    let mut pds = PDS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, pd)) = pds.iter().find(|(c, _)| *c == ctx as usize) {
+        return *pd as *mut ibv_pd;
+    }
+    // SAFETY: a context the CM keeps open.
+    let pd = unsafe { crate::mr::ibv_alloc_pd(ctx) };
+    if !pd.is_null() {
+        pds.push((ctx as usize, pd as usize));
+    }
+    pd
 }
 
 /// The caller's connection parameters (NULL: librdmacm's defaults), against what the
@@ -969,6 +1038,7 @@ fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
             rust: Mutex::new(Some(ev.id.clone())),
             peer: Mutex::new(ev.peer),
             own_chan: None,
+            own_cqs: Vec::new(),
         }));
         ev.id.set_user(c as usize);
         // SAFETY: just made.

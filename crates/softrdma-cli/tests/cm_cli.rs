@@ -215,8 +215,8 @@ fn dropin_pair(n: u8, server: &[&str], client: &[&str], port: u16) -> (String, S
     (c, s)
 }
 
-/// rdma-core's rping and ucmatose (four connections), and every perftest tool with `-R`
-/// (its connection made by rdma_cm), unmodified, as two processes.
+/// rdma-core's rping, ucmatose (four connections) and cmtime (100), and every perftest
+/// tool with `-R` (its connections made by rdma_cm), unmodified, as two processes.
 #[test]
 fn unmodified_rdma_cm_programs_connect_through_the_dropin() {
     if !have("rping") || !have("ib_send_bw") {
@@ -285,6 +285,37 @@ fn unmodified_rdma_cm_programs_connect_through_the_dropin() {
         c.contains("return status 0") && s.contains("return status 0"),
         "{c}\n{s}"
     );
+
+    // cmtime: 100 connections made and torn down step by step, each step timed; its
+    // server serves until it is stopped.
+    let srv = Running::new(
+        exec(
+            "127.0.1.3",
+            &["cmtime", "-b", "127.0.1.3", "-p", "7422", "-c", "100"],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap(),
+    );
+    listening("127.0.1.3", 7422);
+    let cli = Running::new(
+        exec(
+            "127.0.2.3",
+            &["cmtime", "-s", "127.0.1.3", "-p", "7422", "-c", "100"],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap(),
+    )
+    .finish(Duration::from_secs(60));
+    drop(srv);
+    let c = text(&cli);
+    assert!(cli.status.success() && c.contains("connect      :"), "{c}");
+    // Every connection's connect step was timed (a failed one shows no minimum).
+    let connect = c.lines().find(|l| l.starts_with("connect")).unwrap();
+    assert!(!connect.contains("1000000000"), "{c}");
 
     let tools = [
         "ib_send_bw",

@@ -43,6 +43,12 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::Hash;
 use std::time::Duration;
 
+/// How long after a listener goes a REQ for its service is dropped rather than rejected:
+/// a program that listens again on the same port (perftest's `-R` does, between its
+/// parameter exchange and its data connections) gets the requester's resend instead of
+/// failing it; after that, nobody listening gets IBTA's REJ at once.
+pub const RELISTEN_GRACE: Duration = Duration::from_secs(2);
+
 /// A connection's (or a SIDR request's) local communication ID.
 pub type CommId = u32;
 
@@ -293,6 +299,8 @@ pub struct CmAgent<A> {
     /// SIDR requests we answered, by peer and request ID.
     sidr_by_remote: HashMap<(A, u32), CommId>,
     listening: BTreeSet<u64>,
+    /// Services whose listener went, and when (see [`RELISTEN_GRACE`]).
+    unlistened: HashMap<u64, Instant>,
     timers: BTreeSet<(Instant, CommId)>,
     out: VecDeque<(A, CmMad)>,
     events: VecDeque<CmEvent<A>>,
@@ -310,6 +318,7 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
             sidrs: HashMap::new(),
             sidr_by_remote: HashMap::new(),
             listening: BTreeSet::new(),
+            unlistened: HashMap::new(),
             timers: BTreeSet::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
@@ -348,12 +357,16 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         if !self.listening.insert(service_id) {
             return Err(CmError::AddressInUse(service_id));
         }
+        self.unlistened.remove(&service_id);
         Ok(())
     }
 
-    /// Takes no more requests for `service_id` (connections made stay).
-    pub fn unlisten(&mut self, service_id: u64) {
-        self.listening.remove(&service_id);
+    /// Takes no more requests for `service_id` (connections made stay). For
+    /// [`RELISTEN_GRACE`] after, a REQ for it is dropped rather than rejected.
+    pub fn unlisten(&mut self, now: Instant, service_id: u64) {
+        if self.listening.remove(&service_id) {
+            self.unlistened.insert(service_id, now);
+        }
     }
 
     /// A fresh communication ID: random, non-zero, not in use.
@@ -857,8 +870,16 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
             return;
         }
         if !self.listening.contains(&req.service_id) {
-            // IBTA 12.6.7.2: nobody serves the service ID.
             self.counters.unexpected += 1;
+            self.unlistened
+                .retain(|_, at| now.since(*at) < RELISTEN_GRACE);
+            if self.unlistened.contains_key(&req.service_id) {
+                // Its listener has just gone, and programs listen again on the same port
+                // for their next connection (perftest's -R: one for the parameters, one
+                // per QP): the REQ's resend will find the new one.
+                return;
+            }
+            // IBTA 12.6.7.2: nobody serves the service ID.
             let mad = CmMad {
                 tid,
                 attr_mod: 0,
@@ -874,7 +895,6 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
             self.send(from, mad);
             return;
         }
-        let _ = now;
         let id = self.new_id();
         self.conns.insert(
             id,

@@ -590,3 +590,33 @@ fn rxe_s_req_is_answered_as_rxe_answered_it() {
     assert_eq!(us.state(id), Some(CmState::TimeWait));
     assert_eq!(us.counters().unexpected, 0);
 }
+
+/// A REQ for a service whose listener has just gone is dropped (its resend finds the
+/// next listener, as perftest's `-R` needs); once the grace is over, it is rejected.
+#[test]
+fn a_req_just_after_the_listener_went_waits_for_the_next_one() {
+    let mut p = Pair::new(8);
+    p.a[1].unlisten(p.now, SERVICE);
+    let id = p.a[0].connect(p.now, 1, req(0x100));
+    // Within the grace: no REJ; the listener is back before the REQ's resend.
+    p.run(p.after(Duration::from_millis(1)));
+    assert!(p.events[0].is_empty(), "{:?}", p.events[0]);
+    p.a[1].listen(SERVICE).unwrap();
+    p.run(p.after(Duration::from_secs(1)));
+    assert_eq!(p.a[0].state(id), Some(CmState::Established));
+
+    // Long after a listener went: rejected at once.
+    let mut p = Pair::new(9);
+    p.a[1].unlisten(p.now, SERVICE);
+    p.now = p.now.add(softrdma_proto::cm::RELISTEN_GRACE);
+    p.a[0].connect(p.now, 1, req(0x100));
+    p.run(p.after(Duration::from_millis(1)));
+    assert!(
+        has(
+            &p.events[0],
+            |e| matches!(e, CmEvent::Rejected { rej, .. } if rej.reason == rej_reason::INVALID_SERVICE_ID)
+        ),
+        "{:?}",
+        p.events[0]
+    );
+}

@@ -480,6 +480,9 @@ impl CmId {
         };
         let sid = wire::ip_service_id(self.inner.ps.code(), local.port());
         let mut core = self.inner.core.st.lock().unwrap_or_else(|e| e.into_inner());
+        // A listener this process dropped a moment ago no longer holds the port (a
+        // program that listens again on it: perftest's -R).
+        self.inner.core.reap(&mut core);
         core.agent
             .listen(sid)
             .map_err(|e| cm_err("rdma_listen", libc::EADDRINUSE, e.to_string()))?;
@@ -1034,17 +1037,7 @@ impl Core {
     /// of it. Returns when the agent's next timer is due.
     fn service(&self) -> Option<Duration> {
         let mut cs = self.st.lock().unwrap_or_else(|e| e.into_inner());
-        let dropped = std::mem::take(&mut *self.dropped.lock().unwrap_or_else(|e| e.into_inner()));
-        for (listening, comm) in dropped {
-            if let Some(sid) = listening {
-                cs.agent.unlisten(sid);
-                cs.listeners.remove(&sid);
-            }
-            if let Some(c) = comm {
-                cs.agent.destroy(self.now(), c);
-                cs.ids.remove(&c);
-            }
-        }
+        self.reap(&mut cs);
         for pass in 0..2 {
             for wc in self.cq.poll(64) {
                 if wc.opcode != WcOpcode::Recv || wc.wr_id >= GSI_RECVS {
@@ -1075,6 +1068,21 @@ impl Core {
         cs.agent.handle_timeout(self.now());
         self.flush(&mut cs);
         cs.agent.poll_timeout().map(|t| t.since(self.now()))
+    }
+
+    /// Ends the listens and connections of IDs dropped since (see `IdInner`'s drop).
+    fn reap(&self, cs: &mut CoreSt) {
+        let dropped = std::mem::take(&mut *self.dropped.lock().unwrap_or_else(|e| e.into_inner()));
+        for (listening, comm) in dropped {
+            if let Some(sid) = listening {
+                cs.agent.unlisten(self.now(), sid);
+                cs.listeners.remove(&sid);
+            }
+            if let Some(c) = comm {
+                cs.agent.destroy(self.now(), c);
+                cs.ids.remove(&c);
+            }
+        }
     }
 
     /// Sends what the agent produced and hands its events to the IDs, until both are done
