@@ -540,21 +540,8 @@ impl CmId {
             ));
         }
         let qp = Arc::new(pd.create_qp(init)?);
-        qp.modify(&QpAttr {
-            state: Some(QpState::Init),
-            pkey_index: Some(0),
-            port: Some(1),
-            access_flags: Some(
-                AccessFlags::LOCAL_WRITE
-                    | AccessFlags::REMOTE_WRITE
-                    | AccessFlags::REMOTE_READ
-                    | AccessFlags::REMOTE_ATOMIC,
-            ),
-            ..Default::default()
-        })?;
-        let state = self.st().state;
-        self.st().qp = Some(QpRef::Owned(qp.clone()));
-        self.set_state(state);
+        to_init(&qp)?;
+        self.set_qp(Some(QpRef::Owned(qp.clone())));
         Ok(qp)
     }
 
@@ -563,29 +550,24 @@ impl CmId {
     /// is in RESET (`rdma_create_qp` of librdmacm, whose QP is the library's own).
     pub fn attach_qp(&self, qp: &Arc<QueuePair>) -> Result<()> {
         if qp.query().state == Some(QpState::Reset) {
-            qp.modify(&QpAttr {
-                state: Some(QpState::Init),
-                pkey_index: Some(0),
-                port: Some(1),
-                access_flags: Some(
-                    AccessFlags::LOCAL_WRITE
-                        | AccessFlags::REMOTE_WRITE
-                        | AccessFlags::REMOTE_READ
-                        | AccessFlags::REMOTE_ATOMIC,
-                ),
-                ..Default::default()
-            })?;
+            to_init(qp)?;
         }
-        let state = self.st().state;
-        self.st().qp = Some(QpRef::Attached(Arc::downgrade(qp)));
-        self.set_state(state);
+        self.set_qp(Some(QpRef::Attached(Arc::downgrade(qp))));
         Ok(())
     }
 
     /// Forgets the ID's QP (`rdma_destroy_qp`).
     pub fn detach_qp(&self) {
-        let state = self.st().state;
-        self.st().qp = None;
+        self.set_qp(None);
+    }
+
+    /// Sets the ID's QP and publishes its line again (the QPN shows in it).
+    fn set_qp(&self, qp: Option<QpRef>) {
+        let state = {
+            let mut st = self.st();
+            st.qp = qp;
+            st.state
+        };
         self.set_state(state);
     }
 
@@ -835,6 +817,22 @@ fn cm_err(verb: &'static str, errno: i32, why: String) -> Error {
 
 fn random_psn() -> u32 {
     rand::random::<u32>() & 0xFF_FFFF
+}
+
+/// Moves a new QP to INIT with every remote access right, as rdma_cm's QPs get.
+fn to_init(qp: &QueuePair) -> Result<()> {
+    qp.modify(&QpAttr {
+        state: Some(QpState::Init),
+        pkey_index: Some(0),
+        port: Some(1),
+        access_flags: Some(
+            AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+        ),
+        ..Default::default()
+    })
 }
 
 /// A RoCE v2 path between two addresses: GIDs are the addresses (IPv4-mapped), LIDs the
