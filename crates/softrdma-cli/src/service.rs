@@ -3,7 +3,8 @@
 //! logs on stderr who joins, leaves and owns it. Nothing needs it: the first process to open
 //! a device owns it, and the role passes on when that process goes (see the `softrdma`
 //! crate's sharing docs). It is for watching, and for keeping a device's owner out of the
-//! programs under test.
+//! programs under test. It runs each device's connection manager agent, which answers the
+//! MADs no program's agent takes.
 
 use clap::Args;
 use nix::sys::signal::{SigSet, Signal};
@@ -50,7 +51,15 @@ pub fn run(a: &ServiceArgs) -> ExitCode {
                     if owner { "owner" } else { "member" },
                     std::process::id()
                 );
-                open.push(c);
+                // The agent answers the MADs that name no other process's: a REQ for
+                // a port nobody listens on is rejected at once, not left to time out.
+                match softrdma::cm::CmPort::open(&c) {
+                    Ok(p) => open.push((c, Some(p))),
+                    Err(e) => {
+                        eprintln!("softrdma service: {n}: no connection manager: {e}");
+                        open.push((c, None));
+                    }
+                }
             }
             Err(e) => {
                 eprintln!("softrdma service: {n}: {e}");

@@ -180,13 +180,22 @@ fn have(program: &str) -> bool {
 }
 
 /// A server and a client of an unmodified program through the drop-in librdmacm, on two
-/// devices of their own (`127.0.1.N` and `127.0.2.N`: QP1 of a device that processes
-/// share is the owner's alone so far, and a pair still leaving would own it); the client
-/// starts once `res show cm_id` shows the server listening on `port`. Both must succeed;
-/// gives their outputs.
+/// devices of their own (`127.0.1.N` and `127.0.2.N`); the client starts once `res show
+/// cm_id` shows the server listening on `port`. Both must succeed; gives their outputs.
 fn dropin_pair(n: u8, server: &[&str], client: &[&str], port: u16) -> (String, String) {
     let (saddr, caddr) = (format!("127.0.1.{n}"), format!("127.0.2.{n}"));
-    let (saddr, caddr) = (saddr.as_str(), caddr.as_str());
+    dropin_pair_on(&saddr, &caddr, server, client, port)
+}
+
+/// [`dropin_pair`] with the server on `saddr`'s device and the client on `caddr`'s (the
+/// same device, when they are equal).
+fn dropin_pair_on(
+    saddr: &str,
+    caddr: &str,
+    server: &[&str],
+    client: &[&str],
+    port: u16,
+) -> (String, String) {
     eprintln!("{server:?} against {client:?}");
     let srv = Running::new(
         exec(saddr, server)
@@ -338,4 +347,173 @@ fn unmodified_rdma_cm_programs_connect_through_the_dropin() {
         );
         assert!(c.contains("#bytes"), "{t}: {c}");
     }
+}
+
+/// Two processes on one device (one GID, one port 4791, one QP1): each runs its own CM
+/// agent, and the process that reads the port forwards each MAD to the agent it names.
+/// `softrdma rping` both ways round (the server owning the device, then a third process,
+/// `softrdma service`, owning it and both ends members); a second listener on the same
+/// port is refused; a REQ for a port nobody listens on is rejected at once by the
+/// service's agent.
+#[test]
+fn rping_between_two_processes_on_one_shared_device() {
+    let addr = "127.0.3.21";
+    let rping = |port: u16, n: &str| {
+        let cli = softrdma(
+            addr,
+            &[
+                "rping",
+                "-c",
+                "-v",
+                "-V",
+                "-C",
+                n,
+                "-S",
+                "1000",
+                "-a",
+                addr,
+                "-p",
+                &port.to_string(),
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+        Running::new(cli).finish(Duration::from_secs(60))
+    };
+    // The server owns the device; the client is its member.
+    let srv = server(addr, "7450", "1000");
+    listening(addr, 7450);
+    // Another process of the device cannot listen on the port too.
+    let again = softrdma(addr, &["rping", "-s", "-C", "1", "-p", "7450"])
+        .output()
+        .unwrap();
+    assert!(
+        !again.status.success() && text(&again).contains("listens on port 7450 already"),
+        "{}",
+        text(&again)
+    );
+    let cli = rping(7450, "20");
+    let srv = srv.finish(Duration::from_secs(60));
+    assert!(cli.status.success(), "{}\n{}", text(&cli), text(&srv));
+    assert_eq!(text(&cli).matches("ping data: rdma-ping-").count(), 20);
+    assert!(srv.status.success(), "{}", text(&srv));
+
+    // Now a service owns the device, and both ends are its members.
+    let svc = Running::new(
+        softrdma(addr, &["service"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let end = Instant::now() + Duration::from_secs(20);
+    while !text(&softrdma(addr, &["link", "show"]).output().unwrap()).contains("ACTIVE") {
+        assert!(Instant::now() < end, "the service did not come up");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let srv = server(addr, "7451", "1000");
+    listening(addr, 7451);
+    let cli = rping(7451, "5");
+    let srv = srv.finish(Duration::from_secs(60));
+    assert!(cli.status.success(), "{}\n{}", text(&cli), text(&srv));
+    assert_eq!(text(&cli).matches("ping data: rdma-ping-").count(), 5);
+    // Nobody listens on 7452: the service's agent rejects, no timeout is waited for.
+    let t = Instant::now();
+    let cli = rping(7452, "1");
+    assert!(
+        !cli.status.success() && text(&cli).contains("Rejected { reason: 8 }"),
+        "{}",
+        text(&cli)
+    );
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    let _ = Command::new("kill").arg(svc.pid.to_string()).status();
+    svc.finish(Duration::from_secs(10));
+}
+
+/// Unmodified rping, ucmatose, cmtime (200 connections at once) and perftest with `-R`
+/// (which listens again on its port right after its first connection), server and client
+/// on one shared device through the drop-in.
+#[test]
+fn unmodified_rdma_cm_programs_share_one_device() {
+    if !have("rping") || !have("ib_send_bw") {
+        eprintln!("rdmacm-utils or perftest missing: skipped (scripts/test installs them)");
+        return;
+    }
+    let on = |n: u8, server: &[&str], client: &[&str], port: u16| {
+        let a = format!("127.0.3.{n}");
+        let fill =
+            |v: &[&str]| -> Vec<String> { v.iter().map(|x| x.replace("ADDR", &a)).collect() };
+        let (sv, cv) = (fill(server), fill(client));
+        let sv: Vec<&str> = sv.iter().map(String::as_str).collect();
+        let cv: Vec<&str> = cv.iter().map(String::as_str).collect();
+        dropin_pair_on(&a, &a, &sv, &cv, port)
+    };
+    let (c, s) = on(
+        31,
+        &["rping", "-s", "-v", "-C", "10", "-a", "ADDR", "-p", "7460"],
+        &[
+            "rping", "-c", "-v", "-V", "-C", "10", "-S", "64", "-a", "ADDR", "-p", "7460",
+        ],
+        7460,
+    );
+    assert_eq!(c.matches("ping data: rdma-ping-").count(), 10, "{c}");
+    assert_eq!(s.matches("server ping data: rdma-ping-").count(), 10, "{s}");
+    let (c, s) = on(
+        32,
+        &[
+            "ucmatose", "-b", "ADDR", "-p", "7461", "-c", "4", "-C", "10",
+        ],
+        &[
+            "ucmatose", "-s", "ADDR", "-p", "7461", "-c", "4", "-C", "10",
+        ],
+        7461,
+    );
+    assert!(
+        c.contains("return status 0") && s.contains("return status 0"),
+        "{c}\n{s}"
+    );
+    for (i, t) in ["ib_write_bw", "ib_send_lat", "ib_atomic_bw"]
+        .iter()
+        .enumerate()
+    {
+        let port = 7462 + i as u16;
+        let (c, _) = on(
+            33 + i as u8,
+            &[t, "-R", "-n", "50", "-p", &port.to_string()],
+            &[t, "-R", "-n", "50", "-p", &port.to_string(), "ADDR"],
+            port,
+        );
+        assert!(c.contains("#bytes"), "{t}: {c}");
+    }
+    let addr = "127.0.3.36";
+    let srv = Running::new(
+        exec(addr, &["cmtime", "-b", addr, "-p", "7466", "-c", "200"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    listening(addr, 7466);
+    let cli = Running::new(
+        exec(addr, &["cmtime", "-s", addr, "-p", "7466", "-c", "200"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+    .finish(Duration::from_secs(60));
+    drop(srv);
+    let c = text(&cli);
+    assert!(cli.status.success() && c.contains("connect      :"), "{c}");
+    // No REQ or REP waited for a resend (half a second): the burst of 200 fits QP1's
+    // receive queue and the forwarding.
+    let max_ms: f64 = c
+        .lines()
+        .find(|l| l.starts_with("connect "))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::MAX);
+    assert!(max_ms < 500.0, "{c}");
 }

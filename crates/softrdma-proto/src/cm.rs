@@ -302,6 +302,8 @@ pub struct CmAgent<A> {
     /// Services whose listener went, and when (see [`RELISTEN_GRACE`]).
     unlistened: HashMap<u64, Instant>,
     timers: BTreeSet<(Instant, CommId)>,
+    /// The low byte of every ID this agent draws (see [`CmAgent::set_id_tag`]).
+    tag: u8,
     out: VecDeque<(A, CmMad)>,
     events: VecDeque<CmEvent<A>>,
     counters: CmCounters,
@@ -320,6 +322,7 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
             listening: BTreeSet::new(),
             unlistened: HashMap::new(),
             timers: BTreeSet::new(),
+            tag: 0,
             out: VecDeque::new(),
             events: VecDeque::new(),
             counters: CmCounters::default(),
@@ -369,10 +372,18 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         }
     }
 
-    /// A fresh communication ID: random, non-zero, not in use.
+    /// Makes every communication ID and SIDR request ID drawn from now on end in `tag`:
+    /// where several agents share one port (one per process of a shared device), the
+    /// port's reader tells whose a MAD is by the ID it names. The other 24 bits stay
+    /// random.
+    pub fn set_id_tag(&mut self, tag: u8) {
+        self.tag = tag;
+    }
+
+    /// A fresh communication ID: random but for its tag, non-zero, not in use.
     fn new_id(&mut self) -> CommId {
         loop {
-            let id: u32 = self.rng.random();
+            let id: u32 = self.rng.random::<u32>() & !0xFF | u32::from(self.tag);
             if id != 0 && !self.conns.contains_key(&id) && !self.sidrs.contains_key(&id) {
                 return id;
             }

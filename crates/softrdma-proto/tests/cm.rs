@@ -8,7 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use softrdma_proto::Instant;
 use softrdma_proto::cm::{CmAgent, CmConfig, CmEvent, CmState, cm_timeout};
 use softrdma_wire::cm::{
-    CmMad, CmMessage, IpCmHeader, PathRepr, PrivateData, RepRepr, ReqRepr, SidrRepRepr,
+    Addressee, CmMad, CmMessage, IpCmHeader, PathRepr, PrivateData, RepRepr, ReqRepr, SidrRepRepr,
     SidrReqRepr, TransportService, ap_status, ip_service_id, port_space, rej_reason, sidr_status,
 };
 use std::time::Duration;
@@ -619,4 +619,44 @@ fn a_req_just_after_the_listener_went_waits_for_the_next_one() {
         "{:?}",
         p.events[0]
     );
+}
+
+/// Agents behind one port (one per process of a shared device) tell their MADs apart by
+/// the low byte of the IDs they name: every ID an agent draws ends in its tag, and every
+/// answer to one of its messages names that ID, so the port's reader can route it.
+#[test]
+fn an_agents_ids_end_in_its_tag_and_answers_name_them() {
+    let t0 = Instant::from_nanos(0);
+    let mut active = CmAgent::<u8>::new(CmConfig::default(), 3);
+    let mut passive = CmAgent::<u8>::new(CmConfig::default(), 4);
+    active.set_id_tag(0xA7);
+    passive.set_id_tag(0x5C);
+    passive.listen(req(0).service_id).unwrap();
+    for i in 0..50 {
+        let id = active.connect(t0, 2, req(0x100 + i));
+        assert_eq!(id & 0xFF, 0xA7, "{id:#x}");
+    }
+    let mut answered = 0;
+    while let Some((to, mad)) = active.poll_transmit() {
+        assert_eq!(to, 2);
+        assert_eq!(
+            mad.msg.addressee(),
+            Some(Addressee::Service(req(0).service_id))
+        );
+        passive.handle_mad(t0, 1, &mad.to_bytes());
+    }
+    while let Some(ev) = passive.poll_event() {
+        if let CmEvent::ReqReceived { id, .. } = ev {
+            assert_eq!(id & 0xFF, 0x5C, "{id:#x}");
+            passive.reject(t0, id, 28, &[]).unwrap();
+            answered += 1;
+        }
+    }
+    assert_eq!(answered, 50);
+    while let Some((_, mad)) = passive.poll_transmit() {
+        match mad.msg.addressee() {
+            Some(Addressee::Comm(id)) => assert_eq!(id & 0xFF, 0xA7, "{mad:?}"),
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -974,6 +974,16 @@ impl SidrRepRepr {
     }
 }
 
+/// Whom on a port a CM message is for (see [`CmMessage::addressee`]): what lets one
+/// port's MADs reach the right one of several agents behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Addressee {
+    /// The listener of this service ID.
+    Service(u64),
+    /// The holder of this local communication ID (or SIDR request ID).
+    Comm(u32),
+}
+
 /// One CM message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CmMessage {
@@ -1033,6 +1043,28 @@ impl CmMessage {
             CmMessage::Apr(_) => "APR",
             CmMessage::SidrReq(_) => "SIDR_REQ",
             CmMessage::SidrRep(_) => "SIDR_REP",
+        }
+    }
+
+    /// Whom on the receiving port the message is for: the listener of a service (a REQ
+    /// or SIDR_REQ), or the holder of one of the port's communication IDs (every other
+    /// message names the receiver's ID: the remote communication ID, or a SIDR_REP's
+    /// request ID). `None` when that ID is 0, which no sender can mean: every message
+    /// after a REQ answers one whose (non-zero) ID it echoes.
+    pub fn addressee(&self) -> Option<Addressee> {
+        let comm = |id: u32| (id != 0).then_some(Addressee::Comm(id));
+        match self {
+            CmMessage::Req(m) => Some(Addressee::Service(m.service_id)),
+            CmMessage::SidrReq(m) => Some(Addressee::Service(m.service_id)),
+            CmMessage::SidrRep(m) => comm(m.request_id),
+            CmMessage::Mra(m) => comm(m.remote_comm_id),
+            CmMessage::Rej(m) => comm(m.remote_comm_id),
+            CmMessage::Rep(m) => comm(m.remote_comm_id),
+            CmMessage::Rtu(m) => comm(m.remote_comm_id),
+            CmMessage::Dreq(m) => comm(m.remote_comm_id),
+            CmMessage::Drep(m) => comm(m.remote_comm_id),
+            CmMessage::Lap(m) => comm(m.remote_comm_id),
+            CmMessage::Apr(m) => comm(m.remote_comm_id),
         }
     }
 

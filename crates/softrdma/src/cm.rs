@@ -25,10 +25,15 @@
 //! queue behind a mutex with an eventfd that [`EventChannel::fd`] gives for `poll(2)`.
 //! Lock order: the agent's mutex, then an ID's, then the device's (a QP modify or post).
 //!
+//! # A device shared by processes
+//! Each process runs its own agent behind the device's one QP1 (see `device::share`): the
+//! process that reads the port forwards each MAD to the agent it names, a REQ to the
+//! listener of its service (listens are registered with it) and every other message to
+//! the process whose slot its communication ID ends in (each agent draws its IDs so).
+//! Two processes never listen on one service of a device.
+//!
 //! # Not yet
-//! The device's QP1 belongs to one process: on a device that several processes share, the
-//! CM works in the process that owns the port (members do not get QP1's MADs yet). UD
-//! through SIDR, multicast, and `librdmacm.so.1` come later.
+//! UD through SIDR and multicast.
 
 use crate::error::{Error, Result};
 use crate::verbs::context::Context;
@@ -109,8 +114,11 @@ const MAX_CM_RETRIES: u8 = 6;
 /// The ACK timeout our QPs get and our REQs announce (4.096 µs × 2^14 = 67 ms, as
 /// `ibv_rc_pingpong`'s).
 const ACK_TIMEOUT: u8 = 14;
-/// Receive buffers kept posted on QP1: a UD receive starts with its 40-byte GRH area.
-const GSI_RECVS: u64 = 64;
+/// Receive buffers kept posted on QP1 (a UD receive starts with its 40-byte GRH area):
+/// as many as Linux's MAD layer posts (`IB_MAD_QP_RECV_SIZE`), so that a burst of
+/// requests (cmtime's hundreds of connections at once) waits in the queue instead of
+/// being dropped and resent half a second later.
+const GSI_RECVS: u64 = 512;
 const GSI_BUF: usize = 40 + wire::MAD_LEN;
 /// WR IDs of QP1's sends start here; below are its receives.
 const SEND_WR_BASE: u64 = 1 << 32;
@@ -483,6 +491,21 @@ impl CmId {
         // A listener this process dropped a moment ago no longer holds the port (a
         // program that listens again on it: perftest's -R).
         self.inner.core.reap(&mut core);
+        let in_use = |whose: &str| {
+            cm_err(
+                "rdma_listen",
+                libc::EADDRINUSE,
+                format!("{whose} listens on port {} already", local.port()),
+            )
+        };
+        if core.listeners.contains_key(&sid) {
+            return Err(in_use("an ID of this process"));
+        }
+        // The device's QP1 takes REQs for every process: its reader learns which one
+        // listens on the service.
+        if !self.inner.ctx.dev().cm_listen(sid)? {
+            return Err(in_use("another process of the device"));
+        }
         core.agent
             .listen(sid)
             .map_err(|e| cm_err("rdma_listen", libc::EADDRINUSE, e.to_string()))?;
@@ -923,6 +946,23 @@ struct CoreSt {
     listeners: HashMap<u64, Weak<IdInner>>,
 }
 
+/// The device's CM agent and QP1 held up with no ID open: in a process that owns a shared
+/// device (`softrdma service`), so that MADs that name no process's agent still get the
+/// answer IBTA gives (a REJ for a REQ nobody listens for, a DREP for an unknown DREQ)
+/// instead of a requester's timeout.
+pub struct CmPort {
+    _core: Arc<Core>,
+}
+
+impl CmPort {
+    /// Starts (or joins) the agent of `ctx`'s device.
+    pub fn open(ctx: &Context) -> Result<CmPort> {
+        Ok(CmPort {
+            _core: Core::of(ctx)?,
+        })
+    }
+}
+
 /// The cores by device (the `Arc<Device>`'s address), so that every ID on a device shares
 /// one agent and one QP1.
 static CORES: Mutex<Vec<(usize, Weak<Core>)>> = Mutex::new(Vec::new());
@@ -996,6 +1036,16 @@ impl Core {
         }
         cq.req_notify(false)?;
         let seed = rand::random::<u64>();
+        let mut agent = CmAgent::new(
+            CmConfig {
+                ca_guid: ctx.node_guid(),
+                ack_delay: crate::config::limits::LOCAL_CA_ACK_DELAY as u8,
+                ..CmConfig::default()
+            },
+            seed,
+        );
+        // The device's other processes run agents of their own behind the same QP1.
+        agent.set_id_tag(ctx.dev().cm_tag());
         Ok(Core {
             ctx: ctx.clone(),
             cq,
@@ -1003,14 +1053,7 @@ impl Core {
             qp,
             bufs,
             st: Mutex::new(CoreSt {
-                agent: CmAgent::new(
-                    CmConfig {
-                        ca_guid: ctx.node_guid(),
-                        ack_delay: crate::config::limits::LOCAL_CA_ACK_DELAY as u8,
-                        ..CmConfig::default()
-                    },
-                    seed,
-                ),
+                agent,
                 ids: HashMap::new(),
                 listeners: HashMap::new(),
             }),
@@ -1075,6 +1118,7 @@ impl Core {
             if let Some(sid) = listening {
                 cs.agent.unlisten(self.now(), sid);
                 cs.listeners.remove(&sid);
+                self.ctx.dev().cm_unlisten(sid);
             }
             if let Some(c) = comm {
                 cs.agent.destroy(self.now(), c);

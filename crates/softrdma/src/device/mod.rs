@@ -782,6 +782,25 @@ impl Device {
         }
     }
 
+    /// The low byte of this process's CM communication IDs on the device: what tells the
+    /// port's reader whose a MAD for QP1 is (see `share::CmRoutes`).
+    pub(crate) fn cm_tag(&self) -> u8 {
+        self.share.as_ref().map_or(0, |s| s.cm_tag())
+    }
+
+    /// Makes this process the device's listener on CM service `sid`: `Ok(false)` if
+    /// another process of the device listens on it.
+    pub(crate) fn cm_listen(&self, sid: u64) -> Result<bool> {
+        self.share.as_ref().map_or(Ok(true), |s| s.cm_listen(sid))
+    }
+
+    /// This process no longer listens on CM service `sid`.
+    pub(crate) fn cm_unlisten(&self, sid: u64) {
+        if let Some(s) = &self.share {
+            s.cm_unlisten(sid);
+        }
+    }
+
     /// Whether this process reads the port (it owns the device, or has it alone), and how
     /// many other processes it forwards to.
     pub(crate) fn sharing(&self) -> (bool, usize) {

@@ -59,6 +59,9 @@ use nix::sys::socket::{
     self as ns, AddressFamily, Backlog, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
     SockType, UnixAddr,
 };
+use softrdma_proto::cm::RELISTEN_GRACE;
+use softrdma_wire::IbPacket;
+use softrdma_wire::cm::{Addressee, CmMad, GSI_QPN};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{IoSlice, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
@@ -254,6 +257,38 @@ struct Ctl {
     /// in no file a successor can read (see [`Share::quarantine`]), so that no QPN of
     /// theirs is drawn again while its peers retry.
     retired: VecDeque<(u8, Instant)>,
+    /// The CM service IDs this process listens on (told again to a new owner).
+    my_listens: HashSet<u64>,
+}
+
+/// The owner's routes for QP1's MADs (see `crate::cm`): the port has one QP1, and each
+/// process of the device runs its own CM agent behind it. The owner reads the MADs (the
+/// steering program sends QP1 to it) and forwards each to the process it names: a REQ or
+/// SIDR_REQ to the listener of its service ID, every other message to the process whose
+/// slot its communication ID carries in its low byte (each agent draws its IDs so).
+/// What names no member is the owner's own agent's.
+#[derive(Default)]
+struct CmRoutes {
+    /// Each member's slot, with its end of its forwarding pair.
+    by_slot: HashMap<u8, Arc<OwnedFd>>,
+    /// Members' listens by service ID.
+    by_service: HashMap<u64, CmListen>,
+}
+
+/// A member's listen on a CM service, as its owner holds it.
+struct CmListen {
+    member: usize,
+    data: Arc<OwnedFd>,
+    /// When the member stopped listening: for [`RELISTEN_GRACE`] after, REQs for the
+    /// service still go to it, whose agent drops them so that a program that listens
+    /// again (perftest's `-R`) gets the requester's resend instead of a reject.
+    ended: Option<Instant>,
+}
+
+impl CmListen {
+    fn live(&self) -> bool {
+        self.ended.is_none_or(|t| t.elapsed() < RELISTEN_GRACE)
+    }
 }
 
 /// A device's part in sharing (see the module docs).
@@ -268,6 +303,10 @@ pub(crate) struct Share {
     routes: RwLock<HashMap<u32, Arc<OwnedFd>>>,
     /// Whether `routes` has any.
     forwarding: AtomicBool,
+    /// Owner: where QP1's MADs for members go (see [`CmRoutes`]); `cm_forwarding`: there
+    /// are some.
+    cm: RwLock<CmRoutes>,
+    cm_forwarding: AtomicBool,
     /// Whether members may be steered (`SOFTRDMA_STEER`).
     steer: bool,
     /// Probes the receive path saw, for the progress thread to report (see [`steer`]);
@@ -490,6 +529,8 @@ impl Share {
             rx: Arc::new(rx),
             routes: RwLock::new(HashMap::new()),
             forwarding: AtomicBool::new(false),
+            cm: RwLock::new(CmRoutes::default()),
+            cm_forwarding: AtomicBool::new(false),
             steer,
             probes: Mutex::new(Vec::new()),
             probed: AtomicBool::new(false),
@@ -506,6 +547,7 @@ impl Share {
                 steering,
                 rounds: Rounds::default(),
                 retired: VecDeque::new(),
+                my_listens: HashSet::new(),
             }),
         };
         if exclusive {
@@ -769,7 +811,7 @@ impl Share {
     /// Whether a received datagram may be another process's (read per datagram).
     #[inline]
     pub(crate) fn forwarding(&self) -> bool {
-        self.forwarding.load(Ordering::Relaxed)
+        self.forwarding.load(Ordering::Relaxed) || self.cm_forwarding.load(Ordering::Relaxed)
     }
 
     /// A datagram from `from` for no QP of this process: a steered member hands it back
@@ -783,9 +825,85 @@ impl Share {
     /// it is not a member's (the device handles it).
     pub(crate) fn forward(&self, data: &[u8], from: SocketAddr) -> Option<bool> {
         let qpn = dest_qpn(data)?;
+        if qpn == GSI_QPN {
+            return self.forward_mad(data, from);
+        }
         let routes = self.routes.read().unwrap_or_else(|e| e.into_inner());
         let fd = routes.get(&qpn)?;
         Some(sys::send_framed(fd.as_raw_fd(), from, data).is_ok())
+    }
+
+    /// Forwards a MAD for QP1 to the member it names (see [`CmRoutes`]); `None` if it is
+    /// for this process's agent, or does not parse (the agent counts it).
+    fn forward_mad(&self, data: &[u8], from: SocketAddr) -> Option<bool> {
+        if !self.cm_forwarding.load(Ordering::Relaxed) {
+            return None;
+        }
+        let packet = IbPacket::new_checked(data).ok()?;
+        let mad = CmMad::parse(packet.payload()).ok()?;
+        let cm = self.cm.read().unwrap_or_else(|e| e.into_inner());
+        let fd = match mad.msg.addressee()? {
+            Addressee::Comm(id) => cm.by_slot.get(&(id as u8))?,
+            Addressee::Service(sid) => &cm.by_service.get(&sid).filter(|l| l.live())?.data,
+        };
+        Some(sys::send_framed(fd.as_raw_fd(), from, data).is_ok())
+    }
+
+    /// The low byte of this process's CM communication IDs: its slot, by which the
+    /// owner tells whose a MAD is (see [`CmRoutes`]).
+    pub(crate) fn cm_tag(&self) -> u8 {
+        self.ctl.lock().unwrap_or_else(|e| e.into_inner()).my_slot
+    }
+
+    /// Makes this process the listener of CM service `sid` on the device: `Ok(false)` if
+    /// another process of the device listens on it, an error if the owner could not be
+    /// asked.
+    pub(crate) fn cm_listen(&self, sid: u64) -> crate::error::Result<bool> {
+        let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        let ours = match &ctl.role {
+            Role::Member { conn, owner_pid } => {
+                let pid = *owner_pid;
+                match request(conn.as_raw_fd(), pid, &Msg::CmListen(sid)) {
+                    Ok(Msg::CmListened(ok)) => ok,
+                    other => {
+                        return Err(crate::error::Error::Share {
+                            addr: self.addr,
+                            source: ShareError::Owner {
+                                pid,
+                                what: format!("answered a CM listen with {other:?}"),
+                            },
+                        });
+                    }
+                }
+            }
+            _ => {
+                let cm = self.cm.read().unwrap_or_else(|e| e.into_inner());
+                cm.by_service.get(&sid).is_none_or(|l| l.ended.is_some())
+            }
+        };
+        if ours {
+            ctl.my_listens.insert(sid);
+        }
+        Ok(ours)
+    }
+
+    /// This process no longer listens on CM service `sid`.
+    pub(crate) fn cm_unlisten(&self, sid: u64) {
+        let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        if ctl.my_listens.remove(&sid)
+            && let Role::Member { conn, .. } = &ctl.role
+        {
+            // No answer comes; if the owner is gone the new one never hears of it.
+            let _ = send(conn.as_raw_fd(), &Msg::CmUnlisten(sid), &[]);
+        }
+    }
+
+    /// Changes the owner's CM routes with `f`.
+    fn cm_routes(&self, f: impl FnOnce(&mut CmRoutes)) {
+        let mut cm = self.cm.write().unwrap_or_else(|e| e.into_inner());
+        f(&mut cm);
+        let any = !cm.by_slot.is_empty() || !cm.by_service.is_empty();
+        self.cm_forwarding.store(any, Ordering::Relaxed);
     }
 
     /// A new QPN for a QP of this process: unique among the device's processes, random,
@@ -1123,8 +1241,14 @@ impl Share {
                         // Its QPNs carry the slot it had under the owner that went: no
                         // one else gets that slot.
                         let slot = *q as u8;
-                        if slot != 0 && slot != ctl.my_slot {
-                            ctl.rounds.slots.entry(slot).or_insert(t);
+                        if slot != 0
+                            && slot != ctl.my_slot
+                            && *ctl.rounds.slots.entry(slot).or_insert(t) == t
+                        {
+                            let data = data.clone();
+                            self.cm_routes(|cm| {
+                                cm.by_slot.insert(slot, data);
+                            });
                         }
                     }
                     let Role::Owner { members, .. } = &mut ctl.role else {
@@ -1153,7 +1277,12 @@ impl Share {
                         let Role::Owner { members, .. } = &mut ctl.role else {
                             return;
                         };
-                        members.get_mut(&t).expect("looked up above").slot = slot;
+                        let m = members.get_mut(&t).expect("looked up above");
+                        m.slot = slot;
+                        let data = m.data.clone().expect("ready");
+                        self.cm_routes(|cm| {
+                            cm.by_slot.insert(slot, data);
+                        });
                     }
                     let answer = Msg::Slot {
                         slot,
@@ -1195,6 +1324,38 @@ impl Share {
                         self.probed_at(ctl, t, index, nonce);
                     }
                 }
+                (Msg::CmListen(sid), true) => {
+                    let data = m.data.clone().expect("ready");
+                    let mine = ctl.my_listens.contains(&sid);
+                    let mut ok = false;
+                    self.cm_routes(|cm| {
+                        let taken = cm
+                            .by_service
+                            .get(&sid)
+                            .is_some_and(|l| l.member != t && l.ended.is_none());
+                        if !mine && !taken {
+                            ok = true;
+                            cm.by_service.insert(
+                                sid,
+                                CmListen {
+                                    member: t,
+                                    data,
+                                    ended: None,
+                                },
+                            );
+                        }
+                    });
+                    if send(fd, &Msg::CmListened(ok), &[]).is_err() {
+                        drop_it = true;
+                    }
+                }
+                (Msg::CmUnlisten(sid), true) => self.cm_routes(|cm| {
+                    if let Some(l) = cm.by_service.get_mut(&sid)
+                        && l.member == t
+                    {
+                        l.ended = Some(Instant::now());
+                    }
+                }),
                 (other, _) => {
                     eprintln!(
                         "softrdma: {}: dropping member pid {}: unexpected {other:?}",
@@ -1229,6 +1390,14 @@ impl Share {
         }
         ctl.rounds.slots.retain(|_, owner| *owner != t);
         ctl.rounds.seen.remove(&t);
+        // Its MADs now go to this process's agent, which rejects REQs for its services
+        // and answers a DREQ for one of its connections, as for any unknown one.
+        self.cm_routes(|cm| {
+            cm.by_service.retain(|_, l| l.member != t);
+            if let Some(d) = &m.data {
+                cm.by_slot.retain(|_, fd| !Arc::ptr_eq(fd, d));
+            }
+        });
         // A member that left on purpose said so first (`Leave`); one that died did not.
         if m.steering || m.left {
             // Its socket left the group, and the last one took its index.
@@ -1279,6 +1448,18 @@ impl Share {
                                 self.addr
                             ),
                             _ => {}
+                        }
+                    }
+                    // And which CM services.
+                    for sid in &ctl.my_listens {
+                        if !matches!(
+                            request(conn.as_raw_fd(), owner_pid, &Msg::CmListen(*sid)),
+                            Ok(Msg::CmListened(true))
+                        ) {
+                            eprintln!(
+                                "softrdma: {}: CM service {sid:#x} is another process's now",
+                                self.addr
+                            );
                         }
                     }
                     let _ = r.register(
@@ -1672,6 +1853,7 @@ mod tests {
             owner_slot: 0,
             rounds: Rounds::default(),
             retired: VecDeque::new(),
+            my_listens: HashSet::new(),
         }
     }
 

@@ -6,7 +6,7 @@
 
 /// The protocol version both ends state in [`Msg::Hello`] and [`Msg::Welcome`]. A process
 /// of another version gets a clear refusal, never a guess at the other's layout.
-pub(crate) const VERSION: u32 = 5;
+pub(crate) const VERSION: u32 = 6;
 
 /// The most QPNs one [`Msg::Register`] or [`Msg::Registered`] carries (a record stays under
 /// a page table's worth of socket buffer; more are sent as several).
@@ -80,6 +80,14 @@ pub(crate) enum Msg {
     Leave,
     /// Owner → member, the answer: the group's program steers to no member's socket now.
     Left,
+    /// Member → owner: send this process the REQs and SIDR_REQs for this CM service ID
+    /// (see `crate::cm`).
+    CmListen(u64),
+    /// Owner → member, the answer: whether the service is the member's now (`false`:
+    /// another process of the device listens on it).
+    CmListened(bool),
+    /// Member → owner: this process no longer listens on this service ID (no answer).
+    CmUnlisten(u64),
 }
 
 /// A grant of a region to a same-host peer, as [`Msg::Placed`] carries it (see
@@ -219,6 +227,15 @@ impl Msg {
             }
             Msg::Leave => out.push(19),
             Msg::Left => out.push(20),
+            Msg::CmListen(sid) | Msg::CmUnlisten(sid) => {
+                out.push(if matches!(self, Msg::CmListen(_)) {
+                    21
+                } else {
+                    23
+                });
+                out.extend_from_slice(&sid.to_le_bytes());
+            }
+            Msg::CmListened(ok) => out.extend_from_slice(&[22, u8::from(*ok)]),
             Msg::Probed { index, nonce } => {
                 out.push(18);
                 word(&mut out, *index);
@@ -255,6 +272,9 @@ impl Msg {
             18 => "probed",
             19 => "leave",
             20 => "left",
+            21 => "cm listen",
+            22 => "cm listened",
+            23 => "cm unlisten",
             k => return Err(MsgError::Unknown(k)),
         };
         let word = |at: usize| -> Result<u32, MsgError> {
@@ -293,7 +313,8 @@ impl Msg {
             11 => exact(29)?,
             13 => exact(9)?,
             14 => exact(45)?,
-            15 | 17 => exact(2)?,
+            15 | 17 | 22 => exact(2)?,
+            21 | 23 => exact(9)?,
             16 => exact(4)?,
             18 => exact(13)?,
             _ => {}
@@ -367,6 +388,18 @@ impl Msg {
             },
             19 => Msg::Leave,
             20 => Msg::Left,
+            21 => Msg::CmListen(dword(1)?),
+            23 => Msg::CmUnlisten(dword(1)?),
+            22 => match b[1] {
+                0 => Msg::CmListened(false),
+                1 => Msg::CmListened(true),
+                _ => {
+                    return Err(MsgError::Length {
+                        kind: name,
+                        len: b.len(),
+                    });
+                }
+            },
             _ => Msg::Bye,
         })
     }
@@ -433,6 +466,9 @@ mod tests {
             any::<u8>().prop_map(Msg::Steering),
             (any::<u32>(), any::<u64>()).prop_map(|(index, nonce)| Msg::Probed { index, nonce }),
             any::<u32>().prop_map(Msg::Qpn),
+            any::<u64>().prop_map(Msg::CmListen),
+            any::<u64>().prop_map(Msg::CmUnlisten),
+            any::<bool>().prop_map(Msg::CmListened),
             any::<u32>().prop_map(Msg::Free),
             qpns.clone().prop_map(Msg::Register),
             qpns.prop_map(Msg::Registered),
