@@ -446,14 +446,6 @@ pub unsafe extern "C" fn rdma_create_id(
             );
             return -1;
         }
-        if ps == 0x0111 {
-            fail(
-                "rdma_create_id",
-                libc::EOPNOTSUPP,
-                &"RDMA_PS_UDP (UD through SIDR) is not implemented yet",
-            );
-            return -1;
-        }
         let own_chan = if channel.is_null() {
             match EventChannel::new() {
                 Ok(rust) => Some(Box::new(ChanC {
@@ -476,7 +468,8 @@ pub unsafe extern "C" fn rdma_create_id(
         };
         raw.context = context;
         raw.ps = ps;
-        raw.qp_type = 2; // IBV_QPT_RC
+        // librdmacm's ucma_get_qp_type: UD for the UDP port space, RC otherwise.
+        raw.qp_type = if ps == 0x0111 { 4 } else { 2 };
         let c = Box::into_raw(Box::new(IdC {
             id: raw,
             rust: Mutex::new(None),
@@ -1015,6 +1008,8 @@ fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
         CmEventKind::Established => (ESTABLISHED, 0),
         CmEventKind::Rejected { reason } => (REJECTED, c_int::from(*reason)),
         CmEventKind::Unreachable => (UNREACHABLE, -libc::ETIMEDOUT),
+        // As Linux's cma_sidr_rep_handler: the SIDR_REP's status itself.
+        CmEventKind::Unresolved { status } => (UNREACHABLE, c_int::from(*status)),
         CmEventKind::Disconnected => (DISCONNECTED, 0),
         CmEventKind::TimewaitExit => (TIMEWAIT_EXIT, 0),
     };
@@ -1032,7 +1027,8 @@ fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
         raw.context = lc.id.context;
         raw.ps = lc.id.ps;
         raw.port_num = 1;
-        raw.qp_type = 2;
+        // The listener's: RC for TCP, UD for UDP (librdmacm's ucma_get_qp_type).
+        raw.qp_type = lc.id.qp_type;
         let c = Box::into_raw(Box::new(IdC {
             id: raw,
             rust: Mutex::new(Some(ev.id.clone())),
@@ -1076,10 +1072,36 @@ fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
         srq: u8::from(p.srq),
         qp_num: p.qp_num,
     };
+    if let Some(ud) = ev.ud {
+        // SAFETY: `id` is a live IdC, whose context is this library's.
+        let soft = unsafe { SoftContext::from_ptr((*id).verbs) };
+        e.ev.param.ud = rdma_ud_param {
+            private_data: e.private.as_ptr().cast(),
+            private_data_len: e.private.len().min(255) as u8,
+            ah_attr: ud_ah_attr(soft, ev.id.peer_addr().map(|a| a.ip())),
+            qp_num: ud.qp_num,
+            qkey: ud.qkey,
+        };
+    }
     let raw = Box::into_raw(e);
     // SAFETY: `id` is a live IdC; its current event, as librdmacm keeps it.
     unsafe { (*id).event = raw.cast() };
     Some(raw.cast())
+}
+
+/// The address handle attributes that reach a UD peer at `peer` (`param.ud.ah_attr`, as
+/// the kernel fills them for RoCE: global, the peer's GID, our GID's index, hop limit 64).
+fn ud_ah_attr(soft: &SoftContext, peer: Option<IpAddr>) -> ibv_ah_attr {
+    // SAFETY: all-zero is a valid ibv_ah_attr.
+    let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
+    a.is_global = 1;
+    a.port_num = 1;
+    a.grh.hop_limit = 64;
+    if let Some(peer) = peer {
+        a.grh.dgid.raw = crate::mr::gid_of_ip(peer).octets();
+        a.grh.sgid_index = soft.gid_index(soft.ctx.addr()).unwrap_or(0) as u8;
+    }
+    a
 }
 
 /// `rdma_ack_cm_event`: frees the event.

@@ -488,7 +488,7 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         }
         // SAFETY: live context.
         let soft = unsafe { SoftContext::from_ptr(ctx) };
-        let ours = Ipv6Addr::from(grh.dgid.raw);
+        let (theirs, ours, tclass, flow) = grh_addrs(grh);
         // A GID sent to is ours; with IPv4 the GRH carries the IPv4-mapped address.
         let index = soft
             .ctx
@@ -496,14 +496,15 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
             .iter()
             .position(|g| *g == ours)
             .unwrap_or(1.min(soft.ctx.gids().len() - 1));
-        let flow = u32::from_be(grh.version_tclass_flow);
         let out = ibv_ah_attr {
             grh: ibv_global_route {
-                dgid: grh.sgid,
-                flow_label: flow & 0xf_ffff,
+                dgid: ibv_gid {
+                    raw: theirs.octets(),
+                },
+                flow_label: flow,
                 sgid_index: index as u8,
                 hop_limit: 0xff,
-                traffic_class: (flow >> 20) as u8,
+                traffic_class: tclass,
             },
             dlid: wc.slid,
             sl: wc.sl,
@@ -516,6 +517,27 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         unsafe { *attr = out };
         0
     })
+}
+
+/// The sender's and receiver's GIDs, traffic class and flow label of a UD receive's
+/// 40-byte GRH area. RoCE v2 over IPv4 has no GRH: the device writes the IPv4 header in
+/// the area's last 20 bytes (as rxe does, and as libibverbs' `ibv_init_ah_from_wc` reads
+/// it), and its addresses stand for their IPv4-mapped GIDs.
+fn grh_addrs(grh: &ibv_grh) -> (Ipv6Addr, Ipv6Addr, u8, u32) {
+    // SAFETY: ibv_grh is 40 bytes of plain data.
+    let b: &[u8; 40] = unsafe { &*(grh as *const ibv_grh).cast::<[u8; 40]>() };
+    let ip4 = &b[20..];
+    if b[0] >> 4 != 6 && ip4[0] >> 4 == 4 {
+        let v4 = |o: usize| std::net::Ipv4Addr::new(ip4[o], ip4[o + 1], ip4[o + 2], ip4[o + 3]);
+        return (v4(12).to_ipv6_mapped(), v4(16).to_ipv6_mapped(), ip4[1], 0);
+    }
+    let flow = u32::from_be(grh.version_tclass_flow);
+    (
+        Ipv6Addr::from(grh.sgid.raw),
+        Ipv6Addr::from(grh.dgid.raw),
+        (flow >> 20) as u8,
+        flow & 0xf_ffff,
+    )
 }
 
 /// `ibv_create_ah_from_wc`.

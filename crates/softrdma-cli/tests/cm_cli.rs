@@ -224,7 +224,8 @@ fn dropin_pair_on(
     (c, s)
 }
 
-/// rdma-core's rping, ucmatose (four connections) and cmtime (100), and every perftest
+/// rdma-core's rping, ucmatose (four connections), udaddy (two UD IDs through SIDR) and
+/// cmtime (100), and every perftest
 /// tool with `-R` (its connections made by rdma_cm), unmodified, as two processes.
 #[test]
 fn unmodified_rdma_cm_programs_connect_through_the_dropin() {
@@ -292,6 +293,19 @@ fn unmodified_rdma_cm_programs_connect_through_the_dropin() {
     );
     assert!(
         c.contains("return status 0") && s.contains("return status 0"),
+        "{c}\n{s}"
+    );
+
+    // udaddy: UD QPs found through SIDR (no connection), then messages both ways, each
+    // reply addressed from the request's GRH; two IDs at once. Its port is fixed (7174).
+    let (c, s) = dropin_pair(
+        4,
+        &["udaddy", "-b", "127.0.1.4", "-c", "2", "-C", "10"],
+        &["udaddy", "-s", "127.0.1.4", "-c", "2", "-C", "10"],
+        7174,
+    );
+    assert!(
+        c.contains("data transfers complete") && s.contains("data transfers complete"),
         "{c}\n{s}"
     );
 
@@ -432,7 +446,7 @@ fn rping_between_two_processes_on_one_shared_device() {
     svc.finish(Duration::from_secs(10));
 }
 
-/// Unmodified rping, ucmatose, cmtime (200 connections at once) and perftest with `-R`
+/// Unmodified rping, ucmatose, udaddy, cmtime (200 connections at once) and perftest with `-R`
 /// (which listens again on its port right after its first connection), server and client
 /// on one shared device through the drop-in.
 #[test]
@@ -472,6 +486,16 @@ fn unmodified_rdma_cm_programs_share_one_device() {
     );
     assert!(
         c.contains("return status 0") && s.contains("return status 0"),
+        "{c}\n{s}"
+    );
+    let (c, s) = on(
+        37,
+        &["udaddy", "-b", "ADDR", "-C", "10"],
+        &["udaddy", "-s", "ADDR", "-C", "10"],
+        7174,
+    );
+    assert!(
+        c.contains("data transfers complete") && s.contains("data transfers complete"),
         "{c}\n{s}"
     );
     for (i, t) in ["ib_write_bw", "ib_send_lat", "ib_atomic_bw"]

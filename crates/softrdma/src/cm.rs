@@ -32,8 +32,14 @@
 //! the process whose slot its communication ID ends in (each agent draws its IDs so).
 //! Two processes never listen on one service of a device.
 //!
+//! UD QPs (port space UDP, or IB with a UD QP) are found rather than connected: `connect`
+//! sends a SIDR_REQ (IBTA 12.11) for the peer's service, and the passive side's `accept`
+//! answers with its QPN and the Q_Key of rdma_cm's UD QPs, [`RDMA_UDP_QKEY`]; the active
+//! side's [`CmEventKind::Established`] carries them in [`CmEvent::ud`]. A UD QP is in RTS
+//! from `create_qp` on, as librdmacm leaves it.
+//!
 //! # Not yet
-//! UD through SIDR and multicast.
+//! Multicast.
 
 use crate::error::{Error, Result};
 use crate::verbs::context::Context;
@@ -46,7 +52,7 @@ use softrdma_proto::{
 };
 use softrdma_wire::cm::{
     self as wire, CmMad, GSI_QKEY, GSI_QPN, IpCmHeader, PathRepr, PrivateData, RepRepr, ReqRepr,
-    TransportService, rej_reason,
+    SidrReqRepr, TransportService, rej_reason,
 };
 use softrdma_wire::{Psn, Qpn};
 use std::collections::{HashMap, VecDeque};
@@ -106,6 +112,10 @@ impl Default for ConnParam {
     }
 }
 
+/// The Q_Key of rdma_cm's UD QPs in the UDP port space (`RDMA_UDP_QKEY` of
+/// `<rdma/rdma_cma.h>`), which a SIDR_REP announces.
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+
 /// The response timeout our REQs carry, both ways: 4.096 µs × 2^17 = 537 ms.
 const RESPONSE_TIMEOUT: u8 = 17;
 /// How often a REQ, REP or DREQ of ours is resent: with [`RESPONSE_TIMEOUT`], a peer that
@@ -143,6 +153,13 @@ pub enum CmEventKind {
     },
     /// The peer never answered.
     Unreachable,
+    /// The peer answered our SIDR_REQ with a SIDR_REP whose status is not "valid"
+    /// (`softrdma_wire::cm::sidr_status`): rdma_cm reports it as UNREACHABLE with that
+    /// status.
+    Unresolved {
+        /// The SIDR_REP's status.
+        status: u8,
+    },
     /// The connection is down.
     Disconnected,
     /// The connection's IDs may be reused.
@@ -166,9 +183,21 @@ pub struct PeerParam {
     pub qp_num: u32,
 }
 
+/// Where a UD peer's QP is (`rdma_cm_event.param.ud`): send to the ID's peer address
+/// with these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdParam {
+    /// The peer's QP number.
+    pub qp_num: u32,
+    /// The Q_Key to send with.
+    pub qkey: u32,
+}
+
 /// One event (`struct rdma_cm_event`).
 #[derive(Debug, Clone)]
 pub struct CmEvent {
+    /// For an established UD ID (the SIDR_REP's answer): the peer's QP and Q_Key.
+    pub ud: Option<UdParam>,
     /// For a connect request and an established active connection: what the peer's REQ
     /// or REP said.
     pub peer: Option<PeerParam>,
@@ -341,6 +370,8 @@ struct IdState {
     req: Option<Box<ReqRepr>>,
     /// The REP received (active, without a QP, until `establish`).
     rep: Option<Box<RepRepr>>,
+    /// The SIDR_REQ this passive UD ID answers.
+    sidr: Option<Box<SidrReqRepr>>,
     param: Option<ConnParam>,
 }
 
@@ -395,7 +426,15 @@ impl CmId {
             st.state = state;
             let mut line = String::new();
             if let Some(qp) = st.qp.as_ref().and_then(QpRef::get) {
-                line.push_str(&format!("lqpn {} qp-type RC ", qp.qp_num().value()));
+                line.push_str(&format!(
+                    "lqpn {} qp-type {} ",
+                    qp.qp_num().value(),
+                    match qp.qp_type() {
+                        QpType::Ud => "UD",
+                        QpType::Uc => "UC",
+                        QpType::Rc => "RC",
+                    }
+                ));
             }
             line.push_str(&format!(
                 "state {state} ps {}",
@@ -429,6 +468,7 @@ impl CmId {
             listen_id: None,
             private_data,
             peer: None,
+            ud: None,
         });
     }
 
@@ -550,33 +590,59 @@ impl CmId {
         Ok(())
     }
 
-    /// Creates the ID's QP on `pd` and moves it to INIT (`rdma_create_qp`); RC only.
+    /// Creates the ID's QP on `pd` (`rdma_create_qp`): an RC QP in the TCP or IB port
+    /// space, moved to INIT (the connection brings it to RTS); a UD QP in the UDP or IB
+    /// port space, moved to RTS at once with [`RDMA_UDP_QKEY`].
     pub fn create_qp(&self, pd: &ProtectionDomain, init: QpInitAttr) -> Result<Arc<QueuePair>> {
-        if init.qp_type != QpType::Rc {
-            return Err(cm_err(
-                "rdma_create_qp",
-                libc::EOPNOTSUPP,
-                format!(
-                    "{:?} QPs through the CM are not supported yet (RC only)",
-                    init.qp_type
-                ),
-            ));
-        }
+        self.check_qp_type(init.qp_type)?;
         let qp = Arc::new(pd.create_qp(init)?);
-        to_init(&qp)?;
+        ready(&qp)?;
         self.set_qp(Some(QpRef::Owned(qp.clone())));
         Ok(qp)
     }
 
     /// Makes `qp` the ID's QP (a QP the caller created and keeps: the ID holds it weakly,
-    /// and the CM moves it to RTR and RTS as the connection forms), moving it to INIT if it
-    /// is in RESET (`rdma_create_qp` of librdmacm, whose QP is the library's own).
+    /// and the CM moves it to RTR and RTS as the connection forms), moving it to INIT (RC)
+    /// or RTS (UD) if it is in RESET (`rdma_create_qp` of librdmacm, whose QP is the
+    /// library's own).
     pub fn attach_qp(&self, qp: &Arc<QueuePair>) -> Result<()> {
+        self.check_qp_type(qp.qp_type())?;
         if qp.query().state == Some(QpState::Reset) {
-            to_init(qp)?;
+            ready(qp)?;
         }
         self.set_qp(Some(QpRef::Attached(Arc::downgrade(qp))));
         Ok(())
+    }
+
+    /// Whether a QP of type `t` fits the ID's port space (rdma_cm's rule: TCP is RC, UDP
+    /// is UD, IB takes either).
+    fn check_qp_type(&self, t: QpType) -> Result<()> {
+        let fits = match self.inner.ps {
+            PortSpace::Tcp => t == QpType::Rc,
+            PortSpace::Udp => t == QpType::Ud,
+            PortSpace::Ib => t != QpType::Uc,
+        };
+        if fits {
+            return Ok(());
+        }
+        Err(cm_err(
+            "rdma_create_qp",
+            libc::EINVAL,
+            format!(
+                "a {t:?} QP does not fit an ID of port space {:?} (TCP takes RC, UDP takes UD)",
+                self.inner.ps
+            ),
+        ))
+    }
+
+    /// Whether the ID finds a UD peer (SIDR) rather than connecting: the UDP port space,
+    /// or the IB one with a UD QP.
+    fn is_ud(&self) -> bool {
+        match self.inner.ps {
+            PortSpace::Udp => true,
+            PortSpace::Tcp => false,
+            PortSpace::Ib => self.qp().is_some_and(|q| q.qp_type() == QpType::Ud),
+        }
     }
 
     /// Forgets the ID's QP (`rdma_destroy_qp`).
@@ -609,8 +675,12 @@ impl CmId {
         self.inner.ps
     }
 
-    /// Asks the resolved peer to connect (`rdma_connect`).
+    /// Asks the resolved peer to connect (`rdma_connect`); a UD ID asks for the peer's
+    /// QP instead (a SIDR_REQ).
     pub fn connect(&self, param: &ConnParam) -> Result<()> {
+        if self.is_ud() {
+            return self.resolve_service(param);
+        }
         let verb = "rdma_connect";
         let user_max = wire::private_len::REQ - IpCmHeader::LEN;
         if param.private_data.len() > user_max {
@@ -702,10 +772,134 @@ impl CmId {
         Ok(())
     }
 
+    /// Asks the peer's service for its UD QP (the UD `rdma_connect`): a SIDR_REQ with the
+    /// IP CM header and `param`'s private data; [`CmEventKind::Established`] brings the
+    /// answer.
+    fn resolve_service(&self, param: &ConnParam) -> Result<()> {
+        let verb = "rdma_connect";
+        let user_max = wire::private_len::SIDR_REQ - IpCmHeader::LEN;
+        if param.private_data.len() > user_max {
+            return Err(cm_err(
+                verb,
+                libc::EINVAL,
+                format!(
+                    "{} bytes of private data; a UD connect carries {user_max}",
+                    param.private_data.len()
+                ),
+            ));
+        }
+        let (local, peer) = {
+            let st = self.st();
+            let (Some(local), Some(peer)) = (st.local, st.peer) else {
+                return Err(cm_err(
+                    verb,
+                    libc::EINVAL,
+                    "the route is not resolved yet".into(),
+                ));
+            };
+            if st.comm.is_some() {
+                return Err(cm_err(
+                    verb,
+                    libc::EISCONN,
+                    "the ID is resolving its peer already".into(),
+                ));
+            }
+            (local, peer)
+        };
+        let mut pd = [0u8; wire::private_len::SIDR_REQ];
+        IpCmHeader {
+            version: 0,
+            src_port: local.port(),
+            src: local.ip(),
+            dst: peer.ip(),
+        }
+        .emit(&mut pd);
+        pd[IpCmHeader::LEN..IpCmHeader::LEN + param.private_data.len()]
+            .copy_from_slice(&param.private_data);
+        let req = SidrReqRepr {
+            request_id: 0,
+            pkey: 0xFFFF,
+            service_id: wire::ip_service_id(self.inner.ps.code(), peer.port()),
+            private_data: PrivateData(pd),
+        };
+        let core = &self.inner.core;
+        let mut cs = core.st.lock().unwrap_or_else(|e| e.into_inner());
+        let id = cs.agent.sidr_request(core.now(), peer.ip(), req);
+        cs.ids.insert(id, Arc::downgrade(&self.inner));
+        self.st().comm = Some(id);
+        self.set_state("CONNECT");
+        core.flush(&mut cs);
+        core.wake();
+        Ok(())
+    }
+
+    /// Answers the SIDR_REQ this passive UD ID was made for with `status` (and, when
+    /// valid, its QP and [`RDMA_UDP_QKEY`]).
+    fn answer_sidr(&self, verb: &'static str, status: u8, private_data: &[u8]) -> Result<()> {
+        let pd = PrivateData::from_slice(private_data).ok_or_else(|| {
+            cm_err(
+                verb,
+                libc::EINVAL,
+                format!(
+                    "{} bytes of private data; a UD answer carries {}",
+                    private_data.len(),
+                    wire::private_len::SIDR_REP
+                ),
+            )
+        })?;
+        let valid = status == wire::sidr_status::VALID;
+        let (id, qp) = {
+            let st = self.st();
+            (st.comm, st.qp.as_ref().and_then(QpRef::get))
+        };
+        let Some(id) = id else {
+            return Err(cm_err(verb, libc::EINVAL, "the ID holds no request".into()));
+        };
+        let qpn = match qp {
+            Some(q) => q.qp_num().value(),
+            None if valid => {
+                return Err(cm_err(
+                    verb,
+                    libc::EINVAL,
+                    "the ID has no QP (rdma_create_qp first)".into(),
+                ));
+            }
+            None => 0,
+        };
+        let rep = wire::SidrRepRepr {
+            request_id: 0,
+            status,
+            info: Default::default(),
+            qpn: if valid { qpn } else { 0 },
+            service_id: 0,
+            qkey: if valid { RDMA_UDP_QKEY } else { 0 },
+            private_data: pd,
+        };
+        let core = &self.inner.core;
+        let mut cs = core.st.lock().unwrap_or_else(|e| e.into_inner());
+        cs.agent
+            .sidr_reply(core.now(), id, rep)
+            .map_err(|e| cm_err(verb, libc::EINVAL, e.to_string()))?;
+        // The agent keeps the answer for duplicates; the ID is done with the exchange.
+        cs.ids.remove(&id);
+        {
+            let mut st = self.st();
+            st.comm = None;
+            st.sidr = None;
+        }
+        self.set_state(if valid { "CONNECT" } else { "IDLE" });
+        core.flush(&mut cs);
+        core.wake();
+        Ok(())
+    }
+
     /// Accepts the connection request this ID was made for (`rdma_accept`): its QP goes
-    /// to RTS, and the REP carries `param`.
+    /// to RTS, and the REP carries `param`. A UD ID answers its SIDR_REQ with its QP.
     pub fn accept(&self, param: &ConnParam) -> Result<()> {
         let verb = "rdma_accept";
+        if self.st().sidr.is_some() {
+            return self.answer_sidr(verb, wire::sidr_status::VALID, &param.private_data);
+        }
         let (id, req, peer, qp) = {
             let st = self.st();
             let (Some(id), Some(req), Some(peer)) = (st.comm, st.req.clone(), st.peer) else {
@@ -785,6 +979,9 @@ impl CmId {
     /// Rejects the connection request this ID was made for (`rdma_reject`), with the
     /// consumer's reason (28) and `private_data` (at most 148 bytes).
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        if self.st().sidr.is_some() {
+            return self.answer_sidr("rdma_reject", wire::sidr_status::REJECTED, private_data);
+        }
         self.agent_verb("rdma_reject", |a, now, id| {
             a.reject(now, id, rej_reason::CONSUMER_DEFINED, private_data)
         })
@@ -840,6 +1037,30 @@ fn cm_err(verb: &'static str, errno: i32, why: String) -> Error {
 
 fn random_psn() -> u32 {
     rand::random::<u32>() & 0xFF_FFFF
+}
+
+/// Moves a new QP to where rdma_cm leaves it: an RC QP to INIT (the connection brings it
+/// to RTS), a UD QP through to RTS with [`RDMA_UDP_QKEY`] (it needs no peer).
+fn ready(qp: &QueuePair) -> Result<()> {
+    if qp.qp_type() != QpType::Ud {
+        return to_init(qp);
+    }
+    qp.modify(&QpAttr {
+        state: Some(QpState::Init),
+        pkey_index: Some(0),
+        port: Some(1),
+        qkey: Some(RDMA_UDP_QKEY),
+        ..Default::default()
+    })?;
+    qp.modify(&QpAttr {
+        state: Some(QpState::Rtr),
+        ..Default::default()
+    })?;
+    qp.modify(&QpAttr {
+        state: Some(QpState::Rts),
+        sq_psn: Some(Psn::new(0)),
+        ..Default::default()
+    })
 }
 
 /// Moves a new QP to INIT with every remote access right, as rdma_cm's QPs get.
@@ -1191,6 +1412,7 @@ impl Core {
                     id: conn.clone(),
                     listen_id: Some(CmId { inner: l }),
                     private_data: req.private_data.as_bytes()[IpCmHeader::LEN..].to_vec(),
+                    ud: None,
                     peer: Some(PeerParam {
                         responder_resources: req.responder_resources,
                         initiator_depth: req.initiator_depth,
@@ -1250,6 +1472,7 @@ impl Core {
                     id: cid.clone(),
                     listen_id: None,
                     private_data: rep.private_data.as_bytes().to_vec(),
+                    ud: None,
                     peer: Some(PeerParam {
                         responder_resources: rep.responder_resources,
                         initiator_depth: rep.initiator_depth,
@@ -1309,23 +1532,73 @@ impl Core {
                 }
             }
             AgentEvent::MraReceived { .. } => {}
-            AgentEvent::SidrReqReceived { id, .. } => {
-                // UD through SIDR is not built yet: say so rather than stay silent.
-                let _ = cs.agent.sidr_reply(
-                    now,
-                    id,
-                    wire::SidrRepRepr {
-                        request_id: 0,
-                        status: wire::sidr_status::SERVICE_ID_NOT_SUPPORTED,
-                        info: Default::default(),
-                        qpn: 0,
-                        service_id: 0,
-                        qkey: 0,
-                        private_data: PrivateData::default(),
-                    },
-                );
+            AgentEvent::SidrReqReceived { id, from, req } => {
+                let listener = cs.listeners.get(&req.service_id).and_then(Weak::upgrade);
+                let (Some(l), Ok(ip)) = (listener, IpCmHeader::parse(req.private_data.as_bytes()))
+                else {
+                    // IBTA 12.11.2: nobody here serves it (or it lacks rdma_cm's header).
+                    let _ = cs.agent.sidr_reply(
+                        now,
+                        id,
+                        wire::SidrRepRepr {
+                            request_id: 0,
+                            status: wire::sidr_status::SERVICE_ID_NOT_SUPPORTED,
+                            info: Default::default(),
+                            qpn: 0,
+                            service_id: 0,
+                            qkey: 0,
+                            private_data: PrivateData::default(),
+                        },
+                    );
+                    return;
+                };
+                let local = l.st.lock().unwrap_or_else(|e| e.into_inner()).local;
+                let conn = CmId::with_core(l.chan.clone(), l.ctx.clone(), l.core.clone(), l.ps);
+                {
+                    let mut st = conn.st();
+                    st.local = local;
+                    st.peer = Some(SocketAddr::new(from, ip.src_port));
+                    st.comm = Some(id);
+                    st.sidr = Some(req.clone());
+                }
+                conn.set_state("CONNECT");
+                cs.ids.insert(id, Arc::downgrade(&conn.inner));
+                conn.inner.chan.push(CmEvent {
+                    kind: CmEventKind::ConnectRequest,
+                    id: conn.clone(),
+                    listen_id: Some(CmId { inner: l }),
+                    private_data: req.private_data.as_bytes()[IpCmHeader::LEN..].to_vec(),
+                    peer: None,
+                    ud: None,
+                });
             }
-            AgentEvent::SidrRepReceived { .. } => {}
+            AgentEvent::SidrRepReceived { id, rep } => {
+                let Some(inner) = cs.ids.remove(&id).and_then(|w| w.upgrade()) else {
+                    return;
+                };
+                let cid = CmId { inner };
+                cid.st().comm = None;
+                if rep.status != wire::sidr_status::VALID {
+                    cid.set_state("IDLE");
+                    cid.event(
+                        CmEventKind::Unresolved { status: rep.status },
+                        rep.private_data.as_bytes().to_vec(),
+                    );
+                    return;
+                }
+                cid.set_state("CONNECT");
+                cid.inner.chan.push(CmEvent {
+                    kind: CmEventKind::Established,
+                    id: cid.clone(),
+                    listen_id: None,
+                    private_data: rep.private_data.as_bytes().to_vec(),
+                    peer: None,
+                    ud: Some(UdParam {
+                        qp_num: rep.qpn,
+                        qkey: rep.qkey,
+                    }),
+                });
+            }
         }
     }
 }

@@ -170,3 +170,103 @@ fn misuse_is_refused_with_the_verb_named() {
     let e = id.accept(&ConnParam::default()).unwrap_err();
     assert!(e.to_string().contains("no connection request"), "{e}");
 }
+
+/// UD through SIDR: the client's `connect` asks the server's service for its UD QP, the
+/// server's `accept` answers with it, and the client's Established event carries the QPN
+/// and rdma_cm's UD Q_Key, with which a datagram then reaches the server's QP. A service
+/// nobody serves is reported as unresolved (SIDR status 1), and a rejecting server's
+/// status 2 comes through the same way.
+#[test]
+fn ud_ids_find_each_others_qps_through_sidr() {
+    let (sctx, cctx) = (ctx("127.0.0.78"), ctx("127.0.0.79"));
+    let (schan, cchan) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let listener = CmId::new(&schan, &sctx, PortSpace::Udp).unwrap();
+    listener.bind_addr("0.0.0.0:7474".parse().unwrap()).unwrap();
+    listener.listen(8).unwrap();
+    let resolve = |port: u16| {
+        let id = CmId::new(&cchan, &cctx, PortSpace::Udp).unwrap();
+        id.resolve_addr(None, SocketAddr::new([127, 0, 0, 78].into(), port))
+            .unwrap();
+        expect(&cchan, CmEventKind::AddrResolved);
+        id.resolve_route().unwrap();
+        expect(&cchan, CmEventKind::RouteResolved);
+        id
+    };
+    let (cpd, ccq) = (cctx.alloc_pd(), cctx.create_cq(64, None).unwrap());
+    let client = resolve(7474);
+    // A UDP ID takes a UD QP only; the QP is ready at once.
+    let e = client
+        .create_qp(&cpd, QpInitAttr::new(QpType::Rc, &ccq))
+        .unwrap_err();
+    assert!(e.to_string().contains("does not fit"), "{e}");
+    let cqp = client
+        .create_qp(&cpd, QpInitAttr::new(QpType::Ud, &ccq))
+        .unwrap();
+    assert_eq!(cqp.query().state, Some(QpState::Rts));
+    client
+        .connect(&ConnParam {
+            private_data: b"which QP?".to_vec(),
+            ..Default::default()
+        })
+        .unwrap();
+
+    let req = expect(&schan, CmEventKind::ConnectRequest);
+    assert!(req.private_data.starts_with(b"which QP?"));
+    assert_eq!(req.private_data.len(), 216 - 36, "a SIDR_REQ's less the header");
+    let (spd, scq) = (sctx.alloc_pd(), sctx.create_cq(64, None).unwrap());
+    let sqp = req
+        .id
+        .create_qp(&spd, QpInitAttr::new(QpType::Ud, &scq))
+        .unwrap();
+    sqp.post_recv_owned(1, vec![0; 40 + 64]).unwrap();
+    req.id
+        .accept(&ConnParam {
+            private_data: b"this one".to_vec(),
+            ..Default::default()
+        })
+        .unwrap();
+
+    let est = expect(&cchan, CmEventKind::Established);
+    assert!(est.private_data.starts_with(b"this one"));
+    let ud = est.ud.expect("a UD answer");
+    assert_eq!(ud.qp_num, sqp.qp_num().value());
+    assert_eq!(ud.qkey, softrdma::cm::RDMA_UDP_QKEY);
+    let ah = cpd
+        .create_ah(
+            std::net::Ipv4Addr::new(127, 0, 0, 78).to_ipv6_mapped(),
+            1,
+        )
+        .unwrap();
+    cqp.post_send(SendWr {
+        wr_id: 2,
+        op: SendOp::Send,
+        payload: Payload::Inline(b"a datagram".to_vec()),
+        flags: SendFlags::SIGNALED | SendFlags::INLINE,
+        ud: Some(ah.dest(Qpn::new(ud.qp_num), ud.qkey)),
+    })
+    .unwrap();
+    assert_eq!(wait_wc(&ccq).status, WcStatus::Success);
+    let wc = wait_wc(&scq);
+    assert_eq!(wc.status, WcStatus::Success);
+    assert_eq!(wc.byte_len, 40 + 10);
+    assert!(sqp.reclaim(1).unwrap()[40..].starts_with(b"a datagram"));
+
+    // Nobody serves 7475.
+    let lost = resolve(7475);
+    lost.create_qp(&cpd, QpInitAttr::new(QpType::Ud, &ccq))
+        .unwrap();
+    lost.connect(&ConnParam::default()).unwrap();
+    let ev = expect(&cchan, CmEventKind::Unresolved { status: 1 });
+    assert_eq!(ev.ud, None);
+
+    // The server says no.
+    let refused = resolve(7474);
+    refused
+        .create_qp(&cpd, QpInitAttr::new(QpType::Ud, &ccq))
+        .unwrap();
+    refused.connect(&ConnParam::default()).unwrap();
+    let req = expect(&schan, CmEventKind::ConnectRequest);
+    req.id.reject(b"go away").unwrap();
+    let ev = expect(&cchan, CmEventKind::Unresolved { status: 2 });
+    assert!(ev.private_data.starts_with(b"go away"));
+}

@@ -464,6 +464,11 @@ impl QueuePair {
         }
     }
 
+    /// The QP's transport (RC, UC or UD).
+    pub fn qp_type(&self) -> QpType {
+        self.with(|qp| qp.qp_type())
+    }
+
     /// The IP address of the group `gid`, checked against this QP and device.
     fn group(&self, verb: &'static str, gid: std::net::Ipv6Addr) -> Result<IpAddr> {
         use crate::error::McastError;
