@@ -6,6 +6,7 @@
 
 mod demo;
 mod devices;
+mod doctor;
 mod dropin;
 mod error;
 mod pcap;
@@ -78,6 +79,10 @@ enum Command {
     /// Hold the devices open (one process owns each and forwards the others their
     /// datagrams), logging who joins, leaves and owns them, until SIGINT or SIGTERM.
     Service(service::ServiceArgs),
+    /// Check the host's RDMA stack (kernel modules, devices and ports, user space) and
+    /// softrdma's devices; say why RDMA does not work and how to fix it. Exits 1 when
+    /// something is broken.
+    Doctor(doctor::DoctorArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -119,6 +124,7 @@ fn main() -> ExitCode {
         Command::Exec { program, no_view } => return dropin::exec(&program, !no_view),
         Command::Env => return dropin::env(),
         Command::Service(a) => return service::run(&a),
+        Command::Doctor(a) => return doctor::run(&a),
     };
     match result {
         Ok(code) => code,

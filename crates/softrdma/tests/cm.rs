@@ -212,7 +212,11 @@ fn ud_ids_find_each_others_qps_through_sidr() {
 
     let req = expect(&schan, CmEventKind::ConnectRequest);
     assert!(req.private_data.starts_with(b"which QP?"));
-    assert_eq!(req.private_data.len(), 216 - 36, "a SIDR_REQ's less the header");
+    assert_eq!(
+        req.private_data.len(),
+        216 - 36,
+        "a SIDR_REQ's less the header"
+    );
     let (spd, scq) = (sctx.alloc_pd(), sctx.create_cq(64, None).unwrap());
     let sqp = req
         .id
@@ -232,10 +236,7 @@ fn ud_ids_find_each_others_qps_through_sidr() {
     assert_eq!(ud.qp_num, sqp.qp_num().value());
     assert_eq!(ud.qkey, softrdma::cm::RDMA_UDP_QKEY);
     let ah = cpd
-        .create_ah(
-            std::net::Ipv4Addr::new(127, 0, 0, 78).to_ipv6_mapped(),
-            1,
-        )
+        .create_ah(std::net::Ipv4Addr::new(127, 0, 0, 78).to_ipv6_mapped(), 1)
         .unwrap();
     cqp.post_send(SendWr {
         wr_id: 2,

@@ -1,0 +1,395 @@
+//! The kernel modules: which RDMA modules are loaded (`/proc/modules`, built-ins from
+//! `modules.builtin`) and available (`/lib/modules/RELEASE/modules.dep`), and the lines that
+//! load the missing ones in the order the stack needs: ib_core, then the NIC driver and
+//! its RDMA half, then ib_uverbs and rdma_ucm (which brings rdma_cm).
+
+use super::hw::IbDevice;
+use super::{Check, Layer, Root, list_or_none};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The RDMA modules doctor reports on, in the order they load.
+pub const RDMA_MODULES: [&str; 17] = [
+    "ib_core",
+    "mlx5_core",
+    "mlx5_ib",
+    "mlx4_core",
+    "mlx4_ib",
+    "bnxt_re",
+    "irdma",
+    "qedr",
+    "efa",
+    "rdma_rxe",
+    "siw",
+    "ib_uverbs",
+    "iw_cm",
+    "ib_cm",
+    "rdma_cm",
+    "rdma_ucm",
+    "ib_umad",
+];
+
+/// A NIC driver and the module that gives it an RDMA device, and whether every NIC that
+/// driver runs can do RDMA (a ConnectX can; many Intel, Broadcom and QLogic NICs cannot).
+pub const PAIRS: [(&str, &str, bool); 6] = [
+    ("mlx5_core", "mlx5_ib", true),
+    ("mlx4_core", "mlx4_ib", true),
+    ("bnxt_en", "bnxt_re", false),
+    ("ice", "irdma", false),
+    ("i40e", "irdma", false),
+    ("qede", "qedr", false),
+];
+
+/// Modules that create RDMA devices.
+pub const DEVICE_DRIVERS: [&str; 8] = [
+    "mlx5_ib", "mlx4_ib", "bnxt_re", "irdma", "qedr", "efa", "rdma_rxe", "siw",
+];
+
+/// What is known about the host's modules.
+#[derive(Debug, Default)]
+pub struct Modules {
+    /// Loaded modules and, for each, the modules using it.
+    pub loaded: BTreeMap<String, Vec<String>>,
+    /// Whether `/proc/modules` could be read.
+    pub readable: bool,
+    /// Whether `/proc` is there but `/proc/modules` is not: a kernel without loadable modules.
+    pub no_modules: bool,
+    /// Modules built into the kernel.
+    pub builtin: BTreeSet<String>,
+    /// Modules installed for the running kernel; `None` when `/lib/modules/RELEASE` has no
+    /// `modules.dep` (an initramfs, a container without the host's modules).
+    pub available: Option<BTreeSet<String>>,
+    /// The kernel release (`uname -r`).
+    pub release: Option<String>,
+}
+
+/// `kernel/drivers/infiniband/hw/mlx5/mlx5_ib.ko.xz` → `mlx5_ib`.
+fn module_name(path: &str) -> Option<String> {
+    let file = path.rsplit('/').next()?;
+    let stem = file.split(".ko").next()?;
+    (!stem.is_empty()).then(|| stem.replace('-', "_"))
+}
+
+impl Modules {
+    /// Reads the modules of the host below `root`.
+    pub fn survey(root: &Root) -> Self {
+        let mut m = Modules::default();
+        if let Some(text) = root.read("/proc/modules") {
+            m.readable = true;
+            for line in text.lines() {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                let Some(name) = f.first() else { continue };
+                let users = f
+                    .get(3)
+                    .map(|u| {
+                        u.split(',')
+                            .filter(|x| !x.is_empty() && *x != "-")
+                            .map(str::to_owned)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                m.loaded.insert((*name).to_owned(), users);
+            }
+        }
+        // A kernel built without loadable modules has no /proc/modules; what is built in
+        // and has parameters shows in /sys/module.
+        m.no_modules = !m.readable && root.exists("/proc/self");
+        if m.no_modules {
+            for name in root.list("/sys/module") {
+                if RDMA_MODULES.contains(&name.as_str()) || PAIRS.iter().any(|p| p.0 == name) {
+                    m.builtin.insert(name);
+                }
+            }
+        }
+        m.release = root.read("/proc/sys/kernel/osrelease");
+        if let Some(rel) = &m.release {
+            let dir = format!("/lib/modules/{rel}");
+            if let Some(b) = root.read(&format!("{dir}/modules.builtin")) {
+                m.builtin.extend(b.lines().filter_map(module_name));
+            }
+            if let Some(dep) = root.read(&format!("{dir}/modules.dep")) {
+                let mut avail: BTreeSet<String> = dep
+                    .lines()
+                    .filter_map(|l| l.split(':').next())
+                    .filter_map(module_name)
+                    .collect();
+                avail.extend(m.builtin.iter().cloned());
+                m.available = Some(avail);
+            }
+        }
+        m
+    }
+
+    /// Loaded, or built in.
+    pub fn has(&self, name: &str) -> bool {
+        self.loaded.contains_key(name) || self.builtin.contains(name)
+    }
+
+    /// Installed for this kernel; `None` when that cannot be known.
+    pub fn installed(&self, name: &str) -> Option<bool> {
+        self.available.as_ref().map(|a| a.contains(name))
+    }
+
+    /// The RDMA device drivers loaded.
+    pub fn device_drivers(&self) -> Vec<&'static str> {
+        DEVICE_DRIVERS.into_iter().filter(|d| self.has(d)).collect()
+    }
+
+    /// The NIC pairs whose NIC half is loaded.
+    pub fn nic_pairs(&self) -> Vec<(&'static str, &'static str, bool)> {
+        PAIRS.into_iter().filter(|p| self.has(p.0)).collect()
+    }
+
+    /// The modprobe line that loads the missing modules up to and including `target`, in the
+    /// stack's order.
+    pub fn load_line(&self, target: &str) -> String {
+        let mut order: Vec<&str> = vec!["ib_core"];
+        for (nic, ib, _) in self.nic_pairs() {
+            order.push(nic);
+            order.push(ib);
+        }
+        if !order.contains(&target) && target != "ib_uverbs" && target != "rdma_ucm" {
+            order.push(target);
+        }
+        order.extend(["ib_uverbs", "rdma_ucm"]);
+        let upto = order
+            .iter()
+            .position(|m| *m == target)
+            .unwrap_or(order.len() - 1);
+        let missing: Vec<String> = order[..=upto]
+            .iter()
+            .filter(|m| !self.has(m))
+            .map(|m| format!("modprobe {m}"))
+            .collect();
+        if missing.is_empty() {
+            format!("modprobe {target}")
+        } else {
+            missing.join(" && ")
+        }
+    }
+}
+
+/// The kernel modules layer.
+pub fn check(m: &Modules, devices: &[IbDevice], out: &mut Vec<Check>) {
+    let l = Layer::Modules;
+    if m.no_modules {
+        let built: Vec<&str> = m.builtin.iter().map(String::as_str).collect();
+        out.push(
+            Check::warn(l, "modules.loaded", "RDMA modules")
+                .detail(format!("this kernel has no loadable modules (built in: {})", list_or_none(&built)))
+                .why("a kernel without module support has only the RDMA drivers built into it, and none can be loaded.")
+                .fix("softrdma exec -- PROGRAM (no kernel module needed), or boot a kernel with CONFIG_MODULES and the RDMA drivers"),
+        );
+    } else if !m.readable {
+        out.push(
+            Check::warn(l, "modules.loaded", "RDMA modules")
+                .detail("/proc/modules cannot be read")
+                .why("without /proc the loaded modules cannot be known, so the checks below rely on /sys alone.")
+                .fix("mount -t proc proc /proc"),
+        );
+    }
+    let loaded: Vec<&str> = RDMA_MODULES.iter().copied().filter(|x| m.has(x)).collect();
+    let available: Vec<&str> = RDMA_MODULES
+        .iter()
+        .copied()
+        .filter(|x| !m.has(x) && m.installed(x) == Some(true))
+        .collect();
+    let drivers = m.device_drivers();
+    if m.readable {
+        let halfless: Vec<(&str, &str)> = m
+            .nic_pairs()
+            .into_iter()
+            .filter(|p| p.2 && !m.has(p.1))
+            .map(|p| (p.0, p.1))
+            .collect();
+        let mut c = if let (true, Some((nic, ib))) = (drivers.is_empty(), halfless.first()) {
+            Check::warn(l, "modules.loaded", "RDMA modules")
+                .detail(format!("no RDMA driver loaded (loaded: {})", list_or_none(&loaded)))
+                .why(format!("{nic} is loaded without {ib}, so the kernel has no RDMA device (\"No IB devices found\")."))
+                .fix(m.load_line("rdma_ucm"))
+        } else if drivers.is_empty() {
+            let fix = if m.installed("rdma_rxe") == Some(true) {
+                "softrdma exec -- PROGRAM (no kernel module needed), or Soft-RoCE in the kernel: modprobe rdma_rxe && rdma link add rxe0 type rxe netdev IFACE"
+            } else {
+                "softrdma exec -- PROGRAM (no kernel module needed)"
+            };
+            Check::warn(l, "modules.loaded", "RDMA modules")
+                .detail(format!("no RDMA driver loaded (loaded: {})", list_or_none(&loaded)))
+                .why("with no RDMA driver the kernel has no RDMA device, which is what \"No IB devices found\" means here.")
+                .fix(fix)
+        } else {
+            Check::ok(l, "modules.loaded", "RDMA modules")
+                .detail(format!("loaded: {}", loaded.join(", ")))
+        };
+        match &m.available {
+            Some(_) => {
+                c = c.note(format!(
+                    "available, not loaded: {}",
+                    list_or_none(&available)
+                ))
+            }
+            None => {
+                c = c.note(format!(
+                    "no /lib/modules/{}/modules.dep: which modules are installed is unknown",
+                    m.release.as_deref().unwrap_or("RELEASE")
+                ))
+            }
+        }
+        out.push(c.data(serde_json::json!({
+            "loaded": loaded,
+            "available": m.available.as_ref().map(|_| &available),
+            "release": m.release,
+        })));
+    }
+
+    // A NIC driver without its RDMA half: the NIC works for IP, and there is no RDMA device.
+    for (nic, ib, always) in m.nic_pairs() {
+        let id = format!("modules.{ib}");
+        if m.has(ib) {
+            out.push(Check::ok(l, id, ib).detail(format!("loaded, after {nic}")));
+            continue;
+        }
+        let mut c = if always {
+            Check::fail(l, id, ib)
+        } else {
+            Check::warn(l, id, ib)
+        };
+        c = c.detail(format!("not loaded, though {nic} is"));
+        let why = format!(
+            "{nic} drives the NIC for IP, but without {ib} it has no RDMA device{}.",
+            if always {
+                ""
+            } else {
+                " (if this NIC can do RDMA at all)"
+            }
+        );
+        c = match m.installed(ib) {
+            Some(false) => c
+                .why(format!("{why} This kernel has no {ib} module installed."))
+                .fix(format!(
+                    "install the kernel's RDMA modules (Debian: linux-image-{0}; Ubuntu: linux-modules-extra-{0}), then {1}",
+                    m.release.as_deref().unwrap_or("$(uname -r)"),
+                    m.load_line(ib)
+                )),
+            _ => c.why(why).fix(m.load_line(ib)),
+        };
+        out.push(c);
+    }
+
+    // The user-space access modules matter once there is something to reach.
+    if !drivers.is_empty() || !devices.is_empty() || m.nic_pairs().iter().any(|p| p.2) {
+        let core = if m.has("ib_core") {
+            Check::ok(l, "modules.ib_core", "ib_core").detail("loaded")
+        } else if !m.readable {
+            Check::warn(l, "modules.ib_core", "ib_core").detail("unknown")
+        } else {
+            Check::fail(l, "modules.ib_core", "ib_core")
+                .detail("not loaded")
+                .why("every RDMA driver needs ib_core first.")
+                .fix(m.load_line("ib_core"))
+        };
+        out.push(core);
+        for (name, what) in [
+            (
+                "ib_uverbs",
+                "programs reach RDMA devices only through ib_uverbs (/dev/infiniband/uverbsN); without it libibverbs finds no device.",
+            ),
+            (
+                "rdma_ucm",
+                "programs that connect through rdma_cm (rping, perftest -R, MPI, NVMe-oF) need rdma_ucm and rdma_cm (/dev/infiniband/rdma_cm).",
+            ),
+        ] {
+            let id = format!("modules.{name}");
+            if m.has(name) {
+                let detail = if name == "rdma_ucm" {
+                    format!(
+                        "loaded{}",
+                        if m.has("rdma_cm") {
+                            ", with rdma_cm"
+                        } else {
+                            ""
+                        }
+                    )
+                } else {
+                    "loaded".to_owned()
+                };
+                out.push(Check::ok(l, id, name).detail(detail));
+            } else if !m.readable {
+                continue;
+            } else {
+                out.push(
+                    Check::fail(l, id, name)
+                        .detail("not loaded")
+                        .why(what)
+                        .fix(m.load_line(name)),
+                );
+            }
+        }
+    }
+
+    // rdma_rxe holds UDP 4791 on every address from the moment it loads.
+    if m.has("rdma_rxe") {
+        let rxe: Vec<&str> = devices
+            .iter()
+            .filter(|d| d.provider == Some("rxe"))
+            .map(|d| d.name.as_str())
+            .collect();
+        let undo = if rxe.is_empty() {
+            "modprobe -r rdma_rxe".to_owned()
+        } else {
+            let dels: Vec<String> = rxe
+                .iter()
+                .map(|d| format!("rdma link delete {d}"))
+                .collect();
+            format!("{} && modprobe -r rdma_rxe", dels.join(" && "))
+        };
+        out.push(
+            Check::warn(l, "modules.rdma_rxe_port", "rdma_rxe and softrdma")
+                .detail("rdma_rxe is loaded and holds UDP port 4791")
+                .why("the kernel's Soft-RoCE binds UDP 4791 on every address, so softrdma's devices cannot bind theirs; use the kernel's rxe, or unload it to use softrdma.")
+                .fix(undo),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(loaded: &[&str]) -> Modules {
+        Modules {
+            loaded: loaded
+                .iter()
+                .map(|m| ((*m).to_owned(), Vec::new()))
+                .collect(),
+            readable: true,
+            ..Modules::default()
+        }
+    }
+
+    #[test]
+    fn load_line_keeps_the_stack_order_and_skips_what_is_loaded() {
+        let m = with(&["mlx5_core", "ib_core"]);
+        assert_eq!(m.load_line("mlx5_ib"), "modprobe mlx5_ib");
+        assert_eq!(
+            m.load_line("rdma_ucm"),
+            "modprobe mlx5_ib && modprobe ib_uverbs && modprobe rdma_ucm"
+        );
+        let bare = with(&["mlx5_core"]);
+        assert_eq!(
+            bare.load_line("mlx5_ib"),
+            "modprobe ib_core && modprobe mlx5_ib"
+        );
+    }
+
+    #[test]
+    fn module_names_from_paths() {
+        assert_eq!(
+            module_name("kernel/drivers/infiniband/hw/mlx5/mlx5_ib.ko.xz").as_deref(),
+            Some("mlx5_ib")
+        );
+        assert_eq!(
+            module_name("kernel/net/rdma-x.ko").as_deref(),
+            Some("rdma_x")
+        );
+    }
+}
