@@ -183,10 +183,71 @@ struct IdC {
     /// What the peer's REQ said (a connect request's ID), for an `rdma_accept` without
     /// parameters.
     peer: Mutex<Option<PeerParam>>,
-    /// The channel made for an ID created without one (librdmacm's synchronous IDs).
+    /// The channel made for an ID created without one: librdmacm's synchronous IDs, whose
+    /// verbs wait for their own event (see [`complete`]).
     own_chan: Option<Box<ChanC>>,
-    /// CQs `rdma_create_qp` made because the caller gave none, destroyed with the QP.
+    /// CQs `rdma_create_qp` made because the caller gave none, and their completion
+    /// channels, destroyed with the QP.
     own_cqs: Vec<*mut crate::abi::ibv_cq>,
+    own_cq_chans: Vec<*mut crate::abi::ibv_comp_channel>,
+    /// A passive `rdma_create_ep`'s QP attributes, for the QP `rdma_get_request` makes
+    /// each new connection.
+    ep_attr: Option<ibv_qp_init_attr>,
+    /// An active `rdma_create_ep`'s private data (`ai_connect`), for an `rdma_connect`
+    /// without parameters.
+    connect_data: Vec<u8>,
+}
+
+impl IdC {
+    /// A new ID around `raw` (its channel already set).
+    fn boxed(raw: rdma_cm_id, own_chan: Option<Box<ChanC>>) -> *mut IdC {
+        Box::into_raw(Box::new(IdC {
+            id: raw,
+            rust: Mutex::new(None),
+            peer: Mutex::new(None),
+            own_chan,
+            own_cqs: Vec::new(),
+            own_cq_chans: Vec::new(),
+            ep_attr: None,
+            connect_data: Vec::new(),
+        }))
+    }
+}
+
+/// A synchronous ID's wait for the event its verb brings (librdmacm's `ucma_complete`):
+/// the previous event is acked, the next one becomes `id->event`, and a failed one is the
+/// verb's error (ECONNREFUSED for a reject, the event's status otherwise). 0 at once for
+/// an ID with a channel of the caller's.
+fn complete(verb: &'static str, c: &mut IdC) -> c_int {
+    let Some(chan) = c.own_chan.as_ref() else {
+        return 0;
+    };
+    if !c.id.event.is_null() {
+        // SAFETY: the ID's own event, acked once.
+        unsafe { rdma_ack_cm_event(c.id.event) };
+        c.id.event = null_mut();
+    }
+    let ev = loop {
+        if let Some(e) = chan.rust.get_event(None).and_then(convert) {
+            break e;
+        }
+    };
+    c.id.event = ev;
+    // SAFETY: just made by convert.
+    let (kind, status) = unsafe { ((*ev).event, (*ev).status) };
+    match (kind, status) {
+        (_, 0) => 0,
+        (REJECTED, _) => fail(
+            verb,
+            libc::ECONNREFUSED,
+            &"the peer rejected the connection",
+        ),
+        (_, s) => fail(
+            verb,
+            s.abs(),
+            &format_args!("{}", std::io::Error::from_raw_os_error(s.abs())),
+        ),
+    }
 }
 
 /// An event: the public struct, then the private data it points at.
@@ -470,13 +531,7 @@ pub unsafe extern "C" fn rdma_create_id(
         raw.ps = ps;
         // librdmacm's ucma_get_qp_type: UD for the UDP port space, RC otherwise.
         raw.qp_type = if ps == 0x0111 { 4 } else { 2 };
-        let c = Box::into_raw(Box::new(IdC {
-            id: raw,
-            rust: Mutex::new(None),
-            peer: Mutex::new(None),
-            own_chan,
-            own_cqs: Vec::new(),
-        }));
+        let c = IdC::boxed(raw, own_chan);
         // SAFETY: the caller's pointer.
         unsafe { *id = c.cast() };
         0
@@ -499,6 +554,10 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         let mut c = unsafe { Box::from_raw(id.cast::<IdC>()) };
         if c.id.qp.is_null() {
             destroy_own_cqs(&mut c);
+        }
+        if c.own_chan.is_some() && !c.id.event.is_null() {
+            // SAFETY: a synchronous ID's own event, acked once.
+            unsafe { rdma_ack_cm_event(c.id.event) };
         }
         if let Some(r) = c.rust.lock().unwrap_or_else(|e| e.into_inner()).take() {
             r.set_user(0);
@@ -561,7 +620,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         };
         let rc = errno_of(v, r.resolve_addr(s, d));
         fill_route(c, &r);
-        rc
+        if rc != 0 { rc } else { complete(v, c) }
     })
 }
 
@@ -576,7 +635,10 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_
         // SAFETY: per the contract.
         let c = unsafe { idc(id) };
         match made(v, c) {
-            Ok(r) => errno_of(v, r.resolve_route()),
+            Ok(r) => match errno_of(v, r.resolve_route()) {
+                0 => complete(v, c),
+                e => e,
+            },
             Err(_) => -1,
         }
     })
@@ -639,28 +701,44 @@ pub unsafe extern "C" fn rdma_create_qp(
         }
         // SAFETY: the caller's attributes.
         let a = unsafe { &mut *attr };
-        for (cq, depth) in [
-            (&mut a.send_cq, a.cap.max_send_wr),
-            (&mut a.recv_cq, a.cap.max_recv_wr),
+        for (send, cq, depth) in [
+            (true, &mut a.send_cq, a.cap.max_send_wr),
+            (false, &mut a.recv_cq, a.cap.max_recv_wr),
         ] {
             if cq.is_null() {
-                // SAFETY: the ID's context; no channel.
+                // As librdmacm's ucma_create_cqs: each with a completion channel, and the
+                // ID as its context (rdma_get_recv_comp asserts both).
+                // SAFETY: the ID's context.
+                let ch = unsafe { crate::cq::ibv_create_comp_channel(c.id.verbs) };
+                if ch.is_null() {
+                    destroy_own_cqs(c);
+                    return -1;
+                }
+                c.own_cq_chans.push(ch);
+                if send {
+                    c.id.send_cq_channel = ch.cast();
+                } else {
+                    c.id.recv_cq_channel = ch.cast();
+                }
+                // SAFETY: the ID's context and the channel just made.
                 let made = unsafe {
                     crate::cq::ibv_create_cq(
                         c.id.verbs,
                         depth.max(1) as c_int,
-                        null_mut(),
-                        null_mut(),
+                        (c as *mut IdC).cast(),
+                        ch,
                         0,
                     )
                 };
                 if made.is_null() {
+                    destroy_own_cqs(c);
                     return -1;
                 }
                 c.own_cqs.push(made);
                 *cq = made;
             }
         }
+
         // SAFETY: the PD and the caller's attributes.
         let qp = unsafe { crate::qp::ibv_create_qp(pd, attr) };
         if qp.is_null() {
@@ -746,12 +824,18 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
     })
 }
 
-/// Destroys the CQs `rdma_create_qp` made for the ID.
+/// Destroys the CQs (and their channels) `rdma_create_qp` made for the ID.
 fn destroy_own_cqs(c: &mut IdC) {
     for cq in c.own_cqs.drain(..) {
         // SAFETY: a CQ this library made for the ID, destroyed once, its QP gone.
         unsafe { crate::cq::ibv_destroy_cq(cq) };
     }
+    for ch in c.own_cq_chans.drain(..) {
+        // SAFETY: a channel this library made for the ID, its CQ gone.
+        unsafe { crate::cq::ibv_destroy_comp_channel(ch) };
+    }
+    c.id.send_cq_channel = null_mut();
+    c.id.recv_cq_channel = null_mut();
 }
 
 /// The PD the CM allocates once per context for QPs created without one.
@@ -818,9 +902,16 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
     guard("rdma_connect", -1, || {
         let v = "rdma_connect";
         // SAFETY: per the contract.
-        let (c, p) = unsafe { (idc(id), conn_param(param, None)) };
+        let (c, mut p) = unsafe { (idc(id), conn_param(param, None)) };
+        if param.is_null() {
+            // An active rdma_create_ep's private data (`ai_connect`).
+            p.private_data = c.connect_data.clone();
+        }
         match made(v, c) {
-            Ok(r) => errno_of(v, r.connect(&p)),
+            Ok(r) => match errno_of(v, r.connect(&p)) {
+                0 => complete(v, c),
+                e => e,
+            },
             Err(_) => -1,
         }
     })
@@ -840,7 +931,19 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
         // SAFETY: per the contract.
         let p = unsafe { conn_param(param, peer) };
         match made(v, c) {
-            Ok(r) => errno_of(v, r.accept(&p)),
+            Ok(r) => match errno_of(v, r.accept(&p)) {
+                // A UD accept has no event to wait for; the request's event is done.
+                0 if c.id.qp_type == 4 => {
+                    if c.own_chan.is_some() && !c.id.event.is_null() {
+                        // SAFETY: the ID's own event, acked once.
+                        unsafe { rdma_ack_cm_event(c.id.event) };
+                        c.id.event = null_mut();
+                    }
+                    0
+                }
+                0 => complete(v, c),
+                e => e,
+            },
             Err(_) => -1,
         }
     })
@@ -895,7 +998,10 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
         // SAFETY: per the contract.
         let c = unsafe { idc(id) };
         match made("rdma_disconnect", c) {
-            Ok(r) => errno_of("rdma_disconnect", r.disconnect()),
+            Ok(r) => match errno_of("rdma_disconnect", r.disconnect()) {
+                0 => complete("rdma_disconnect", c),
+                e => e,
+            },
             Err(_) => -1,
         }
     })
@@ -1029,13 +1135,26 @@ fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
         raw.port_num = 1;
         // The listener's: RC for TCP, UD for UDP (librdmacm's ucma_get_qp_type).
         raw.qp_type = lc.id.qp_type;
-        let c = Box::into_raw(Box::new(IdC {
-            id: raw,
-            rust: Mutex::new(Some(ev.id.clone())),
-            peer: Mutex::new(ev.peer),
-            own_chan: None,
-            own_cqs: Vec::new(),
-        }));
+        // A synchronous listener's requests are synchronous IDs of their own (as
+        // librdmacm migrates them): their events no longer go to the listener's channel.
+        let own_chan = if lc.own_chan.is_some() {
+            let rust = EventChannel::new().ok()?;
+            ev.id.migrate(&rust);
+            let chan = Box::new(ChanC {
+                ch: rdma_event_channel { fd: rust.fd() },
+                rust,
+            });
+            raw.channel = (&raw const chan.ch).cast_mut();
+            Some(chan)
+        } else {
+            None
+        };
+        let c = IdC::boxed(raw, own_chan);
+        // SAFETY: just made.
+        unsafe {
+            *(*c).rust.lock().unwrap_or_else(|e| e.into_inner()) = Some(ev.id.clone());
+            *(*c).peer.lock().unwrap_or_else(|e| e.into_inner()) = ev.peer;
+        }
         ev.id.set_user(c as usize);
         // SAFETY: just made.
         fill_route(unsafe { &mut *c }, &ev.id);
@@ -1256,4 +1375,289 @@ pub extern "C" fn rdma_join_multicast_ex() -> c_int {
 pub extern "C" fn rdma_leave_multicast() -> c_int {
     set_errno(libc::EADDRNOTAVAIL);
     -1
+}
+
+/// `rdma_create_ep`: a synchronous ID from an `rdma_getaddrinfo` result. Passive
+/// (`RAI_PASSIVE`): bound to the source address, keeping `pd` and `qp_init_attr` for the
+/// QPs [`rdma_get_request`] makes. Active: resolved to the destination (address and
+/// route), with a QP when `qp_init_attr` is given, and `ai_connect` kept as the private
+/// data of an `rdma_connect` without parameters.
+///
+/// # Safety
+/// `id` a valid pointer; `res` a valid `rdma_addrinfo`; `pd` NULL or a PD of this
+/// library; `qp_init_attr` NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_create_ep(
+    id: *mut *mut rdma_cm_id,
+    res: *mut rdma_addrinfo,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard("rdma_create_ep", -1, || {
+        if id.is_null() || res.is_null() {
+            fail("rdma_create_ep", libc::EINVAL, &"NULL argument");
+            return -1;
+        }
+        // SAFETY: the caller's addrinfo.
+        let r = unsafe { &*res };
+        let mut cm: *mut rdma_cm_id = null_mut();
+        // SAFETY: a synchronous ID (no channel).
+        if unsafe { rdma_create_id(null_mut(), &mut cm, null_mut(), r.ai_port_space) } != 0 {
+            return -1;
+        }
+        // SAFETY: the ID just made, destroyed below on failure.
+        let rc = unsafe { ep_setup(cm, r, pd, qp_init_attr) };
+        if rc != 0 {
+            // SAFETY: the ID just made, not handed out.
+            unsafe { rdma_destroy_ep(cm) };
+            return rc;
+        }
+        // SAFETY: the caller's pointer.
+        unsafe { *id = cm };
+        0
+    })
+}
+
+/// The passive or active half of [`rdma_create_ep`].
+///
+/// # Safety
+/// As [`rdma_create_ep`], with `cm` an ID of this library.
+unsafe fn ep_setup(
+    cm: *mut rdma_cm_id,
+    r: &rdma_addrinfo,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    const RAI_PASSIVE: c_int = 1;
+    if r.ai_flags & RAI_PASSIVE != 0 {
+        // SAFETY: per the contract.
+        if unsafe { rdma_bind_addr(cm, r.ai_src_addr) } != 0 {
+            return -1;
+        }
+        // SAFETY: per the contract.
+        let c = unsafe { idc(cm) };
+        if !pd.is_null() {
+            c.id.pd = pd;
+        }
+        if !qp_init_attr.is_null() {
+            // SAFETY: the caller's attributes.
+            let mut a = unsafe { *qp_init_attr };
+            a.qp_type = r.ai_qp_type;
+            c.ep_attr = Some(a);
+        }
+        return 0;
+    }
+    // SAFETY: per the contract; the resolve waits for its event.
+    if unsafe { rdma_resolve_addr(cm, r.ai_src_addr, r.ai_dst_addr, 2000) } != 0 {
+        return -1;
+    }
+    // SAFETY: the ID, resolved.
+    if unsafe { rdma_resolve_route(cm, 2000) } != 0 {
+        return -1;
+    }
+    if !qp_init_attr.is_null() {
+        // SAFETY: the caller's attributes, which rdma_create_qp fills in (caps).
+        unsafe { (*qp_init_attr).qp_type = r.ai_qp_type };
+        // SAFETY: per the contract.
+        if unsafe { rdma_create_qp(cm, pd, qp_init_attr) } != 0 {
+            return -1;
+        }
+    }
+    if r.ai_connect_len > 0 && !r.ai_connect.is_null() {
+        // SAFETY: per the contract.
+        let c = unsafe { idc(cm) };
+        // SAFETY: the addrinfo's buffer of that length.
+        c.connect_data =
+            unsafe { std::slice::from_raw_parts(r.ai_connect.cast::<u8>(), r.ai_connect_len) }
+                .to_vec();
+    }
+    0
+}
+
+/// `rdma_destroy_ep`: the ID's QP (with the CQs made for it), then the ID.
+///
+/// # Safety
+/// `id` an ID of this library, not used again.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
+    guard("rdma_destroy_ep", (), || {
+        if id.is_null() {
+            return;
+        }
+        // SAFETY: per the contract.
+        unsafe {
+            if !(*id).qp.is_null() {
+                rdma_destroy_qp(id);
+            }
+            rdma_destroy_id(id);
+        }
+    })
+}
+
+/// `rdma_get_request`: the next connection request of a synchronous listener, as a new
+/// synchronous ID (with a QP when the listener's `rdma_create_ep` had QP attributes);
+/// the request's event is the new ID's `event`.
+///
+/// # Safety
+/// `listen` an ID of this library; `id` a valid pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_get_request(
+    listen: *mut rdma_cm_id,
+    id: *mut *mut rdma_cm_id,
+) -> c_int {
+    guard("rdma_get_request", -1, || {
+        let v = "rdma_get_request";
+        if listen.is_null() || id.is_null() {
+            fail(v, libc::EINVAL, &"NULL argument");
+            return -1;
+        }
+        // SAFETY: per the contract.
+        let l = unsafe { idc(listen) };
+        let Some(chan) = l.own_chan.as_ref() else {
+            return fail(
+                v,
+                libc::EINVAL,
+                &"the listener has an event channel (rdma_get_request is for IDs made without)",
+            );
+        };
+        if !l.id.event.is_null() {
+            // SAFETY: the listener's own event, acked once.
+            unsafe { rdma_ack_cm_event(l.id.event) };
+            l.id.event = null_mut();
+        }
+        let ev = loop {
+            if let Some(e) = chan.rust.get_event(None).and_then(convert) {
+                break e;
+            }
+        };
+        // SAFETY: just made by convert.
+        let (kind, status, new) = unsafe { ((*ev).event, (*ev).status, (*ev).id) };
+        if kind != CONNECT_REQUEST || status != 0 {
+            l.id.event = ev;
+            return fail(
+                v,
+                if kind == REJECTED {
+                    libc::ECONNREFUSED
+                } else {
+                    libc::EINVAL
+                },
+                &format_args!("the listener got event {kind} (status {status}), not a request"),
+            );
+        }
+        // convert made the request the new ID's `event`, as librdmacm leaves it.
+        if let Some(mut a) = l.ep_attr {
+            // SAFETY: the new ID, with the listener's PD (NULL: the default one).
+            if unsafe { rdma_create_qp(new, l.id.pd, &mut a) } != 0 {
+                // SAFETY: the new ID, not handed out.
+                unsafe { rdma_destroy_id(new) };
+                return -1;
+            }
+        }
+        // SAFETY: the caller's pointer.
+        unsafe { *id = new };
+        0
+    })
+}
+
+/// `rdma_migrate_id`: the ID's events go to `channel` from now on (NULL: a channel of its
+/// own, making it synchronous).
+///
+/// # Safety
+/// `id` an ID of this library; `channel` NULL or a channel of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_migrate_id(
+    id: *mut rdma_cm_id,
+    channel: *mut rdma_event_channel,
+) -> c_int {
+    guard("rdma_migrate_id", -1, || {
+        let v = "rdma_migrate_id";
+        if id.is_null() {
+            return fail(v, libc::EINVAL, &"NULL id");
+        }
+        // SAFETY: per the contract.
+        let c = unsafe { idc(id) };
+        if c.own_chan.is_some() && channel.is_null() {
+            return fail(v, libc::EINVAL, &"the ID is synchronous already");
+        }
+        let (own, ch) = if channel.is_null() {
+            let rust = match EventChannel::new() {
+                Ok(r) => r,
+                Err(e) => {
+                    fail_with(v, &e);
+                    return -1;
+                }
+            };
+            let own = Box::new(ChanC {
+                ch: rdma_event_channel { fd: rust.fd() },
+                rust,
+            });
+            let ch = (&raw const own.ch).cast_mut();
+            (Some(own), ch)
+        } else {
+            (None, channel)
+        };
+        // SAFETY: a ChanC of this library.
+        let target = unsafe { &*ch.cast::<ChanC>() };
+        if let Some(r) = c.rust.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            r.migrate(&target.rust);
+        }
+        if c.own_chan.is_some() && !c.id.event.is_null() {
+            // SAFETY: the ID's own event, acked once.
+            unsafe { rdma_ack_cm_event(c.id.event) };
+            c.id.event = null_mut();
+        }
+        c.id.channel = ch;
+        c.own_chan = own;
+        0
+    })
+}
+
+/// `rdma_init_qp_attr`: the attributes (and mask) that move the ID's QP to
+/// `qp_attr->qp_state` (INIT, RTR or RTS), for a caller that moves a QP of its own.
+///
+/// # Safety
+/// `id` an ID of this library; `qp_attr` and `mask` valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    qp_attr: *mut crate::abi::ibv_qp_attr,
+    mask: *mut c_int,
+) -> c_int {
+    guard("rdma_init_qp_attr", -1, || {
+        let v = "rdma_init_qp_attr";
+        if id.is_null() || qp_attr.is_null() || mask.is_null() {
+            return fail(v, libc::EINVAL, &"NULL argument");
+        }
+        // SAFETY: per the contract.
+        let c = unsafe { idc(id) };
+        let r = match made(v, c) {
+            Ok(r) => r,
+            Err(_) => return -1,
+        };
+        // SAFETY: the caller's attributes.
+        let want = unsafe { (*qp_attr).qp_state };
+        let state = match want {
+            1 => softrdma::QpState::Init,
+            2 => softrdma::QpState::Rtr,
+            3 => softrdma::QpState::Rts,
+            s => return fail(v, libc::EINVAL, &format_args!("QP state {s}")),
+        };
+        match r.init_qp_attr(state) {
+            Ok(a) => {
+                // SAFETY: the ID's context is this library's.
+                let soft = unsafe { SoftContext::from_ptr(c.id.verbs) };
+                let (out, m) = crate::qp::to_ibv_qp_attr(&a, soft);
+                // SAFETY: the caller's writable attributes and mask.
+                unsafe {
+                    *qp_attr = out;
+                    *mask = m;
+                }
+                0
+            }
+            Err(e) => {
+                fail_with(v, &e);
+                -1
+            }
+        }
+    })
 }

@@ -531,6 +531,50 @@ pub unsafe extern "C" fn ibv_query_qp(
         // SAFETY: live context.
         let soft = unsafe { SoftContext::from_ptr(b.context) };
         let r = q.inner.query();
+        let (mut o, _) = to_ibv_qp_attr(&r, soft);
+        o.cap = q.caps;
+        // SAFETY: the caller's writable structs.
+        unsafe {
+            *attr = o;
+            let i = &mut *init;
+            i.qp_context = b.qp_context;
+            i.send_cq = b.send_cq;
+            i.recv_cq = b.recv_cq;
+            i.srq = b.srq;
+            i.cap = q.caps;
+            i.qp_type = b.qp_type;
+            i.sq_sig_all = c_int::from(q.sq_sig_all);
+        }
+        0
+    })
+}
+
+/// `attr` as C's `ibv_qp_attr`, with the `IBV_QP_*` mask of the attributes it sets
+/// (unset ones read as their defaults: the state RESET, the device's MTU, port 1).
+pub(crate) fn to_ibv_qp_attr(r: &QpAttr, soft: &SoftContext) -> (ibv_qp_attr, c_int) {
+    let mut m = 0;
+    let mut bit = |set: bool, b: c_int| {
+        if set {
+            m |= b;
+        }
+    };
+    bit(r.state.is_some(), 1);
+    bit(r.access_flags.is_some(), 1 << 3);
+    bit(r.pkey_index.is_some(), 1 << 4);
+    bit(r.port.is_some(), 1 << 5);
+    bit(r.qkey.is_some(), 1 << 6);
+    bit(r.av.is_some(), 1 << 7);
+    bit(r.path_mtu.is_some(), 1 << 8);
+    bit(r.timeout.is_some(), 1 << 9);
+    bit(r.retry_cnt.is_some(), 1 << 10);
+    bit(r.rnr_retry.is_some(), 1 << 11);
+    bit(r.rq_psn.is_some(), 1 << 12);
+    bit(r.max_rd_atomic.is_some(), 1 << 13);
+    bit(r.min_rnr_timer.is_some(), 1 << 15);
+    bit(r.sq_psn.is_some(), 1 << 16);
+    bit(r.max_dest_rd_atomic.is_some(), 1 << 17);
+    bit(r.dest_qpn.is_some(), 1 << 20);
+    {
         let mut o = ibv_qp_attr::default();
         let state = r.state.unwrap_or(QpState::Reset);
         o.qp_state = state as c_int;
@@ -542,7 +586,6 @@ pub unsafe extern "C" fn ibv_query_qp(
         o.sq_psn = r.sq_psn.map_or(0, |p| p.value());
         o.dest_qp_num = r.dest_qpn.map_or(0, |n| n.value());
         o.qp_access_flags = r.access_flags.map_or(0, |f| f.bits());
-        o.cap = q.caps;
         if let Some(av) = r.av {
             o.ah_attr = ibv_ah_attr {
                 grh: ibv_global_route {
@@ -566,20 +609,8 @@ pub unsafe extern "C" fn ibv_query_qp(
         o.timeout = r.timeout.unwrap_or(0);
         o.retry_cnt = r.retry_cnt.unwrap_or(0);
         o.rnr_retry = r.rnr_retry.unwrap_or(0);
-        // SAFETY: the caller's writable structs.
-        unsafe {
-            *attr = o;
-            let i = &mut *init;
-            i.qp_context = b.qp_context;
-            i.send_cq = b.send_cq;
-            i.recv_cq = b.recv_cq;
-            i.srq = b.srq;
-            i.cap = q.caps;
-            i.qp_type = b.qp_type;
-            i.sq_sig_all = c_int::from(q.sq_sig_all);
-        }
-        0
-    })
+        (o, m)
+    }
 }
 
 /// The SGEs of a WR.

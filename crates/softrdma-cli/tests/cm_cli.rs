@@ -224,13 +224,14 @@ fn dropin_pair_on(
     (c, s)
 }
 
-/// rdma-core's rping, ucmatose (four connections), udaddy (two UD IDs through SIDR) and
-/// cmtime (100), and every perftest
+/// rdma-core's rping, ucmatose (four connections), udaddy (two UD IDs through SIDR),
+/// rdma_server/rdma_client, qperf `-cm1` (its twelve RC tests) and cmtime (100), and
+/// every perftest
 /// tool with `-R` (its connections made by rdma_cm), unmodified, as two processes.
 #[test]
 fn unmodified_rdma_cm_programs_connect_through_the_dropin() {
-    if !have("rping") || !have("ib_send_bw") {
-        eprintln!("rdmacm-utils or perftest missing: skipped (scripts/test installs them)");
+    if !have("rping") || !have("ib_send_bw") || !have("qperf") {
+        eprintln!("rdmacm-utils, perftest or qperf missing: skipped (scripts/test installs them)");
         return;
     }
     let (c, s) = dropin_pair(
@@ -309,6 +310,21 @@ fn unmodified_rdma_cm_programs_connect_through_the_dropin() {
         "{c}\n{s}"
     );
 
+    // rdma_server and rdma_client: synchronous IDs (no event channel) made by
+    // rdma_create_ep, a request taken by rdma_get_request with its QP made from the
+    // listener's attributes, and rdma_verbs.h's helpers on the CQs rdma_create_qp made.
+    let (c, s) = dropin_pair(
+        5,
+        &["rdma_server", "-s", "127.0.1.5", "-p", "7424"],
+        &["rdma_client", "-s", "127.0.1.5", "-p", "7424"],
+        7424,
+    );
+    assert!(
+        c.contains("rdma_client: end 0") && s.contains("rdma_server: end 0"),
+        "{c}\n{s}"
+    );
+    qperf_cm("127.0.1.6", "127.0.2.6", 19870);
+
     // cmtime: 100 connections made and torn down step by step, each step timed; its
     // server serves until it is stopped.
     let srv = Running::new(
@@ -361,6 +377,59 @@ fn unmodified_rdma_cm_programs_connect_through_the_dropin() {
         );
         assert!(c.contains("#bytes"), "{t}: {c}");
     }
+}
+
+/// qperf's twelve RC tests with `-cm1` (connections made by rdma_cm; its server forks a
+/// process per test, which tells the client its port before it listens, and exits
+/// without `rdma_disconnect`), the server on `saddr`'s device and the client on
+/// `caddr`'s; `lp` is the TCP port of qperf's own control connection.
+fn qperf_cm(saddr: &str, caddr: &str, lp: u16) {
+    const TESTS: [&str; 12] = [
+        "rc_bi_bw",
+        "rc_bw",
+        "rc_lat",
+        "rc_rdma_read_bw",
+        "rc_rdma_read_lat",
+        "rc_rdma_write_bw",
+        "rc_rdma_write_lat",
+        "rc_rdma_write_poll_lat",
+        "rc_compare_swap_mr",
+        "rc_fetch_add_mr",
+        "ver_rc_compare_swap",
+        "ver_rc_fetch_add",
+    ];
+    let lp = lp.to_string();
+    let srv = Running::new(
+        exec(saddr, &["qperf", "-lp", &lp])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let end = Instant::now() + Duration::from_secs(20);
+    let at: std::net::SocketAddr = format!("{saddr}:{lp}").parse().unwrap();
+    while std::net::TcpStream::connect_timeout(&at, Duration::from_millis(100)).is_err() {
+        assert!(Instant::now() < end, "qperf's server did not come up");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut args = vec!["qperf", "-lp", &lp, "-cm1", "-t", "1", saddr];
+    args.extend(TESTS);
+    let cli = Running::new(
+        exec(caddr, &args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+    .finish(Duration::from_secs(120));
+    drop(srv);
+    let c = text(&cli);
+    assert!(cli.status.success(), "{c}");
+    for t in TESTS {
+        assert!(c.contains(&format!("{t}:")), "{t} missing:\n{c}");
+    }
+    // Each test printed its figure: a bandwidth, a latency or a message rate.
+    assert_eq!(c.matches(" = ").count(), 12, "{c}");
 }
 
 /// Two processes on one device (one GID, one port 4791, one QP1): each runs its own CM
@@ -446,13 +515,14 @@ fn rping_between_two_processes_on_one_shared_device() {
     svc.finish(Duration::from_secs(10));
 }
 
-/// Unmodified rping, ucmatose, udaddy, cmtime (200 connections at once) and perftest with `-R`
+/// Unmodified rping, ucmatose, udaddy, rdma_server/rdma_client, qperf `-cm1` (its twelve
+/// RC tests), cmtime (200 connections at once) and perftest with `-R`
 /// (which listens again on its port right after its first connection), server and client
 /// on one shared device through the drop-in.
 #[test]
 fn unmodified_rdma_cm_programs_share_one_device() {
-    if !have("rping") || !have("ib_send_bw") {
-        eprintln!("rdmacm-utils or perftest missing: skipped (scripts/test installs them)");
+    if !have("rping") || !have("ib_send_bw") || !have("qperf") {
+        eprintln!("rdmacm-utils, perftest or qperf missing: skipped (scripts/test installs them)");
         return;
     }
     let on = |n: u8, server: &[&str], client: &[&str], port: u16| {
@@ -488,6 +558,17 @@ fn unmodified_rdma_cm_programs_share_one_device() {
         c.contains("return status 0") && s.contains("return status 0"),
         "{c}\n{s}"
     );
+    let (c, s) = on(
+        38,
+        &["rdma_server", "-s", "ADDR", "-p", "7467"],
+        &["rdma_client", "-s", "ADDR", "-p", "7467"],
+        7467,
+    );
+    assert!(
+        c.contains("rdma_client: end 0") && s.contains("rdma_server: end 0"),
+        "{c}\n{s}"
+    );
+    qperf_cm("127.0.3.39", "127.0.3.39", 19871);
     let (c, s) = on(
         37,
         &["udaddy", "-b", "ADDR", "-C", "10"],

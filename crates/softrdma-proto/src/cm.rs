@@ -665,6 +665,21 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         }
     }
 
+    /// Destroys every connection and SIDR request, each as [`Self::destroy`] does (the
+    /// process that runs the agent is going: its peers hear it now, not after their
+    /// timeouts).
+    pub fn destroy_all(&mut self, now: Instant) {
+        let ids: Vec<CommId> = self
+            .conns
+            .keys()
+            .chain(self.sidrs.keys())
+            .copied()
+            .collect();
+        for id in ids {
+            self.destroy(now, id);
+        }
+    }
+
     /// Drops a connection at once, whatever its state (the consumer destroyed its ID): a
     /// connection still being set up is rejected (TIMEOUT, as the kernel's CM does for a
     /// destroyed ID), an established one gets a DREQ that is not waited for.

@@ -330,7 +330,8 @@ impl std::fmt::Debug for CmId {
 }
 
 struct IdInner {
-    chan: Arc<Chan>,
+    /// Where its events go (changed by [`CmId::migrate`]).
+    chan: Mutex<Arc<Chan>>,
     ctx: Context,
     core: Arc<Core>,
     ps: PortSpace,
@@ -372,21 +373,50 @@ struct IdState {
     rep: Option<Box<RepRepr>>,
     /// The SIDR_REQ this passive UD ID answers.
     sidr: Option<Box<SidrReqRepr>>,
+    /// The first PSN this passive ID's receive queue expects: drawn when the REQ comes
+    /// (`passive`), so that `init_qp_attr` can give it before the accept announces it.
+    rq_psn: u32,
+    passive: bool,
     param: Option<ConnParam>,
 }
 
+impl IdInner {
+    fn chan(&self) -> Arc<Chan> {
+        self.chan.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
 impl Drop for IdInner {
-    /// The ID's listen and connection end in the CM thread's next pass: the last handle
-    /// may go while that thread holds the agent's mutex (an event it was dispatching).
+    /// The ID's listen and connection end here, and what that sends (a DREP for a DREQ
+    /// received, a REJ, a DREQ) leaves before the drop returns: a program that destroys
+    /// its ID and exits (qperf's server after each test) must not leave its peer
+    /// resending a DREQ for seconds. When the agent's mutex is held (the last handle went
+    /// while an event was dispatched, on this thread or the CM thread's), they end in the
+    /// CM thread's next pass instead.
     fn drop(&mut self) {
         let st = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
-        if st.listening.is_some() || st.comm.is_some() {
-            self.core
-                .dropped
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((st.listening, st.comm));
-            self.core.wake();
+        if st.listening.is_none() && st.comm.is_none() {
+            return;
+        }
+        let ended = (st.listening, st.comm);
+        let cs = match self.core.st.try_lock() {
+            Ok(cs) => Some(cs),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        match cs {
+            Some(mut cs) => {
+                self.core.end(&mut cs, ended);
+                self.core.flush(&mut cs);
+            }
+            None => {
+                self.core
+                    .dropped
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(ended);
+                self.core.wake();
+            }
         }
     }
 }
@@ -402,7 +432,7 @@ impl CmId {
         let res = ctx.dev().res.add_cm_id();
         let id = Self {
             inner: Arc::new(IdInner {
-                chan,
+                chan: Mutex::new(chan),
                 ctx,
                 core,
                 ps,
@@ -462,7 +492,7 @@ impl CmId {
     }
 
     fn event(&self, kind: CmEventKind, private_data: Vec<u8>) {
-        self.inner.chan.push(CmEvent {
+        self.inner.chan().push(CmEvent {
             kind,
             id: self.clone(),
             listen_id: None,
@@ -658,6 +688,103 @@ impl CmId {
             st.state
         };
         self.set_state(state);
+    }
+
+    /// The attributes that move the ID's QP to `state` (`rdma_init_qp_attr`), for a
+    /// caller that moves its own QP: INIT (RC: port, P_Key index and every remote access;
+    /// UD: and [`RDMA_UDP_QKEY`]); RTR and RTS once the connection's parameters are known
+    /// (a passive ID from its connect request on, an active one from the peer's REP on;
+    /// a UD QP needs none).
+    pub fn init_qp_attr(&self, state: QpState) -> Result<QpAttr> {
+        let verb = "rdma_init_qp_attr";
+        let ud = self.is_ud();
+        let (local, peer) = (self.inner.ctx.addr(), self.peer_addr());
+        let conn = {
+            let st = self.st();
+            match (&st.req, &st.rep, st.listening) {
+                (Some(req), Some(rep), _) => Some(active_conn(
+                    req,
+                    rep,
+                    st.param.as_ref().unwrap_or(&ConnParam::default()),
+                    self.inner.ctx.active_mtu(),
+                )),
+                (Some(req), None, None) if st.passive => {
+                    let param = st.param.clone().unwrap_or(ConnParam {
+                        responder_resources: req.initiator_depth,
+                        initiator_depth: req.responder_resources,
+                        ..ConnParam::default()
+                    });
+                    drop(st);
+                    self.passive_conn_opt(&param)
+                }
+                _ => None,
+            }
+        };
+        match (state, ud) {
+            (QpState::Init, _) => Ok(QpAttr {
+                state: Some(QpState::Init),
+                pkey_index: Some(0),
+                port: Some(1),
+                qkey: ud.then_some(RDMA_UDP_QKEY),
+                access_flags: (!ud).then_some(ALL_ACCESS),
+                ..Default::default()
+            }),
+            (QpState::Rtr | QpState::Rts, true) => Ok(QpAttr {
+                state: Some(state),
+                sq_psn: (state == QpState::Rts).then_some(Psn::new(0)),
+                ..Default::default()
+            }),
+            (QpState::Rtr | QpState::Rts, false) => {
+                let (Some(c), Some(peer)) = (conn, peer) else {
+                    return Err(cm_err(
+                        verb,
+                        libc::EINVAL,
+                        format!(
+                            "{state:?} needs the connection's parameters: a connect \
+                             request, or the peer's reply"
+                        ),
+                    ));
+                };
+                Ok(if state == QpState::Rtr {
+                    rtr_attr(local, peer.ip(), &c)
+                } else {
+                    rts_attr(&c)
+                })
+            }
+            (other, _) => Err(cm_err(
+                verb,
+                libc::EINVAL,
+                format!("{other:?}: only INIT, RTR and RTS have attributes to give"),
+            )),
+        }
+    }
+
+    /// [`Self::passive_conn`] for the request this passive ID holds, if it holds one.
+    fn passive_conn_opt(&self, param: &ConnParam) -> Option<Conn> {
+        let req = self.st().req.clone()?;
+        Some(self.passive_conn(&req, param))
+    }
+
+    /// The passive side's connection: it sends from the REQ's PSN and expects its own
+    /// (see the module docs).
+    fn passive_conn(&self, req: &ReqRepr, param: &ConnParam) -> Conn {
+        Conn {
+            dest_qpn: req.local_qpn,
+            rq_psn: self.st().rq_psn,
+            sq_psn: req.starting_psn,
+            mtu: mtu_min(req.path_mtu, self.inner.ctx.active_mtu()),
+            timeout: req.primary.local_ack_timeout.max(1),
+            retry: req.retry_count,
+            rnr_retry: param.rnr_retry_count.min(7),
+            rd_atomic: param.initiator_depth.min(req.responder_resources).max(1),
+            dest_rd_atomic: param.responder_resources.max(1),
+        }
+    }
+
+    /// Sends the ID's events from now on to `chan` (`rdma_migrate_id`); events already
+    /// queued stay where they are.
+    pub fn migrate(&self, chan: &EventChannel) {
+        *self.inner.chan.lock().unwrap_or_else(|e| e.into_inner()) = chan.inner.clone();
     }
 
     /// A number the caller keeps with the ID (the C library's own object), 0 until set.
@@ -929,24 +1056,9 @@ impl CmId {
                 ),
             )
         })?;
-        let rq_psn = random_psn();
-        let mtu = mtu_min(req.path_mtu, self.inner.ctx.active_mtu());
-        to_rts(
-            &qp,
-            self.inner.ctx.addr(),
-            peer.ip(),
-            Conn {
-                dest_qpn: req.local_qpn,
-                rq_psn,
-                sq_psn: req.starting_psn,
-                mtu,
-                timeout: req.primary.local_ack_timeout.max(1),
-                retry: req.retry_count,
-                rnr_retry: param.rnr_retry_count.min(7),
-                rd_atomic: param.initiator_depth.min(req.responder_resources).max(1),
-                dest_rd_atomic: param.responder_resources.max(1),
-            },
-        )?;
+        let conn = self.passive_conn(&req, param);
+        let rq_psn = conn.rq_psn;
+        to_rts(&qp, self.inner.ctx.addr(), peer.ip(), conn)?;
         let rep = RepRepr {
             local_comm_id: 0,
             remote_comm_id: 0,
@@ -1063,18 +1175,19 @@ fn ready(qp: &QueuePair) -> Result<()> {
     })
 }
 
+/// The access rights rdma_cm gives its QPs: every remote one.
+const ALL_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_ATOMIC);
+
 /// Moves a new QP to INIT with every remote access right, as rdma_cm's QPs get.
 fn to_init(qp: &QueuePair) -> Result<()> {
     qp.modify(&QpAttr {
         state: Some(QpState::Init),
         pkey_index: Some(0),
         port: Some(1),
-        access_flags: Some(
-            AccessFlags::LOCAL_WRITE
-                | AccessFlags::REMOTE_WRITE
-                | AccessFlags::REMOTE_READ
-                | AccessFlags::REMOTE_ATOMIC,
-        ),
+        access_flags: Some(ALL_ACCESS),
         ..Default::default()
     })
 }
@@ -1117,8 +1230,24 @@ struct Conn {
     dest_rd_atomic: u8,
 }
 
-fn to_rts(qp: &QueuePair, local: IpAddr, peer: IpAddr, c: Conn) -> Result<()> {
-    qp.modify(&QpAttr {
+/// The active side's connection: it sends from the REP's PSN and expects its REQ's.
+fn active_conn(req: &ReqRepr, rep: &RepRepr, param: &ConnParam, ours: Mtu) -> Conn {
+    Conn {
+        dest_qpn: rep.local_qpn,
+        rq_psn: req.starting_psn,
+        sq_psn: rep.starting_psn,
+        mtu: mtu_min(req.path_mtu, ours),
+        timeout: ACK_TIMEOUT,
+        retry: param.retry_count,
+        rnr_retry: rep.rnr_retry_count,
+        rd_atomic: param.initiator_depth.min(rep.responder_resources).max(1),
+        dest_rd_atomic: param.responder_resources.max(1),
+    }
+}
+
+/// The move to RTR.
+fn rtr_attr(local: IpAddr, peer: IpAddr, c: &Conn) -> QpAttr {
+    QpAttr {
         state: Some(QpState::Rtr),
         av: Some(AddressVector {
             src: local,
@@ -1131,8 +1260,12 @@ fn to_rts(qp: &QueuePair, local: IpAddr, peer: IpAddr, c: Conn) -> Result<()> {
         max_dest_rd_atomic: Some(c.dest_rd_atomic),
         min_rnr_timer: Some(12),
         ..Default::default()
-    })?;
-    qp.modify(&QpAttr {
+    }
+}
+
+/// The move to RTS.
+fn rts_attr(c: &Conn) -> QpAttr {
+    QpAttr {
         state: Some(QpState::Rts),
         sq_psn: Some(Psn::new(c.sq_psn)),
         timeout: Some(c.timeout),
@@ -1140,8 +1273,12 @@ fn to_rts(qp: &QueuePair, local: IpAddr, peer: IpAddr, c: Conn) -> Result<()> {
         rnr_retry: Some(c.rnr_retry),
         max_rd_atomic: Some(c.rd_atomic),
         ..Default::default()
-    })?;
-    Ok(())
+    }
+}
+
+fn to_rts(qp: &QueuePair, local: IpAddr, peer: IpAddr, c: Conn) -> Result<()> {
+    qp.modify(&rtr_attr(local, peer, &c))?;
+    qp.modify(&rts_attr(&c))
 }
 
 /// A device's CM: its agent, QP1, and the thread that serves them.
@@ -1184,6 +1321,47 @@ impl CmPort {
     }
 }
 
+/// At `exit(3)`, every connection of the process ends as destroying its ID would end it
+/// (a DREQ for an established one, a REJ for one that forms): a program that exits
+/// without `rdma_disconnect` (qperf's server, after each test) must not leave its peer
+/// resending a DREQ to nobody for seconds, which is what the kernel spares programs on
+/// Linux by closing their IDs when their file closes. A `kill -9` still leaves the peers
+/// to their timeouts.
+extern "C" fn at_exit() {
+    // On a thread of its own: this one's thread-locals (the device's send batch) may be
+    // gone already, as exit(3) runs their destructors first.
+    let _ = std::thread::Builder::new()
+        .name("softrdma-exit".into())
+        .spawn(end_all)
+        .map(|t| t.join());
+}
+
+/// Ends every connection of every core (see [`at_exit`]).
+fn end_all() {
+    let cores: Vec<Arc<Core>> = CORES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(|(_, w)| w.upgrade())
+        .collect();
+    for core in cores {
+        // A thread that holds the agent now (exit from another thread) keeps it: the
+        // exit does not wait for it.
+        let cs = match core.st.try_lock() {
+            Ok(cs) => Some(cs),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        if let Some(mut cs) = cs {
+            let now = core.now();
+            cs.agent.destroy_all(now);
+            while let Some((to, mad)) = cs.agent.poll_transmit() {
+                core.send(to, &mad);
+            }
+        }
+    }
+}
+
 /// The cores by device (the `Arc<Device>`'s address), so that every ID on a device shares
 /// one agent and one QP1.
 static CORES: Mutex<Vec<(usize, Weak<Core>)>> = Mutex::new(Vec::new());
@@ -1211,6 +1389,11 @@ impl Core {
         }
         let core = Arc::new(Core::new(ctx)?);
         cores.push((key, Arc::downgrade(&core)));
+        static AT_EXIT: std::sync::Once = std::sync::Once::new();
+        // SAFETY: atexit takes a function that lives as long as the program.
+        AT_EXIT.call_once(|| unsafe {
+            libc::atexit(at_exit);
+        });
         let weak = Arc::downgrade(&core);
         let fds = (core.chan.fd(), core.wake.as_raw_fd());
         std::thread::Builder::new()
@@ -1335,16 +1518,21 @@ impl Core {
     /// Ends the listens and connections of IDs dropped since (see `IdInner`'s drop).
     fn reap(&self, cs: &mut CoreSt) {
         let dropped = std::mem::take(&mut *self.dropped.lock().unwrap_or_else(|e| e.into_inner()));
-        for (listening, comm) in dropped {
-            if let Some(sid) = listening {
-                cs.agent.unlisten(self.now(), sid);
-                cs.listeners.remove(&sid);
-                self.ctx.dev().cm_unlisten(sid);
-            }
-            if let Some(c) = comm {
-                cs.agent.destroy(self.now(), c);
-                cs.ids.remove(&c);
-            }
+        for ended in dropped {
+            self.end(cs, ended);
+        }
+    }
+
+    /// Ends a dropped ID's listen and connection (see `IdInner`'s drop).
+    fn end(&self, cs: &mut CoreSt, (listening, comm): (Option<u64>, Option<CommId>)) {
+        if let Some(sid) = listening {
+            cs.agent.unlisten(self.now(), sid);
+            cs.listeners.remove(&sid);
+            self.ctx.dev().cm_unlisten(sid);
+        }
+        if let Some(c) = comm {
+            cs.agent.destroy(self.now(), c);
+            cs.ids.remove(&c);
         }
     }
 
@@ -1397,17 +1585,19 @@ impl Core {
                     return;
                 };
                 let local = l.st.lock().unwrap_or_else(|e| e.into_inner()).local;
-                let conn = CmId::with_core(l.chan.clone(), l.ctx.clone(), l.core.clone(), l.ps);
+                let conn = CmId::with_core(l.chan(), l.ctx.clone(), l.core.clone(), l.ps);
                 {
                     let mut st = conn.st();
                     st.local = local;
                     st.peer = Some(SocketAddr::new(from, ip.src_port));
                     st.comm = Some(id);
                     st.req = Some(req.clone());
+                    st.rq_psn = random_psn();
+                    st.passive = true;
                 }
                 conn.set_state("CONNECT");
                 cs.ids.insert(id, Arc::downgrade(&conn.inner));
-                conn.inner.chan.push(CmEvent {
+                conn.inner.chan().push(CmEvent {
                     kind: CmEventKind::ConnectRequest,
                     id: conn.clone(),
                     listen_id: Some(CmId { inner: l }),
@@ -1437,8 +1627,9 @@ impl Core {
                         st.peer,
                     )
                 };
+                // Kept for `init_qp_attr`, and for `establish` without a QP.
+                cid.st().rep = Some(rep.clone());
                 let (Some(qp), Some(req), Some(param), Some(peer)) = (qp, req, param, peer) else {
-                    cid.st().rep = Some(rep.clone());
                     cid.event(
                         CmEventKind::ConnectResponse,
                         rep.private_data.as_bytes().to_vec(),
@@ -1449,17 +1640,7 @@ impl Core {
                     &qp,
                     self.ctx.addr(),
                     peer.ip(),
-                    Conn {
-                        dest_qpn: rep.local_qpn,
-                        rq_psn: req.starting_psn,
-                        sq_psn: rep.starting_psn,
-                        mtu: mtu_min(req.path_mtu, self.ctx.active_mtu()),
-                        timeout: ACK_TIMEOUT,
-                        retry: param.retry_count,
-                        rnr_retry: rep.rnr_retry_count,
-                        rd_atomic: param.initiator_depth.min(rep.responder_resources).max(1),
-                        dest_rd_atomic: param.responder_resources.max(1),
-                    },
+                    active_conn(&req, &rep, &param, self.ctx.active_mtu()),
                 );
                 if r.is_err() {
                     let _ = cs.agent.reject(now, id, rej_reason::CONSUMER_DEFINED, &[]);
@@ -1467,7 +1648,7 @@ impl Core {
                     return;
                 }
                 let _ = cs.agent.ready_to_use(id, &[]);
-                cid.inner.chan.push(CmEvent {
+                cid.inner.chan().push(CmEvent {
                     kind: CmEventKind::Established,
                     id: cid.clone(),
                     listen_id: None,
@@ -1553,7 +1734,7 @@ impl Core {
                     return;
                 };
                 let local = l.st.lock().unwrap_or_else(|e| e.into_inner()).local;
-                let conn = CmId::with_core(l.chan.clone(), l.ctx.clone(), l.core.clone(), l.ps);
+                let conn = CmId::with_core(l.chan(), l.ctx.clone(), l.core.clone(), l.ps);
                 {
                     let mut st = conn.st();
                     st.local = local;
@@ -1563,7 +1744,7 @@ impl Core {
                 }
                 conn.set_state("CONNECT");
                 cs.ids.insert(id, Arc::downgrade(&conn.inner));
-                conn.inner.chan.push(CmEvent {
+                conn.inner.chan().push(CmEvent {
                     kind: CmEventKind::ConnectRequest,
                     id: conn.clone(),
                     listen_id: Some(CmId { inner: l }),
@@ -1587,7 +1768,7 @@ impl Core {
                     return;
                 }
                 cid.set_state("CONNECT");
-                cid.inner.chan.push(CmEvent {
+                cid.inner.chan().push(CmEvent {
                     kind: CmEventKind::Established,
                     id: cid.clone(),
                     listen_id: None,

@@ -271,3 +271,47 @@ fn ud_ids_find_each_others_qps_through_sidr() {
     let ev = expect(&cchan, CmEventKind::Unresolved { status: 2 });
     assert!(ev.private_data.starts_with(b"go away"));
 }
+
+/// `init_qp_attr` gives what a caller that moves its own QP needs: INIT with every remote
+/// access; RTR with the peer's QPN and the PSN the REP then announces (passive side,
+/// from the connect request on); nothing for RTR before the connection's parameters are
+/// known, with the verb named.
+#[test]
+fn init_qp_attr_gives_the_connections_parameters() {
+    let (sctx, cctx) = (ctx("127.0.0.80"), ctx("127.0.0.81"));
+    let (schan, cchan) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let listener = CmId::new(&schan, &sctx, PortSpace::Tcp).unwrap();
+    listener.bind_addr("0.0.0.0:7476".parse().unwrap()).unwrap();
+    listener.listen(8).unwrap();
+    let (client, _cpd, _ccq) = active(&cctx, &cchan, "127.0.0.80:7476".parse().unwrap());
+    let init = client.init_qp_attr(QpState::Init).unwrap();
+    assert_eq!(init.state, Some(QpState::Init));
+    assert!(
+        init.access_flags
+            .unwrap()
+            .contains(AccessFlags::REMOTE_READ)
+    );
+    let e = client.init_qp_attr(QpState::Rtr).unwrap_err();
+    assert!(e.to_string().starts_with("rdma_init_qp_attr:"), "{e}");
+    client.connect(&ConnParam::default()).unwrap();
+
+    let req = expect(&schan, CmEventKind::ConnectRequest);
+    let rtr = req.id.init_qp_attr(QpState::Rtr).unwrap();
+    let cqpn = client.qp().unwrap().qp_num();
+    assert_eq!(rtr.dest_qpn, Some(cqpn));
+    let rts = req.id.init_qp_attr(QpState::Rts).unwrap();
+    assert!(rts.sq_psn.is_some() && rts.timeout.is_some());
+    let (spd, scq) = (sctx.alloc_pd(), sctx.create_cq(64, None).unwrap());
+    let sqp = req
+        .id
+        .create_qp(&spd, QpInitAttr::new(QpType::Rc, &scq))
+        .unwrap();
+    req.id.accept(&ConnParam::default()).unwrap();
+    expect(&cchan, CmEventKind::Established);
+    // The QP went to RTR with what init_qp_attr said, and the client's RTS sends from it.
+    let q = sqp.query();
+    assert_eq!(q.rq_psn, rtr.rq_psn);
+    assert_eq!(client.qp().unwrap().query().sq_psn, rtr.rq_psn);
+    let crtr = client.init_qp_attr(QpState::Rtr).unwrap();
+    assert_eq!(crtr.dest_qpn, Some(sqp.qp_num()));
+}

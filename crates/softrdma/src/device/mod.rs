@@ -733,6 +733,16 @@ impl Device {
             }
             return;
         }
+        if !ringed
+            && let Some(s) = &self.share
+            && share::dest_qpn(data) == Some(softrdma_wire::cm::GSI_QPN)
+            && s.misdelivered_mad(data)
+            && s.hand_back(data, from)
+        {
+            // Another process's MAD that the group gave this member: its owner routes it.
+            self.counters.add(Counter::HandedBackPkts, 1);
+            return;
+        }
         if let Some(s) = &self.share
             && s.forwarding()
             && let Some(sent) = s.forward(data, from)

@@ -61,7 +61,7 @@ use nix::sys::socket::{
 };
 use softrdma_proto::cm::RELISTEN_GRACE;
 use softrdma_wire::IbPacket;
-use softrdma_wire::cm::{Addressee, CmMad, GSI_QPN};
+use softrdma_wire::cm::{Addressee, CmMad, CmMessage, GSI_QPN};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{IoSlice, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
@@ -78,6 +78,13 @@ use std::time::{Duration, Instant};
 pub(crate) const QUARANTINE: Duration = Duration::from_secs(120);
 /// How many quarantined QPNs are kept at most (the oldest leave first).
 const QUARANTINE_MAX: usize = 1 << 16;
+/// How long a member takes REQs for a service it stopped listening on: longer than its
+/// owner forwards them to it ([`RELISTEN_GRACE`], counted from when the owner heard of
+/// it, a moment later), so that a REQ the owner forwards is never handed back.
+const MEMBER_GRACE: Duration = Duration::from_secs(3);
+/// How long an owner remembers a REQ it dropped once (see `Share::hold_first_req`):
+/// longer than any requester waits to resend it.
+const HELD_REQ_MEMORY: Duration = Duration::from_secs(30);
 /// How long a member waits for its owner's answer, and for an owner to appear.
 pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 /// The progress thread's token for the owner's listener.
@@ -108,8 +115,10 @@ pub fn set_verbose(on: bool) {
     VERBOSE.store(on, Ordering::Relaxed);
 }
 
+/// Writes a line of the sharing log on stderr: under `softrdma service`, or in any process
+/// with `SOFTRDMA_DEBUG_SHARE` set (to follow owners and members in programs under test).
 pub(crate) fn log(what: std::fmt::Arguments<'_>) {
-    if VERBOSE.load(Ordering::Relaxed) {
+    if VERBOSE.load(Ordering::Relaxed) || std::env::var_os("SOFTRDMA_DEBUG_SHARE").is_some() {
         eprintln!("softrdma service: {what}");
     }
 }
@@ -257,8 +266,10 @@ struct Ctl {
     /// in no file a successor can read (see [`Share::quarantine`]), so that no QPN of
     /// theirs is drawn again while its peers retry.
     retired: VecDeque<(u8, Instant)>,
-    /// The CM service IDs this process listens on (told again to a new owner).
+    /// The CM service IDs this process listens on (told again to a new owner), and those
+    /// it stopped listening on, with when (see [`Share::misdelivered_mad`]).
     my_listens: HashSet<u64>,
+    unlistened: HashMap<u64, Instant>,
 }
 
 /// The owner's routes for QP1's MADs (see `crate::cm`): the port has one QP1, and each
@@ -307,6 +318,9 @@ pub(crate) struct Share {
     /// are some.
     cm: RwLock<CmRoutes>,
     cm_forwarding: AtomicBool,
+    /// Owner: REQs dropped once for a service nobody listened on, by requester (address
+    /// and communication ID), with when (see [`Share::hold_first_req`]).
+    held_reqs: Mutex<HashMap<(IpAddr, u32), Instant>>,
     /// Whether members may be steered (`SOFTRDMA_STEER`).
     steer: bool,
     /// Probes the receive path saw, for the progress thread to report (see [`steer`]);
@@ -531,6 +545,7 @@ impl Share {
             forwarding: AtomicBool::new(false),
             cm: RwLock::new(CmRoutes::default()),
             cm_forwarding: AtomicBool::new(false),
+            held_reqs: Mutex::new(HashMap::new()),
             steer,
             probes: Mutex::new(Vec::new()),
             probed: AtomicBool::new(false),
@@ -548,6 +563,7 @@ impl Share {
                 rounds: Rounds::default(),
                 retired: VecDeque::new(),
                 my_listens: HashSet::new(),
+                unlistened: HashMap::new(),
             }),
         };
         if exclusive {
@@ -841,12 +857,57 @@ impl Share {
         }
         let packet = IbPacket::new_checked(data).ok()?;
         let mad = CmMad::parse(packet.payload()).ok()?;
-        let cm = self.cm.read().unwrap_or_else(|e| e.into_inner());
-        let fd = match mad.msg.addressee()? {
-            Addressee::Comm(id) => cm.by_slot.get(&(id as u8))?,
-            Addressee::Service(sid) => &cm.by_service.get(&sid).filter(|l| l.live())?.data,
+        let to = mad.msg.addressee()?;
+        let fd = {
+            let cm = self.cm.read().unwrap_or_else(|e| e.into_inner());
+            match to {
+                Addressee::Comm(id) => cm.by_slot.get(&(id as u8)).cloned(),
+                Addressee::Service(sid) => cm
+                    .by_service
+                    .get(&sid)
+                    .filter(|l| l.live())
+                    .map(|l| l.data.clone()),
+            }
         };
-        Some(sys::send_framed(fd.as_raw_fd(), from, data).is_ok())
+        match (fd, to) {
+            (Some(fd), _) => Some(sys::send_framed(fd.as_raw_fd(), from, data).is_ok()),
+            // Dropped, not rejected: the requester resends, and finds the listener.
+            (None, Addressee::Service(sid)) if self.hold_first_req(sid, &mad, from) => Some(true),
+            (None, _) => None,
+        }
+    }
+
+    /// Whether to drop a REQ (or SIDR_REQ) for service `sid`, which no process of the
+    /// device listens on, rather than reject it (owner): the first one from a requester
+    /// is dropped when the device has members, and its resend is rejected. A program may
+    /// tell its peer the port before it listens (qperf's server does), and a member's
+    /// listen takes a round trip through the owner: the peer's REQ may overtake it, and
+    /// rejecting it would fail a connection that Linux, whose listen is a system call,
+    /// makes. The resend finds the listener, or gets the reject.
+    fn hold_first_req(&self, sid: u64, mad: &CmMad, from: SocketAddr) -> bool {
+        let requester = match mad.msg {
+            CmMessage::Req(r) => r.local_comm_id,
+            CmMessage::SidrReq(r) => r.request_id,
+            _ => return false,
+        };
+        {
+            let ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+            let Role::Owner { members, .. } = &ctl.role else {
+                return false;
+            };
+            if members.is_empty() || ctl.my_listens.contains(&sid) {
+                return false;
+            }
+        }
+        let mut held = self.held_reqs.lock().unwrap_or_else(|e| e.into_inner());
+        held.retain(|_, t| t.elapsed() < HELD_REQ_MEMORY);
+        match held.entry((from.ip(), requester)) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(Instant::now());
+                true
+            }
+        }
     }
 
     /// The low byte of this process's CM communication IDs: its slot, by which the
@@ -877,6 +938,7 @@ impl Share {
                 }
             }
             _ => {
+                self.evict_dead_listener(&ctl.role, sid);
                 let cm = self.cm.read().unwrap_or_else(|e| e.into_inner());
                 cm.by_service.get(&sid).is_none_or(|l| l.ended.is_some())
             }
@@ -890,11 +952,83 @@ impl Share {
     /// This process no longer listens on CM service `sid`.
     pub(crate) fn cm_unlisten(&self, sid: u64) {
         let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
-        if ctl.my_listens.remove(&sid)
-            && let Role::Member { conn, .. } = &ctl.role
-        {
+        if !ctl.my_listens.remove(&sid) {
+            return;
+        }
+        ctl.unlistened.retain(|_, t| t.elapsed() < MEMBER_GRACE);
+        ctl.unlistened.insert(sid, Instant::now());
+        if let Role::Member { conn, .. } = &ctl.role {
             // No answer comes; if the owner is gone the new one never hears of it.
             let _ = send(conn.as_raw_fd(), &Msg::CmUnlisten(sid), &[]);
+        }
+    }
+
+    /// Forgets the listen on `sid` of a member whose process is gone though its hang-up is
+    /// not served yet (owner): a program that exits and is run again at once (qperf's
+    /// server, forked per test) must find its port free, as the kernel frees a dead
+    /// process's port when its file closes.
+    fn evict_dead_listener(&self, role: &Role, sid: u64) {
+        let Role::Owner { members, .. } = role else {
+            return;
+        };
+        let holder = {
+            let cm = self.cm.read().unwrap_or_else(|e| e.into_inner());
+            cm.by_service.get(&sid).map(|l| l.member)
+        };
+        let Some(h) = holder else {
+            return;
+        };
+        let gone = members.get(&h).is_none_or(|m| {
+            let mut p = libc::pollfd {
+                fd: m.conn.as_raw_fd(),
+                events: libc::POLLRDHUP,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd; no wait.
+            let n = unsafe { libc::poll(&mut p, 1, 0) };
+            n == 1 && p.revents & (libc::POLLHUP | libc::POLLRDHUP) != 0
+        });
+        if gone {
+            log(format_args!(
+                "{}: member {h} is gone: its listen on CM service {sid:#x} ends",
+                self.addr
+            ));
+            self.cm_routes(|cm| {
+                cm.by_service.remove(&sid);
+            });
+        }
+    }
+
+    /// Whether a MAD for QP1 that this steered member's socket got belongs to another
+    /// process: the steering program sends QP1 to the owner, but in the moment after a
+    /// member left the group, before the owner probed it again, the kernel may give the
+    /// owner's datagrams to a member (see [`steer`]). Such a MAD (one for a service this
+    /// process neither listens on nor left within [`MEMBER_GRACE`], or for a
+    /// communication ID of another slot) goes back to the owner, who routes it; what the
+    /// owner forwards here is always this process's by the same rules, so nothing
+    /// circles. False for an owner, a process alone, and a MAD that does not parse (the
+    /// agent counts those).
+    pub(crate) fn misdelivered_mad(&self, data: &[u8]) -> bool {
+        if self.rx.spill().is_none() {
+            return false;
+        }
+        let Some(to) = IbPacket::new_checked(data)
+            .ok()
+            .and_then(|p| CmMad::parse(p.payload()).ok())
+            .and_then(|m| m.msg.addressee())
+        else {
+            return false;
+        };
+        let ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        match to {
+            Addressee::Comm(id) => id as u8 != ctl.my_slot,
+            Addressee::Service(sid) => {
+                !ctl.my_listens.contains(&sid)
+                    && ctl
+                        .unlistened
+                        .get(&sid)
+                        .is_none_or(|t| t.elapsed() >= MEMBER_GRACE)
+            }
         }
     }
 
@@ -1326,6 +1460,7 @@ impl Share {
                 }
                 (Msg::CmListen(sid), true) => {
                     let data = m.data.clone().expect("ready");
+                    self.evict_dead_listener(&ctl.role, sid);
                     let mine = ctl.my_listens.contains(&sid);
                     let mut ok = false;
                     self.cm_routes(|cm| {
@@ -1345,6 +1480,10 @@ impl Share {
                             );
                         }
                     });
+                    log(format_args!(
+                        "{}: member {t} listens on CM service {sid:#x}: {ok}",
+                        self.addr
+                    ));
                     if send(fd, &Msg::CmListened(ok), &[]).is_err() {
                         drop_it = true;
                     }
@@ -1854,6 +1993,7 @@ mod tests {
             rounds: Rounds::default(),
             retired: VecDeque::new(),
             my_listens: HashSet::new(),
+            unlistened: HashMap::new(),
         }
     }
 
