@@ -11,8 +11,13 @@
 //!   rules in `ROOT/etc/nftables.conf` and `ROOT/etc/iptables/rules.v4`. Whose view it is
 //!   (uid, CAP_IPC_LOCK, RLIMIT_MEMLOCK) comes from `ROOT/proc/self/status` and `limits`,
 //!   so a fixture says it too; device nodes, which git cannot hold, may be regular files
-//!   there.
-//! - Nothing is changed: doctor only reads files and runs read-only commands.
+//!   there (and count as openable unless they have no write bit).
+//! - Nothing is changed: doctor only reads files and runs read-only commands, each
+//!   killed after 10 s.
+//! - No input makes doctor panic or hang: files are read only when they are regular files,
+//!   at most 16 MiB of each, without blocking, and bytes that are not UTF-8 are replaced;
+//!   what cannot be read or parsed counts as absent and is judged as such (a warning or a
+//!   failure with its reason), never as an error of doctor's own.
 //! - Each check has a stable id (`modules.mlx5_ib`, `port.rxe0/1.gid_index`, ...), a layer
 //!   (kernel modules, devices and ports, user space, softrdma) and a verdict: ✓ fine,
 //!   ! worth knowing (RDMA may still work), ✗ broken. A ! or ✗ carries a one-sentence
@@ -63,6 +68,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The checklist's mark.
     fn mark(self) -> &'static str {
         match self {
             Verdict::Ok => "✓",
@@ -71,6 +77,7 @@ impl Verdict {
         }
     }
 
+    /// The word for `--json`.
     fn word(self) -> &'static str {
         match self {
             Verdict::Ok => "ok",
@@ -79,6 +86,7 @@ impl Verdict {
         }
     }
 
+    /// The mark's ANSI colour on a terminal.
     fn colour(self) -> &'static str {
         match self {
             Verdict::Ok => "\x1b[32m",
@@ -102,6 +110,7 @@ pub enum Layer {
 }
 
 impl Layer {
+    /// Every layer, in print order.
     const ALL: [Layer; 4] = [
         Layer::Modules,
         Layer::Devices,
@@ -109,6 +118,7 @@ impl Layer {
         Layer::Softrdma,
     ];
 
+    /// The heading printed above the layer.
     fn title(self) -> &'static str {
         match self {
             Layer::Modules => "Kernel modules",
@@ -118,6 +128,7 @@ impl Layer {
         }
     }
 
+    /// The layer's name in `--json`.
     fn key(self) -> &'static str {
         match self {
             Layer::Modules => "modules",
@@ -152,6 +163,7 @@ pub struct Check {
 }
 
 impl Check {
+    /// A check with only its verdict, id and title.
     fn new(
         layer: Layer,
         verdict: Verdict,
@@ -216,6 +228,7 @@ impl Check {
         self
     }
 
+    /// The check as one object of `--json`'s `checks`.
     fn to_json(&self) -> Value {
         json!({
             "id": self.id,
@@ -235,7 +248,9 @@ impl Check {
 /// fixture tree stands for a host.
 #[derive(Debug)]
 pub struct Root {
+    /// The directory that stands for `/`.
     dir: PathBuf,
+    /// Whether it is the running system's `/`.
     live: bool,
 }
 
@@ -260,11 +275,33 @@ impl Root {
     }
 
     /// A file's text, without trailing white space; `None` if it cannot be read (sysfs
-    /// answers EINVAL for an empty GID's type, which counts as absent).
+    /// answers EINVAL for an empty GID's type, which counts as absent). Bytes that are not
+    /// UTF-8 become U+FFFD, so one bad byte spoils a value, not the whole file; what
+    /// follows [`MAX_TEXT`] is left out.
     pub fn read(&self, abs: &str) -> Option<String> {
-        std::fs::read_to_string(self.path(abs))
-            .ok()
-            .map(|s| s.trim_end().to_owned())
+        self.bytes(abs, MAX_TEXT)
+            .map(|b| String::from_utf8_lossy(&b).trim_end().to_owned())
+    }
+
+    /// Up to `limit` bytes of a regular file; `None` for anything else. Only regular files
+    /// are opened, and without blocking: a FIFO or a device (a fixture's `/proc/net/udp`
+    /// linked to `/dev/zero`, say) would otherwise hang doctor or fill its memory. `/proc`
+    /// and sysfs files are regular files, so the live host reads as before.
+    pub fn bytes(&self, abs: &str, limit: u64) -> Option<Vec<u8>> {
+        use std::io::Read as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let p = self.path(abs);
+        if !std::fs::metadata(&p).ok()?.is_file() {
+            return None;
+        }
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+            .open(&p)
+            .ok()?;
+        let mut v = Vec::new();
+        f.take(limit).read_to_end(&mut v).ok()?;
+        Some(v)
     }
 
     /// The names in a directory, sorted; empty if it cannot be read.
@@ -280,6 +317,11 @@ impl Root {
         v
     }
 
+    /// Whether the path is a regular file, following links (a dangling link is not).
+    pub fn is_file(&self, abs: &str) -> bool {
+        std::fs::metadata(self.path(abs)).is_ok_and(|m| m.is_file())
+    }
+
     /// Whether the path exists (a dangling link counts).
     pub fn exists(&self, abs: &str) -> bool {
         std::fs::symlink_metadata(self.path(abs)).is_ok()
@@ -291,6 +333,59 @@ impl Root {
             .ok()
             .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()))
     }
+}
+
+/// The most of a text file doctor reads: far beyond any `/proc` or sysfs file it asks
+/// for (`/proc/net/udp` with 100,000 sockets is 13 MiB), and a bound on a fixture's junk.
+pub const MAX_TEXT: u64 = 16 << 20;
+
+/// How long a command doctor runs (`nft`, `iptables-save`, `ethtool`) may take before it
+/// is killed and counted as not answering: a hung netlink call must not hang doctor.
+const COMMAND_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Runs a read-only command on the live host with no input; its standard output (at
+/// most [`MAX_TEXT`]) if it exits 0 within [`COMMAND_LIMIT`], else `None` (not installed,
+/// not allowed, failed, or killed for taking too long).
+pub fn run_quiet(cmd: &str, args: &[&str]) -> Option<String> {
+    use std::io::Read as _;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(cmd)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    // The output is read on a thread so that a command writing more than a pipe holds
+    // does not block before it exits.
+    let stdout = child.stdout.take()?;
+    let reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = stdout.take(MAX_TEXT).read_to_end(&mut v);
+        v
+    });
+    let deadline = std::time::Instant::now() + COMMAND_LIMIT;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break Some(st),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            _ => {
+                // Our own child, by its handle.
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    // After a kill the reader is left behind, not joined: a grandchild could still hold
+    // the pipe open.
+    if !status?.success() {
+        return None;
+    }
+    let out = reader.join().ok()?;
+    Some(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// Sorts `uverbs10` after `uverbs9` and `gids/10` after `gids/9`.
@@ -308,9 +403,14 @@ pub struct Me {
     pub euid: u32,
     /// Whether CAP_IPC_LOCK is effective (memlock limits do not apply then).
     pub ipc_lock: bool,
+    /// Whether CAP_SYS_ADMIN is effective (root's `softrdma exec` needs it for a mount
+    /// namespace; root in a container often lacks it).
+    pub sys_admin: bool,
 }
 
 impl Me {
+    /// Reads `ROOT/proc/self/status`; an unreadable one is an ordinary user with no
+    /// capabilities, the view that finds the most to warn about.
     fn read(root: &Root) -> Self {
         let status = root.read("/proc/self/status").unwrap_or_default();
         let field = |name: &str| {
@@ -323,11 +423,14 @@ impl Me {
         let euid = field("Uid:")
             .and_then(|u| u.split_whitespace().nth(1).and_then(|e| e.parse().ok()))
             .unwrap_or(1000);
-        // CAP_IPC_LOCK is capability 14.
-        let ipc_lock = field("CapEff:")
-            .and_then(|c| u64::from_str_radix(&c, 16).ok())
-            .is_some_and(|c| c & (1 << 14) != 0);
-        Self { euid, ipc_lock }
+        let caps = field("CapEff:").and_then(|c| u64::from_str_radix(&c, 16).ok());
+        // CAP_IPC_LOCK is capability 14, CAP_SYS_ADMIN 21.
+        let has = |bit: u32| caps.is_some_and(|c| c & (1 << bit) != 0);
+        Self {
+            euid,
+            ipc_lock: has(14),
+            sys_admin: has(21),
+        }
     }
 }
 
@@ -425,11 +528,13 @@ pub fn list_or_none(v: &[&str]) -> String {
     }
 }
 
+/// How many checks are fine, warnings, broken.
 fn summary(checks: &[Check]) -> (usize, usize, usize) {
     let n = |v| checks.iter().filter(|c| c.verdict == v).count();
     (n(Verdict::Ok), n(Verdict::Warn), n(Verdict::Fail))
 }
 
+/// The `--json` report: the root, the device asked for, every check and the summary.
 fn render_json(ctx: &Ctx, checks: &[Check]) -> Value {
     let (ok, warn, fail) = summary(checks);
     json!({
@@ -440,6 +545,8 @@ fn render_json(ctx: &Ctx, checks: &[Check]) -> Value {
     })
 }
 
+/// The checklist: one heading per layer, one line per check, its notes, reason and fix
+/// indented below it, and a summary line.
 fn render_text(ctx: &Ctx, checks: &[Check], colour: bool) -> String {
     let paint = |v: Verdict, s: &str| {
         if colour {
@@ -526,6 +633,7 @@ mod tests {
             me: Me {
                 euid: 1000,
                 ipc_lock: false,
+                sys_admin: false,
             },
             only: None,
         };

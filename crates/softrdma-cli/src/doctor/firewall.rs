@@ -8,8 +8,9 @@
 //! an interface, conntrack state) decides only for some traffic and is reported as such.
 //! Jumps to other chains are not followed.
 
-use super::{Check, Ctx, Layer};
+use super::{Check, Ctx, Layer, run_quiet as run};
 
+/// RoCE v2's UDP port, the one judged.
 const PORT: u16 = 4791;
 
 /// What one rule does to UDP 4791.
@@ -117,6 +118,7 @@ fn nft_rule(rule: &str) -> Effect {
 
 /// A block of nft's syntax being read.
 enum Block {
+    /// A table, by its family and name (`inet filter`).
     Table(String),
     /// Name, whether it hooks input, whether its policy lets packets through, its rules.
     Chain(String, bool, bool, Vec<String>),
@@ -252,6 +254,8 @@ fn judge_ipt(text: &str) -> Vec<Judgement> {
     out
 }
 
+/// Walks a chain's rules in order: the first that decides for every datagram to 4791
+/// settles it; the conditional ones before it are kept as partial; with none, the policy.
 fn decide(chain: String, policy_ok: bool, rules: &[String], f: fn(&str) -> Effect) -> Judgement {
     let mut partial = Vec::new();
     for r in rules {
@@ -279,19 +283,6 @@ fn decide(chain: String, policy_ok: bool, rules: &[String], f: fn(&str) -> Effec
         .into(),
         partial,
     }
-}
-
-/// Runs a read-only listing command; its output if it succeeded.
-fn run(cmd: &str, args: &[&str]) -> Option<String> {
-    let o = std::process::Command::new(cmd)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    o.status
-        .success()
-        .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
 /// The firewall check.

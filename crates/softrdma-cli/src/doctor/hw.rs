@@ -21,6 +21,7 @@ pub struct Gid {
 }
 
 impl Gid {
+    /// Whether the entry is RoCE v2 (routable, UDP-encapsulated).
     fn is_v2(&self) -> bool {
         self.kind.as_deref() == Some("RoCE v2")
     }
@@ -111,6 +112,7 @@ pub fn ib_module(provider: &str) -> &'static str {
     }
 }
 
+/// A GID as sysfs prints it; `None` for anything else.
 fn parse_gid(s: &str) -> Option<Ipv6Addr> {
     // sysfs writes 8 groups of 4 hex digits, which Ipv6Addr parses as is.
     s.trim().parse().ok()
@@ -186,10 +188,11 @@ pub fn survey(root: &Root) -> Vec<IbDevice> {
     out
 }
 
-/// `4: ACTIVE` → `ACTIVE`.
+/// `4: ACTIVE` → `ACTIVE`; `?` for a value that is missing or empty.
 fn word(s: &Option<String>) -> &str {
     s.as_deref()
-        .map(|s| s.split_once(": ").map_or(s, |(_, w)| w))
+        .map(|s| s.split_once(": ").map_or(s, |(_, w)| w).trim())
+        .filter(|w| !w.is_empty())
         .unwrap_or("?")
 }
 
@@ -211,6 +214,8 @@ const OFED_FW: [(&str, u32); 13] = [
     ("24.10", 43),
 ];
 
+/// A PCI device's firmware next to its driver's version (`ethtool -i` too, on the live
+/// host), and the MLNX_OFED firmware heuristic; `None` for a virtual device.
 fn fw_check(ctx: &Ctx, m: &Modules, d: &IbDevice) -> Option<Check> {
     let l = Layer::Devices;
     let driver = d.driver.as_deref()?;
@@ -222,13 +227,7 @@ fn fw_check(ctx: &Ctx, m: &Modules, d: &IbDevice) -> Option<Check> {
     let mut ethtool_fw = None;
     if ctx.root.live() {
         if let Some(nd) = d.netdevs.first() {
-            if let Ok(o) = std::process::Command::new("ethtool")
-                .args(["-i", nd])
-                .stdin(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .output()
-            {
-                let text = String::from_utf8_lossy(&o.stdout).into_owned();
+            if let Some(text) = super::run_quiet("ethtool", &["-i", nd]) {
                 ethtool_fw = text
                     .lines()
                     .find_map(|l| l.strip_prefix("firmware-version:"))
@@ -284,7 +283,7 @@ pub fn check(ctx: &Ctx, m: &Modules, devices: &[IbDevice], out: &mut Vec<Check>)
     let l = Layer::Devices;
     if devices.is_empty() {
         let drivers = m.device_drivers();
-        let halfless = m.nic_pairs().into_iter().find(|p| p.2 && !m.has(p.1));
+        let halfless = m.halfless().into_iter().find(|p| p.2);
         let c = if let (true, Some((nic, ib, _))) = (drivers.is_empty(), halfless) {
             Check::fail(l, "devices", "RDMA devices")
                 .detail(format!(
@@ -345,12 +344,23 @@ pub fn check(ctx: &Ctx, m: &Modules, devices: &[IbDevice], out: &mut Vec<Check>)
         if let Some(c) = fw_check(ctx, m, d) {
             out.push(c);
         }
+        // Every RDMA device has at least one port; none readable means its sysfs directory
+        // is broken or half gone (a device being removed, a bad copy of sysfs).
+        if d.ports.is_empty() {
+            out.push(
+                Check::warn(l, format!("device.{}.ports", d.name), format!("{} ports", d.name))
+                    .detail(format!("no readable port under /sys/class/infiniband/{}/ports", d.name))
+                    .why("a device whose ports cannot be read cannot be checked, and programs may fail to query it (\"Couldn't get device attributes\").")
+                    .fix(format!("ls -l /sys/class/infiniband/{}/ && rdma link show", d.name)),
+            );
+        }
         for p in &d.ports {
             port_checks(ctx, d, p, out);
         }
     }
 }
 
+/// The netdev behind a port: the one its GIDs name, else the device's first.
 fn netdev_of(d: &IbDevice, p: &Port) -> Option<String> {
     p.gids
         .iter()
@@ -358,6 +368,7 @@ fn netdev_of(d: &IbDevice, p: &Port) -> Option<String> {
         .or_else(|| d.netdevs.first().cloned())
 }
 
+/// A port's state, its MTU against its netdev's, its GID table and the GID index to use.
 fn port_checks(ctx: &Ctx, d: &IbDevice, p: &Port, out: &mut Vec<Check>) {
     let l = Layer::Devices;
     let key = format!("{}/{}", d.name, p.num);
@@ -486,6 +497,8 @@ fn is_ipoib(ctx: &Ctx, ndev: &str) -> bool {
         == Some("32")
 }
 
+/// The GID index to pass for RoCE v2 over IPv4 and IPv6, with the traps of index 0
+/// (RoCE v1 or link-local) and of an IPoIB GID; on InfiniBand, the port GID.
 fn gid_index(ctx: &Ctx, key: &str, ethernet: bool, netdev: Option<&str>, p: &Port) -> Check {
     let l = Layer::Devices;
     let id = format!("port.{key}.gid_index");

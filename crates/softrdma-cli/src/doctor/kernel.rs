@@ -60,6 +60,21 @@ pub struct Modules {
     pub available: Option<BTreeSet<String>>,
     /// The kernel release (`uname -r`).
     pub release: Option<String>,
+    /// Mellanox/NVIDIA network functions on the PCI bus with no driver bound: the PCI
+    /// address and the core driver that would take them.
+    pub unbound: Vec<(String, &'static str)>,
+}
+
+/// Mellanox's (now NVIDIA's) PCI vendor id.
+const MELLANOX: &str = "0x15b3";
+
+/// The core driver for a Mellanox PCI device id: ConnectX-3 and its VFs (0x1003 to 0x1012)
+/// are mlx4's, ConnectX-4 and everything after (0x1013 on, BlueField) mlx5's.
+fn mellanox_driver(device: &str) -> &'static str {
+    match u32::from_str_radix(device.trim_start_matches("0x"), 16) {
+        Ok(0x1003..=0x1012) => "mlx4_core",
+        _ => "mlx5_core",
+    }
 }
 
 /// `kernel/drivers/infiniband/hw/mlx5/mlx5_ib.ko.xz` → `mlx5_ib`.
@@ -100,7 +115,9 @@ impl Modules {
                 }
             }
         }
-        m.release = root.read("/proc/sys/kernel/osrelease");
+        m.release = root
+            .read("/proc/sys/kernel/osrelease")
+            .filter(|r| !r.is_empty() && !r.contains('/'));
         if let Some(rel) = &m.release {
             let dir = format!("/lib/modules/{rel}");
             if let Some(b) = root.read(&format!("{dir}/modules.builtin")) {
@@ -114,6 +131,24 @@ impl Modules {
                     .collect();
                 avail.extend(m.builtin.iter().cloned());
                 m.available = Some(avail);
+            }
+        }
+        // A ConnectX with no driver at all is the plainest "driver not installed right":
+        // the NIC is not even an IP interface. Network (0x02xxxx) physical functions only.
+        for pci in root.list("/sys/bus/pci/devices") {
+            let dir = format!("/sys/bus/pci/devices/{pci}");
+            let is = |f: &str, want: &str| {
+                root.read(&format!("{dir}/{f}"))
+                    .is_some_and(|v| v.starts_with(want))
+            };
+            // An SR-IOV VF (it has a physfn) is often left unbound on purpose, for a VM.
+            if is("vendor", MELLANOX)
+                && is("class", "0x02")
+                && !root.exists(&format!("{dir}/driver"))
+                && !root.exists(&format!("{dir}/physfn"))
+            {
+                let device = root.read(&format!("{dir}/device")).unwrap_or_default();
+                m.unbound.push((pci, mellanox_driver(&device)));
             }
         }
         m
@@ -139,6 +174,16 @@ impl Modules {
         PAIRS.into_iter().filter(|p| self.has(p.0)).collect()
     }
 
+    /// The NIC pairs whose NIC half is loaded and RDMA half is not. Where the pair's third
+    /// field is true every NIC of that driver can do RDMA, so the missing half is a fault;
+    /// otherwise (an Intel or Broadcom NIC) it may be a NIC without RDMA at all.
+    pub fn halfless(&self) -> Vec<(&'static str, &'static str, bool)> {
+        self.nic_pairs()
+            .into_iter()
+            .filter(|p| !self.has(p.1))
+            .collect()
+    }
+
     /// The modprobe line that loads the missing modules up to and including `target`, in the
     /// stack's order.
     pub fn load_line(&self, target: &str) -> String {
@@ -155,16 +200,32 @@ impl Modules {
             .iter()
             .position(|m| *m == target)
             .unwrap_or(order.len() - 1);
-        let missing: Vec<String> = order[..=upto]
+        self.modprobe(&order[..=upto])
+    }
+
+    /// `modprobe A && modprobe B ...` for those of `order` not loaded yet, in that order;
+    /// the last one alone when all are.
+    pub fn modprobe(&self, order: &[&str]) -> String {
+        let missing: Vec<String> = order
             .iter()
             .filter(|m| !self.has(m))
             .map(|m| format!("modprobe {m}"))
             .collect();
-        if missing.is_empty() {
-            format!("modprobe {target}")
-        } else {
-            missing.join(" && ")
+        match (missing.is_empty(), order.last()) {
+            (true, Some(last)) => format!("modprobe {last}"),
+            _ => missing.join(" && "),
         }
+    }
+
+    /// The whole stack for a NIC not driven yet: ib_core, its core driver and RDMA half,
+    /// ib_uverbs and rdma_ucm.
+    pub fn stack_for(&self, core: &str) -> String {
+        let ib = PAIRS.iter().find(|p| p.0 == core).map_or("", |p| p.1);
+        let order: Vec<&str> = ["ib_core", core, ib, "ib_uverbs", "rdma_ucm"]
+            .into_iter()
+            .filter(|m| !m.is_empty())
+            .collect();
+        self.modprobe(&order)
     }
 }
 
@@ -195,13 +256,8 @@ pub fn check(m: &Modules, devices: &[IbDevice], out: &mut Vec<Check>) {
         .collect();
     let drivers = m.device_drivers();
     if m.readable {
-        let halfless: Vec<(&str, &str)> = m
-            .nic_pairs()
-            .into_iter()
-            .filter(|p| p.2 && !m.has(p.1))
-            .map(|p| (p.0, p.1))
-            .collect();
-        let mut c = if let (true, Some((nic, ib))) = (drivers.is_empty(), halfless.first()) {
+        let halfless = m.halfless().into_iter().find(|p| p.2);
+        let mut c = if let (true, Some((nic, ib, _))) = (drivers.is_empty(), halfless) {
             Check::warn(l, "modules.loaded", "RDMA modules")
                 .detail(format!("no RDMA driver loaded (loaded: {})", list_or_none(&loaded)))
                 .why(format!("{nic} is loaded without {ib}, so the kernel has no RDMA device (\"No IB devices found\")."))
@@ -239,6 +295,29 @@ pub fn check(m: &Modules, devices: &[IbDevice], out: &mut Vec<Check>) {
             "available": m.available.as_ref().map(|_| &available),
             "release": m.release,
         })));
+    }
+
+    // A ConnectX no driver took: its core driver, then the rest of the stack, in order.
+    for (pci, core) in &m.unbound {
+        let fix = match m.installed(core) {
+            Some(false) => format!(
+                "install the kernel's modules (Debian: linux-image-{0}; Ubuntu: linux-modules-extra-{0}) or MLNX_OFED, then {1}",
+                m.release.as_deref().unwrap_or("$(uname -r)"),
+                m.stack_for(core)
+            ),
+            _ if m.has(core) => {
+                format!("echo {pci} > /sys/bus/pci/drivers/{core}/bind, and see dmesg | grep {pci}")
+            }
+            _ => m.stack_for(core),
+        };
+        out.push(
+            Check::fail(l, format!("modules.pci.{pci}"), format!("NIC {pci}"))
+                .detail(format!("a Mellanox/NVIDIA NIC with no driver bound (wants {core})"))
+                .why(format!(
+                    "no driver has taken this NIC, so it has neither an IP interface nor an RDMA device: {core} is not loaded, not installed for this kernel, or failed on the NIC's firmware."
+                ))
+                .fix(fix),
+        );
     }
 
     // A NIC driver without its RDMA half: the NIC works for IP, and there is no RDMA device.
@@ -379,6 +458,20 @@ mod tests {
             bare.load_line("mlx5_ib"),
             "modprobe ib_core && modprobe mlx5_ib"
         );
+    }
+
+    #[test]
+    fn the_whole_stack_for_a_nic_without_a_driver() {
+        let m = with(&["ib_core"]);
+        assert_eq!(
+            m.stack_for("mlx4_core"),
+            "modprobe mlx4_core && modprobe mlx4_ib && modprobe ib_uverbs && modprobe rdma_ucm"
+        );
+        let all = with(&["ib_core", "mlx5_core", "mlx5_ib", "ib_uverbs", "rdma_ucm"]);
+        assert_eq!(all.stack_for("mlx5_core"), "modprobe rdma_ucm");
+        assert_eq!(mellanox_driver("0x1007"), "mlx4_core");
+        assert_eq!(mellanox_driver("0x101d"), "mlx5_core");
+        assert_eq!(mellanox_driver("junk"), "mlx5_core");
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! `/proc/net/if_inet6`, which every user may read.
 
 use super::kernel::Modules;
-use super::{Check, Ctx, Layer};
+use super::{Check, Ctx, Layer, list_or_none};
 use softrdma::config::{self, Binding, DeviceSpec};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -45,9 +45,13 @@ pub fn configured(ctx: &Ctx) -> Configured {
 /// A UDP socket of `/proc/net/udp[6]`.
 #[derive(Debug, Clone)]
 struct UdpSock {
+    /// Local address (the unspecified one for a wildcard bind).
     addr: IpAddr,
+    /// Local port.
     port: u16,
+    /// The owning uid.
     uid: u32,
+    /// The socket's inode (0 for a kernel socket with no file).
     inode: u64,
 }
 
@@ -67,6 +71,7 @@ fn parse_hex_addr(hex: &str) -> Option<IpAddr> {
     }
 }
 
+/// The UDP sockets of `/proc/net/udp` and `udp6`; lines that do not parse are skipped.
 fn udp_sockets(ctx: &Ctx) -> Vec<UdpSock> {
     let mut v = Vec::new();
     for f in ["/proc/net/udp", "/proc/net/udp6"] {
@@ -130,11 +135,14 @@ fn owners(ctx: &Ctx, inodes: &[u64]) -> BTreeMap<u64, (u32, String)> {
 /// The host's local addresses: `host LOCAL` entries of fib_trie (a `/32` is one address,
 /// `127.0.0.0/8` a whole range) and if_inet6; `None` when neither file can be read.
 struct Locals {
+    /// IPv4 local routes, as address and prefix length.
     v4: Vec<(Ipv4Addr, u8)>,
+    /// IPv6 addresses.
     v6: Vec<Ipv6Addr>,
 }
 
 impl Locals {
+    /// Reads both files below the root.
     fn read(ctx: &Ctx) -> Option<Self> {
         let trie = ctx.root.read("/proc/net/fib_trie");
         let inet6 = ctx.root.read("/proc/net/if_inet6");
@@ -149,7 +157,12 @@ impl Locals {
                 last = Some(a);
             } else if let Some(rest) = s.strip_prefix('/') {
                 let mut w = rest.split_whitespace();
-                let len = w.next().and_then(|x| x.parse::<u8>().ok());
+                // A prefix longer than 32 is not IPv4's; it is junk, and would overflow
+                // the mask below.
+                let len = w
+                    .next()
+                    .and_then(|x| x.parse::<u8>().ok())
+                    .filter(|l| *l <= 32);
                 if let (Some(a), Some(len), Some("host"), Some("LOCAL")) =
                     (last, len, w.next(), w.next())
                 {
@@ -169,6 +182,7 @@ impl Locals {
         Some(Self { v4, v6 })
     }
 
+    /// Whether `a` is local.
     fn has(&self, a: IpAddr) -> bool {
         match a {
             IpAddr::V4(a) => self.v4.iter().any(|(net, len)| {
@@ -241,14 +255,22 @@ pub fn check(ctx: &Ctx, m: &Modules, devs: Configured, out: &mut Vec<Check>) {
             .exists("/etc/softrdma")
             .then(|| "/etc/softrdma".to_owned())
     };
-    out.push(
-        Check::ok(l, "softrdma.config", "device config").detail(format!(
-            "{} ({})",
-            names.join(", "),
-            file.as_deref()
-                .unwrap_or("no config file: the default device")
-        )),
+    let detail = format!(
+        "{} ({})",
+        list_or_none(&names),
+        file.as_deref()
+            .unwrap_or("no config file: the default device")
     );
+    // A config file that names no device is read as it stands: softrdma then has no
+    // device at all, rather than its default one.
+    out.push(if specs.is_empty() {
+        Check::warn(l, "softrdma.config", "device config")
+            .detail(detail)
+            .why("the config file names no device, so programs run by softrdma exec find none (\"No IB devices found\").")
+            .fix("softrdma link add softrdma0 addr 127.0.0.1 (or delete the empty file to get that default)")
+    } else {
+        Check::ok(l, "softrdma.config", "device config").detail(detail)
+    });
     let locals = Locals::read(ctx);
     let socks = udp_sockets(ctx);
     let roce: Vec<&UdpSock> = socks.iter().filter(|s| s.port == ROCE_PORT).collect();
@@ -385,7 +407,7 @@ fn service(ctx: &Ctx) -> Check {
         if pid.parse::<u32>().is_err() {
             continue;
         }
-        let Ok(cmd) = std::fs::read(ctx.root.path(&format!("/proc/{pid}/cmdline"))) else {
+        let Some(cmd) = ctx.root.bytes(&format!("/proc/{pid}/cmdline"), 1 << 20) else {
             continue;
         };
         let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
@@ -410,7 +432,16 @@ fn exec_view(ctx: &Ctx) -> Check {
     let (id, title) = ("softrdma.exec_view", "exec's device view");
     let read = |p: &str| ctx.root.read(p).and_then(|s| s.parse::<i64>().ok());
     if ctx.me.euid == 0 {
-        return Check::ok(l, id, title).detail("root: a mount namespace is all it needs");
+        // Root skips the user namespace and unshares a mount namespace directly, which
+        // takes CAP_SYS_ADMIN: root in a default Docker container does not have it.
+        return if ctx.me.sys_admin {
+            Check::ok(l, id, title).detail("root: a mount namespace is all it needs")
+        } else {
+            Check::warn(l, id, title)
+                .detail("root without CAP_SYS_ADMIN (a container?)")
+                .why("softrdma exec as root makes a mount namespace, which needs CAP_SYS_ADMIN, so programs run without the /sys/class/infiniband and /dev/infiniband views UCX, Open MPI and pyverbs look for (plain libibverbs programs still work).")
+                .fix("run the container with --cap-add SYS_ADMIN, or run softrdma exec as an ordinary user (a user namespace instead)")
+        };
     }
     let blocked = if read("/proc/sys/user/max_user_namespaces") == Some(0) {
         Some((

@@ -30,6 +30,10 @@ fn provider_abi(provider: &str) -> Option<(u32, u32)> {
     }
 }
 
+/// The most of `libibverbs.so.1` read in search of its symbol version (the real one is
+/// about 150 KiB).
+const MAX_LIB: u64 = 64 << 20;
+
 /// The library directories rdma-core installs into.
 fn lib_dirs() -> Vec<String> {
     let triplet = format!("{}-linux-gnu", std::env::consts::ARCH);
@@ -44,8 +48,11 @@ fn lib_dirs() -> Vec<String> {
 /// A `uverbsN` of `/sys/class/infiniband_verbs`.
 #[derive(Debug)]
 struct Uverbs {
+    /// `uverbs0`, also the name of its device file.
     node: String,
+    /// The RDMA device it exposes (`ibdev`).
     ibdev: Option<String>,
+    /// The device's ABI (`abi_version`), which the provider must accept.
     abi: Option<u32>,
 }
 
@@ -62,6 +69,7 @@ struct Rdmacore {
     drivers: Vec<String>,
 }
 
+/// The provider ABI libibverbs loads, from its `IBVERBS_PRIVATE_N` symbol version.
 fn find_pabi(bytes: &[u8]) -> Option<u32> {
     let tag = b"IBVERBS_PRIVATE_";
     bytes.windows(tag.len()).enumerate().find_map(|(i, w)| {
@@ -78,6 +86,8 @@ fn find_pabi(bytes: &[u8]) -> Option<u32> {
 }
 
 impl Rdmacore {
+    /// Finds the library, its provider ABI, the provider directories and the drivers
+    /// registered in `/etc/libibverbs.d`.
     fn survey(ctx: &Ctx) -> Self {
         let root = &ctx.root;
         let mut lib = None;
@@ -85,12 +95,12 @@ impl Rdmacore {
         let mut provider_dirs = Vec::new();
         for d in lib_dirs() {
             let so = format!("{d}/libibverbs.so.1");
-            if lib.is_none() && root.exists(&so) {
+            // The dynamic loader needs a file there: a dangling link, or a link to
+            // anything else, is no library.
+            if lib.is_none() && root.is_file(&so) {
                 // The symbol version names the provider ABI; the library is a few hundred
-                // KiB, read once.
-                pabi = std::fs::read(root.path(&so))
-                    .ok()
-                    .and_then(|b| find_pabi(&b));
+                // KiB, read once (and no more than MAX_LIB of whatever stands there).
+                pabi = root.bytes(&so, MAX_LIB).and_then(|b| find_pabi(&b));
                 lib = Some(so);
             }
             let pd = format!("{d}/libibverbs");
@@ -133,6 +143,7 @@ impl Rdmacore {
     }
 }
 
+/// The `uverbsN` entries of `/sys/class/infiniband_verbs`.
 fn survey_uverbs(ctx: &Ctx) -> Vec<Uverbs> {
     let base = "/sys/class/infiniband_verbs";
     ctx.root
@@ -159,7 +170,7 @@ fn container(ctx: &Ctx) -> Option<String> {
     if r.exists("/run/.containerenv") {
         return Some("/run/.containerenv exists".into());
     }
-    if let Ok(env) = std::fs::read(r.path("/proc/1/environ")) {
+    if let Some(env) = r.bytes("/proc/1/environ", 1 << 20) {
         if let Some(v) = env
             .split(|b| *b == 0)
             .find_map(|kv| kv.strip_prefix(b"container="))
@@ -174,16 +185,29 @@ fn container(ctx: &Ctx) -> Option<String> {
         .map(|k| format!("/proc/1/cgroup names {k}"))
 }
 
-/// Whether this user may open the device file read-write. Under a fixture root the file is
-/// a regular stand-in (git keeps no device nodes), checked the same way.
+/// Whether this user may open the device file read-write.
+///
+/// On the live host that is `access(2)` on a character device. Below a fixture root the
+/// file is a regular stand-in (git keeps no device nodes, nor their owners), and asking
+/// `access(2)` there would judge the tester's rights on the checkout, not the fixture
+/// user's: a root tester may open anything, and a read-only checkout refuses every write.
+/// So there a stand-in counts as openable unless it has no write bit at all, which is how
+/// a test says "permission denied" for the fixture's (non-root) user.
 fn can_open(ctx: &Ctx, abs: &str) -> Result<(), String> {
     let p = ctx.root.path(abs);
     let meta = std::fs::metadata(&p).map_err(|e| e.to_string())?;
-    if ctx.root.live() {
-        use std::os::unix::fs::FileTypeExt as _;
-        if !meta.file_type().is_char_device() {
-            return Err("not a character device".into());
-        }
+    if !ctx.root.live() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = meta.permissions().mode() & 0o7777;
+        return if mode & 0o222 == 0 && ctx.me.euid != 0 {
+            Err(format!("no read-write access (mode {mode:04o})"))
+        } else {
+            Ok(())
+        };
+    }
+    use std::os::unix::fs::FileTypeExt as _;
+    if !meta.file_type().is_char_device() {
+        return Err("not a character device".into());
     }
     nix::unistd::access(
         &p,
@@ -397,8 +421,15 @@ pub fn check(ctx: &Ctx, m: &Modules, devices: &[IbDevice], out: &mut Vec<Check>)
                 pkg_fix.into(),
             ));
             Check::fail(l, id, title)
-                .detail(format!("{} (libibverbs wants rdmav{})", have.join(", "), want.unwrap_or(0)))
-                .why("the provider was built for another libibverbs, which loads only lib{p}-rdmav{its ABI}.so, so it skips the device.")
+                .detail(format!(
+                    "{} (libibverbs wants rdmav{})",
+                    have.join(", "),
+                    want.map_or("?".into(), |w| w.to_string())
+                ))
+                .why(format!(
+                    "the {p} provider was built for another libibverbs: this one loads only lib{p}-rdmav{}.so, so it skips the device.",
+                    want.map_or("?".into(), |w| w.to_string())
+                ))
                 .fix("install libibverbs1 and ibverbs-providers from the same rdma-core release")
         } else {
             let file = matching.map(|f| f.0.clone()).unwrap_or_default();
@@ -464,6 +495,9 @@ pub fn check(ctx: &Ctx, m: &Modules, devices: &[IbDevice], out: &mut Vec<Check>)
     ));
 }
 
+/// "No IB devices found" explained: what rdma-core's libibverbs would list, and for each
+/// kernel device it would leave out, why (`dropped`: device, cause, fix). With nothing
+/// listed the causes are gathered into one reason, and `softrdma exec` is always offered.
 fn explain(
     m: &Modules,
     devices: &[IbDevice],
@@ -506,18 +540,28 @@ fn explain(
     }
     if devices.is_empty() {
         let drivers = m.device_drivers();
-        let nic_only: Vec<String> = m
-            .nic_pairs()
-            .iter()
-            .filter(|(_, ib, _)| !m.has(ib))
-            .map(|(nic, ib, _)| format!("{nic} is loaded without {ib}"))
-            .collect();
-        if !nic_only.is_empty() {
-            causes.extend(nic_only);
-            fix = m
-                .nic_pairs()
+        let halfless = m.halfless();
+        if let Some((pci, core)) = m.unbound.first() {
+            causes.push(format!(
+                "the NIC at {pci} has no driver ({core} is not loaded)"
+            ));
+            fix = Some(m.stack_for(core));
+        } else if !halfless.is_empty() {
+            causes.extend(halfless.iter().map(|(nic, ib, always)| {
+                format!(
+                    "{nic} is loaded without {ib}{}",
+                    if *always {
+                        ""
+                    } else {
+                        " (if this NIC can do RDMA at all)"
+                    }
+                )
+            }));
+            // The fix for the pair that is surely a fault, else for the first.
+            fix = halfless
                 .iter()
-                .find(|p| !m.has(p.1))
+                .find(|p| p.2)
+                .or(halfless.first())
                 .map(|p| m.load_line(p.1));
         } else if drivers.is_empty() {
             causes.push("no RDMA driver is loaded, so the kernel has no RDMA device".into());
@@ -534,7 +578,10 @@ fn explain(
             fix = Some(f.clone());
         }
     }
-    let broken = !devices.is_empty() || !m.nic_pairs().iter().all(|p| m.has(p.1));
+    // Broken when a device exists and is not reached, or a NIC that surely does RDMA lacks
+    // its RDMA half. An Intel or Broadcom NIC without irdma or bnxt_re is most often a NIC
+    // without RDMA: a warning, or every host with an X710 would fail.
+    let broken = !devices.is_empty() || !m.unbound.is_empty() || m.halfless().iter().any(|p| p.2);
     let c = if broken {
         Check::fail(l, id, title)
     } else {
@@ -558,6 +605,7 @@ fn parse_limit(s: &str) -> Option<Option<u64>> {
     }
 }
 
+/// A byte count as `64 KiB`, `8 MiB`.
 fn human(b: u64) -> String {
     if b >= 1 << 30 && b % (1 << 30) == 0 {
         format!("{} GiB", b >> 30)
@@ -574,6 +622,8 @@ fn human(b: u64) -> String {
 /// pool) fails with ENOMEM.
 const MEMLOCK_LOW: u64 = 8 << 20;
 
+/// RLIMIT_MEMLOCK against what `ibv_reg_mr` on a kernel device needs; softrdma pins
+/// nothing, so without kernel devices a low limit is only a warning.
 fn memlock(ctx: &Ctx, kernel_devs: bool) -> Check {
     let l = Layer::UserSpace;
     let (id, title) = ("memlock", "RLIMIT_MEMLOCK");
