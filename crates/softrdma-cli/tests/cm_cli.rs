@@ -622,3 +622,51 @@ fn unmodified_rdma_cm_programs_share_one_device() {
         .unwrap_or(f64::MAX);
     assert!(max_ms < 500.0, "{c}");
 }
+
+/// A client killed (`kill -9`) after its REQ: the server accepts, its REP is never
+/// answered, and its ID gets UNREACHABLE once the REP's resends run out (the REQ's
+/// response timeout and retry count), never a hang.
+#[test]
+fn a_client_killed_mid_handshake_leaves_the_server_a_timeout() {
+    use softrdma::cm::{CmEventKind, CmId, ConnParam, EventChannel, PortSpace};
+    use softrdma::{Context, Mtu, QpInitAttr, QpType};
+    let sctx = Context::open_addr("s", "127.0.0.95".parse().unwrap(), Mtu::M1024).unwrap();
+    let chan = EventChannel::new().unwrap();
+    let listener = CmId::new(&chan, &sctx, PortSpace::Tcp).unwrap();
+    listener
+        .bind_addr("127.0.0.95:7405".parse().unwrap())
+        .unwrap();
+    listener.listen(1).unwrap();
+    let cli = Running::new(
+        softrdma(
+            "127.0.0.96",
+            &["rping", "-c", "-C", "1", "-a", "127.0.0.95", "-p", "7405"],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
+    let req = chan
+        .get_event(Some(Duration::from_secs(20)))
+        .expect("the REQ");
+    assert_eq!(req.kind, CmEventKind::ConnectRequest);
+    let _ = Command::new("kill")
+        .arg("-9")
+        .arg(cli.pid.to_string())
+        .status();
+    drop(cli);
+    let pd = sctx.alloc_pd();
+    let cq = sctx.create_cq(8, None).unwrap();
+    req.id
+        .create_qp(&pd, QpInitAttr::new(QpType::Rc, &cq))
+        .unwrap();
+    let t = Instant::now();
+    req.id.accept(&ConnParam::default()).unwrap();
+    let ev = chan
+        .get_event(Some(Duration::from_secs(10)))
+        .expect("an event");
+    assert_eq!(ev.kind, CmEventKind::Unreachable, "{ev:?}");
+    // rping's REQ allows 7 sends of the REP, 539 ms apart.
+    assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+}

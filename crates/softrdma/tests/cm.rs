@@ -315,3 +315,122 @@ fn init_qp_attr_gives_the_connections_parameters() {
     let crtr = client.init_qp_attr(QpState::Rtr).unwrap();
     assert_eq!(crtr.dest_qpn, Some(sqp.qp_num()));
 }
+
+/// The next event that is not a TIMEWAIT exit (those of earlier cycles arrive late).
+fn next_live(chan: &EventChannel, within: Duration) -> CmEvent {
+    loop {
+        let ev = next(chan, within);
+        if ev.kind != CmEventKind::TimewaitExit {
+            return ev;
+        }
+    }
+}
+
+/// A connection made and torn down on `ctx`s with `schan`/`cchan` to `dst`, the SEND in
+/// between checking the QPs; each side sees the other's disconnect (TIMEWAIT's end is not
+/// waited for). Panics with what did not come within `within`.
+fn one_cycle(
+    (sctx, schan): (&Context, &EventChannel),
+    (cctx, cchan): (&Context, &EventChannel),
+    dst: SocketAddr,
+    within: Duration,
+) {
+    let (client, _cpd, ccq) = active(cctx, cchan, dst);
+    client.connect(&ConnParam::default()).unwrap();
+    let req = next_live(schan, within);
+    assert_eq!(req.kind, CmEventKind::ConnectRequest, "{req:?}");
+    let spd = sctx.alloc_pd();
+    let scq = sctx.create_cq(8, None).unwrap();
+    let sqp = req
+        .id
+        .create_qp(&spd, QpInitAttr::new(QpType::Rc, &scq))
+        .unwrap();
+    sqp.post_recv_owned(1, vec![0; 16]).unwrap();
+    req.id.accept(&ConnParam::default()).unwrap();
+    assert_eq!(next_live(cchan, within).kind, CmEventKind::Established);
+    assert_eq!(next_live(schan, within).kind, CmEventKind::Established);
+    let cqp = client.qp().unwrap();
+    cqp.post_send_owned(2, SendOp::Send, SendFlags::SIGNALED, None, b"ping".to_vec())
+        .unwrap();
+    assert_eq!(wait_wc(&ccq).status, WcStatus::Success);
+    assert_eq!(wait_wc(&scq).status, WcStatus::Success);
+    client.disconnect().unwrap();
+    assert_eq!(next_live(schan, within).kind, CmEventKind::Disconnected);
+    req.id.disconnect().unwrap();
+    assert_eq!(next_live(cchan, within).kind, CmEventKind::Disconnected);
+}
+
+/// `SOFTRDMA_FAULTS` on both devices, on every packet (MADs and the QPs' traffic):
+/// lost, duplicated and reordered MADs are resent, answered once and put in order by the
+/// agents, and every connection still forms, carries its SEND and ends.
+#[test]
+fn connections_form_through_lost_duplicated_and_reordered_mads() {
+    let faulty = |a: &str| {
+        let opts = DeviceOptions {
+            faults: Some(LinkFaults::parse("loss=0.1,dup=0.2,reorder=0.3").unwrap()),
+            ..Default::default()
+        };
+        Context::open_with(a, a.parse().unwrap(), Mtu::M1024, opts).unwrap()
+    };
+    let (sctx, cctx) = (faulty("127.0.0.84"), faulty("127.0.0.85"));
+    let (schan, cchan) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let listener = CmId::new(&schan, &sctx, PortSpace::Tcp).unwrap();
+    listener.bind_addr("0.0.0.0:7478".parse().unwrap()).unwrap();
+    listener.listen(8).unwrap();
+    for _ in 0..5 {
+        one_cycle(
+            (&sctx, &schan),
+            (&cctx, &cchan),
+            "127.0.0.84:7478".parse().unwrap(),
+            // Each lost MAD costs a response timeout (537 ms); seven tries at most.
+            Duration::from_secs(8),
+        );
+    }
+}
+
+/// Connections made and ended over and over leave nothing behind: once TIMEWAIT has
+/// ended, the CM IDs that `res show cm_id` lists come back to the listener alone.
+#[test]
+fn a_thousand_connect_disconnect_cycles_leave_nothing_behind() {
+    let (sctx, cctx) = (ctx("127.0.0.86"), ctx("127.0.0.87"));
+    let (schan, cchan) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
+    let listener = CmId::new(&schan, &sctx, PortSpace::Tcp).unwrap();
+    listener.bind_addr("0.0.0.0:7479".parse().unwrap()).unwrap();
+    listener.listen(8).unwrap();
+    let ids = |addr: &str| {
+        softrdma::stats::resources(&softrdma::stats::key(addr, addr.parse().unwrap()))
+            .0
+            .iter()
+            .filter(|r| r.kind == "cm_id" && r.pid == std::process::id())
+            .count()
+    };
+    // SOFTRDMA_CM_CYCLES=10000 for the long run.
+    let cycles: usize = std::env::var("SOFTRDMA_CM_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    for _ in 0..cycles {
+        one_cycle(
+            (&sctx, &schan),
+            (&cctx, &cchan),
+            "127.0.0.86:7479".parse().unwrap(),
+            Duration::from_secs(10),
+        );
+    }
+    // Every TIMEWAIT ends (its event holds the last handle of its ID), and the published
+    // lists catch up.
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        while schan.get_event(Some(Duration::ZERO)).is_some() {}
+        while cchan.get_event(Some(Duration::ZERO)).is_some() {}
+        let (s, c) = (ids("127.0.0.86"), ids("127.0.0.87"));
+        if (s, c) == (1, 0) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "cm_ids left: server {s} (the listener is 1), client {c}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
