@@ -483,6 +483,43 @@ fn pingpong_with_linux_rxe() {
     for size in ["64", "65000"] {
         rping_case(&vm, size);
     }
+    // Unmodified rdmacm-utils and perftest through the drop-in librdmacm against the same
+    // binaries over the kernel's rdma_cm, both ways.
+    cm_dropin_case(
+        &vm,
+        "ucmatose -b {me} -p 7180 -c 2 -C 10",
+        "ucmatose -s {peer} -p 7180 -c 2 -C 10",
+        7180,
+        "return status 0",
+    );
+    cm_dropin_case(
+        &vm,
+        "udaddy -b {me} -C 10",
+        "udaddy -s {peer} -C 10",
+        7174,
+        "data transfers complete",
+    );
+    cm_dropin_case(
+        &vm,
+        "rdma_server -s {me} -p 7181",
+        "rdma_client -s {peer} -p 7181",
+        7181,
+        "end 0",
+    );
+    cm_dropin_case(
+        &vm,
+        "ib_send_bw -R -n 20 -p 7182",
+        "ib_send_bw -R -n 20 -p 7182 {peer}",
+        7182,
+        "#bytes",
+    );
+    cm_dropin_case(
+        &vm,
+        "ib_read_lat -R -n 20 -p 7183",
+        "ib_read_lat -R -n 20 -p 7183 {peer}",
+        7183,
+        "#bytes",
+    );
 
     // Unmodified rdma-core and perftest binaries on the host through the drop-in
     // libibverbs (`softrdma exec`), against the same binaries on rxe, both ways.
@@ -566,6 +603,64 @@ fn rping_case(vm: &Vm, size: &str) {
         "{srv}"
     );
     eprintln!("ok: rping -S {size} both ways");
+}
+
+/// An rdma_cm program through the drop-in on the host against the same program over the
+/// kernel's rdma_cm in the VM, both ways: `server` and `client` are its command lines,
+/// with `{me}` the side's own address and `{peer}` the other's; the server listens on
+/// `port`; both must succeed and the client must print `want`.
+fn cm_dropin_case(vm: &Vm, server: &str, client: &str, port: u16, want: &str) {
+    let line = |t: &str, me: &str, peer: &str| t.replace("{me}", me).replace("{peer}", peer);
+    let host = |cmd: String| {
+        let mut a = vec!["exec".to_owned(), "--".to_owned()];
+        a.extend(cmd.split_whitespace().map(str::to_owned));
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        ours(HOST_IP, &[], &a)
+    };
+
+    // rxe serves, the drop-in connects.
+    vm.exec_ok(&format!(
+        "timeout 60 {} > /tmp/cmsrv.log 2>&1 & echo $! > /tmp/cmsrv.pid",
+        line(server, VM_IP, HOST_IP)
+    ));
+    vm.exec_ok(&format!("waitcm {port}"));
+    let o = run(
+        &mut host(line(client, HOST_IP, VM_IP)),
+        Duration::from_secs(90),
+    );
+    let srv = vm.finished("cmsrv");
+    assert!(
+        o.status.success() && text(&o).contains(want),
+        "drop-in {client} -> rxe ({:?}):\n{}\nrxe:\n{srv}",
+        o.status,
+        text(&o)
+    );
+
+    // The drop-in serves, rxe connects.
+    let server_proc = host(line(server, HOST_IP, VM_IP))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = server_proc.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(server_proc.wait_with_output()));
+    wait_cm_listen(port);
+    let cli = vm.exec(&format!("timeout 60 {}", line(client, VM_IP, HOST_IP)));
+    let srv = match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(o) => o.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            panic!("the drop-in's {server} did not end")
+        }
+    };
+    assert!(
+        cli.status.success() && srv.status.success() && text(&cli).contains(want),
+        "rxe {client} -> drop-in:\n{}\ndrop-in:\n{}",
+        text(&cli),
+        text(&srv)
+    );
+    eprintln!("ok: unmodified {server} / {client} through the drop-in, both ways with rxe");
 }
 
 /// Waits until a softrdma process in the namespace listens on rdma_cm port `port`, as

@@ -49,6 +49,14 @@ use std::time::Duration;
 /// failing it; after that, nobody listening gets IBTA's REJ at once.
 pub const RELISTEN_GRACE: Duration = Duration::from_secs(2);
 
+/// The requester's side of [`RELISTEN_GRACE`]: a REQ that a peer rejects as "invalid
+/// service ID" while a connection of ours to the same service is up, or less than that
+/// grace after one ended, is sent again this much later (while resends are left) instead
+/// of failing at once. perftest's `-R` client connects its data QPs the moment its
+/// parameter connection is up, and its server (Linux's too) listens again for them only
+/// then: Linux's slower address resolution usually hides that race, ours does not.
+pub const REJ_RETRY_WAIT: Duration = Duration::from_millis(100);
+
 /// A connection's (or a SIDR request's) local communication ID.
 pub type CommId = u32;
 
@@ -273,6 +281,8 @@ struct Conn<A> {
     /// for the passive side its local one (the time the active side said it needs to
     /// answer), each with twice the packet lifetime.
     timeout: Duration,
+    /// The service the REQ asked for.
+    service_id: u64,
 }
 
 /// A SIDR request we sent, or answered.
@@ -301,6 +311,9 @@ pub struct CmAgent<A> {
     listening: BTreeSet<u64>,
     /// Services whose listener went, and when (see [`RELISTEN_GRACE`]).
     unlistened: HashMap<u64, Instant>,
+    /// Services at peers to which a connection of ours ended, and when (see
+    /// [`REJ_RETRY_WAIT`]).
+    ended: HashMap<(A, u64), Instant>,
     timers: BTreeSet<(Instant, CommId)>,
     /// The low byte of every ID this agent draws (see [`CmAgent::set_id_tag`]).
     tag: u8,
@@ -321,6 +334,7 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
             sidr_by_remote: HashMap::new(),
             listening: BTreeSet::new(),
             unlistened: HashMap::new(),
+            ended: HashMap::new(),
             timers: BTreeSet::new(),
             tag: 0,
             out: VecDeque::new(),
@@ -446,6 +460,7 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
                 retries_left: req.max_cm_retries,
                 max_retries: req.max_cm_retries,
                 timeout,
+                service_id: req.service_id,
             },
         );
         self.send(peer, mad);
@@ -772,6 +787,11 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
             return;
         };
         c.state = CmState::TimeWait;
+        if c.active {
+            let key = (c.peer, c.service_id);
+            self.ended.retain(|_, t| now.since(*t) < RELISTEN_GRACE);
+            self.ended.insert(key, now);
+        }
         self.arm(id, Some(at));
     }
 
@@ -938,6 +958,7 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
                 retries_left: 0,
                 max_retries: req.max_cm_retries,
                 timeout: self.wait_for(req.local_cm_response_timeout),
+                service_id: req.service_id,
             },
         );
         self.by_remote
@@ -1017,6 +1038,28 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
                 return;
             }
         };
+        let (peer, service) = (c.peer, c.service_id);
+        let relistening = c.active
+            && !connected_qp
+            && rej.reason == rej_reason::INVALID_SERVICE_ID
+            && c.retries_left > 0
+            && (self
+                .ended
+                .get(&(peer, service))
+                .is_some_and(|t| now.since(*t) < RELISTEN_GRACE)
+                || self.conns.values().any(|o| {
+                    o.active
+                        && o.peer == peer
+                        && o.service_id == service
+                        && matches!(o.state, CmState::Established | CmState::TimeWait)
+                }));
+        let c = self.conns.get_mut(&id).expect("mine checked it");
+        if relistening {
+            // The timer resends the REQ (see REJ_RETRY_WAIT).
+            c.state = CmState::ReqSent;
+            self.arm(id, Some(now.add(REJ_RETRY_WAIT)));
+            return;
+        }
         self.events.push_back(CmEvent::Rejected {
             id,
             rej: Box::new(rej),

@@ -6,7 +6,9 @@ use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use softrdma_proto::Instant;
-use softrdma_proto::cm::{CmAgent, CmConfig, CmEvent, CmState, cm_timeout};
+use softrdma_proto::cm::{
+    CmAgent, CmConfig, CmEvent, CmState, REJ_RETRY_WAIT, RELISTEN_GRACE, cm_timeout,
+};
 use softrdma_wire::cm::{
     Addressee, CmMad, CmMessage, IpCmHeader, PathRepr, PrivateData, RepRepr, ReqRepr, SidrRepRepr,
     SidrReqRepr, TransportService, ap_status, ip_service_id, port_space, rej_reason, sidr_status,
@@ -659,4 +661,43 @@ fn an_agents_ids_end_in_its_tag_and_answers_name_them() {
             other => panic!("{other:?}"),
         }
     }
+}
+
+/// The requester's side of the relisten grace: right after a connection to a service
+/// ended, a REJ "invalid service ID" for a new REQ to it is taken as "not listening
+/// again yet" and the REQ goes again [`REJ_RETRY_WAIT`] later, so it finds the listener
+/// (perftest's `-R`); with no such connection before, the REJ comes through at once.
+#[test]
+fn a_reconnect_rejected_while_the_peer_relistens_is_sent_again() {
+    let mut p = Pair::new(11);
+    // One connection, made and ended by both sides.
+    let id = p.a[0].connect(p.now, 1, req(0x100));
+    p.run(p.after(Duration::from_millis(5)));
+    assert_eq!(p.a[0].state(id), Some(CmState::Established));
+    p.a[0].disconnect(p.now, id, &[]).unwrap();
+    p.run(p.after(Duration::from_millis(5)));
+    // The server is a new program that will listen 250 ms from now (and, like Linux's
+    // CM, rejects what comes before).
+    p.a[1] = agent(0xB, 99);
+    let second = p.a[0].connect(p.now, 1, req(0x101));
+    p.run(p.after(Duration::from_millis(250)));
+    assert!(
+        !has(&p.events[0], |e| matches!(e, CmEvent::Rejected { .. })),
+        "{:?}",
+        p.events[0]
+    );
+    p.a[1].listen(SERVICE).unwrap();
+    p.run(p.after(Duration::from_millis(300)));
+    assert_eq!(p.a[0].state(second), Some(CmState::Established));
+
+    // A service never connected to: the REJ comes at once.
+    let mut q = Pair::new(12);
+    q.a[1].unlisten(q.now, SERVICE);
+    q.now = q.now.add(RELISTEN_GRACE);
+    q.a[0].connect(q.now, 1, req(0x102));
+    q.run(q.after(REJ_RETRY_WAIT / 2));
+    assert!(has(&q.events[0], |e| matches!(
+        e,
+        CmEvent::Rejected { rej, .. } if rej.reason == rej_reason::INVALID_SERVICE_ID
+    )));
 }

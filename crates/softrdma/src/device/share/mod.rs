@@ -1043,16 +1043,50 @@ impl Share {
     /// A new QPN for a QP of this process: unique among the device's processes, random,
     /// never 0 or 1, and not one freed within [`QUARANTINE`].
     pub(crate) fn alloc_qpn(&self) -> crate::error::Result<u32> {
+        let deadline = Instant::now() + ANSWER_TIMEOUT;
         let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
         let qpn = match &ctl.role {
             Role::Member { conn, owner_pid } => {
                 let pid = *owner_pid;
                 let fd = conn.as_raw_fd();
-                let answer =
-                    request(fd, pid, &Msg::Alloc).map_err(|e| crate::error::Error::Share {
-                        addr: self.addr,
-                        source: e,
-                    })?;
+                let answer = match request(fd, pid, &Msg::Alloc) {
+                    Ok(a) => a,
+                    // The owner went (an exiting program still answered this process's
+                    // hello a moment ago): the progress thread carries on as owner or
+                    // joins the next one; ask again once the role has moved on.
+                    Err(ShareError::Owner { .. }) if Instant::now() < deadline => {
+                        drop(ctl);
+                        loop {
+                            std::thread::sleep(Duration::from_millis(5));
+                            let moved =
+                                match &self.ctl.lock().unwrap_or_else(|e| e.into_inner()).role {
+                                    Role::Member { owner_pid, .. } => *owner_pid != pid,
+                                    _ => true,
+                                };
+                            if moved {
+                                return self.alloc_qpn();
+                            }
+                            if Instant::now() >= deadline {
+                                return Err(crate::error::Error::Share {
+                                    addr: self.addr,
+                                    source: ShareError::Owner {
+                                        pid,
+                                        what: format!(
+                                            "went, and no owner followed it within \
+                                             {ANSWER_TIMEOUT:?}"
+                                        ),
+                                    },
+                                });
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        return Err(crate::error::Error::Share {
+                            addr: self.addr,
+                            source: e,
+                        });
+                    }
+                };
                 match answer {
                     Msg::Qpn(q) if q > 1 && q <= 0xFF_FFFF => q,
                     other => {
