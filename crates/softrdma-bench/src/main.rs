@@ -1585,6 +1585,40 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
         }
     }
 
+    // Connection setup through rdma_cm (`softrdma cm-setup`: 1,000 connections one after
+    // another, each from rdma_resolve_addr until both ends are ESTABLISHED), server and
+    // client on two devices.
+    let cm_setup = || -> Result<Value, BenchError> {
+        let base = [sr.as_str(), "cm-setup", "-c", "1000", "-p", "24040"];
+        let server = args(&base);
+        let mut client = base.to_vec();
+        client.extend(["--json", "127.0.0.2"]);
+        let (_, c) = pair(
+            &pin,
+            (&server, &[("SOFTRDMA_ADDR", "127.0.0.2")]),
+            (&args(&client), &[("SOFTRDMA_ADDR", "127.0.0.3")]),
+            Ready::Line("ready"),
+            limit,
+        )?;
+        last_json(&c)
+    };
+    let cm = cm_setup();
+    let cm_fig = |key: &'static str| {
+        cm.as_ref()
+            .map_err(|e| BenchError::Output(e.to_string()))
+            .and_then(|v| v[key].as_f64().ok_or_else(missing(key)))
+    };
+    add(
+        "softrdma rdma_cm connection setup (resolve_addr to ESTABLISHED at both ends), median",
+        Kind::Lat,
+        cm_fig("median_us"),
+    );
+    add(
+        "the same, p99 over 1,000 connections",
+        Kind::Lat,
+        cm_fig("p99_us"),
+    );
+
     print_table(&figs, &pin, seconds, &paired);
     Ok(())
 }

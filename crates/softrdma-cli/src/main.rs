@@ -4,6 +4,7 @@
 //! `softrdma pcap decode` prints them one per line, as text or JSON. `softrdma sim` runs the
 //! transport engine in the deterministic network simulator.
 
+mod cmsetup;
 mod demo;
 mod devices;
 mod doctor;
@@ -58,6 +59,10 @@ enum Command {
     /// librdmacm's rping over softrdma's connection manager, compatible with `rping` in
     /// both directions.
     Rping(rping::RpingArgs),
+    /// How long rdma_cm takes to make a connection: `-c` connections one after another,
+    /// each timed from rdma_resolve_addr to ESTABLISHED at both ends (median and p99);
+    /// without a server address, serve them.
+    CmSetup(cmsetup::CmSetupArgs),
     /// Run an unmodified RDMA program (ibv_devinfo, ibv_rc_pingpong, perftest, qperf, ...)
     /// on softrdma: it gets the drop-in libibverbs.so.1 and librdmacm.so.1 through
     /// LD_LIBRARY_PATH, and its exit status is this command's.
@@ -121,6 +126,7 @@ fn main() -> ExitCode {
         Command::UcPingpong(a) => return pingpong::run(softrdma::QpType::Uc, &a),
         Command::UdPingpong(a) => return pingpong::run(softrdma::QpType::Ud, &a),
         Command::Rping(a) => return rping::run(&a),
+        Command::CmSetup(a) => return cmsetup::run(&a),
         Command::Exec { program, no_view } => return dropin::exec(&program, !no_view),
         Command::Env => return dropin::env(),
         Command::Service(a) => return service::run(&a),

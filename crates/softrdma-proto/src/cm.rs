@@ -39,7 +39,7 @@ use softrdma_wire::cm::{
     self, CmMad, CmMessage, DreqRepr, IdsRepr, MessageRef, MraRepr, PrivateData, RejRepr, RepRepr,
     ReqRepr, SidrRepRepr, SidrReqRepr, ap_status, rej_reason, sidr_status,
 };
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::time::Duration;
 
@@ -311,6 +311,9 @@ pub struct CmAgent<A> {
     listening: BTreeSet<u64>,
     /// Services whose listener went, and when (see [`RELISTEN_GRACE`]).
     unlistened: HashMap<u64, Instant>,
+    /// Services bound by a consumer that does not listen on them yet (see
+    /// [`CmAgent::bind`]).
+    bound: HashSet<u64>,
     /// Services at peers to which a connection of ours ended, and when (see
     /// [`REJ_RETRY_WAIT`]).
     ended: HashMap<(A, u64), Instant>,
@@ -334,6 +337,7 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
             sidr_by_remote: HashMap::new(),
             listening: BTreeSet::new(),
             unlistened: HashMap::new(),
+            bound: HashSet::new(),
             ended: HashMap::new(),
             timers: BTreeSet::new(),
             tag: 0,
@@ -374,8 +378,22 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         if !self.listening.insert(service_id) {
             return Err(CmError::AddressInUse(service_id));
         }
+        self.bound.remove(&service_id);
         self.unlistened.remove(&service_id);
         Ok(())
+    }
+
+    /// A consumer bound `service_id` and will likely listen on it: until it does (or
+    /// [`Self::unbind`]s), a REQ for it is dropped rather than rejected, so that the
+    /// requester's resend finds the listener (rdma_cm programs bind, tell their peer the
+    /// port, then listen).
+    pub fn bind(&mut self, service_id: u64) {
+        self.bound.insert(service_id);
+    }
+
+    /// The consumer that bound `service_id` let it go without listening.
+    pub fn unbind(&mut self, service_id: u64) {
+        self.bound.remove(&service_id);
     }
 
     /// Takes no more requests for `service_id` (connections made stay). For
@@ -923,6 +941,11 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
                 // Its listener has just gone, and programs listen again on the same port
                 // for their next connection (perftest's -R: one for the parameters, one
                 // per QP): the REQ's resend will find the new one.
+                return;
+            }
+            if self.bound.contains(&req.service_id) {
+                // Bound and about to listen: a program may tell its peer the port between
+                // the two (qperf's server does); the REQ's resend finds the listener.
                 return;
             }
             // IBTA 12.6.7.2: nobody serves the service ID.

@@ -701,3 +701,27 @@ fn a_reconnect_rejected_while_the_peer_relistens_is_sent_again() {
         CmEvent::Rejected { rej, .. } if rej.reason == rej_reason::INVALID_SERVICE_ID
     )));
 }
+
+/// A service bound and not yet listened on (a program that tells its peer the port
+/// before `rdma_listen`, as qperf's server does) drops a REQ instead of rejecting it; the
+/// resend finds the listener. Unbound again, it rejects.
+#[test]
+fn a_req_for_a_bound_port_waits_for_its_listen() {
+    let mut p = Pair::new(13);
+    p.a[1] = agent(0xB, 98);
+    p.a[1].bind(SERVICE);
+    let id = p.a[0].connect(p.now, 1, req(0x100));
+    p.run(p.after(Duration::from_millis(1)));
+    assert!(p.events[0].is_empty(), "{:?}", p.events[0]);
+    p.a[1].listen(SERVICE).unwrap();
+    p.run(p.after(Duration::from_secs(1)));
+    assert_eq!(p.a[0].state(id), Some(CmState::Established));
+
+    let mut q = Pair::new(14);
+    q.a[1] = agent(0xB, 97);
+    q.a[1].bind(SERVICE);
+    q.a[1].unbind(SERVICE);
+    q.a[0].connect(q.now, 1, req(0x101));
+    q.run(q.after(Duration::from_millis(5)));
+    assert!(has(&q.events[0], |e| matches!(e, CmEvent::Rejected { .. })));
+}

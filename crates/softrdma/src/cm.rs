@@ -373,6 +373,8 @@ struct IdState {
     rep: Option<Box<RepRepr>>,
     /// The SIDR_REQ this passive UD ID answers.
     sidr: Option<Box<SidrReqRepr>>,
+    /// The service its `bind_addr` announced to the agent (see [`CmId::bind_addr`]).
+    bound: Option<u64>,
     /// The first PSN this passive ID's receive queue expects: drawn when the REQ comes
     /// (`passive`), so that `init_qp_attr` can give it before the accept announces it.
     rq_psn: u32,
@@ -395,10 +397,14 @@ impl Drop for IdInner {
     /// CM thread's next pass instead.
     fn drop(&mut self) {
         let st = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
-        if st.listening.is_none() && st.comm.is_none() {
+        if st.listening.is_none() && st.comm.is_none() && st.bound.is_none() {
             return;
         }
-        let ended = (st.listening, st.comm);
+        let ended = Ended {
+            listening: st.listening,
+            comm: st.comm,
+            bound: st.bound,
+        };
         let cs = match self.core.st.try_lock() {
             Ok(cs) => Some(cs),
             Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
@@ -523,8 +529,21 @@ impl CmId {
     }
 
     /// Binds to `addr`, which must be this device's address or unspecified; port 0 picks
-    /// one (`rdma_bind_addr`).
+    /// one (`rdma_bind_addr`). Until the ID listens, a REQ for the port is dropped rather
+    /// than rejected (see `softrdma_proto::cm::CmAgent::bind`).
     pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
+        self.bind_to(addr)?;
+        let port = self.local_addr().expect("bound").port();
+        let sid = wire::ip_service_id(self.inner.ps.code(), port);
+        let mut cs = self.inner.core.st.lock().unwrap_or_else(|e| e.into_inner());
+        cs.agent.bind(sid);
+        self.st().bound = Some(sid);
+        Ok(())
+    }
+
+    /// Binds the ID's address and port, as [`Self::bind_addr`] does for an address the
+    /// caller chose; an active ID's own port is bound so, with no service expected on it.
+    fn bind_to(&self, addr: SocketAddr) -> Result<()> {
         let dev = self.inner.ctx.addr();
         if !addr.ip().is_unspecified() && addr.ip().to_canonical() != dev {
             return Err(cm_err(
@@ -597,7 +616,7 @@ impl CmId {
             ));
         }
         if self.local_addr().is_none() {
-            self.bind_addr(src.unwrap_or(SocketAddr::new(self.inner.ctx.addr(), 0)))?;
+            self.bind_to(src.unwrap_or(SocketAddr::new(self.inner.ctx.addr(), 0)))?;
         }
         self.st().peer = Some(SocketAddr::new(dst.ip().to_canonical(), dst.port()));
         self.set_state("ADDR_RESOLVED");
@@ -1281,6 +1300,13 @@ fn to_rts(qp: &QueuePair, local: IpAddr, peer: IpAddr, c: Conn) -> Result<()> {
     qp.modify(&rts_attr(&c))
 }
 
+/// What a dropped ID leaves for the agent to end (see `IdInner`'s drop).
+struct Ended {
+    listening: Option<u64>,
+    comm: Option<CommId>,
+    bound: Option<u64>,
+}
+
 /// A device's CM: its agent, QP1, and the thread that serves them.
 struct Core {
     ctx: Context,
@@ -1292,7 +1318,7 @@ struct Core {
     st: Mutex<CoreSt>,
     /// Listens and connections of IDs dropped, for the thread to end (see `IdInner`'s
     /// drop).
-    dropped: Mutex<Vec<(Option<u64>, Option<CommId>)>>,
+    dropped: Mutex<Vec<Ended>>,
     wake: OwnedFd,
     epoch: std::time::Instant,
     next_send: AtomicU64,
@@ -1524,7 +1550,18 @@ impl Core {
     }
 
     /// Ends a dropped ID's listen and connection (see `IdInner`'s drop).
-    fn end(&self, cs: &mut CoreSt, (listening, comm): (Option<u64>, Option<CommId>)) {
+    fn end(
+        &self,
+        cs: &mut CoreSt,
+        Ended {
+            listening,
+            comm,
+            bound,
+        }: Ended,
+    ) {
+        if let Some(sid) = bound.filter(|b| Some(*b) != listening) {
+            cs.agent.unbind(sid);
+        }
         if let Some(sid) = listening {
             cs.agent.unlisten(self.now(), sid);
             cs.listeners.remove(&sid);
