@@ -85,6 +85,8 @@ const MEMBER_GRACE: Duration = Duration::from_secs(3);
 /// How long an owner remembers a REQ it dropped once (see `Share::hold_first_req`):
 /// longer than any requester waits to resend it.
 const HELD_REQ_MEMORY: Duration = Duration::from_secs(30);
+/// The most REQs an owner remembers having dropped once (see `Share::hold_first_req`).
+const HELD_REQS_MAX: usize = 4096;
 /// How long a member waits for its owner's answer, and for an owner to appear.
 pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 /// The progress thread's token for the owner's listener.
@@ -901,6 +903,11 @@ impl Share {
         }
         let mut held = self.held_reqs.lock().unwrap_or_else(|e| e.into_inner());
         held.retain(|_, t| t.elapsed() < HELD_REQ_MEMORY);
+        if held.len() >= HELD_REQS_MAX {
+            // A flood of REQs for services nobody serves: reject them at once rather than
+            // remember each.
+            return false;
+        }
         match held.entry((from.ip(), requester)) {
             std::collections::hash_map::Entry::Occupied(_) => false,
             std::collections::hash_map::Entry::Vacant(v) => {
