@@ -405,12 +405,7 @@ impl Drop for IdInner {
             comm: st.comm,
             bound: st.bound,
         };
-        let cs = match self.core.st.try_lock() {
-            Ok(cs) => Some(cs),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        };
-        match cs {
+        match self.core.try_agent() {
             Some(mut cs) => {
                 self.core.end(&mut cs, ended);
                 self.core.flush(&mut cs);
@@ -828,52 +823,18 @@ impl CmId {
             return self.resolve_service(param);
         }
         let verb = "rdma_connect";
-        let user_max = wire::private_len::REQ - IpCmHeader::LEN;
-        if param.private_data.len() > user_max {
+        let (local, peer, pd) = self.request::<{ wire::private_len::REQ }>(
+            verb,
+            &param.private_data,
+            ("a connect", "the ID is connecting or connected"),
+        )?;
+        let Some(qp) = self.qp() else {
             return Err(cm_err(
                 verb,
                 libc::EINVAL,
-                format!(
-                    "{} bytes of private data; a connect carries {user_max}",
-                    param.private_data.len()
-                ),
+                "the ID has no QP (rdma_create_qp first)".into(),
             ));
-        }
-        let (local, peer, qp) = {
-            let st = self.st();
-            let (Some(local), Some(peer)) = (st.local, st.peer) else {
-                return Err(cm_err(
-                    verb,
-                    libc::EINVAL,
-                    "the route is not resolved yet".into(),
-                ));
-            };
-            if st.comm.is_some() {
-                return Err(cm_err(
-                    verb,
-                    libc::EISCONN,
-                    "the ID is connecting or connected".into(),
-                ));
-            }
-            let Some(qp) = st.qp.as_ref().and_then(QpRef::get) else {
-                return Err(cm_err(
-                    verb,
-                    libc::EINVAL,
-                    "the ID has no QP (rdma_create_qp first)".into(),
-                ));
-            };
-            (local, peer, qp)
         };
-        let mut pd = [0u8; wire::private_len::REQ];
-        IpCmHeader {
-            version: 0,
-            src_port: local.port(),
-            src: local.ip(),
-            dst: peer.ip(),
-        }
-        .emit(&mut pd);
-        pd[IpCmHeader::LEN..IpCmHeader::LEN + param.private_data.len()]
-            .copy_from_slice(&param.private_data);
         let req = ReqRepr {
             local_comm_id: 0,
             service_id: wire::ip_service_id(self.inner.ps.code(), peer.port()),
@@ -918,41 +879,40 @@ impl CmId {
         Ok(())
     }
 
-    /// Asks the peer's service for its UD QP (the UD `rdma_connect`): a SIDR_REQ with the
-    /// IP CM header and `param`'s private data; [`CmEventKind::Established`] brings the
-    /// answer.
-    fn resolve_service(&self, param: &ConnParam) -> Result<()> {
-        let verb = "rdma_connect";
-        let user_max = wire::private_len::SIDR_REQ - IpCmHeader::LEN;
-        if param.private_data.len() > user_max {
+    /// What a REQ or SIDR_REQ of this ID needs: its address, its resolved peer's, and the
+    /// private data of `N` bytes with the IP CM header (Annex A11.6) before `user`. Errors
+    /// name `verb`: `user` longer than the message carries (`what.0` names the message),
+    /// a route not resolved, or a request already under way (`what.1` says so).
+    fn request<const N: usize>(
+        &self,
+        verb: &'static str,
+        user: &[u8],
+        what: (&str, &str),
+    ) -> Result<(SocketAddr, SocketAddr, [u8; N])> {
+        let user_max = N - IpCmHeader::LEN;
+        if user.len() > user_max {
             return Err(cm_err(
                 verb,
                 libc::EINVAL,
                 format!(
-                    "{} bytes of private data; a UD connect carries {user_max}",
-                    param.private_data.len()
+                    "{} bytes of private data; {} carries {user_max}",
+                    user.len(),
+                    what.0
                 ),
             ));
         }
-        let (local, peer) = {
-            let st = self.st();
-            let (Some(local), Some(peer)) = (st.local, st.peer) else {
-                return Err(cm_err(
-                    verb,
-                    libc::EINVAL,
-                    "the route is not resolved yet".into(),
-                ));
-            };
-            if st.comm.is_some() {
-                return Err(cm_err(
-                    verb,
-                    libc::EISCONN,
-                    "the ID is resolving its peer already".into(),
-                ));
-            }
-            (local, peer)
+        let st = self.st();
+        let (Some(local), Some(peer)) = (st.local, st.peer) else {
+            return Err(cm_err(
+                verb,
+                libc::EINVAL,
+                "the route is not resolved yet".into(),
+            ));
         };
-        let mut pd = [0u8; wire::private_len::SIDR_REQ];
+        if st.comm.is_some() {
+            return Err(cm_err(verb, libc::EISCONN, what.1.into()));
+        }
+        let mut pd = [0u8; N];
         IpCmHeader {
             version: 0,
             src_port: local.port(),
@@ -960,8 +920,19 @@ impl CmId {
             dst: peer.ip(),
         }
         .emit(&mut pd);
-        pd[IpCmHeader::LEN..IpCmHeader::LEN + param.private_data.len()]
-            .copy_from_slice(&param.private_data);
+        pd[IpCmHeader::LEN..IpCmHeader::LEN + user.len()].copy_from_slice(user);
+        Ok((local, peer, pd))
+    }
+
+    /// Asks the peer's service for its UD QP (the UD `rdma_connect`): a SIDR_REQ with the
+    /// IP CM header and `param`'s private data; [`CmEventKind::Established`] brings the
+    /// answer.
+    fn resolve_service(&self, param: &ConnParam) -> Result<()> {
+        let (_, peer, pd) = self.request::<{ wire::private_len::SIDR_REQ }>(
+            "rdma_connect",
+            &param.private_data,
+            ("a UD connect", "the ID is resolving its peer already"),
+        )?;
         let req = SidrReqRepr {
             request_id: 0,
             pkey: 0xFFFF,
@@ -1373,12 +1344,7 @@ fn end_all() {
     for core in cores {
         // A thread that holds the agent now (exit from another thread) keeps it: the
         // exit does not wait for it.
-        let cs = match core.st.try_lock() {
-            Ok(cs) => Some(cs),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        };
-        if let Some(mut cs) = cs {
+        if let Some(mut cs) = core.try_agent() {
             let now = core.now();
             cs.agent.destroy_all(now);
             while let Some((to, mad)) = cs.agent.poll_transmit() {
@@ -1413,7 +1379,20 @@ impl Core {
         {
             return Ok(c);
         }
-        let core = Arc::new(Core::new(ctx)?);
+        // The device's previous core may still be going: its last handle went on the CM
+        // thread, which drops it (and QP1 with it) a moment later. QP1 is this process's
+        // alone, so it is free again within that moment.
+        let deadline = std::time::Instant::now() + Duration::from_secs(1);
+        let core = loop {
+            match Core::new(ctx) {
+                Err(Error::Cm {
+                    errno: libc::EBUSY, ..
+                }) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                r => break Arc::new(r?),
+            }
+        };
         cores.push((key, Arc::downgrade(&core)));
         static AT_EXIT: std::sync::Once = std::sync::Once::new();
         // SAFETY: atexit takes a function that lives as long as the program.
@@ -1496,6 +1475,16 @@ impl Core {
 
     fn now(&self) -> Instant {
         Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// The agent's state if its mutex is free now (`None` while another holder, this
+    /// thread included, has it).
+    fn try_agent(&self) -> Option<std::sync::MutexGuard<'_, CoreSt>> {
+        match self.st.try_lock() {
+            Ok(cs) => Some(cs),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
     fn wake(&self) {
