@@ -214,24 +214,36 @@ impl IdC {
     }
 }
 
+/// The channel's next event for a live ID (events of destroyed IDs are dropped), waiting
+/// as long as it takes.
+fn next_event(chan: &ChanC) -> *mut rdma_cm_event {
+    loop {
+        if let Some(e) = chan.rust.get_event(None).and_then(convert) {
+            return e;
+        }
+    }
+}
+
+/// Acks a synchronous ID's current event (librdmacm keeps it in `id->event` until the
+/// ID's next verb, or its destruction), if it has one.
+fn ack_own_event(c: &mut IdC) {
+    if c.own_chan.is_some() && !c.id.event.is_null() {
+        // SAFETY: the ID's own event, acked once (the pointer is cleared).
+        unsafe { rdma_ack_cm_event(c.id.event) };
+        c.id.event = null_mut();
+    }
+}
+
 /// A synchronous ID's wait for the event its verb brings (librdmacm's `ucma_complete`):
 /// the previous event is acked, the next one becomes `id->event`, and a failed one is the
 /// verb's error (ECONNREFUSED for a reject, the event's status otherwise). 0 at once for
 /// an ID with a channel of the caller's.
 fn complete(verb: &'static str, c: &mut IdC) -> c_int {
-    let Some(chan) = c.own_chan.as_ref() else {
+    if c.own_chan.is_none() {
         return 0;
-    };
-    if !c.id.event.is_null() {
-        // SAFETY: the ID's own event, acked once.
-        unsafe { rdma_ack_cm_event(c.id.event) };
-        c.id.event = null_mut();
     }
-    let ev = loop {
-        if let Some(e) = chan.rust.get_event(None).and_then(convert) {
-            break e;
-        }
-    };
+    ack_own_event(c);
+    let ev = next_event(c.own_chan.as_ref().expect("checked above"));
     c.id.event = ev;
     // SAFETY: just made by convert.
     let (kind, status) = unsafe { ((*ev).event, (*ev).status) };
@@ -555,10 +567,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         if c.id.qp.is_null() {
             destroy_own_cqs(&mut c);
         }
-        if c.own_chan.is_some() && !c.id.event.is_null() {
-            // SAFETY: a synchronous ID's own event, acked once.
-            unsafe { rdma_ack_cm_event(c.id.event) };
-        }
+        ack_own_event(&mut c);
         if let Some(r) = c.rust.lock().unwrap_or_else(|e| e.into_inner()).take() {
             r.set_user(0);
         }
@@ -934,11 +943,7 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
             Ok(r) => match errno_of(v, r.accept(&p)) {
                 // A UD accept has no event to wait for; the request's event is done.
                 0 if c.id.qp_type == 4 => {
-                    if c.own_chan.is_some() && !c.id.event.is_null() {
-                        // SAFETY: the ID's own event, acked once.
-                        unsafe { rdma_ack_cm_event(c.id.event) };
-                        c.id.event = null_mut();
-                    }
+                    ack_own_event(c);
                     0
                 }
                 0 => complete(v, c),
@@ -1091,16 +1096,9 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         }
         // SAFETY: a ChanC this library made.
         let chan = unsafe { &*ch.cast::<ChanC>() };
-        loop {
-            let Some(ev) = chan.rust.get_event(None) else {
-                continue;
-            };
-            if let Some(e) = convert(ev) {
-                // SAFETY: the caller's pointer.
-                unsafe { *event = e };
-                return 0;
-            }
-        }
+        // SAFETY: the caller's pointer.
+        unsafe { *event = next_event(chan) };
+        0
     })
 }
 
@@ -1513,23 +1511,15 @@ pub unsafe extern "C" fn rdma_get_request(
         }
         // SAFETY: per the contract.
         let l = unsafe { idc(listen) };
-        let Some(chan) = l.own_chan.as_ref() else {
+        if l.own_chan.is_none() {
             return fail(
                 v,
                 libc::EINVAL,
                 &"the listener has an event channel (rdma_get_request is for IDs made without)",
             );
-        };
-        if !l.id.event.is_null() {
-            // SAFETY: the listener's own event, acked once.
-            unsafe { rdma_ack_cm_event(l.id.event) };
-            l.id.event = null_mut();
         }
-        let ev = loop {
-            if let Some(e) = chan.rust.get_event(None).and_then(convert) {
-                break e;
-            }
-        };
+        ack_own_event(l);
+        let ev = next_event(l.own_chan.as_ref().expect("checked above"));
         // SAFETY: just made by convert.
         let (kind, status, new) = unsafe { ((*ev).event, (*ev).status, (*ev).id) };
         if kind != CONNECT_REQUEST || status != 0 {
@@ -1601,11 +1591,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
         if let Some(r) = c.rust.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             r.migrate(&target.rust);
         }
-        if c.own_chan.is_some() && !c.id.event.is_null() {
-            // SAFETY: the ID's own event, acked once.
-            unsafe { rdma_ack_cm_event(c.id.event) };
-            c.id.event = null_mut();
-        }
+        ack_own_event(c);
         c.id.channel = ch;
         c.own_chan = own;
         0
