@@ -54,17 +54,9 @@ pub fn run(a: &CmSetupArgs) -> ExitCode {
     }
 }
 
+/// The next CM event, which must be `want` and come within [`STEP`].
 fn next(chan: &EventChannel, want: CmEventKind) -> Result<CmEvent, CliError> {
-    let ev = chan
-        .get_event(Some(STEP))
-        .ok_or_else(|| CliError::Cm(format!("no {want:?} within {STEP:?}")))?;
-    if ev.kind != want {
-        return Err(CliError::Cm(format!(
-            "expected {want:?}, got {:?}",
-            ev.kind
-        )));
-    }
-    Ok(ev)
+    crate::rping::expect_within(chan, want, STEP)
 }
 
 /// Accepts `conns` connections, each with a QP that SENDs a word once ESTABLISHED.
@@ -78,7 +70,7 @@ fn serve(ctx: &Context, a: &CmSetupArgs) -> Result<(), CliError> {
     for _ in 0..a.conns {
         let req = listen_chan
             .get_event(None)
-            .ok_or_else(|| CliError::Cm("the listener's channel ended".into()))?;
+            .ok_or_else(|| CliError::Failed("the listener's channel ended".into()))?;
         if req.kind != CmEventKind::ConnectRequest {
             continue;
         }
@@ -102,12 +94,12 @@ fn wait_wc(cq: &softrdma::CompletionQueue) -> Result<(), CliError> {
     loop {
         if let Some(wc) = cq.poll_one() {
             if wc.status != WcStatus::Success {
-                return Err(CliError::Cm(format!("completion {:?}", wc.status)));
+                return Err(CliError::Failed(format!("completion {:?}", wc.status)));
             }
             return Ok(());
         }
         if Instant::now() > end {
-            return Err(CliError::Cm(format!("no completion within {STEP:?}")));
+            return Err(CliError::Timeout(format!("no completion within {STEP:?}")));
         }
         std::hint::spin_loop();
     }

@@ -61,10 +61,6 @@ pub enum CliError {
     /// after it has opened the device.
     #[error("{0}")]
     Usage(String),
-    /// A connection manager exchange went otherwise than it must (an event that did not
-    /// come, or another one).
-    #[error("{0}")]
-    Cm(String),
     /// A message from the peer on the out-of-band connection that is malformed, short or of
     /// a version this implementation does not speak.
     #[error("{0}")]

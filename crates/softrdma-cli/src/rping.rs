@@ -109,9 +109,18 @@ fn go(a: &RpingArgs) -> Result<(), CliError> {
 
 /// The next CM event, which must be `want`.
 fn expect(chan: &EventChannel, want: CmEventKind) -> Result<softrdma::cm::CmEvent, CliError> {
+    expect_within(chan, want, STEP)
+}
+
+/// The next CM event, which must be `want` and come within `step`.
+pub(crate) fn expect_within(
+    chan: &EventChannel,
+    want: CmEventKind,
+    step: Duration,
+) -> Result<softrdma::cm::CmEvent, CliError> {
     let ev = chan
-        .get_event(Some(STEP))
-        .ok_or_else(|| CliError::Timeout(format!("no {want:?} event in {STEP:?}")))?;
+        .get_event(Some(step))
+        .ok_or_else(|| CliError::Timeout(format!("no {want:?} event in {step:?}")))?;
     if ev.kind != want {
         return Err(CliError::Failed(format!(
             "cma event {:?}, waiting for {want:?}",
