@@ -307,8 +307,28 @@ impl EventChannel {
                 }
                 None => None,
             };
+            if left != Some(Duration::ZERO) {
+                release_pollers();
+            }
             wait_readable(&[self.fd()], left);
         }
+    }
+}
+
+/// This thread is about to block for a CM event: each device with a CM gives its socket
+/// back to its progress thread now, as a thread that blocks for a completion does
+/// (`Poller::app_sleeps`). A thread that polled a CQ just before (to take the last
+/// connection's completion) would otherwise keep the socket for the poller's grace, and
+/// the MAD that brings the event would wait that long for anyone to read it.
+fn release_pollers() {
+    let cores: Vec<Arc<Core>> = CORES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(|(_, w)| w.upgrade())
+        .collect();
+    for c in cores {
+        crate::device::cq::Poller::app_sleeps(&**c.ctx.dev());
     }
 }
 

@@ -1129,6 +1129,7 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
     let mut sending = false;
     let one_cpu = one_cpu();
     let mut events = Events::with_capacity(64);
+    let mut ready = Vec::with_capacity(64);
     let mut published: (u64, std::time::Instant) = (u64::MAX, std::time::Instant::now());
     // The resource list as last published: the region table's generation, and when.
     let mut res_published: (u64, Option<std::time::Instant>) = (0, None);
@@ -1238,18 +1239,16 @@ fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: bool) {
             // Work is pending: look again at once instead of sleeping.
             timeout = Some(Duration::ZERO);
         }
-        if let Err(e) = poll.poll(&mut events, timeout) {
+        if let Err(e) = wait(&mut poll, &mut events, &mut ready, timeout) {
             if e.kind() != std::io::ErrorKind::Interrupted {
                 return;
             }
         }
         if let Some(share) = &dev.share {
-            for ev in events.iter() {
-                let t = ev.token();
+            for &(t, closed) in &ready {
                 if matches!(t, SOCKET | WAKE | GROUP) {
                     continue;
                 }
-                let closed = ev.is_read_closed() || ev.is_error();
                 if let Some(l) = &dev.local
                     && (t == local::LISTEN || t.0 >= local::BASE)
                 {
@@ -1314,16 +1313,27 @@ fn one_cpu() -> bool {
     ok && unsafe { libc::CPU_COUNT(&set) } == 1
 }
 
-/// The progress thread's view of the busy pollers: they count as active until
-/// [`APP_POLL_GRACE`] after their poll count last moved (a count, not a deadline, so that a
-/// poll need not read the clock). While they are, the socket is theirs.
+/// The progress thread's view of the busy pollers: they count as active until a grace
+/// after their poll count was last seen to move (a count, not a deadline, so that a poll
+/// need not read the clock). While they are, the socket is theirs.
+///
+/// The grace starts at [`APP_POLL_GRACE`] and doubles each time the count is seen moving
+/// again, up to [`POLL_WATCH_MAX`]: a short burst of polls (an application that polls a CQ
+/// between two CM events) gives the socket back within two graces of its end, and a
+/// poller that spins for seconds (a benchmark) wakes this thread about a thousand times a
+/// second, not five thousand.
 #[derive(Debug, Default)]
 struct PollerWatch {
     /// The count when last seen.
     seen: u64,
     /// Until when (device nanoseconds) they count as active.
     until: u64,
+    /// How many looks in a row found the count moved.
+    streak: u32,
 }
+
+/// The longest grace a poller that keeps polling is given (see [`PollerWatch`]).
+const POLL_WATCH_MAX: Duration = Duration::from_millis(1);
 
 impl PollerWatch {
     /// Takes the pollers' count at `now`; `Some(until)` while they count as active.
@@ -1332,13 +1342,85 @@ impl PollerWatch {
     fn observe(&mut self, polls: u64, released: u64, now: Instant) -> Option<Instant> {
         if polls != self.seen {
             self.seen = polls;
-            self.until = now.add(APP_POLL_GRACE).as_nanos();
+            let grace = (APP_POLL_GRACE * (1 << self.streak.min(3))).min(POLL_WATCH_MAX);
+            self.streak = self.streak.saturating_add(1);
+            self.until = now.add(grace).as_nanos();
+        } else if self.until <= now.as_nanos() {
+            self.streak = 0;
         }
         if released == polls.wrapping_add(1) {
-            self.until = 0;
+            (self.until, self.streak) = (0, 0);
         }
         (self.until > now.as_nanos()).then(|| Instant::from_nanos(self.until))
     }
+}
+
+/// Whether `epoll_pwait2` is there to use (cleared at its first ENOSYS or EPERM).
+static PWAIT2: AtomicBool = AtomicBool::new(true);
+
+/// Waits on `poll`'s set for at most `timeout`, to the microsecond, and puts each ready
+/// source's token in `ready` with whether its peer closed or failed.
+///
+/// mio's `Poll::poll` rounds a timeout up to whole milliseconds (epoll_wait's unit), which
+/// made every sub-millisecond deadline of the progress thread a millisecond or more: a
+/// poller's grace of 200 µs, a held ACK, a short retransmission timer. A connection's
+/// MADs that came just after the application's last CQ poll waited that long for the
+/// socket (rdma_cm setup took 2 ms instead of a few hundred µs). `epoll_pwait2` (Linux
+/// 5.11) takes a timespec; where the kernel lacks it or a sandbox refuses it, the rounded
+/// wait is used. The set is mio's, so tokens and readiness read as mio's events would.
+fn wait(
+    poll: &mut Poll,
+    events: &mut Events,
+    ready: &mut Vec<(Token, bool)>,
+    timeout: Option<Duration>,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    ready.clear();
+    if PWAIT2.load(Ordering::Relaxed) {
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 64];
+        let ts = timeout.map(|d| libc::timespec {
+            tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: d.subsec_nanos().into(),
+        });
+        let tsp = ts
+            .as_ref()
+            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: `evs` holds 64 writable entries, `tsp` is null or points to a timespec
+        // that outlives the call, and a null signal mask leaves the mask alone.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_epoll_pwait2,
+                poll.as_raw_fd(),
+                evs.as_mut_ptr(),
+                evs.len() as libc::c_int,
+                tsp,
+                std::ptr::null::<libc::sigset_t>(),
+                0usize,
+            )
+        };
+        if n >= 0 {
+            for e in &evs[..n as usize] {
+                let (f, data) = (e.events as libc::c_int, e.u64);
+                // As mio reads them: hung up, or readable with the peer's end shut.
+                let closed = f & (libc::EPOLLHUP | libc::EPOLLERR) != 0
+                    || (f & libc::EPOLLIN != 0 && f & libc::EPOLLRDHUP != 0);
+                ready.push((Token(data as usize), closed));
+            }
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ENOSYS | libc::EPERM) => PWAIT2.store(false, Ordering::Relaxed),
+            _ => return Err(e),
+        }
+    }
+    poll.poll(events, timeout)?;
+    ready.extend(
+        events
+            .iter()
+            .map(|ev| (ev.token(), ev.is_read_closed() || ev.is_error())),
+    );
+    Ok(())
 }
 
 /// Lets the progress thread (de)register the device's socket, which the device owns.
@@ -1816,12 +1898,32 @@ mod tests {
         assert_eq!(w.observe(5, 0, at(10)), Some(at(10 + grace)));
         assert_eq!(
             w.observe(9, 0, at(50)),
-            Some(at(50 + grace)),
-            "a poll extends it"
+            Some(at(50 + 2 * grace)),
+            "a poll extends it, by twice the grace for a poller seen moving twice"
         );
-        assert_eq!(w.observe(9, 0, at(50 + grace - 1)), Some(at(50 + grace)));
-        assert_eq!(w.observe(9, 0, at(50 + grace)), None, "the grace is over");
-        assert_eq!(w.observe(10, 0, at(900)), Some(at(900 + grace)), "and back");
+        assert_eq!(
+            w.observe(9, 0, at(50 + 2 * grace - 1)),
+            Some(at(50 + 2 * grace))
+        );
+        assert_eq!(
+            w.observe(9, 0, at(50 + 2 * grace)),
+            None,
+            "the grace is over"
+        );
+        assert_eq!(
+            w.observe(10, 0, at(5000)),
+            Some(at(5000 + grace)),
+            "and back, with the first grace again"
+        );
+        // A poller that keeps polling: the grace doubles up to its cap.
+        let max = POLL_WATCH_MAX.as_micros() as u64;
+        let mut t = 5000;
+        for n in 11..20 {
+            t += 10;
+            let until = w.observe(n, 0, at(t)).expect("polling");
+            assert!(until <= at(t + max), "capped at {max} us");
+        }
+        assert_eq!(w.observe(20, 0, at(t + 1)), Some(at(t + 1 + max)));
     }
 
     /// A poller that says it blocks gives the socket back at once, and takes it again with
