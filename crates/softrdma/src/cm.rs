@@ -19,7 +19,13 @@
 //! # Threads and locks
 //! Each device with a CM ID open has one CM agent (a `softrdma_proto::cm::CmAgent`, behind
 //! one mutex) and one thread, `softrdma-cm`, that sleeps on QP1's completion channel and
-//! the agent's next timer, and hands MADs and timeouts to the agent. Verbs run the agent
+//! the agent's next timer, and hands MADs and timeouts to the agent. The agent and its
+//! thread outlive the device's last ID by [`LINGER`] while the application still holds the
+//! context (a program that connects again finds them), and go at once when it does not.
+//! The thread takes only the completions the progress thread placed (it never receives
+//! itself, which would take the socket from the progress thread), and a thread that
+//! blocks for a CM event gives the device's socket back to the progress thread first, so
+//! that no MAD waits for a busy poller's grace. Verbs run the agent
 //! under its mutex on the caller's thread and send what it produces there; no lock is
 //! held across user code or a blocking call. Events go to each ID's [`EventChannel`], a
 //! queue behind a mutex with an eventfd that [`EventChannel::fd`] gives for `poll(2)`.
@@ -41,6 +47,7 @@
 //! # Not yet
 //! Multicast.
 
+use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::verbs::context::Context;
 use crate::verbs::cq::{CompletionChannel, CompletionQueue};
@@ -321,14 +328,14 @@ impl EventChannel {
 /// connection's completion) would otherwise keep the socket for the poller's grace, and
 /// the MAD that brings the event would wait that long for anyone to read it.
 fn release_pollers() {
-    let cores: Vec<Arc<Core>> = CORES
+    let devs: Vec<Arc<Device>> = CORES
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
-        .filter_map(|(_, w)| w.upgrade())
+        .filter_map(|c| c.dev.upgrade())
         .collect();
-    for c in cores {
-        crate::device::cq::Poller::app_sleeps(&**c.ctx.dev());
+    for d in devs {
+        crate::device::cq::Poller::app_sleeps(&*d);
     }
 }
 
@@ -416,6 +423,8 @@ impl Drop for IdInner {
     /// while an event was dispatched, on this thread or the CM thread's), they end in the
     /// CM thread's next pass instead.
     fn drop(&mut self) {
+        // The CM thread looks again at who holds the core (see `serve`).
+        self.core.wake();
         let st = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
         if st.listening.is_none() && st.comm.is_none() && st.bound.is_none() {
             return;
@@ -1359,7 +1368,7 @@ fn end_all() {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
-        .filter_map(|(_, w)| w.upgrade())
+        .filter_map(|c| c.core.upgrade())
         .collect();
     for core in cores {
         // A thread that holds the agent now (exit from another thread) keeps it: the
@@ -1374,9 +1383,26 @@ fn end_all() {
     }
 }
 
-/// The cores by device (the `Arc<Device>`'s address), so that every ID on a device shares
-/// one agent and one QP1.
-static CORES: Mutex<Vec<(usize, Weak<Core>)>> = Mutex::new(Vec::new());
+/// The cores by device, so that every ID on a device shares one agent and one QP1. A core
+/// leaves the list only under its lock (see `serve`), so that an ID made meanwhile either
+/// finds it with its thread still serving, or makes a new one.
+static CORES: Mutex<Vec<CoreEntry>> = Mutex::new(Vec::new());
+
+/// One device's core in [`CORES`].
+struct CoreEntry {
+    /// The `Arc<Device>`'s address.
+    key: usize,
+    core: Weak<Core>,
+    /// Its device, reached without holding the core up (see [`release_pollers`]).
+    dev: Weak<Device>,
+}
+
+/// How long a core outlives its last ID while its context is still the application's:
+/// a program that connects, disconnects and connects again (perftest `-R`, which makes
+/// a new connection for its data after its parameter exchange, or one connection after
+/// another) would otherwise make QP1, its receives and the CM thread again each time,
+/// about 100 µs of each connection's setup. On Linux the CM is always there.
+const LINGER: Duration = Duration::from_secs(1);
 
 impl Drop for Core {
     fn drop(&mut self) {
@@ -1391,11 +1417,11 @@ impl Core {
     fn of(ctx: &Context) -> Result<Arc<Core>> {
         let key = Arc::as_ptr(ctx.dev()) as usize;
         let mut cores = CORES.lock().unwrap_or_else(|e| e.into_inner());
-        cores.retain(|(_, w)| w.strong_count() > 0);
+        cores.retain(|c| c.core.strong_count() > 0);
         if let Some(c) = cores
             .iter()
-            .find(|(k, _)| *k == key)
-            .and_then(|(_, w)| w.upgrade())
+            .find(|c| c.key == key)
+            .and_then(|c| c.core.upgrade())
         {
             return Ok(c);
         }
@@ -1403,6 +1429,7 @@ impl Core {
         // thread, which drops it (and QP1 with it) a moment later. QP1 is this process's
         // alone, so it is free again within that moment.
         let deadline = std::time::Instant::now() + Duration::from_secs(1);
+        let before = ctx.handles();
         let core = loop {
             match Core::new(ctx) {
                 Err(Error::Cm {
@@ -1413,17 +1440,23 @@ impl Core {
                 r => break Arc::new(r?),
             }
         };
-        cores.push((key, Arc::downgrade(&core)));
+        // The context's handles the core holds itself (its own, its PD's, CQ's, QP's...):
+        // more than these, and the application still has the device.
+        let own = ctx.handles().saturating_sub(before);
+        cores.push(CoreEntry {
+            key,
+            core: Arc::downgrade(&core),
+            dev: Arc::downgrade(ctx.dev()),
+        });
         static AT_EXIT: std::sync::Once = std::sync::Once::new();
         // SAFETY: atexit takes a function that lives as long as the program.
         AT_EXIT.call_once(|| unsafe {
             libc::atexit(at_exit);
         });
-        let weak = Arc::downgrade(&core);
-        let fds = (core.chan.fd(), core.wake.as_raw_fd());
+        let held = core.clone();
         std::thread::Builder::new()
             .name("softrdma-cm".into())
-            .spawn(move || serve(weak, fds))
+            .spawn(move || serve(held, own))
             .map_err(Error::io("rdma_create_id"))?;
         Ok(core)
     }
@@ -1519,7 +1552,7 @@ impl Core {
         let mut cs = self.st.lock().unwrap_or_else(|e| e.into_inner());
         self.reap(&mut cs);
         for pass in 0..2 {
-            for wc in self.cq.poll(64) {
+            for wc in self.cq.poll_placed(64) {
                 if wc.opcode != WcOpcode::Recv || wc.wr_id >= GSI_RECVS {
                     continue;
                 }
@@ -1852,16 +1885,33 @@ fn grh_source(buf: &[u8]) -> Option<IpAddr> {
 }
 
 /// The `softrdma-cm` thread: serves its core until the core is gone.
-fn serve(core: Weak<Core>, (cq_fd, wake_fd): (RawFd, RawFd)) {
+/// The CM thread: serves the core until nothing but this thread holds it, and then, while
+/// the application still holds the context, for [`LINGER`] more (an ID made meanwhile
+/// takes it up again). `own` is how many of the context's handles the core holds itself.
+fn serve(c: Arc<Core>, own: usize) {
+    let (cq_fd, wake_fd) = (c.chan.fd(), c.wake.as_raw_fd());
+    let mut alone_since: Option<std::time::Instant> = None;
     loop {
-        let Some(c) = core.upgrade() else {
-            return;
-        };
         drain_eventfd(wake_fd);
         // The channel's event is consumed so that its descriptor rearms.
         let _ = c.chan.get_cq_event(Some(Duration::ZERO));
-        let next = c.service();
-        drop(c);
+        let mut next = c.service();
+        if Arc::strong_count(&c) == 1 {
+            let since = *alone_since.get_or_insert_with(std::time::Instant::now);
+            let left = LINGER.saturating_sub(since.elapsed());
+            if c.ctx.handles() <= own || left.is_zero() {
+                // Under the list's lock, so that no ID takes the core up meanwhile.
+                let mut cores = CORES.lock().unwrap_or_else(|e| e.into_inner());
+                if Arc::strong_count(&c) == 1 {
+                    cores.retain(|e| !std::ptr::eq(e.core.as_ptr(), Arc::as_ptr(&c)));
+                    drop(cores);
+                    return;
+                }
+            }
+            next = Some(next.map_or(left, |n| n.min(left)));
+        } else {
+            alone_since = None;
+        }
         wait_readable(&[cq_fd, wake_fd], next);
     }
 }

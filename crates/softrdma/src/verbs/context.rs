@@ -97,6 +97,12 @@ impl Context {
         &self.inner.dev
     }
 
+    /// How many handles of this context there are (the application's, and those its PDs,
+    /// CQs, QPs and the CM hold).
+    pub(crate) fn handles(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+
     /// The device name.
     pub fn name(&self) -> &str {
         &self.inner.dev.name

@@ -124,13 +124,7 @@ impl CompletionQueue {
     /// polling thread receives whatever packets are waiting itself, as a NIC's poller would
     /// find them already placed, instead of waiting for the progress thread to be scheduled.
     pub fn poll(&self, max: usize) -> Vec<Completion> {
-        let take = || {
-            let mut s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
-            let n = max.min(s.entries.len());
-            let got = s.entries.drain(..n).collect::<Vec<_>>();
-            self.inner.queued.store(s.entries.len(), Ordering::Release);
-            got
-        };
+        let take = || self.poll_placed(max);
         let got = if self.is_empty() { Vec::new() } else { take() };
         if max == 0 {
             return got;
@@ -146,6 +140,19 @@ impl CompletionQueue {
         if !got.is_empty() {
             self.inner.polled();
         }
+        got
+    }
+
+    /// Takes up to `max` completions that the device has already placed, without receiving
+    /// on the polling thread's behalf: for a consumer that its channel wakes once the
+    /// progress thread has received (the CM's thread). A poll that receives takes the
+    /// socket from the progress thread for a poller's grace, and the next MAD, which nobody
+    /// then polls for, would wait that grace out.
+    pub(crate) fn poll_placed(&self, max: usize) -> Vec<Completion> {
+        let mut s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let n = max.min(s.entries.len());
+        let got = s.entries.drain(..n).collect::<Vec<_>>();
+        self.inner.queued.store(s.entries.len(), Ordering::Release);
         got
     }
 
