@@ -18,17 +18,23 @@
 //!
 //! # Threads and locks
 //! Each device with a CM ID open has one CM agent (a `softrdma_proto::cm::CmAgent`, behind
-//! one mutex) and one thread, `softrdma-cm`, that sleeps on QP1's completion channel and
-//! the agent's next timer, and hands MADs and timeouts to the agent. The agent and its
+//! one mutex) and one thread, `softrdma-cm`, that sleeps on QP1's completion channel, a
+//! wake-up eventfd and a timerfd set to the agent's next deadline. The agent and its
 //! thread outlive the device's last ID by [`LINGER`] while the application still holds the
 //! context (a program that connects again finds them), and go at once when it does not.
-//! The thread takes only the completions the progress thread placed (it never receives
-//! itself, which would take the socket from the progress thread), and a thread that
-//! blocks for a CM event gives the device's socket back to the progress thread first, so
-//! that no MAD waits for a busy poller's grace. Verbs run the agent
-//! under its mutex on the caller's thread and send what it produces there; no lock is
-//! held across user code or a blocking call. Events go to each ID's [`EventChannel`], a
-//! queue behind a mutex with an eventfd that [`EventChannel::fd`] gives for `poll(2)`.
+//! A MAD is mostly handled without that thread: QP1's channel has an inline consumer
+//! (`device::cq`), so the thread that received the MAD (the progress thread, or a busy
+//! poller) runs the agent at the end of its receive pass, once it holds no device lock,
+//! if the agent's mutex is free; otherwise the channel wakes the CM thread. A thread that
+//! waits for a CM event first receives for it itself for [`CM_SPIN`] (a handshake's turn
+//! on one host), then gives the sockets back to the progress threads and blocks. Whoever
+//! runs the agent brings the timerfd forward when the agent's next deadline moved earlier,
+//! so a verb wakes no thread. The CM thread takes only the completions the progress
+//! thread placed (it never receives itself, which would take the socket from the progress
+//! thread). Verbs run the agent under its mutex on the caller's thread and send what it
+//! produces there; no lock is held across user code or a blocking call. Events go to each
+//! ID's [`EventChannel`], a queue behind a mutex with an eventfd that [`EventChannel::fd`]
+//! gives for `poll(2)`, readable while events wait.
 //! Lock order: the agent's mutex, then an ID's, then the device's (a QP modify or post).
 //!
 //! # A device shared by processes
@@ -64,7 +70,7 @@ use softrdma_wire::cm::{
 use softrdma_wire::{Psn, Qpn};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -228,18 +234,19 @@ pub struct EventChannel {
 #[derive(Debug)]
 struct Chan {
     q: Mutex<VecDeque<CmEvent>>,
+    /// How many events `q` holds, written under its lock: a spinning waiter reads this
+    /// instead of taking the lock.
+    queued: std::sync::atomic::AtomicUsize,
     efd: OwnedFd,
 }
 
 impl Chan {
     fn push(&self, ev: CmEvent) {
-        self.q
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(ev);
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: an eventfd takes an 8-byte write from a valid buffer.
-        unsafe { libc::write(self.efd.as_raw_fd(), one.as_ptr().cast(), 8) };
+        let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
+        q.push_back(ev);
+        self.queued.store(q.len(), Ordering::Release);
+        drop(q);
+        write_eventfd(&self.efd);
     }
 }
 
@@ -275,11 +282,25 @@ fn drain_eventfd(fd: RawFd) {
 }
 
 impl EventChannel {
+    /// The oldest event, if any (the caller has read the descriptor). The descriptor is
+    /// made readable again while more wait, so that a caller that polls it before each
+    /// `rdma_get_cm_event` finds them all.
+    fn pop(&self) -> Option<CmEvent> {
+        let mut q = self.inner.q.lock().unwrap_or_else(|e| e.into_inner());
+        let ev = q.pop_front();
+        self.inner.queued.store(q.len(), Ordering::Release);
+        if !q.is_empty() {
+            write_eventfd(&self.inner.efd);
+        }
+        ev
+    }
+
     /// A new channel (`rdma_create_event_channel`).
     pub fn new() -> Result<Self> {
         Ok(Self {
             inner: Arc::new(Chan {
                 q: Mutex::new(VecDeque::new()),
+                queued: std::sync::atomic::AtomicUsize::new(0),
                 efd: eventfd("rdma_create_event_channel")?,
             }),
         })
@@ -295,13 +316,7 @@ impl EventChannel {
         let end = timeout.map(|t| std::time::Instant::now() + t);
         loop {
             drain_eventfd(self.fd());
-            if let Some(ev) = self
-                .inner
-                .q
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop_front()
-            {
+            if let Some(ev) = self.pop() {
                 return Some(ev);
             }
             let left = match end {
@@ -315,11 +330,58 @@ impl EventChannel {
                 None => None,
             };
             if left != Some(Duration::ZERO) {
+                if let Some(ev) = self.spin(left) {
+                    return Some(ev);
+                }
                 release_pollers();
             }
             wait_readable(&[self.fd()], left);
         }
     }
+}
+
+/// How long a thread that waits for a CM event receives for it itself before it blocks
+/// (see [`EventChannel::spin`]): the turn of a handshake on one host (a REQ's REP, a REP's
+/// RTU), which then costs neither the progress thread's wake-up nor this thread's.
+const CM_SPIN: Duration = Duration::from_micros(100);
+
+impl EventChannel {
+    /// Receives on each CM device's socket for up to [`CM_SPIN`] (at most `left`), as a
+    /// busy CQ poller does: the MAD that brings the event is then read on this thread, the
+    /// agent runs here on it (QP1's inline consumer), and the event is taken without a
+    /// wake-up. An event that does not come within the spin is waited for as before.
+    fn spin(&self, left: Option<Duration>) -> Option<CmEvent> {
+        let devs = cm_devices();
+        if devs.is_empty() {
+            return None;
+        }
+        let until = std::time::Instant::now() + left.map_or(CM_SPIN, |l| l.min(CM_SPIN));
+        loop {
+            for d in &devs {
+                d.poll_socket();
+            }
+            if self.inner.queued.load(Ordering::Acquire) > 0 {
+                drain_eventfd(self.fd());
+                if let Some(ev) = self.pop() {
+                    return Some(ev);
+                }
+            }
+            if std::time::Instant::now() >= until {
+                return None;
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// The devices with a CM in this process.
+fn cm_devices() -> Vec<Arc<Device>> {
+    CORES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(|c| c.dev.upgrade())
+        .collect()
 }
 
 /// This thread is about to block for a CM event: each device with a CM gives its socket
@@ -328,13 +390,7 @@ impl EventChannel {
 /// connection's completion) would otherwise keep the socket for the poller's grace, and
 /// the MAD that brings the event would wait that long for anyone to read it.
 fn release_pollers() {
-    let devs: Vec<Arc<Device>> = CORES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .filter_map(|c| c.dev.upgrade())
-        .collect();
-    for d in devs {
+    for d in cm_devices() {
         crate::device::cq::Poller::app_sleeps(&*d);
     }
 }
@@ -361,12 +417,47 @@ struct IdInner {
     chan: Mutex<Arc<Chan>>,
     ctx: Context,
     core: Arc<Core>,
+    /// Declared after `core`, so dropped after it: see [`LastLook`].
+    _last_look: LastLook,
     ps: PortSpace,
     st: Mutex<IdState>,
     /// The ID's line in `softrdma res show cm_id`.
     res: Arc<crate::device::res::CmIdEntry>,
     /// See [`CmId::user`].
     user: std::sync::atomic::AtomicUsize,
+}
+
+/// Wakes the CM thread when an ID's hold on its core has gone and the thread may be the
+/// core's last holder (see `serve`), so that it starts its linger. Dropped after the ID's
+/// `Arc<Core>`: a wake-up before the count fell would find the ID still there, and the
+/// thread would sleep on with nothing to wake it.
+struct LastLook {
+    core: Weak<Core>,
+    wake: Arc<OwnedFd>,
+}
+
+impl LastLook {
+    fn of(core: &Arc<Core>) -> Self {
+        Self {
+            core: Arc::downgrade(core),
+            wake: core.wake.clone(),
+        }
+    }
+}
+
+impl Drop for LastLook {
+    fn drop(&mut self) {
+        if self.core.strong_count() <= 1 {
+            write_eventfd(&self.wake);
+        }
+    }
+}
+
+/// Adds one to an eventfd (which wakes its reader).
+fn write_eventfd(fd: &OwnedFd) {
+    let one = 1u64.to_ne_bytes();
+    // SAFETY: an eventfd takes an 8-byte write from a valid buffer.
+    unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), 8) };
 }
 
 /// An ID's QP: made by [`CmId::create_qp`] and held, or the caller's and only known.
@@ -423,8 +514,6 @@ impl Drop for IdInner {
     /// while an event was dispatched, on this thread or the CM thread's), they end in the
     /// CM thread's next pass instead.
     fn drop(&mut self) {
-        // The CM thread looks again at who holds the core (see `serve`).
-        self.core.wake();
         let st = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
         if st.listening.is_none() && st.comm.is_none() && st.bound.is_none() {
             return;
@@ -437,7 +526,7 @@ impl Drop for IdInner {
         match self.core.try_agent() {
             Some(mut cs) => {
                 self.core.end(&mut cs, ended);
-                self.core.flush(&mut cs);
+                self.core.settle(&mut cs);
             }
             None => {
                 self.core
@@ -464,6 +553,7 @@ impl CmId {
             inner: Arc::new(IdInner {
                 chan: Mutex::new(chan),
                 ctx,
+                _last_look: LastLook::of(&core),
                 core,
                 ps,
                 st: Mutex::new(IdState::default()),
@@ -903,8 +993,7 @@ impl CmId {
             st.param = Some(param.clone());
         }
         self.set_state("CONNECT");
-        core.flush(&mut cs);
-        core.wake();
+        core.settle(&mut cs);
         Ok(())
     }
 
@@ -974,8 +1063,7 @@ impl CmId {
         cs.ids.insert(id, Arc::downgrade(&self.inner));
         self.st().comm = Some(id);
         self.set_state("CONNECT");
-        core.flush(&mut cs);
-        core.wake();
+        core.settle(&mut cs);
         Ok(())
     }
 
@@ -1034,8 +1122,7 @@ impl CmId {
             st.sidr = None;
         }
         self.set_state(if valid { "CONNECT" } else { "IDLE" });
-        core.flush(&mut cs);
-        core.wake();
+        core.settle(&mut cs);
         Ok(())
     }
 
@@ -1102,8 +1189,7 @@ impl CmId {
             .map_err(|e| cm_err(verb, libc::EINVAL, e.to_string()))?;
         self.st().param = Some(param.clone());
         self.set_state("CONNECT");
-        core.flush(&mut cs);
-        core.wake();
+        core.settle(&mut cs);
         Ok(())
     }
 
@@ -1156,8 +1242,7 @@ impl CmId {
         let core = &self.inner.core;
         let mut cs = core.st.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut cs.agent, core.now(), id).map_err(|e| cm_err(verb, libc::EINVAL, e.to_string()))?;
-        core.flush(&mut cs);
-        core.wake();
+        core.settle(&mut cs);
         Ok(())
     }
 }
@@ -1310,7 +1395,12 @@ struct Ended {
 /// A device's CM: its agent, QP1, and the thread that serves them.
 struct Core {
     ctx: Context,
+    /// QP1's receive completions, whose channel wakes the CM thread or runs the agent
+    /// inline (see `inline_service`).
     cq: CompletionQueue,
+    /// QP1's send completions, apart from its receives' so that a MAD sent does not wake
+    /// anyone: emptied before each send.
+    send_cq: CompletionQueue,
     chan: CompletionChannel,
     qp: QueuePair,
     /// QP1's receive buffers, one region of [`GSI_RECVS`] slots of [`GSI_BUF`] bytes.
@@ -1319,7 +1409,19 @@ struct Core {
     /// Listens and connections of IDs dropped, for the thread to end (see `IdInner`'s
     /// drop).
     dropped: Mutex<Vec<Ended>>,
-    wake: OwnedFd,
+    wake: Arc<OwnedFd>,
+    /// Whether the core still serves: cleared by the CM thread as it leaves, under this
+    /// lock, which a receiving thread holds while it runs the agent inline (see
+    /// `inline_service`), so that the last hold on the core never goes on a thread that
+    /// the core's drop would have to join (the progress thread).
+    gate: Arc<Mutex<bool>>,
+    /// The CM thread's alarm: set to the agent's next deadline by whoever runs the agent
+    /// and finds that deadline earlier than the one set, so that a verb that arms a timer
+    /// (a connect's REQ resend) need not wake the thread to have it sleep less.
+    timer: nix::sys::timerfd::TimerFd,
+    /// When [`Core::timer`] goes off (nanoseconds on [`Core::now`], `u64::MAX` for
+    /// never), written with it under the agent's mutex.
+    sleep_until: AtomicU64,
     epoch: std::time::Instant,
     next_send: AtomicU64,
 }
@@ -1404,15 +1506,6 @@ struct CoreEntry {
 /// about 100 µs of each connection's setup. On Linux the CM is always there.
 const LINGER: Duration = Duration::from_secs(1);
 
-impl Drop for Core {
-    fn drop(&mut self) {
-        // Wakes the thread, which then finds the core gone and ends.
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: an eventfd takes an 8-byte write from a valid buffer.
-        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), 8) };
-    }
-}
-
 impl Core {
     fn of(ctx: &Context) -> Result<Arc<Core>> {
         let key = Arc::as_ptr(ctx.dev()) as usize;
@@ -1453,6 +1546,12 @@ impl Core {
         AT_EXIT.call_once(|| unsafe {
             libc::atexit(at_exit);
         });
+        let (weak, gate, wake) = (Arc::downgrade(&core), core.gate.clone(), core.wake.clone());
+        let _ = core
+            .chan
+            .inner
+            .inline
+            .set(Box::new(move || inline_service(&weak, &gate, &wake)));
         let held = core.clone();
         std::thread::Builder::new()
             .name("softrdma-cm".into())
@@ -1465,6 +1564,7 @@ impl Core {
         let pd = ctx.alloc_pd();
         let chan = ctx.create_comp_channel()?;
         let cq = ctx.create_cq(4 * GSI_RECVS as usize, Some(&chan))?;
+        let send_cq = ctx.create_cq(512, None)?;
         let qp = pd.create_gsi_qp(QpInitAttr {
             cap: QpCaps {
                 max_send_wr: 256,
@@ -1475,6 +1575,7 @@ impl Core {
                 max_inline_data: wire::MAD_LEN as u32,
             },
             sq_sig_all: true,
+            send_cq: send_cq.clone(),
             ..QpInitAttr::new(QpType::Ud, &cq)
         })?;
         qp.connect(
@@ -1511,6 +1612,7 @@ impl Core {
         Ok(Core {
             ctx: ctx.clone(),
             cq,
+            send_cq,
             chan,
             qp,
             bufs,
@@ -1520,7 +1622,15 @@ impl Core {
                 listeners: HashMap::new(),
             }),
             dropped: Mutex::new(Vec::new()),
-            wake: eventfd("rdma_create_id")?,
+            wake: Arc::new(eventfd("rdma_create_id")?),
+            gate: Arc::new(Mutex::new(true)),
+            timer: nix::sys::timerfd::TimerFd::new(
+                nix::sys::timerfd::ClockId::CLOCK_MONOTONIC,
+                nix::sys::timerfd::TimerFlags::TFD_NONBLOCK
+                    | nix::sys::timerfd::TimerFlags::TFD_CLOEXEC,
+            )
+            .map_err(|e| Error::io("rdma_create_id")(e.into()))?,
+            sleep_until: AtomicU64::new(u64::MAX),
             epoch: std::time::Instant::now(),
             next_send: AtomicU64::new(SEND_WR_BASE),
         })
@@ -1541,18 +1651,60 @@ impl Core {
     }
 
     fn wake(&self) {
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: an eventfd takes an 8-byte write from a valid buffer.
-        unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+        write_eventfd(&self.wake);
     }
 
-    /// Receives what QP1 got, runs the agent's timers, and sends and dispatches what came
-    /// of it. Returns when the agent's next timer is due.
-    fn service(&self) -> Option<Duration> {
-        let mut cs = self.st.lock().unwrap_or_else(|e| e.into_inner());
-        self.reap(&mut cs);
-        for pass in 0..2 {
-            for wc in self.cq.poll_placed(64) {
+    /// Sends what the agent produced and hands out its events ([`Core::flush`]), and
+    /// brings the CM thread's alarm forward to the agent's next deadline if that is
+    /// earlier: the thread sleeps on, and wakes only when a timer is due.
+    fn settle(&self, cs: &mut CoreSt) {
+        self.flush(cs);
+        self.set_alarm(cs, false);
+    }
+
+    /// Sets [`Core::timer`] to the agent's next deadline: when it comes before the one
+    /// set, or (`always`, the CM thread after its pass) whenever it differs.
+    fn set_alarm(&self, cs: &CoreSt, always: bool) {
+        use nix::sys::timerfd::{Expiration, TimerSetTimeFlags};
+        let next = cs.agent.poll_timeout().map_or(u64::MAX, |t| t.as_nanos());
+        let set = self.sleep_until.load(Ordering::Relaxed);
+        if next >= set && !(always && next != set) {
+            return;
+        }
+        self.sleep_until.store(next, Ordering::Relaxed);
+        let r = if next == u64::MAX {
+            self.timer.unset()
+        } else {
+            // Relative, and never zero, which would disarm it.
+            let d = Duration::from_nanos(next.saturating_sub(self.now().as_nanos()).max(1));
+            self.timer.set(
+                Expiration::OneShot(nix::sys::time::TimeSpec::from_duration(d)),
+                TimerSetTimeFlags::empty(),
+            )
+        };
+        if r.is_err() {
+            // The thread looks at the deadline itself.
+            self.wake();
+        }
+    }
+
+    /// Hands the agent what QP1 received and runs its timers; [`Core::flush`] or
+    /// [`Core::settle`] then sends and dispatches what came of it.
+    fn service(&self, cs: &mut CoreSt) {
+        self.reap(cs);
+        let mut armed = false;
+        loop {
+            let wcs = self.cq.poll_placed(64);
+            if wcs.is_empty() {
+                if armed {
+                    break;
+                }
+                // Completions that came between the last poll and the arm are read again.
+                let _ = self.cq.req_notify(false);
+                armed = true;
+                continue;
+            }
+            for wc in wcs {
                 if wc.opcode != WcOpcode::Recv || wc.wr_id >= GSI_RECVS {
                     continue;
                 }
@@ -1573,14 +1725,8 @@ impl Core {
                     let _ = post_gsi_recv(&self.qp, &self.bufs, wc.wr_id);
                 }
             }
-            if pass == 0 {
-                // Completions that came between the poll and the arm are read again.
-                let _ = self.cq.req_notify(false);
-            }
         }
         cs.agent.handle_timeout(self.now());
-        self.flush(&mut cs);
-        cs.agent.poll_timeout().map(|t| t.since(self.now()))
     }
 
     /// Ends the listens and connections of IDs dropped since (see `IdInner`'s drop).
@@ -1635,6 +1781,10 @@ impl Core {
     }
 
     fn send(&self, to: IpAddr, mad: &CmMad) {
+        if !self.send_cq.is_empty() {
+            // Each MAD's completion (QP1's sends are all signalled), which nobody awaits.
+            let _ = self.send_cq.poll_placed(usize::MAX);
+        }
         let wr = self.next_send.fetch_add(1, Ordering::Relaxed);
         let dest = UdDest {
             src: self.ctx.addr(),
@@ -1884,34 +2034,83 @@ fn grh_source(buf: &[u8]) -> Option<IpAddr> {
     }
 }
 
-/// The `softrdma-cm` thread: serves its core until the core is gone.
+/// QP1's channel's inline consumer (see `device::cq`): runs the agent on the thread that
+/// received the MAD, at the end of its pass, instead of waking the CM thread for it: a
+/// connection's handshake then costs no wake-up beyond the application's own. False (the
+/// channel is then signalled, and the CM thread does it) while another thread holds the
+/// agent. The core is held only under `gate`, so that the CM thread, which checks under
+/// it whether it holds the core alone, never leaves the last hold to this thread.
+fn inline_service(core: &Weak<Core>, gate: &Mutex<bool>, wake: &OwnedFd) -> bool {
+    let serving = match gate.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::WouldBlock) => return false,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+    };
+    let Some(c) = core.upgrade().filter(|_| *serving) else {
+        // The core is gone: there is nobody to hand the MAD to.
+        return true;
+    };
+    let ran = match c.try_agent() {
+        Some(mut cs) => {
+            c.service(&mut cs);
+            c.settle(&mut cs);
+            true
+        }
+        None => false,
+    };
+    drop(c);
+    if core.strong_count() <= 1 {
+        // The IDs went while this thread held the core: the thread's look at who holds it
+        // found this hold (see `LastLook`).
+        write_eventfd(wake);
+    }
+    drop(serving);
+    ran
+}
+
 /// The CM thread: serves the core until nothing but this thread holds it, and then, while
 /// the application still holds the context, for [`LINGER`] more (an ID made meanwhile
 /// takes it up again). `own` is how many of the context's handles the core holds itself.
 fn serve(c: Arc<Core>, own: usize) {
     let (cq_fd, wake_fd) = (c.chan.fd(), c.wake.as_raw_fd());
+    let timer_fd = c.timer.as_fd().as_raw_fd();
     let mut alone_since: Option<std::time::Instant> = None;
     loop {
         drain_eventfd(wake_fd);
+        // A timerfd reads as an eventfd does: 8 bytes, the expiry count.
+        drain_eventfd(timer_fd);
         // The channel's event is consumed so that its descriptor rearms.
         let _ = c.chan.get_cq_event(Some(Duration::ZERO));
-        let mut next = c.service();
+        {
+            let mut cs = c.st.lock().unwrap_or_else(|e| e.into_inner());
+            c.service(&mut cs);
+            c.flush(&mut cs);
+            c.set_alarm(&cs, true);
+        }
+        // The agent's timers wake the thread through its alarm; only the linger is timed
+        // here.
+        let mut next = None;
         if Arc::strong_count(&c) == 1 {
             let since = *alone_since.get_or_insert_with(std::time::Instant::now);
             let left = LINGER.saturating_sub(since.elapsed());
             if c.ctx.handles() <= own || left.is_zero() {
                 // Under the list's lock, so that no ID takes the core up meanwhile.
+                // Under the gate too: a receiving thread that runs the agent holds the core
+                // meanwhile, and is counted.
                 let mut cores = CORES.lock().unwrap_or_else(|e| e.into_inner());
+                let mut serving = c.gate.lock().unwrap_or_else(|e| e.into_inner());
                 if Arc::strong_count(&c) == 1 {
+                    *serving = false;
                     cores.retain(|e| !std::ptr::eq(e.core.as_ptr(), Arc::as_ptr(&c)));
+                    drop(serving);
                     drop(cores);
                     return;
                 }
             }
-            next = Some(next.map_or(left, |n| n.min(left)));
+            next = Some(left);
         } else {
             alone_since = None;
         }
-        wait_readable(&[cq_fd, wake_fd], next);
+        wait_readable(&[cq_fd, wake_fd, timer_fd], next);
     }
 }

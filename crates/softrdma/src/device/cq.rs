@@ -1,6 +1,14 @@
 //! The device's side of completion queues and channels: where the device puts completions
 //! (under the CQ's lock, taken after a QP's: see the lock order in `crate::device`), and
 //! the eventfd a channel signals.
+//!
+//! A channel may have an inline consumer ([`ChannelInner::inline`]: the CM's agent, whose
+//! thread would otherwise be woken for each MAD). A completion placed inside a receive
+//! scope ([`Inline::enter`], which the progress thread and busy pollers take around a
+//! pass) runs that consumer on the receiving thread when the scope ends, after the pass has
+//! let go of every device lock; a consumer that cannot run now (its own lock is taken)
+//! says so, and the channel is signalled as usual. Outside a scope the channel is always
+//! signalled.
 
 use softrdma_proto::{AsyncEvent, Completion, WcOpcode};
 use std::collections::VecDeque;
@@ -96,21 +104,105 @@ impl CqInner {
                 s.armed = None;
                 drop(s);
                 if let Some(ch) = &self.channel {
-                    ch.signal(Arc::downgrade(self));
+                    ch.notify(self);
                 }
             }
         }
     }
 }
 
+/// A channel's inline consumer: runs what the channel's event would have woken a thread
+/// for, on the thread that placed the completion. False if it cannot run now; the
+/// channel is then signalled instead.
+pub(crate) type InlineConsumer = Box<dyn Fn() -> bool + Send + Sync>;
+
 pub(crate) struct ChannelInner {
     pub(crate) fd: OwnedFd,
     pub(crate) ready: Mutex<VecDeque<Weak<CqInner>>>,
     /// The devices of the CQs that report here, told when a waiter blocks.
     pub(crate) devices: Mutex<Vec<Weak<dyn Poller>>>,
+    /// The consumer run in place of a signal at the end of a receive scope (see the
+    /// module's docs); set once.
+    pub(crate) inline: std::sync::OnceLock<InlineConsumer>,
+}
+
+thread_local! {
+    /// How deep this thread is in receive scopes ([`Inline`]).
+    static SCOPES: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// The channels with an inline consumer that completions inside this thread's scope
+    /// raised, with the CQ each came from (to signal if the consumer cannot run).
+    static DEFERRED: std::cell::RefCell<Vec<(Arc<ChannelInner>, Weak<CqInner>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A receive scope: while one is open on a thread, a completion for a channel with an
+/// inline consumer runs that consumer when the outermost scope closes (see the module's
+/// docs). Open it before taking any device lock, so that it closes after they are let go.
+pub(crate) struct Inline(Depth);
+
+/// One level of [`SCOPES`], given back when dropped (a consumer that panics included).
+struct Depth(());
+
+impl Depth {
+    fn enter() -> Self {
+        SCOPES.with(|d| d.set(d.get() + 1));
+        Depth(())
+    }
+}
+
+impl Drop for Depth {
+    fn drop(&mut self) {
+        SCOPES.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
+impl Inline {
+    /// Opens a scope on this thread.
+    pub(crate) fn enter() -> Self {
+        Inline(Depth::enter())
+    }
+}
+
+impl Drop for Inline {
+    fn drop(&mut self) {
+        if SCOPES.with(|d| d.get()) > 1 {
+            return;
+        }
+        // Still inside while the consumers run: what they place is deferred behind them
+        // and run by this loop, never by a nested one. And still the thread that drains
+        // the device's rings: a send of theirs to this process must not wait for room.
+        let _drains = super::local::Draining::enter();
+        loop {
+            let next = DEFERRED.with(|q| {
+                let mut q = q.borrow_mut();
+                (!q.is_empty()).then(|| q.remove(0))
+            });
+            let Some((ch, cq)) = next else { break };
+            let ran = ch.inline.get().is_some_and(|f| f());
+            if !ran {
+                ch.signal(cq);
+            }
+        }
+    }
 }
 
 impl ChannelInner {
+    /// An armed CQ got its completion: its inline consumer runs at the end of this thread's
+    /// receive scope, or, outside one, the channel is signalled.
+    fn notify(self: &Arc<Self>, cq: &Arc<CqInner>) {
+        if self.inline.get().is_some() && SCOPES.with(|d| d.get()) > 0 {
+            DEFERRED.with(|q| {
+                let mut q = q.borrow_mut();
+                // One run takes every completion the channel's CQs hold.
+                if !q.iter().any(|(c, _)| Arc::ptr_eq(c, self)) {
+                    q.push((self.clone(), Arc::downgrade(cq)));
+                }
+            });
+            return;
+        }
+        self.signal(Arc::downgrade(cq));
+    }
+
     pub(crate) fn signal(&self, cq: Weak<CqInner>) {
         self.ready
             .lock()
@@ -125,5 +217,125 @@ impl ChannelInner {
                 std::mem::size_of::<u64>(),
             )
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verbs::cq::CompletionChannel;
+    use softrdma_proto::{WcFlags, WcStatus};
+    use softrdma_wire::Qpn;
+    use std::sync::atomic::AtomicU64;
+
+    struct NoDevice;
+    impl Poller for NoDevice {
+        fn poll_rx(&self) -> bool {
+            false
+        }
+        fn app_sleeps(&self) {}
+        fn polled(&self) {}
+    }
+
+    fn armed_cq(ch: &Arc<ChannelInner>) -> Arc<CqInner> {
+        let none: Weak<dyn Poller> = Weak::<NoDevice>::new();
+        Arc::new(CqInner {
+            state: Mutex::new(CqState {
+                armed: Some(false),
+                ..CqState::default()
+            }),
+            queued: AtomicUsize::new(0),
+            cap: AtomicUsize::new(16),
+            channel: Some(ch.clone()),
+            events: Arc::new(super::super::events::AsyncEvents::new()),
+            overflowed: Default::default(),
+            lost: Default::default(),
+            device: none,
+            user_data: AtomicU64::new(0),
+        })
+    }
+
+    fn wc() -> Completion {
+        Completion {
+            wr_id: 7,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: 0,
+            imm_data: 0,
+            invalidated_rkey: 0,
+            qp_num: Qpn::new(1),
+            src_qp: Qpn::new(1),
+            wc_flags: WcFlags::empty(),
+            solicited: false,
+        }
+    }
+
+    fn readable(ch: &ChannelInner) -> bool {
+        let mut p = libc::pollfd {
+            fd: ch.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no wait.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    }
+
+    /// A channel with an inline consumer that counts its runs and answers `can`.
+    fn channel(can: bool) -> (Arc<ChannelInner>, Arc<AtomicUsize>) {
+        let ch = CompletionChannel::new().unwrap().inner;
+        let runs = Arc::new(AtomicUsize::new(0));
+        let r = runs.clone();
+        let _ = ch.inline.set(Box::new(move || {
+            r.fetch_add(1, Ordering::SeqCst);
+            can
+        }));
+        (ch, runs)
+    }
+
+    #[test]
+    fn a_completion_in_a_receive_scope_runs_the_consumer_when_the_scope_closes() {
+        let (ch, runs) = channel(true);
+        let cq = armed_cq(&ch);
+        {
+            let _outer = Inline::enter();
+            {
+                let _inner = Inline::enter();
+                cq.push(wc());
+            }
+            assert_eq!(
+                runs.load(Ordering::SeqCst),
+                0,
+                "not before the outermost scope"
+            );
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert!(!readable(&ch), "the consumer ran: no event for a thread");
+        assert_eq!(
+            cq.queued.load(Ordering::SeqCst),
+            1,
+            "the completion waits in the CQ"
+        );
+    }
+
+    #[test]
+    fn outside_a_scope_or_when_the_consumer_cannot_run_the_channel_is_signalled() {
+        let (ch, runs) = channel(true);
+        armed_cq(&ch).push(wc());
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        assert!(readable(&ch), "outside a scope: the channel's event");
+
+        let (ch, runs) = channel(false);
+        let cq = armed_cq(&ch);
+        {
+            let _scope = Inline::enter();
+            cq.push(wc());
+            assert!(!readable(&ch), "deferred to the scope's end");
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert!(
+            readable(&ch),
+            "the consumer could not run: the channel's event"
+        );
+        assert_eq!(ch.ready.lock().unwrap().len(), 1, "naming the CQ");
     }
 }

@@ -467,6 +467,14 @@ impl Device {
             // WRITEs, so it receives them itself (see `Poller::polled`).
             self.idle_poller.store(true, Ordering::Relaxed);
         }
+        self.poll_socket()
+    }
+
+    /// [`Device::poll_rx`] for a thread that waits for something other than a CQ (a CM
+    /// event): it is not taken for an application that watches memory for WRITEs.
+    pub(crate) fn poll_socket(&self) -> bool {
+        // Dropped last: an inline consumer of what this poll placed runs with no lock held.
+        let _inline = cq::Inline::enter();
         match self.rx.try_lock() {
             Ok(mut st) => {
                 self.flush_batch(!self.hold_deferred());
@@ -1676,6 +1684,9 @@ impl Device {
     /// `defer`: application threads are posting sends (see `drain`); ACKs deferred
     /// longer than [`ACK_HOLD`] leave all the same.
     pub(crate) fn progress_pass(&self, socket: bool, defer: bool) -> bool {
+        // Dropped last: an inline consumer (the CM's agent) of what this pass placed runs
+        // here with no lock held, instead of waking its thread.
+        let _inline = cq::Inline::enter();
         let mut got = false;
         if socket {
             let mut st = self.rx.lock().unwrap_or_else(|e| e.into_inner());

@@ -270,6 +270,7 @@ impl CompletionChannel {
                 fd: unsafe { OwnedFd::from_raw_fd(fd) },
                 ready: Mutex::new(VecDeque::new()),
                 devices: Mutex::new(Vec::new()),
+                inline: std::sync::OnceLock::new(),
             }),
         })
     }
