@@ -387,6 +387,15 @@ fn device_for(ip: Option<IpAddr>) -> Option<usize> {
     }
 }
 
+/// The address of the device on the kernel's route to `dst` (see
+/// `softrdma::config::route_device`); `None` (the first device, as before) when no
+/// device is on that route.
+fn route_source_device(dst: IpAddr) -> Option<IpAddr> {
+    let devs = crate::device::devices();
+    let infos: Vec<softrdma::config::DeviceInfo> = devs.iter().map(|d| d.info.clone()).collect();
+    softrdma::config::route_device(&infos, dst).map(|i| infos[i].addr)
+}
+
 /// The ID's Rust side, made on the device of `ip` if it has none yet.
 fn rust_id(verb: &'static str, c: &mut IdC, ip: Option<IpAddr>) -> Result<CmId, c_int> {
     if let Some(r) = c.rust.lock().unwrap_or_else(|e| e.into_inner()).clone() {
@@ -623,7 +632,13 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             );
             return -1;
         };
-        let r = match rust_id(v, c, s.map(|s| s.ip())) {
+        // Without a source, the device is the one on the route to the destination, as
+        // the kernel's rdma_cm finds it.
+        let src = s
+            .map(|s| s.ip())
+            .filter(|ip| !ip.is_unspecified())
+            .or_else(|| route_source_device(d.ip()));
+        let r = match rust_id(v, c, src) {
             Ok(r) => r,
             Err(_) => return -1,
         };

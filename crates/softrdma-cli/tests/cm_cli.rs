@@ -730,3 +730,62 @@ fn rdma_cm_works_on_ipv6_loopback() {
         "{c}\n{s}"
     );
 }
+
+/// `rdma_resolve_addr` with no source takes the device on the kernel's route to the
+/// destination, not the first one: the client's first device is on `::1`, and rping's
+/// IPv4 destination goes out on `lo`, where its second device (127.0.3.2) is.
+#[test]
+fn resolve_addr_without_a_source_takes_the_device_on_the_route() {
+    if !have("rping") {
+        eprintln!("rdmacm-utils missing: skipped (scripts/test installs it)");
+        return;
+    }
+    let conf = std::env::temp_dir().join(format!("softrdma-route-{}.conf", std::process::id()));
+    std::fs::write(&conf, "sr6 addr ::1\nsr4 addr 127.0.3.2\n").unwrap();
+    let srv = Running::new(
+        exec(
+            "127.0.3.1",
+            &[
+                "rping",
+                "-s",
+                "-V",
+                "-C",
+                "5",
+                "-a",
+                "127.0.3.1",
+                "-p",
+                "7490",
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap(),
+    );
+    listening("127.0.3.1", 7490);
+    let mut c = exec(
+        "unused",
+        &[
+            "rping",
+            "-c",
+            "-v",
+            "-V",
+            "-C",
+            "5",
+            "-a",
+            "127.0.3.1",
+            "-p",
+            "7490",
+        ],
+    );
+    c.env_remove("SOFTRDMA_ADDR")
+        .env("SOFTRDMA_CONFIG", &conf)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let cli = Running::new(c.spawn().unwrap()).finish(Duration::from_secs(60));
+    let srv = srv.finish(Duration::from_secs(60));
+    let _ = std::fs::remove_file(&conf);
+    assert!(cli.status.success(), "{}\n{}", text(&cli), text(&srv));
+    assert_eq!(text(&cli).matches("ping data: rdma-ping-").count(), 5);
+    assert!(srv.status.success(), "{}", text(&srv));
+}

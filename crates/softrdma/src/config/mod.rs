@@ -239,6 +239,54 @@ pub fn resolve(spec: &DeviceSpec) -> Result<DeviceInfo> {
     })
 }
 
+/// The device that `rdma_resolve_addr` takes for `dst` when the caller names no source,
+/// as the kernel's rdma_cm does: the device on the route's egress interface. The kernel is
+/// asked for the route by connecting a UDP socket to `dst` (no packet leaves) and reading
+/// the source address it picked, which follows the routing table and its rules. `None`
+/// when no device is on that route (or the kernel has none to `dst`).
+pub fn route_device(devices: &[DeviceInfo], dst: IpAddr) -> Option<usize> {
+    let dst = dst.to_canonical();
+    let src = route_source(dst)?;
+    let netdev = interfaces()
+        .into_iter()
+        .find(|i| i.addr == src)
+        .map(|i| i.name)
+        .or_else(|| src.is_loopback().then(|| "lo".to_owned()));
+    choose_route_device(devices, dst, src, netdev.as_deref())
+}
+
+/// The source address the kernel would send from to `dst`.
+fn route_source(dst: IpAddr) -> Option<IpAddr> {
+    let bind: std::net::SocketAddr = match dst {
+        IpAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+        IpAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let s = std::net::UdpSocket::bind(bind).ok()?;
+    s.connect((dst, softrdma_wire::ROCE_V2_PORT)).ok()?;
+    Some(s.local_addr().ok()?.ip().to_canonical())
+}
+
+/// [`route_device`]'s choice, given the route's source address `src` and its interface:
+/// the device that has `src`; else a device on that interface of `dst`'s family (every
+/// address of 127.0.0.0/8 is on `lo`, whichever the kernel picked); else any device on
+/// it.
+fn choose_route_device(
+    devices: &[DeviceInfo],
+    dst: IpAddr,
+    src: IpAddr,
+    netdev: Option<&str>,
+) -> Option<usize> {
+    if let Some(i) = devices.iter().position(|d| d.addr.to_canonical() == src) {
+        return Some(i);
+    }
+    let netdev = netdev?;
+    let on = |d: &DeviceInfo| d.netdev.as_deref() == Some(netdev);
+    devices
+        .iter()
+        .position(|d| on(d) && d.addr.to_canonical().is_ipv4() == dst.is_ipv4())
+        .or_else(|| devices.iter().position(on))
+}
+
 fn is_link_local(a: IpAddr) -> bool {
     matches!(a, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
 }
@@ -287,6 +335,51 @@ pub const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn dev(addr: &str, netdev: &str) -> DeviceInfo {
+        DeviceInfo {
+            name: addr.into(),
+            netdev: Some(netdev.into()),
+            netdev_mtu: 1500,
+            addr: addr.parse().unwrap(),
+            scope_id: 0,
+            active_mtu: Mtu::M1024,
+        }
+    }
+
+    #[test]
+    fn the_route_picks_the_device_on_its_egress_interface() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let devs = [
+            dev("127.0.0.5", "lo"),
+            dev("10.77.0.1", "veth0"),
+            dev("::1", "lo"),
+        ];
+        // The source address the kernel picked is a device's.
+        assert_eq!(
+            choose_route_device(&devs, ip("10.77.0.2"), ip("10.77.0.1"), Some("veth0")),
+            Some(1)
+        );
+        assert_eq!(
+            choose_route_device(&devs, ip("::1"), ip("::1"), Some("lo")),
+            Some(2)
+        );
+        // 127.0.0.9 goes out from 127.0.0.1 on lo: the IPv4 device there.
+        assert_eq!(
+            choose_route_device(&devs, ip("127.0.0.9"), ip("127.0.0.1"), Some("lo")),
+            Some(0)
+        );
+        // No device on the route's interface.
+        assert_eq!(
+            choose_route_device(&devs, ip("192.0.2.1"), ip("192.0.2.7"), Some("eth0")),
+            None
+        );
+        // The kernel itself, on this host's loopback.
+        let real = [dev("::1", "lo"), dev("127.0.0.3", "lo")];
+        assert_eq!(route_device(&real, ip("127.0.0.2")), Some(1));
+        assert_eq!(route_device(&real, ip("::1")), Some(0));
+        assert_eq!(route_device(&real, ip("::ffff:127.0.0.2")), Some(1));
+    }
 
     #[test]
     fn parses_and_renders() {
