@@ -788,4 +788,32 @@ fn resolve_addr_without_a_source_takes_the_device_on_the_route() {
     assert!(cli.status.success(), "{}\n{}", text(&cli), text(&srv));
     assert_eq!(text(&cli).matches("ping data: rdma-ping-").count(), 5);
     assert!(srv.status.success(), "{}", text(&srv));
+
+    // A device of the other family says so at once, instead of leaving the client to wait
+    // for UNREACHABLE.
+    let started = Instant::now();
+    let cli = Running::new(
+        exec(
+            "::1",
+            &["rping", "-c", "-C", "1", "-a", "127.0.3.1", "-p", "7491"],
+        )
+        .env("SOFTRDMA_DEBUG", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap(),
+    )
+    .finish(Duration::from_secs(30));
+    assert!(!cli.status.success(), "{}", text(&cli));
+    assert!(
+        text(&cli).contains("cannot reach 127.0.3.1")
+            && text(&cli).contains("Network is unreachable"),
+        "{}",
+        text(&cli)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
 }

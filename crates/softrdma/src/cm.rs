@@ -729,8 +729,23 @@ impl CmId {
                 format!("{dst} is not an address and port to connect to"),
             ));
         }
+        let ours = self.inner.ctx.addr();
+        if ours.to_canonical().is_ipv4() != dst.ip().to_canonical().is_ipv4() {
+            // A RoCE v2 device sends from its address's family only: without this the REQ
+            // could not leave, and the caller would wait for UNREACHABLE.
+            return Err(cm_err(
+                "rdma_resolve_addr",
+                libc::ENETUNREACH,
+                format!(
+                    "device {} is on {ours}, which cannot reach {}: give a source address \
+                     of the destination's family",
+                    self.inner.ctx.dev().name,
+                    dst.ip()
+                ),
+            ));
+        }
         if self.local_addr().is_none() {
-            self.bind_to(src.unwrap_or(SocketAddr::new(self.inner.ctx.addr(), 0)))?;
+            self.bind_to(src.unwrap_or(SocketAddr::new(ours, 0)))?;
         }
         self.st().peer = Some(SocketAddr::new(dst.ip().to_canonical(), dst.port()));
         self.set_state("ADDR_RESOLVED");
@@ -1552,6 +1567,8 @@ impl Core {
             .inner
             .inline
             .set(Box::new(move || inline_service(&weak, &gate, &wake)));
+        // Receive passes on the device open a scope for the consumer from now on.
+        ctx.dev().inline_consumers.store(true, Ordering::Relaxed);
         let held = core.clone();
         std::thread::Builder::new()
             .name("softrdma-cm".into())

@@ -179,6 +179,10 @@ pub(crate) struct Device {
     /// Set once an application thread polls while no QP awaits anything: it watches for
     /// WRITEs by polling too, and keeps the socket (see [`Poller::polled`]).
     idle_poller: AtomicBool,
+    /// Whether a channel of the device's CQs has an inline consumer (the CM's QP1): only
+    /// then do receive passes open a scope for it (see [`cq::Inline`]), and a device with
+    /// no CM pays nothing for it on its busy polls.
+    pub(crate) inline_consumers: AtomicBool,
     /// The multicast groups QPs are attached to (by the group's IP address, the form its
     /// GID takes on the wire), each with its members' QPNs.
     groups: Mutex<std::collections::HashMap<IpAddr, Vec<u32>>>,
@@ -474,7 +478,10 @@ impl Device {
     /// event): it is not taken for an application that watches memory for WRITEs.
     pub(crate) fn poll_socket(&self) -> bool {
         // Dropped last: an inline consumer of what this poll placed runs with no lock held.
-        let _inline = cq::Inline::enter();
+        let _inline = self
+            .inline_consumers
+            .load(Ordering::Relaxed)
+            .then(cq::Inline::enter);
         match self.rx.try_lock() {
             Ok(mut st) => {
                 self.flush_batch(!self.hold_deferred());
@@ -1646,6 +1653,7 @@ impl Device {
             awaiting: AtomicUsize::new(0),
             requesting: AtomicUsize::new(0),
             idle_poller: AtomicBool::new(false),
+            inline_consumers: AtomicBool::new(false),
             registry,
         });
         Ok((dev, poll))
@@ -1686,7 +1694,10 @@ impl Device {
     pub(crate) fn progress_pass(&self, socket: bool, defer: bool) -> bool {
         // Dropped last: an inline consumer (the CM's agent) of what this pass placed runs
         // here with no lock held, instead of waking its thread.
-        let _inline = cq::Inline::enter();
+        let _inline = self
+            .inline_consumers
+            .load(Ordering::Relaxed)
+            .then(cq::Inline::enter);
         let mut got = false;
         if socket {
             let mut st = self.rx.lock().unwrap_or_else(|e| e.into_inner());
