@@ -2063,8 +2063,13 @@ fn inline_service(core: &Weak<Core>, gate: &Mutex<bool>, wake: &OwnedFd) -> bool
         Err(std::sync::TryLockError::WouldBlock) => return false,
         Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
     };
-    let Some(c) = core.upgrade().filter(|_| *serving) else {
-        // The core is gone: there is nobody to hand the MAD to.
+    // Looked at before the core is taken up: once the CM thread has cleared it, its own
+    // hold may be on its way out, and a hold taken now could be the last.
+    if !*serving {
+        // The core is going: there is nobody to hand the MAD to.
+        return true;
+    }
+    let Some(c) = core.upgrade() else {
         return true;
     };
     let ran = match c.try_agent() {
