@@ -247,12 +247,15 @@ pub fn resolve(spec: &DeviceSpec) -> Result<DeviceInfo> {
 pub fn route_device(devices: &[DeviceInfo], dst: IpAddr) -> Option<usize> {
     let dst = dst.to_canonical();
     let src = route_source(dst)?;
-    let netdev = interfaces()
-        .into_iter()
-        .find(|i| i.addr == src)
-        .map(|i| i.name)
-        .or_else(|| src.is_loopback().then(|| "lo".to_owned()));
-    choose_route_device(devices, dst, src, netdev.as_deref())
+    // The interfaces are read only when no device has the source address itself.
+    let netdev = || {
+        interfaces()
+            .into_iter()
+            .find(|i| i.addr == src)
+            .map(|i| i.name)
+            .or_else(|| src.is_loopback().then(|| "lo".to_owned()))
+    };
+    choose_route_device(devices, dst, src, netdev)
 }
 
 /// The source address the kernel would send from to `dst`.
@@ -266,21 +269,21 @@ fn route_source(dst: IpAddr) -> Option<IpAddr> {
     Some(s.local_addr().ok()?.ip().to_canonical())
 }
 
-/// [`route_device`]'s choice, given the route's source address `src` and its interface:
-/// the device that has `src`; else a device on that interface of `dst`'s family (every
-/// address of 127.0.0.0/8 is on `lo`, whichever the kernel picked); else any device on
-/// it.
+/// [`route_device`]'s choice, given the route's source address `src` and (asked only when
+/// needed) its interface: the device that has `src`; else a device on that interface of
+/// `dst`'s family (every address of 127.0.0.0/8 is on `lo`, whichever the kernel picked);
+/// else any device on it.
 fn choose_route_device(
     devices: &[DeviceInfo],
     dst: IpAddr,
     src: IpAddr,
-    netdev: Option<&str>,
+    netdev: impl FnOnce() -> Option<String>,
 ) -> Option<usize> {
     if let Some(i) = devices.iter().position(|d| d.addr.to_canonical() == src) {
         return Some(i);
     }
-    let netdev = netdev?;
-    let on = |d: &DeviceInfo| d.netdev.as_deref() == Some(netdev);
+    let netdev = netdev()?;
+    let on = |d: &DeviceInfo| d.netdev.as_deref() == Some(netdev.as_str());
     devices
         .iter()
         .position(|d| on(d) && d.addr.to_canonical().is_ipv4() == dst.is_ipv4())
@@ -357,21 +360,27 @@ mod tests {
         ];
         // The source address the kernel picked is a device's.
         assert_eq!(
-            choose_route_device(&devs, ip("10.77.0.2"), ip("10.77.0.1"), Some("veth0")),
+            choose_route_device(&devs, ip("10.77.0.2"), ip("10.77.0.1"), || Some(
+                "veth0".into()
+            )),
             Some(1)
         );
         assert_eq!(
-            choose_route_device(&devs, ip("::1"), ip("::1"), Some("lo")),
+            choose_route_device(&devs, ip("::1"), ip("::1"), || Some("lo".into())),
             Some(2)
         );
         // 127.0.0.9 goes out from 127.0.0.1 on lo: the IPv4 device there.
         assert_eq!(
-            choose_route_device(&devs, ip("127.0.0.9"), ip("127.0.0.1"), Some("lo")),
+            choose_route_device(&devs, ip("127.0.0.9"), ip("127.0.0.1"), || Some(
+                "lo".into()
+            )),
             Some(0)
         );
         // No device on the route's interface.
         assert_eq!(
-            choose_route_device(&devs, ip("192.0.2.1"), ip("192.0.2.7"), Some("eth0")),
+            choose_route_device(&devs, ip("192.0.2.1"), ip("192.0.2.7"), || Some(
+                "eth0".into()
+            )),
             None
         );
         // The kernel itself, on this host's loopback.

@@ -271,13 +271,7 @@ mod tests {
     }
 
     fn readable(ch: &ChannelInner) -> bool {
-        let mut p = libc::pollfd {
-            fd: ch.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, no wait.
-        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+        super::super::events::readable(ch.fd.as_raw_fd())
     }
 
     /// A channel with an inline consumer that counts its runs and answers `can`.

@@ -80,7 +80,7 @@ impl AsyncEvents {
 }
 
 /// Whether `fd` can be read without blocking.
-fn readable(fd: RawFd) -> bool {
+pub(crate) fn readable(fd: RawFd) -> bool {
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLIN,

@@ -180,8 +180,7 @@ pub(crate) struct Device {
     /// WRITEs by polling too, and keeps the socket (see [`Poller::polled`]).
     idle_poller: AtomicBool,
     /// Whether a channel of the device's CQs has an inline consumer (the CM's QP1): only
-    /// then do receive passes open a scope for it (see [`cq::Inline`]), and a device with
-    /// no CM pays nothing for it on its busy polls.
+    /// then do receive passes open a scope for it (see [`Device::inline_scope`]).
     pub(crate) inline_consumers: AtomicBool,
     /// The multicast groups QPs are attached to (by the group's IP address, the form its
     /// GID takes on the wire), each with its members' QPNs.
@@ -474,14 +473,20 @@ impl Device {
         self.poll_socket()
     }
 
+    /// A receive scope for the inline consumers of the device's channels (see
+    /// [`cq::Inline`]), on a device that has any: a device with no CM pays nothing for it
+    /// on its busy polls.
+    fn inline_scope(&self) -> Option<cq::Inline> {
+        self.inline_consumers
+            .load(Ordering::Relaxed)
+            .then(cq::Inline::enter)
+    }
+
     /// [`Device::poll_rx`] for a thread that waits for something other than a CQ (a CM
     /// event): it is not taken for an application that watches memory for WRITEs.
     pub(crate) fn poll_socket(&self) -> bool {
         // Dropped last: an inline consumer of what this poll placed runs with no lock held.
-        let _inline = self
-            .inline_consumers
-            .load(Ordering::Relaxed)
-            .then(cq::Inline::enter);
+        let _inline = self.inline_scope();
         match self.rx.try_lock() {
             Ok(mut st) => {
                 self.flush_batch(!self.hold_deferred());
@@ -1694,10 +1699,7 @@ impl Device {
     pub(crate) fn progress_pass(&self, socket: bool, defer: bool) -> bool {
         // Dropped last: an inline consumer (the CM's agent) of what this pass placed runs
         // here with no lock held, instead of waking its thread.
-        let _inline = self
-            .inline_consumers
-            .load(Ordering::Relaxed)
-            .then(cq::Inline::enter);
+        let _inline = self.inline_scope();
         let mut got = false;
         if socket {
             let mut st = self.rx.lock().unwrap_or_else(|e| e.into_inner());
