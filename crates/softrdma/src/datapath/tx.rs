@@ -478,11 +478,10 @@ fn new_socket(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
     // this host's members.
     match addr {
         SocketAddr::V4(a) => sock.set_multicast_if_v4(a.ip())?,
-        SocketAddr::V6(a) => {
-            if a.scope_id() != 0 {
-                sock.set_multicast_if_v6(a.scope_id())?;
-            }
-        }
+        SocketAddr::V6(a) => match super::udp::v6_interface(*a.ip(), a.scope_id()) {
+            0 => {}
+            i => sock.set_multicast_if_v6(i)?,
+        },
     }
     sock.bind(&addr.into())?;
     Ok(sock)

@@ -158,6 +158,28 @@ impl RxPort {
     }
 }
 
+/// The interface an IPv6 device at `addr` sends and joins its multicast groups on: its
+/// scope for a link-local address, else the interface that holds the address (`::1` is on
+/// `lo`), so that a group never follows the default route off the host; 0 (the kernel's
+/// choice) when no interface holds it.
+pub(crate) fn v6_interface(addr: std::net::Ipv6Addr, scope_id: u32) -> u32 {
+    if scope_id != 0 {
+        return scope_id;
+    }
+    let Ok(ifaces) = nix::ifaddrs::getifaddrs() else {
+        return 0;
+    };
+    ifaces
+        .filter(|i| {
+            i.address
+                .as_ref()
+                .and_then(|a| a.as_sockaddr_in6())
+                .is_some_and(|a| a.ip() == addr)
+        })
+        .find_map(|i| nix::net::if_::if_nametoindex(i.interface_name.as_str()).ok())
+        .unwrap_or(0)
+}
+
 /// UDP port 4791 at `ip` (IPv6 scope `scope_id`).
 pub(crate) fn roce_port(ip: IpAddr, scope_id: u32) -> SocketAddr {
     match ip {
@@ -193,7 +215,10 @@ pub(crate) struct Udp {
     addr: IpAddr,
     scope_id: u32,
     /// One socket per joined multicast group, bound to `group:4791`, non-blocking.
-    groups: Mutex<HashMap<IpAddr, std::net::UdpSocket>>,
+    /// Shared, so that [`Datapath::recv_groups`] receives without the lock held: its
+    /// callback takes the device's member lock, which the device holds while it joins
+    /// and leaves.
+    groups: Mutex<HashMap<IpAddr, Arc<std::net::UdpSocket>>>,
 }
 
 impl Udp {
@@ -300,8 +325,8 @@ impl Udp {
         sock.bind(&bind.into())?;
         match (group, self.addr) {
             (IpAddr::V4(g), IpAddr::V4(me)) => sock.join_multicast_v4(&g, &me)?,
-            (IpAddr::V6(g), IpAddr::V6(_)) => {
-                sock.join_multicast_v6(&g, self.scope_id)?;
+            (IpAddr::V6(g), IpAddr::V6(me)) => {
+                sock.join_multicast_v6(&g, v6_interface(me, self.scope_id))?;
                 // rxe sends IPv6 UDP with checksum 0, which Linux drops unless told not to.
                 sys::set_int_opt(sock.as_raw_fd(), libc::IPPROTO_UDP, 102, 1)?;
             }
@@ -347,7 +372,7 @@ impl Datapath for Udp {
         }
         let sock = self.group_socket(group)?;
         let fd = sock.as_raw_fd();
-        groups.insert(group, sock);
+        groups.insert(group, Arc::new(sock));
         Ok(Some(fd))
     }
 
@@ -360,10 +385,17 @@ impl Datapath for Udp {
     }
 
     fn recv_groups(&self, buf: &mut [u8], f: &mut dyn FnMut(IpAddr, SocketAddr, &[u8])) -> usize {
-        let groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        // A socket left meanwhile is closed once this pass lets go of it.
+        let groups: Vec<(IpAddr, Arc<std::net::UdpSocket>)> = self
+            .groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(g, s)| (*g, s.clone()))
+            .collect();
         let mut n = 0;
         // Each socket is emptied: the progress thread's poll reports edges.
-        for (group, sock) in groups.iter() {
+        for (group, sock) in &groups {
             while let Ok((len, from)) = sock.recv_from(buf) {
                 n += 1;
                 f(*group, from, &buf[..len]);
