@@ -16,7 +16,7 @@
 use crate::abi::{ibv_ah_attr, ibv_context, ibv_pd, ibv_qp, ibv_qp_init_attr};
 use crate::device::SoftContext;
 use crate::qp::SoftQp;
-use crate::{fail, fail_with, guard, set_errno};
+use crate::{fail, fail_with, guard};
 use softrdma::cm::{CmEventKind, CmId, ConnParam, EventChannel, PeerParam, PortSpace};
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::{offset_of, size_of};
@@ -196,6 +196,18 @@ struct IdC {
     /// An active `rdma_create_ep`'s private data (`ai_connect`), for an `rdma_connect`
     /// without parameters.
     connect_data: Vec<u8>,
+    /// The multicast groups joined, with each join's context (a MULTICAST_JOIN event's
+    /// `param.ud.private_data`).
+    groups: Mutex<Vec<(IpAddr, usize)>>,
+    /// Bound to an unspecified address: whether an IPv6 one (see [`listen_elsewhere`]).
+    wildcard: Option<bool>,
+    /// RDMA_OPTION_ID_AFONLY: an IPv6 wildcard takes IPv6 requests only.
+    afonly: bool,
+    /// A wildcard listen's listeners on the devices other than the ID's own.
+    also: Mutex<Vec<CmId>>,
+    /// Its events handed out and acked, and the wait for the last ack.
+    acks: Mutex<Acks>,
+    acked: std::sync::Condvar,
 }
 
 impl IdC {
@@ -210,15 +222,27 @@ impl IdC {
             own_cq_chans: Vec::new(),
             ep_attr: None,
             connect_data: Vec::new(),
+            groups: Mutex::new(Vec::new()),
+            wildcard: None,
+            afonly: false,
+            also: Mutex::new(Vec::new()),
+            acks: Mutex::new(Acks::default()),
+            acked: std::sync::Condvar::new(),
         }))
     }
 }
 
 /// The channel's next event for a live ID (events of destroyed IDs are dropped), waiting
 /// as long as it takes.
+///
+/// The wait holds its own handle on the channel: a program may destroy the channel while
+/// another of its threads still waits in `rdma_get_cm_event` (rping's main thread does, on
+/// its way out); that thread then waits on, as on librdmacm's closed descriptor, instead
+/// of reading freed memory.
 fn next_event(chan: &ChanC) -> *mut rdma_cm_event {
+    let rust = chan.rust.clone();
     loop {
-        if let Some(e) = chan.rust.get_event(None).and_then(convert) {
+        if let Some(e) = rust.get_event(None).and_then(convert) {
             return e;
         }
     }
@@ -249,12 +273,12 @@ fn complete(verb: &'static str, c: &mut IdC) -> c_int {
     let (kind, status) = unsafe { ((*ev).event, (*ev).status) };
     match (kind, status) {
         (_, 0) => 0,
-        (REJECTED, _) => fail(
+        (REJECTED, _) => refuse(
             verb,
             libc::ECONNREFUSED,
             &"the peer rejected the connection",
         ),
-        (_, s) => fail(
+        (_, s) => refuse(
             verb,
             s.abs(),
             &format_args!("{}", std::io::Error::from_raw_os_error(s.abs())),
@@ -267,7 +291,24 @@ fn complete(verb: &'static str, c: &mut IdC) -> c_int {
 struct EventC {
     ev: rdma_cm_event,
     private: Vec<u8>,
+    /// The ID it is counted against (a connect request's listener; see [`Acks`]).
+    owner: *const IdC,
 }
+
+/// How many of an ID's events were handed out and how many acked: `rdma_destroy_id`
+/// waits until all are acked, as librdmacm's does, so that a thread still handling one
+/// (rping's CM thread, while its main thread destroys the connection's ID) never finds
+/// the ID freed under it.
+#[derive(Default)]
+struct Acks {
+    reported: u64,
+    completed: u64,
+}
+
+/// Held for reading while an event's ID is looked up and counted, for writing while
+/// `rdma_destroy_id` unhooks one: an event either counts against a live ID, which then
+/// waits for its ack, or finds it gone and is dropped.
+static LIVE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 // `enum rdma_cm_event_type`.
 const ADDR_RESOLVED: c_int = 0;
@@ -278,6 +319,7 @@ const UNREACHABLE: c_int = 7;
 const REJECTED: c_int = 8;
 const ESTABLISHED: c_int = 9;
 const DISCONNECTED: c_int = 10;
+const MULTICAST_JOIN: c_int = 12;
 const TIMEWAIT_EXIT: c_int = 15;
 
 fn port_space(ps: c_int) -> Option<PortSpace> {
@@ -287,6 +329,11 @@ fn port_space(ps: c_int) -> Option<PortSpace> {
         0x013F => Some(PortSpace::Ib),
         _ => None,
     }
+}
+
+/// A mutex's guard, whether or not a panic poisoned it.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// # Safety
@@ -378,18 +425,107 @@ fn cm_context(index: usize) -> *mut ibv_context {
     ctx
 }
 
-/// The device for an address: the one that has it, or the first for an unspecified one.
+/// The device for an address: the one that has it; for 0.0.0.0 the first IPv4 device
+/// (else the first); for `::` or no address, the first.
 fn device_for(ip: Option<IpAddr>) -> Option<usize> {
     let devs = crate::device::devices();
-    match ip.map(|i| i.to_canonical()) {
-        Some(ip) if !ip.is_unspecified() => devs.iter().position(|d| d.info.addr == ip),
+    match ip {
+        Some(IpAddr::V4(v4)) if v4.is_unspecified() => devs
+            .iter()
+            .position(|d| d.info.addr.to_canonical().is_ipv4())
+            .or((!devs.is_empty()).then_some(0)),
+        Some(ip) if !ip.is_unspecified() => {
+            let ip = ip.to_canonical();
+            devs.iter().position(|d| d.info.addr == ip)
+        }
         _ => (!devs.is_empty()).then_some(0),
     }
 }
 
+/// The context the CM keeps open for `id`'s device.
+fn context_of(id: &CmId) -> Option<*mut ibv_context> {
+    let addr = id.context().addr();
+    let i = crate::device::devices()
+        .iter()
+        .position(|d| d.info.addr == addr)?;
+    let ctx = cm_context(i);
+    (!ctx.is_null()).then_some(ctx)
+}
+
+/// A wildcard listen's other devices: rdma_cm listens on every device for an unspecified
+/// address (the IPv4 ones for 0.0.0.0; for `::` all, or the IPv6 ones under AFONLY), so
+/// each other device of the family gets a listener on the same port, whose requests come
+/// to this ID (the request's ID is on the device that took it). EADDRINUSE, naming the
+/// device, when the port is taken on one of them.
+fn listen_elsewhere(
+    v: &'static str,
+    c: &mut IdC,
+    primary: &CmId,
+    v6: bool,
+    backlog: c_int,
+) -> c_int {
+    let Some(port) = primary.local_addr().map(|a| a.port()) else {
+        return 0;
+    };
+    let here = primary.context().addr();
+    // SAFETY: the ID's channel is a ChanC this library made.
+    let chan = unsafe { &*c.id.channel.cast::<ChanC>() };
+    let ps = port_space(c.id.ps).unwrap_or(PortSpace::Tcp);
+    let mut also = Vec::new();
+    for (i, d) in crate::device::devices().iter().enumerate() {
+        let ip = d.info.addr.to_canonical();
+        let fits = if v6 {
+            !c.afonly || ip.is_ipv6()
+        } else {
+            ip.is_ipv4()
+        };
+        if ip == here.to_canonical() || !fits {
+            continue;
+        }
+        let ctx = cm_context(i);
+        if ctx.is_null() {
+            // A device that cannot open (its address is gone) takes no requests anyway.
+            fail(
+                v,
+                libc::ENODEV,
+                &format_args!("device {} did not open: not listening there", d.info.name),
+            );
+            continue;
+        }
+        // SAFETY: a context this library opened.
+        let soft = unsafe { SoftContext::from_ptr(ctx) };
+        let any = if ip.is_ipv4() {
+            IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+        };
+        let r = CmId::new(&chan.rust, &soft.ctx, ps).and_then(|r| {
+            r.set_user(c as *mut IdC as usize);
+            r.bind_addr(SocketAddr::new(any, port))?;
+            r.listen(backlog)?;
+            Ok(r)
+        });
+        match r {
+            Ok(r) => also.push(r),
+            Err(e) => {
+                for a in &also {
+                    a.set_user(0);
+                }
+                return refuse(
+                    v,
+                    e.errno(),
+                    &format_args!("on device {}: {e}", d.info.name),
+                );
+            }
+        }
+    }
+    *lock(&c.also) = also;
+    0
+}
+
 /// The address of the device on the kernel's route to `dst` (see
-/// `softrdma::config::route_device`); `None` (the first device, as before) when no
-/// device is on that route.
+/// `softrdma::config::route_device`); `None` when no device is on that route (or the
+/// kernel has none to `dst`).
 fn route_source_device(dst: IpAddr) -> Option<IpAddr> {
     let devs = crate::device::devices();
     let infos: Vec<softrdma::config::DeviceInfo> = devs.iter().map(|d| d.info.clone()).collect();
@@ -458,6 +594,13 @@ fn gid(ip: IpAddr) -> [u8; 16] {
         IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
         IpAddr::V6(v6) => v6.octets(),
     }
+}
+
+/// A librdmacm verb's failure: errno set (and said under SOFTRDMA_DEBUG), -1 returned
+/// (librdmacm's convention; the verbs' own is the errno itself).
+fn refuse(verb: &str, errno: c_int, why: &dyn std::fmt::Display) -> c_int {
+    fail(verb, errno, why);
+    -1
 }
 
 fn errno_of(verb: &'static str, r: softrdma::Result<()>) -> c_int {
@@ -560,7 +703,8 @@ pub unsafe extern "C" fn rdma_create_id(
 }
 
 /// `rdma_destroy_id`: its connection ends (a DREQ, or a REJ while it forms); events still
-/// queued for it are dropped.
+/// queued for it are dropped. As librdmacm's, it waits until every event handed out for
+/// the ID is acked (a synchronous ID's own event is acked here).
 ///
 /// # Safety
 /// `id` must be an ID of this library, not used again.
@@ -571,15 +715,37 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             fail("rdma_destroy_id", libc::EINVAL, &"NULL id");
             return -1;
         }
-        // SAFETY: made by rdma_create_id or an event, destroyed once.
-        let mut c = unsafe { Box::from_raw(id.cast::<IdC>()) };
+        let c = id.cast::<IdC>();
+        {
+            // No event finds the ID from here on (see LIVE).
+            let _unhook = LIVE.write().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: a live IdC of this library.
+            let c = unsafe { &*c };
+            if let Some(r) = lock(&c.rust).as_ref() {
+                r.set_user(0);
+            }
+            for r in lock(&c.also).iter() {
+                r.set_user(0);
+            }
+        }
+        // SAFETY: a live IdC; its own event is this thread's to ack.
+        ack_own_event(unsafe { &mut *c });
+        {
+            // SAFETY: a live IdC: it is freed only below.
+            let c = unsafe { &*c };
+            let mut a = lock(&c.acks);
+            while a.completed < a.reported {
+                a = c.acked.wait(a).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        // SAFETY: made by rdma_create_id or an event, destroyed once, its events acked.
+        let mut c = unsafe { Box::from_raw(c) };
         if c.id.qp.is_null() {
             destroy_own_cqs(&mut c);
         }
-        ack_own_event(&mut c);
-        if let Some(r) = c.rust.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            r.set_user(0);
-        }
+        // The connection ends as its Rust side drops (a DREQ, or a REJ).
+        lock(&c.rust).take();
+        lock(&c.also).clear();
         0
     })
 }
@@ -603,6 +769,9 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
             Err(_) => return -1,
         };
         let rc = errno_of(v, r.bind_addr(a));
+        if rc == 0 && a.ip().is_unspecified() {
+            c.wildcard = Some(a.is_ipv6());
+        }
         fill_route(c, &r);
         rc
     })
@@ -632,12 +801,23 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             );
             return -1;
         };
-        // Without a source, the device is the one on the route to the destination, as
-        // the kernel's rdma_cm finds it.
-        let src = s
-            .map(|s| s.ip())
-            .filter(|ip| !ip.is_unspecified())
-            .or_else(|| route_source_device(d.ip()));
+        // Without a source (and unbound), the device is the one on the route to the
+        // destination, as the kernel's rdma_cm finds it, and ENODEV when none is.
+        let mut src = s.map(|s| s.ip()).filter(|ip| !ip.is_unspecified());
+        if src.is_none() && lock(&c.rust).is_none() {
+            src = route_source_device(d.ip());
+            if src.is_none() {
+                return refuse(
+                    v,
+                    libc::ENODEV,
+                    &format_args!(
+                        "no softrdma device is on the kernel's route to {} (configure one \
+                         with an address on that interface, or give a source address)",
+                        d.ip()
+                    ),
+                );
+            }
+        }
         let r = match rust_id(v, c, src) {
             Ok(r) => r,
             Err(_) => return -1,
@@ -678,12 +858,21 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
         let v = "rdma_listen";
         // SAFETY: per the contract.
         let c = unsafe { idc(id) };
-        // An ID never bound listens on the first device, on a port of its choosing.
-        let r = match rust_id(v, c, None) {
+        // An ID never bound listens on 0.0.0.0, as rdma_cm binds it, on a port of its
+        // choosing.
+        if lock(&c.rust).is_none() {
+            c.wildcard = Some(false);
+        }
+        let r = match rust_id(v, c, Some(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))) {
             Ok(r) => r,
             Err(_) => return -1,
         };
-        let rc = errno_of(v, r.listen(backlog));
+        let mut rc = errno_of(v, r.listen(backlog));
+        if rc == 0
+            && let Some(v6) = c.wildcard
+        {
+            rc = listen_elsewhere(v, c, &r, v6, backlog);
+        }
         fill_route(c, &r);
         rc
     })
@@ -714,17 +903,17 @@ pub unsafe extern "C" fn rdma_create_qp(
         }
         // As librdmacm: no PD is the device's default PD, and a missing CQ is made for the
         // ID (cmtime gives neither).
-        let pd = match (pd.is_null(), c.id.pd.is_null()) {
-            (false, _) => pd,
-            (true, false) => c.id.pd,
-            (true, true) => default_pd(c.id.verbs),
-        };
+        let pd = id_pd(c, pd);
         if pd.is_null() {
             fail(v, libc::EINVAL, &"no PD");
             return -1;
         }
         // SAFETY: the caller's attributes.
         let a = unsafe { &mut *attr };
+        // As librdmacm: the ID's SRQ (rdma_create_srq), unless the caller names one.
+        if a.srq.is_null() {
+            a.srq = c.id.srq.cast();
+        }
         for (send, cq, depth) in [
             (true, &mut a.send_cq, a.cap.max_send_wr),
             (false, &mut a.recv_cq, a.cap.max_recv_wr),
@@ -860,6 +1049,16 @@ fn destroy_own_cqs(c: &mut IdC) {
     }
     c.id.send_cq_channel = null_mut();
     c.id.recv_cq_channel = null_mut();
+}
+
+/// The PD a verb on the ID uses: the caller's, else the ID's, else the device's default
+/// (librdmacm's order).
+fn id_pd(c: &IdC, pd: *mut ibv_pd) -> *mut ibv_pd {
+    match (pd.is_null(), c.id.pd.is_null()) {
+        (false, _) => pd,
+        (true, false) => c.id.pd,
+        (true, true) => default_pd(c.id.verbs),
+    }
 }
 
 /// The PD the CM allocates once per context for QPs created without one.
@@ -1008,6 +1207,165 @@ pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
     })
 }
 
+/// `enum ibv_event_type`'s IBV_EVENT_COMM_EST.
+const IBV_EVENT_COMM_EST: c_int = 4;
+
+/// `rdma_notify`: IBV_EVENT_COMM_EST (a passive ID's QP received before the RTU came)
+/// establishes the connection, with an ESTABLISHED event; any other event is EINVAL, as
+/// the kernel's `ib_cm_notify` answers without path migration.
+///
+/// # Safety
+/// `id` an ID of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
+    guard("rdma_notify", -1, || {
+        let v = "rdma_notify";
+        // SAFETY: per the contract.
+        let c = unsafe { idc(id) };
+        if event != IBV_EVENT_COMM_EST {
+            return refuse(
+                v,
+                libc::EINVAL,
+                &format_args!("event {event}: only IBV_EVENT_COMM_EST is passed on to the CM"),
+            );
+        }
+        match made(v, c) {
+            Ok(r) => errno_of(v, r.notify(softrdma::cm::NotifyEvent::CommEstablished)),
+            Err(_) => -1,
+        }
+    })
+}
+
+/// `enum ibv_srq_init_attr_mask`'s TYPE and PD bits, and `IBV_SRQT_BASIC`.
+const SRQ_ATTR_TYPE: u32 = 1;
+const SRQ_ATTR_PD: u32 = 2;
+const IBV_SRQT_BASIC: c_int = 0;
+
+/// `rdma_create_srq`: a basic SRQ on the ID's device, on `pd` (NULL: the ID's PD, or the
+/// device's default as librdmacm's), which `rdma_create_qp` gives the ID's QP when its
+/// attributes name none; `attr.attr` gets what was given.
+///
+/// # Safety
+/// `id` an ID of this library; `pd` NULL or a PD of this library; `attr` valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_create_srq(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut crate::abi::ibv_srq_init_attr,
+) -> c_int {
+    guard("rdma_create_srq", -1, || {
+        if attr.is_null() {
+            return refuse("rdma_create_srq", libc::EINVAL, &"NULL attributes");
+        }
+        // SAFETY: per the contract.
+        unsafe { create_srq("rdma_create_srq", id, pd, &mut *attr) }
+    })
+}
+
+/// `rdma_create_srq_ex`: [`rdma_create_srq`] from the extended attributes, which must
+/// name the SRQ's type; only basic SRQs (XRC ones are EOPNOTSUPP, as `ibv_create_srq_ex`).
+///
+/// # Safety
+/// `id` an ID of this library; `attr` valid, its PD NULL or one of this library's.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_create_srq_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut crate::abi::ibv_srq_init_attr_ex,
+) -> c_int {
+    guard("rdma_create_srq_ex", -1, || {
+        let v = "rdma_create_srq_ex";
+        if attr.is_null() {
+            return refuse(v, libc::EINVAL, &"NULL attributes");
+        }
+        // SAFETY: the caller's attributes.
+        let a = unsafe { &mut *attr };
+        if a.comp_mask & SRQ_ATTR_TYPE == 0 {
+            return refuse(v, libc::EINVAL, &"no SRQ type (IBV_SRQ_INIT_ATTR_TYPE)");
+        }
+        if a.srq_type != IBV_SRQT_BASIC {
+            return refuse(
+                v,
+                libc::EOPNOTSUPP,
+                &format_args!("SRQ type {}: only basic SRQs", a.srq_type),
+            );
+        }
+        let pd = if a.comp_mask & SRQ_ATTR_PD != 0 {
+            a.pd
+        } else {
+            null_mut()
+        };
+        let mut init = crate::abi::ibv_srq_init_attr {
+            srq_context: a.srq_context,
+            attr: a.attr,
+        };
+        // SAFETY: per the contract.
+        let rc = unsafe { create_srq(v, id, pd, &mut init) };
+        a.attr = init.attr;
+        if rc == 0 {
+            // SAFETY: per the contract.
+            a.pd = unsafe { (*id).pd };
+            a.comp_mask |= SRQ_ATTR_PD;
+        }
+        rc
+    })
+}
+
+/// The SRQ of both entry points.
+///
+/// # Safety
+/// `id` an ID of this library; `pd` NULL or a PD of this library.
+unsafe fn create_srq(
+    v: &'static str,
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: &mut crate::abi::ibv_srq_init_attr,
+) -> c_int {
+    // SAFETY: per the contract.
+    let c = unsafe { idc(id) };
+    if made(v, c).is_err() {
+        return -1;
+    }
+    if !c.id.srq.is_null() {
+        return refuse(
+            v,
+            libc::EEXIST,
+            &"the ID has an SRQ already (rdma_destroy_srq first)",
+        );
+    }
+    let pd = id_pd(c, pd);
+    if pd.is_null() {
+        return refuse(v, libc::EINVAL, &"no PD");
+    }
+    // SAFETY: a PD of this library and the caller's attributes.
+    let srq = unsafe { crate::qp::ibv_create_srq(pd, attr) };
+    if srq.is_null() {
+        return -1;
+    }
+    c.id.srq = srq.cast();
+    if c.id.pd.is_null() {
+        c.id.pd = pd;
+    }
+    0
+}
+
+/// `rdma_destroy_srq`: destroys the SRQ `rdma_create_srq` made for the ID (its QP must
+/// be gone first, as `ibv_destroy_srq` requires).
+///
+/// # Safety
+/// `id` an ID of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
+    guard("rdma_destroy_srq", (), || {
+        // SAFETY: per the contract.
+        let c = unsafe { idc(id) };
+        if !c.id.srq.is_null() {
+            // SAFETY: the SRQ rdma_create_srq made, destroyed once.
+            unsafe { crate::qp::ibv_destroy_srq(c.id.srq.cast()) };
+            c.id.srq = null_mut();
+        }
+    })
+}
+
 /// `rdma_disconnect`.
 ///
 /// # Safety
@@ -1029,22 +1387,30 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
 
 /// `rdma_set_option`: TOS, REUSEADDR, AFONLY and ACK_TIMEOUT are taken (softrdma's paths
 /// carry no traffic class of their own, its ports are never held by a dead listener, and
-/// its QPs' ACK timeout is their own); anything else is EINVAL, as librdmacm says of an
-/// unknown option.
+/// its QPs' ACK timeout is their own); AFONLY keeps an IPv6 wildcard listen off the IPv4
+/// devices. Anything else is EINVAL, as librdmacm says of an unknown option.
 ///
 /// # Safety
-/// `id` an ID of this library.
+/// `id` an ID of this library; `optval` NULL or `optlen` readable bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_set_option(
-    _id: *mut rdma_cm_id,
+    id: *mut rdma_cm_id,
     level: c_int,
     optname: c_int,
-    _optval: *mut c_void,
-    _optlen: usize,
+    optval: *mut c_void,
+    optlen: usize,
 ) -> c_int {
     guard("rdma_set_option", -1, || {
         // RDMA_OPTION_ID = 0: TOS 0, REUSEADDR 1, AFONLY 2, ACK_TIMEOUT 3; IB = 1: PATH 1.
         match (level, optname) {
+            (0, 2) => {
+                if id.is_null() || optval.is_null() || optlen < size_of::<c_int>() {
+                    return refuse("rdma_set_option", libc::EINVAL, &"AFONLY takes an int");
+                }
+                // SAFETY: per the contract: an ID of this library and an int.
+                unsafe { idc(id).afonly = optval.cast::<c_int>().read_unaligned() != 0 };
+                0
+            }
             (0, 0..=3) => 0,
             _ => {
                 fail(
@@ -1119,6 +1485,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
 
 /// The C event for `ev`, or `None` when its ID was destroyed.
 fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
+    let _live = LIVE.read().unwrap_or_else(|e| e.into_inner());
     let (kind, status) = match &ev.kind {
         CmEventKind::AddrResolved => (ADDR_RESOLVED, 0),
         CmEventKind::RouteResolved => (ROUTE_RESOLVED, 0),
@@ -1131,6 +1498,7 @@ fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
         CmEventKind::Unresolved { status } => (UNREACHABLE, c_int::from(*status)),
         CmEventKind::Disconnected => (DISCONNECTED, 0),
         CmEventKind::TimewaitExit => (TIMEWAIT_EXIT, 0),
+        CmEventKind::MulticastJoin { .. } => (MULTICAST_JOIN, 0),
     };
     let (id, listen_id) = if kind == CONNECT_REQUEST {
         let l = ev.listen_id.as_ref()?.user();
@@ -1141,7 +1509,8 @@ fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
         let lc = unsafe { &*(l as *const IdC) };
         // SAFETY: all-zero is a valid rdma_cm_id.
         let mut raw: rdma_cm_id = unsafe { std::mem::zeroed() };
-        raw.verbs = lc.id.verbs;
+        // The device that took the request (a wildcard listener's may be another).
+        raw.verbs = context_of(&ev.id).unwrap_or(lc.id.verbs);
         raw.channel = lc.id.channel;
         raw.context = lc.id.context;
         raw.ps = lc.id.ps;
@@ -1183,6 +1552,7 @@ fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
         // SAFETY: all-zero is a valid rdma_cm_event (pointers, ints, a union of them).
         ev: unsafe { std::mem::zeroed() },
         private: ev.private_data.clone(),
+        owner: if listen_id.is_null() { id } else { listen_id }.cast(),
     });
     e.ev.id = id;
     e.ev.listen_id = listen_id;
@@ -1207,14 +1577,30 @@ fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
     if let Some(ud) = ev.ud {
         // SAFETY: `id` is a live IdC, whose context is this library's.
         let soft = unsafe { SoftContext::from_ptr((*id).verbs) };
+        let (to, private_data, private_data_len) = match ev.kind {
+            // As librdmacm: the join's context in place of private data.
+            CmEventKind::MulticastJoin { group } => {
+                // SAFETY: `id` is a live IdC.
+                let joins = lock(unsafe { &(*id.cast::<IdC>()).groups });
+                let context = joins.iter().find(|(g, _)| *g == group).map_or(0, |j| j.1);
+                (Some(group), context as *const c_void, 0)
+            }
+            _ => (
+                ev.id.peer_addr().map(|a| a.ip()),
+                e.private.as_ptr().cast(),
+                e.private.len().min(255) as u8,
+            ),
+        };
         e.ev.param.ud = rdma_ud_param {
-            private_data: e.private.as_ptr().cast(),
-            private_data_len: e.private.len().min(255) as u8,
-            ah_attr: ud_ah_attr(soft, ev.id.peer_addr().map(|a| a.ip())),
+            private_data,
+            private_data_len,
+            ah_attr: ud_ah_attr(soft, to),
             qp_num: ud.qp_num,
             qkey: ud.qkey,
         };
     }
+    // SAFETY: a live IdC (LIVE is held), whose destruction now waits for this ack.
+    lock(unsafe { &(*e.owner).acks }).reported += 1;
     let raw = Box::into_raw(e);
     // SAFETY: `id` is a live IdC; its current event, as librdmacm keeps it.
     unsafe { (*id).event = raw.cast() };
@@ -1248,7 +1634,11 @@ pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
             return -1;
         }
         // SAFETY: made by rdma_get_cm_event, freed once.
-        drop(unsafe { Box::from_raw(event.cast::<EventC>()) });
+        let e = unsafe { Box::from_raw(event.cast::<EventC>()) };
+        // SAFETY: the owner is live: its destruction waits for this ack.
+        let owner = unsafe { &*e.owner };
+        lock(&owner.acks).completed += 1;
+        owner.acked.notify_all();
         0
     })
 }
@@ -1366,28 +1756,143 @@ pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
     })
 }
 
-/// `rdma_join_multicast`: softrdma's devices carry no multicast through the CM yet.
-#[unsafe(no_mangle)]
-pub extern "C" fn rdma_join_multicast() -> c_int {
-    fail(
-        "rdma_join_multicast",
-        libc::EOPNOTSUPP,
-        &"multicast through the CM is not supported",
-    );
-    -1
+/// `struct rdma_cm_join_mc_attr_ex`.
+#[repr(C)]
+pub struct rdma_cm_join_mc_attr_ex {
+    comp_mask: u32,
+    join_flags: u32,
+    addr: *mut libc::sockaddr,
 }
 
-/// `rdma_join_multicast_ex`: see [`rdma_join_multicast`].
+/// `RDMA_CM_JOIN_MC_ATTR_ADDRESS`, `RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS` and the first
+/// reserved bit; `RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER` and the first reserved flag.
+const JOIN_ATTR_ADDRESS: u32 = 1;
+const JOIN_ATTR_FLAGS: u32 = 2;
+const JOIN_ATTR_RESERVED: u32 = 4;
+const JOIN_SEND_ONLY: u32 = 1;
+const JOIN_FLAG_RESERVED: u32 = 2;
+
+/// `rdma_join_multicast`: joins the group at `addr` as a full member (see
+/// `softrdma::cm::CmId::join_multicast`); a MULTICAST_JOIN event follows, whose
+/// `param.ud.private_data` is `context`.
+///
+/// # Safety
+/// `id` an ID of this library; `addr` a sockaddr.
 #[unsafe(no_mangle)]
-pub extern "C" fn rdma_join_multicast_ex() -> c_int {
-    rdma_join_multicast()
+pub unsafe extern "C" fn rdma_join_multicast(
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+    context: *mut c_void,
+) -> c_int {
+    // SAFETY: per the contract.
+    guard("rdma_join_multicast", -1, || unsafe {
+        join("rdma_join_multicast", id, addr, false, context)
+    })
 }
 
-/// `rdma_leave_multicast`: nothing was joined.
+/// `rdma_join_multicast_ex`: [`rdma_join_multicast`] with join flags (a send-only full
+/// member's QP is not attached to the group).
+///
+/// # Safety
+/// `id` an ID of this library; `attr` NULL or valid, its `addr` a sockaddr.
 #[unsafe(no_mangle)]
-pub extern "C" fn rdma_leave_multicast() -> c_int {
-    set_errno(libc::EADDRNOTAVAIL);
-    -1
+pub unsafe extern "C" fn rdma_join_multicast_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut rdma_cm_join_mc_attr_ex,
+    context: *mut c_void,
+) -> c_int {
+    guard("rdma_join_multicast_ex", -1, || {
+        let v = "rdma_join_multicast_ex";
+        if attr.is_null() {
+            return refuse(v, libc::EINVAL, &"NULL attributes");
+        }
+        // SAFETY: the caller's attributes.
+        let a = unsafe { &*attr };
+        if a.comp_mask >= JOIN_ATTR_RESERVED {
+            return refuse(
+                v,
+                libc::EOPNOTSUPP,
+                &format_args!("comp_mask {:#x}", a.comp_mask),
+            );
+        }
+        if a.comp_mask & JOIN_ATTR_ADDRESS == 0 {
+            return refuse(
+                v,
+                libc::EINVAL,
+                &"no address (RDMA_CM_JOIN_MC_ATTR_ADDRESS)",
+            );
+        }
+        if a.comp_mask & JOIN_ATTR_FLAGS == 0 || a.join_flags >= JOIN_FLAG_RESERVED {
+            return refuse(
+                v,
+                libc::EINVAL,
+                &format_args!("join flags {:#x}", a.join_flags),
+            );
+        }
+        // SAFETY: per the contract.
+        unsafe { join(v, id, a.addr, a.join_flags == JOIN_SEND_ONLY, context) }
+    })
+}
+
+/// The joins of both entry points.
+///
+/// # Safety
+/// `id` an ID of this library; `addr` a sockaddr.
+unsafe fn join(
+    v: &'static str,
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+    send_only: bool,
+    context: *mut c_void,
+) -> c_int {
+    // SAFETY: per the contract.
+    let (c, a) = unsafe { (idc(id), from_sockaddr(addr)) };
+    let Some(a) = a else {
+        return refuse(v, libc::EINVAL, &"the group is not an IPv4 or IPv6 address");
+    };
+    let r = match made(v, c) {
+        Ok(r) => r,
+        Err(_) => return -1,
+    };
+    let group = a.ip().to_canonical();
+    // Known before the event can be converted on another thread.
+    lock(&c.groups).push((group, context as usize));
+    let rc = errno_of(v, r.join_multicast(group, send_only));
+    if rc != 0 {
+        lock(&c.groups).retain(|(g, _)| *g != group);
+        return rc;
+    }
+    complete(v, c)
+}
+
+/// `rdma_leave_multicast`: the ID's QP is detached from the group; EADDRNOTAVAIL if it
+/// was not joined.
+///
+/// # Safety
+/// `id` an ID of this library; `addr` a sockaddr.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_leave_multicast(
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+) -> c_int {
+    guard("rdma_leave_multicast", -1, || {
+        let v = "rdma_leave_multicast";
+        // SAFETY: per the contract.
+        let (c, a) = unsafe { (idc(id), from_sockaddr(addr)) };
+        let Some(a) = a else {
+            return refuse(v, libc::EINVAL, &"the group is not an IPv4 or IPv6 address");
+        };
+        let r = match made(v, c) {
+            Ok(r) => r,
+            Err(_) => return -1,
+        };
+        let group = a.ip().to_canonical();
+        let rc = errno_of(v, r.leave_multicast(group));
+        if rc == 0 {
+            lock(&c.groups).retain(|(g, _)| *g != group);
+        }
+        rc
+    })
 }
 
 /// `rdma_create_ep`: a synchronous ID from an `rdma_getaddrinfo` result. Passive
@@ -1487,7 +1992,7 @@ unsafe fn ep_setup(
     0
 }
 
-/// `rdma_destroy_ep`: the ID's QP (with the CQs made for it), then the ID.
+/// `rdma_destroy_ep`: the ID's QP (with the CQs made for it), its SRQ, then the ID.
 ///
 /// # Safety
 /// `id` an ID of this library, not used again.
@@ -1501,6 +2006,9 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
         unsafe {
             if !(*id).qp.is_null() {
                 rdma_destroy_qp(id);
+            }
+            if !(*id).srq.is_null() {
+                rdma_destroy_srq(id);
             }
             rdma_destroy_id(id);
         }
@@ -1527,7 +2035,7 @@ pub unsafe extern "C" fn rdma_get_request(
         // SAFETY: per the contract.
         let l = unsafe { idc(listen) };
         if l.own_chan.is_none() {
-            return fail(
+            return refuse(
                 v,
                 libc::EINVAL,
                 &"the listener has an event channel (rdma_get_request is for IDs made without)",
@@ -1539,7 +2047,7 @@ pub unsafe extern "C" fn rdma_get_request(
         let (kind, status, new) = unsafe { ((*ev).event, (*ev).status, (*ev).id) };
         if kind != CONNECT_REQUEST || status != 0 {
             l.id.event = ev;
-            return fail(
+            return refuse(
                 v,
                 if kind == REJECTED {
                     libc::ECONNREFUSED
@@ -1577,12 +2085,12 @@ pub unsafe extern "C" fn rdma_migrate_id(
     guard("rdma_migrate_id", -1, || {
         let v = "rdma_migrate_id";
         if id.is_null() {
-            return fail(v, libc::EINVAL, &"NULL id");
+            return refuse(v, libc::EINVAL, &"NULL id");
         }
         // SAFETY: per the contract.
         let c = unsafe { idc(id) };
         if c.own_chan.is_some() && channel.is_null() {
-            return fail(v, libc::EINVAL, &"the ID is synchronous already");
+            return refuse(v, libc::EINVAL, &"the ID is synchronous already");
         }
         let (own, ch) = if channel.is_null() {
             let rust = match EventChannel::new() {
@@ -1606,6 +2114,9 @@ pub unsafe extern "C" fn rdma_migrate_id(
         if let Some(r) = c.rust.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             r.migrate(&target.rust);
         }
+        for r in lock(&c.also).iter() {
+            r.migrate(&target.rust);
+        }
         ack_own_event(c);
         c.id.channel = ch;
         c.own_chan = own;
@@ -1627,7 +2138,7 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     guard("rdma_init_qp_attr", -1, || {
         let v = "rdma_init_qp_attr";
         if id.is_null() || qp_attr.is_null() || mask.is_null() {
-            return fail(v, libc::EINVAL, &"NULL argument");
+            return refuse(v, libc::EINVAL, &"NULL argument");
         }
         // SAFETY: per the contract.
         let c = unsafe { idc(id) };
@@ -1641,7 +2152,7 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
             1 => softrdma::QpState::Init,
             2 => softrdma::QpState::Rtr,
             3 => softrdma::QpState::Rts,
-            s => return fail(v, libc::EINVAL, &format_args!("QP state {s}")),
+            s => return refuse(v, libc::EINVAL, &format_args!("QP state {s}")),
         };
         match r.init_qp_attr(state) {
             Ok(a) => {

@@ -1,8 +1,7 @@
 //! `librdmacm.so.1`'s symbols (RDMACM_1.0-1.3), served by this same library under its
 //! second name. The connection manager's verbs are in [`crate::cm`]; what is left here
-//! is not built yet (rsockets, SRQs through the CM, `rdma_notify`, ECE): each such call
-//! fails with ENOSYS and
-//! says so once per function on stderr, and loading never fails, because BIND_NOW callers
+//! is not built yet (rsockets, ECE): each such call fails with ENOSYS and says so once
+//! per function on stderr, and loading never fails, because BIND_NOW callers
 //! (perftest, rping, libfabric) need every symbol to exist even when they never call it.
 //!
 //! The stubs take no parameters: on x86_64 (System V) a caller's arguments are in
@@ -34,8 +33,7 @@ macro_rules! enosys {
 
 // int-returning (and ssize_t/off_t-returning: -1 in the full register).
 enosys! { isize = -1;
-    rdma_create_srq rdma_create_srq_ex
-    rdma_notify rdma_get_remote_ece rdma_reject_ece rdma_set_local_ece
+    rdma_get_remote_ece rdma_reject_ece rdma_set_local_ece
     raccept rbind rclose rconnect rfcntl rgetpeername rgetsockname rgetsockopt riomap riounmap
     riowrite rlisten rpoll rread rreadv rrecv rrecvfrom rrecvmsg rselect rsend rsendmsg rsendto
     rsetsockopt rshutdown rsocket rwrite rwritev
@@ -92,10 +90,6 @@ pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut crate::abi::ibv_conte
         unsafe { libc::free(list.cast()) };
     })
 }
-
-/// `rdma_destroy_srq`: `rdma_create_srq` made nothing.
-#[unsafe(no_mangle)]
-pub extern "C" fn rdma_destroy_srq(_id: *mut c_void) {}
 
 /// `rdma_event_str`: the names of `enum rdma_cm_event_type`.
 #[unsafe(no_mangle)]

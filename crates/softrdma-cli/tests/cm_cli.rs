@@ -63,17 +63,25 @@ fn text(o: &Output) -> String {
 /// Waits until `res show cm_id` on `addr`'s device shows a listener on `port`; gives the
 /// line.
 fn listening(addr: &str, port: u16) -> String {
+    listening_on(
+        || softrdma(addr, &["res", "show", "cm_id"]),
+        &format!(":{port} "),
+    )
+}
+
+/// Waits until the output of `res_show` has a listener line containing `what`; gives it.
+fn listening_on(res_show: impl Fn() -> Command, what: &str) -> String {
     let end = Instant::now() + Duration::from_secs(20);
     loop {
-        let o = softrdma(addr, &["res", "show", "cm_id"]).output().unwrap();
+        let o = res_show().output().unwrap();
         let t = text(&o);
         if let Some(l) = t
             .lines()
-            .find(|l| l.contains("state LISTEN") && l.contains(&format!(":{port} ")))
+            .find(|l| l.contains("state LISTEN") && l.contains(what))
         {
             return l.to_owned();
         }
-        assert!(Instant::now() < end, "no listener on {port}: {t}");
+        assert!(Instant::now() < end, "no listener with {what:?}: {t}");
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -789,31 +797,157 @@ fn resolve_addr_without_a_source_takes_the_device_on_the_route() {
     assert_eq!(text(&cli).matches("ping data: rdma-ping-").count(), 5);
     assert!(srv.status.success(), "{}", text(&srv));
 
-    // A device of the other family says so at once, instead of leaving the client to wait
-    // for UNREACHABLE.
-    let started = Instant::now();
-    let cli = Running::new(
-        exec(
-            "::1",
-            &["rping", "-c", "-C", "1", "-a", "127.0.3.1", "-p", "7491"],
+    // With no device on the route (only an IPv6 one), the resolve fails at once with the
+    // kernel's ENODEV; a source of the other family given explicitly gets ENETUNREACH.
+    // Neither leaves the client to wait for UNREACHABLE.
+    for (extra, says, errno) in [
+        (
+            &[][..],
+            "no softrdma device is on the kernel's route to 127.0.3.1",
+            "No such device",
+        ),
+        (
+            &["-I", "::1"][..],
+            "cannot reach 127.0.3.1",
+            "Network is unreachable",
+        ),
+    ] {
+        let started = Instant::now();
+        let mut args = vec!["rping", "-c", "-C", "1", "-a", "127.0.3.1", "-p", "7491"];
+        args.extend(extra);
+        let cli = Running::new(
+            exec("::1", &args)
+                .env("SOFTRDMA_DEBUG", "1")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
         )
-        .env("SOFTRDMA_DEBUG", "1")
+        .finish(Duration::from_secs(30));
+        assert!(!cli.status.success(), "{}", text(&cli));
+        assert!(
+            text(&cli).contains(says) && text(&cli).contains(errno),
+            "{}",
+            text(&cli)
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}
+
+/// rdma-core's mckey, unmodified, through the drop-in: two receiving processes on two
+/// devices (the first with two IDs, so two QPs of one device are members) join an IPv4
+/// group through `rdma_join_multicast`, and a third process joins it and sends ten
+/// messages to it, which each receiving ID must get. In a network namespace of its own
+/// (util-linux's unshare, as a user namespace's root when the test is not root), so that
+/// the group's traffic, though it never leaves loopback, touches nothing of the host's.
+#[test]
+fn mckey_joins_a_group_and_every_member_receives() {
+    if !have("mckey") || !have("unshare") || !have("stdbuf") {
+        eprintln!("rdmacm-utils or coreutils missing: skipped (scripts/test installs them)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("softrdma-mckey-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Receivers first; the sender starts once both printed their join (mckey then waits
+    // 3 s before it sends, for a subnet manager).
+    let script = r#"
+        ip link set lo up || exit 3
+        S="$0"; D="$1"; G=239.49.1.1
+        SOFTRDMA_ADDR=127.0.49.5 "$S" exec -- stdbuf -oL mckey -m $G -b 127.0.49.5 -c 2 -C 10 > "$D/r1" 2>&1 &
+        r1=$!
+        SOFTRDMA_ADDR=127.0.49.6 "$S" exec -- stdbuf -oL mckey -m $G -b 127.0.49.6 -C 10 > "$D/r2" 2>&1 &
+        r2=$!
+        i=0
+        until [ "$(grep -c joined "$D/r1")" = 2 ] && grep -q joined "$D/r2"; do
+            i=$((i + 1)); [ $i -gt 600 ] && exit 4; sleep 0.05
+        done
+        SOFTRDMA_ADDR=127.0.49.7 "$S" exec -- mckey -m $G -b 127.0.49.7 -s -C 10 > "$D/s" 2>&1 || exit 5
+        wait $r1 || exit 6
+        wait $r2 || exit 7
+    "#;
+    let mut c = Command::new("unshare");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        c.arg("-r");
+    }
+    c.args(["--net", "--", "sh", "-c", script])
+        .arg(env!("CARGO_BIN_EXE_softrdma"))
+        .arg(&dir)
+        .env_remove("SOFTRDMA_ADDR")
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap(),
-    )
-    .finish(Duration::from_secs(30));
-    assert!(!cli.status.success(), "{}", text(&cli));
-    assert!(
-        text(&cli).contains("cannot reach 127.0.3.1")
-            && text(&cli).contains("Network is unreachable"),
-        "{}",
-        text(&cli)
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        started.elapsed()
-    );
+        .stderr(Stdio::piped());
+    let o = Running::new(c.spawn().unwrap()).finish(Duration::from_secs(60));
+    let log = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+    let (r1, r2, s) = (log("r1"), log("r2"), log("s"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let all = format!("{}\nr1:\n{r1}\nr2:\n{r2}\nsender:\n{s}", text(&o));
+    assert!(o.status.success(), "{all}");
+    for r in [&r1, &r2, &s] {
+        assert!(
+            r.contains("joined dgid: ::ffff:239.49.1.1")
+                && r.contains("data transfers complete")
+                && r.contains("return status 0"),
+            "{all}"
+        );
+    }
+}
+
+/// A listener bound to the any-address listens on every device of the process, as
+/// rdma_cm's does: the server's config names two devices, `res show cm_id` shows a
+/// listener on each, and rdma-core's ucmatose, unmodified, serves one client that connects
+/// to the first device's address and one that connects to the second's.
+#[test]
+fn a_wildcard_listener_takes_requests_on_every_device() {
+    if !have("ucmatose") {
+        eprintln!("rdmacm-utils missing: skipped (scripts/test installs it)");
+        return;
+    }
+    let conf = std::env::temp_dir().join(format!("softrdma-any-{}.conf", std::process::id()));
+    std::fs::write(&conf, "sa0 addr 127.0.6.1\nsa1 addr 127.0.6.2\n").unwrap();
+    let mut s = exec("unused", &["ucmatose", "-c", "2", "-C", "5", "-p", "7496"]);
+    s.env_remove("SOFTRDMA_ADDR")
+        .env("SOFTRDMA_CONFIG", &conf)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let srv = Running::new(s.spawn().unwrap());
+    let res_show = || {
+        let mut c = softrdma("unused", &["res", "show", "cm_id"]);
+        c.env_remove("SOFTRDMA_ADDR").env("SOFTRDMA_CONFIG", &conf);
+        c
+    };
+    listening_on(res_show, "src-addr 127.0.6.1:7496 ");
+    listening_on(res_show, "src-addr 127.0.6.2:7496 ");
+    let clients: Vec<Running> = [("127.0.6.3", "127.0.6.1"), ("127.0.6.4", "127.0.6.2")]
+        .iter()
+        .map(|(me, to)| {
+            Running::new(
+                exec(
+                    me,
+                    &["ucmatose", "-s", to, "-c", "1", "-C", "5", "-p", "7496"],
+                )
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+            )
+        })
+        .collect();
+    let outs: Vec<Output> = clients
+        .into_iter()
+        .map(|c| c.finish(Duration::from_secs(60)))
+        .collect();
+    let srv = srv.finish(Duration::from_secs(60));
+    let _ = std::fs::remove_file(&conf);
+    for o in outs.iter().chain([&srv]) {
+        assert!(
+            o.status.success() && text(o).contains("return status 0"),
+            "{}\nserver:\n{}",
+            text(o),
+            text(&srv)
+        );
+    }
 }

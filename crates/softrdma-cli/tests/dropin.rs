@@ -293,6 +293,11 @@ fn unmodified_tools_and_softrdmas_own_cli_interoperate() {
 /// Builds `examples/c/NAME.c` (or a test's C file) with gcc against Debian's headers,
 /// linked with `-libverbs` as any C program is.
 fn build_c(src: &Path, name: &str) -> PathBuf {
+    build_c_with(src, name, &[])
+}
+
+/// [`build_c`], linked with `libs` too (`-lrdmacm`).
+fn build_c_with(src: &Path, name: &str, libs: &[&str]) -> PathBuf {
     need("gcc");
     assert!(
         Path::new("/usr/include/infiniband/verbs.h").is_file(),
@@ -304,6 +309,7 @@ fn build_c(src: &Path, name: &str) -> PathBuf {
         .arg(&out)
         .arg(src)
         .arg("-libverbs")
+        .args(libs)
         .output()
         .unwrap();
     assert!(o.status.success(), "gcc {}: {}", src.display(), text(&o));
@@ -409,6 +415,35 @@ fn ud_multicast_reaches_every_member_and_only_them() {
     let _ = std::fs::remove_file(&conf);
     assert!(
         o.status.success() && text(&o).contains("multicast verified"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// SRQs and `rdma_notify` through the drop-in librdmacm (tests/c/cm_srq_notify.c), two
+/// devices of one process: `rdma_create_srq` gives the client's ID an SRQ that
+/// `rdma_create_qp` hands its QP, the REQ and REP carry each side's SRQ bit, a SEND lands
+/// in the SRQ, and `rdma_notify(IBV_EVENT_COMM_EST)` establishes the server's side once;
+/// misuse gets EINVAL, EEXIST or EOPNOTSUPP.
+#[test]
+fn the_cm_gives_an_srq_to_its_qp_and_takes_comm_est_notices() {
+    let bin = build_c_with(&c_test("cm_srq_notify.c"), "cm_srq_notify", &["-lrdmacm"]);
+    let conf = std::env::temp_dir().join(format!("softrdma-cmsrq-{}.conf", std::process::id()));
+    std::fs::write(
+        &conf,
+        "softrdma0 addr 127.0.57.2\nsoftrdma1 addr 127.0.57.3\n",
+    )
+    .unwrap();
+    let mut c = exec(
+        "unused",
+        bin.to_str().unwrap(),
+        &["127.0.57.2", "127.0.57.3"],
+    );
+    c.env_remove("SOFTRDMA_ADDR").env("SOFTRDMA_CONFIG", &conf);
+    let o = wait(spawn(&mut c), "cm_srq_notify");
+    let _ = std::fs::remove_file(&conf);
+    assert!(
+        o.status.success() && text(&o).contains("cm srq and notify verified"),
         "{}",
         text(&o)
     );

@@ -50,8 +50,9 @@
 //! side's [`CmEventKind::Established`] carries them in [`CmEvent::ud`]. A UD QP is in RTS
 //! from `create_qp` on, as librdmacm leaves it.
 //!
-//! # Not yet
-//! Multicast.
+//! Multicast: [`CmId::join_multicast`] on a UD ID joins an IP multicast group on the
+//! device's interface (RoCE v2 needs no subnet manager) and attaches the ID's QP;
+//! the [`CmEventKind::MulticastJoin`] event carries the QPN and Q_Key of a send to it.
 
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -177,7 +178,17 @@ pub enum CmEventKind {
     Disconnected,
     /// The connection's IDs may be reused.
     TimewaitExit,
+    /// The ID joined a multicast group ([`CmId::join_multicast`]): the event's
+    /// [`CmEvent::ud`] gives the QPN (0xFFFFFF) and Q_Key that a send to the group takes.
+    MulticastJoin {
+        /// The group's address.
+        group: IpAddr,
+    },
 }
+
+/// The QPN a UD send to a multicast group is addressed to (what rdma_cm's
+/// MULTICAST_JOIN event gives as `param.ud.qp_num`).
+pub const MULTICAST_QPN: u32 = 0xFF_FFFF;
 
 /// What the peer's REQ or REP said of the connection (`rdma_cm_event.param.conn`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -498,6 +509,9 @@ struct IdState {
     rq_psn: u32,
     passive: bool,
     param: Option<ConnParam>,
+    /// The multicast groups joined, each with whether it was joined to send only (its QP
+    /// is then not attached).
+    groups: Vec<(IpAddr, bool)>,
 }
 
 impl IdInner {
@@ -722,7 +736,9 @@ impl CmId {
     /// RoCE the GID is the address, so this completes at once, with an
     /// [`CmEventKind::AddrResolved`] event.
     pub fn resolve_addr(&self, src: Option<SocketAddr>, dst: SocketAddr) -> Result<()> {
-        if dst.ip().is_unspecified() || dst.port() == 0 {
+        // A multicast group is resolved without a port, to be joined (mckey).
+        if dst.ip().is_unspecified() || (dst.port() == 0 && !dst.ip().to_canonical().is_multicast())
+        {
             return Err(cm_err(
                 "rdma_resolve_addr",
                 libc::EINVAL,
@@ -991,7 +1007,9 @@ impl CmId {
             rdc_exists: false,
             rnr_retry_count: param.rnr_retry_count.min(7),
             max_cm_retries: MAX_CM_RETRIES,
-            srq: false,
+            // IBTA 12.6.5: whether the sender's QP takes its receives from an SRQ (the
+            // REP's bit says the same of the acceptor's, IBTA 12.6.8).
+            srq: qp.has_srq(),
             primary: path(local.ip(), peer.ip()),
             alternate: PathRepr::default(),
             sap_supported: false,
@@ -1193,7 +1211,7 @@ impl CmId {
             failover_accepted: 0,
             end_to_end_flow_control: false,
             rnr_retry_count: param.rnr_retry_count.min(7),
-            srq: false,
+            srq: qp.has_srq(),
             local_ca_guid: 0,
             private_data: pd,
         };
@@ -1222,6 +1240,100 @@ impl CmId {
     /// Sends the RTU after a [`CmEventKind::ConnectResponse`] (`rdma_establish`).
     pub fn establish(&self) -> Result<()> {
         self.agent_verb("rdma_establish", |a, _, id| a.ready_to_use(id, &[]))
+    }
+
+    /// Tells the CM of an event seen on the ID's QP (`rdma_notify`): only
+    /// [`NotifyEvent::CommEstablished`], traffic that arrived on a passive ID's QP before
+    /// the peer's RTU did, which then stands in for the RTU (IBTA 12.9.6.2), with an
+    /// [`CmEventKind::Established`] event. Nothing happens on an established ID.
+    pub fn notify(&self, event: NotifyEvent) -> Result<()> {
+        match event {
+            NotifyEvent::CommEstablished => {
+                self.agent_verb("rdma_notify", |a, _, id| a.establish(id))
+            }
+        }
+    }
+
+    /// Joins the multicast group `group` (`rdma_join_multicast`): an ID of the UDP or IB
+    /// port space whose address is bound or resolved (and not yet routed: rdma_cm's
+    /// rule), on a device of the group's family. On RoCE v2 the group is an IP multicast
+    /// group (its GID an IPv4 group's mapped address, or the IPv6 group itself), joined
+    /// on the device's interface, so no subnet manager is asked. The ID's QP, if it has
+    /// one, is attached to the group unless `send_only`, and a
+    /// [`CmEventKind::MulticastJoin`] event follows, whose [`CmEvent::ud`] gives what a
+    /// send to the group takes.
+    pub fn join_multicast(&self, group: IpAddr, send_only: bool) -> Result<()> {
+        let verb = "rdma_join_multicast";
+        let group = group.to_canonical();
+        let dev = self.inner.ctx.addr();
+        let bad = |why: String| Err(cm_err(verb, libc::EINVAL, why));
+        if self.inner.ps == PortSpace::Tcp || self.qp().is_some_and(|q| q.qp_type() != QpType::Ud) {
+            return bad(
+                "only a UD ID (port space UDP, or IB with a UD QP) joins a multicast group".into(),
+            );
+        }
+        if !group.is_multicast() {
+            return bad(format!("{group} is not a multicast address"));
+        }
+        if group.is_ipv4() != dev.to_canonical().is_ipv4() {
+            return bad(format!(
+                "device {} is on {dev}, which cannot join the group {group}",
+                self.inner.ctx.name()
+            ));
+        }
+        let state = self.st().state;
+        if !matches!(state, "ADDR_BOUND" | "ADDR_RESOLVED") {
+            return bad(format!(
+                "the ID is {state}: bind or resolve its address first (and join before \
+                 resolving the route)"
+            ));
+        }
+        if self.st().groups.iter().any(|(g, _)| *g == group) {
+            return Err(cm_err(
+                verb,
+                libc::EADDRINUSE,
+                format!("the ID has joined {group} already"),
+            ));
+        }
+        if !send_only && let Some(qp) = self.qp() {
+            qp.attach_mcast(gid_of(group))?;
+        }
+        self.st().groups.push((group, send_only));
+        self.inner.chan().push(CmEvent {
+            kind: CmEventKind::MulticastJoin { group },
+            id: self.clone(),
+            listen_id: None,
+            private_data: vec![],
+            peer: None,
+            ud: Some(UdParam {
+                qp_num: MULTICAST_QPN,
+                qkey: RDMA_UDP_QKEY,
+            }),
+        });
+        Ok(())
+    }
+
+    /// Leaves the multicast group `group` (`rdma_leave_multicast`): the ID's QP is
+    /// detached from it. EADDRNOTAVAIL if the ID did not join it.
+    pub fn leave_multicast(&self, group: IpAddr) -> Result<()> {
+        let group = group.to_canonical();
+        let joined = {
+            let mut st = self.st();
+            let at = st.groups.iter().position(|(g, _)| *g == group);
+            at.map(|i| st.groups.remove(i))
+        };
+        let Some((_, send_only)) = joined else {
+            return Err(cm_err(
+                "rdma_leave_multicast",
+                libc::EADDRNOTAVAIL,
+                format!("the ID has not joined {group}"),
+            ));
+        };
+        if !send_only && let Some(qp) = self.qp() {
+            // A QP attached elsewhere, or detached by its owner, has nothing to undo.
+            let _ = qp.detach_mcast(gid_of(group));
+        }
+        Ok(())
     }
 
     /// Ends the connection (`rdma_disconnect`): its QP goes to ERROR (its WRs flush), and
@@ -1260,6 +1372,21 @@ impl CmId {
         core.settle(&mut cs);
         Ok(())
     }
+}
+
+/// The GID of an IP address (an IPv4 address's is its mapped form).
+fn gid_of(ip: IpAddr) -> std::net::Ipv6Addr {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    }
+}
+
+/// The QP events a program may pass on to the CM (`rdma_notify`'s `enum ibv_event_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotifyEvent {
+    /// IBV_EVENT_COMM_EST: the QP received before the connection was established.
+    CommEstablished,
 }
 
 fn cm_err(verb: &'static str, errno: i32, why: String) -> Error {

@@ -171,6 +171,56 @@ fn misuse_is_refused_with_the_verb_named() {
     assert!(e.to_string().contains("no connection request"), "{e}");
 }
 
+/// Multicast through the CM, its rules (rdma_cm's): a UD ID whose address is bound or
+/// resolved joins a group of its device's family once, and the MULTICAST_JOIN event gives
+/// the QPN and Q_Key a send to it takes; a TCP ID, a unicast address, a group of the other
+/// family, an unbound or routed ID, a second join and a leave of a group not joined are
+/// refused with the kernel's errno. (The traffic itself: `mckey` in cm_cli's tests.)
+#[test]
+fn multicast_joins_follow_rdma_cms_rules() {
+    use softrdma::cm::{MULTICAST_QPN, RDMA_UDP_QKEY};
+    let c = ctx("127.0.0.78");
+    let chan = EventChannel::new().unwrap();
+    let group: IpAddr = "239.78.0.1".parse().unwrap();
+    let errno = |r: Result<()>| r.unwrap_err().errno();
+
+    let tcp = CmId::new(&chan, &c, PortSpace::Tcp).unwrap();
+    tcp.bind_addr("127.0.0.78:0".parse().unwrap()).unwrap();
+    assert_eq!(errno(tcp.join_multicast(group, false)), libc::EINVAL);
+
+    let ud = CmId::new(&chan, &c, PortSpace::Udp).unwrap();
+    // Not bound yet.
+    assert_eq!(errno(ud.join_multicast(group, false)), libc::EINVAL);
+    ud.resolve_addr(None, SocketAddr::new(group, 0)).unwrap();
+    expect(&chan, CmEventKind::AddrResolved);
+    let e = ud
+        .join_multicast("127.0.0.1".parse().unwrap(), false)
+        .unwrap_err();
+    assert!(e.to_string().contains("not a multicast address"), "{e}");
+    assert_eq!(
+        errno(ud.join_multicast("ff0e::1".parse().unwrap(), false)),
+        libc::EINVAL
+    );
+
+    ud.join_multicast(group, false).unwrap();
+    let ev = expect(&chan, CmEventKind::MulticastJoin { group });
+    let p = ev.ud.expect("the group's QPN and Q_Key");
+    assert_eq!((p.qp_num, p.qkey), (MULTICAST_QPN, RDMA_UDP_QKEY));
+    assert_eq!(errno(ud.join_multicast(group, false)), libc::EADDRINUSE);
+    ud.leave_multicast(group).unwrap();
+    assert_eq!(errno(ud.leave_multicast(group)), libc::EADDRNOTAVAIL);
+
+    // A routed ID may no longer join, as rdma_cm's.
+    let routed = CmId::new(&chan, &c, PortSpace::Udp).unwrap();
+    routed
+        .resolve_addr(None, "127.0.0.78:7478".parse().unwrap())
+        .unwrap();
+    expect(&chan, CmEventKind::AddrResolved);
+    routed.resolve_route().unwrap();
+    expect(&chan, CmEventKind::RouteResolved);
+    assert_eq!(errno(routed.join_multicast(group, false)), libc::EINVAL);
+}
+
 /// UD through SIDR: the client's `connect` asks the server's service for its UD QP, the
 /// server's `accept` answers with it, and the client's Established event carries the QPN
 /// and rdma_cm's UD Q_Key, with which a datagram then reaches the server's QP. A service

@@ -618,6 +618,11 @@ impl QueuePair {
         self.cfg.qp_type
     }
 
+    /// Whether its receives come from a shared receive queue.
+    pub fn has_srq(&self) -> bool {
+        self.cfg.srq.is_some()
+    }
+
     /// The current state.
     pub fn state(&self) -> QpState {
         self.state

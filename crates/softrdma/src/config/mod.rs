@@ -271,8 +271,9 @@ fn route_source(dst: IpAddr) -> Option<IpAddr> {
 
 /// [`route_device`]'s choice, given the route's source address `src` and (asked only when
 /// needed) its interface: the device that has `src`; else a device on that interface of
-/// `dst`'s family (every address of 127.0.0.0/8 is on `lo`, whichever the kernel picked);
-/// else any device on it.
+/// `dst`'s family (every address of 127.0.0.0/8 is on `lo`, whichever the kernel picked).
+/// A device of the other family is no answer: it has no GID to send from that the peer
+/// could answer (the kernel's rdma_cm finds no device either, ENODEV).
 fn choose_route_device(
     devices: &[DeviceInfo],
     dst: IpAddr,
@@ -287,7 +288,6 @@ fn choose_route_device(
     devices
         .iter()
         .position(|d| on(d) && d.addr.to_canonical().is_ipv4() == dst.is_ipv4())
-        .or_else(|| devices.iter().position(on))
 }
 
 fn is_link_local(a: IpAddr) -> bool {
@@ -380,6 +380,13 @@ mod tests {
         assert_eq!(
             choose_route_device(&devs, ip("192.0.2.1"), ip("192.0.2.7"), || Some(
                 "eth0".into()
+            )),
+            None
+        );
+        // Only a device of the other family on the route's interface.
+        assert_eq!(
+            choose_route_device(&devs[2..3], ip("127.0.0.9"), ip("127.0.0.1"), || Some(
+                "lo".into()
             )),
             None
         );

@@ -469,6 +469,11 @@ impl QueuePair {
         self.with(|qp| qp.qp_type())
     }
 
+    /// Whether the QP takes its receives from a shared receive queue.
+    pub fn has_srq(&self) -> bool {
+        self.with(|qp| qp.has_srq())
+    }
+
     /// The IP address of the group `gid`, checked against this QP and device.
     fn group(&self, verb: &'static str, gid: std::net::Ipv6Addr) -> Result<IpAddr> {
         use crate::error::McastError;
