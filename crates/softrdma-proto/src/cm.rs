@@ -50,12 +50,22 @@ use std::time::Duration;
 pub const RELISTEN_GRACE: Duration = Duration::from_secs(2);
 
 /// The requester's side of [`RELISTEN_GRACE`]: a REQ that a peer rejects as "invalid
-/// service ID" while a connection of ours to the same service is up, or less than that
-/// grace after one ended, is sent again this much later (while resends are left) instead
-/// of failing at once. perftest's `-R` client connects its data QPs the moment its
-/// parameter connection is up, and its server (Linux's too) listens again for them only
-/// then: Linux's slower address resolution usually hides that race, ours does not.
+/// service ID" while a connection of ours to that peer is up, or less than that grace
+/// after one ended, is sent again this much later (while resends are left) instead of
+/// failing at once. Programs that make one connection after another to a peer tell the
+/// next port over another channel and listen on it only then: perftest's `-R` client
+/// connects its data QPs the moment its parameter connection is up, and qperf's server
+/// sends each test's port before it listens. Linux's slower address resolution usually
+/// hides those races, ours does not (and against rxe in an emulated VM, neither does
+/// Linux's: qperf's tests failed one run in three there). A REQ to a peer we have not
+/// been connected to lately is sent again only [`COLD_REJ_RESENDS`] times, so that a
+/// port nobody listens on is reported rejected within a few hundred milliseconds.
 pub const REJ_RETRY_WAIT: Duration = Duration::from_millis(100);
+
+/// How often a REQ rejected as "invalid service ID" by a peer we were not connected to
+/// lately is sent again, [`REJ_RETRY_WAIT`] apart: the first test of a qperf run meets
+/// the same race as the later ones, with no connection before it to tell.
+pub const COLD_REJ_RESENDS: u8 = 2;
 
 /// A connection's (or a SIDR request's) local communication ID.
 pub type CommId = u32;
@@ -281,8 +291,6 @@ struct Conn<A> {
     /// for the passive side its local one (the time the active side said it needs to
     /// answer), each with twice the packet lifetime.
     timeout: Duration,
-    /// The service the REQ asked for.
-    service_id: u64,
 }
 
 /// A SIDR request we sent, or answered.
@@ -314,9 +322,8 @@ pub struct CmAgent<A> {
     /// Services bound by a consumer that does not listen on them yet (see
     /// [`CmAgent::bind`]).
     bound: HashSet<u64>,
-    /// Services at peers to which a connection of ours ended, and when (see
-    /// [`REJ_RETRY_WAIT`]).
-    ended: HashMap<(A, u64), Instant>,
+    /// Peers to which a connection of ours last ended, and when (see [`REJ_RETRY_WAIT`]).
+    ended: HashMap<A, Instant>,
     timers: BTreeSet<(Instant, CommId)>,
     /// The low byte of every ID this agent draws (see [`CmAgent::set_id_tag`]).
     tag: u8,
@@ -478,7 +485,6 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
                 retries_left: req.max_cm_retries,
                 max_retries: req.max_cm_retries,
                 timeout,
-                service_id: req.service_id,
             },
         );
         self.send(peer, mad);
@@ -806,9 +812,9 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         };
         c.state = CmState::TimeWait;
         if c.active {
-            let key = (c.peer, c.service_id);
+            let peer = c.peer;
             self.ended.retain(|_, t| now.since(*t) < RELISTEN_GRACE);
-            self.ended.insert(key, now);
+            self.ended.insert(peer, now);
         }
         self.arm(id, Some(at));
     }
@@ -981,7 +987,6 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
                 retries_left: 0,
                 max_retries: req.max_cm_retries,
                 timeout: self.wait_for(req.local_cm_response_timeout),
-                service_id: req.service_id,
             },
         );
         self.by_remote
@@ -1061,19 +1066,20 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
                 return;
             }
         };
-        let (peer, service) = (c.peer, c.service_id);
+        let peer = c.peer;
+        let cold_resends_left = c.max_retries.saturating_sub(c.retries_left) < COLD_REJ_RESENDS;
         let relistening = c.active
             && !connected_qp
             && rej.reason == rej_reason::INVALID_SERVICE_ID
             && c.retries_left > 0
-            && (self
-                .ended
-                .get(&(peer, service))
-                .is_some_and(|t| now.since(*t) < RELISTEN_GRACE)
+            && (cold_resends_left
+                || self
+                    .ended
+                    .get(&peer)
+                    .is_some_and(|t| now.since(*t) < RELISTEN_GRACE)
                 || self.conns.values().any(|o| {
                     o.active
                         && o.peer == peer
-                        && o.service_id == service
                         && matches!(o.state, CmState::Established | CmState::TimeWait)
                 }));
         let c = self.conns.get_mut(&id).expect("mine checked it");

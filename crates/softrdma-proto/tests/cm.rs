@@ -7,7 +7,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use softrdma_proto::Instant;
 use softrdma_proto::cm::{
-    CmAgent, CmConfig, CmEvent, CmState, REJ_RETRY_WAIT, RELISTEN_GRACE, cm_timeout,
+    COLD_REJ_RESENDS, CmAgent, CmConfig, CmEvent, CmState, REJ_RETRY_WAIT, RELISTEN_GRACE,
+    cm_timeout,
 };
 use softrdma_wire::cm::{
     Addressee, CmMad, CmMessage, IpCmHeader, PathRepr, PrivateData, RepRepr, ReqRepr, SidrRepRepr,
@@ -264,7 +265,8 @@ fn a_req_nobody_listens_for_is_rejected_with_invalid_service_id() {
     let mut r = req(0x100);
     r.service_id = ip_service_id(port_space::TCP, 9);
     let id = p.a[0].connect(p.now, 1, r);
-    p.run(p.after(Duration::from_millis(1)));
+    // The REJ comes through after the requester's cold resends (COLD_REJ_RESENDS).
+    p.run(p.after(Duration::from_secs(1)));
     let rejected = p.events[0].iter().find_map(|e| match e {
         CmEvent::Rejected { id: i, rej } if *i == id => Some(rej.reason),
         _ => None,
@@ -607,12 +609,12 @@ fn a_req_just_after_the_listener_went_waits_for_the_next_one() {
     p.run(p.after(Duration::from_secs(1)));
     assert_eq!(p.a[0].state(id), Some(CmState::Established));
 
-    // Long after a listener went: rejected at once.
+    // Long after a listener went: rejected (after the requester's cold resends).
     let mut p = Pair::new(9);
     p.a[1].unlisten(p.now, SERVICE);
     p.now = p.now.add(softrdma_proto::cm::RELISTEN_GRACE);
     p.a[0].connect(p.now, 1, req(0x100));
-    p.run(p.after(Duration::from_millis(1)));
+    p.run(p.after(Duration::from_secs(1)));
     assert!(
         has(
             &p.events[0],
@@ -663,10 +665,11 @@ fn an_agents_ids_end_in_its_tag_and_answers_name_them() {
     }
 }
 
-/// The requester's side of the relisten grace: right after a connection to a service
-/// ended, a REJ "invalid service ID" for a new REQ to it is taken as "not listening
-/// again yet" and the REQ goes again [`REJ_RETRY_WAIT`] later, so it finds the listener
-/// (perftest's `-R`); with no such connection before, the REJ comes through at once.
+/// The requester's side of the relisten grace: right after a connection to a peer
+/// ended, a REJ "invalid service ID" for a new REQ to it (the same service: perftest's
+/// `-R`; or another: qperf's next test) is taken as "not listening yet" and the REQ goes
+/// again [`REJ_RETRY_WAIT`] later, so it finds the listener; with no such connection
+/// before, it goes again only [`COLD_REJ_RESENDS`] times, and then the REJ comes through.
 #[test]
 fn a_reconnect_rejected_while_the_peer_relistens_is_sent_again() {
     let mut p = Pair::new(11);
@@ -689,17 +692,42 @@ fn a_reconnect_rejected_while_the_peer_relistens_is_sent_again() {
     p.a[1].listen(SERVICE).unwrap();
     p.run(p.after(Duration::from_millis(300)));
     assert_eq!(p.a[0].state(second), Some(CmState::Established));
+    // Another service of the same peer, listened on late too.
+    let mut other = req(0x103);
+    other.service_id = SERVICE + 1;
+    let third = p.a[0].connect(p.now, 1, other);
+    p.run(p.after(Duration::from_millis(250)));
+    assert!(
+        !has(&p.events[0], |e| matches!(e, CmEvent::Rejected { .. })),
+        "{:?}",
+        p.events[0]
+    );
+    p.a[1].listen(SERVICE + 1).unwrap();
+    p.run(p.after(Duration::from_millis(300)));
+    assert_eq!(p.a[0].state(third), Some(CmState::Established));
 
-    // A service never connected to: the REJ comes at once.
+    // A peer never connected to: the REQ goes COLD_REJ_RESENDS more times, then the
+    // REJ comes through.
     let mut q = Pair::new(12);
     q.a[1].unlisten(q.now, SERVICE);
     q.now = q.now.add(RELISTEN_GRACE);
     q.a[0].connect(q.now, 1, req(0x102));
-    q.run(q.after(REJ_RETRY_WAIT / 2));
-    assert!(has(&q.events[0], |e| matches!(
-        e,
-        CmEvent::Rejected { rej, .. } if rej.reason == rej_reason::INVALID_SERVICE_ID
-    )));
+    let rejected = |q: &Pair| {
+        has(
+            &q.events[0],
+            |e| matches!(e, CmEvent::Rejected { rej, .. } if rej.reason == rej_reason::INVALID_SERVICE_ID),
+        )
+    };
+    q.run(q.after(REJ_RETRY_WAIT * u32::from(COLD_REJ_RESENDS) - REJ_RETRY_WAIT / 2));
+    assert!(!rejected(&q), "{:?}", q.events[0]);
+    q.run(q.after(Duration::from_secs(1)));
+    assert!(rejected(&q), "{:?}", q.events[0]);
+    let c = q.a[0].counters();
+    assert_eq!(
+        (c.sent, c.retransmitted),
+        (1 + u64::from(COLD_REJ_RESENDS), u64::from(COLD_REJ_RESENDS)),
+        "{c:?}"
+    );
 }
 
 /// A service bound and not yet listened on (a program that tells its peer the port
@@ -722,6 +750,6 @@ fn a_req_for_a_bound_port_waits_for_its_listen() {
     q.a[1].bind(SERVICE);
     q.a[1].unbind(SERVICE);
     q.a[0].connect(q.now, 1, req(0x101));
-    q.run(q.after(Duration::from_millis(5)));
+    q.run(q.after(Duration::from_secs(1)));
     assert!(has(&q.events[0], |e| matches!(e, CmEvent::Rejected { .. })));
 }
