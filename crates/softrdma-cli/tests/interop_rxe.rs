@@ -2,7 +2,10 @@
 //! `ibv_{rc,uc,ud}_pingpong` of rdma-core 44, and `softrdma perf` against perftest 4.5's
 //! `ib_write_bw`, `ib_read_lat`, `ib_send_lat` and `ib_atomic_lat`, in a VM running kernel rxe,
 //! in both directions, over RoCE v2 on IPv4 at path MTU 1024 (pingpongs with `-c`). One exchange is captured on the bridge and
-//! must pass `softrdma pcap verify` (every ICRC, ours and rxe's) and tshark.
+//! must pass `softrdma pcap verify` (every ICRC, ours and rxe's) and tshark. The connection
+//! manager's clients (rping, ucmatose, udaddy, rdma_server/client, perftest `-R`, cmtime,
+//! qperf `-cm1` and mckey) run through the drop-in against the same programs in the VM,
+//! both ways; those the image lacks run there from its 9p share.
 //!
 //! It needs root, qemu and the rxe-peer scripts (`../shared/rxe-peer`, or
 //! `$SOFTRDMA_RXE_PEER`), boots one VM in a network namespace it creates (10.77.0.0/24, nothing
@@ -77,6 +80,16 @@ impl Vm {
         let o = self.exec(cmd);
         assert!(o.status.success(), "in the VM: {cmd}\n{}", text(&o));
         text(&o)
+    }
+
+    /// Copies the host's `/usr/bin/NAME` into the VM's 9p share (`/host`), for a program
+    /// the image lacks (cmtime, mckey, qperf): Debian 12's binaries, whose libraries the
+    /// image has for rping's sake. Gives its path in the VM.
+    fn share(&self, name: &str) -> String {
+        let dst = PathBuf::from("/tmp/softrdma-rxe-peer/run/vm1/share").join(name);
+        std::fs::copy(PathBuf::from("/usr/bin").join(name), &dst)
+            .unwrap_or_else(|e| panic!("/usr/bin/{name} to {}: {e}", dst.display()));
+        format!("/host/{name}")
     }
 
     /// Waits for the VM's background program that wrote `/tmp/TAG.pid` to end, and gives
@@ -521,6 +534,13 @@ fn pingpong_with_linux_rxe() {
         "#bytes",
     );
 
+    // Programs the VM image lacks, run there from the share: cmtime's 1,000 connections,
+    // qperf's twelve RC tests over rdma_cm, and mckey's multicast through
+    // rdma_join_multicast, each both ways.
+    cmtime_case(&vm);
+    qperf_case(&vm);
+    mckey_case(&vm);
+
     // Unmodified rdma-core and perftest binaries on the host through the drop-in
     // libibverbs (`softrdma exec`), against the same binaries on rxe, both ways.
     dropin_case(
@@ -661,6 +681,205 @@ fn cm_dropin_case(vm: &Vm, server: &str, client: &str, port: u16, want: &str) {
         text(&srv)
     );
     eprintln!("ok: unmodified {server} / {client} through the drop-in, both ways with rxe");
+}
+
+/// A drop-in server on the host (`softrdma exec -- ARGS` on HOST_IP), killed when dropped.
+struct HostServer(Option<std::process::Child>);
+
+impl HostServer {
+    fn start(args: &[&str], out: Stdio) -> Self {
+        let mut a = vec!["exec", "--"];
+        a.extend(args);
+        Self(Some(
+            ours(HOST_IP, &[], &a)
+                .stdout(out)
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        ))
+    }
+
+    /// Its exit status, once it ends within `limit` (else it is killed, and the test fails).
+    fn finish(mut self, limit: Duration) -> std::process::ExitStatus {
+        let mut child = self.0.take().expect("started");
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(child.wait()));
+        match rx.recv_timeout(limit) {
+            Ok(s) => s.unwrap(),
+            Err(_) => {
+                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+                panic!("the drop-in's server did not end within {limit:?}")
+            }
+        }
+    }
+}
+
+impl Drop for HostServer {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// rdma-core's cmtime, 1,000 connections made and torn down step by step, both ways: the
+/// drop-in against the kernel's rdma_cm. Its server serves until it is stopped.
+fn cmtime_case(vm: &Vm) {
+    let cmtime = vm.share("cmtime");
+    vm.exec_ok(&format!(
+        "timeout 120 {cmtime} -b {VM_IP} -p 7185 -c 1000 > /tmp/cmt.log 2>&1 & \
+         echo $! > /tmp/cmt.pid"
+    ));
+    vm.exec_ok("waitcm 7185");
+    let o = run(
+        &mut ours(
+            HOST_IP,
+            &[],
+            &[
+                "exec", "--", "cmtime", "-s", VM_IP, "-p", "7185", "-c", "1000",
+            ],
+        ),
+        Duration::from_secs(120),
+    );
+    vm.exec("kill $(cat /tmp/cmt.pid)");
+    assert!(
+        o.status.success() && text(&o).contains("connect   "),
+        "drop-in cmtime -> rxe: {}",
+        text(&o)
+    );
+    eprintln!("drop-in cmtime -> rxe:\n{}", text(&o));
+
+    let _srv = HostServer::start(
+        &["cmtime", "-b", HOST_IP, "-p", "7186", "-c", "1000"],
+        Stdio::null(),
+    );
+    wait_cm_listen(7186);
+    let o = vm.exec(&format!(
+        "timeout 100 {cmtime} -s {HOST_IP} -p 7186 -c 1000"
+    ));
+    assert!(
+        o.status.success() && text(&o).contains("connect   "),
+        "rxe cmtime -> drop-in: {}",
+        text(&o)
+    );
+    eprintln!("rxe cmtime -> drop-in:\n{}", text(&o));
+}
+
+/// qperf `-cm1` with its twelve RC tests (atomics and their verified forms included),
+/// both ways; each test makes its own rdma_cm connection.
+fn qperf_case(vm: &Vm) {
+    const TESTS: &str = "rc_bi_bw rc_bw rc_lat rc_rdma_read_bw rc_rdma_read_lat \
+        rc_rdma_write_bw rc_rdma_write_lat rc_rdma_write_poll_lat rc_compare_swap_mr \
+        rc_fetch_add_mr ver_rc_compare_swap ver_rc_fetch_add";
+    let figures = |o: &Output| text(o).matches(" = ").count();
+    let qperf = vm.share("qperf");
+    vm.exec_ok(&format!(
+        "timeout 120 {qperf} -lp 19790 > /tmp/qp.log 2>&1 & echo $! > /tmp/qp.pid; \
+         waitport 19790"
+    ));
+    let mut args = vec![
+        "exec", "--", "qperf", "-lp", "19790", "-cm1", "-t", "1", VM_IP,
+    ];
+    args.extend(TESTS.split_whitespace());
+    let o = run(&mut ours(HOST_IP, &[], &args), Duration::from_secs(120));
+    vm.exec("kill $(cat /tmp/qp.pid)");
+    assert!(
+        o.status.success() && figures(&o) == 12,
+        "drop-in qperf -> rxe: {}",
+        text(&o)
+    );
+
+    let _srv = HostServer::start(&["qperf", "-lp", "19791"], Stdio::null());
+    wait_listen(19791);
+    let o = vm.exec(&format!(
+        "timeout 100 {qperf} -lp 19791 -cm1 -t 1 {HOST_IP} {TESTS}"
+    ));
+    assert!(
+        o.status.success() && figures(&o) == 12,
+        "rxe qperf -> drop-in: {}",
+        text(&o)
+    );
+    eprintln!("ok: qperf -cm1, twelve RC tests, both ways with rxe");
+}
+
+/// rdma-core's mckey, both ways: a receiver joins an IPv4 group through
+/// rdma_join_multicast (rxe's kernel rdma_cm, or the drop-in), and the other side joins it
+/// and sends ten messages, which the receiver must get.
+fn mckey_case(vm: &Vm) {
+    let mckey = vm.share("mckey");
+    let done = |t: &str| t.contains("data transfers complete") && t.contains("return status 0");
+    // Joined once the kernel's rdma_cm has joined the IP group for it (mckey's own
+    // output is buffered until it ends): 239.77.1.1 is 01014DEF in /proc/net/igmp.
+    vm.exec_ok(&format!(
+        "timeout 60 {mckey} -m 239.77.1.1 -b {VM_IP} -C 10 > /tmp/mk.log 2>&1 & \
+         echo $! > /tmp/mk.pid; until grep -q 01014DEF /proc/net/igmp; do sleep 0.05; done"
+    ));
+    let o = run(
+        &mut ours(
+            HOST_IP,
+            &[],
+            &[
+                "exec",
+                "--",
+                "mckey",
+                "-m",
+                "239.77.1.1",
+                "-b",
+                HOST_IP,
+                "-s",
+                "-C",
+                "10",
+            ],
+        ),
+        Duration::from_secs(60),
+    );
+    let rxe = vm.finished("mk");
+    assert!(
+        o.status.success() && done(&text(&o)) && done(&rxe),
+        "drop-in mckey -> rxe:\n{}\nrxe:\n{rxe}",
+        text(&o)
+    );
+
+    let log = std::env::temp_dir().join(format!("softrdma-mckey-{}", std::process::id()));
+    let srv = HostServer::start(
+        &[
+            "stdbuf",
+            "-oL",
+            "mckey",
+            "-m",
+            "239.77.1.2",
+            "-b",
+            HOST_IP,
+            "-C",
+            "10",
+        ],
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("joined")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the drop-in's mckey did not join"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = vm.exec(&format!(
+        "timeout 60 {mckey} -m 239.77.1.2 -b {VM_IP} -s -C 10"
+    ));
+    let status = srv.finish(Duration::from_secs(60));
+    let ours_log = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    assert!(
+        status.success() && done(&ours_log) && o.status.success() && done(&text(&o)),
+        "rxe mckey -> drop-in:\n{}\ndrop-in:\n{ours_log}",
+        text(&o)
+    );
+    eprintln!("ok: mckey multicast through rdma_cm, both ways with rxe");
 }
 
 /// Waits until a softrdma process in the namespace listens on rdma_cm port `port`, as
