@@ -205,6 +205,9 @@ struct IdC {
     afonly: bool,
     /// A wildcard listen's listeners on the devices other than the ID's own.
     also: Mutex<Vec<CmId>>,
+    /// RDMA_OPTION_ID_TOS and _ACK_TIMEOUT, kept for an ID not on a device yet.
+    tos: Option<u8>,
+    ack_timeout: Option<u8>,
     /// Its events handed out and acked, and the wait for the last ack.
     acks: Mutex<Acks>,
     acked: std::sync::Condvar,
@@ -226,6 +229,8 @@ impl IdC {
             wildcard: None,
             afonly: false,
             also: Mutex::new(Vec::new()),
+            tos: None,
+            ack_timeout: None,
             acks: Mutex::new(Acks::default()),
             acked: std::sync::Condvar::new(),
         }))
@@ -554,6 +559,7 @@ fn rust_id(verb: &'static str, c: &mut IdC, ip: Option<IpAddr>) -> Result<CmId, 
     let chan = unsafe { &*c.id.channel.cast::<ChanC>() };
     let ps = port_space(c.id.ps).unwrap_or(PortSpace::Tcp);
     let r = CmId::new(&chan.rust, &soft.ctx, ps).map_err(|e| fail_with(verb, &e))?;
+    apply_options(c, &r).map_err(|e| fail_with(verb, &e))?;
     r.set_user(c as *mut IdC as usize);
     c.id.verbs = ctx;
     c.id.port_num = 1;
@@ -1385,10 +1391,10 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     })
 }
 
-/// `rdma_set_option`: TOS, REUSEADDR, AFONLY and ACK_TIMEOUT are taken (softrdma's paths
-/// carry no traffic class of their own, its ports are never held by a dead listener, and
-/// its QPs' ACK timeout is their own); AFONLY keeps an IPv6 wildcard listen off the IPv4
-/// devices. Anything else is EINVAL, as librdmacm says of an unknown option.
+/// `rdma_set_option`: TOS (the REQ's traffic class, see `CmId::set_tos`), ACK_TIMEOUT (the
+/// RC QP's, see `CmId::set_ack_timeout`), AFONLY (an IPv6 wildcard listen stays off the
+/// IPv4 devices) and REUSEADDR (taken: softrdma's ports are never held by a dead
+/// listener). Anything else is EINVAL, as the kernel says of an unknown option.
 ///
 /// # Safety
 /// `id` an ID of this library; `optval` NULL or `optlen` readable bytes.
@@ -1401,17 +1407,42 @@ pub unsafe extern "C" fn rdma_set_option(
     optlen: usize,
 ) -> c_int {
     guard("rdma_set_option", -1, || {
+        let v = "rdma_set_option";
         // RDMA_OPTION_ID = 0: TOS 0, REUSEADDR 1, AFONLY 2, ACK_TIMEOUT 3; IB = 1: PATH 1.
+        // The sizes are the kernel's: a u8 for TOS and ACK_TIMEOUT, an int for the flags.
+        let size = match (level, optname) {
+            (0, 0 | 3) => 1,
+            (0, 1 | 2) => size_of::<c_int>(),
+            _ => 0,
+        };
+        if size != 0 && (id.is_null() || optval.is_null() || optlen < size) {
+            return refuse(
+                v,
+                libc::EINVAL,
+                &format_args!("option {optname} takes {size} bytes"),
+            );
+        }
         match (level, optname) {
-            (0, 2) => {
-                if id.is_null() || optval.is_null() || optlen < size_of::<c_int>() {
-                    return refuse("rdma_set_option", libc::EINVAL, &"AFONLY takes an int");
+            (0, 0 | 3) => {
+                // SAFETY: per the contract: an ID of this library and a byte.
+                let (c, b) = unsafe { (idc(id), *optval.cast::<u8>()) };
+                if optname == 0 {
+                    c.tos = Some(b);
+                } else {
+                    c.ack_timeout = Some(b);
                 }
+                // An ID not on a device yet gets them when it is (see rust_id).
+                match lock(&c.rust).as_ref() {
+                    Some(r) => errno_of(v, apply_options(c, r)),
+                    None => 0,
+                }
+            }
+            (0, 2) => {
                 // SAFETY: per the contract: an ID of this library and an int.
                 unsafe { idc(id).afonly = optval.cast::<c_int>().read_unaligned() != 0 };
                 0
             }
-            (0, 0..=3) => 0,
+            (0, 1) => 0,
             _ => {
                 fail(
                     "rdma_set_option",
@@ -1422,6 +1453,17 @@ pub unsafe extern "C" fn rdma_set_option(
             }
         }
     })
+}
+
+/// Gives the ID's Rust side the options set on it (`rdma_set_option`).
+fn apply_options(c: &IdC, r: &CmId) -> softrdma::Result<()> {
+    if let Some(t) = c.tos {
+        r.set_tos(t);
+    }
+    match c.ack_timeout {
+        Some(t) => r.set_ack_timeout(t),
+        None => Ok(()),
+    }
 }
 
 /// `rdma_get_src_port`: the local port, in network order.

@@ -512,6 +512,10 @@ struct IdState {
     /// The multicast groups joined, each with whether it was joined to send only (its QP
     /// is then not attached).
     groups: Vec<(IpAddr, bool)>,
+    /// [`CmId::set_tos`].
+    tos: u8,
+    /// [`CmId::set_ack_timeout`].
+    ack_timeout: Option<u8>,
 }
 
 impl IdInner {
@@ -932,12 +936,16 @@ impl CmId {
     /// The passive side's connection: it sends from the REQ's PSN and expects its own
     /// (see the module docs).
     fn passive_conn(&self, req: &ReqRepr, param: &ConnParam) -> Conn {
+        let (rq_psn, ack_timeout) = {
+            let st = self.st();
+            (st.rq_psn, st.ack_timeout)
+        };
         Conn {
             dest_qpn: req.local_qpn,
-            rq_psn: self.st().rq_psn,
+            rq_psn,
             sq_psn: req.starting_psn,
             mtu: mtu_min(req.path_mtu, self.inner.ctx.active_mtu()),
-            timeout: req.primary.local_ack_timeout.max(1),
+            timeout: ack_timeout.unwrap_or(req.primary.local_ack_timeout).max(1),
             retry: req.retry_count,
             rnr_retry: param.rnr_retry_count.min(7),
             rd_atomic: param.initiator_depth.min(req.responder_resources).max(1),
@@ -1010,7 +1018,10 @@ impl CmId {
             // IBTA 12.6.5: whether the sender's QP takes its receives from an SRQ (the
             // REP's bit says the same of the acceptor's, IBTA 12.6.8).
             srq: qp.has_srq(),
-            primary: path(local.ip(), peer.ip()),
+            primary: {
+                let st = self.st();
+                path(local.ip(), peer.ip(), st.tos, st.ack_timeout)
+            },
             alternate: PathRepr::default(),
             sap_supported: false,
             private_data: PrivateData(pd),
@@ -1242,6 +1253,29 @@ impl CmId {
         self.agent_verb("rdma_establish", |a, _, id| a.ready_to_use(id, &[]))
     }
 
+    /// Sets the type of service of the ID's connection (`RDMA_OPTION_ID_TOS`), before it
+    /// connects: the REQ's path carries it as its traffic class, which the peer's packets
+    /// take (softrdma's own leave with the device's).
+    pub fn set_tos(&self, tos: u8) {
+        self.st().tos = tos;
+    }
+
+    /// Sets the ACK timeout (4.096 µs × 2^`timeout`) of the ID's RC QP
+    /// (`RDMA_OPTION_ID_ACK_TIMEOUT`), before it connects or accepts: it replaces the
+    /// default 14 (67 ms) on the active side, and the REQ's on the passive side. EINVAL
+    /// past 31, the field's width.
+    pub fn set_ack_timeout(&self, timeout: u8) -> Result<()> {
+        if timeout > 31 {
+            return Err(cm_err(
+                "rdma_set_option",
+                libc::EINVAL,
+                format!("ACK timeout {timeout}: the field holds 0 to 31"),
+            ));
+        }
+        self.st().ack_timeout = Some(timeout);
+        Ok(())
+    }
+
     /// Tells the CM of an event seen on the ID's QP (`rdma_notify`): only
     /// [`NotifyEvent::CommEstablished`], traffic that arrived on a passive ID's QP before
     /// the peer's RTU did, which then stands in for the RTU (IBTA 12.9.6.2), with an
@@ -1439,8 +1473,9 @@ fn to_init(qp: &QueuePair) -> Result<()> {
 }
 
 /// A RoCE v2 path between two addresses: GIDs are the addresses (IPv4-mapped), LIDs the
-/// permissive 0xFFFF as rxe sends them, hop limit 64.
-fn path(local: IpAddr, remote: IpAddr) -> PathRepr {
+/// permissive 0xFFFF as rxe sends them, hop limit 64, with the ID's type of service and
+/// ACK timeout (ours by default).
+fn path(local: IpAddr, remote: IpAddr, tos: u8, ack_timeout: Option<u8>) -> PathRepr {
     let gid = |a: IpAddr| match a {
         IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
         IpAddr::V6(v6) => v6.octets(),
@@ -1451,7 +1486,8 @@ fn path(local: IpAddr, remote: IpAddr) -> PathRepr {
         local_gid: gid(local),
         remote_gid: gid(remote),
         hop_limit: 64,
-        local_ack_timeout: ACK_TIMEOUT,
+        traffic_class: tos,
+        local_ack_timeout: ack_timeout.unwrap_or(ACK_TIMEOUT),
         ..PathRepr::default()
     }
 }
@@ -1476,14 +1512,15 @@ struct Conn {
     dest_rd_atomic: u8,
 }
 
-/// The active side's connection: it sends from the REP's PSN and expects its REQ's.
+/// The active side's connection: it sends from the REP's PSN and expects its REQ's, and
+/// waits for ACKs as long as its REQ announced.
 fn active_conn(req: &ReqRepr, rep: &RepRepr, param: &ConnParam, ours: Mtu) -> Conn {
     Conn {
         dest_qpn: rep.local_qpn,
         rq_psn: req.starting_psn,
         sq_psn: rep.starting_psn,
         mtu: mtu_min(req.path_mtu, ours),
-        timeout: ACK_TIMEOUT,
+        timeout: req.primary.local_ack_timeout.max(1),
         retry: param.retry_count,
         rnr_retry: rep.rnr_retry_count,
         rd_atomic: param.initiator_depth.min(rep.responder_resources).max(1),
