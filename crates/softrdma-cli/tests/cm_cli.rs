@@ -233,7 +233,7 @@ fn dropin_pair_on(
 }
 
 /// rdma-core's rping, ucmatose (four connections), udaddy (two UD IDs through SIDR),
-/// rdma_server/rdma_client, qperf `-cm1` (its twelve RC tests) and cmtime (100), and
+/// rdma_server/rdma_client, qperf `-cm1` (its twelve RC tests) and cmtime (1,000), and
 /// every perftest
 /// tool with `-R` (its connections made by rdma_cm), unmodified, as two processes.
 #[test]
@@ -333,12 +333,12 @@ fn unmodified_rdma_cm_programs_connect_through_the_dropin() {
     );
     qperf_cm("127.0.1.6", "127.0.2.6", 19870);
 
-    // cmtime: 100 connections made and torn down step by step, each step timed; its
+    // cmtime: 1,000 connections made and torn down step by step, each step timed; its
     // server serves until it is stopped.
     let srv = Running::new(
         exec(
             "127.0.1.3",
-            &["cmtime", "-b", "127.0.1.3", "-p", "7422", "-c", "100"],
+            &["cmtime", "-b", "127.0.1.3", "-p", "7422", "-c", "1000"],
         )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -349,7 +349,7 @@ fn unmodified_rdma_cm_programs_connect_through_the_dropin() {
     let cli = Running::new(
         exec(
             "127.0.2.3",
-            &["cmtime", "-s", "127.0.1.3", "-p", "7422", "-c", "100"],
+            &["cmtime", "-s", "127.0.1.3", "-p", "7422", "-c", "1000"],
         )
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -533,6 +533,27 @@ fn pingpong_with_linux_rxe() {
         7183,
         "#bytes",
     );
+    // The other six perftest tools with -R.
+    for (i, tool) in [
+        "ib_send_lat",
+        "ib_write_bw",
+        "ib_write_lat",
+        "ib_read_bw",
+        "ib_atomic_bw",
+        "ib_atomic_lat",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let port = 7194 + i as u16;
+        cm_dropin_case(
+            &vm,
+            &format!("{tool} -R -n 20 -p {port}"),
+            &format!("{tool} -R -n 20 -p {port} {{peer}}"),
+            port,
+            "#bytes",
+        );
+    }
 
     // Programs the VM image lacks, run there from the share: cmtime's 1,000 connections,
     // qperf's twelve RC tests over rdma_cm, and mckey's multicast through
