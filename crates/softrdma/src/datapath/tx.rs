@@ -206,6 +206,8 @@ pub(crate) struct TxPath {
 /// The part of a path that its learner thread uses too.
 struct Shared {
     addr: SocketAddr,
+    /// [`TxPath::multicast_if`].
+    mcast_if: u32,
     /// Unconnected, bound to `addr`: sends where no connected socket serves, and receives
     /// (and drops) the probes.
     plain: std::net::UdpSocket,
@@ -240,7 +242,12 @@ impl TxPath {
             IpAddr::V6(v6) => SocketAddr::V6(std::net::SocketAddrV6::new(v6, 0, 0, scope_id)),
             v4 => SocketAddr::new(v4, 0),
         };
-        let plain = std::net::UdpSocket::from(new_socket(bind)?);
+        // Looked up once: the learner binds a socket for each destination it connects.
+        let mcast_if = match ip {
+            IpAddr::V6(v6) => super::udp::v6_interface(v6, scope_id),
+            IpAddr::V4(_) => 0,
+        };
+        let plain = std::net::UdpSocket::from(new_socket(bind, mcast_if)?);
         let addr = plain.local_addr()?;
         static NEXT: AtomicU64 = AtomicU64::new(0);
         Ok(Self {
@@ -249,6 +256,7 @@ impl TxPath {
             gso_everywhere: opts.gso_everywhere,
             shared: Arc::new(Shared {
                 addr,
+                mcast_if,
                 plain,
                 conns: RwLock::new(HashMap::new()),
                 gso: opts.gso,
@@ -261,6 +269,12 @@ impl TxPath {
     /// The UDP source port of every packet.
     pub(crate) fn port(&self) -> u16 {
         self.shared.addr.port()
+    }
+
+    /// The interface an IPv6 path's multicast leaves and its groups are joined on (see
+    /// `udp::v6_interface`); 0 for IPv4, whose groups go by the device's address.
+    pub(crate) fn multicast_if(&self) -> u32 {
+        self.shared.mcast_if
     }
 
     /// The unconnected socket.
@@ -388,7 +402,7 @@ impl Shared {
     /// A socket bound next to the unconnected one and connected to `dst`, its counter
     /// learnt.
     fn connect_to(&self, dst: SocketAddr) -> std::io::Result<Conn> {
-        let sock = new_socket(self.addr)?;
+        let sock = new_socket(self.addr, self.mcast_if)?;
         sock.connect(&dst.into())?;
         let ident = match (self.addr.ip(), dst.ip()) {
             (IpAddr::V4(_), IpAddr::V4(_)) => {
@@ -444,7 +458,7 @@ impl Shared {
 
 /// A non-blocking UDP socket bound to `addr` (shared with the path's other sockets), with DF
 /// set and a deep send buffer.
-fn new_socket(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
+fn new_socket(addr: SocketAddr, mcast_if: u32) -> std::io::Result<socket2::Socket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     // Every socket of the path sends from the same port: the ICRC covers it.
@@ -478,10 +492,8 @@ fn new_socket(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
     // this host's members.
     match addr {
         SocketAddr::V4(a) => sock.set_multicast_if_v4(a.ip())?,
-        SocketAddr::V6(a) => match super::udp::v6_interface(*a.ip(), a.scope_id()) {
-            0 => {}
-            i => sock.set_multicast_if_v6(i)?,
-        },
+        SocketAddr::V6(_) if mcast_if != 0 => sock.set_multicast_if_v6(mcast_if)?,
+        SocketAddr::V6(_) => {}
     }
     sock.bind(&addr.into())?;
     Ok(sock)

@@ -325,8 +325,8 @@ impl Udp {
         sock.bind(&bind.into())?;
         match (group, self.addr) {
             (IpAddr::V4(g), IpAddr::V4(me)) => sock.join_multicast_v4(&g, &me)?,
-            (IpAddr::V6(g), IpAddr::V6(me)) => {
-                sock.join_multicast_v6(&g, v6_interface(me, self.scope_id))?;
+            (IpAddr::V6(g), IpAddr::V6(_)) => {
+                sock.join_multicast_v6(&g, self.tx.multicast_if())?;
                 // rxe sends IPv6 UDP with checksum 0, which Linux drops unless told not to.
                 sys::set_int_opt(sock.as_raw_fd(), libc::IPPROTO_UDP, 102, 1)?;
             }
