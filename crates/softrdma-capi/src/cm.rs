@@ -412,7 +412,7 @@ fn to_sockaddr(a: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen
 fn cm_context(index: usize) -> *mut ibv_context {
     static OPEN: Mutex<Vec<(u32, usize, usize)>> = Mutex::new(Vec::new());
     let generation = crate::device::generation();
-    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut open = lock(&OPEN);
     if let Some((_, _, c)) = open
         .iter()
         .find(|(g, i, _)| *g == generation && *i == index)
@@ -539,7 +539,7 @@ fn route_source_device(dst: IpAddr) -> Option<IpAddr> {
 
 /// The ID's Rust side, made on the device of `ip` if it has none yet.
 fn rust_id(verb: &'static str, c: &mut IdC, ip: Option<IpAddr>) -> Result<CmId, c_int> {
-    if let Some(r) = c.rust.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+    if let Some(r) = lock(&c.rust).clone() {
         return Ok(r);
     }
     let Some(index) = device_for(ip) else {
@@ -563,7 +563,7 @@ fn rust_id(verb: &'static str, c: &mut IdC, ip: Option<IpAddr>) -> Result<CmId, 
     r.set_user(c as *mut IdC as usize);
     c.id.verbs = ctx;
     c.id.port_num = 1;
-    *c.rust.lock().unwrap_or_else(|e| e.into_inner()) = Some(r.clone());
+    *lock(&c.rust) = Some(r.clone());
     Ok(r)
 }
 
@@ -1031,7 +1031,7 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
     guard("rdma_destroy_qp", (), || {
         // SAFETY: per the contract.
         let c = unsafe { idc(id) };
-        if let Some(r) = c.rust.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        if let Some(r) = lock(&c.rust).as_ref() {
             r.detach_qp();
         }
         if !c.id.qp.is_null() {
@@ -1073,7 +1073,7 @@ fn default_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     if ctx.is_null() {
         return null_mut();
     }
-    let mut pds = PDS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut pds = lock(&PDS);
     if let Some((_, pd)) = pds.iter().find(|(c, _)| *c == ctx as usize) {
         return *pd as *mut ibv_pd;
     }
@@ -1156,7 +1156,7 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
         let v = "rdma_accept";
         // SAFETY: per the contract.
         let c = unsafe { idc(id) };
-        let peer = *c.peer.lock().unwrap_or_else(|e| e.into_inner());
+        let peer = *lock(&c.peer);
         // SAFETY: per the contract.
         let p = unsafe { conn_param(param, peer) };
         match made(v, c) {
@@ -1576,8 +1576,8 @@ fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
         let c = IdC::boxed(raw, own_chan);
         // SAFETY: just made.
         unsafe {
-            *(*c).rust.lock().unwrap_or_else(|e| e.into_inner()) = Some(ev.id.clone());
-            *(*c).peer.lock().unwrap_or_else(|e| e.into_inner()) = ev.peer;
+            *lock(&(*c).rust) = Some(ev.id.clone());
+            *lock(&(*c).peer) = ev.peer;
         }
         ev.id.set_user(c as usize);
         // SAFETY: just made.
@@ -2153,7 +2153,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
         };
         // SAFETY: a ChanC of this library.
         let target = unsafe { &*ch.cast::<ChanC>() };
-        if let Some(r) = c.rust.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        if let Some(r) = lock(&c.rust).as_ref() {
             r.migrate(&target.rust);
         }
         for r in lock(&c.also).iter() {

@@ -1480,15 +1480,11 @@ fn to_init(qp: &QueuePair) -> Result<()> {
 /// permissive 0xFFFF as rxe sends them, hop limit 64, with the ID's type of service and
 /// ACK timeout (ours by default).
 fn path(local: IpAddr, remote: IpAddr, tos: u8, ack_timeout: Option<u8>) -> PathRepr {
-    let gid = |a: IpAddr| match a {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    };
     PathRepr {
         local_lid: 0xFFFF,
         remote_lid: 0xFFFF,
-        local_gid: gid(local),
-        remote_gid: gid(remote),
+        local_gid: gid_of(local).octets(),
+        remote_gid: gid_of(remote).octets(),
         hop_limit: 64,
         traffic_class: tos,
         local_ack_timeout: ack_timeout.unwrap_or(ACK_TIMEOUT),
