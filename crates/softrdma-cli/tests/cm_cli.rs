@@ -2,6 +2,9 @@
 //! connection manager (IB CM MADs on QP1 over UDP), and `softrdma res show cm_id` while a
 //! server listens.
 
+mod common;
+
+use common::DeviceConfig;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -748,8 +751,7 @@ fn resolve_addr_without_a_source_takes_the_device_on_the_route() {
         eprintln!("rdmacm-utils missing: skipped (scripts/test installs it)");
         return;
     }
-    let conf = std::env::temp_dir().join(format!("softrdma-route-{}.conf", std::process::id()));
-    std::fs::write(&conf, "sr6 addr ::1\nsr4 addr 127.0.3.2\n").unwrap();
+    let conf = DeviceConfig::new("route", "sr6 addr ::1\nsr4 addr 127.0.3.2\n");
     let srv = Running::new(
         exec(
             "127.0.3.1",
@@ -786,13 +788,11 @@ fn resolve_addr_without_a_source_takes_the_device_on_the_route() {
             "7490",
         ],
     );
-    c.env_remove("SOFTRDMA_ADDR")
-        .env("SOFTRDMA_CONFIG", &conf)
+    conf.apply(&mut c)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let cli = Running::new(c.spawn().unwrap()).finish(Duration::from_secs(60));
     let srv = srv.finish(Duration::from_secs(60));
-    let _ = std::fs::remove_file(&conf);
     assert!(cli.status.success(), "{}\n{}", text(&cli), text(&srv));
     assert_eq!(text(&cli).matches("ping data: rdma-ping-").count(), 5);
     assert!(srv.status.success(), "{}", text(&srv));
@@ -906,17 +906,15 @@ fn a_wildcard_listener_takes_requests_on_every_device() {
         eprintln!("rdmacm-utils missing: skipped (scripts/test installs it)");
         return;
     }
-    let conf = std::env::temp_dir().join(format!("softrdma-any-{}.conf", std::process::id()));
-    std::fs::write(&conf, "sa0 addr 127.0.6.1\nsa1 addr 127.0.6.2\n").unwrap();
+    let conf = DeviceConfig::new("any", "sa0 addr 127.0.6.1\nsa1 addr 127.0.6.2\n");
     let mut s = exec("unused", &["ucmatose", "-c", "2", "-C", "5", "-p", "7496"]);
-    s.env_remove("SOFTRDMA_ADDR")
-        .env("SOFTRDMA_CONFIG", &conf)
+    conf.apply(&mut s)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let srv = Running::new(s.spawn().unwrap());
     let res_show = || {
         let mut c = softrdma("unused", &["res", "show", "cm_id"]);
-        c.env_remove("SOFTRDMA_ADDR").env("SOFTRDMA_CONFIG", &conf);
+        conf.apply(&mut c);
         c
     };
     listening_on(res_show, "src-addr 127.0.6.1:7496 ");
@@ -941,7 +939,6 @@ fn a_wildcard_listener_takes_requests_on_every_device() {
         .map(|c| c.finish(Duration::from_secs(60)))
         .collect();
     let srv = srv.finish(Duration::from_secs(60));
-    let _ = std::fs::remove_file(&conf);
     for o in outs.iter().chain([&srv]) {
         assert!(
             o.status.success() && text(o).contains("return status 0"),

@@ -383,12 +383,10 @@ fn a_forked_child_opens_its_own_device_and_leaves_the_parents_alone() {
 #[test]
 fn ud_multicast_reaches_every_member_and_only_them() {
     let bin = build_c(&c_test("mcast.c"), "mcast");
-    let conf = std::env::temp_dir().join(format!("softrdma-mcast-{}.conf", std::process::id()));
-    std::fs::write(
-        &conf,
+    let conf = DeviceConfig::new(
+        "mcast",
         "softrdma0 addr 127.0.49.2\nsoftrdma1 addr 127.0.49.3\n",
-    )
-    .unwrap();
+    );
     // The group's traffic never leaves loopback (IP_MULTICAST_IF, TTL 1), and the test
     // runs in a network namespace of its own all the same, so that no address but its
     // loopback's is ever in use: util-linux's unshare, as a user namespace's root when the
@@ -408,11 +406,8 @@ fn ud_multicast_reaches_every_member_and_only_them() {
     ])
     .arg(env!("CARGO_BIN_EXE_softrdma"))
     .args(["exec", "--"])
-    .arg(&bin)
-    .env_remove("SOFTRDMA_ADDR")
-    .env("SOFTRDMA_CONFIG", &conf);
-    let o = wait(spawn(&mut c), "mcast");
-    let _ = std::fs::remove_file(&conf);
+    .arg(&bin);
+    let o = wait(spawn(conf.apply(&mut c)), "mcast");
     assert!(
         o.status.success() && text(&o).contains("multicast verified"),
         "{}",
@@ -428,20 +423,16 @@ fn ud_multicast_reaches_every_member_and_only_them() {
 #[test]
 fn the_cm_gives_an_srq_to_its_qp_and_takes_comm_est_notices() {
     let bin = build_c_with(&c_test("cm_srq_notify.c"), "cm_srq_notify", &["-lrdmacm"]);
-    let conf = std::env::temp_dir().join(format!("softrdma-cmsrq-{}.conf", std::process::id()));
-    std::fs::write(
-        &conf,
+    let conf = DeviceConfig::new(
+        "cmsrq",
         "softrdma0 addr 127.0.57.2\nsoftrdma1 addr 127.0.57.3\n",
-    )
-    .unwrap();
+    );
     let mut c = exec(
         "unused",
         bin.to_str().unwrap(),
         &["127.0.57.2", "127.0.57.3"],
     );
-    c.env_remove("SOFTRDMA_ADDR").env("SOFTRDMA_CONFIG", &conf);
-    let o = wait(spawn(&mut c), "cm_srq_notify");
-    let _ = std::fs::remove_file(&conf);
+    let o = wait(spawn(conf.apply(&mut c)), "cm_srq_notify");
     assert!(
         o.status.success() && text(&o).contains("cm srq and notify verified"),
         "{}",

@@ -12,6 +12,8 @@
 //! routed), and takes one to two minutes. `.ci/run` runs it: `cargo test -p softrdma-cli --test
 //! interop_rxe -- --ignored`.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -722,17 +724,8 @@ impl HostServer {
 
     /// Its exit status, once it ends within `limit` (else it is killed, and the test fails).
     fn finish(mut self, limit: Duration) -> std::process::ExitStatus {
-        let mut child = self.0.take().expect("started");
-        let pid = child.id();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || tx.send(child.wait()));
-        match rx.recv_timeout(limit) {
-            Ok(s) => s.unwrap(),
-            Err(_) => {
-                let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-                panic!("the drop-in's server did not end within {limit:?}")
-            }
-        }
+        let child = self.0.take().expect("started");
+        common::wait_for(child, "the drop-in's server", limit).status
     }
 }
 

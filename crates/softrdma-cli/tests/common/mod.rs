@@ -18,6 +18,30 @@ pub fn softrdma() -> Command {
     c
 }
 
+/// A device config file of the test's own (`NAME addr IP` lines), removed when dropped.
+pub struct DeviceConfig(std::path::PathBuf);
+
+impl DeviceConfig {
+    /// Writes `text` to a file named after `tag` and this process.
+    pub fn new(tag: &str, text: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("softrdma-{tag}-{}.conf", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        Self(p)
+    }
+
+    /// Makes `c` open these devices (`SOFTRDMA_CONFIG`) instead of `SOFTRDMA_ADDR`'s.
+    pub fn apply<'a>(&self, c: &'a mut Command) -> &'a mut Command {
+        c.env_remove("SOFTRDMA_ADDR")
+            .env("SOFTRDMA_CONFIG", &self.0)
+    }
+}
+
+impl Drop for DeviceConfig {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// `softrdma exec -- PROGRAM ARGS` with the device on `addr`.
 pub fn exec(addr: &str, program: &str, args: &[&str]) -> Command {
     need(program);
@@ -67,15 +91,20 @@ pub fn spawn(c: &mut Command) -> Child {
 
 /// Waits for `child` for at most [`LIMIT`], then kills it and fails.
 pub fn wait(child: Child, what: &str) -> Output {
+    wait_for(child, what, LIMIT)
+}
+
+/// Waits for `child` for at most `limit`, then kills it and fails.
+pub fn wait_for(child: Child, what: &str, limit: Duration) -> Output {
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || tx.send(child.wait_with_output()));
-    match rx.recv_timeout(LIMIT) {
+    match rx.recv_timeout(limit) {
         Ok(o) => o.unwrap(),
         Err(_) => {
             // SAFETY: kill(2) takes no pointers; `pid` is our own child's.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("{what} ran longer than {LIMIT:?}");
+            panic!("{what} ran longer than {limit:?}");
         }
     }
 }
