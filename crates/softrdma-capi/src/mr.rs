@@ -420,6 +420,7 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
         };
         match spd.inner.create_ah(dgid, sgid_index) {
             Ok(inner) => {
+                let inner = inner.with_traffic_class(attr.grh.traffic_class);
                 spd.users.fetch_add(1, Ordering::AcqRel);
                 let ah = Box::new(SoftAh {
                     ah: ibv_ah {

@@ -448,6 +448,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
                 src,
                 dst: IpAddr::V6(dgid).to_canonical(),
                 flow_label: a.ah_attr.grh.flow_label & 0xf_ffff,
+                traffic_class: a.ah_attr.grh.traffic_class,
             });
         }
         if has(1 << 8) {
@@ -593,7 +594,7 @@ pub(crate) fn to_ibv_qp_attr(r: &QpAttr, soft: &SoftContext) -> (ibv_qp_attr, c_
                     flow_label: av.flow_label,
                     sgid_index: soft.gid_index(av.src).unwrap_or(0) as u8,
                     hop_limit: 1,
-                    traffic_class: 0,
+                    traffic_class: av.traffic_class,
                 },
                 is_global: 1,
                 port_num: 1,

@@ -676,6 +676,7 @@ fn setup(a: &PerfArgs, max_size: u64) -> Result<Setup, CliError> {
                 ip: peer_ip,
                 qpn: Qpn::new(rem.qpn),
                 qkey: QKEY,
+                traffic_class: 0,
             }),
             recvs: std::cell::Cell::new(0),
             send_off: i * half,

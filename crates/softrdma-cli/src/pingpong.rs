@@ -314,6 +314,7 @@ fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), CliError> {
                 ip: peer_ip,
                 qpn: Qpn::new(rem.qpn),
                 qkey: QKEY,
+                traffic_class: 0,
             }),
         })
     };

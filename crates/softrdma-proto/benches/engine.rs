@@ -77,6 +77,7 @@ fn qp(qpn: u32, peer: u32, src: IpAddr, dst: IpAddr, mtu: Mtu) -> QueuePair {
                 src,
                 dst,
                 flow_label: 0,
+                traffic_class: 0,
             }),
             path_mtu: Some(mtu),
             dest_qpn: Some(Qpn::new(peer)),

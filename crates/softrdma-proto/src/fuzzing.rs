@@ -199,6 +199,7 @@ fn fuzzed_qp(
                 src: ME,
                 dst: PEER,
                 flow_label: 0,
+                traffic_class: 0,
             }),
             path_mtu: (!ud).then_some(Mtu::M256),
             dest_qpn: (!ud).then_some(Qpn::new(0x22)),

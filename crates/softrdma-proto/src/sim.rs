@@ -494,6 +494,7 @@ impl Sim {
                             src: self.endpoints[me].ep.ip,
                             dst: self.endpoints[peer].ep.ip,
                             flow_label: 0,
+                            traffic_class: 0,
                         }),
                         path_mtu: Some(o.mtu),
                         dest_qpn: Some(Qpn::new(peer_qpn)),

@@ -345,6 +345,7 @@ mod tests {
                 src: Ipv4Addr::LOCALHOST.into(),
                 dst: Ipv4Addr::LOCALHOST.into(),
                 flow_label: 0,
+                traffic_class: 0,
             }),
             path_mtu: Some(Mtu::M1024),
             dest_qpn: Some(Qpn::new(0x11)),

@@ -409,6 +409,9 @@ pub struct UdDest {
     pub qpn: Qpn,
     /// Q_Key; a value with the high bit set means "use the QP's own Q_Key" (IBTA 10.2.5).
     pub qkey: u32,
+    /// The address handle's GRH traffic class, which RoCE v2 carries as the IP header's
+    /// TOS (IPv4) or traffic class (IPv6) byte; 0 for none.
+    pub traffic_class: u8,
 }
 
 /// A send work request (`struct ibv_send_wr`).
@@ -466,6 +469,10 @@ pub struct AddressVector {
     /// GRH flow label; 0 means "derive one from the QPNs", as rxe does. It picks the UDP
     /// source port ([`softrdma_wire::flow_label_udp_sport`]).
     pub flow_label: u32,
+    /// GRH traffic class (`ah_attr.grh.traffic_class`, or the CM path's). RoCE v2 has no
+    /// GRH on the wire: the byte goes in the IP header's TOS (IPv4) or traffic class
+    /// (IPv6) field of every packet the QP sends, DSCP and ECN bits both, as rxe puts it.
+    pub traffic_class: u8,
 }
 
 impl AddressVector {

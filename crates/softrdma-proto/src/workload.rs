@@ -636,6 +636,7 @@ fn make_wr(
             ip: IP_B,
             qpn: Qpn::new(QPN_B + i),
             qkey: ConnectOpts::default().qkey,
+            traffic_class: 0,
         }),
     }
 }

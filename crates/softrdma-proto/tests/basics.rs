@@ -105,6 +105,7 @@ fn uc_and_ud_deliver() {
             ip: IP_B,
             qpn: softrdma_wire::Qpn::new(QB),
             qkey: o.qkey,
+            traffic_class: 0,
         });
         p.qa().post_send(w).unwrap();
         p.run();

@@ -135,6 +135,7 @@ fn rc_qp(
                 src,
                 dst,
                 flow_label,
+                traffic_class: 0,
             }),
             path_mtu: Some(MTU),
             dest_qpn: Some(dest),

@@ -697,6 +697,7 @@ fn ud_qkey_mismatch_is_dropped() {
             ip: IP_B,
             qpn: softrdma_wire::Qpn::new(QB),
             qkey,
+            traffic_class: 0,
         });
         p.qa().post_send(w).unwrap();
     }

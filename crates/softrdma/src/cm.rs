@@ -954,6 +954,7 @@ impl CmId {
             rnr_retry: param.rnr_retry_count.min(7),
             rd_atomic: param.initiator_depth.min(req.responder_resources).max(1),
             dest_rd_atomic: param.responder_resources.max(1),
+            tclass: req.primary.traffic_class,
         }
     }
 
@@ -1510,6 +1511,8 @@ struct Conn {
     rnr_retry: u8,
     rd_atomic: u8,
     dest_rd_atomic: u8,
+    /// The traffic class of the REQ's primary path, which both sides' QPs send with.
+    tclass: u8,
 }
 
 /// The active side's connection: it sends from the REP's PSN and expects its REQ's, and
@@ -1525,6 +1528,7 @@ fn active_conn(req: &ReqRepr, rep: &RepRepr, param: &ConnParam, ours: Mtu) -> Co
         rnr_retry: rep.rnr_retry_count,
         rd_atomic: param.initiator_depth.min(rep.responder_resources).max(1),
         dest_rd_atomic: param.responder_resources.max(1),
+        tclass: req.primary.traffic_class,
     }
 }
 
@@ -1536,6 +1540,7 @@ fn rtr_attr(local: IpAddr, peer: IpAddr, c: &Conn) -> QpAttr {
             src: local,
             dst: peer,
             flow_label: 0,
+            traffic_class: c.tclass,
         }),
         path_mtu: Some(c.mtu),
         dest_qpn: Some(Qpn::new(c.dest_qpn)),
@@ -1972,6 +1977,7 @@ impl Core {
             ip: to,
             qpn: Qpn::new(GSI_QPN),
             qkey: GSI_QKEY,
+            traffic_class: 0,
         };
         // A full send queue loses the MAD, as a lost packet would: the agent resends.
         let _ = self.qp.post_send(SendWr {

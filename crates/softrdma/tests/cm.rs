@@ -375,6 +375,12 @@ fn init_qp_attr_gives_the_connections_parameters() {
     assert_eq!(crtr.dest_qpn, Some(sqp.qp_num()));
     assert_eq!(client.qp().unwrap().query().timeout, Some(18));
     assert_eq!(q.timeout, Some(18));
+    // RDMA_OPTION_ID_TOS: the REQ's path carries it, and both QPs send with it (their
+    // packets' IP TOS byte).
+    assert_eq!(rtr.av.map(|av| av.traffic_class), Some(0x20));
+    assert_eq!(q.av.map(|av| av.traffic_class), Some(0x20));
+    let cq = client.qp().unwrap().query();
+    assert_eq!(cq.av.map(|av| av.traffic_class), Some(0x20));
 }
 
 /// The next event that is not a TIMEWAIT exit (those of earlier cycles arrive late).

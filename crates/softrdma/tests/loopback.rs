@@ -301,6 +301,7 @@ fn uc_and_ud_over_udp() {
             ip: b.ctx.addr(),
             qpn: b.qp.qp_num(),
             qkey: 0x1111_1111,
+            traffic_class: 0,
         });
         a.qp.post_send(wr).unwrap();
         assert_eq!(wait(&a.cq, 1)[0].status, WcStatus::Success);
@@ -552,6 +553,7 @@ fn uc_and_ud_under_faults_deliver_only_whole_messages() {
                 ip: b.ctx.addr(),
                 qpn: b.qp.qp_num(),
                 qkey: 0x1111_1111,
+                traffic_class: 0,
             });
             a.qp.post_send(wr).unwrap();
             assert_eq!(wait(&a.cq, 1)[0].status, WcStatus::Success);
@@ -1022,6 +1024,7 @@ fn posting_inside_a_lending_poll_does_not_deadlock() {
             ip: b.ctx.addr(),
             qpn: b.qp.qp_num(),
             qkey: 0x1111_1111,
+            traffic_class: 0,
         });
         for i in 0..64 {
             b.qp.post_recv(RecvWr {

@@ -117,6 +117,7 @@ fn peer_process() {
                     ip: peer_addr,
                     qpn: peer_qpn,
                     qkey: 0x1111_1111,
+                    traffic_class: 0,
                 }),
             })
             .ok();
@@ -417,6 +418,7 @@ fn echo_round(t: &str, faults: Option<&str>, last: u8) {
             ip: peer_ip,
             qpn: Qpn::new(p.qpn),
             qkey: 0x1111_1111,
+            traffic_class: 0,
         });
         m.qp.post_send(w).unwrap();
         assert_eq!(wait(&m.cq, i).status, WcStatus::Success);

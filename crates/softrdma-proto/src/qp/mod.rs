@@ -218,6 +218,10 @@ pub struct Transmit {
     /// [`QueuePair::owe_icrc`]): it computes it, for an IPv4 ID of 0, if the packet goes
     /// on a wire.
     pub icrc_owed: bool,
+    /// The IP header's TOS (IPv4) or traffic class (IPv6) byte: the address vector's
+    /// traffic class. The ICRC masks it (IBTA 7.8.1, with Annex A17's IP rules), so the
+    /// sender sets it without touching the packet.
+    pub traffic_class: u8,
 }
 
 impl Transmit {
@@ -362,6 +366,7 @@ impl Default for Attrs {
                 src: any,
                 dst: any,
                 flow_label: 0,
+                traffic_class: 0,
             },
             mtu: Mtu::M1024,
             dest_qpn: Qpn::new(0),
@@ -1201,6 +1206,7 @@ where
                     at: hlen as u16,
                 }),
                 icrc_owed: owed,
+                traffic_class: 0,
             });
         }
     }
@@ -1240,6 +1246,7 @@ where
         len: total,
         lent: None,
         icrc_owed: owed,
+        traffic_class: 0,
     })
 }
 

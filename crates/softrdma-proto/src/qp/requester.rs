@@ -582,9 +582,14 @@ impl QueuePair {
             return None;
         }
         let own = self.cfg.qpn;
-        let (dst, dqpn, src) = match (&w.wr.ud, self.cfg.qp_type) {
-            (Some(ud), QpType::Ud) => (ud.ip, ud.qpn, ud.src),
-            _ => (self.attrs.av.dst, self.attrs.dest_qpn, self.attrs.av.src),
+        let (dst, dqpn, src, tclass) = match (&w.wr.ud, self.cfg.qp_type) {
+            (Some(ud), QpType::Ud) => (ud.ip, ud.qpn, ud.src, ud.traffic_class),
+            _ => (
+                self.attrs.av.dst,
+                self.attrs.dest_qpn,
+                self.attrs.av.src,
+                self.attrs.av.traffic_class,
+            ),
         };
         let base = match self.cfg.qp_type {
             QpType::Rc => 0x00,
@@ -647,6 +652,7 @@ impl QueuePair {
                         ip: dst,
                         qpn: dqpn,
                         qkey: 0,
+                        traffic_class: tclass,
                     });
                     let qkey = if ud.qkey & 0x8000_0000 != 0 {
                         self.attrs.qkey
@@ -737,7 +743,10 @@ impl QueuePair {
             (!self.icrc_owed).then(|| &mut **self.icrc.get_or_insert_with(Default::default)),
         );
         let t = match result {
-            Ok(t) => t,
+            Ok(t) => Transmit {
+                traffic_class: tclass,
+                ..t
+            },
             Err(_) => {
                 buf.truncate(at);
                 self.local_send_error(WcStatus::LocProtErr);

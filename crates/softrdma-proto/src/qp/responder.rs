@@ -965,7 +965,10 @@ impl QueuePair {
             self.resp.responses.pop_front();
         }
         match result {
-            Ok(t) => Some(t),
+            Ok(t) => Some(Transmit {
+                traffic_class: self.attrs.av.traffic_class,
+                ..t
+            }),
             Err(_) => {
                 // The MR went away between the request and the response.
                 buf.truncate(at);

@@ -2,12 +2,16 @@
 //! equal-sized segments, `UDP_SEGMENT`), which moves many packets per system call.
 
 use super::socket::{
-    BATCH, CMSG_LEN, GSO_MAX_BYTES, GSO_MAX_SEGS, IOV_PER_CALL, SOL_UDP, UDP_SEGMENT, to_storage,
+    BATCH, GSO_MAX_BYTES, GSO_MAX_SEGS, IOV_PER_CALL, SOL_UDP, UDP_SEGMENT, to_storage,
 };
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::sync::Arc;
+
+/// Room for a sent message's control data: a GSO segment size (`UDP_SEGMENT`, a u16) and
+/// a TOS or traffic class (an int), each in its aligned `CMSG_SPACE`.
+const TX_CMSG_LEN: usize = 48;
 
 /// A region that lends payload bytes to zero-copy sends (the device's region table holds
 /// them): a queued packet keeps it alive until the flush has handed its bytes to the kernel.
@@ -25,13 +29,15 @@ pub(crate) trait Lender {
     fn lend_region(&self, key: u32) -> Option<Arc<dyn LentRegion>>;
 }
 
-/// What a packet built in place is: its length, destination, lent payload, and the
-/// source address and UDP port its owed ICRC is for (see [`SendBatch::push_with`]).
+/// What a packet built in place is: its length, destination, lent payload, the source
+/// address and UDP port its owed ICRC is for (see [`SendBatch::push_with`]), and its IP
+/// TOS (traffic class) byte.
 pub(crate) type Built = (
     usize,
     SocketAddr,
     Option<softrdma_proto::Lent>,
     Option<(IpAddr, u16)>,
+    u8,
 );
 
 /// One queued packet: where its bytes are in the batch, and where it goes.
@@ -42,6 +48,8 @@ struct Queued {
     at: usize,
     len: usize,
     dst: SocketAddr,
+    /// Its IPv4 TOS or IPv6 traffic class byte (0: the socket's own, which is 0).
+    tos: u8,
     /// The IPv4 ID its ICRC is currently right for (the engine writes it for 0).
     ident: u16,
     /// The payload it takes from a region instead (a zero-copy send).
@@ -116,7 +124,7 @@ impl SendBatch {
         &mut self,
         at: usize,
         len: usize,
-        dst: SocketAddr,
+        (dst, tos): (SocketAddr, u8),
         ext: Option<Ext>,
         owed: Option<(IpAddr, u16)>,
     ) {
@@ -126,6 +134,7 @@ impl SendBatch {
             at,
             len,
             dst,
+            tos,
             ident: 0,
             ext,
             owed,
@@ -236,10 +245,10 @@ impl SendBatch {
     }
 
     /// Adds a packet (a copy of `bytes`): the fault injector's, which built it whole.
-    pub fn push(&mut self, bytes: &[u8], dst: SocketAddr) {
+    pub fn push(&mut self, bytes: &[u8], dst: SocketAddr, tos: u8) {
         let at = self.room(bytes.len());
         self.data[at..at + bytes.len()].copy_from_slice(bytes);
-        self.queue(at, bytes.len(), dst, None, None);
+        self.queue(at, bytes.len(), (dst, tos), None, None);
     }
 
     /// Adds a packet built in place: `build(buf, at)` writes it at `buf[at..]` (growing `buf`
@@ -253,7 +262,7 @@ impl SendBatch {
         build: impl FnOnce(&mut Vec<u8>, usize) -> Option<Built>,
     ) -> Option<bool> {
         let at = self.used;
-        let (len, dst, lent, owed) = build(&mut self.data, at)?;
+        let (len, dst, lent, owed, tos) = build(&mut self.data, at)?;
         let ext = match lent {
             None => None,
             Some(l) => match self.hold(table, &l) {
@@ -261,13 +270,15 @@ impl SendBatch {
                 None => return Some(false),
             },
         };
-        self.queue(at, len, dst, ext, owed);
+        self.queue(at, len, (dst, tos), ext, owed);
         Some(true)
     }
 
-    /// Every queued packet, whole, with its destination, in order.
-    pub fn packets(&self) -> impl Iterator<Item = (std::borrow::Cow<'_, [u8]>, SocketAddr)> {
-        self.pkts.iter().map(|p| (self.packet_bytes(p), p.dst))
+    /// Every queued packet, whole, with its destination and TOS byte, in order.
+    pub fn packets(&self) -> impl Iterator<Item = (std::borrow::Cow<'_, [u8]>, SocketAddr, u8)> {
+        self.pkts
+            .iter()
+            .map(|p| (self.packet_bytes(p), p.dst, p.tos))
     }
 
     /// Offers every queued packet, as its pieces in order (unused pieces are empty) and
@@ -342,7 +353,8 @@ impl SendBatch {
             while gso_here && j < self.pkts.len() && j - i < GSO_MAX_SEGS {
                 let q = &self.pkts[j];
                 let len = q.wire_len();
-                if q.dst != p.dst || len > seg || bytes + len > GSO_MAX_BYTES {
+                // One GSO send has one IP header, so one TOS.
+                if q.dst != p.dst || q.tos != p.tos || len > seg || bytes + len > GSO_MAX_BYTES {
                     break;
                 }
                 bytes += len;
@@ -500,7 +512,7 @@ impl SendBatch {
         // small message more than its system call.
         let mut names = [const { MaybeUninit::<libc::sockaddr_storage>::uninit() }; BATCH];
         let mut iov = [const { MaybeUninit::<libc::iovec>::uninit() }; IOV_PER_CALL];
-        let mut cmsgs = [const { MaybeUninit::<[u64; CMSG_LEN / 8]>::uninit() }; BATCH];
+        let mut cmsgs = [const { MaybeUninit::<[u64; TX_CMSG_LEN / 8]>::uninit() }; BATCH];
         let mut msgs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; BATCH];
         let mut starts = [0usize; BATCH];
         let mut used = 0;
@@ -558,18 +570,43 @@ impl SendBatch {
                 m.msg_hdr.msg_name = (names[k].write(ss) as *mut libc::sockaddr_storage).cast();
                 m.msg_hdr.msg_namelen = len;
             }
-            let seg = c.2;
-            if seg > 0 {
-                m.msg_hdr.msg_control = cmsgs[k].write([0; CMSG_LEN / 8]).as_mut_ptr().cast();
-                // SAFETY: CMSG_SPACE of a u16 fits in CMSG_LEN; the header and data are
-                // written inside `cmsgs[k]`, which outlives the call.
+            let (seg, tos) = (c.2, pkts[0].tos);
+            if seg > 0 || tos != 0 {
+                let buf = cmsgs[k].write([0; TX_CMSG_LEN / 8]);
+                m.msg_hdr.msg_control = buf.as_mut_ptr().cast();
+                m.msg_hdr.msg_controllen = TX_CMSG_LEN;
+                // SAFETY: the control buffer is TX_CMSG_LEN bytes, room for both messages
+                // (CMSG_SPACE(2) + CMSG_SPACE(4)); CMSG_FIRSTHDR and CMSG_NXTHDR stay
+                // inside it, and `cmsgs[k]` outlives the call.
                 unsafe {
-                    m.msg_hdr.msg_controllen = libc::CMSG_SPACE(2) as usize;
-                    let c = libc::CMSG_FIRSTHDR(&m.msg_hdr);
-                    (*c).cmsg_level = SOL_UDP;
-                    (*c).cmsg_type = UDP_SEGMENT;
-                    (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
-                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg as u16);
+                    let mut c = libc::CMSG_FIRSTHDR(&m.msg_hdr);
+                    let mut used = 0;
+                    if seg > 0 {
+                        (*c).cmsg_level = SOL_UDP;
+                        (*c).cmsg_type = UDP_SEGMENT;
+                        (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+                        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg as u16);
+                        used += libc::CMSG_SPACE(2) as usize;
+                        c = libc::CMSG_NXTHDR(&m.msg_hdr, c);
+                    }
+                    if tos != 0 {
+                        // The per-packet TOS (IP_TOS) or traffic class (IPV6_TCLASS): one
+                        // socket serves QPs of every traffic class.
+                        (*c).cmsg_level = if pkts[0].dst.is_ipv4() {
+                            libc::IPPROTO_IP
+                        } else {
+                            libc::IPPROTO_IPV6
+                        };
+                        (*c).cmsg_type = if pkts[0].dst.is_ipv4() {
+                            libc::IP_TOS
+                        } else {
+                            libc::IPV6_TCLASS
+                        };
+                        (*c).cmsg_len = libc::CMSG_LEN(4) as usize;
+                        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), tos.into());
+                        used += libc::CMSG_SPACE(4) as usize;
+                    }
+                    m.msg_hdr.msg_controllen = used;
                 }
             }
         }
@@ -626,10 +663,10 @@ mod tests {
         let far: SocketAddr = "10.0.0.9:4791".parse().unwrap();
         let mut b = SendBatch::default();
         for (len, dst) in [(1000, x), (1000, x), (1000, x), (500, x), (1000, x)] {
-            b.push(&vec![0u8; len], dst);
+            b.push(&vec![0u8; len], dst, 0);
         }
-        b.push(&[0u8; 1000], y);
-        b.push(&[0u8; 1200], y);
+        b.push(&[0u8; 1000], y, 0);
+        b.push(&[0u8; 1200], y, 0);
         let mut g = Vec::new();
         b.group(&mut g, true, false);
         assert_eq!(g, [(0, 4, 1000), (4, 1, 0), (5, 1, 0), (6, 1, 0)]);
@@ -637,18 +674,121 @@ mod tests {
         assert_eq!(g.len(), 7, "no GSO: one message per packet");
         b.clear();
         for _ in 0..GSO_MAX_SEGS + 3 {
-            b.push(&[0u8; 100], x);
+            b.push(&[0u8; 100], x, 0);
         }
         b.group(&mut g, true, false);
         assert_eq!(g, [(0, GSO_MAX_SEGS, 100), (GSO_MAX_SEGS, 3, 100)]);
         b.clear();
         for _ in 0..3 {
-            b.push(&[0u8; 100], far);
+            b.push(&[0u8; 100], far, 0);
         }
         b.group(&mut g, true, false);
         assert_eq!(g.len(), 3, "a remote destination gets no GSO unless asked");
         b.group(&mut g, true, true);
         assert_eq!(g, [(0, 3, 100)]);
+    }
+
+    /// A change of TOS ends a GSO run: one GSO send has one IP header.
+    #[test]
+    fn a_new_tos_starts_a_new_gso_message() {
+        let x: SocketAddr = "127.0.0.2:4791".parse().unwrap();
+        let mut b = SendBatch::default();
+        for tos in [0, 0, 0x68, 0x68, 0x68, 0] {
+            b.push(&[0u8; 100], x, tos);
+        }
+        let mut g = Vec::new();
+        b.group(&mut g, true, false);
+        assert_eq!(g, [(0, 2, 100), (2, 3, 100), (5, 1, 0)]);
+    }
+
+    /// Receives one datagram on `sock` (which asked for IP_RECVTOS or IPV6_RECVTCLASS):
+    /// its first byte and the TOS or traffic class it arrived with.
+    fn recv_with_tos(sock: &std::net::UdpSocket) -> (u8, u8) {
+        use std::os::fd::AsRawFd;
+        let mut data = [0u8; 2048];
+        let mut control = [0u64; 16];
+        let mut iov = libc::iovec {
+            iov_base: data.as_mut_ptr().cast(),
+            iov_len: data.len(),
+        };
+        // SAFETY: all-zero msghdr is valid; it points at buffers that outlive the call.
+        let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+        m.msg_iov = &mut iov;
+        m.msg_iovlen = 1;
+        m.msg_control = control.as_mut_ptr().cast();
+        m.msg_controllen = std::mem::size_of_val(&control);
+        // SAFETY: a valid socket and the message set up above.
+        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut m, 0) };
+        assert!(n > 0, "recvmsg: {}", std::io::Error::last_os_error());
+        let mut tos = None;
+        // SAFETY: the kernel filled `control` up to msg_controllen; CMSG_FIRSTHDR and
+        // CMSG_NXTHDR walk inside it.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&m);
+            while !c.is_null() {
+                let (l, t) = ((*c).cmsg_level, (*c).cmsg_type);
+                if (l, t) == (libc::IPPROTO_IP, libc::IP_TOS) {
+                    tos = Some(*libc::CMSG_DATA(c));
+                } else if (l, t) == (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) {
+                    tos = Some(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>()) as u8);
+                }
+                c = libc::CMSG_NXTHDR(&m, c);
+            }
+        }
+        (data[0], tos.expect("the datagram's TOS"))
+    }
+
+    /// Each packet leaves with its own TOS (IPv4) or traffic class (IPv6), as the
+    /// receiving kernel reports it: DSCP and ECN bits, GSO runs and single datagrams,
+    /// through the unconnected socket and a connected one, 0 where none was asked.
+    #[test]
+    fn packets_leave_with_their_traffic_class() {
+        let (v4a, v4b) = (Ipv4Addr::new(127, 0, 78, 1), Ipv4Addr::new(127, 0, 78, 2));
+        let v6 = std::net::Ipv6Addr::LOCALHOST;
+        let pairs: [(IpAddr, IpAddr); 2] = [(v4a.into(), v4b.into()), (v6.into(), v6.into())];
+        for (me, peer) in pairs {
+            for connect in [false, true] {
+                let sink = std::net::UdpSocket::bind((peer, 0)).unwrap();
+                sink.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                    .unwrap();
+                let fd = std::os::fd::AsRawFd::as_raw_fd(&sink);
+                if peer.is_ipv4() {
+                    set_int_opt(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1).unwrap();
+                } else {
+                    set_int_opt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1).unwrap();
+                }
+                let dst = sink.local_addr().unwrap();
+                let tx = super::super::tx::TxPath::new(
+                    Default::default(),
+                    me,
+                    0,
+                    super::super::tx::TxOptions {
+                        connect,
+                        gso: true,
+                        gso_everywhere: false,
+                    },
+                )
+                .unwrap();
+                if connect {
+                    assert!(tx.conn_settled(dst).is_some(), "a connected socket");
+                }
+                let gso = std::sync::atomic::AtomicBool::new(true);
+                let mut b = SendBatch::default();
+                let want = [0x68, 0x68, 0x68, 0, 0xb9, 0xb9, 0x04];
+                for (i, &tos) in want.iter().enumerate() {
+                    b.push(&[i as u8; 64], dst, tos);
+                }
+                let (sent, failed, _) = b.flush(&tx, &gso);
+                assert_eq!((sent, failed), (want.len(), 0));
+                let mut got = vec![None; want.len()];
+                for _ in 0..want.len() {
+                    let (i, tos) = recv_with_tos(&sink);
+                    got[usize::from(i)] = Some(tos);
+                }
+                let want: Vec<_> = want.iter().map(|&t| Some(t)).collect();
+                assert_eq!(got, want, "{me} -> {peer}, connected {connect}");
+            }
+        }
     }
 
     /// An InfiniBand part (BTH, payload) of `len` bytes with the ICRC that the engine writes:
@@ -708,7 +848,7 @@ mod tests {
         // pair, and a run of 70 (two sends: at most 64 segments each).
         for sizes in [vec![60, 60, 60, 32], vec![40], vec![56, 20], vec![48; 70]] {
             for (i, &n) in sizes.iter().enumerate() {
-                b.push(&packet(me, peer, tx.port(), n, i as u8), dst);
+                b.push(&packet(me, peer, tx.port(), n, i as u8), dst, 0);
             }
             let (sent, failed, _) = b.flush(&tx, &gso);
             assert_eq!((sent, failed), (sizes.len(), 0));

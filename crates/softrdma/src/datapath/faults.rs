@@ -15,8 +15,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
 use std::sync::Mutex;
 
-/// A packet held back: due time, sequence (FIFO among equal times), destination, bytes.
-type Held = Reverse<(u64, u64, SocketAddr, Vec<u8>)>;
+/// A packet held back: due time, sequence (FIFO among equal times), destination and TOS,
+/// bytes.
+type Held = Reverse<(u64, u64, (SocketAddr, u8), Vec<u8>)>;
 
 /// A fault injector around `D`.
 pub struct Faulty<D> {
@@ -90,7 +91,7 @@ impl<D: Datapath> Datapath for Faulty<D> {
             tail,
         } = &mut *st;
         let mut held_until = None::<u64>;
-        for (bytes, dst) in batch.packets() {
+        for (bytes, dst, tos) in batch.packets() {
             // The fault model's draws, in its order (see `softrdma_proto::faults`).
             if f.lost(&mut rng) {
                 continue;
@@ -108,10 +109,10 @@ impl<D: Datapath> Datapath for Faulty<D> {
                     *t = due;
                 }
                 if due <= now {
-                    out.push(&copy, dst);
+                    out.push(&copy, dst, tos);
                 } else {
                     *seq += 1;
-                    held.push(Reverse((due, *seq, dst, copy)));
+                    held.push(Reverse((due, *seq, (dst, tos), copy)));
                     held_until = Some(held_until.map_or(due, |h| h.min(due)));
                 }
             }
@@ -129,8 +130,8 @@ impl<D: Datapath> Datapath for Faulty<D> {
             if *due > now {
                 break;
             }
-            if let Some(Reverse((_, _, dst, bytes))) = held.pop() {
-                out.push(&bytes, dst);
+            if let Some(Reverse((_, _, (dst, tos), bytes))) = held.pop() {
+                out.push(&bytes, dst, tos);
             }
         }
         let mut sent = self.inner.send(out, now);

@@ -114,7 +114,8 @@ impl Datapath for Loopback {
         let mut sent = 0;
         {
             let mut q = self.fabric.queues.lock().unwrap_or_else(|e| e.into_inner());
-            for (bytes, dst) in batch.packets() {
+            // The in-process fabric has no IP header to put the TOS in.
+            for (bytes, dst, _tos) in batch.packets() {
                 let mut b = bytes.into_owned();
                 if let (Some(id), true, n) = (&self.ident, self.addr.is_ipv4(), b.len())
                     && n >= 4

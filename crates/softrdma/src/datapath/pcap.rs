@@ -43,7 +43,14 @@ impl Capture {
 
     /// Records one packet: the InfiniBand part `ib` between `src` and `dst` with IPv4
     /// identification `ident`.
-    pub fn record(&mut self, src: IpAddr, dst: IpAddr, sport: u16, ident: u16, ib: &[u8]) {
+    pub fn record(
+        &mut self,
+        src: IpAddr,
+        dst: IpAddr,
+        sport: u16,
+        (ident, tos): (u16, u8),
+        ib: &[u8],
+    ) {
         let (src, dst) = (src.to_canonical(), dst.to_canonical());
         let Some(mut ip) = IpRepr::for_addrs(src, dst) else {
             return;
@@ -71,10 +78,12 @@ impl Capture {
         match &mut ip {
             IpRepr::V4(r) => {
                 r.ident = ident;
+                r.tos = tos;
                 r.payload_len = udp_len;
                 r.emit(&mut frame[14..]);
             }
             IpRepr::V6(r) => {
+                r.traffic_class = tos;
                 r.payload_len = udp_len;
                 r.emit(&mut frame[14..]);
             }
@@ -142,7 +151,7 @@ impl<D: Datapath> Datapath for Captured<D> {
                 let ident = check
                     .check(from.ip(), self.addr, from.port(), d)
                     .map_or(0, IcrcOk::ident);
-                file.record(from.ip(), self.addr, from.port(), ident, d);
+                file.record(from.ip(), self.addr, from.port(), (ident, 0), d);
             }
         }
         Ok(n)
@@ -152,8 +161,8 @@ impl<D: Datapath> Datapath for Captured<D> {
         if !batch.is_empty() {
             let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
             let port = self.inner.port();
-            for (bytes, dst) in batch.packets() {
-                f.0.record(self.addr, dst.ip(), port, 0, &bytes);
+            for (bytes, dst, tos) in batch.packets() {
+                f.0.record(self.addr, dst.ip(), port, (0, tos), &bytes);
             }
         }
         self.inner.send(batch, now)
@@ -179,7 +188,7 @@ impl<D: Datapath> Datapath for Captured<D> {
                 let ident = check
                     .check(from.ip(), group, from.port(), d)
                     .map_or(0, IcrcOk::ident);
-                file.record(from.ip(), group, from.port(), ident, d);
+                file.record(from.ip(), group, from.port(), (ident, 0), d);
             }
             f(group, from, d)
         })

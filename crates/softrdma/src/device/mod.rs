@@ -906,7 +906,7 @@ impl Device {
             while let Some(queued) = b.push_with(&*self.mrs, |buf, at| {
                 let t = qp.poll_transmit_at(now, buf, at)?;
                 let owed = t.icrc_owed.then_some((t.src, t.src_port));
-                Some((t.len, dst_of(t.dst), t.lent, owed))
+                Some((t.len, dst_of(t.dst), t.lent, owed, t.traffic_class))
             }) {
                 if !queued {
                     self.counters.add(Counter::SendErr, 1);

@@ -275,7 +275,7 @@ mod tests {
         };
         let (a, b) = (open(3), open(4));
         let dst = std::net::SocketAddr::new(b.addr(), 4791);
-        a.dev().with_batch(|q| q.push(&[0u8; 40], dst));
+        a.dev().with_batch(|q| q.push(&[0u8; 40], dst, 0));
         assert!(b.dev().with_batch(|q| q.is_empty()));
         assert!(!a.dev().with_batch(|q| q.is_empty()));
         a.dev().flush_batch(true);

@@ -108,9 +108,24 @@ impl SharedReceiveQueue {
 pub struct AddressHandle {
     src: std::net::IpAddr,
     dst: std::net::IpAddr,
+    traffic_class: u8,
 }
 
 impl AddressHandle {
+    /// The same handle with GRH traffic class `tc` (`ah_attr.grh.traffic_class`): the IP
+    /// TOS or traffic class byte of the datagrams sent through it.
+    pub fn with_traffic_class(self, tc: u8) -> Self {
+        Self {
+            traffic_class: tc,
+            ..self
+        }
+    }
+
+    /// Its GRH traffic class.
+    pub fn traffic_class(&self) -> u8 {
+        self.traffic_class
+    }
+
     /// The destination of a UD send to QP `qpn` with Q_Key `qkey` through this handle.
     pub fn dest(&self, qpn: Qpn, qkey: u32) -> softrdma_proto::UdDest {
         softrdma_proto::UdDest {
@@ -118,6 +133,7 @@ impl AddressHandle {
             ip: self.dst,
             qpn,
             qkey,
+            traffic_class: self.traffic_class,
         }
     }
 }
@@ -268,6 +284,7 @@ impl ProtectionDomain {
         Ok(AddressHandle {
             src: std::net::IpAddr::V6(*sgid).to_canonical(),
             dst: std::net::IpAddr::V6(dgid).to_canonical(),
+            traffic_class: 0,
         })
     }
 
@@ -698,6 +715,9 @@ pub struct ConnectAttr {
     pub min_rnr_timer: u8,
     /// Outstanding READs/atomics, both directions.
     pub max_rd_atomic: u8,
+    /// GRH traffic class of an RC or UC QP's packets: their IP TOS (IPv4) or traffic
+    /// class (IPv6) byte, DSCP and ECN bits both.
+    pub traffic_class: u8,
 }
 
 impl Default for ConnectAttr {
@@ -715,6 +735,7 @@ impl Default for ConnectAttr {
             rnr_retry: 7,
             min_rnr_timer: 12,
             max_rd_atomic: 16,
+            traffic_class: 0,
         }
     }
 }
@@ -751,6 +772,7 @@ impl QueuePair {
                     src: local,
                     dst: peer.addr,
                     flow_label: 0,
+                    traffic_class: a.traffic_class,
                 }),
                 path_mtu: (!ud).then_some(a.mtu),
                 dest_qpn: (!ud).then_some(peer.qpn),
