@@ -770,9 +770,7 @@ fn cmtime_case(vm: &Vm) {
         Stdio::null(),
     );
     wait_cm_listen(7186);
-    let o = vm.exec(&format!(
-        "timeout 100 {cmtime} -s {HOST_IP} -p 7186 -c 1000"
-    ));
+    let o = vm.exec(&format!("timeout 80 {cmtime} -s {HOST_IP} -p 7186 -c 1000"));
     assert!(
         o.status.success() && text(&o).contains("connect   "),
         "rxe cmtime -> drop-in: {}",
@@ -808,7 +806,7 @@ fn qperf_case(vm: &Vm) {
     let _srv = HostServer::start(&["qperf", "-lp", "19791"], Stdio::null());
     wait_listen(19791);
     let o = vm.exec(&format!(
-        "timeout 100 {qperf} -lp 19791 -cm1 -t 1 {HOST_IP} {TESTS}"
+        "timeout 80 {qperf} -lp 19791 -cm1 -t 1 {HOST_IP} {TESTS}"
     ));
     assert!(
         o.status.success() && figures(&o) == 12,

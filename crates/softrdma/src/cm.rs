@@ -532,9 +532,9 @@ impl Drop for IdInner {
     /// The ID's listen and connection end here, and what that sends (a DREP for a DREQ
     /// received, a REJ, a DREQ) leaves before the drop returns: a program that destroys
     /// its ID and exits (qperf's server after each test) must not leave its peer
-    /// resending a DREQ for seconds. When the agent's mutex is held (the last handle went
-    /// while an event was dispatched, on this thread or the CM thread's), they end in the
-    /// CM thread's next pass instead.
+    /// resending a DREQ for seconds, so the drop waits while the CM thread holds the
+    /// agent. Only when this thread holds an agent itself (the last handle went while an
+    /// event was dispatched) do they end in the CM thread's next pass instead.
     fn drop(&mut self) {
         let st = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
         if st.listening.is_none() && st.comm.is_none() && st.bound.is_none() {
@@ -545,7 +545,14 @@ impl Drop for IdInner {
             comm: st.comm,
             bound: st.bound,
         };
-        match self.core.try_agent() {
+        // A thread that holds no agent waits for this one (the CM thread holds it only
+        // for a pass); one that holds an agent leaves the end to the CM thread.
+        let cs = if AgentGuard::held_here() {
+            self.core.try_agent()
+        } else {
+            Some(self.core.agent())
+        };
+        match cs {
             Some(mut cs) => {
                 self.core.end(&mut cs, ended);
                 self.core.settle(&mut cs);
@@ -671,7 +678,7 @@ impl CmId {
         self.bind_to(addr)?;
         let port = self.local_addr().expect("bound").port();
         let sid = wire::ip_service_id(self.inner.ps.code(), port);
-        let mut cs = self.inner.core.st.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cs = self.inner.core.agent();
         cs.agent.bind(sid);
         self.st().bound = Some(sid);
         Ok(())
@@ -712,7 +719,7 @@ impl CmId {
             }
         };
         let sid = wire::ip_service_id(self.inner.ps.code(), local.port());
-        let mut core = self.inner.core.st.lock().unwrap_or_else(|e| e.into_inner());
+        let mut core = self.inner.core.agent();
         // A listener this process dropped a moment ago no longer holds the port (a
         // program that listens again on it: perftest's -R).
         self.inner.core.reap(&mut core);
@@ -1032,7 +1039,7 @@ impl CmId {
             private_data: PrivateData(pd),
         };
         let core = &self.inner.core;
-        let mut cs = core.st.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cs = core.agent();
         let id = cs.agent.connect(core.now(), peer.ip(), req);
         cs.ids.insert(id, Arc::downgrade(&self.inner));
         {
@@ -1107,7 +1114,7 @@ impl CmId {
             private_data: PrivateData(pd),
         };
         let core = &self.inner.core;
-        let mut cs = core.st.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cs = core.agent();
         let id = cs.agent.sidr_request(core.now(), peer.ip(), req);
         cs.ids.insert(id, Arc::downgrade(&self.inner));
         self.st().comm = Some(id);
@@ -1159,7 +1166,7 @@ impl CmId {
             private_data: pd,
         };
         let core = &self.inner.core;
-        let mut cs = core.st.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cs = core.agent();
         cs.agent
             .sidr_reply(core.now(), id, rep)
             .map_err(|e| cm_err(verb, libc::EINVAL, e.to_string()))?;
@@ -1232,7 +1239,7 @@ impl CmId {
             private_data: pd,
         };
         let core = &self.inner.core;
-        let mut cs = core.st.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cs = core.agent();
         cs.agent
             .accept(core.now(), id, rep)
             .map_err(|e| cm_err(verb, libc::EINVAL, e.to_string()))?;
@@ -1406,7 +1413,7 @@ impl CmId {
             ));
         };
         let core = &self.inner.core;
-        let mut cs = core.st.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cs = core.agent();
         f(&mut cs.agent, core.now(), id).map_err(|e| cm_err(verb, libc::EINVAL, e.to_string()))?;
         core.settle(&mut cs);
         Ok(())
@@ -1648,6 +1655,9 @@ extern "C" fn at_exit() {
         .map(|t| t.join());
 }
 
+/// How long the exit waits for an agent that another thread holds.
+const EXIT_WAIT: Duration = Duration::from_secs(1);
+
 /// Ends every connection of every core (see [`at_exit`]).
 fn end_all() {
     let cores: Vec<Arc<Core>> = CORES
@@ -1657,15 +1667,66 @@ fn end_all() {
         .filter_map(|c| c.core.upgrade())
         .collect();
     for core in cores {
-        // A thread that holds the agent now (exit from another thread) keeps it: the
-        // exit does not wait for it.
-        if let Some(mut cs) = core.try_agent() {
+        // The CM thread holds the agent for a pass at a time: wait it out, but not for
+        // ever, since the thread that called exit(3) may hold it (from a signal handler)
+        // and waits for this one.
+        let until = std::time::Instant::now() + EXIT_WAIT;
+        let cs = loop {
+            match core.try_agent() {
+                Some(cs) => break Some(cs),
+                None if std::time::Instant::now() >= until => break None,
+                None => std::thread::sleep(Duration::from_millis(1)),
+            }
+        };
+        if let Some(mut cs) = cs {
             let now = core.now();
             cs.agent.destroy_all(now);
             while let Some((to, mad)) = cs.agent.poll_transmit() {
                 core.send(to, &mad);
             }
         }
+    }
+}
+
+thread_local! {
+    /// How many agents' mutexes this thread holds (see [`AgentGuard`]).
+    static HOLDS_AGENT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A held agent mutex, counted in [`HOLDS_AGENT`] while it is held: a thread that holds
+/// none may wait for one (an ID's drop, which must send its DREP before it returns),
+/// while one that holds an agent already (the last handle of an ID dropped while an event
+/// is dispatched) must not, for the agents' mutexes are not ordered.
+struct AgentGuard<'a>(std::sync::MutexGuard<'a, CoreSt>);
+
+impl<'a> AgentGuard<'a> {
+    fn new(g: std::sync::MutexGuard<'a, CoreSt>) -> Self {
+        HOLDS_AGENT.with(|h| h.set(h.get() + 1));
+        Self(g)
+    }
+
+    /// Whether this thread holds an agent's mutex.
+    fn held_here() -> bool {
+        HOLDS_AGENT.with(|h| h.get() > 0)
+    }
+}
+
+impl Drop for AgentGuard<'_> {
+    fn drop(&mut self) {
+        HOLDS_AGENT.with(|h| h.set(h.get().saturating_sub(1)));
+    }
+}
+
+impl std::ops::Deref for AgentGuard<'_> {
+    type Target = CoreSt;
+    fn deref(&self) -> &CoreSt {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for AgentGuard<'_> {
+    fn deref_mut(&mut self) -> &mut CoreSt {
+        &mut self.0
     }
 }
 
@@ -1826,12 +1887,17 @@ impl Core {
         Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
     }
 
+    /// The agent's state, once its mutex is free.
+    fn agent(&self) -> AgentGuard<'_> {
+        AgentGuard::new(self.st.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// The agent's state if its mutex is free now (`None` while another holder, this
     /// thread included, has it).
-    fn try_agent(&self) -> Option<std::sync::MutexGuard<'_, CoreSt>> {
+    fn try_agent(&self) -> Option<AgentGuard<'_>> {
         match self.st.try_lock() {
-            Ok(cs) => Some(cs),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Ok(cs) => Some(AgentGuard::new(cs)),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(AgentGuard::new(p.into_inner())),
             Err(std::sync::TryLockError::WouldBlock) => None,
         }
     }
@@ -2274,7 +2340,7 @@ fn serve(c: Arc<Core>, own: usize) {
         // The channel's event is consumed so that its descriptor rearms.
         let _ = c.chan.get_cq_event(Some(Duration::ZERO));
         {
-            let mut cs = c.st.lock().unwrap_or_else(|e| e.into_inner());
+            let mut cs = c.agent();
             c.service(&mut cs);
             c.flush(&mut cs);
             c.set_alarm(&cs, true);
