@@ -1342,7 +1342,24 @@ impl CmId {
             ));
         }
         if !send_only && let Some(qp) = self.qp() {
-            qp.attach_mcast(gid_of(group))?;
+            qp.attach_mcast(gid_of(group)).map_err(|e| {
+                if group.is_ipv6() && e.errno() == libc::EOPNOTSUPP {
+                    // Linux's loopback interface carries no IPv6 multicast (`lo` is not
+                    // marked for it): the device cannot carry the group.
+                    cm_err(
+                        verb,
+                        libc::EOPNOTSUPP,
+                        format!(
+                            "device {} is on {dev}, whose interface carries no IPv6 \
+                             multicast ({e}); use an IPv4 device, or one on an interface \
+                             with multicast",
+                            self.inner.ctx.name()
+                        ),
+                    )
+                } else {
+                    e
+                }
+            })?;
         }
         self.st().groups.push((group, send_only));
         self.inner.chan().push(CmEvent {

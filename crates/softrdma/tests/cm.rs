@@ -221,6 +221,29 @@ fn multicast_joins_follow_rdma_cms_rules() {
     assert_eq!(errno(routed.join_multicast(group, false)), libc::EINVAL);
 }
 
+/// A device that cannot carry the group refuses the join cleanly, as the issue asks of
+/// rdma_cm: on `::1` (Linux's `lo` has no IPv6 multicast) a UD ID with a QP gets
+/// EOPNOTSUPP with a message that says why, and the ID can still join nothing else later.
+#[test]
+fn an_ipv6_loopback_device_refuses_multicast_joins_with_eopnotsupp() {
+    let c = ctx("::1");
+    let chan = EventChannel::new().unwrap();
+    let ud = CmId::new(&chan, &c, PortSpace::Udp).unwrap();
+    ud.bind_addr("[::1]:0".parse().unwrap()).unwrap();
+    let (pd, cq) = (c.alloc_pd(), c.create_cq(16, None).unwrap());
+    ud.create_qp(&pd, QpInitAttr::new(QpType::Ud, &cq)).unwrap();
+    let group: IpAddr = "ff0e::77:1".parse().unwrap();
+    let e = ud.join_multicast(group, false).unwrap_err();
+    assert_eq!(e.errno(), libc::EOPNOTSUPP, "{e}");
+    assert!(e.to_string().contains("no IPv6 multicast"), "{e}");
+    // Nothing was joined: no event, and a leave finds no group.
+    assert!(chan.get_event(Some(Duration::from_millis(50))).is_none());
+    assert_eq!(
+        ud.leave_multicast(group).unwrap_err().errno(),
+        libc::EADDRNOTAVAIL
+    );
+}
+
 /// UD through SIDR: the client's `connect` asks the server's service for its UD QP, the
 /// server's `accept` answers with it, and the client's Established event carries the QPN
 /// and rdma_cm's UD Q_Key, with which a datagram then reaches the server's QP. A service

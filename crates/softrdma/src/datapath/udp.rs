@@ -180,6 +180,23 @@ pub(crate) fn v6_interface(addr: std::net::Ipv6Addr, scope_id: u32) -> u32 {
         .unwrap_or(0)
 }
 
+/// Whether interface `ifindex` is marked for multicast (IFF_MULTICAST): Linux's `lo` is
+/// not, and IPv6 multicast sent through it reaches nobody.
+fn carries_multicast(ifindex: u32) -> bool {
+    let Ok(name) = nix::net::if_::if_indextoname(ifindex) else {
+        return true;
+    };
+    let Ok(ifaces) = nix::ifaddrs::getifaddrs() else {
+        return true;
+    };
+    ifaces
+        .filter(|i| name.to_str() == Ok(i.interface_name.as_str()))
+        .any(|i| {
+            i.flags
+                .contains(nix::net::if_::InterfaceFlags::IFF_MULTICAST)
+        })
+}
+
 /// UDP port 4791 at `ip` (IPv6 scope `scope_id`).
 pub(crate) fn roce_port(ip: IpAddr, scope_id: u32) -> SocketAddr {
     match ip {
@@ -326,7 +343,13 @@ impl Udp {
         match (group, self.addr) {
             (IpAddr::V4(g), IpAddr::V4(me)) => sock.join_multicast_v4(&g, &me)?,
             (IpAddr::V6(g), IpAddr::V6(_)) => {
-                sock.join_multicast_v6(&g, self.tx.multicast_if())?;
+                let ifindex = self.tx.multicast_if();
+                if ifindex != 0 && !carries_multicast(ifindex) {
+                    // Linux joins the group on such an interface (`lo`), but nothing sent
+                    // to it arrives: say so now rather than lose every datagram.
+                    return Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+                }
+                sock.join_multicast_v6(&g, ifindex)?;
                 // rxe sends IPv6 UDP with checksum 0, which Linux drops unless told not to.
                 sys::set_int_opt(sock.as_raw_fd(), libc::IPPROTO_UDP, 102, 1)?;
             }
