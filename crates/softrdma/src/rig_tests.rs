@@ -330,6 +330,28 @@ fn the_progress_pass_sends_what_a_poller_that_stopped_deferred() {
     assert_eq!(r.a.cq.poll(1)[0].wr_id, 10);
 }
 
+/// A thread that blocks for a CQ event sends the ACKs its polls deferred before it
+/// sleeps: no send of its will carry them, and the peer may wait for them (an
+/// event-driven ping-pong waits for its send completion). Before, they waited for the
+/// progress thread's pass, a poller's grace later (200 us a turn).
+#[test]
+fn a_thread_that_blocks_for_a_cq_event_sends_its_deferred_acks_first() {
+    let r = Rig::new(64, None);
+    let chan = r.b.ctx.create_comp_channel().unwrap();
+    let _cq = r.b.ctx.create_cq(4, Some(&chan)).unwrap();
+    recv(&r.b, 1);
+    r.a.qp.post_send(wr(10, SendOp::Send, &r.a, 8)).unwrap();
+    assert_eq!(r.b.cq.poll(1)[0].wr_id, 1);
+    assert!(r.fabric.opcodes(IP_A).is_empty(), "deferred");
+    assert!(
+        chan.get_cq_event(Some(Duration::from_millis(1)))
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(r.fabric.opcodes(IP_A), [ACK], "sent before the wait");
+    assert_eq!(r.a.cq.poll(1)[0].wr_id, 10);
+}
+
 /// A poll that returns a QP's last awaited completion gives the socket back to the
 /// progress thread at once, if the peer writes that QP's memory and has not answered its
 /// last send yet (the application then waits on memory, not on the CQ: perftest's latency

@@ -24,6 +24,13 @@ pub(crate) trait Poller: Send + Sync {
     /// the socket back now, instead of a grace after the last poll, so that the packet the
     /// thread waits for is not held up by it.
     fn app_sleeps(&self);
+    /// The polling thread blocks now (`get_cq_event`): besides [`Poller::app_sleeps`], the
+    /// ACKs it deferred to ride along with its next send leave at once, since no send of
+    /// its comes while it sleeps and its peer may be waiting for them (the send
+    /// completion of an event-driven ping-pong).
+    fn app_blocks(&self) {
+        self.app_sleeps();
+    }
     /// A poll returned completions. If no QP of the device awaits any more, and each has
     /// had its memory written by its peer but not since its last send, the thread will
     /// most likely wait for the next WRITE by watching memory, not by polling: the socket

@@ -1864,6 +1864,11 @@ impl cq::Poller for Device {
         }
     }
 
+    fn app_blocks(&self) {
+        self.flush_batch(true);
+        self.app_sleeps();
+    }
+
     fn app_sleeps(&self) {
         let polls = self.app_polls.load(Ordering::Relaxed);
         // Stored as count + 1, so that 0 means "never released".

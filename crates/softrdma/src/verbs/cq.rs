@@ -343,7 +343,7 @@ impl CompletionChannel {
                     .unwrap_or_else(|e| e.into_inner())
                     .clone();
                 for d in devs.iter().filter_map(Weak::upgrade) {
-                    d.app_sleeps();
+                    d.app_blocks();
                 }
             }
             // SAFETY: one valid pollfd for the duration of the call.
