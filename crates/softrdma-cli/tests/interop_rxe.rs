@@ -557,6 +557,9 @@ fn pingpong_with_linux_rxe() {
         );
     }
 
+    // RDMA_OPTION_ID_TOS (perftest's -T) both ways, seen on the wire.
+    tos_case(&vm);
+
     // Programs the VM image lacks, run there from the share: cmtime's 1,000 connections,
     // qperf's twelve RC tests over rdma_cm, and mckey's multicast through
     // rdma_join_multicast, each both ways.
@@ -736,6 +739,84 @@ impl Drop for HostServer {
             let _ = c.wait();
         }
     }
+}
+
+/// perftest's `ib_send_lat -R -T 104` both ways, captured on the bridge: the REQ carries
+/// the TOS (0x68), and every data packet of both QPs, rxe's and the drop-in's, leaves with
+/// it in its IP header, as the kernel's rdma_cm and rxe put it there.
+fn tos_case(vm: &Vm) {
+    let pcap = "/tmp/softrdma-interop-tos.pcap";
+    let _ = std::fs::remove_file(pcap);
+    let mut cap = Command::new("ip")
+        .args([
+            "netns", "exec", "rxepeer", "dumpcap", "-q", "-i", "br0", "-s", "96",
+        ])
+        .args(["-f", "udp port 4791", "-w", pcap])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("dumpcap (tshark's package) in the namespace");
+    // dumpcap says "Capturing on" once it captures.
+    let mut err = cap.stderr.take().unwrap();
+    let mut seen = String::new();
+    while !seen.contains("Capturing on") {
+        let mut b = [0u8; 256];
+        let n = std::io::Read::read(&mut err, &mut b).unwrap_or(0);
+        assert!(n > 0, "dumpcap did not start: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&b[..n]));
+    }
+    cm_dropin_case(
+        vm,
+        "ib_send_lat -R -T 104 -n 20 -p 7202",
+        "ib_send_lat -R -T 104 -n 20 -p 7202 {peer}",
+        7202,
+        "#bytes",
+    );
+    let _ = Command::new("kill").arg(cap.id().to_string()).status();
+    let _ = cap.wait();
+    // Data packets (not to QP1) by sender, destination QP and TOS. perftest's -R runs its
+    // own exchange over a second rdma_cm connection, made without -T: its QPs send TOS 0.
+    let o = run(
+        Command::new("tshark").args([
+            "-r",
+            pcap,
+            "-Y",
+            "infiniband.bth.destqp != 1",
+            "-T",
+            "fields",
+            "-e",
+            "ip.src",
+            "-e",
+            "infiniband.bth.destqp",
+            "-e",
+            "ip.dsfield",
+        ]),
+        Duration::from_secs(60),
+    );
+    let mut by: std::collections::BTreeMap<(String, String, String), usize> = Default::default();
+    for l in text(&o).lines() {
+        let f: Vec<&str> = l.split('\t').collect();
+        if let [src, qp, tos] = f[..] {
+            *by.entry((src.into(), qp.into(), tos.into())).or_default() += 1;
+        }
+    }
+    for src in [HOST_IP, VM_IP] {
+        // The test's QPs, one per direction's run: those whose packets carry 0x68; none
+        // sent a packet with another TOS.
+        let tested: Vec<_> = by
+            .iter()
+            .filter(|((s, _, t), n)| s == src && t == "0x68" && **n >= 20)
+            .map(|((_, qp, _), _)| qp.clone())
+            .collect();
+        assert!(
+            tested.len() == 2
+                && !by
+                    .keys()
+                    .any(|(s, qp, t)| s == src && tested.contains(qp) && t != "0x68"),
+            "{src}'s data packets by destination QP and TOS: {by:?}"
+        );
+    }
+    eprintln!("ok: TOS 0x68 on every data packet both ways with rxe: {by:?}");
 }
 
 /// rdma-core's cmtime, 1,000 connections made and torn down step by step, both ways: the
