@@ -526,6 +526,76 @@ fn rping_between_two_processes_on_one_shared_device() {
     svc.finish(Duration::from_secs(10));
 }
 
+/// A REQ that reaches a shared device before anyone listens on its port (qperf's server
+/// tells its client the port before it listens) waits in the owner, and is handed to the
+/// member that listens on the port the moment it does: the owner (`softrdma service`)
+/// logs the REQ waiting, only then does the rping server start, and the owner logs the
+/// hand-over; the client, started first, gets its pings through.
+#[test]
+fn a_req_that_comes_before_its_listener_is_handed_to_it() {
+    let addr = "127.0.3.22";
+    let mut svc = softrdma(addr, &["service"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    let err = svc.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufRead::lines(std::io::BufReader::new(err)).map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let wait_for = |what: &str| -> String {
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(l) if l.contains(what) => return l,
+                Ok(_) => {}
+                Err(e) => panic!("the service logged no {what:?}: {e}"),
+            }
+        }
+    };
+    let end = Instant::now() + Duration::from_secs(20);
+    while !text(&softrdma(addr, &["link", "show"]).output().unwrap()).contains("ACTIVE") {
+        assert!(Instant::now() < end, "the service did not come up");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let cli = Running::new(
+        softrdma(
+            addr,
+            &[
+                "rping", "-c", "-v", "-V", "-C", "5", "-a", addr, "-p", "7453",
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap(),
+    );
+    let held = wait_for("waits for a listener");
+    // The IP CM's service ID for TCP port 7453 (IBTA A11: prefix, port space, port).
+    assert!(held.contains("service 0x1061d1d,"), "{held}");
+    let srv = Running::new(
+        softrdma(addr, &["rping", "-s", "-v", "-C", "5", "-p", "7453"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let handed = wait_for("handed to its new listener");
+    assert!(handed.ends_with(": true"), "{handed}");
+    let cli = cli.finish(Duration::from_secs(60));
+    let srv = srv.finish(Duration::from_secs(60));
+    assert!(cli.status.success(), "{}\n{}", text(&cli), text(&srv));
+    assert_eq!(text(&cli).matches("ping data: rdma-ping-").count(), 5);
+    let _ = svc.kill();
+    let _ = svc.wait();
+}
+
 /// Unmodified rping, ucmatose, udaddy, rdma_server/rdma_client, qperf `-cm1` (its twelve
 /// RC tests), cmtime (200 connections at once) and perftest with `-R`
 /// (which listens again on its port right after its first connection), server and client

@@ -87,6 +87,11 @@ const MEMBER_GRACE: Duration = Duration::from_secs(3);
 const HELD_REQ_MEMORY: Duration = Duration::from_secs(30);
 /// The most REQs an owner remembers having dropped once (see `Share::hold_first_req`).
 const HELD_REQS_MAX: usize = 4096;
+/// How long an owner keeps a REQ for a service nobody listens on yet, to hand it to the
+/// member that listens on it meanwhile (see `Share::hold_first_req`).
+const HELD_REQ_WAIT: Duration = Duration::from_secs(1);
+/// The most REQs an owner keeps waiting for a listener at once.
+const WAITING_REQS_MAX: usize = 256;
 /// How long a member waits for its owner's answer, and for an owner to appear.
 pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 /// The progress thread's token for the owner's listener.
@@ -288,6 +293,17 @@ struct CmRoutes {
     by_service: HashMap<u64, CmListen>,
 }
 
+/// A REQ an owner keeps for a listener to come (see `Share::hold_first_req`).
+struct WaitingReq {
+    /// Its service.
+    sid: u64,
+    /// When the requester's first REQ came.
+    first: Instant,
+    /// The latest datagram, and its sender.
+    from: SocketAddr,
+    data: Vec<u8>,
+}
+
 /// A member's listen on a CM service, as its owner holds it.
 struct CmListen {
     member: usize,
@@ -323,6 +339,10 @@ pub(crate) struct Share {
     /// Owner: REQs dropped once for a service nobody listened on, by requester (address
     /// and communication ID), with when (see [`Share::hold_first_req`]).
     held_reqs: Mutex<HashMap<(IpAddr, u32), Instant>>,
+    /// Owner: the REQs held for a service nobody listened on, kept for a listener that
+    /// comes within [`HELD_REQ_WAIT`]: by requester, the service, when the first came, and
+    /// the latest datagram with its sender.
+    waiting_reqs: Mutex<HashMap<(IpAddr, u32), WaitingReq>>,
     /// Whether members may be steered (`SOFTRDMA_STEER`).
     steer: bool,
     /// Probes the receive path saw, for the progress thread to report (see [`steer`]);
@@ -548,6 +568,7 @@ impl Share {
             cm: RwLock::new(CmRoutes::default()),
             cm_forwarding: AtomicBool::new(false),
             held_reqs: Mutex::new(HashMap::new()),
+            waiting_reqs: Mutex::new(HashMap::new()),
             steer,
             probes: Mutex::new(Vec::new()),
             probed: AtomicBool::new(false),
@@ -874,7 +895,9 @@ impl Share {
         match (fd, to) {
             (Some(fd), _) => Some(sys::send_framed(fd.as_raw_fd(), from, data).is_ok()),
             // Dropped, not rejected: the requester resends, and finds the listener.
-            (None, Addressee::Service(sid)) if self.hold_first_req(sid, &mad, from) => Some(true),
+            (None, Addressee::Service(sid)) if self.hold_first_req(sid, &mad, from, data) => {
+                Some(true)
+            }
             (None, _) => None,
         }
     }
@@ -885,8 +908,11 @@ impl Share {
     /// tell its peer the port before it listens (qperf's server does), and a member's
     /// listen takes a round trip through the owner: the peer's REQ may overtake it, and
     /// rejecting it would fail a connection that Linux, whose listen is a system call,
-    /// makes. The resend finds the listener, or gets the reject.
-    fn hold_first_req(&self, sid: u64, mad: &CmMad, from: SocketAddr) -> bool {
+    /// makes. The REQ waits [`HELD_REQ_WAIT`] for a member to listen, and is handed to it
+    /// the moment it does (`Share::deliver_waiting`), with no resend to wait for (rxe's
+    /// come 6 s apart); resends within that time wait with it. A later resend finds the
+    /// listener, or gets the reject.
+    fn hold_first_req(&self, sid: u64, mad: &CmMad, from: SocketAddr, data: &[u8]) -> bool {
         let requester = match mad.msg {
             CmMessage::Req(r) => r.local_comm_id,
             CmMessage::SidrReq(r) => r.request_id,
@@ -908,11 +934,53 @@ impl Share {
             // remember each.
             return false;
         }
-        match held.entry((from.ip(), requester)) {
-            std::collections::hash_map::Entry::Occupied(_) => false,
-            std::collections::hash_map::Entry::Vacant(v) => {
-                v.insert(Instant::now());
-                true
+        let key = (from.ip(), requester);
+        let first = match held.entry(key) {
+            std::collections::hash_map::Entry::Occupied(o) => *o.get(),
+            std::collections::hash_map::Entry::Vacant(v) => *v.insert(Instant::now()),
+        };
+        drop(held);
+        if first.elapsed() >= HELD_REQ_WAIT {
+            return false;
+        }
+        let mut waiting = self.waiting_reqs.lock().unwrap_or_else(|e| e.into_inner());
+        waiting.retain(|_, w| w.first.elapsed() < HELD_REQ_WAIT);
+        if waiting.len() < WAITING_REQS_MAX || waiting.contains_key(&key) {
+            let w = WaitingReq {
+                sid,
+                first,
+                from,
+                data: data.to_vec(),
+            };
+            let again = waiting.insert(key, w).is_some();
+            log(format_args!(
+                "{}: a REQ from {from} for CM service {sid:#x}, where nobody listens, \
+                 waits for a listener{}",
+                self.addr,
+                if again { " (a resend)" } else { "" }
+            ));
+        }
+        true
+    }
+
+    /// Hands the REQs waiting for service `sid` (see [`Share::hold_first_req`]) to the
+    /// member that now listens on it, through its forwarding socket `fd` (owner).
+    fn deliver_waiting(&self, sid: u64, fd: RawFd) {
+        let mut waiting = self.waiting_reqs.lock().unwrap_or_else(|e| e.into_inner());
+        waiting.retain(|_, w| w.first.elapsed() < HELD_REQ_WAIT);
+        let keys: Vec<_> = waiting
+            .iter()
+            .filter(|(_, w)| w.sid == sid)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            if let Some(WaitingReq { from, data, .. }) = waiting.remove(&k) {
+                let sent = sys::send_framed(fd, from, &data).is_ok();
+                log(format_args!(
+                    "{}: a REQ from {from} held for CM service {sid:#x} handed to its new \
+                     listener: {sent}",
+                    self.addr
+                ));
             }
         }
     }
@@ -1501,6 +1569,9 @@ impl Share {
                 }
                 (Msg::CmListen(sid), true) => {
                     let data = m.data.clone().expect("ready");
+                    // Valid while `data` lives: in the route, or dropped after the hand-over.
+                    let keep = data.clone();
+                    let data_fd = keep.as_raw_fd();
                     self.evict_dead_listener(&ctl.role, sid);
                     let mine = ctl.my_listens.contains(&sid);
                     let mut ok = false;
@@ -1525,6 +1596,9 @@ impl Share {
                         "{}: member {t} listens on CM service {sid:#x}: {ok}",
                         self.addr
                     ));
+                    if ok {
+                        self.deliver_waiting(sid, data_fd);
+                    }
                     if send(fd, &Msg::CmListened(ok), &[]).is_err() {
                         drop_it = true;
                     }
