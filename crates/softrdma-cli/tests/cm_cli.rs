@@ -99,6 +99,25 @@ fn server(addr: &str, port: &str, size: &str) -> Running {
     )
 }
 
+/// Waits until `softrdma service` on `addr` has the device up.
+fn service_up(addr: &str) {
+    let end = Instant::now() + Duration::from_secs(20);
+    while !text(&softrdma(addr, &["link", "show"]).output().unwrap()).contains("ACTIVE") {
+        assert!(Instant::now() < end, "the service did not come up");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `c` started with its output read (see [`Running`]).
+fn piped(c: &mut Command) -> Running {
+    Running::new(
+        c.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    )
+}
+
 #[test]
 fn rping_between_two_processes_checks_every_ping() {
     for (size, port) in [("64", 7401u16), ("65000", 7402)] {
@@ -502,11 +521,7 @@ fn rping_between_two_processes_on_one_shared_device() {
             .spawn()
             .unwrap(),
     );
-    let end = Instant::now() + Duration::from_secs(20);
-    while !text(&softrdma(addr, &["link", "show"]).output().unwrap()).contains("ACTIVE") {
-        assert!(Instant::now() < end, "the service did not come up");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    service_up(addr);
     let srv = server(addr, "7451", "1000");
     listening(addr, 7451);
     let cli = rping(7451, "5");
@@ -559,33 +574,20 @@ fn a_req_that_comes_before_its_listener_is_handed_to_it() {
             }
         }
     };
-    let end = Instant::now() + Duration::from_secs(20);
-    while !text(&softrdma(addr, &["link", "show"]).output().unwrap()).contains("ACTIVE") {
-        assert!(Instant::now() < end, "the service did not come up");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let cli = Running::new(
-        softrdma(
-            addr,
-            &[
-                "rping", "-c", "-v", "-V", "-C", "5", "-a", addr, "-p", "7453",
-            ],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap(),
-    );
+    service_up(addr);
+    let cli = piped(&mut softrdma(
+        addr,
+        &[
+            "rping", "-c", "-v", "-V", "-C", "5", "-a", addr, "-p", "7453",
+        ],
+    ));
     let held = wait_for("waits for a listener");
     // The IP CM's service ID for TCP port 7453 (IBTA A11: prefix, port space, port).
     assert!(held.contains("service 0x1061d1d,"), "{held}");
-    let srv = Running::new(
-        softrdma(addr, &["rping", "-s", "-v", "-C", "5", "-p", "7453"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let srv = piped(&mut softrdma(
+        addr,
+        &["rping", "-s", "-v", "-C", "5", "-p", "7453"],
+    ));
     let handed = wait_for("handed to its new listener");
     assert!(handed.ends_with(": true"), "{handed}");
     let cli = cli.finish(Duration::from_secs(60));
