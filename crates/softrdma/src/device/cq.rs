@@ -28,8 +28,26 @@ pub(crate) trait Poller: Send + Sync {
     /// ACKs it deferred to ride along with its next send leave at once, since no send of
     /// its comes while it sleeps and its peer may be waiting for them (the send
     /// completion of an event-driven ping-pong).
-    fn app_blocks(&self) {
-        self.app_sleeps();
+    ///
+    /// `watching`: the thread waits on the device's socket itself ([`Poller::rx_fd`]), so
+    /// the socket stays with it as with a busy poller (one thread woken per datagram, not
+    /// two: with both waking, a stream's receiver lost a quarter of its bandwidth).
+    fn app_blocks(&self, watching: bool) {
+        if !watching {
+            self.app_sleeps();
+        }
+    }
+    /// The descriptor a thread that blocks for a CQ event may wait on besides its
+    /// channel's: the device's socket, readable when a datagram for it waits (see
+    /// `CompletionChannel::get_cq_event`). Same-host rings are left to the progress
+    /// thread: waiting on their wake-ups too gained nothing measurable.
+    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+    /// Receives what waits on the socket [`Poller::rx_fd`] gave, for a thread blocked for
+    /// a CQ event (not a poller that watches memory: see [`Poller::polled`]).
+    fn receive_blocked(&self) -> bool {
+        self.poll_rx()
     }
     /// A poll returned completions. If no QP of the device awaits any more, and each has
     /// had its memory written by its peer but not since its last send, the thread will

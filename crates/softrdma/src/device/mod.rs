@@ -1864,9 +1864,19 @@ impl cq::Poller for Device {
         }
     }
 
-    fn app_blocks(&self) {
+    fn app_blocks(&self, watching: bool) {
         self.flush_batch(true);
-        self.app_sleeps();
+        if !watching {
+            self.app_sleeps();
+        }
+    }
+
+    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.datapath.readable_fd()
+    }
+
+    fn receive_blocked(&self) -> bool {
+        self.poll_socket()
     }
 
     fn app_sleeps(&self) {

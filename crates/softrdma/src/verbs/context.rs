@@ -190,6 +190,60 @@ mod tests {
     use std::sync::atomic::Ordering;
     use std::time::{Duration, Instant};
 
+    /// A thread that blocks for a CQ event receives the datagram it waits for itself: with
+    /// the receiving device's progress thread paused, A's SEND still reaches B's QP, and
+    /// B's `get_cq_event` returns its CQ (before, only the progress thread read the socket
+    /// while the application slept, and its wake-up came on top of the application's).
+    #[test]
+    fn a_thread_blocked_for_a_cq_event_receives_the_datagram_itself() {
+        let open = |last: u8| {
+            let addr = IpAddr::V4(Ipv4Addr::new(127, 0, 78, last));
+            let ctx = Context::open_with(&format!("e{last}"), addr, Mtu::M1024, Default::default())
+                .expect("device opens");
+            let pd = ctx.alloc_pd();
+            let mr = pd.register_zeroed(4096, AccessFlags::LOCAL_WRITE).unwrap();
+            (ctx, pd, mr)
+        };
+        let (a, b) = (open(5), open(6));
+        let chan = b.0.create_comp_channel().unwrap();
+        let bcq = b.0.create_cq(16, Some(&chan)).unwrap();
+        let acq = a.0.create_cq(16, None).unwrap();
+        let aqp = a.1.create_qp(QpInitAttr::new(QpType::Rc, &acq)).unwrap();
+        let bqp = b.1.create_qp(QpInitAttr::new(QpType::Rc, &bcq)).unwrap();
+        let (pa, pb) = (Psn::new(1), Psn::new(2));
+        let peer = |ctx: &Context, qp: &QueuePair, psn| Peer {
+            addr: ctx.addr(),
+            qpn: qp.qp_num(),
+            psn,
+        };
+        aqp.connect(pa, &peer(&b.0, &bqp, pb), &ConnectAttr::default())
+            .unwrap();
+        bqp.connect(pb, &peer(&a.0, &aqp, pa), &ConnectAttr::default())
+            .unwrap();
+        bqp.post_recv(RecvWr {
+            wr_id: 7,
+            sg_list: vec![b.2.sge(0, 64)],
+        })
+        .unwrap();
+        bcq.req_notify(false).unwrap();
+        b.0.dev().progress_paused.store(true, Ordering::Relaxed);
+        aqp.post_send(SendWr {
+            wr_id: 1,
+            op: SendOp::Send,
+            payload: Payload::Inline(vec![5; 16]),
+            flags: SendFlags::SIGNALED | SendFlags::INLINE,
+            ud: None,
+        })
+        .unwrap();
+        // Bounds a failure only: the event comes as soon as the datagram is there.
+        let got = chan.get_cq_event(Some(Duration::from_secs(10))).unwrap();
+        assert!(got.is_some(), "no CQ event with B's progress thread paused");
+        let wc = bcq.poll(1);
+        assert_eq!(wc.len(), 1);
+        assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::Success));
+        b.0.dev().progress_paused.store(false, Ordering::Relaxed);
+    }
+
     /// A busy poller runs the timers itself: with both progress threads starved and every
     /// packet held back by the fault injector, a WRITE still completes, because the polls
     /// send the held packets when they fall due. (The progress thread of a process whose

@@ -302,6 +302,7 @@ impl CompletionChannel {
         timeout: Option<Duration>,
         interruptible: bool,
     ) -> Result<Option<CompletionQueue>> {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
         loop {
             if let Some(w) = self
                 .inner
@@ -327,27 +328,51 @@ impl CompletionChannel {
                 }
                 continue;
             }
-            let mut pfd = libc::pollfd {
+            let ms = match deadline {
+                None => -1,
+                Some(d) => {
+                    // Rounded up: a wait that has time left blocks (and so first lets the
+                    // device's ACKs go, see `app_blocks`).
+                    let left = d.saturating_duration_since(std::time::Instant::now());
+                    left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+                }
+            };
+            let mut pfds = vec![libc::pollfd {
                 fd: self.fd(),
                 events: libc::POLLIN,
                 revents: 0,
-            };
-            let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
+            }];
+            let mut devs = Vec::new();
             if ms != 0 {
                 // This thread stops polling until the event: let the progress thread
                 // receive for it at once.
-                let devs = self
+                devs = self
                     .inner
                     .devices
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .clone();
-                for d in devs.iter().filter_map(Weak::upgrade) {
-                    d.app_blocks();
+                    .iter()
+                    .filter_map(Weak::upgrade)
+                    .collect();
+                for d in &devs {
+                    d.app_blocks(d.rx_fd().is_some());
                 }
+                // And wait on the devices' sockets too: a datagram wakes this thread,
+                // which receives it and makes the completion it waits for itself, instead
+                // of waiting for the progress thread to wake and then wake it (one
+                // wake-up per packet instead of two).
+                pfds.extend(
+                    devs.iter()
+                        .filter_map(|d| d.rx_fd())
+                        .map(|fd| libc::pollfd {
+                            fd,
+                            events: libc::POLLIN,
+                            revents: 0,
+                        }),
+                );
             }
-            // SAFETY: one valid pollfd for the duration of the call.
-            let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+            // SAFETY: `pfds` holds `pfds.len()` valid pollfd entries for the call.
+            let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
             if r < 0 {
                 let e = std::io::Error::last_os_error();
                 if e.kind() == std::io::ErrorKind::Interrupted && !interruptible {
@@ -361,15 +386,25 @@ impl CompletionChannel {
             if r == 0 {
                 return Ok(None);
             }
-            let mut v: u64 = 0;
-            // SAFETY: reading 8 bytes into a valid u64 from our eventfd.
-            unsafe {
-                libc::read(
-                    self.fd(),
-                    (&mut v as *mut u64).cast(),
-                    std::mem::size_of::<u64>(),
-                )
-            };
+            if pfds[1..].iter().any(|p| p.revents != 0) {
+                // Whichever thread gets the socket first receives; the others find it
+                // taken or empty, and wait again.
+                for d in &devs {
+                    d.receive_blocked();
+                }
+            }
+            if pfds[0].revents != 0 {
+                let mut v: u64 = 0;
+                // SAFETY: reading 8 bytes into a valid u64 from our eventfd, which is
+                // readable (a blocking read cannot block).
+                unsafe {
+                    libc::read(
+                        self.fd(),
+                        (&mut v as *mut u64).cast(),
+                        std::mem::size_of::<u64>(),
+                    )
+                };
+            }
         }
     }
 }
