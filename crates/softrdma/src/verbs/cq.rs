@@ -303,6 +303,9 @@ impl CompletionChannel {
         interruptible: bool,
     ) -> Result<Option<CompletionQueue>> {
         let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        // Sockets that reported an error and no datagram: not watched again in this wait,
+        // which would otherwise spin on them (the progress thread deals with them).
+        let mut unwatched: Vec<RawFd> = Vec::new();
         loop {
             if let Some(w) = self
                 .inner
@@ -344,8 +347,9 @@ impl CompletionChannel {
             }];
             let mut devs = Vec::new();
             if ms != 0 {
-                // This thread stops polling until the event: let the progress thread
-                // receive for it at once.
+                // This thread stops polling until the event: the ACKs it deferred leave
+                // now, and a device whose socket it cannot watch hands it to its progress
+                // thread at once.
                 devs = self
                     .inner
                     .devices
@@ -354,22 +358,19 @@ impl CompletionChannel {
                     .iter()
                     .filter_map(Weak::upgrade)
                     .collect();
-                for d in &devs {
-                    d.app_blocks(d.rx_fd().is_some());
-                }
                 // And wait on the devices' sockets too: a datagram wakes this thread,
                 // which receives it and makes the completion it waits for itself, instead
                 // of waiting for the progress thread to wake and then wake it (one
                 // wake-up per packet instead of two).
-                pfds.extend(
-                    devs.iter()
-                        .filter_map(|d| d.rx_fd())
-                        .map(|fd| libc::pollfd {
-                            fd,
-                            events: libc::POLLIN,
-                            revents: 0,
-                        }),
-                );
+                for d in &devs {
+                    let fd = d.rx_fd().filter(|fd| !unwatched.contains(fd));
+                    d.app_blocks(fd.is_some());
+                    pfds.extend(fd.map(|fd| libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    }));
+                }
             }
             // SAFETY: `pfds` holds `pfds.len()` valid pollfd entries for the call.
             let r = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
@@ -386,7 +387,12 @@ impl CompletionChannel {
             if r == 0 {
                 return Ok(None);
             }
-            if pfds[1..].iter().any(|p| p.revents != 0) {
+            for p in &pfds[1..] {
+                if p.revents != 0 && p.revents & libc::POLLIN == 0 {
+                    unwatched.push(p.fd);
+                }
+            }
+            if pfds[1..].iter().any(|p| p.revents & libc::POLLIN != 0) {
                 // Whichever thread gets the socket first receives; the others find it
                 // taken or empty, and wait again.
                 for d in &devs {
