@@ -5,7 +5,8 @@
 //! must pass `softrdma pcap verify` (every ICRC, ours and rxe's) and tshark. The connection
 //! manager's clients (rping, ucmatose, udaddy, rdma_server/client, perftest `-R`, cmtime,
 //! qperf `-cm1` and mckey) run through the drop-in against the same programs in the VM,
-//! both ways; those the image lacks run there from its 9p share.
+//! both ways; those the image lacks run there from its 9p share. A bridge capture of
+//! perftest `-R -T` checks that both stacks' packets carry the ID's TOS.
 //!
 //! It needs root, qemu and the rxe-peer scripts (`../shared/rxe-peer`, or
 //! `$SOFTRDMA_RXE_PEER`), boots one VM in a network namespace it creates (10.77.0.0/24, nothing

@@ -592,15 +592,10 @@ impl SendBatch {
                     if tos != 0 {
                         // The per-packet TOS (IP_TOS) or traffic class (IPV6_TCLASS): one
                         // socket serves QPs of every traffic class.
-                        (*c).cmsg_level = if pkts[0].dst.is_ipv4() {
-                            libc::IPPROTO_IP
+                        ((*c).cmsg_level, (*c).cmsg_type) = if pkts[0].dst.is_ipv4() {
+                            (libc::IPPROTO_IP, libc::IP_TOS)
                         } else {
-                            libc::IPPROTO_IPV6
-                        };
-                        (*c).cmsg_type = if pkts[0].dst.is_ipv4() {
-                            libc::IP_TOS
-                        } else {
-                            libc::IPV6_TCLASS
+                            (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
                         };
                         (*c).cmsg_len = libc::CMSG_LEN(4) as usize;
                         std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), tos.into());
