@@ -986,6 +986,18 @@ impl QueuePair {
         self.icrc_owed = on;
     }
 
+    /// False only when [`QueuePair::poll_transmit`] would give nothing now: no response
+    /// waits, no repair is due, and the send pointers are at the end of the send queue (or
+    /// the QP cannot send). A host may then skip the call, and its buffer work, on a QP it
+    /// services after every input; true says nothing more than "call it".
+    pub fn may_transmit(&self) -> bool {
+        self.resp.has_responses()
+            || self.req.repair.is_some()
+            || (matches!(self.state, QpState::Rts | QpState::Sqd)
+                && self.req.rnr_until.is_none()
+                && self.req.send_idx < self.req.sq.len())
+    }
+
     /// [`QueuePair::poll_transmit`], writing the packet at `buf[at..at + len]` instead: what
     /// `buf` holds before `at` stays, `buf` grows when it is too short, and it never shrinks.
     /// A sender that lays its packets back to back in one buffer builds them in place (no
@@ -996,10 +1008,17 @@ impl QueuePair {
         buf: &mut Vec<u8>,
         at: usize,
     ) -> Option<Transmit> {
+        #[cfg(debug_assertions)]
+        let may = self.may_transmit();
         let t = match self.responder_transmit(buf, at) {
             Some(t) => Some(t),
             None => self.requester_transmit(now, buf, at),
-        }?;
+        };
+        // Every test (the simulator's, the property tests', the fuzzers') checks the
+        // promise hosts rely on to skip this call.
+        #[cfg(debug_assertions)]
+        debug_assert!(may || t.is_none(), "may_transmit said no, and a packet came");
+        let t = t?;
         self.counters.sent_packets += 1;
         Some(t)
     }

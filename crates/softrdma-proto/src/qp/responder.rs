@@ -92,6 +92,11 @@ pub(crate) struct Responder {
 pub const REORDER_PSNS: i32 = MAX_UNACKED_PSNS;
 
 impl Responder {
+    /// Whether a response waits to be sent.
+    pub(crate) fn has_responses(&self) -> bool {
+        !self.responses.is_empty()
+    }
+
     /// The receive WR of the message in progress, for flushing.
     pub fn take_current_recv(&mut self) -> Option<RecvWr> {
         match self.cur.take() {

@@ -441,45 +441,49 @@ impl Consumer {
             return;
         }
         let head = self.map.word64(HEAD).load(Ordering::Acquire);
-        let mut all = true;
         // One write since the last look (a ping-pong's every turn): only its box changed,
         // if the producer says true; one that lies only delays its own ACKs, whose
-        // requesters then retry and are answered again.
+        // requesters then retry and are answered again. That box alone is read, not all
+        // [`ACKS`] of them: this runs on every turn of a ping-pong.
         let last = self.map.word32(ACK_LAST).load(Ordering::Relaxed) as usize;
-        let only = (generation == self.ack_gen.wrapping_add(1) && last < ACKS).then_some(last);
-        for (i, seen) in self.ack_seen.iter_mut().enumerate() {
-            if only.is_some_and(|o| o != i) {
-                continue;
-            }
-            let b = box_at(i);
-            let seq = self.map.word32(b + BOX_SEQ);
-            let s1 = seq.load(Ordering::Acquire);
-            if s1 == *seen {
-                continue;
-            }
-            let tag = self.map.word32(b + BOX_QPN).load(Ordering::Relaxed);
-            let psn = self.map.word32(b + BOX_PSN).load(Ordering::Relaxed);
-            let at = self.map.word64(b + BOX_AT).load(Ordering::Relaxed);
-            fence(Ordering::Acquire);
-            if s1 & 1 != 0 || seq.load(Ordering::Relaxed) != s1 {
-                all = false;
-                continue;
-            }
-            // Due once the entries before it are read; one that names entries the
-            // producer never published is garbage, and skipped like a malformed entry.
-            let early = at.wrapping_sub(self.tail) as i64 > 0;
-            if early && at.wrapping_sub(head) as i64 <= 0 {
-                all = false;
-                continue;
-            }
-            *seen = s1;
-            if !early && tag & 1 << 31 != 0 {
-                out.push((tag & 0xFF_FFFF, psn & 0xFF_FFFF));
-            }
-        }
+        let all = if generation == self.ack_gen.wrapping_add(1) && last < ACKS {
+            self.ack_box_read(last, head, out)
+        } else {
+            (0..ACKS).fold(true, |all, i| self.ack_box_read(i, head, out) && all)
+        };
         if all {
             self.ack_gen = generation;
         }
+    }
+
+    /// Reads ACK box `i` if it changed since it was last read, adding its ACK to `out` if
+    /// it is due (`head`: the producer's published head). False if it must be looked at
+    /// again: it is being written, or names entries not yet read.
+    fn ack_box_read(&mut self, i: usize, head: u64, out: &mut Vec<(u32, u32)>) -> bool {
+        let b = box_at(i);
+        let seq = self.map.word32(b + BOX_SEQ);
+        let s1 = seq.load(Ordering::Acquire);
+        if s1 == self.ack_seen[i] {
+            return true;
+        }
+        let tag = self.map.word32(b + BOX_QPN).load(Ordering::Relaxed);
+        let psn = self.map.word32(b + BOX_PSN).load(Ordering::Relaxed);
+        let at = self.map.word64(b + BOX_AT).load(Ordering::Relaxed);
+        fence(Ordering::Acquire);
+        if s1 & 1 != 0 || seq.load(Ordering::Relaxed) != s1 {
+            return false;
+        }
+        // Due once the entries before it are read; one that names entries the producer
+        // never published is garbage, and skipped like a malformed entry.
+        let early = at.wrapping_sub(self.tail) as i64 > 0;
+        if early && at.wrapping_sub(head) as i64 <= 0 {
+            return false;
+        }
+        self.ack_seen[i] = s1;
+        if !early && tag & 1 << 31 != 0 {
+            out.push((tag & 0xFF_FFFF, psn & 0xFF_FFFF));
+        }
+        true
     }
 
     /// Before the progress thread sleeps: asks for a wake-up, and says whether an entry

@@ -763,7 +763,10 @@ impl Device {
             self.counters.add(Counter::HandedBackPkts, 1);
             return;
         }
-        if let Some(s) = &self.share
+        // A ring's packets are this process's: their producer found the QPN's holder
+        // before it wrote them (see `local`).
+        if !ringed
+            && let Some(s) = &self.share
             && s.forwarding()
             && let Some(sent) = s.forward(data, from)
         {
@@ -884,6 +887,11 @@ impl Device {
     /// Builds the QP's packets in place at the end of this thread's batch (the datapath
     /// sends them, or with fault injection drops or holds some back, at the flush).
     fn transmit(&self, qp: &mut softrdma_proto::QueuePair, now: Instant) {
+        // Most services (a completion handed out, a receive posted) send nothing: they
+        // skip the batch and the engine's pass.
+        if !qp.may_transmit() {
+            return;
+        }
         let dst_of = |ip: IpAddr| match ip.to_canonical() {
             // Link-local peers are reached through the device's interface.
             IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80 => SocketAddr::V6(
@@ -903,7 +911,8 @@ impl Device {
                 {
                 }
             }
-            while let Some(queued) = b.push_with(&*self.mrs, |buf, at| {
+            while qp.may_transmit()
+                && let Some(queued) = b.push_with(&*self.mrs, |buf, at| {
                 let t = qp.poll_transmit_at(now, buf, at)?;
                 let owed = t.icrc_owed.then_some((t.src, t.src_port));
                 Some((t.len, dst_of(t.dst), t.lent, owed, t.traffic_class))
@@ -947,19 +956,24 @@ impl Device {
             let rest = std::iter::from_fn(|| qp.poll_event());
             self.events.push(std::iter::once(first).chain(rest));
         }
-        // A QP whose peer answered its last send with a WRITE keeps the socket with its
-        // poller: the application, having its completion, finds its memory written and
-        // posts again at once (see `Poller::polled`).
-        self.set_awaits(
-            shared,
-            qp.awaits_completions() || !qp.written() || qp.answered(),
-            qp.sends_outstanding(),
-        );
+        self.note_awaits(shared, qp);
         if shared.granted.load(Ordering::Relaxed) && !receives(qp.state()) {
             // It can no longer take WRITEs: no peer may place one.
             shared.granted.store(false, Ordering::Relaxed);
             self.mrs.granted.revoke_qpn(qp.qpn().value());
         }
+    }
+
+    /// Records whether the QP awaits completions and has requests outstanding, which
+    /// decide who receives (see `Poller::polled`). A QP whose peer answered its last send
+    /// with a WRITE keeps the socket with its poller: the application, having its
+    /// completion, finds its memory written and posts again at once.
+    pub(crate) fn note_awaits(&self, shared: &QpShared, qp: &softrdma_proto::QueuePair) {
+        self.set_awaits(
+            shared,
+            qp.awaits_completions() || !qp.written() || qp.answered(),
+            qp.sends_outstanding(),
+        );
     }
 
     /// The name this device's counter and resource files go under ([`stats::key`]).

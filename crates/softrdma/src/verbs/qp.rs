@@ -547,7 +547,21 @@ impl QueuePair {
 
     /// Posts a receive WR (`ibv_post_recv`).
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
-        Ok(self.with(|qp| qp.post_recv(wr))?)
+        let dev = self.pd.ctx.dev();
+        let mut qp = self.shared.qp.lock().unwrap_or_else(|e| e.into_inner());
+        qp.post_recv(wr)?;
+        // IBTA 9.7.5.2.8: a requester that met an RNR NAK retries by its own timer, so a
+        // receive WR gives the engine nothing to send and no timer. Only a QP in ERROR
+        // answers it, with a flush completion for `service` to hand out; otherwise only
+        // whether the QP awaits completions changes. A SEND ping-pong posts one receive
+        // per turn, so this skips the full pass.
+        if qp.state() == softrdma_proto::QpState::Error {
+            dev.service(&self.shared, &mut qp);
+            dev.flush_batch(false);
+        } else {
+            dev.note_awaits(&self.shared, &qp);
+        }
+        Ok(())
     }
 
     /// Posts a send WR whose data (or READ/atomic destination) is an owned buffer, which

@@ -329,7 +329,7 @@ pub(crate) struct Share {
     /// What the receive path reads.
     pub(crate) rx: Arc<RxPort>,
     /// Owner: each member's QPN, with that member's end of its forwarding pair.
-    routes: RwLock<HashMap<u32, Arc<OwnedFd>>>,
+    routes: RwLock<softrdma_proto::endpoint::check::KeyMap<Arc<OwnedFd>>>,
     /// Whether `routes` has any.
     forwarding: AtomicBool,
     /// Owner: where QP1's MADs for members go (see [`CmRoutes`]); `cm_forwarding`: there
@@ -563,7 +563,7 @@ impl Share {
             scope_id,
             ep,
             rx: Arc::new(rx),
-            routes: RwLock::new(HashMap::new()),
+            routes: RwLock::new(Default::default()),
             forwarding: AtomicBool::new(false),
             cm: RwLock::new(CmRoutes::default()),
             cm_forwarding: AtomicBool::new(false),
