@@ -1017,7 +1017,10 @@ impl QueuePair {
         // Every test (the simulator's, the property tests', the fuzzers') checks the
         // promise hosts rely on to skip this call.
         #[cfg(debug_assertions)]
-        debug_assert!(may || t.is_none(), "may_transmit said no, and a packet came");
+        debug_assert!(
+            may || t.is_none(),
+            "may_transmit said no, and a packet came"
+        );
         let t = t?;
         self.counters.sent_packets += 1;
         Some(t)

@@ -449,7 +449,12 @@ impl Consumer {
         let all = if generation == self.ack_gen.wrapping_add(1) && last < ACKS {
             self.ack_box_read(last, head, out)
         } else {
-            (0..ACKS).fold(true, |all, i| self.ack_box_read(i, head, out) && all)
+            // Every box is read, whatever the ones before it said.
+            let mut all = true;
+            for i in 0..ACKS {
+                all &= self.ack_box_read(i, head, out);
+            }
+            all
         };
         if all {
             self.ack_gen = generation;

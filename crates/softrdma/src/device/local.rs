@@ -306,9 +306,6 @@ impl Local {
         }
         let sport = self.sport.load(Ordering::Relaxed);
         let mut routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
-        // The ring written last: each ring is woken once it has its packets (a batch
-        // mostly goes to one).
-        let mut last: Option<Arc<Outgoing>> = None;
         let (mut sent, mut dropped) = (0, 0);
         batch.divert(|pieces, dst| {
             if !self.is_local(dst) {
@@ -327,11 +324,6 @@ impl Local {
             // The thread that drains this process's rings waits in vain for room in its
             // own ring: the packet is dropped at once, as by a full socket (RC resends).
             let wait = out.ep != self.ep || !DRAINS.get();
-            if let Some(l) = &last
-                && !Arc::ptr_eq(l, &out)
-            {
-                l.ring.lock().unwrap_or_else(|e| e.into_inner()).wake();
-            }
             let mut ring = out.ring.lock().unwrap_or_else(|e| e.into_inner());
             if ring.push(pieces, sport) {
                 sent += 1;
@@ -353,14 +345,13 @@ impl Local {
                     }
                 }
             }
-            drop(ring);
-            last = Some(out);
+            // Woken under the lock of the push: a wake costs a fence and a load of a line
+            // the reader rarely writes (and a system call only if it sleeps), less than
+            // taking the lock again once per batch.
+            ring.wake();
             true
         });
         drop(routes);
-        if let Some(l) = last {
-            l.ring.lock().unwrap_or_else(|e| e.into_inner()).wake();
-        }
         (sent, dropped)
     }
 
@@ -540,12 +531,15 @@ impl Local {
         // (whose connections are then closed, below).
         let mut done = false;
         let mut broken = Vec::new();
-        for k in 0..n {
+        // The ring to start at turns with each call, so that none starves the others; a
+        // division once per call, not per ring (this runs on every empty poll).
+        let mut i = if n > 1 { *turn % n } else { 0 };
+        for _ in 0..n {
             if got == want {
                 break;
             }
-            let i = (*turn + k) % n;
             let r = &mut rings[i];
+            i = if i + 1 == n { 0 } else { i + 1 };
             match r.ring.recv(batch, got, want - got) {
                 Ok((g, b)) => {
                     got += g;

@@ -489,7 +489,11 @@ impl Device {
         let _inline = self.inline_scope();
         match self.rx.try_lock() {
             Ok(mut st) => {
-                self.flush_batch(!self.hold_deferred());
+                // This thread's batch is empty (every entry point flushes its own before it
+                // returns): only deferred ACKs may wait, and most polls find none.
+                if self.gate.deferred(false) && !self.hold_deferred() {
+                    self.flush_batch(true);
+                }
                 // Only a change matters to the progress thread, so two pollers that race
                 // and count one poll instead of two are fine, and a plain store spares a
                 // locked instruction on every poll.
@@ -913,10 +917,11 @@ impl Device {
             }
             while qp.may_transmit()
                 && let Some(queued) = b.push_with(&*self.mrs, |buf, at| {
-                let t = qp.poll_transmit_at(now, buf, at)?;
-                let owed = t.icrc_owed.then_some((t.src, t.src_port));
-                Some((t.len, dst_of(t.dst), t.lent, owed, t.traffic_class))
-            }) {
+                    let t = qp.poll_transmit_at(now, buf, at)?;
+                    let owed = t.icrc_owed.then_some((t.src, t.src_port));
+                    Some((t.len, dst_of(t.dst), t.lent, owed, t.traffic_class))
+                })
+            {
                 if !queued {
                     self.counters.add(Counter::SendErr, 1);
                 }
