@@ -618,12 +618,12 @@ pub(crate) fn to_ibv_qp_attr(r: &QpAttr, soft: &SoftContext) -> (ibv_qp_attr, c_
 ///
 /// # Safety
 /// `sg` must point at `n` SGEs (or `n` is 0).
-unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Result<Vec<Sge>, c_int> {
+unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Result<softrdma::SgList, c_int> {
     if n < 0 || (n > 0 && sg.is_null()) {
         return Err(libc::EINVAL);
     }
     if n == 0 {
-        return Ok(Vec::new());
+        return Ok(softrdma::SgList::new());
     }
     // SAFETY: per the contract.
     let s = unsafe { std::slice::from_raw_parts(sg, n as usize) };
@@ -1083,7 +1083,7 @@ fn push(qp: *mut ibv_qp_ex, op: SendOp) {
         let wr = SendWr {
             wr_id: q.qp.wr_id,
             op,
-            payload: Payload::Sges(Vec::new()),
+            payload: Payload::Sges(softrdma::sg![]),
             flags: SendFlags::from_bits_truncate(q.qp.wr_flags & 0xf),
             ud: None,
         };
@@ -1194,7 +1194,7 @@ unsafe extern "C" fn wr_atomic_fetch_add(
 }
 unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     edit(qp, |w| {
-        w.payload = Payload::Sges(vec![Sge { addr, length, lkey }])
+        w.payload = Payload::Sges(softrdma::sg![Sge { addr, length, lkey }])
     })
 }
 unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
@@ -1225,7 +1225,7 @@ unsafe extern "C" fn wr_set_inline_data_list(
         // SAFETY: the caller's `n` buffers.
         unsafe { std::slice::from_raw_parts(list, n) }
     };
-    let s: Vec<Sge> = bufs
+    let s: softrdma::SgList = bufs
         .iter()
         .map(|b| Sge {
             addr: b.addr as u64,

@@ -77,7 +77,7 @@ fn post(
     e.qp.post_send(SendWr {
         wr_id,
         op,
-        payload: Payload::Sges(vec![e.mr.sge(off, len)]),
+        payload: Payload::Sges(softrdma_proto::sg![e.mr.sge(off, len)]),
         flags: if signaled {
             SendFlags::SIGNALED
         } else {
@@ -148,7 +148,7 @@ fn demo() -> Result<(), CliError> {
     // SEND into a posted receive.
     b.qp.post_recv(RecvWr {
         wr_id: 1,
-        sg_list: vec![b.mr.sge(0, 200_000)],
+        sg_list: softrdma_proto::sg![b.mr.sge(0, 200_000)],
     })?;
     a.mr.write(0, &msg)?;
     post(

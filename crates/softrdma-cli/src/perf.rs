@@ -914,7 +914,7 @@ fn fill_recvs(s: &Setup) -> Result<(), CliError> {
         while q.recvs.get() < RX_DEPTH {
             q.qp.post_recv(RecvWr {
                 wr_id: u64::MAX,
-                sg_list: vec![s.mr.sge(q.recv_off, s.half as u32)],
+                sg_list: softrdma_proto::sg![s.mr.sge(q.recv_off, s.half as u32)],
             })
             .map_err(CliError::verb("Couldn't post receive"))?;
             q.recvs.set(q.recvs.get() + 1);
@@ -949,7 +949,7 @@ fn wr(s: &Setup, q: &QpEnd, op: SendOp, size: u64, wr_id: u64, signaled: bool) -
     SendWr {
         wr_id,
         op,
-        payload: Payload::Sges(vec![s.mr.sge(q.send_off, size as u32)]),
+        payload: Payload::Sges(softrdma_proto::sg![s.mr.sge(q.send_off, size as u32)]),
         flags: if signaled {
             SendFlags::SIGNALED
         } else {

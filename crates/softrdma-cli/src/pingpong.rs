@@ -251,7 +251,7 @@ fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), CliError> {
             .take_while(|_| {
                 qp.post_recv(RecvWr {
                     wr_id: RECV_WRID,
-                    sg_list: vec![mr.sge(0, (size + off) as u32)],
+                    sg_list: softrdma_proto::sg![mr.sge(0, (size + off) as u32)],
                 })
                 .is_ok()
             })
@@ -307,7 +307,7 @@ fn pingpong(qp_type: QpType, a: &PingpongArgs) -> Result<(), CliError> {
         qp.post_send(SendWr {
             wr_id: SEND_WRID,
             op: SendOp::Send,
-            payload: Payload::Sges(vec![mr.sge(off as u64, size as u32)]),
+            payload: Payload::Sges(softrdma_proto::sg![mr.sge(off as u64, size as u32)]),
             flags: SendFlags::SIGNALED,
             ud: ud.then_some(UdDest {
                 src: ctx.addr(),

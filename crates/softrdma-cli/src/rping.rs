@@ -183,7 +183,7 @@ impl Side {
     fn post_recv(&self) -> Result<(), CliError> {
         self.qp.post_recv(RecvWr {
             wr_id: 1,
-            sg_list: vec![self.recv.sge(0, INFO as u32)],
+            sg_list: softrdma_proto::sg![self.recv.sge(0, INFO as u32)],
         })?;
         Ok(())
     }
@@ -256,7 +256,7 @@ impl Side {
         self.qp.post_send(SendWr {
             wr_id: 3,
             op,
-            payload: Payload::Sges(vec![self.rdma.sge(0, len)]),
+            payload: Payload::Sges(softrdma_proto::sg![self.rdma.sge(0, len)]),
             flags: SendFlags::SIGNALED,
             ud: None,
         })?;
@@ -301,7 +301,7 @@ fn server(a: &RpingArgs, ctx: &Context, chan: &EventChannel) -> Result<(), CliEr
                 remote_addr: addr,
                 rkey,
             },
-            payload: Payload::Sges(vec![side.rdma.sge(0, len)]),
+            payload: Payload::Sges(softrdma_proto::sg![side.rdma.sge(0, len)]),
             flags: SendFlags::SIGNALED,
             ud: None,
         })?;

@@ -124,7 +124,7 @@ fn signaled(op: SendOp, len: u32) -> SendWr {
     SendWr {
         wr_id: 1,
         op,
-        payload: Payload::Sges(vec![Sge {
+        payload: Payload::Sges(softrdma_proto::sg![Sge {
             addr: 0x1000,
             length: len,
             lkey: 1,
@@ -180,7 +180,7 @@ fn benches(c: &mut Criterion) {
         bch.iter(|| {
             bq.post_recv(RecvWr {
                 wr_id: 9,
-                sg_list: vec![Sge {
+                sg_list: softrdma_proto::sg![Sge {
                     addr: 0x2000,
                     length: 64,
                     lkey: 1,

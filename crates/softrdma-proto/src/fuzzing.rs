@@ -259,7 +259,7 @@ pub fn responder(data: &[u8]) {
     for i in 0..8u64 {
         let _ = qp.post_recv(RecvWr {
             wr_id: i,
-            sg_list: vec![Sge {
+            sg_list: crate::sg![Sge {
                 addr: 0x5000 + i * 512,
                 length: 512,
                 lkey: 0x300,
@@ -303,7 +303,7 @@ pub fn responder(data: &[u8]) {
 /// few packets long at the MTU of 256 bytes.
 fn template(i: u8, wr_id: u64) -> SendWr {
     let local = |addr: u64, length: u32| {
-        Payload::Sges(vec![Sge {
+        Payload::Sges(crate::sg![Sge {
             addr,
             length,
             lkey: 0x100,
@@ -343,7 +343,7 @@ fn template(i: u8, wr_id: u64) -> SendWr {
             },
             local(0x1C08, 8),
         ),
-        6 => (SendOp::Send, Payload::Sges(vec![])),
+        6 => (SendOp::Send, Payload::Sges(crate::sg![])),
         _ => (
             SendOp::Read {
                 remote_addr: 0x9100,

@@ -351,7 +351,7 @@ pub fn run_workload(cfg: &WorkloadConfig) -> Result<WorkloadReport, SimError> {
             while let Some(slot) = p.free_recv_slots.pop() {
                 let r = RecvWr {
                     wr_id: slot,
-                    sg_list: vec![Sge {
+                    sg_list: crate::sg![Sge {
                         addr: layout.recv(i, slot),
                         length: (u64::from(max) + grh) as u32,
                         lkey: key_b,
@@ -565,7 +565,7 @@ fn make_wr(
 ) -> SendWr {
     let src = l.data(i, op.slot);
     let payload = |addr: u64, len: u32| {
-        Payload::Sges(vec![Sge {
+        Payload::Sges(crate::sg![Sge {
             addr,
             length: len,
             lkey: ka,

@@ -323,7 +323,7 @@ fn replay_responder(c: &Conv) -> usize {
     for i in 0..1000u64 {
         qp.post_recv(RecvWr {
             wr_id: i,
-            sg_list: vec![Sge {
+            sg_list: softrdma_proto::sg![Sge {
                 addr: LOCAL_VA + i * 4096,
                 length: 4096,
                 lkey: LOCAL_KEY,
@@ -445,7 +445,7 @@ fn replay_requester(c: &Conv) -> usize {
         wrs.push(SendWr {
             wr_id: wrs.len() as u64,
             op,
-            payload: Payload::Sges(vec![Sge {
+            payload: Payload::Sges(softrdma_proto::sg![Sge {
                 addr: LOCAL_VA + at,
                 length: len as u32,
                 lkey: LOCAL_KEY,

@@ -765,7 +765,7 @@ fn posts_are_checked() {
     ];
     let e = p
         .qa()
-        .post_send(wr(2, SendOp::Send, Payload::Sges(sges)))
+        .post_send(wr(2, SendOp::Send, Payload::Sges(sges.into())))
         .unwrap_err();
     assert_eq!(
         e,
@@ -908,7 +908,7 @@ fn scatter_gather_lists_span_packets() {
     p.qb()
         .post_recv(RecvWr {
             wr_id: 5,
-            sg_list: vec![
+            sg_list: softrdma_proto::sg![
                 Sge {
                     addr: BUF + 0x4000,
                     length: 257,
@@ -923,7 +923,7 @@ fn scatter_gather_lists_span_packets() {
         })
         .unwrap();
     p.qa()
-        .post_send(wr(1, SendOp::Send, Payload::Sges(sges)))
+        .post_send(wr(1, SendOp::Send, Payload::Sges(sges.into())))
         .unwrap();
     p.run();
     assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);

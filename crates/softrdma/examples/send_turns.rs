@@ -54,7 +54,7 @@ fn wait(e: &End, n: usize) -> Result<()> {
 fn recv(e: &End, id: u64) -> Result<()> {
     e.qp.post_recv(RecvWr {
         wr_id: id,
-        sg_list: vec![e.mr.sge(1024, 8)],
+        sg_list: softrdma_proto::sg![e.mr.sge(1024, 8)],
     })
 }
 
@@ -62,7 +62,7 @@ fn send(e: &End, id: u64) -> Result<()> {
     e.qp.post_send(SendWr {
         wr_id: id,
         op: SendOp::Send,
-        payload: Payload::Sges(vec![e.mr.sge(0, 8)]),
+        payload: Payload::Sges(softrdma_proto::sg![e.mr.sge(0, 8)]),
         flags: SendFlags::SIGNALED,
         ud: None,
     })

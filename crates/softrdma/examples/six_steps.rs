@@ -61,13 +61,13 @@ pub fn main() -> Result<()> {
     // The receiver posts a receive; then
     b.3.post_recv(RecvWr {
         wr_id: 7,
-        sg_list: vec![b.4.sge(0, 1100)],
+        sg_list: softrdma_proto::sg![b.4.sge(0, 1100)],
     })?;
     // 6. Post a send: a SEND of the first 11 bytes, and an RDMA WRITE of the rest.
     a.3.post_send(SendWr {
         wr_id: 1,
         op: SendOp::Send,
-        payload: Payload::Sges(vec![a.4.sge(0, 11)]),
+        payload: Payload::Sges(softrdma_proto::sg![a.4.sge(0, 11)]),
         flags: SendFlags::SIGNALED,
         ud: None,
     })?;
@@ -77,7 +77,7 @@ pub fn main() -> Result<()> {
             remote_addr: b.4.addr() + 11,
             rkey: b.4.rkey(),
         },
-        payload: Payload::Sges(vec![a.4.sge(11, 1089)]),
+        payload: Payload::Sges(softrdma_proto::sg![a.4.sge(11, 1089)]),
         flags: SendFlags::SIGNALED,
         ud: None,
     })?;

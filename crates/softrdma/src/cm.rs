@@ -2287,7 +2287,7 @@ impl Core {
 fn post_gsi_recv(qp: &QueuePair, bufs: &crate::verbs::mr::MemoryRegion, slot: u64) -> Result<()> {
     qp.post_recv(RecvWr {
         wr_id: slot,
-        sg_list: vec![bufs.sge(slot * GSI_BUF as u64, GSI_BUF as u32)],
+        sg_list: softrdma_proto::sg![bufs.sge(slot * GSI_BUF as u64, GSI_BUF as u32)],
     })
 }
 

@@ -112,7 +112,7 @@ pub use softrdma_proto::endpoint::Counter;
 pub use softrdma_proto::faults::{FaultsError, LinkFaults, LinkRate};
 pub use softrdma_proto::{
     AccessFlags, AddressVector, AsyncEvent, Completion, Mtu, Payload, QpAttr, QpState, QpType,
-    RecvWr, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
+    RecvWr, SendFlags, SendOp, SendWr, SgList, Sge, UdDest, WcFlags, WcOpcode, WcStatus, sg,
 };
 pub use softrdma_proto::{QpCaps, QpCounters};
 pub use softrdma_wire::{Psn, Qpn};

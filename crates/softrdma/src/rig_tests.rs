@@ -113,7 +113,7 @@ fn wr(id: u64, op: SendOp, e: &End, len: u32) -> SendWr {
     SendWr {
         wr_id: id,
         op,
-        payload: Payload::Sges(vec![e.mr.sge(0, len)]),
+        payload: Payload::Sges(softrdma_proto::sg![e.mr.sge(0, len)]),
         flags: SendFlags::SIGNALED,
         ud: None,
     }
@@ -122,7 +122,7 @@ fn wr(id: u64, op: SendOp, e: &End, len: u32) -> SendWr {
 fn recv(e: &End, id: u64) {
     e.qp.post_recv(RecvWr {
         wr_id: id,
-        sg_list: vec![e.mr.sge(4096, 1024)],
+        sg_list: softrdma_proto::sg![e.mr.sge(4096, 1024)],
     })
     .unwrap();
 }

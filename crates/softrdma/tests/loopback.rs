@@ -136,7 +136,7 @@ fn signaled(wr_id: u64, op: SendOp, sge: Sge) -> SendWr {
     SendWr {
         wr_id,
         op,
-        payload: Payload::Sges(vec![sge]),
+        payload: Payload::Sges(softrdma_proto::sg![sge]),
         flags: SendFlags::SIGNALED,
         ud: None,
     }
@@ -171,7 +171,7 @@ fn rc_every_operation(a: End, b: End) {
     b.mr.write(0xF0000, &5u64.to_ne_bytes()).unwrap();
     b.qp.post_recv(RecvWr {
         wr_id: 50,
-        sg_list: vec![b.mr.sge(0x40000, 100_000)],
+        sg_list: softrdma_proto::sg![b.mr.sge(0x40000, 100_000)],
     })
     .unwrap();
     let ops = [
@@ -292,7 +292,7 @@ fn uc_and_ud_over_udp() {
         a.mr.write(0, &data).unwrap();
         b.qp.post_recv(RecvWr {
             wr_id: 7,
-            sg_list: vec![b.mr.sge(0, 2000)],
+            sg_list: softrdma_proto::sg![b.mr.sge(0, 2000)],
         })
         .unwrap();
         let mut wr = signaled(1, SendOp::Send, a.mr.sge(0, 1000));
@@ -427,7 +427,7 @@ fn rc_every_operation_under_faults(a: End, b: End) {
     for i in 0..n {
         b.qp.post_recv(RecvWr {
             wr_id: i,
-            sg_list: vec![b.mr.sge(0x80000 + (i % 16) * slot, 4096)],
+            sg_list: softrdma_proto::sg![b.mr.sge(0x80000 + (i % 16) * slot, 4096)],
         })
         .unwrap();
     }
@@ -535,7 +535,7 @@ fn uc_and_ud_under_faults_deliver_only_whole_messages() {
         for i in 0..n {
             b.qp.post_recv(RecvWr {
                 wr_id: i,
-                sg_list: vec![b.mr.sge(i * 2048, 2048)],
+                sg_list: softrdma_proto::sg![b.mr.sge(i * 2048, 2048)],
             })
             .unwrap();
         }
@@ -633,7 +633,7 @@ fn srq_ah_owned_buffers_and_lending_poll() {
     for i in 0..4 {
         srq.post_recv(RecvWr {
             wr_id: i,
-            sg_list: vec![bmr.sge(i * 1024, 1024)],
+            sg_list: softrdma_proto::sg![bmr.sge(i * 1024, 1024)],
         })
         .unwrap();
     }
@@ -760,7 +760,7 @@ fn an_idle_shared_device_with_open_rings_does_not_spin() {
     write_until_placed(&a, &b.mr, 0, &pattern(1, 65536));
     b.qp.post_recv(RecvWr {
         wr_id: 1,
-        sg_list: vec![b.mr.sge(0, 64)],
+        sg_list: softrdma_proto::sg![b.mr.sge(0, 64)],
     })
     .unwrap();
     a.qp.post_send(signaled(2, SendOp::Send, a.mr.sge(0, 64)))
@@ -788,7 +788,7 @@ fn a_posted_chain_leaves_together_and_its_acks_coalesce() {
     let chain = (0..n).map(|i| SendWr {
         wr_id: i,
         op: write_to(&b, i * 8),
-        payload: Payload::Sges(vec![a.mr.sge(i * 8, 8)]),
+        payload: Payload::Sges(softrdma_proto::sg![a.mr.sge(i * 8, 8)]),
         // Only the last is signaled: its completion retires the chain.
         flags: if i + 1 == n {
             SendFlags::SIGNALED
@@ -821,7 +821,7 @@ fn a_chain_with_a_bad_wr_reports_how_many_were_posted() {
     let good = |i: u64| signaled(i, write, a.mr.sge(0, 8));
     // More SGEs than the QP was created with: refused at post time, as ibv_post_send does.
     let bad = SendWr {
-        payload: Payload::Sges(vec![a.mr.sge(0, 1); 33]),
+        payload: Payload::Sges(softrdma_proto::sg![a.mr.sge(0, 1); 33]),
         ..good(2)
     };
     let err =
@@ -1029,7 +1029,7 @@ fn posting_inside_a_lending_poll_does_not_deadlock() {
         for i in 0..64 {
             b.qp.post_recv(RecvWr {
                 wr_id: i,
-                sg_list: vec![b.mr.sge(i * 1024, 1024)],
+                sg_list: softrdma_proto::sg![b.mr.sge(i * 1024, 1024)],
             })
             .unwrap();
         }
@@ -1136,7 +1136,7 @@ fn refusals_are_typed_and_map_to_errno() {
         .post_send(SendWr {
             wr_id: 1,
             op: SendOp::Send,
-            payload: Payload::Sges(vec![]),
+            payload: Payload::Sges(softrdma_proto::sg![]),
             flags: SendFlags::SIGNALED,
             ud: None,
         })
@@ -1552,7 +1552,7 @@ fn a_held_write_behind_a_send_is_placed_in_turn_and_uc_places_none() {
     write_until_placed(&a, &b.mr, 0, &pattern(1, 65536));
     b.qp.post_recv(RecvWr {
         wr_id: 5,
-        sg_list: vec![b.mr.sge(0x80000, 64)],
+        sg_list: softrdma_proto::sg![b.mr.sge(0x80000, 64)],
     })
     .unwrap();
     let data = pattern(2, 65536);
@@ -1689,12 +1689,12 @@ fn same_host_acks_travel_in_memory() {
     for i in 0..turns {
         b.qp.post_recv(RecvWr {
             wr_id: i,
-            sg_list: vec![b.mr.sge(0x40000, 64)],
+            sg_list: softrdma_proto::sg![b.mr.sge(0x40000, 64)],
         })
         .unwrap();
         a.qp.post_recv(RecvWr {
             wr_id: i,
-            sg_list: vec![a.mr.sge(0x40000, 64)],
+            sg_list: softrdma_proto::sg![a.mr.sge(0x40000, 64)],
         })
         .unwrap();
         a.qp.post_send(signaled(i, SendOp::Send, a.mr.sge(0, 8)))
@@ -1732,7 +1732,7 @@ fn acks_in_memory_never_overtake_the_read_responses_before_them() {
     for i in 0..50 {
         b.qp.post_recv(RecvWr {
             wr_id: i,
-            sg_list: vec![b.mr.sge(0x40000, 64)],
+            sg_list: softrdma_proto::sg![b.mr.sge(0x40000, 64)],
         })
         .unwrap();
         let read = SendOp::Read {

@@ -200,7 +200,7 @@ fn scale_child() {
     for (i, q) in qps.iter().enumerate().skip(HALF) {
         q.post_recv(RecvWr {
             wr_id: i as u64,
-            sg_list: vec![mr.sge(i as u64 * 64 + 32, 32)],
+            sg_list: softrdma_proto::sg![mr.sge(i as u64 * 64 + 32, 32)],
         })
         .unwrap();
     }
@@ -218,7 +218,7 @@ fn scale_child() {
                 remote_addr: next.0 + slot,
                 rkey: next.1,
             },
-            payload: Payload::Sges(vec![sge]),
+            payload: Payload::Sges(softrdma_proto::sg![sge]),
             flags: SendFlags::SIGNALED,
             ud: None,
         })
@@ -226,7 +226,7 @@ fn scale_child() {
         q.post_send(SendWr {
             wr_id: 1000 + i as u64,
             op: SendOp::SendWithImm(i as u32),
-            payload: Payload::Sges(vec![sge]),
+            payload: Payload::Sges(softrdma_proto::sg![sge]),
             flags: SendFlags::SIGNALED,
             ud: None,
         })

@@ -62,7 +62,7 @@ fn peer_process() {
     for i in 0..512u64 {
         qp.post_recv(RecvWr {
             wr_id: i,
-            sg_list: vec![mr.sge(i * 2048, 2048)],
+            sg_list: softrdma_proto::sg![mr.sge(i * 2048, 2048)],
         })
         .unwrap();
     }
@@ -110,7 +110,9 @@ fn peer_process() {
             qp.post_send(SendWr {
                 wr_id: 0,
                 op: SendOp::Send,
-                payload: Payload::Sges(vec![mr.sge(wc.wr_id * 2048 + u64::from(grh), len)]),
+                payload: Payload::Sges(softrdma_proto::sg![
+                    mr.sge(wc.wr_id * 2048 + u64::from(grh), len)
+                ]),
                 flags: SendFlags::empty(),
                 ud: (t == QpType::Ud).then_some(UdDest {
                     src: ctx.addr(),
@@ -123,7 +125,7 @@ fn peer_process() {
             .ok();
             qp.post_recv(RecvWr {
                 wr_id: wc.wr_id,
-                sg_list: vec![mr.sge(wc.wr_id * 2048, 2048)],
+                sg_list: softrdma_proto::sg![mr.sge(wc.wr_id * 2048, 2048)],
             })
             .unwrap();
         }
@@ -205,7 +207,7 @@ fn me(t: &str, addr: IpAddr, peer: &mut PeerProc, peer_addr: IpAddr, opts: Devic
     for i in 0..512u64 {
         qp.post_recv(RecvWr {
             wr_id: 1000 + i,
-            sg_list: vec![mr.sge(0x80000 + i * 1024, 1024)],
+            sg_list: softrdma_proto::sg![mr.sge(0x80000 + i * 1024, 1024)],
         })
         .ok();
     }
@@ -270,7 +272,7 @@ fn wr(wr_id: u64, op: SendOp, sge: Sge) -> SendWr {
     SendWr {
         wr_id,
         op,
-        payload: Payload::Sges(vec![sge]),
+        payload: Payload::Sges(softrdma_proto::sg![sge]),
         flags: SendFlags::SIGNALED,
         ud: None,
     }
@@ -440,7 +442,9 @@ fn echo_round(t: &str, faults: Option<&str>, last: u8) {
                 echoes += 1;
                 m.qp.post_recv(RecvWr {
                     wr_id: wc.wr_id,
-                    sg_list: vec![m.mr.sge(0x80000 + (wc.wr_id - 1000) * 1024, 1024)],
+                    sg_list: softrdma_proto::sg![
+                        m.mr.sge(0x80000 + (wc.wr_id - 1000) * 1024, 1024)
+                    ],
                 })
                 .unwrap();
             }

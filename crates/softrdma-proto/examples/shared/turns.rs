@@ -44,7 +44,7 @@ pub fn write(i: u64, ka: u32, kb: u32) -> SendWr {
             remote_addr: 0x1000,
             rkey: kb,
         },
-        payload: Payload::Sges(vec![Sge {
+        payload: Payload::Sges(softrdma_proto::sg![Sge {
             addr: 0x1000,
             length: 8,
             lkey: ka,

@@ -52,7 +52,7 @@ pub fn pair_seeded(opts: ConnectOpts, faults: LinkFaults, seed: u64) -> Pair {
 }
 
 pub fn sge(addr: u64, length: u32, lkey: u32) -> Payload {
-    Payload::Sges(vec![Sge { addr, length, lkey }])
+    Payload::Sges(softrdma_proto::sg![Sge { addr, length, lkey }])
 }
 
 pub fn wr(wr_id: u64, op: SendOp, payload: Payload) -> SendWr {
@@ -68,7 +68,7 @@ pub fn wr(wr_id: u64, op: SendOp, payload: Payload) -> SendWr {
 pub fn recv(wr_id: u64, addr: u64, length: u32, lkey: u32) -> RecvWr {
     RecvWr {
         wr_id,
-        sg_list: vec![Sge { addr, length, lkey }],
+        sg_list: softrdma_proto::sg![Sge { addr, length, lkey }],
     }
 }
 

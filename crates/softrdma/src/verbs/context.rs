@@ -222,7 +222,7 @@ mod tests {
             .unwrap();
         bqp.post_recv(RecvWr {
             wr_id: 7,
-            sg_list: vec![b.2.sge(0, 64)],
+            sg_list: softrdma_proto::sg![b.2.sge(0, 64)],
         })
         .unwrap();
         bcq.req_notify(false).unwrap();
@@ -294,7 +294,7 @@ mod tests {
                 remote_addr: b.4.addr(),
                 rkey: b.4.rkey(),
             },
-            payload: Payload::Sges(vec![a.4.sge(0, data.len() as u32)]),
+            payload: Payload::Sges(softrdma_proto::sg![a.4.sge(0, data.len() as u32)]),
             flags: SendFlags::SIGNALED,
             ud: None,
         })
@@ -374,7 +374,7 @@ mod tests {
         for i in 0..N {
             eb.2.post_recv(RecvWr {
                 wr_id: i,
-                sg_list: vec![eb.3.sge(i * 256, 256)],
+                sg_list: softrdma_proto::sg![eb.3.sge(i * 256, 256)],
             })
             .unwrap();
         }
@@ -382,7 +382,7 @@ mod tests {
             ea.2.post_send(SendWr {
                 wr_id: i,
                 op: SendOp::Send,
-                payload: Payload::Sges(vec![ea.3.sge(0, 64)]),
+                payload: Payload::Sges(softrdma_proto::sg![ea.3.sge(0, 64)]),
                 flags: SendFlags::SIGNALED,
                 ud: None,
             })

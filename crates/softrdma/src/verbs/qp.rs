@@ -579,7 +579,7 @@ impl QueuePair {
             self.post_send(SendWr {
                 wr_id,
                 op,
-                payload: softrdma_proto::Payload::Sges(vec![sge]),
+                payload: softrdma_proto::Payload::Sges(softrdma_proto::sg![sge]),
                 flags,
                 ud,
             })
@@ -592,7 +592,7 @@ impl QueuePair {
         self.post_owned("ibv_post_recv", wr_id, buf, |sge| {
             self.post_recv(RecvWr {
                 wr_id,
-                sg_list: vec![sge],
+                sg_list: softrdma_proto::sg![sge],
             })
         })
     }
