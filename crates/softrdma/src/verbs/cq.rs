@@ -129,18 +129,21 @@ impl CompletionQueue {
         if max == 0 {
             return got;
         }
-        let got = if got.is_empty() {
-            match self.inner.device.upgrade() {
-                Some(dev) if dev.poll_rx() => take(),
-                _ => got,
-            }
-        } else {
-            got
-        };
         if !got.is_empty() {
             self.inner.polled();
+            return got;
         }
-        got
+        // One upgrade of the weak reference, kept for `polled`.
+        match self.inner.device.upgrade() {
+            Some(dev) if dev.poll_rx() => {
+                let got = take();
+                if !got.is_empty() {
+                    dev.polled();
+                }
+                got
+            }
+            _ => got,
+        }
     }
 
     /// Takes up to `max` completions that the device has already placed, without receiving
@@ -165,17 +168,21 @@ impl CompletionQueue {
             self.inner.queued.store(s.entries.len(), Ordering::Release);
             wc
         };
-        let wc = match (!self.is_empty()).then(take).flatten() {
-            Some(wc) => Some(wc),
-            None => match self.inner.device.upgrade() {
-                Some(dev) if dev.poll_rx() => take(),
-                _ => None,
-            },
-        };
-        if wc.is_some() {
+        if !self.is_empty()
+            && let Some(wc) = take()
+        {
             self.inner.polled();
+            return Some(wc);
         }
-        wc
+        // One upgrade of the weak reference per poll, kept for `polled`: each costs two
+        // locked instructions.
+        let dev = self.inner.device.upgrade()?;
+        if !dev.poll_rx() {
+            return None;
+        }
+        let wc = take()?;
+        dev.polled();
+        Some(wc)
     }
 
     /// A lending iterator over up to `max` completions: each [`Polled::next`] lends the next
@@ -184,16 +191,21 @@ impl CompletionQueue {
     /// device locks a QP, then its CQ, to complete a WR; a UC or UD send completes as it
     /// leaves, inside `post_send`).
     pub fn poll_lending(&self, max: usize) -> Polled<'_> {
-        if self.is_empty() {
-            if let Some(dev) = self.inner.device.upgrade() {
-                dev.poll_rx();
+        let dev = if self.is_empty() {
+            let dev = self.inner.device.upgrade();
+            if let Some(d) = &dev {
+                d.poll_rx();
             }
-        }
+            dev
+        } else {
+            None
+        };
         Polled {
             cq: &self.inner,
             left: max,
             cur: None,
             lent: false,
+            dev,
         }
     }
 
@@ -422,12 +434,18 @@ pub struct Polled<'a> {
     cur: Option<Completion>,
     /// Whether it lent any.
     lent: bool,
+    /// The device, when the poll had to reach it (its CQ was empty): kept for `polled`,
+    /// so that a poll upgrades the CQ's weak reference once, not twice.
+    dev: Option<Arc<dyn Poller>>,
 }
 
 impl Drop for Polled<'_> {
     fn drop(&mut self) {
         if self.lent {
-            self.cq.polled();
+            match &self.dev {
+                Some(d) => d.polled(),
+                None => self.cq.polled(),
+            }
         }
     }
 }
