@@ -641,8 +641,8 @@ unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Result<softrdma::SgList, c_int> 
 ///
 /// # Safety
 /// Each SGE must name `length` readable bytes at `addr`.
-unsafe fn inline(s: &[Sge]) -> softrdma::InlineData {
-    let mut v = softrdma::InlineData::with_capacity(s.iter().map(|e| e.length as usize).sum());
+unsafe fn inline(s: &[Sge]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(s.iter().map(|e| e.length as usize).sum());
     for e in s {
         // SAFETY: per the contract (the C API's: an inline send reads the caller's memory
         // during the post).

@@ -198,7 +198,7 @@ impl Side {
         self.qp.post_send(SendWr {
             wr_id: 2,
             op: SendOp::Send,
-            payload: Payload::Inline(softrdma::InlineData::from_slice(&info)),
+            payload: Payload::Inline(info.to_vec()),
             flags: SendFlags::SIGNALED | SendFlags::INLINE,
             ud: None,
         })?;

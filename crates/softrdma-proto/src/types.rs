@@ -300,11 +300,6 @@ pub struct Sge {
 /// SEND and the receive). Build one with [`sg!`](crate::sg) as `vec!` builds a `Vec`.
 pub type SgList = smallvec::SmallVec<[Sge; 2]>;
 
-/// The bytes of an inline send (`IBV_SEND_INLINE`): up to 32 held in the WR itself, so
-/// that a latency test's small inline post (perftest's, through the drop-in) allocates
-/// nothing, while a [`Payload`] stays the 48 bytes its [`SgList`] takes anyway.
-pub type InlineData = smallvec::SmallVec<[u8; 32]>;
-
 /// Builds an [`SgList`] as `vec!` builds a `Vec`: `sg![a, b]`, `sg![a; n]`, `sg![]`.
 #[macro_export]
 macro_rules! sg {
@@ -320,7 +315,7 @@ pub enum Payload {
     /// Gathered from registered memory when each packet is built.
     Sges(SgList),
     /// Copied at post time (`IBV_SEND_INLINE`); needs no key.
-    Inline(InlineData),
+    Inline(Vec<u8>),
 }
 
 impl Payload {
@@ -503,18 +498,5 @@ impl AddressVector {
         } else {
             softrdma_wire::rxe_udp_sport(lqpn, rqpn)
         }
-    }
-}
-
-#[cfg(test)]
-mod size_tests {
-    use super::*;
-
-    /// A WR moves by value along the post path a few times: its payload, inline data
-    /// included, stays within what the SGE list itself takes.
-    #[test]
-    fn a_payload_is_no_larger_than_its_inline_sge_list_needs() {
-        assert!(std::mem::size_of::<Payload>() <= 48);
-        assert!(std::mem::size_of::<RecvWr>() <= 48);
     }
 }

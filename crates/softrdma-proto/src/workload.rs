@@ -580,7 +580,7 @@ fn make_wr(
                 SendOp::Send
             },
             if op.size <= 64 && !op.imm {
-                Payload::Inline(pattern(i, k as u64, op.size as usize).into())
+                Payload::Inline(pattern(i, k as u64, op.size as usize))
             } else {
                 payload(src, op.size)
             },

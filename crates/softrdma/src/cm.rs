@@ -2066,7 +2066,7 @@ impl Core {
         let _ = self.qp.post_send(SendWr {
             wr_id: wr,
             op: SendOp::Send,
-            payload: Payload::Inline(softrdma_proto::InlineData::from_slice(&mad.to_bytes())),
+            payload: Payload::Inline(mad.to_bytes().to_vec()),
             flags: SendFlags::SIGNALED | SendFlags::INLINE,
             ud: Some(dest),
         });

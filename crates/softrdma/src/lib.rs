@@ -111,9 +111,8 @@ pub use error::{Error, McastError, Result};
 pub use softrdma_proto::endpoint::Counter;
 pub use softrdma_proto::faults::{FaultsError, LinkFaults, LinkRate};
 pub use softrdma_proto::{
-    AccessFlags, AddressVector, AsyncEvent, Completion, InlineData, Mtu, Payload, QpAttr, QpState,
-    QpType, RecvWr, SendFlags, SendOp, SendWr, SgList, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
-    sg,
+    AccessFlags, AddressVector, AsyncEvent, Completion, Mtu, Payload, QpAttr, QpState, QpType,
+    RecvWr, SendFlags, SendOp, SendWr, SgList, Sge, UdDest, WcFlags, WcOpcode, WcStatus, sg,
 };
 pub use softrdma_proto::{QpCaps, QpCounters};
 pub use softrdma_wire::{Psn, Qpn};

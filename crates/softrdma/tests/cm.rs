@@ -314,7 +314,7 @@ fn ud_ids_find_each_others_qps_through_sidr() {
     cqp.post_send(SendWr {
         wr_id: 2,
         op: SendOp::Send,
-        payload: Payload::Inline(softrdma::InlineData::from_slice(b"a datagram")),
+        payload: Payload::Inline(b"a datagram".to_vec()),
         flags: SendFlags::SIGNALED | SendFlags::INLINE,
         ud: Some(ah.dest(Qpn::new(ud.qp_num), ud.qkey)),
     })

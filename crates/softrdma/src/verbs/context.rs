@@ -230,7 +230,7 @@ mod tests {
         aqp.post_send(SendWr {
             wr_id: 1,
             op: SendOp::Send,
-            payload: Payload::Inline(softrdma_proto::InlineData::from_elem(5, 16)),
+            payload: Payload::Inline(vec![5; 16]),
             flags: SendFlags::SIGNALED | SendFlags::INLINE,
             ud: None,
         })
