@@ -280,6 +280,15 @@ fn vanished_peer_gives_retry_exc_err_then_flushes() {
             WcStatus::WrFlushErr
         ]
     );
+    // A receive posted to the QP in ERROR completes at once, flushed: the one post of a
+    // receive that has the device hand anything out.
+    a.qp.post_recv(RecvWr {
+        wr_id: 9,
+        sg_list: softrdma_proto::sg![a.mr.sge(0, 64)],
+    })
+    .unwrap();
+    let r = wait(&a.cq, 1);
+    assert_eq!((r[0].wr_id, r[0].status), (9, WcStatus::WrFlushErr));
 }
 
 #[test]
