@@ -357,12 +357,13 @@ impl CompletionChannel {
                 events: libc::POLLIN,
                 revents: 0,
             }];
-            let mut devs = Vec::new();
+            // The devices whose sockets this wait watches, in the order of `pfds[1..]`.
+            let mut watched = Vec::new();
             if ms != 0 {
                 // This thread stops polling until the event: the ACKs it deferred leave
                 // now, and a device whose socket it cannot watch hands it to its progress
                 // thread at once.
-                devs = self
+                let devs: Vec<_> = self
                     .inner
                     .devices
                     .lock()
@@ -374,14 +375,17 @@ impl CompletionChannel {
                 // which receives it and makes the completion it waits for itself, instead
                 // of waiting for the progress thread to wake and then wake it (one
                 // wake-up per packet instead of two).
-                for d in &devs {
+                for d in devs {
                     let fd = d.rx_fd().filter(|fd| !unwatched.contains(fd));
                     d.app_blocks(fd.is_some());
-                    pfds.extend(fd.map(|fd| libc::pollfd {
-                        fd,
-                        events: libc::POLLIN,
-                        revents: 0,
-                    }));
+                    if let Some(fd) = fd {
+                        pfds.push(libc::pollfd {
+                            fd,
+                            events: libc::POLLIN,
+                            revents: 0,
+                        });
+                        watched.push(d);
+                    }
                 }
             }
             // SAFETY: `pfds` holds `pfds.len()` valid pollfd entries for the call.
@@ -399,16 +403,13 @@ impl CompletionChannel {
             if r == 0 {
                 return Ok(None);
             }
-            for p in &pfds[1..] {
-                if p.revents != 0 && p.revents & libc::POLLIN == 0 {
-                    unwatched.push(p.fd);
-                }
-            }
-            if pfds[1..].iter().any(|p| p.revents & libc::POLLIN != 0) {
-                // Whichever thread gets the socket first receives; the others find it
-                // taken or empty, and wait again.
-                for d in &devs {
+            for (p, d) in pfds[1..].iter().zip(&watched) {
+                if p.revents & libc::POLLIN != 0 {
+                    // Whichever thread gets the socket first receives; the others find it
+                    // taken or empty, and wait again.
                     d.receive_blocked();
+                } else if p.revents != 0 {
+                    unwatched.push(p.fd);
                 }
             }
             if pfds[0].revents != 0 {
