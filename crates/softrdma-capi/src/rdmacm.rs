@@ -39,26 +39,26 @@ enosys! { isize = -1;
     rsetsockopt rshutdown rsocket rwrite rwritev
 }
 
-/// `rdma_get_devices`: a NULL-terminated array of an open context for each device, which
-/// needs no connection manager (libfabric's verbs provider lists its domains from it).
-/// `rdma_free_devices` closes them.
+/// `rdma_get_devices`: a NULL-terminated array of the contexts the connection manager
+/// keeps open for each device (`id->verbs` of an ID on that device is the same pointer).
+/// As with librdmacm, the contexts belong to the library and outlive the array: libfabric's
+/// verbs provider frees the array and goes on using the contexts for its domains.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_get_devices(num: *mut c_int) -> *mut *mut crate::abi::ibv_context {
     crate::guard("rdma_get_devices", std::ptr::null_mut(), || {
-        let devs = crate::device::devices();
+        let count = crate::device::devices().len();
         // SAFETY: calloc of n+1 pointers; the result is checked.
-        let list = unsafe { libc::calloc(devs.len() + 1, size_of::<*mut c_void>()) }
+        let list = unsafe { libc::calloc(count + 1, size_of::<*mut c_void>()) }
             .cast::<*mut crate::abi::ibv_context>();
         if list.is_null() {
             set_errno(libc::ENOMEM);
             return std::ptr::null_mut();
         }
         let mut n = 0;
-        for d in devs {
-            // SAFETY: a device of the list; the context is closed by rdma_free_devices.
-            let ctx = unsafe { crate::device::ibv_open_device((&raw const d.dev).cast_mut()) };
+        for i in 0..count {
+            let ctx = crate::cm::cm_context(i);
             if !ctx.is_null() {
-                // SAFETY: n < devs.len() + 1.
+                // SAFETY: n < count + 1.
                 unsafe { *list.add(n) = ctx };
                 n += 1;
             }
@@ -71,23 +71,15 @@ pub unsafe extern "C" fn rdma_get_devices(num: *mut c_int) -> *mut *mut crate::a
     })
 }
 
-/// `rdma_free_devices`: closes the contexts of `rdma_get_devices` and frees the array.
+/// `rdma_free_devices`: frees the array of `rdma_get_devices`. The contexts in it stay
+/// open (they are the connection manager's, as in librdmacm).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut crate::abi::ibv_context) {
     crate::guard("rdma_free_devices", (), || {
-        if list.is_null() {
-            return;
+        if !list.is_null() {
+            // SAFETY: calloc'ed by rdma_get_devices.
+            unsafe { libc::free(list.cast()) };
         }
-        let mut p = list;
-        // SAFETY: a NULL-terminated array from rdma_get_devices.
-        while !unsafe { *p }.is_null() {
-            // SAFETY: a context rdma_get_devices opened, closed once.
-            unsafe { crate::device::ibv_close_device(*p) };
-            // SAFETY: within the array, before its NULL.
-            p = unsafe { p.add(1) };
-        }
-        // SAFETY: calloc'ed by rdma_get_devices.
-        unsafe { libc::free(list.cast()) };
     })
 }
 
