@@ -360,12 +360,10 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     })
 }
 
-/// The local address of GID `index` of the context's table.
+/// The local address of GID `index` of the context's table: the device's one address,
+/// whichever GID names it (the packets' IP source, which their ICRC covers).
 fn gid_addr(soft: &SoftContext, index: usize) -> Option<IpAddr> {
-    soft.ctx
-        .gids()
-        .get(index)
-        .map(|g| IpAddr::V6(*g).to_canonical())
+    (index < soft.ctx.gids().len()).then(|| soft.ctx.addr())
 }
 
 /// `ibv_modify_qp`: the attributes `mask` names, checked by the engine against the
@@ -446,7 +444,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
             };
             r.av = Some(AddressVector {
                 src,
-                dst: IpAddr::V6(dgid).to_canonical(),
+                dst: soft.ctx.gid_addr(dgid),
                 flow_label: a.ah_attr.grh.flow_label & 0xf_ffff,
                 traffic_class: a.ah_attr.grh.traffic_class,
             });

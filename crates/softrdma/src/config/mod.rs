@@ -315,6 +315,26 @@ pub fn gid_table(addr: IpAddr) -> Vec<Ipv6Addr> {
     }
 }
 
+/// The IP address RoCE v2 reaches a GID at (the packet's IP destination or source).
+///
+/// A GID is an IPv6 address, IPv4-mapped for IPv4, so most GIDs are their address. The
+/// exception is the link-local GID of a softrdma device on IPv4 (index 0 of
+/// [`gid_table`]): on rxe that GID is the netdev's real IPv6 link-local address, which
+/// programs that keep GID index 0 (libfabric's verbs provider, `FI_VERBS_GID_IDX` unset)
+/// send to; a softrdma device has no such address, so its link-local GID is made
+/// reversible (`fe80::2ff:AAff:feBB:CCDD` from `AA.BB.CC.DD`, see [`node_guid`]) and is
+/// reached at that IPv4 address, on this host or another. A link-local GID not of this
+/// form is a real IPv6 link-local address (an rxe peer's), reached as such.
+pub fn gid_addr(gid: Ipv6Addr) -> IpAddr {
+    let o = gid.octets();
+    if o[..8] == [0xfe, 0x80, 0, 0, 0, 0, 0, 0]
+        && [o[8], o[9], o[11], o[12]] == [0x02, 0xff, 0xff, 0xfe]
+    {
+        return IpAddr::V4(Ipv4Addr::new(o[10], o[13], o[14], o[15]));
+    }
+    IpAddr::V6(gid).to_canonical()
+}
+
 /// A node GUID derived from the address, in the EUI-64 form rxe derives from a MAC.
 pub fn node_guid(addr: IpAddr) -> u64 {
     let b = match addr {
@@ -348,6 +368,24 @@ mod tests {
             scope_id: 0,
             active_mtu: Mtu::M1024,
         }
+    }
+
+    #[test]
+    fn an_ipv4_devices_link_local_gid_reaches_its_address() {
+        for a in [
+            Ipv4Addr::LOCALHOST,
+            Ipv4Addr::new(10, 77, 0, 2),
+            Ipv4Addr::new(192, 168, 255, 1),
+        ] {
+            let gids = gid_table(IpAddr::V4(a));
+            assert_eq!(gid_addr(gids[0]), IpAddr::V4(a), "{:?}", gids[0]);
+            assert_eq!(gid_addr(gids[1]), IpAddr::V4(a));
+        }
+        // An rxe peer's link-local GID (from its MAC) stays an IPv6 address.
+        let rxe: Ipv6Addr = "fe80::5054:ff:fe12:3456".parse().unwrap();
+        assert_eq!(gid_addr(rxe), IpAddr::V6(rxe));
+        let v6: Ipv6Addr = "fd00::1".parse().unwrap();
+        assert_eq!(gid_addr(v6), IpAddr::V6(v6));
     }
 
     #[test]

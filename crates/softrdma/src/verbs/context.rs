@@ -42,6 +42,16 @@ impl std::fmt::Debug for Context {
 }
 
 impl Context {
+    /// The IP address a packet to (or from) `gid` carries: the device's own address for
+    /// any of its own GIDs, else [`crate::config::gid_addr`] (a softrdma device's
+    /// link-local GID is reached at its IPv4 address, as rxe's is at its IPv6 one).
+    pub fn gid_addr(&self, gid: std::net::Ipv6Addr) -> IpAddr {
+        if self.gids().contains(&gid) {
+            return self.addr();
+        }
+        crate::config::gid_addr(gid)
+    }
+
     /// Opens the device named `name` bound to `addr`, with path MTU `mtu`.
     pub fn open_addr(name: &str, addr: IpAddr, mtu: Mtu) -> Result<Self> {
         Self::open_with(name, addr, mtu, DeviceOptions::from_env()?)

@@ -271,7 +271,7 @@ impl ProtectionDomain {
     /// from the device's GID `sgid_index`.
     pub fn create_ah(&self, dgid: std::net::Ipv6Addr, sgid_index: usize) -> Result<AddressHandle> {
         let gids = self.ctx.gids();
-        let sgid = gids.get(sgid_index).ok_or(Error::OutOfRange {
+        gids.get(sgid_index).ok_or(Error::OutOfRange {
             verb: "ibv_create_ah",
             attr: "grh.sgid_index",
             requested: sgid_index as u64,
@@ -281,9 +281,11 @@ impl ProtectionDomain {
         if dgid.is_unspecified() {
             return Err(Error::NoDestinationGid);
         }
+        // The device has one address, whichever of its GIDs is the source: the packet's
+        // IP source (and so its ICRC) is that address.
         Ok(AddressHandle {
-            src: std::net::IpAddr::V6(*sgid).to_canonical(),
-            dst: std::net::IpAddr::V6(dgid).to_canonical(),
+            src: self.ctx.addr(),
+            dst: self.ctx.gid_addr(dgid),
             traffic_class: 0,
         })
     }
