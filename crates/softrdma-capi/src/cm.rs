@@ -14,11 +14,12 @@
 //! kept open, as librdmacm keeps its devices: `id->verbs` is that context.
 
 use crate::abi::{ibv_ah_attr, ibv_context, ibv_pd, ibv_qp, ibv_qp_init_attr};
+use crate::addrinfo::rdma_addrinfo;
 use crate::device::SoftContext;
 use crate::qp::SoftQp;
-use crate::{fail, fail_with, guard};
+use crate::{fail, fail_with, guard, set_errno};
 use softrdma::cm::{CmEventKind, CmId, ConnParam, EventChannel, PeerParam, PortSpace};
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_int, c_void};
 use std::mem::{offset_of, size_of};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::ptr::null_mut;
@@ -134,26 +135,6 @@ pub struct rdma_cm_event {
     param: rdma_cm_param,
 }
 
-/// `struct rdma_addrinfo`.
-#[repr(C)]
-pub struct rdma_addrinfo {
-    ai_flags: c_int,
-    ai_family: c_int,
-    ai_qp_type: c_int,
-    ai_port_space: c_int,
-    ai_src_len: libc::socklen_t,
-    ai_dst_len: libc::socklen_t,
-    ai_src_addr: *mut libc::sockaddr,
-    ai_dst_addr: *mut libc::sockaddr,
-    ai_src_canonname: *mut c_char,
-    ai_dst_canonname: *mut c_char,
-    ai_route_len: usize,
-    ai_route: *mut c_void,
-    ai_connect_len: usize,
-    ai_connect: *mut c_void,
-    ai_next: *mut rdma_addrinfo,
-}
-
 const _: () = {
     assert!(size_of::<rdma_route>() == 312);
     assert!(size_of::<rdma_cm_id>() == 416);
@@ -169,9 +150,6 @@ const _: () = {
     assert!(offset_of!(rdma_ud_param, qp_num) == 48);
     assert!(size_of::<rdma_cm_event>() == 80);
     assert!(offset_of!(rdma_cm_event, param) == 24);
-    assert!(size_of::<rdma_addrinfo>() == 96);
-    assert!(offset_of!(rdma_addrinfo, ai_route) == 64);
-    assert!(offset_of!(rdma_addrinfo, ai_next) == 88);
 };
 
 /// An ID: the public struct, then softrdma's.
@@ -249,6 +227,21 @@ fn next_event(chan: &ChanC) -> *mut rdma_cm_event {
     loop {
         if let Some(e) = rust.get_event(None).and_then(convert) {
             return e;
+        }
+    }
+}
+
+/// The channel's next event for a live ID, if one is queued now.
+fn try_event(chan: &ChanC) -> Option<*mut rdma_cm_event> {
+    let rust = chan.rust.clone();
+    loop {
+        match rust.get_event(Some(std::time::Duration::ZERO)) {
+            None => return None,
+            Some(ev) => {
+                if let Some(e) = convert(ev) {
+                    return Some(e);
+                }
+            }
         }
     }
 }
@@ -409,7 +402,7 @@ fn to_sockaddr(a: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen
 
 /// The context the CM keeps open for device `index` (opened on first use, never
 /// closed: librdmacm keeps its devices open too).
-fn cm_context(index: usize) -> *mut ibv_context {
+pub(crate) fn cm_context(index: usize) -> *mut ibv_context {
     static OPEN: Mutex<Vec<(u32, usize, usize)>> = Mutex::new(Vec::new());
     let generation = crate::device::generation();
     let mut open = lock(&OPEN);
@@ -1086,24 +1079,46 @@ fn default_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
 }
 
 /// The caller's connection parameters (NULL: librdmacm's defaults), against what the
-/// peer offered (`peer`, for an accept).
+/// peer offered (`peer`, for an accept). As librdmacm: a depth above the device's limit
+/// is EINVAL, unless it is `RDMA_MAX_RESP_RES`/`RDMA_MAX_INIT_DEPTH` (255), which asks for
+/// the most the device allows, and on an accept no more than the peer offered.
 ///
 /// # Safety
 /// `p` NULL or a valid `rdma_conn_param` whose private data is readable.
-unsafe fn conn_param(p: *const rdma_conn_param, peer: Option<PeerParam>) -> ConnParam {
-    // The device's limit (`max_qp_rd_atom`).
+unsafe fn conn_param(
+    verb: &str,
+    p: *const rdma_conn_param,
+    peer: Option<PeerParam>,
+) -> Result<ConnParam, c_int> {
+    // The device's limit (`max_qp_rd_atom`, `max_qp_init_rd_atom`).
     const RD_MAX: u8 = 128;
+    // `RDMA_MAX_RESP_RES` and `RDMA_MAX_INIT_DEPTH`.
+    const MOST: u8 = 0xff;
+    let resp = peer.map_or(RD_MAX, |p| p.initiator_depth.min(RD_MAX));
+    let init = peer.map_or(RD_MAX, |p| p.responder_resources.min(RD_MAX));
     if p.is_null() {
-        return ConnParam {
+        return Ok(ConnParam {
             private_data: Vec::new(),
-            responder_resources: peer.map_or(RD_MAX, |p| p.initiator_depth.min(RD_MAX)),
-            initiator_depth: peer.map_or(RD_MAX, |p| p.responder_resources.min(RD_MAX)),
+            responder_resources: resp,
+            initiator_depth: init,
             retry_count: 7,
             rnr_retry_count: 7,
-        };
+        });
     }
     // SAFETY: per the contract.
     let p = unsafe { &*p };
+    for (what, v) in [
+        ("responder_resources", p.responder_resources),
+        ("initiator_depth", p.initiator_depth),
+    ] {
+        if v != MOST && v > RD_MAX {
+            return Err(fail(
+                verb,
+                libc::EINVAL,
+                &format_args!("conn_param.{what} = {v} is above the device's {RD_MAX}"),
+            ));
+        }
+    }
     let private_data = if p.private_data.is_null() || p.private_data_len == 0 {
         Vec::new()
     } else {
@@ -1113,13 +1128,14 @@ unsafe fn conn_param(p: *const rdma_conn_param, peer: Option<PeerParam>) -> Conn
         }
         .to_vec()
     };
-    ConnParam {
+    let or = |v: u8, most: u8| if v == MOST { most } else { v };
+    Ok(ConnParam {
         private_data,
-        responder_resources: p.responder_resources,
-        initiator_depth: p.initiator_depth,
+        responder_resources: or(p.responder_resources, resp),
+        initiator_depth: or(p.initiator_depth, init),
         retry_count: p.retry_count.min(7),
         rnr_retry_count: p.rnr_retry_count.min(7),
-    }
+    })
 }
 
 /// `rdma_connect`.
@@ -1131,7 +1147,8 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
     guard("rdma_connect", -1, || {
         let v = "rdma_connect";
         // SAFETY: per the contract.
-        let (c, mut p) = unsafe { (idc(id), conn_param(param, None)) };
+        let (c, p) = unsafe { (idc(id), conn_param(v, param, None)) };
+        let Ok(mut p) = p else { return -1 };
         if param.is_null() {
             // An active rdma_create_ep's private data (`ai_connect`).
             p.private_data = c.connect_data.clone();
@@ -1158,7 +1175,9 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
         let c = unsafe { idc(id) };
         let peer = *lock(&c.peer);
         // SAFETY: per the contract.
-        let p = unsafe { conn_param(param, peer) };
+        let Ok(p) = (unsafe { conn_param(v, param, peer) }) else {
+            return -1;
+        };
         match made(v, c) {
             Ok(r) => match errno_of(v, r.accept(&p)) {
                 // A UD accept has no event to wait for; the request's event is done.
@@ -1502,8 +1521,11 @@ pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
     })
 }
 
-/// `rdma_get_cm_event`: waits for the channel's next event. A connect request brings a new
-/// ID, with the listener's channel, context and device.
+/// `rdma_get_cm_event`: the channel's next event. A connect request brings a new ID, with
+/// the listener's channel, context and device. It waits for one, unless the program made
+/// the channel's descriptor non-blocking (`O_NONBLOCK`, as libfabric's verbs provider
+/// does): then, as librdmacm's `read` of that descriptor, it fails at once with EAGAIN
+/// when no event is there.
 ///
 /// # Safety
 /// `ch` a channel of this library; `event` a valid pointer.
@@ -1519,8 +1541,22 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         }
         // SAFETY: a ChanC this library made.
         let chan = unsafe { &*ch.cast::<ChanC>() };
+        // SAFETY: fcntl on the channel's own descriptor (the program may have changed its
+        // flags; a closed one reads as blocking, as it then waits on).
+        let flags = unsafe { libc::fcntl(chan.ch.fd, libc::F_GETFL) };
+        let e = if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
+            match try_event(chan) {
+                Some(e) => e,
+                None => {
+                    set_errno(libc::EAGAIN);
+                    return -1;
+                }
+            }
+        } else {
+            next_event(chan)
+        };
         // SAFETY: the caller's pointer.
-        unsafe { *event = next_event(chan) };
+        unsafe { *event = e };
         0
     })
 }
@@ -1682,119 +1718,6 @@ pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
         lock(&owner.acks).completed += 1;
         owner.acked.notify_all();
         0
-    })
-}
-
-/// `rdma_getaddrinfo`: `node` and `service` through the system's `getaddrinfo`, as
-/// source (`RAI_PASSIVE`) or destination addresses, with the hints' QP type and port
-/// space (RC and RDMA_PS_TCP by default). A chain of one entry.
-///
-/// # Safety
-/// `node`, `service` NULL or C strings; `hints` NULL or valid; `res` a valid pointer.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rdma_getaddrinfo(
-    node: *const c_char,
-    service: *const c_char,
-    hints: *const rdma_addrinfo,
-    res: *mut *mut rdma_addrinfo,
-) -> c_int {
-    guard("rdma_getaddrinfo", -1, || {
-        const RAI_PASSIVE: c_int = 1;
-        const RAI_NUMERICHOST: c_int = 2;
-        if res.is_null() || (node.is_null() && service.is_null()) {
-            fail(
-                "rdma_getaddrinfo",
-                libc::EINVAL,
-                &"no node, service or result",
-            );
-            return -1;
-        }
-        // SAFETY: NULL or the caller's hints.
-        let h = (!hints.is_null()).then(|| unsafe { &*hints });
-        let flags = h.map_or(0, |h| h.ai_flags);
-        // SAFETY: all-zero is a valid addrinfo for hints.
-        let mut sys_hints: libc::addrinfo = unsafe { std::mem::zeroed() };
-        sys_hints.ai_family = h.map_or(libc::AF_UNSPEC, |h| h.ai_family);
-        sys_hints.ai_socktype = libc::SOCK_STREAM;
-        if flags & RAI_PASSIVE != 0 {
-            sys_hints.ai_flags |= libc::AI_PASSIVE;
-        }
-        if flags & RAI_NUMERICHOST != 0 {
-            sys_hints.ai_flags |= libc::AI_NUMERICHOST;
-        }
-        let mut list: *mut libc::addrinfo = null_mut();
-        // SAFETY: C strings or NULL, valid hints, a valid result pointer.
-        let rc = unsafe { libc::getaddrinfo(node, service, &sys_hints, &mut list) };
-        if rc != 0 || list.is_null() {
-            fail(
-                "rdma_getaddrinfo",
-                libc::EADDRNOTAVAIL,
-                &format_args!("getaddrinfo failed ({rc})"),
-            );
-            return rc.min(-1);
-        }
-        // SAFETY: a list getaddrinfo returned.
-        let first = unsafe { &*list };
-        // SAFETY: its address, of its length.
-        let addr = unsafe { from_sockaddr(first.ai_addr) };
-        // SAFETY: returned by getaddrinfo.
-        unsafe { libc::freeaddrinfo(list) };
-        let Some(addr) = addr else {
-            fail("rdma_getaddrinfo", libc::EAFNOSUPPORT, &"not IPv4 or IPv6");
-            return -1;
-        };
-        let boxed = |a: SocketAddr| {
-            // SAFETY: all-zero is a valid sockaddr_storage.
-            let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-            let len = to_sockaddr(a, &mut ss);
-            (Box::into_raw(Box::new(ss)).cast::<libc::sockaddr>(), len)
-        };
-        // SAFETY: all-zero is a valid rdma_addrinfo.
-        let mut ai: rdma_addrinfo = unsafe { std::mem::zeroed() };
-        ai.ai_flags = flags;
-        ai.ai_family = if addr.is_ipv4() {
-            libc::AF_INET
-        } else {
-            libc::AF_INET6
-        };
-        ai.ai_qp_type = h.map_or(2, |h| if h.ai_qp_type == 0 { 2 } else { h.ai_qp_type });
-        ai.ai_port_space = h.map_or(0x0106, |h| {
-            if h.ai_port_space == 0 {
-                0x0106
-            } else {
-                h.ai_port_space
-            }
-        });
-        if flags & RAI_PASSIVE != 0 {
-            (ai.ai_src_addr, ai.ai_src_len) = boxed(addr);
-        } else {
-            (ai.ai_dst_addr, ai.ai_dst_len) = boxed(addr);
-        }
-        // SAFETY: the caller's pointer; freed by rdma_freeaddrinfo.
-        unsafe { *res = Box::into_raw(Box::new(ai)) };
-        0
-    })
-}
-
-/// `rdma_freeaddrinfo`.
-///
-/// # Safety
-/// `res` NULL or a chain `rdma_getaddrinfo` made, freed once.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
-    guard("rdma_freeaddrinfo", (), || {
-        let mut p = res;
-        while !p.is_null() {
-            // SAFETY: made by rdma_getaddrinfo, freed once.
-            let ai = unsafe { Box::from_raw(p) };
-            for a in [ai.ai_src_addr, ai.ai_dst_addr] {
-                if !a.is_null() {
-                    // SAFETY: a boxed sockaddr_storage.
-                    drop(unsafe { Box::from_raw(a.cast::<libc::sockaddr_storage>()) });
-                }
-            }
-            p = ai.ai_next;
-        }
     })
 }
 

@@ -36,6 +36,7 @@
 //! registered memory, the application's own, in place.
 
 pub mod abi;
+mod addrinfo;
 mod cm;
 mod cq;
 mod device;

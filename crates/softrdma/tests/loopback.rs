@@ -1096,7 +1096,7 @@ fn refusals_are_typed_and_map_to_errno() {
                 attr: "cqe",
                 requested: 0,
                 min: 1,
-                max: 32767
+                max: 4_194_303
             }
         ),
         "{e:?}"
@@ -1104,7 +1104,7 @@ fn refusals_are_typed_and_map_to_errno() {
     assert_eq!(e.errno(), libc::EINVAL);
     assert_eq!(
         e.to_string(),
-        "ibv_create_cq: cqe = 0 is out of range (the device allows 1..=32767)"
+        "ibv_create_cq: cqe = 0 is out of range (the device allows 1..=4194303)"
     );
     let cq = c.create_cq(4, None).unwrap();
     let e = cq.req_notify(false).unwrap_err();

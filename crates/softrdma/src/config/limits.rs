@@ -5,8 +5,11 @@
 use softrdma_proto::Mtu;
 use std::net::IpAddr;
 
-/// Largest CQ (rxe's `RXE_MAX_CQE`).
-pub const MAX_CQE: usize = 32767;
+/// Largest CQ: a ConnectX-5's 4,194,303, not rxe's `RXE_MAX_CQE` of 32,767. libfabric's
+/// `ofi_rxm` sizes its CQ for a universe of 256 peers (262,144 entries with its default
+/// queue sizes) and fails on rxe's limit; a softrdma CQ grows as it fills, so a large
+/// limit costs nothing until completions are queued.
+pub const MAX_CQE: usize = 4_194_303;
 /// QPs per device (`RXE_MAX_QP`).
 pub const MAX_QP: u32 = 1048560;
 /// Work requests per queue (`RXE_MAX_QP_WR`).
