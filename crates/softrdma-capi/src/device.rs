@@ -174,6 +174,9 @@ pub(crate) fn device(dev: *const ibv_device) -> Option<&'static SoftDevice> {
 pub(crate) struct SoftContext {
     pub vctx: verbs_context,
     pub ctx: softrdma::Context,
+    /// This context's own asynchronous events and `async_fd` (as each rdma-core context
+    /// has: programs key handlers by that descriptor).
+    pub events: std::sync::Arc<softrdma::AsyncEventQueue>,
     pub dev: &'static SoftDevice,
     /// QPN → the `SoftQp` (as an address), to name the QP of an async event.
     pub qps: Mutex<HashMap<u32, usize>>,
@@ -313,7 +316,8 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
                 }
             }
         };
-        let async_fd = ctx.async_fd().unwrap_or(-1);
+        let events = ctx.subscribe_async_events();
+        let async_fd = events.fd().unwrap_or(-1);
         // Callers dup and pass around a kernel context's command descriptor (pyverbs'
         // import tests): give them a real one, /dev/null, which nothing reads.
         // SAFETY: a valid NUL-terminated path; the result is checked by its users.
@@ -321,6 +325,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
         let soft = Box::new(SoftContext {
             vctx: verbs_context_for(dev, async_fd, cmd_fd),
             ctx,
+            events,
             dev: d,
             qps: Mutex::new(HashMap::new()),
             cqs: Mutex::new(Vec::new()),

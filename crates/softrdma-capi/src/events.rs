@@ -28,7 +28,7 @@ pub unsafe extern "C" fn ibv_get_async_event(
         let soft = unsafe { SoftContext::from_ptr(ctx) };
         let fd = soft.vctx.context.async_fd;
         loop {
-            if let Some(e) = soft.ctx.poll_async_event() {
+            if let Some(e) = soft.events.pop() {
                 let Some(out) = to_c(soft, e) else { continue };
                 // SAFETY: the caller's writable event.
                 unsafe { *event = out };
@@ -57,7 +57,9 @@ pub unsafe extern "C" fn ibv_get_async_event(
     })
 }
 
-/// The C form of an event; `None` for one whose object is gone.
+/// The C form of an event; `None` for one whose object is gone or belongs to another
+/// context of the device (each context's queue sees the whole device's events; the
+/// kernel sends a context only its own objects' and the port's).
 fn to_c(soft: &SoftContext, e: AsyncEvent) -> Option<ibv_async_event> {
     let qp = |n: softrdma::Qpn, ty| {
         let p = crate::qp::qp_by_num(soft, n.value());

@@ -105,6 +105,7 @@ mod rig_tests;
 
 pub use config::{DeviceAttr, DeviceOptions, PortAttr, default_addr, device_attr, port_attr};
 pub use counters::DeviceCounters;
+pub use device::events::AsyncEventQueue;
 pub use device::share::{ShareError, set_verbose as set_share_log};
 pub use device::stats;
 pub use error::{Error, McastError, Result};

@@ -2,21 +2,94 @@
 //! readable while the queue holds an event, so that C callers can `poll` and `epoll` the
 //! context's `async_fd` as they do a kernel device's.
 //!
-//! The queue's lock is a leaf (taken last, after a QP's or a CQ's); the eventfd is written
-//! and read without it held.
+//! Each open of a device by a C program (`ibv_open_device`) has its own `async_fd`, as
+//! with rdma-core, where each context is its own file: programs key their handlers by the
+//! descriptor (UCX's async handlers fail on a second context that shares the first's
+//! number, and Open MPI's `osc ucx` opens a second). So the device's queue fans out to
+//! subscribers ([`AsyncEvents::subscribe`]), each a queue with its own eventfd; what a
+//! subscriber keeps of an event about an object is its own business (the C layer drops the
+//! events of other contexts' objects, as the kernel never sends them).
+//!
+//! The queues' locks are leaves (taken last, after a QP's or a CQ's), and the subscriber
+//! list's lock is taken before any queue's; the eventfd is written and read without a
+//! queue's lock held.
 
 use softrdma_proto::AsyncEvent;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 
-/// Asynchronous events, oldest first, with a descriptor that says there are some.
+/// The most events a queue keeps: a program that never reads its events (the Rust API's
+/// device-wide queue, when only C contexts read theirs) loses the oldest, not memory.
+const MAX_QUEUED: usize = 4096;
+
+/// A device's asynchronous events: its own queue (the Rust API's, [`AsyncEvents::pop`])
+/// and its subscribers'.
 pub(crate) struct AsyncEvents {
+    main: AsyncEventQueue,
+    subs: Mutex<Vec<Weak<AsyncEventQueue>>>,
+}
+
+impl AsyncEvents {
+    /// A device's queue, with no subscribers.
+    pub(crate) fn new() -> Self {
+        Self {
+            main: AsyncEventQueue::new(),
+            subs: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A new queue that receives every event from now on, starting with `first`.
+    pub(crate) fn subscribe(&self, first: &[AsyncEvent]) -> Arc<AsyncEventQueue> {
+        let q = Arc::new(AsyncEventQueue::new());
+        q.push(first.iter().copied());
+        let mut subs = self.subs.lock().unwrap_or_else(|e| e.into_inner());
+        subs.retain(|s| s.strong_count() > 0);
+        subs.push(Arc::downgrade(&q));
+        q
+    }
+
+    /// Queues `events` on the device's queue and every subscriber's.
+    pub(crate) fn push(&self, events: impl IntoIterator<Item = AsyncEvent>) {
+        let events: Vec<AsyncEvent> = events.into_iter().collect();
+        if events.is_empty() {
+            return;
+        }
+        let subs = self.subs.lock().unwrap_or_else(|e| e.into_inner());
+        for s in subs.iter().filter_map(Weak::upgrade) {
+            s.push(events.iter().copied());
+        }
+        drop(subs);
+        self.main.push(events);
+    }
+
+    /// The device queue's oldest event.
+    pub(crate) fn pop(&self) -> Option<AsyncEvent> {
+        self.main.pop()
+    }
+
+    /// The device queue's descriptor.
+    pub(crate) fn fd(&self) -> Option<RawFd> {
+        self.main.fd()
+    }
+}
+
+/// Asynchronous events, oldest first, with a descriptor that is readable while there are
+/// some (a context's `async_fd`).
+pub struct AsyncEventQueue {
     queue: Mutex<VecDeque<AsyncEvent>>,
     fd: Option<OwnedFd>,
 }
 
-impl AsyncEvents {
+impl std::fmt::Debug for AsyncEventQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncEventQueue")
+            .field("fd", &self.fd())
+            .finish()
+    }
+}
+
+impl AsyncEventQueue {
     /// An empty queue. Without an eventfd (the process is out of descriptors) events are
     /// still queued; only the descriptor is missing, and `fd` says so.
     pub(crate) fn new() -> Self {
@@ -32,10 +105,12 @@ impl AsyncEvents {
     }
 
     /// Queues `events` and makes the descriptor readable.
-    pub(crate) fn push(&self, events: impl IntoIterator<Item = AsyncEvent>) {
+    fn push(&self, events: impl IntoIterator<Item = AsyncEvent>) {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         let before = q.len();
         q.extend(events);
+        let over = q.len().saturating_sub(MAX_QUEUED);
+        q.drain(..over);
         let added = q.len() > before;
         drop(q);
         if added {
@@ -44,7 +119,7 @@ impl AsyncEvents {
     }
 
     /// The oldest event, if any. The descriptor stays readable while more remain.
-    pub(crate) fn pop(&self) -> Option<AsyncEvent> {
+    pub fn pop(&self) -> Option<AsyncEvent> {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         let e = q.pop_front();
         // Drain the counter under the lock, then set it again if events remain: a push
@@ -65,8 +140,9 @@ impl AsyncEvents {
         e
     }
 
-    /// The descriptor that is readable while an event waits.
-    pub(crate) fn fd(&self) -> Option<RawFd> {
+    /// The descriptor that is readable while an event waits; `None` if the process had
+    /// no descriptor to spare when the queue was made.
+    pub fn fd(&self) -> Option<RawFd> {
         self.fd.as_ref().map(AsRawFd::as_raw_fd)
     }
 

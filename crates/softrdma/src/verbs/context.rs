@@ -182,6 +182,16 @@ impl Context {
         self.inner.dev.events.fd()
     }
 
+    /// A queue of its own that receives every asynchronous event of the device from now
+    /// on, with a descriptor of its own: what each `ibv_open_device` of a C program gets.
+    /// It starts with the port's PORT_ACTIVE, as a newly opened device's queue does.
+    pub fn subscribe_async_events(&self) -> Arc<crate::device::events::AsyncEventQueue> {
+        self.inner
+            .dev
+            .events
+            .subscribe(&[AsyncEvent::PortActive(1)])
+    }
+
     /// The device's own counters (packets it could not hand to a QP, and so on).
     pub fn counters(&self) -> &DeviceCounters {
         &self.inner.dev.counters
