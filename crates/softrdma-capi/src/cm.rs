@@ -440,6 +440,26 @@ fn device_for(ip: Option<IpAddr>) -> Option<usize> {
     }
 }
 
+/// The device a bind to loopback address `ip` takes when no device has that address: as
+/// Linux's `cma_bind_loopback` binds such an ID to a device of its own choosing, the
+/// first device on a loopback address of the same family (then on any loopback address,
+/// then the first device). libfabric's verbs provider binds `localhost` this way to find
+/// a device when the program names no address.
+fn loopback_device(ip: IpAddr) -> Option<usize> {
+    let devs = crate::device::devices();
+    let ip = ip.to_canonical();
+    if !ip.is_loopback() || devs.iter().any(|d| d.info.addr.to_canonical() == ip) {
+        return None;
+    }
+    let on_lo = |d: &&crate::device::SoftDevice| d.info.addr.to_canonical().is_loopback();
+    let family =
+        |d: &&crate::device::SoftDevice| d.info.addr.to_canonical().is_ipv4() == ip.is_ipv4();
+    devs.iter()
+        .position(|d| on_lo(&d) && family(&d))
+        .or_else(|| devs.iter().position(|d| on_lo(&d)))
+        .or((!devs.is_empty()).then_some(0))
+}
+
 /// The context the CM keeps open for `id`'s device.
 fn context_of(id: &CmId) -> Option<*mut ibv_context> {
     let addr = id.context().addr();
@@ -759,10 +779,17 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
         let v = "rdma_bind_addr";
         // SAFETY: per the contract.
         let (c, a) = unsafe { (idc(id), from_sockaddr(addr)) };
-        let Some(a) = a else {
+        let Some(mut a) = a else {
             fail(v, libc::EAFNOSUPPORT, &"not an IPv4 or IPv6 address");
             return -1;
         };
+        // A loopback address no device has binds to a device on loopback, and the ID
+        // takes that device's address (the one its peers reach it at).
+        if lock(&c.rust).is_none()
+            && let Some(i) = loopback_device(a.ip())
+        {
+            a.set_ip(crate::device::devices()[i].info.addr);
+        }
         let r = match rust_id(v, c, Some(a.ip())) {
             Ok(r) => r,
             Err(_) => return -1,
