@@ -92,10 +92,12 @@ pub(crate) fn program(own: u32, routes: &[(u8, u32)]) -> Vec<libc::sock_filter> 
 /// Attaches `prog` to the SO_REUSEPORT group of socket `fd` (it replaces the group's
 /// program, whichever member set it).
 pub(crate) fn attach(fd: RawFd, prog: &[libc::sock_filter]) -> io::Result<()> {
-    let fprog = libc::sock_fprog {
-        len: u16::try_from(prog.len()).map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?,
-        filter: prog.as_ptr().cast_mut(),
-    };
+    // Zeroed first: the kernel copies the whole struct, padding after `len` included, and
+    // memcheck rightly reports uninitialised bytes handed to a system call.
+    // SAFETY: sock_fprog is plain data; all-zero is a valid value.
+    let mut fprog: libc::sock_fprog = unsafe { std::mem::zeroed() };
+    fprog.len = u16::try_from(prog.len()).map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?;
+    fprog.filter = prog.as_ptr().cast_mut();
     // SAFETY: `fprog` points at `prog`, which outlives the call; the kernel copies the
     // program and reads nothing after returning.
     let r = unsafe {
