@@ -576,6 +576,11 @@ fn rust_id(verb: &'static str, c: &mut IdC, ip: Option<IpAddr>) -> Result<CmId, 
     r.set_user(c as *mut IdC as usize);
     c.id.verbs = ctx;
     c.id.port_num = 1;
+    // As librdmacm's ucma_get_device: an ID that has a device has that device's PD too
+    // (pyverbs wraps `id->pd` right after the bind or resolve, before any QP).
+    if c.id.pd.is_null() {
+        c.id.pd = default_pd(ctx);
+    }
     *lock(&c.rust) = Some(r.clone());
     Ok(r)
 }
@@ -1087,13 +1092,22 @@ fn id_pd(c: &IdC, pd: *mut ibv_pd) -> *mut ibv_pd {
     }
 }
 
-/// The PD the CM allocates once per context for QPs created without one.
+/// The PDs the CM allocates, one per context: (context, PD) as addresses.
+static DEFAULT_PDS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// Whether `pd` is one of the CM's own PDs, which live as long as the library (as
+/// librdmacm's `cma_dev->pd`): `ibv_dealloc_pd` leaves them be.
+pub(crate) fn is_default_pd(pd: *mut ibv_pd) -> bool {
+    lock(&DEFAULT_PDS).iter().any(|(_, p)| *p == pd as usize)
+}
+
+/// The PD the CM allocates once per context: every ID on the device has it as `id->pd`
+/// until a QP of the caller's PD replaces it, and QPs created without a PD use it.
 fn default_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
-    static PDS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
     if ctx.is_null() {
         return null_mut();
     }
-    let mut pds = lock(&PDS);
+    let mut pds = lock(&DEFAULT_PDS);
     if let Some((_, pd)) = pds.iter().find(|(c, _)| *c == ctx as usize) {
         return *pd as *mut ibv_pd;
     }
@@ -1616,6 +1630,7 @@ fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
         let mut raw: rdma_cm_id = unsafe { std::mem::zeroed() };
         // The device that took the request (a wildcard listener's may be another).
         raw.verbs = context_of(&ev.id).unwrap_or(lc.id.verbs);
+        raw.pd = default_pd(raw.verbs);
         raw.channel = lc.id.channel;
         raw.context = lc.id.context;
         raw.ps = lc.id.ps;

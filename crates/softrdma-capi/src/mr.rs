@@ -77,6 +77,11 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
         if unsafe { inherited(pd.cast()) } {
             return 0;
         }
+        // The connection manager's own PD (`id->pd` before a QP) outlives its IDs, as
+        // librdmacm's: a program that wraps and then frees it (pyverbs) leaves it be.
+        if crate::cm::is_default_pd(pd) {
+            return 0;
+        }
         // SAFETY: live PD.
         let n = unsafe { SoftPd::from_ptr(pd) }
             .users

@@ -265,9 +265,9 @@ impl Chan {
     }
 }
 
-fn eventfd(verb: &'static str) -> Result<OwnedFd> {
+fn eventfd(verb: &'static str, flags: libc::c_int) -> Result<OwnedFd> {
     // SAFETY: eventfd takes no pointers; the result is checked before use.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) };
     if fd < 0 {
         return Err(Error::io(verb)(std::io::Error::last_os_error()));
     }
@@ -292,7 +292,8 @@ fn wait_readable(fds: &[RawFd], timeout: Option<Duration>) {
 
 fn drain_eventfd(fd: RawFd) {
     let mut b = [0u8; 8];
-    // SAFETY: reads at most 8 bytes into `b`; the descriptor is non-blocking.
+    // SAFETY: reads at most 8 bytes into `b`; the descriptor is non-blocking, or poll
+    // just said it is readable.
     unsafe { libc::read(fd, b.as_mut_ptr().cast(), 8) };
 }
 
@@ -304,6 +305,18 @@ impl EventChannel {
         let mut q = self.inner.q.lock().unwrap_or_else(|e| e.into_inner());
         let ev = q.pop_front();
         self.inner.queued.store(q.len(), Ordering::Release);
+        // The descriptor may be blocking: it is read only when readable, and under the
+        // queue's lock, so that two threads never both read one count.
+        let fd = self.fd();
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no wait.
+        if unsafe { libc::poll(&mut p, 1, 0) } == 1 {
+            drain_eventfd(fd);
+        }
         if !q.is_empty() {
             write_eventfd(&self.inner.efd);
         }
@@ -316,7 +329,11 @@ impl EventChannel {
             inner: Arc::new(Chan {
                 q: Mutex::new(VecDeque::new()),
                 queued: std::sync::atomic::AtomicUsize::new(0),
-                efd: eventfd("rdma_create_event_channel")?,
+                // Blocking, as librdmacm's descriptor is: a program that wants
+                // rdma_get_cm_event not to wait sets O_NONBLOCK itself (libfabric does),
+                // and the C layer reads that flag. Drained only when poll says it is
+                // readable (see `pop`).
+                efd: eventfd("rdma_create_event_channel", 0)?,
             }),
         })
     }
@@ -330,7 +347,6 @@ impl EventChannel {
     pub fn get_event(&self, timeout: Option<Duration>) -> Option<CmEvent> {
         let end = timeout.map(|t| std::time::Instant::now() + t);
         loop {
-            drain_eventfd(self.fd());
             if let Some(ev) = self.pop() {
                 return Some(ev);
             }
@@ -376,7 +392,6 @@ impl EventChannel {
                 d.poll_socket();
             }
             if self.inner.queued.load(Ordering::Acquire) > 0 {
-                drain_eventfd(self.fd());
                 if let Some(ev) = self.pop() {
                     return Some(ev);
                 }
@@ -1886,7 +1901,7 @@ impl Core {
                 listeners: HashMap::new(),
             }),
             dropped: Mutex::new(Vec::new()),
-            wake: Arc::new(eventfd("rdma_create_id")?),
+            wake: Arc::new(eventfd("rdma_create_id", libc::EFD_NONBLOCK)?),
             gate: Arc::new(Mutex::new(true)),
             timer: nix::sys::timerfd::TimerFd::new(
                 nix::sys::timerfd::ClockId::CLOCK_MONOTONIC,
