@@ -641,7 +641,8 @@ unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Result<softrdma::SgList, c_int> 
 /// Each SGE must name `length` readable bytes at `addr`.
 unsafe fn inline(s: &[Sge]) -> Vec<u8> {
     let mut v = Vec::with_capacity(s.iter().map(|e| e.length as usize).sum());
-    for e in s {
+    // An empty SGE may have a NULL address (UCX posts them), which no slice may have.
+    for e in s.iter().filter(|e| e.length > 0) {
         // SAFETY: per the contract (the C API's: an inline send reads the caller's memory
         // during the post).
         v.extend_from_slice(unsafe {
