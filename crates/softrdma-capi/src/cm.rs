@@ -1174,7 +1174,13 @@ unsafe fn conn_param(
         private_data,
         responder_resources: or(p.responder_resources, resp),
         initiator_depth: or(p.initiator_depth, init),
-        retry_count: p.retry_count.min(7),
+        // An accept's retry count is the REQ's (the REP carries none, and
+        // Linux's CM gives the passive QP the requester's); the caller's field is not read,
+        // as librdmacm's callers (libfabric) leave it unset there.
+        retry_count: match peer {
+            Some(r) => r.retry_count.min(7),
+            None => p.retry_count.min(7),
+        },
         rnr_retry_count: p.rnr_retry_count.min(7),
     })
 }

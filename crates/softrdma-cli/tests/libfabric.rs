@@ -1,0 +1,361 @@
+//! libfabric (Debian's 1.17, unmodified) over softrdma, through `softrdma exec`: its verbs
+//! provider lists every endpoint type it offers on rxe, and `fi_pingpong` passes, with its
+//! data checked, over MSG, DGRAM, RDM through `ofi_rxd` and RDM through `ofi_rxm`, both
+//! ends on one shared device and on two devices; the DGRAM, rxd and rxm servers run under
+//! valgrind's memcheck, which must find no invalid access in the drop-in; and MSG runs
+//! between two network namespaces over a veth pair, as libfabric's MSG endpoints need an
+//! interface that is not loopback.
+//!
+//! Each test takes its own loopback addresses and `fi_pingpong` control port, so the tests
+//! run in parallel.
+
+mod common;
+
+use common::*;
+use std::process::Command;
+
+/// The four providers and endpoint types `fi_pingpong` runs over the verbs provider.
+const KINDS: [(&str, &str); 4] = [
+    ("verbs", "msg"),
+    ("verbs", "dgram"),
+    ("verbs;ofi_rxd", "rdm"),
+    ("verbs;ofi_rxm", "rdm"),
+];
+
+/// Runs an `fi_pingpong` pair: the server (with `server_wrap` before it, such as valgrind)
+/// on the device at `addrs.0`, the client on `addrs.1`, control port `port`, `size` (`all`
+/// for every size) with data checks; the server's and client's outputs.
+fn pingpong(
+    addrs: (&str, &str),
+    port: u16,
+    (prov, ep): (&str, &str),
+    (size, iters): (&str, &str),
+    server_wrap: &[&str],
+) -> (String, String) {
+    let port = port.to_string();
+    let args = [
+        "-p", prov, "-e", ep, "-c", "-S", size, "-I", iters, "-B", &port,
+    ];
+    let (prog, sargs): (&str, Vec<&str>) = match server_wrap.split_first() {
+        Some((p, rest)) => (
+            p,
+            rest.iter()
+                .chain(["fi_pingpong"].iter())
+                .chain(args.iter())
+                .copied()
+                .collect(),
+        ),
+        None => ("fi_pingpong", args.to_vec()),
+    };
+    let what = format!("fi_pingpong -p {prov} -e {ep}");
+    let mut s = Server(Some(spawn(&mut exec(addrs.0, prog, &sargs))));
+    wait_listen(port.parse().unwrap(), s.child());
+    let mut cargs = vec![
+        "-p",
+        prov,
+        "-e",
+        ep,
+        "-c",
+        "-S",
+        size,
+        "-I",
+        iters,
+        "-P",
+        &port,
+        "127.0.0.1",
+    ];
+    if ep == "msg" {
+        // The MSG endpoint connects to the server's device address, not the control one.
+        cargs.pop();
+        cargs.push(addrs.0);
+    }
+    let c = wait(spawn(&mut exec(addrs.1, "fi_pingpong", &cargs)), &what);
+    let s = s.wait(&what);
+    let (st, ct) = (text(&s), text(&c));
+    assert!(
+        s.status.success() && c.status.success(),
+        "{what} ({} -> {}): server {:?}, client {:?}\n--- server\n{st}\n--- client\n{ct}",
+        addrs.1,
+        addrs.0,
+        s.status,
+        c.status
+    );
+    // `-S all` ends with the largest size of the endpoint type: 4 KiB for DGRAM (one
+    // MTU), 6 MiB for the others.
+    let last = match (size, ep) {
+        ("all", "dgram") => "4k ",
+        ("all", _) => "6m ",
+        _ => "",
+    };
+    assert!(
+        ct.lines().any(|l| l.starts_with(last)),
+        "{what}: the client did not reach {last}:\n{ct}"
+    );
+    (st, ct)
+}
+
+#[test]
+fn fi_info_lists_every_endpoint_type_of_the_verbs_provider() {
+    let o = wait(
+        spawn(&mut exec("127.0.91.2", "fi_info", &["-p", "verbs"])),
+        "fi_info",
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "fi_info -p verbs: {:?}\n{t}", o.status);
+    // As on rxe: MSG over RC, DGRAM over UD, and RDM through ofi_rxm and ofi_rxd.
+    for want in [
+        "domain: softrdma0\n",
+        "domain: softrdma0-dgram\n",
+        "protocol: FI_PROTO_RDMA_CM_IB_RC",
+        "protocol: FI_PROTO_IB_UD",
+        "provider: verbs;ofi_rxm",
+        "protocol: FI_PROTO_RXM",
+        "provider: verbs;ofi_rxd",
+        "protocol: FI_PROTO_RXD",
+    ] {
+        assert!(t.contains(want), "fi_info -p verbs lacks {want:?}:\n{t}");
+    }
+}
+
+#[test]
+fn fi_pingpong_runs_on_one_shared_device() {
+    for (i, kind) in KINDS.into_iter().enumerate() {
+        pingpong(
+            ("127.0.92.2", "127.0.92.2"),
+            47610 + i as u16,
+            kind,
+            ("all", "10"),
+            &[],
+        );
+    }
+}
+
+#[test]
+fn fi_pingpong_runs_between_two_devices() {
+    for (i, kind) in KINDS.into_iter().enumerate() {
+        pingpong(
+            ("127.0.93.2", "127.0.93.3"),
+            47620 + i as u16,
+            kind,
+            ("all", "10"),
+            &[],
+        );
+    }
+}
+
+/// The error blocks of a memcheck log whose stack passes through the drop-in (softrdma's
+/// own code), that is, the invalid reads and writes and the uses of uninitialised values
+/// it causes; libfabric's and the program's own are not ours to judge.
+fn drop_in_errors(log: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut block: Vec<&str> = Vec::new();
+    let flush = |block: &mut Vec<&str>, out: &mut Vec<String>| {
+        let b = block.join("\n");
+        let bad = [
+            "Invalid read",
+            "Invalid write",
+            "Invalid free",
+            "uninitialised",
+            "Mismatched free",
+            "overlap",
+        ];
+        if bad.iter().any(|w| b.contains(w)) && (b.contains("softrdma") || b.contains("libibverbs"))
+        {
+            out.push(b);
+        }
+        block.clear();
+    };
+    for l in log.lines().filter(|l| l.starts_with("==")) {
+        let body = l.split_once("== ").map_or("", |(_, b)| b);
+        if body.is_empty() {
+            flush(&mut block, &mut out);
+        } else {
+            block.push(l);
+        }
+    }
+    flush(&mut block, &mut out);
+    out
+}
+
+#[test]
+fn memcheck_finds_no_invalid_access_by_the_drop_in_under_libfabric() {
+    need("valgrind");
+    for (i, kind) in KINDS[1..].iter().enumerate() {
+        let (st, _) = pingpong(
+            ("127.0.94.2", "127.0.94.3"),
+            47630 + i as u16,
+            *kind,
+            // Big enough to take several packets (DGRAM: one MTU) and, for rxm, its
+            // rendezvous path; small enough for memcheck's pace.
+            (if kind.1 == "dgram" { "4096" } else { "65536" }, "4"),
+            &["valgrind", "--error-limit=no", "--num-callers=40"],
+        );
+        assert!(st.contains("ERROR SUMMARY"), "memcheck did not run:\n{st}");
+        let errors = drop_in_errors(&st);
+        assert!(
+            errors.is_empty(),
+            "memcheck: fi_pingpong -p {} -e {}: the drop-in made {} error(s):\n{}",
+            kind.0,
+            kind.1,
+            errors.len(),
+            errors.join("\n\n")
+        );
+    }
+}
+
+#[test]
+fn the_memcheck_filter_catches_the_drop_ins_errors() {
+    let log = "==7== Invalid read of size 8\n==7==    at 0x1: clone (context.rs:30)\n==7==    by 0x2: ibv_alloc_pd (in libsoftrdma_capi.so)\n==7== \n==7== Invalid read of size 4\n==7==    at 0x3: vrb_foo (in libfabric.so.1)\n==7== \n";
+    let e = drop_in_errors(log);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("ibv_alloc_pd"));
+}
+
+/// Two network namespaces joined by a veth pair (`ip netns`, made and removed by the
+/// test), each end with an address of a private /24; `None` when this process may not
+/// make them (not root).
+struct Netns {
+    names: Vec<String>,
+}
+
+impl Netns {
+    fn pair(tag: &str, net: &str) -> Option<Self> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("NOTICE: not root: the network namespace test cannot run");
+            return None;
+        }
+        let id = std::process::id() % 10000;
+        let names: Vec<String> = ["a", "b"]
+            .iter()
+            .map(|s| format!("sr{tag}{id}{s}"))
+            .collect();
+        let ns = Self { names };
+        let (a, b) = (&ns.names[0], &ns.names[1]);
+        let (va, vb) = (format!("v{id}{tag}a"), format!("v{id}{tag}b"));
+        for (i, n) in [a, b].iter().enumerate() {
+            ip(&["netns", "add", n]);
+            ip(&["-n", n, "link", "set", "lo", "up"]);
+            let _ = i;
+        }
+        ip(&[
+            "link", "add", &va, "netns", a, "type", "veth", "peer", "name", &vb, "netns", b,
+        ]);
+        for (n, v, host) in [(a, &va, 1), (b, &vb, 2)] {
+            ip(&[
+                "-n",
+                n,
+                "addr",
+                "add",
+                &format!("{net}.{host}/24"),
+                "dev",
+                v,
+            ]);
+            ip(&["-n", n, "link", "set", v, "up"]);
+        }
+        Some(ns)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+fn ip(args: &[&str]) {
+    let o = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("ip (iproute2)");
+    assert!(o.status.success(), "ip {}: {}", args.join(" "), text(&o));
+}
+
+/// `softrdma exec` inside namespace `ns`, its device on `addr`, with a runtime directory
+/// of that namespace's own (each namespace is a host of its own).
+fn exec_in(ns: &str, addr: &str, program: &str, args: &[&str]) -> Command {
+    need(program);
+    let mut c = Command::new("ip");
+    c.args([
+        "netns",
+        "exec",
+        ns,
+        env!("CARGO_BIN_EXE_softrdma"),
+        "exec",
+        "--",
+        program,
+    ])
+    .args(args)
+    .env_remove("SOFTRDMA_CONFIG")
+    .env("SOFTRDMA_ADDR", addr)
+    .env(
+        "XDG_RUNTIME_DIR",
+        std::env::temp_dir().join(format!("softrdma-rt-{}-{ns}", std::process::id())),
+    );
+    c
+}
+
+/// Whether TCP `port` listens in the network namespace of process `pid` (its own view of
+/// /proc/net/tcp).
+fn listening_in(pid: u32, port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["tcp", "tcp6"].iter().any(|f| {
+        std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let mut it = l.split_whitespace();
+                let local = it.nth(1).unwrap_or("");
+                let state = it.nth(1).unwrap_or("");
+                local.ends_with(&want) && state == "0A"
+            })
+        })
+    })
+}
+
+#[test]
+fn fi_pingpong_runs_between_network_namespaces() {
+    let net = "10.213.7";
+    let Some(ns) = Netns::pair("lf", net) else {
+        return;
+    };
+    let (a, b) = (format!("{net}.1"), format!("{net}.2"));
+    for (i, (prov, ep)) in KINDS.into_iter().enumerate() {
+        let port = 47640 + i as u16;
+        let ps = port.to_string();
+        let what = format!("fi_pingpong -p {prov} -e {ep} across namespaces");
+        let sargs = [
+            "-p", prov, "-e", ep, "-c", "-S", "all", "-I", "10", "-B", &ps,
+        ];
+        let mut s = Server(Some(spawn(&mut exec_in(
+            &ns.names[0],
+            &a,
+            "fi_pingpong",
+            &sargs,
+        ))));
+        let deadline = std::time::Instant::now() + LIMIT;
+        // `ip netns exec` and `softrdma exec` exec the program: the pid is fi_pingpong's.
+        let pid = s.child().id();
+        while !listening_in(pid, port)
+            && s.child().try_wait().unwrap().is_none()
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::yield_now();
+        }
+        let cargs = [
+            "-p", prov, "-e", ep, "-c", "-S", "all", "-I", "10", "-P", &ps, &a,
+        ];
+        let c = wait(
+            spawn(&mut exec_in(&ns.names[1], &b, "fi_pingpong", &cargs)),
+            &what,
+        );
+        let s = s.wait(&what);
+        let (st, ct) = (text(&s), text(&c));
+        assert!(
+            s.status.success() && c.status.success(),
+            "{what}: server {:?}, client {:?}\n--- server\n{st}\n--- client\n{ct}",
+            s.status,
+            c.status
+        );
+    }
+}
