@@ -143,40 +143,6 @@ fn fi_pingpong_runs_between_two_devices() {
     }
 }
 
-/// The error blocks of a memcheck log whose stack passes through the drop-in (softrdma's
-/// own code), that is, the invalid reads and writes and the uses of uninitialised values
-/// it causes; libfabric's and the program's own are not ours to judge.
-fn drop_in_errors(log: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut block: Vec<&str> = Vec::new();
-    let flush = |block: &mut Vec<&str>, out: &mut Vec<String>| {
-        let b = block.join("\n");
-        let bad = [
-            "Invalid read",
-            "Invalid write",
-            "Invalid free",
-            "uninitialised",
-            "Mismatched free",
-            "overlap",
-        ];
-        if bad.iter().any(|w| b.contains(w)) && (b.contains("softrdma") || b.contains("libibverbs"))
-        {
-            out.push(b);
-        }
-        block.clear();
-    };
-    for l in log.lines().filter(|l| l.starts_with("==")) {
-        let body = l.split_once("== ").map_or("", |(_, b)| b);
-        if body.is_empty() {
-            flush(&mut block, &mut out);
-        } else {
-            block.push(l);
-        }
-    }
-    flush(&mut block, &mut out);
-    out
-}
-
 #[test]
 fn memcheck_finds_no_invalid_access_by_the_drop_in_under_libfabric() {
     need("valgrind");
@@ -188,27 +154,10 @@ fn memcheck_finds_no_invalid_access_by_the_drop_in_under_libfabric() {
             // Big enough to take several packets (DGRAM: one MTU) and, for rxm, its
             // rendezvous path; small enough for memcheck's pace.
             (if kind.1 == "dgram" { "4096" } else { "65536" }, "4"),
-            &["valgrind", "--error-limit=no", "--num-callers=40"],
+            &MEMCHECK,
         );
-        assert!(st.contains("ERROR SUMMARY"), "memcheck did not run:\n{st}");
-        let errors = drop_in_errors(&st);
-        assert!(
-            errors.is_empty(),
-            "memcheck: fi_pingpong -p {} -e {}: the drop-in made {} error(s):\n{}",
-            kind.0,
-            kind.1,
-            errors.len(),
-            errors.join("\n\n")
-        );
+        assert_memcheck_clean(&format!("fi_pingpong -p {} -e {}", kind.0, kind.1), &st);
     }
-}
-
-#[test]
-fn the_memcheck_filter_catches_the_drop_ins_errors() {
-    let log = "==7== Invalid read of size 8\n==7==    at 0x1: clone (context.rs:30)\n==7==    by 0x2: ibv_alloc_pd (in libsoftrdma_capi.so)\n==7== \n==7== Invalid read of size 4\n==7==    at 0x3: vrb_foo (in libfabric.so.1)\n==7== \n";
-    let e = drop_in_errors(log);
-    assert_eq!(e.len(), 1, "{e:?}");
-    assert!(e[0].contains("ibv_alloc_pd"));
 }
 
 /// Two network namespaces joined by a veth pair (`ip netns`, made and removed by the

@@ -191,3 +191,55 @@ pub fn pair_at(
     );
     (st, ct)
 }
+
+/// The error blocks of a memcheck log whose stack passes through the drop-in (softrdma's
+/// own code), that is, the invalid reads and writes and the uses of uninitialised values
+/// it causes; libfabric's and the program's own are not ours to judge.
+pub fn drop_in_errors(log: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut block: Vec<&str> = Vec::new();
+    let flush = |block: &mut Vec<&str>, out: &mut Vec<String>| {
+        let b = block.join("\n");
+        let bad = [
+            "Invalid read",
+            "Invalid write",
+            "Invalid free",
+            "uninitialised",
+            "Mismatched free",
+            "overlap",
+        ];
+        if bad.iter().any(|w| b.contains(w)) && (b.contains("softrdma") || b.contains("libibverbs"))
+        {
+            out.push(b);
+        }
+        block.clear();
+    };
+    for l in log.lines().filter(|l| l.starts_with("==")) {
+        let body = l.split_once("== ").map_or("", |(_, b)| b);
+        if body.is_empty() {
+            flush(&mut block, &mut out);
+        } else {
+            block.push(l);
+        }
+    }
+    flush(&mut block, &mut out);
+    out
+}
+
+/// The valgrind command line the memcheck tests run a program under.
+pub const MEMCHECK: [&str; 3] = ["valgrind", "--error-limit=no", "--num-callers=40"];
+
+/// Fails with the drop-in's errors in memcheck log `log` of `what`, if it has any.
+pub fn assert_memcheck_clean(what: &str, log: &str) {
+    assert!(
+        log.contains("ERROR SUMMARY"),
+        "{what}: memcheck did not run:\n{log}"
+    );
+    let errors = drop_in_errors(log);
+    assert!(
+        errors.is_empty(),
+        "memcheck: {what}: the drop-in made {} error(s):\n{}",
+        errors.len(),
+        errors.join("\n\n")
+    );
+}
