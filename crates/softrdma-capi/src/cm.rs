@@ -1144,6 +1144,8 @@ unsafe fn conn_param(
             initiator_depth: init,
             retry_count: 7,
             rnr_retry_count: 7,
+            qp_num: None,
+            srq: false,
         });
     }
     // SAFETY: per the contract.
@@ -1182,6 +1184,9 @@ unsafe fn conn_param(
             None => p.retry_count.min(7),
         },
         rnr_retry_count: p.rnr_retry_count.min(7),
+        // A program's own QP (librdmacm reads these only when the ID has none).
+        qp_num: Some(softrdma::Qpn::new(p.qp_num & 0xff_ffff)),
+        srq: p.srq != 0,
     })
 }
 
@@ -1240,26 +1245,130 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
     })
 }
 
+/// REJ reasons (the codes of `softrdma_wire::cm::rej_reason`):
+/// the consumer's own reject, and a reject of the peer's vendor (ECE) options.
+const REJ_CONSUMER_DEFINED: u16 = 28;
+const REJ_VENDOR_OPTION_NOT_SUPPORTED: u16 = 35;
+
 /// `rdma_reject`.
 ///
 /// # Safety
 /// `id` an ID of this library; `data` NULL or `len` readable bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_reject(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
-    guard("rdma_reject", -1, || {
-        let v = "rdma_reject";
+    // SAFETY: per the contract.
+    guard("rdma_reject", -1, || unsafe {
+        reject_for("rdma_reject", id, REJ_CONSUMER_DEFINED, data, len)
+    })
+}
+
+/// `rdma_reject_ece`: a reject that says the peer's ECE options are not supported.
+///
+/// # Safety
+/// As [`rdma_reject`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_reject_ece(
+    id: *mut rdma_cm_id,
+    data: *const c_void,
+    len: u8,
+) -> c_int {
+    // SAFETY: per the contract.
+    guard("rdma_reject_ece", -1, || unsafe {
+        reject_for(
+            "rdma_reject_ece",
+            id,
+            REJ_VENDOR_OPTION_NOT_SUPPORTED,
+            data,
+            len,
+        )
+    })
+}
+
+/// Rejects `id`'s connection request with REJ reason `reason`.
+///
+/// # Safety
+/// As [`rdma_reject`].
+unsafe fn reject_for(
+    v: &'static str,
+    id: *mut rdma_cm_id,
+    reason: u16,
+    data: *const c_void,
+    len: u8,
+) -> c_int {
+    // SAFETY: per the contract.
+    let c = unsafe { idc(id) };
+    let pd = if data.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: the caller's buffer.
+        unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len.into()) }.to_vec()
+    };
+    match made(v, c) {
+        Ok(r) => errno_of(v, r.reject_for(reason, &pd)),
+        Err(_) => -1,
+    }
+}
+
+/// `struct ibv_ece`.
+#[repr(C)]
+pub struct ibv_ece {
+    vendor_id: u32,
+    options: u32,
+    comp_mask: u32,
+}
+
+/// Checks an ECE verb's arguments as librdmacm does: an ID and an `ibv_ece`, and no QP on
+/// the ID (ECE is for programs that move their own QP).
+///
+/// # Safety
+/// `id` NULL or an ID of this library.
+unsafe fn ece_args(v: &str, id: *mut rdma_cm_id, ece: *mut ibv_ece) -> Result<(), c_int> {
+    // SAFETY: NULL or an ID of this library.
+    if id.is_null() || ece.is_null() || !unsafe { (*id).qp }.is_null() {
+        return Err(fail(v, libc::EINVAL, &"NULL ID or ece, or the ID has a QP"));
+    }
+    Ok(())
+}
+
+/// `rdma_get_remote_ece`: the Enhanced Connection Establishment options the peer sent.
+/// softrdma's CM neither sends nor reads ECE options on the wire, so they are those of a
+/// peer that offers none: vendor 0, options 0.
+///
+/// # Safety
+/// `id` NULL or an ID of this library; `ece` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    guard("rdma_get_remote_ece", -1, || {
         // SAFETY: per the contract.
-        let c = unsafe { idc(id) };
-        let pd = if data.is_null() {
-            Vec::new()
-        } else {
-            // SAFETY: the caller's buffer.
-            unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len.into()) }.to_vec()
-        };
-        match made(v, c) {
-            Ok(r) => errno_of(v, r.reject(&pd)),
-            Err(_) => -1,
+        if unsafe { ece_args("rdma_get_remote_ece", id, ece) }.is_err() {
+            return -1;
         }
+        // SAFETY: the caller's ibv_ece.
+        unsafe {
+            *ece = ibv_ece {
+                vendor_id: 0,
+                options: 0,
+                comp_mask: 0,
+            }
+        };
+        0
+    })
+}
+
+/// `rdma_set_local_ece`: accepted and checked as librdmacm does; the options are not sent
+/// (see [`rdma_get_remote_ece`]), so the peer sees an offer of none, which ECE defines as
+/// "no enhanced options", the same as a device that knows no ECE.
+///
+/// # Safety
+/// `id` NULL or an ID of this library; `ece` NULL or readable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    guard("rdma_set_local_ece", -1, || {
+        // SAFETY: per the contract.
+        if unsafe { ece_args("rdma_set_local_ece", id, ece) }.is_err() {
+            return -1;
+        }
+        0
     })
 }
 

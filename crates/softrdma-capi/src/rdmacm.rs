@@ -33,7 +33,6 @@ macro_rules! enosys {
 
 // int-returning (and ssize_t/off_t-returning: -1 in the full register).
 enosys! { isize = -1;
-    rdma_get_remote_ece rdma_reject_ece rdma_set_local_ece
     raccept rbind rclose rconnect rfcntl rgetpeername rgetsockname rgetsockopt riomap riounmap
     riowrite rlisten rpoll rread rreadv rrecv rrecvfrom rrecvmsg rselect rsend rsendmsg rsendto
     rsetsockopt rshutdown rsocket rwrite rwritev

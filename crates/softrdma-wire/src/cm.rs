@@ -518,6 +518,9 @@ pub mod rej_reason {
     pub const INVALID_FLOW_LABEL: u16 = 32;
     /// Invalid alternate flow label.
     pub const INVALID_ALT_FLOW_LABEL: u16 = 33;
+    /// Vendor option not supported: the consumer rejects the peer's ECE options
+    /// (`rdma_reject_ece`; `IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED`).
+    pub const VENDOR_OPTION_NOT_SUPPORTED: u16 = 35;
 }
 
 /// ConnectReject (IBTA 12.6.7, table 108).

@@ -112,6 +112,12 @@ pub struct ConnParam {
     pub retry_count: u8,
     /// RNR retries (0-7; 7 is infinite).
     pub rnr_retry_count: u8,
+    /// The QP the connection is for when the ID has none attached (`conn_param.qp_num`:
+    /// a QP the program made itself and moves through its states with
+    /// [`CmId::init_qp_attr`]); ignored when the ID has a QP.
+    pub qp_num: Option<Qpn>,
+    /// Whether that QP takes its receives from an SRQ (`conn_param.srq`).
+    pub srq: bool,
 }
 
 impl Default for ConnParam {
@@ -122,7 +128,28 @@ impl Default for ConnParam {
             initiator_depth: 1,
             retry_count: 7,
             rnr_retry_count: 7,
+            qp_num: None,
+            srq: false,
         }
+    }
+}
+
+/// The QP number and SRQ bit a REQ or REP announces: the attached QP's, else the
+/// program's own QP's from `param` (as librdmacm passes `id->qp ? id->qp->qp_num :
+/// conn_param->qp_num`); EINVAL with neither.
+fn announced_qp(
+    verb: &'static str,
+    qp: Option<&QueuePair>,
+    param: &ConnParam,
+) -> Result<(u32, bool)> {
+    match (qp, param.qp_num) {
+        (Some(q), _) => Ok((q.qp_num().value(), q.has_srq())),
+        (None, Some(n)) => Ok((n.value(), param.srq)),
+        (None, None) => Err(cm_err(
+            verb,
+            libc::EINVAL,
+            "the ID has no QP (rdma_create_qp first) and the parameters name none (qp_num)".into(),
+        )),
     }
 }
 
@@ -1013,19 +1040,14 @@ impl CmId {
             &param.private_data,
             ("a connect", "the ID is connecting or connected"),
         )?;
-        let Some(qp) = self.qp() else {
-            return Err(cm_err(
-                verb,
-                libc::EINVAL,
-                "the ID has no QP (rdma_create_qp first)".into(),
-            ));
-        };
+        let qp = self.qp();
+        let (local_qpn, srq) = announced_qp(verb, qp.as_deref(), param)?;
         let req = ReqRepr {
             local_comm_id: 0,
             service_id: wire::ip_service_id(self.inner.ps.code(), peer.port()),
             local_ca_guid: 0,
             local_qkey: 0,
-            local_qpn: qp.qp_num().value(),
+            local_qpn,
             responder_resources: param.responder_resources,
             local_eecn: 0,
             initiator_depth: param.initiator_depth,
@@ -1044,7 +1066,7 @@ impl CmId {
             max_cm_retries: MAX_CM_RETRIES,
             // IBTA 12.6.5: whether the sender's QP takes its receives from an SRQ (the
             // REP's bit says the same of the acceptor's, IBTA 12.6.8).
-            srq: qp.has_srq(),
+            srq,
             primary: {
                 let st = self.st();
                 path(local.ip(), peer.ip(), st.tos, st.ack_timeout)
@@ -1213,15 +1235,9 @@ impl CmId {
                     "the ID holds no connection request".into(),
                 ));
             };
-            let Some(qp) = st.qp.as_ref().and_then(QpRef::get) else {
-                return Err(cm_err(
-                    verb,
-                    libc::EINVAL,
-                    "the ID has no QP (rdma_create_qp first)".into(),
-                ));
-            };
-            (id, req, peer, qp)
+            (id, req, peer, st.qp.as_ref().and_then(QpRef::get))
         };
+        let (local_qpn, srq) = announced_qp(verb, qp.as_deref(), param)?;
         let pd = PrivateData::from_slice(&param.private_data).ok_or_else(|| {
             cm_err(
                 verb,
@@ -1235,12 +1251,15 @@ impl CmId {
         })?;
         let conn = self.passive_conn(&req, param);
         let rq_psn = conn.rq_psn;
-        to_rts(&qp, self.inner.ctx.addr(), peer.ip(), conn)?;
+        // The program's own QP it moves itself, with init_qp_attr's values (these).
+        if let Some(qp) = &qp {
+            to_rts(qp, self.inner.ctx.addr(), peer.ip(), conn)?;
+        }
         let rep = RepRepr {
             local_comm_id: 0,
             remote_comm_id: 0,
             local_qkey: 0,
-            local_qpn: qp.qp_num().value(),
+            local_qpn,
             local_eecn: 0,
             starting_psn: rq_psn,
             responder_resources: param.responder_resources,
@@ -1249,7 +1268,7 @@ impl CmId {
             failover_accepted: 0,
             end_to_end_flow_control: false,
             rnr_retry_count: param.rnr_retry_count.min(7),
-            srq: qp.has_srq(),
+            srq,
             local_ca_guid: 0,
             private_data: pd,
         };
@@ -1267,11 +1286,17 @@ impl CmId {
     /// Rejects the connection request this ID was made for (`rdma_reject`), with the
     /// consumer's reason (28) and `private_data` (at most 148 bytes).
     pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        self.reject_for(rej_reason::CONSUMER_DEFINED, private_data)
+    }
+
+    /// Rejects the connection request with `reason` (a REJ reason code, such as
+    /// `rej_reason::VENDOR_OPTION_NOT_SUPPORTED` for `rdma_reject_ece`).
+    pub fn reject_for(&self, reason: u16, private_data: &[u8]) -> Result<()> {
         if self.st().sidr.is_some() {
             return self.answer_sidr("rdma_reject", wire::sidr_status::REJECTED, private_data);
         }
         self.agent_verb("rdma_reject", |a, now, id| {
-            a.reject(now, id, rej_reason::CONSUMER_DEFINED, private_data)
+            a.reject(now, id, reason, private_data)
         })
     }
 
