@@ -181,6 +181,10 @@ struct IdC {
     wildcard: Option<bool>,
     /// RDMA_OPTION_ID_AFONLY: an IPv6 wildcard takes IPv6 requests only.
     afonly: bool,
+    /// Whether the program set AFONLY (else the family decides, see `crate::ports`).
+    afonly_set: bool,
+    /// RDMA_OPTION_ID_REUSEADDR.
+    reuseaddr: bool,
     /// A wildcard listen's listeners on the devices other than the ID's own.
     also: Mutex<Vec<CmId>>,
     /// RDMA_OPTION_ID_TOS and _ACK_TIMEOUT, kept for an ID not on a device yet.
@@ -206,6 +210,8 @@ impl IdC {
             groups: Mutex::new(Vec::new()),
             wildcard: None,
             afonly: false,
+            afonly_set: false,
+            reuseaddr: false,
             also: Mutex::new(Vec::new()),
             tos: None,
             ack_timeout: None,
@@ -762,6 +768,7 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
                 a = c.acked.wait(a).unwrap_or_else(|e| e.into_inner());
             }
         }
+        crate::ports::release(c as usize);
         // SAFETY: made by rdma_create_id or an event, destroyed once, its events acked.
         let mut c = unsafe { Box::from_raw(c) };
         if c.id.qp.is_null() {
@@ -795,13 +802,47 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
         {
             a.set_ip(crate::device::devices()[i].info.addr);
         }
+        // The port is the process's before the device's: Linux's conflicts first.
+        let (key, ps, af, reuse) = (
+            c as *const IdC as usize,
+            c.id.ps,
+            c.afonly_set.then_some(c.afonly),
+            c.reuseaddr,
+        );
+        let binding = move |a: SocketAddr| crate::ports::Binding {
+            id: key,
+            ps,
+            addr: a,
+            afonly: crate::ports::afonly(&a, af),
+            reuseaddr: reuse,
+        };
+        if a.port() != 0
+            && let Err(e) = crate::ports::claim(binding(a))
+        {
+            return fail(
+                v,
+                e,
+                &format_args!("port {} is taken in this port space", a.port()),
+            );
+        }
         let r = match rust_id(v, c, Some(a.ip())) {
             Ok(r) => r,
-            Err(_) => return -1,
+            Err(_) => {
+                crate::ports::release(key);
+                return -1;
+            }
         };
         let rc = errno_of(v, r.bind_addr(a));
         if rc == 0 && a.ip().is_unspecified() {
             c.wildcard = Some(a.is_ipv6());
+        }
+        match r.local_addr() {
+            // A port the device chose is recorded too (it cannot conflict: it was free).
+            Some(l) if rc == 0 && a.port() == 0 => {
+                let _ = crate::ports::claim(binding(SocketAddr::new(a.ip(), l.port())));
+            }
+            _ if rc != 0 => crate::ports::release(key),
+            _ => {}
         }
         fill_route(c, &r);
         rc
@@ -823,8 +864,8 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     guard("rdma_resolve_addr", -1, || {
         let v = "rdma_resolve_addr";
         // SAFETY: per the contract.
-        let (c, s, d) = unsafe { (idc(id), from_sockaddr(src), from_sockaddr(dst)) };
-        let Some(d) = d else {
+        let (c, mut s, d) = unsafe { (idc(id), from_sockaddr(src), from_sockaddr(dst)) };
+        let Some(mut d) = d else {
             fail(
                 v,
                 libc::EAFNOSUPPORT,
@@ -832,6 +873,13 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             );
             return -1;
         };
+        // A loopback source no device has is a device on loopback, as for a bind.
+        if let Some(a) = &mut s
+            && lock(&c.rust).is_none()
+            && let Some(i) = loopback_device(a.ip())
+        {
+            a.set_ip(crate::device::devices()[i].info.addr);
+        }
         // Without a source (and unbound), the device is the one on the route to the
         // destination, as the kernel's rdma_cm finds it, and ENODEV when none is.
         let mut src = s.map(|s| s.ip()).filter(|ip| !ip.is_unspecified());
@@ -853,6 +901,11 @@ pub unsafe extern "C" fn rdma_resolve_addr(
             Ok(r) => r,
             Err(_) => return -1,
         };
+        // A loopback destination no device has is this host: the ID's own device, as
+        // Linux's cma_resolve_loopback connects to the source device itself.
+        if loopback_device(d.ip()).is_some() {
+            d.set_ip(r.context().addr());
+        }
         let rc = errno_of(v, r.resolve_addr(s, d));
         fill_route(c, &r);
         if rc != 0 { rc } else { complete(v, c) }
@@ -898,7 +951,15 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
             Ok(r) => r,
             Err(_) => return -1,
         };
-        let mut rc = errno_of(v, r.listen(backlog));
+        // An AFONLY [::] listener takes no IPv4 request: not on an IPv4 device (the one
+        // every ID gets when no IPv6 device is first), only on the IPv6 ones.
+        let v4_only_here =
+            c.wildcard == Some(true) && c.afonly && r.context().addr().to_canonical().is_ipv4();
+        let mut rc = if v4_only_here {
+            0
+        } else {
+            errno_of(v, r.listen(backlog))
+        };
         if rc == 0
             && let Some(v6) = c.wildcard
         {
@@ -1568,8 +1629,9 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
 
 /// `rdma_set_option`: TOS (the REQ's traffic class, see `CmId::set_tos`), ACK_TIMEOUT (the
 /// RC QP's, see `CmId::set_ack_timeout`), AFONLY (an IPv6 wildcard listen stays off the
-/// IPv4 devices) and REUSEADDR (taken: softrdma's ports are never held by a dead
-/// listener). Anything else is EINVAL, as the kernel says of an unknown option.
+/// IPv4 devices, and [::] and 0.0.0.0 binds of one port coexist) and REUSEADDR (binds of
+/// one port by IDs that both set it coexist; see `crate::ports`). Anything else is
+/// EINVAL, as the kernel says of an unknown option.
 ///
 /// # Safety
 /// `id` an ID of this library; `optval` NULL or `optlen` readable bytes.
@@ -1612,12 +1674,16 @@ pub unsafe extern "C" fn rdma_set_option(
                     None => 0,
                 }
             }
-            (0, 2) => {
+            (0, 1 | 2) => {
                 // SAFETY: per the contract: an ID of this library and an int.
-                unsafe { idc(id).afonly = optval.cast::<c_int>().read_unaligned() != 0 };
+                let (c, on) = unsafe { (idc(id), optval.cast::<c_int>().read_unaligned() != 0) };
+                if optname == 2 {
+                    (c.afonly, c.afonly_set) = (on, true);
+                } else {
+                    c.reuseaddr = on;
+                }
                 0
             }
-            (0, 1) => 0,
             _ => {
                 fail(
                     "rdma_set_option",

@@ -42,6 +42,7 @@ mod cq;
 mod device;
 mod events;
 mod mr;
+mod ports;
 mod qp;
 mod rdmacm;
 mod stubs;
