@@ -446,15 +446,21 @@ fn device_for(ip: Option<IpAddr>) -> Option<usize> {
     }
 }
 
-/// The device a bind to loopback address `ip` takes when no device has that address: as
-/// Linux's `cma_bind_loopback` binds such an ID to a device of its own choosing, the
-/// first device on a loopback address of the same family (then on any loopback address,
-/// then the first device). libfabric's verbs provider binds `localhost` this way to find
-/// a device when the program names no address.
+/// The device an ID on `localhost` (127.0.0.1 or ::1) takes when no device has that
+/// address: as Linux's `cma_bind_loopback` and `cma_resolve_loopback` give such an ID a
+/// device of their choosing and connect it to itself, the first device on a loopback
+/// address of the same family (then on any loopback address, then the first device).
+/// libfabric's verbs provider binds `localhost` this way to find a device when the
+/// program names no address, and pyverbs connects to its netdev's, lo's 127.0.0.1.
+///
+/// Only `localhost` itself: the rest of 127.0.0.0/8 names softrdma devices, which may be
+/// another process's (each a host of its own), not this one.
 fn loopback_device(ip: IpAddr) -> Option<usize> {
     let devs = crate::device::devices();
     let ip = ip.to_canonical();
-    if !ip.is_loopback() || devs.iter().any(|d| d.info.addr.to_canonical() == ip) {
+    let localhost =
+        ip == IpAddr::V4(std::net::Ipv4Addr::LOCALHOST) || ip == IpAddr::V6(Ipv6Addr::LOCALHOST);
+    if !localhost || devs.iter().any(|d| d.info.addr.to_canonical() == ip) {
         return None;
     }
     let on_lo = |d: &&crate::device::SoftDevice| d.info.addr.to_canonical().is_loopback();
