@@ -1496,8 +1496,15 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
         }
     }
 
-    // libfabric fi_pingpong: bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec.
-    let fi = |prov: &str, size: &str, n: &str, port: u16| -> Result<Vec<String>, BenchError> {
+    // libfabric fi_pingpong: bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec. With
+    // `over` (the server's and the client's device addresses), both ends run on softrdma
+    // through `softrdma exec`.
+    let fi_at = |prov: &str,
+                 size: &str,
+                 n: &str,
+                 port: u16,
+                 over: Option<(&str, &str)>|
+     -> Result<Vec<String>, BenchError> {
         if !have("fi_pingpong") {
             return Err(BenchError::NotInstalled {
                 program: "fi_pingpong",
@@ -1505,19 +1512,27 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
             });
         }
         let p = port.to_string();
-        let common = args(&["fi_pingpong", "-p", prov, "-e", "rdm", "-I", n, "-S", size]);
+        let mut common = args(&["fi_pingpong", "-p", prov, "-e", "rdm", "-I", n, "-S", size]);
+        if over.is_some() {
+            common.splice(0..0, args(&[sr.as_str(), "exec", "--"]));
+        }
         let server = [common.clone(), args(&["-B", &p])].concat();
         let client = [common, args(&["-P", &p, "127.0.0.1"])].concat();
+        let (s_env, c_env) = match over {
+            Some((s, c)) => (vec![("SOFTRDMA_ADDR", s)], vec![("SOFTRDMA_ADDR", c)]),
+            None => (vec![], vec![]),
+        };
         let (_, c) = pair(
             &pin,
-            (&server, &[]),
-            (&client, &[]),
+            (&server, &s_env),
+            (&client, &c_env),
             Ready::Tcp(port),
             limit,
         )?;
         let line = c.lines().last().unwrap_or_default();
         Ok(line.split_whitespace().map(str::to_owned).collect())
     };
+    let fi = |prov: &str, size: &str, n: &str, port: u16| fi_at(prov, size, n, port, None);
     let field = |v: Result<Vec<String>, BenchError>, i: usize| -> Result<f64, BenchError> {
         v.and_then(|f| {
             f.get(i)
@@ -1539,6 +1554,27 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
             &format!("libfabric {prov} fi_pingpong 1 MiB"),
             Kind::Bw,
             field(fi(prov, "1048576", big_n, port + 1), 5).map(|mb| mb * 1e6),
+        );
+    }
+    // libfabric's verbs provider with ofi_rxm over softrdma (the drop-in): on one device,
+    // whose processes meet on the same-host path, and between two devices over UDP.
+    for (what, port, over) in [
+        ("one device", 24046, ("127.0.0.4", "127.0.0.4")),
+        ("two devices", 24048, ("127.0.0.2", "127.0.0.3")),
+    ] {
+        add(
+            &format!("libfabric verbs;ofi_rxm over softrdma, {what}: fi_pingpong 8 B"),
+            Kind::Lat,
+            field(fi_at("verbs;ofi_rxm", "8", "50000", port, Some(over)), 6),
+        );
+        add(
+            &format!("libfabric verbs;ofi_rxm over softrdma, {what}: fi_pingpong 1 MiB"),
+            Kind::Bw,
+            field(
+                fi_at("verbs;ofi_rxm", "1048576", "2000", port + 1, Some(over)),
+                5,
+            )
+            .map(|mb| mb * 1e6),
         );
     }
 
@@ -1582,6 +1618,13 @@ fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), BenchError> {
         }
         if let (Ok(c), Ok(r)) = (pt_rate_at(true), same_rate_8_as(true)) {
             paired.one_rate.push(c / r);
+        }
+        let one = Some(("127.0.0.4", "127.0.0.4"));
+        if let (Ok(t), Ok(o)) = (
+            field(fi("tcp;ofi_rxm", "8", "50000", 24040), 6),
+            field(fi_at("verbs;ofi_rxm", "8", "50000", 24046, one), 6),
+        ) {
+            paired.fi_lat.push(t / o);
         }
     }
 
@@ -1647,6 +1690,9 @@ struct Paired {
     one_lat: Vec<f64>,
     one_bw: Vec<f64>,
     one_rate: Vec<f64>,
+    /// libfabric tcp;ofi_rxm fi_pingpong 8 B latency over verbs;ofi_rxm's on one softrdma
+    /// device (how many times faster softrdma is).
+    fi_lat: Vec<f64>,
 }
 
 /// The numbers of the row under perftest's (or `softrdma perf`'s) `#bytes` header.
@@ -1862,6 +1908,14 @@ fn print_table(figs: &[Figure], pin: &Pin, seconds: u64, paired: &Paired) {
         "same host, one device (SOFTRDMA_SHM=0, UDP): softrdma write-lat",
         1.0,
         false,
+    );
+    // The libfabric goal (issue 37), from back-to-back pairs: verbs;ofi_rxm on softrdma's
+    // same-host path against libfabric's own tcp provider (tcp;ofi_rxm), 8 B latency.
+    within(
+        "libfabric verbs;ofi_rxm over softrdma (one device) ≥ 3× faster than libfabric tcp;ofi_rxm, fi_pingpong 8 B latency (tcp's over ours)",
+        &paired.fi_lat,
+        3.0,
+        f64::INFINITY,
     );
     for (what, name, goal) in [
         (

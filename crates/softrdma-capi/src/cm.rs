@@ -2355,7 +2355,7 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
                 let (out, m) = crate::qp::to_ibv_qp_attr(&a, soft);
                 // SAFETY: the caller's writable attributes and mask.
                 unsafe {
-                    *qp_attr = out;
+                    crate::qp::write_qp_attr(qp_attr, &out);
                     *mask = m;
                 }
                 0

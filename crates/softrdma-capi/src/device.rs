@@ -701,11 +701,11 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
         }
         // SAFETY: live context.
         let g = gids(unsafe { SoftContext::from_ptr(ctx) });
-        if g.len() > max_entries {
+        if g.len() > max_entries || (entries.is_null() && !g.is_empty()) {
             return -(fail(
                 "ibv_query_gid_table",
                 libc::EINVAL,
-                &"max_entries below the table",
+                &"max_entries below the table, or no entries array",
             ) as isize);
         }
         for (i, e) in g.iter().enumerate() {
@@ -808,24 +808,38 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
                 set_errno(libc::ENOENT);
                 return -1;
             }
-            None => match std::fs::read(&path) {
-                Ok(b) => String::from_utf8_lossy(&b).into_owned(),
-                Err(e) => {
-                    set_errno(e.raw_os_error().unwrap_or(libc::EIO));
-                    return -1;
+            // At most `size` bytes, as rdma-core's one read(2) (a file that never ends,
+            // such as /dev/zero, must not be read whole).
+            None => {
+                use std::io::Read;
+                let mut b = Vec::new();
+                match std::fs::File::open(&path)
+                    .and_then(|f| f.take(size as u64).read_to_end(&mut b))
+                {
+                    Ok(_) => String::from_utf8_lossy(&b).into_owned(),
+                    Err(e) => {
+                        set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+                        return -1;
+                    }
                 }
-            },
+            }
         };
         let b = text.as_bytes();
-        let n = b.len().min(size);
-        // SAFETY: the caller's buffer has `size` bytes.
+        let mut n = b.len().min(size);
+        // SAFETY: the caller's buffer has `size` bytes; every write below is within it.
         unsafe {
             std::ptr::copy_nonoverlapping(b.as_ptr().cast::<c_char>(), buf, n);
-            // rdma-core strips the newline and terminates when there is room.
+            // As rdma-core: the newline becomes the terminator (and is not counted), else
+            // a terminator follows when there is room; contents that fill the buffer
+            // unterminated are a failure, not a string the caller would read past.
             if n > 0 && *buf.add(n - 1) == b'\n' as c_char {
-                *buf.add(n - 1) = 0;
+                n -= 1;
+                *buf.add(n) = 0;
             } else if n < size {
                 *buf.add(n) = 0;
+            } else {
+                set_errno(libc::EOVERFLOW);
+                return -1;
             }
         }
         n as c_int

@@ -360,6 +360,20 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     })
 }
 
+/// Writes `o` to the caller's `ibv_qp_attr` up to `rate_limit`, which is not written:
+/// programs built against rdma-core 12 and older pass a struct that ends before it, and
+/// rdma-core never fills it in a query either.
+///
+/// # Safety
+/// `attr` points to a writable `ibv_qp_attr` of at least that old size.
+pub(crate) unsafe fn write_qp_attr(attr: *mut ibv_qp_attr, o: &ibv_qp_attr) {
+    let n = std::mem::offset_of!(ibv_qp_attr, rate_limit);
+    // SAFETY: `n` bytes of `o` into the caller's struct, which has them (per the contract).
+    unsafe {
+        std::ptr::copy_nonoverlapping((o as *const ibv_qp_attr).cast::<u8>(), attr.cast::<u8>(), n)
+    };
+}
+
 /// The local address of GID `index` of the context's table: the device's one address,
 /// whichever GID names it (the packets' IP source, which their ICRC covers).
 fn gid_addr(soft: &SoftContext, index: usize) -> Option<IpAddr> {
@@ -517,12 +531,21 @@ fn gid_of(ip: IpAddr) -> ibv_gid {
 pub unsafe extern "C" fn ibv_query_qp(
     qp: *mut ibv_qp,
     attr: *mut ibv_qp_attr,
-    _mask: c_int,
+    mask: c_int,
     init: *mut ibv_qp_init_attr,
 ) -> c_int {
     guard("ibv_query_qp", libc::EIO, || {
         if qp.is_null() || attr.is_null() || init.is_null() {
             return fail("ibv_query_qp", libc::EINVAL, &"NULL argument");
+        }
+        // As rdma-core's ibv_cmd_query_qp: IBV_QP_RATE_LIMIT and later bits cannot be
+        // queried (their fields may lie past the caller's struct).
+        if mask & !((1 << 25) - 1) != 0 {
+            return fail(
+                "ibv_query_qp",
+                libc::EOPNOTSUPP,
+                &format_args!("attr_mask {mask:#x} asks for IBV_QP_RATE_LIMIT or later"),
+            );
         }
         // SAFETY: live QP.
         let q = unsafe { SoftQp::from_ptr(qp) };
@@ -534,7 +557,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         o.cap = q.caps;
         // SAFETY: the caller's writable structs.
         unsafe {
-            *attr = o;
+            write_qp_attr(attr, &o);
             let i = &mut *init;
             i.qp_context = b.qp_context;
             i.send_cq = b.send_cq;
@@ -616,8 +639,10 @@ pub(crate) fn to_ibv_qp_attr(r: &QpAttr, soft: &SoftContext) -> (ibv_qp_attr, c_
 ///
 /// # Safety
 /// `sg` must point at `n` SGEs (or `n` is 0).
-unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Result<softrdma::SgList, c_int> {
-    if n < 0 || (n > 0 && sg.is_null()) {
+unsafe fn sges(sg: *const ibv_sge, n: c_int, max: u32) -> Result<softrdma::SgList, c_int> {
+    // Checked before the list is read: a count past the queue's limit (garbage, or a
+    // program's bug) must not make this read past the caller's array.
+    if n < 0 || n as u32 > max || (n > 0 && sg.is_null()) {
         return Err(libc::EINVAL);
     }
     if n == 0 {
@@ -639,8 +664,14 @@ unsafe fn sges(sg: *const ibv_sge, n: c_int) -> Result<softrdma::SgList, c_int> 
 ///
 /// # Safety
 /// Each SGE must name `length` readable bytes at `addr`.
-unsafe fn inline(s: &[Sge]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(s.iter().map(|e| e.length as usize).sum());
+unsafe fn inline(s: &[Sge], max: u32) -> Result<Vec<u8>, c_int> {
+    // The length is checked before anything is read or allocated, as rxe and mlx5 check
+    // it against the QP's max_inline_data.
+    let total: u64 = s.iter().map(|e| u64::from(e.length)).sum();
+    if total > u64::from(max) {
+        return Err(libc::EINVAL);
+    }
+    let mut v = Vec::with_capacity(total as usize);
     // An empty SGE may have a NULL address (UCX posts them), which no slice may have.
     for e in s.iter().filter(|e| e.length > 0) {
         // SAFETY: per the contract (the C API's: an inline send reads the caller's memory
@@ -649,7 +680,7 @@ unsafe fn inline(s: &[Sge]) -> Vec<u8> {
             std::slice::from_raw_parts(e.addr as *const u8, e.length as usize)
         });
     }
-    v
+    Ok(v)
 }
 
 /// The [`SendWr`] of an `ibv_send_wr`.
@@ -658,7 +689,7 @@ unsafe fn inline(s: &[Sge]) -> Vec<u8> {
 /// `w` and what it points at must be valid, as the C API requires.
 unsafe fn send_wr(q: &SoftQp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
     // SAFETY: per the contract.
-    let s = unsafe { sges(w.sg_list, w.num_sge) }?;
+    let s = unsafe { sges(w.sg_list, w.num_sge, q.caps.max_send_sge) }?;
     let flags = SendFlags::from_bits_truncate(w.send_flags & 0xf);
     // SAFETY: the union member the opcode names.
     let (rdma, atomic) = unsafe { (w.wr.rdma, w.wr.atomic) };
@@ -695,7 +726,7 @@ unsafe fn send_wr(q: &SoftQp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
     };
     let payload = if flags.contains(SendFlags::INLINE) && !op.is_read_or_atomic() {
         // SAFETY: per the contract.
-        Payload::Inline(unsafe { inline(&s) })
+        Payload::Inline(unsafe { inline(&s, q.caps.max_inline_data) }?)
     } else {
         Payload::Sges(s)
     };
@@ -805,6 +836,7 @@ pub(crate) unsafe extern "C" fn post_send(
 /// The chain must be valid, as the C API requires.
 unsafe fn post_recv_chain(
     verb: &str,
+    max_sge: u32,
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
     post: impl Fn(RecvWr) -> softrdma::Result<()>,
@@ -814,7 +846,7 @@ unsafe fn post_recv_chain(
         // SAFETY: per the contract.
         let w = unsafe { &*p };
         // SAFETY: per the contract.
-        let r = match unsafe { sges(w.sg_list, w.num_sge) } {
+        let r = match unsafe { sges(w.sg_list, w.num_sge, max_sge) } {
             Ok(s) => post(RecvWr {
                 wr_id: w.wr_id,
                 sg_list: s,
@@ -849,7 +881,11 @@ pub(crate) unsafe extern "C" fn post_recv(
         // SAFETY: live QP.
         let q = unsafe { SoftQp::from_ptr(qp) };
         // SAFETY: as the C API requires.
-        unsafe { post_recv_chain("ibv_post_recv", wr, bad, |w| q.inner.post_recv(w)) }
+        unsafe {
+            post_recv_chain("ibv_post_recv", q.caps.max_recv_sge, wr, bad, |w| {
+                q.inner.post_recv(w)
+            })
+        }
     })
 }
 
@@ -867,8 +903,9 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
         }
         // SAFETY: a live SRQ of ours.
         let s = unsafe { &*srq.cast::<SoftSrq>() };
+        let max = s.attr.lock().unwrap_or_else(|e| e.into_inner()).max_sge;
         // SAFETY: as the C API requires.
-        unsafe { post_recv_chain("ibv_post_srq_recv", wr, bad, |w| s.inner.post_recv(w)) }
+        unsafe { post_recv_chain("ibv_post_srq_recv", max, wr, bad, |w| s.inner.post_recv(w)) }
     })
 }
 
@@ -1196,29 +1233,48 @@ unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length
         w.payload = Payload::Sges(softrdma::sg![Sge { addr, length, lkey }])
     })
 }
+/// Fails the batch being built (its `ibv_wr_complete` returns EINVAL).
+fn refuse_in_batch(qp: *mut ibv_qp_ex) {
+    guard("ibv_wr_set_*", (), || {
+        qpx(qp).batch.lock().unwrap_or_else(|e| e.into_inner()).1 = libc::EINVAL;
+    })
+}
 unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
+    let max = qpx(qp).caps.max_send_sge;
     // SAFETY: the caller's `n` SGEs.
-    match unsafe { sges(list, n.min(c_int::MAX as usize) as c_int) } {
+    match unsafe { sges(list, n.min(c_int::MAX as usize) as c_int, max) } {
         Ok(s) => edit(qp, |w| w.payload = Payload::Sges(s)),
-        Err(_) => edit(qp, |_| {}),
+        Err(_) => refuse_in_batch(qp),
     }
 }
 unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
     let s = [Sge {
         addr: addr as u64,
-        length: length as u32,
+        length: length.min(u32::MAX as usize) as u32,
         lkey: 0,
     }];
+    let max = if length > u32::MAX as usize {
+        0
+    } else {
+        qpx(qp).caps.max_inline_data
+    };
     // SAFETY: the caller's `length` bytes at `addr`, read now as the API says.
-    let data = unsafe { inline(&s) };
-    edit(qp, |w| w.payload = Payload::Inline(data))
+    match unsafe { inline(&s, max) } {
+        Ok(data) => edit(qp, |w| w.payload = Payload::Inline(data)),
+        Err(_) => refuse_in_batch(qp),
+    }
 }
 unsafe extern "C" fn wr_set_inline_data_list(
     qp: *mut ibv_qp_ex,
     n: usize,
     list: *const ibv_data_buf,
 ) {
-    let bufs = if list.is_null() {
+    let caps = qpx(qp).caps;
+    // No more buffers than a WR has SGEs, checked before the list is read.
+    if n > caps.max_send_sge as usize || (n > 0 && list.is_null()) {
+        return refuse_in_batch(qp);
+    }
+    let bufs = if n == 0 {
         &[][..]
     } else {
         // SAFETY: the caller's `n` buffers.
@@ -1228,13 +1284,17 @@ unsafe extern "C" fn wr_set_inline_data_list(
         .iter()
         .map(|b| Sge {
             addr: b.addr as u64,
-            length: b.length as u32,
+            length: b.length.min(u32::MAX as usize) as u32,
             lkey: 0,
         })
         .collect();
+    let too_long = bufs.iter().any(|b| b.length > u32::MAX as usize);
+    let max = if too_long { 0 } else { caps.max_inline_data };
     // SAFETY: the caller's buffers, read now.
-    let data = unsafe { inline(&s) };
-    edit(qp, |w| w.payload = Payload::Inline(data))
+    match unsafe { inline(&s, max) } {
+        Ok(data) => edit(qp, |w| w.payload = Payload::Inline(data)),
+        Err(_) => refuse_in_batch(qp),
+    }
 }
 unsafe extern "C" fn wr_set_ud_addr(qp: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
     if ah.is_null() {

@@ -118,6 +118,24 @@ int main(void)
 	bad = NULL;
 	CHECK(ibv_post_send(qp, &wr, &bad) == EINVAL && bad == &wr, "ibv_post_send with 3 SGEs");
 
+	/* A count far past the array (garbage in num_sge) is refused before the list is read:
+	 * reading a million SGEs from a three-entry array would fault (and memcheck sees it). */
+	wr.num_sge = 1 << 20;
+	bad = NULL;
+	CHECK(ibv_post_send(qp, &wr, &bad) == EINVAL && bad == &wr, "ibv_post_send with 2^20 SGEs");
+	struct ibv_recv_wr huge = { .wr_id = 3, .sg_list = three, .num_sge = 1 << 20 }, *hbad = NULL;
+	CHECK(ibv_post_recv(qp, &huge, &hbad) == EINVAL && hbad == &huge, "ibv_post_recv with 2^20 SGEs");
+
+	/* An inline send longer than the QP's max_inline_data is refused before it is copied
+	 * (its length runs past the buffer). */
+	struct ibv_sge long_inline = { (uintptr_t)buf, 1u << 30, 0 };
+	wr.sg_list = &long_inline;
+	wr.num_sge = 1;
+	wr.send_flags = IBV_SEND_INLINE;
+	bad = NULL;
+	CHECK(ibv_post_send(qp, &wr, &bad) == EINVAL && bad == &wr, "ibv_post_send inline of 1 GiB");
+	wr.send_flags = IBV_SEND_SIGNALED;
+
 	/* ibv_poll_cq with num_entries 0 returns 0; a negative count is refused. */
 	struct ibv_wc wc;
 	CHECK(ibv_poll_cq(cq, 0, &wc) == 0, "ibv_poll_cq(0)");
