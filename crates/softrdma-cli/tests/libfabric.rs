@@ -70,16 +70,7 @@ fn pingpong(
         cargs.push(addrs.0);
     }
     let c = wait(spawn(&mut exec(addrs.1, "fi_pingpong", &cargs)), &what);
-    let s = s.wait(&what);
-    let (st, ct) = (text(&s), text(&c));
-    assert!(
-        s.status.success() && c.status.success(),
-        "{what} ({} -> {}): server {:?}, client {:?}\n--- server\n{st}\n--- client\n{ct}",
-        addrs.1,
-        addrs.0,
-        s.status,
-        c.status
-    );
+    let (st, ct) = both_ok(&format!("{what} ({} -> {})", addrs.1, addrs.0), s, c);
     // `-S all` ends with the largest size of the endpoint type: 4 KiB for DGRAM (one
     // MTU), 6 MiB for the others.
     let last = match (size, ep) {
@@ -214,14 +205,6 @@ impl Drop for Netns {
     }
 }
 
-fn ip(args: &[&str]) {
-    let o = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("ip (iproute2)");
-    assert!(o.status.success(), "ip {}: {}", args.join(" "), text(&o));
-}
-
 /// `softrdma exec` inside namespace `ns`, its device on `addr`, with a runtime directory
 /// of that namespace's own (each namespace is a host of its own).
 fn exec_in(ns: &str, addr: &str, program: &str, args: &[&str]) -> Command {
@@ -298,13 +281,6 @@ fn fi_pingpong_runs_between_network_namespaces() {
             spawn(&mut exec_in(&ns.names[1], &b, "fi_pingpong", &cargs)),
             &what,
         );
-        let s = s.wait(&what);
-        let (st, ct) = (text(&s), text(&c));
-        assert!(
-            s.status.success() && c.status.success(),
-            "{what}: server {:?}, client {:?}\n--- server\n{st}\n--- client\n{ct}",
-            s.status,
-            c.status
-        );
+        both_ok(&what, s, c);
     }
 }

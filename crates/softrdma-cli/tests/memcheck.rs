@@ -37,14 +37,7 @@ fn checked(net: u8, port: u16, tool: &str, args: &[&str], server_checked: bool) 
     let (cp, cv) = wrap(!server_checked, &["127.0.0.1"]);
     let cv: Vec<&str> = cv.iter().map(String::as_str).collect();
     let c = wait(spawn(&mut exec(&ca, &cp, &cv)), &what);
-    let s = s.wait(&what);
-    let (st, ct) = (text(&s), text(&c));
-    assert!(
-        s.status.success() && c.status.success(),
-        "{what}: server {:?}, client {:?}\n--- server\n{st}\n--- client\n{ct}",
-        s.status,
-        c.status
-    );
+    let (st, ct) = both_ok(&what, s, c);
     let side = if server_checked { "server" } else { "client" };
     assert_memcheck_clean(
         &format!("{what} ({side})"),

@@ -34,9 +34,21 @@ fn mpi_check() -> &'static PathBuf {
     })
 }
 
+/// mpirun's own time limit, under the test's: a job that hangs is ended by mpirun, which
+/// then prints every rank's stack (`--get-stack-traces`) for the failure message.
+const MPI_TIMEOUT: &str = "90";
+
+/// One MPI job at a time: each runs 4 ranks and their daemons on a 2-core machine.
+static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// mpirun's arguments for `np` ranks, with root's permission when root.
 fn mpirun_args(np: usize) -> Vec<String> {
     let mut a: Vec<String> = vec!["-np".into(), np.to_string(), "--oversubscribe".into()];
+    a.extend([
+        "--timeout".into(),
+        MPI_TIMEOUT.into(),
+        "--get-stack-traces".into(),
+    ]);
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         a.push("--allow-run-as-root".into());
@@ -71,11 +83,17 @@ fn run(what: &str, base: &str, shared: bool, mca: &[&str]) -> String {
     args.extend(mca.iter().map(|s| s.to_string()));
     args.extend(per_rank(base, shared));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
     let o = wait(
         spawn(&mut exec(&format!("{base}.1"), "mpirun", &args)),
         what,
     );
-    let t = text(&o);
+    passed(what, &o)
+}
+
+/// mpirun's output, which must say that mpi_check passed on 4 ranks, sweep included.
+fn passed(what: &str, o: &std::process::Output) -> String {
+    let t = text(o);
     assert!(
         o.status.success()
             && t.contains("mpi_check ok ranks=4")
@@ -201,14 +219,6 @@ impl Drop for Hosts {
     }
 }
 
-fn ip(args: &[&str]) {
-    let o = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("ip (iproute2)");
-    assert!(o.status.success(), "ip {}: {}", args.join(" "), text(&o));
-}
-
 /// The rsh agent mpirun launches its daemons with (`--mca plm_rsh_agent`): `AGENT HOST
 /// COMMAND...` runs the command in HOST's namespace, under HOST's name (a UTS namespace of
 /// its own), with HOST's device address and runtime directory, through `softrdma exec`
@@ -241,7 +251,7 @@ fn run_across(h: &Hosts, what: &str, mca: &[&str]) -> String {
     need("mpirun");
     let agent = agent(h);
     let mut cmd = format!(
-        "mpirun -np 4 --host h1,h2,h3,h4 --mca plm_rsh_agent {} --mca oob_tcp_if_include {net}.0/24",
+        "mpirun -np 4 --host h1,h2,h3,h4 --timeout {MPI_TIMEOUT} --get-stack-traces --mca plm_rsh_agent {} --mca oob_tcp_if_include {net}.0/24",
         agent.display(),
         net = h.net
     );
@@ -255,15 +265,9 @@ fn run_across(h: &Hosts, what: &str, mca: &[&str]) -> String {
     cmd.push_str(&format!(" {}", mpi_check().display()));
     let mut c = Command::new(&agent);
     c.args(["h1", &cmd]).env_remove("SOFTRDMA_CONFIG");
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
     let o = wait(spawn(&mut c), what);
-    let t = text(&o);
-    assert!(
-        o.status.success()
-            && t.contains("mpi_check ok ranks=4")
-            && t.contains("sweep 1 B to 1 MiB ok"),
-        "{what}: {:?}\n{t}",
-        o.status
-    );
+    let t = passed(what, &o);
     let _ = std::fs::remove_file(&agent);
     assert!(
         t.contains("hosts: h1 h2 h3 h4"),

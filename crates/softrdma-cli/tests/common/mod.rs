@@ -181,15 +181,29 @@ pub fn pair_at(
     let mut cargs: Vec<&str> = client.1.to_vec();
     cargs.push("127.0.0.1");
     let c = wait(spawn(&mut exec(addrs.1, client.0, &cargs)), &what);
-    let s = s.wait(&what);
-    let (st, ct) = (text(&s), text(&c));
+    both_ok(&what, s, c)
+}
+
+/// Waits for `server` after its `client` ended; both must have succeeded. Their outputs.
+pub fn both_ok(what: &str, server: Server, client: Output) -> (String, String) {
+    let s = server.wait(what);
+    let (st, ct) = (text(&s), text(&client));
     assert!(
-        s.status.success() && c.status.success(),
+        s.status.success() && client.status.success(),
         "{what}: server {:?}, client {:?}\n--- server\n{st}\n--- client\n{ct}",
         s.status,
-        c.status
+        client.status
     );
     (st, ct)
+}
+
+/// Runs `ip` (iproute2) with `args`, which must succeed (the namespace tests).
+pub fn ip(args: &[&str]) {
+    let o = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("ip (iproute2)");
+    assert!(o.status.success(), "ip {}: {}", args.join(" "), text(&o));
 }
 
 /// The error blocks of a memcheck log whose stack passes through the drop-in (softrdma's
