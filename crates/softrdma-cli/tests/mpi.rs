@@ -35,8 +35,9 @@ fn mpi_check() -> &'static PathBuf {
     })
 }
 
-/// mpirun's own time limit, under the test's: a job that hangs is ended by mpirun, which
-/// then prints every rank's stack (`--get-stack-traces`) for the failure message.
+/// mpirun's own time limit, under the test's: a job that hangs is ended by mpirun, whose
+/// message names the ranks (with `--get-stack-traces`, and their stacks where gdb's
+/// `gstack` is installed) instead of the test killing it blind.
 const MPI_TIMEOUT: &str = "90";
 
 /// One MPI job at a time: each runs 4 ranks and their daemons on a 2-core machine.
