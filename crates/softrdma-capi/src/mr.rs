@@ -119,6 +119,34 @@ fn access(bits: c_uint) -> Result<AccessFlags, &'static str> {
     AccessFlags::from_bits(known).ok_or("unknown access bits")
 }
 
+/// Whether every page of `[addr, addr + len)` is mapped in this process, as the kernel's
+/// pinning of a region requires (it fails with EFAULT on a hole): without this check a
+/// bad range would fault later, in the progress thread, when a peer's WRITE or READ
+/// reached it. `mincore` answers for a range without touching it, ENOMEM for a hole; it
+/// is asked 1 GiB at a time, so that a large region needs no large vector.
+fn mapped(addr: *const c_void, len: usize) -> bool {
+    const PAGE: usize = 4096;
+    const CHUNK: usize = 1 << 30;
+    if len == 0 {
+        return true;
+    }
+    let Some(end) = (addr as usize).checked_add(len) else {
+        return false;
+    };
+    let mut at = addr as usize & !(PAGE - 1);
+    let mut pages = vec![0u8; (end - at).min(CHUNK).div_ceil(PAGE)];
+    while at < end {
+        let n = (end - at).min(CHUNK);
+        // SAFETY: mincore reads no memory of the range; `pages` has a byte for each of
+        // the at most CHUNK / PAGE pages asked about.
+        if unsafe { libc::mincore(at as *mut c_void, n, pages.as_mut_ptr()) } != 0 {
+            return false;
+        }
+        at += n;
+    }
+    true
+}
+
 fn reg_mr(
     verb: &'static str,
     pd: *mut ibv_pd,
@@ -144,6 +172,14 @@ fn reg_mr(
                 return null_mut();
             }
         };
+        if !mapped(addr, length) {
+            fail(
+                verb,
+                libc::EFAULT,
+                &format_args!("[{addr:p}, +{length}) is not all mapped in this process"),
+            );
+            return null_mut();
+        }
         // SAFETY: live PD.
         let spd = unsafe { SoftPd::from_ptr(pd) };
         // SAFETY: the C contract of ibv_reg_mr: the memory stays valid until ibv_dereg_mr,

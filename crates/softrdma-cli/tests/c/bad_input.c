@@ -6,6 +6,8 @@
 #include <infiniband/verbs.h>
 #include <errno.h>
 #include <stdio.h>
+#include <unistd.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,6 +90,19 @@ int main(void)
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
 	struct ibv_mr *mr2 = ibv_reg_mr(pd2, buf + 2048, 2048, IBV_ACCESS_LOCAL_WRITE);
 	CHECK(mr && mr2, "ibv_reg_mr");
+
+	/* A range that is not all mapped is refused with EFAULT, as the kernel refuses to pin
+	 * it, instead of faulting later when a peer's WRITE reaches it. */
+	long pg = sysconf(_SC_PAGESIZE);
+	char *hole = mmap(NULL, 3 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(hole != MAP_FAILED && munmap(hole + pg, pg) == 0, "mmap with a hole");
+	errno = 0;
+	CHECK(!ibv_reg_mr(pd, hole, 3 * pg, IBV_ACCESS_LOCAL_WRITE) && errno == EFAULT,
+	      "ibv_reg_mr over an unmapped page");
+	struct ibv_mr *edge = ibv_reg_mr(pd, hole, pg, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(edge && ibv_dereg_mr(edge) == 0, "ibv_reg_mr of the mapped page before the hole");
+	munmap(hole, pg);
+	munmap(hole + 2 * pg, pg);
 	/* Remote write without local write: EINVAL (IBTA 10.6.3.1). */
 	errno = 0;
 	CHECK(!ibv_reg_mr(pd, buf, 64, IBV_ACCESS_REMOTE_WRITE) && errno == EINVAL,
