@@ -229,25 +229,20 @@ impl IdC {
 /// its way out); that thread then waits on, as on librdmacm's closed descriptor, instead
 /// of reading freed memory.
 fn next_event(chan: &ChanC) -> *mut rdma_cm_event {
-    let rust = chan.rust.clone();
     loop {
-        if let Some(e) = rust.get_event(None).and_then(convert) {
+        if let Some(e) = take_event(chan, None) {
             return e;
         }
     }
 }
 
-/// The channel's next event for a live ID, if one is queued now.
-fn try_event(chan: &ChanC) -> Option<*mut rdma_cm_event> {
+/// The channel's next event for a live ID within `wait` (`None`: for ever; zero: only
+/// one queued now), `None` if none came.
+fn take_event(chan: &ChanC, wait: Option<std::time::Duration>) -> Option<*mut rdma_cm_event> {
     let rust = chan.rust.clone();
     loop {
-        match rust.get_event(Some(std::time::Duration::ZERO)) {
-            None => return None,
-            Some(ev) => {
-                if let Some(e) = convert(ev) {
-                    return Some(e);
-                }
-            }
+        if let Some(e) = convert(rust.get_event(wait)?) {
+            return Some(e);
         }
     }
 }
@@ -446,8 +441,8 @@ fn device_for(ip: Option<IpAddr>) -> Option<usize> {
     }
 }
 
-/// The device an ID on `localhost` (127.0.0.1 or ::1) takes when no device has that
-/// address: as Linux's `cma_bind_loopback` and `cma_resolve_loopback` give such an ID a
+/// The address of the device an ID on `localhost` (127.0.0.1 or ::1) takes when no
+/// device has that address: as Linux's `cma_bind_loopback` and `cma_resolve_loopback` give such an ID a
 /// device of their choosing and connect it to itself, the first device on a loopback
 /// address of the same family (then on any loopback address, then the first device).
 /// libfabric's verbs provider binds `localhost` this way to find a device when the
@@ -455,7 +450,7 @@ fn device_for(ip: Option<IpAddr>) -> Option<usize> {
 ///
 /// Only `localhost` itself: the rest of 127.0.0.0/8 names softrdma devices, which may be
 /// another process's (each a host of its own), not this one.
-fn loopback_device(ip: IpAddr) -> Option<usize> {
+fn loopback_device(ip: IpAddr) -> Option<IpAddr> {
     let devs = crate::device::devices();
     let ip = ip.to_canonical();
     let localhost =
@@ -467,9 +462,10 @@ fn loopback_device(ip: IpAddr) -> Option<usize> {
     let family =
         |d: &&crate::device::SoftDevice| d.info.addr.to_canonical().is_ipv4() == ip.is_ipv4();
     devs.iter()
-        .position(|d| on_lo(&d) && family(&d))
-        .or_else(|| devs.iter().position(|d| on_lo(&d)))
-        .or((!devs.is_empty()).then_some(0))
+        .find(|d| on_lo(d) && family(d))
+        .or_else(|| devs.iter().find(|d| on_lo(d)))
+        .or(devs.first())
+        .map(|d| d.info.addr)
 }
 
 /// The context the CM keeps open for `id`'s device.
@@ -804,9 +800,9 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
         // A loopback address no device has binds to a device on loopback, and the ID
         // takes that device's address (the one its peers reach it at).
         if lock(&c.rust).is_none()
-            && let Some(i) = loopback_device(a.ip())
+            && let Some(ip) = loopback_device(a.ip())
         {
-            a.set_ip(crate::device::devices()[i].info.addr);
+            a.set_ip(ip);
         }
         // The port is the process's before the device's: Linux's conflicts first.
         let (key, ps, af, reuse) = (
@@ -842,13 +838,13 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
         if rc == 0 && a.ip().is_unspecified() {
             c.wildcard = Some(a.is_ipv6());
         }
-        match r.local_addr() {
+        if rc != 0 {
+            crate::ports::release(key);
+        } else if a.port() == 0
+            && let Some(l) = r.local_addr()
+        {
             // A port the device chose is recorded too (it cannot conflict: it was free).
-            Some(l) if rc == 0 && a.port() == 0 => {
-                let _ = crate::ports::claim(binding(SocketAddr::new(a.ip(), l.port())));
-            }
-            _ if rc != 0 => crate::ports::release(key),
-            _ => {}
+            let _ = crate::ports::claim(binding(SocketAddr::new(a.ip(), l.port())));
         }
         fill_route(c, &r);
         rc
@@ -882,9 +878,9 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         // A loopback source no device has is a device on loopback, as for a bind.
         if let Some(a) = &mut s
             && lock(&c.rust).is_none()
-            && let Some(i) = loopback_device(a.ip())
+            && let Some(ip) = loopback_device(a.ip())
         {
-            a.set_ip(crate::device::devices()[i].info.addr);
+            a.set_ip(ip);
         }
         // Without a source (and unbound), the device is the one on the route to the
         // destination, as the kernel's rdma_cm finds it, and ENODEV when none is.
@@ -1773,7 +1769,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         // flags; a closed one reads as blocking, as it then waits on).
         let flags = unsafe { libc::fcntl(chan.ch.fd, libc::F_GETFL) };
         let e = if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
-            match try_event(chan) {
+            match take_event(chan, Some(std::time::Duration::ZERO)) {
                 Some(e) => e,
                 None => {
                     set_errno(libc::EAGAIN);
