@@ -869,24 +869,8 @@ fn open_mpi_runs_over_ucx_on_softrdma() {
     if unsafe { libc::geteuid() } == 0 {
         args.push("--allow-run-as-root");
     }
-    args.extend([
-        "--mca",
-        "pml",
-        "ucx",
-        "--mca",
-        "btl",
-        "^vader,tcp,openib,uct",
-        "-x",
-        "UCX_TLS=rc_verbs,ud_verbs,self",
-        "-x",
-        "UCX_NET_DEVICES=softrdma0:1",
-        "-x",
-        "UCX_LOG_LEVEL=info",
-        "sh",
-        "-c",
-        rank,
-        "rank",
-    ]);
+    args.extend(OMPI_UCX);
+    args.extend(["-x", "UCX_LOG_LEVEL=info", "sh", "-c", rank, "rank"]);
     args.push(bin.to_str().unwrap());
     let o = wait(spawn(&mut exec("127.0.69.1", "mpirun", &args)), "mpirun");
     let t = text(&o);

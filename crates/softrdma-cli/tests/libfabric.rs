@@ -33,42 +33,17 @@ fn pingpong(
     server_wrap: &[&str],
 ) -> (String, String) {
     let port = port.to_string();
-    let args = [
-        "-p", prov, "-e", ep, "-c", "-S", size, "-I", iters, "-B", &port,
-    ];
-    let (prog, sargs): (&str, Vec<&str>) = match server_wrap.split_first() {
-        Some((p, rest)) => (
-            p,
-            rest.iter()
-                .chain(["fi_pingpong"].iter())
-                .chain(args.iter())
-                .copied()
-                .collect(),
-        ),
-        None => ("fi_pingpong", args.to_vec()),
-    };
+    let common = ["-p", prov, "-e", ep, "-c", "-S", size, "-I", iters];
+    let mut server: Vec<&str> = server_wrap.to_vec();
+    server.extend(["fi_pingpong"].iter().chain(&common).chain(&["-B", &port]));
     let what = format!("fi_pingpong -p {prov} -e {ep}");
-    let mut s = Server(Some(spawn(&mut exec(addrs.0, prog, &sargs))));
+    let mut s = Server(Some(spawn(&mut exec(addrs.0, server[0], &server[1..]))));
     wait_listen(port.parse().unwrap(), s.child());
-    let mut cargs = vec![
-        "-p",
-        prov,
-        "-e",
-        ep,
-        "-c",
-        "-S",
-        size,
-        "-I",
-        iters,
-        "-P",
-        &port,
-        "127.0.0.1",
-    ];
-    if ep == "msg" {
-        // The MSG endpoint connects to the server's device address, not the control one.
-        cargs.pop();
-        cargs.push(addrs.0);
-    }
+    // A MSG endpoint connects to the address given: the server's device's (its control
+    // socket takes any address); the others reach it through localhost.
+    let dst = if ep == "msg" { addrs.0 } else { "127.0.0.1" };
+    let mut cargs = common.to_vec();
+    cargs.extend(["-P", &port, dst]);
     let c = wait(spawn(&mut exec(addrs.1, "fi_pingpong", &cargs)), &what);
     let (st, ct) = both_ok(&format!("{what} ({} -> {})", addrs.1, addrs.0), s, c);
     // `-S all` ends with the largest size of the endpoint type: 4 KiB for DGRAM (one

@@ -147,29 +147,16 @@ fn mpi_over_libfabric_verbs_rxd_on_four_devices() {
     );
 }
 
-/// The UCX flags: its verbs transports only, on softrdma's device.
-const UCX: [&str; 14] = [
-    "--mca",
-    "pml",
-    "ucx",
-    "--mca",
-    "osc",
-    "ucx",
-    "--mca",
-    "btl",
-    "^vader,tcp,openib,uct",
-    "-x",
-    "UCX_TLS=rc_verbs,ud_verbs,self",
-    "-x",
-    "UCX_NET_DEVICES=softrdma0:1",
-    "--mca",
-];
+/// The UCX flags: Open MPI over UCX's verbs transports only, one-sided operations too.
+fn ucx() -> Vec<&'static str> {
+    let mut v = OMPI_UCX.to_vec();
+    v.extend(["--mca", "osc", "ucx", "--mca", "pml_ucx_verbose", "0"]);
+    v
+}
 
 #[test]
 fn mpi_over_ucx_with_one_sided_osc_ucx() {
-    let mut mca = UCX.to_vec();
-    mca.extend(["pml_ucx_verbose", "0"]);
-    run("pml ucx + osc ucx", "127.0.104", false, &mca);
+    run("pml ucx + osc ucx", "127.0.104", false, &ucx());
 }
 
 /// Five network namespaces made by the test: a switch (`sw`, a bridge) and four hosts,
@@ -288,9 +275,7 @@ fn mpi_runs_across_four_hosts_in_network_namespaces() {
     let Some(h) = Hosts::new("10.231.0") else {
         return;
     };
-    let mut ucx = UCX.to_vec();
-    ucx.extend(["pml_ucx_verbose", "0"]);
-    run_across(&h, "across hosts: pml ucx + osc ucx", &ucx);
+    run_across(&h, "across hosts: pml ucx + osc ucx", &ucx());
     run_across(
         &h,
         "across hosts: mtl ofi verbs;ofi_rxm",

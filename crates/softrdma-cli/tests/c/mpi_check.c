@@ -105,7 +105,8 @@ int main(int argc, char **argv) {
      * epochs (MPI_Win_lock), which Open MPI 4.1's osc pt2pt completes over ofi_rxd where
      * its fence can hang (it does over libfabric's own udp;ofi_rxd too). */
     const char *mode = getenv("MPI_CHECK_RMA");
-    if (mode && !strcmp(mode, "lock")) {
+    const int passive = mode && !strcmp(mode, "lock");
+    {
         const size_t blk = 256 * 1024;
         unsigned char *w = calloc(2, blk);
         CHECK(w, "out of memory");
@@ -113,42 +114,36 @@ int main(int argc, char **argv) {
         MPI_Win_create(w, (MPI_Aint)(2 * blk), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
         int to = (rank + 1) % size, from = (rank + size - 1) % size;
         fill(s, blk, rank, 100);
-        MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank, 0, win);
-        fill(w + blk, blk, rank, 200);
-        MPI_Win_unlock(rank, win);
-        MPI_Barrier(MPI_COMM_WORLD);
-        MPI_Win_lock(MPI_LOCK_SHARED, to, 0, win);
-        MPI_Put(s, (int)blk, MPI_BYTE, to, 0, (int)blk, MPI_BYTE, win);
-        MPI_Win_unlock(to, win);
-        MPI_Barrier(MPI_COMM_WORLD);
-        MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank, 0, win);
-        check_buf(w, blk, from, 100, "put");
-        MPI_Win_unlock(rank, win);
-        memset(r, 0, blk);
-        MPI_Win_lock(MPI_LOCK_SHARED, from, 0, win);
-        MPI_Get(r, (int)blk, MPI_BYTE, from, (MPI_Aint)blk, (int)blk, MPI_BYTE, win);
-        MPI_Win_unlock(from, win);
-        check_buf(r, blk, from, 200, "get");
-        MPI_Barrier(MPI_COMM_WORLD);
-        MPI_Win_free(&win);
-        free(w);
-    } else {
-        const size_t blk = 256 * 1024;
-        unsigned char *w = calloc(2, blk);
-        CHECK(w, "out of memory");
-        MPI_Win win;
-        MPI_Win_create(w, (MPI_Aint)(2 * blk), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
-        int to = (rank + 1) % size, from = (rank + size - 1) % size;
-        fill(s, blk, rank, 100);
-        fill(w + blk, blk, rank, 200); /* what others get from this rank */
-        MPI_Win_fence(0, win);
-        MPI_Put(s, (int)blk, MPI_BYTE, to, 0, (int)blk, MPI_BYTE, win);
-        MPI_Win_fence(0, win);
-        check_buf(w, blk, from, 100, "put");
-        memset(r, 0, blk);
-        MPI_Get(r, (int)blk, MPI_BYTE, from, (MPI_Aint)blk, (int)blk, MPI_BYTE, win);
-        MPI_Win_fence(0, win);
-        check_buf(r, blk, from, 200, "get");
+        if (passive) {
+            /* A rank's own window is touched in an exclusive epoch of its own. */
+            MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank, 0, win);
+            fill(w + blk, blk, rank, 200); /* what others get from this rank */
+            MPI_Win_unlock(rank, win);
+            MPI_Barrier(MPI_COMM_WORLD);
+            MPI_Win_lock(MPI_LOCK_SHARED, to, 0, win);
+            MPI_Put(s, (int)blk, MPI_BYTE, to, 0, (int)blk, MPI_BYTE, win);
+            MPI_Win_unlock(to, win);
+            MPI_Barrier(MPI_COMM_WORLD);
+            MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank, 0, win);
+            check_buf(w, blk, from, 100, "put");
+            MPI_Win_unlock(rank, win);
+            memset(r, 0, blk);
+            MPI_Win_lock(MPI_LOCK_SHARED, from, 0, win);
+            MPI_Get(r, (int)blk, MPI_BYTE, from, (MPI_Aint)blk, (int)blk, MPI_BYTE, win);
+            MPI_Win_unlock(from, win);
+            check_buf(r, blk, from, 200, "get");
+            MPI_Barrier(MPI_COMM_WORLD);
+        } else {
+            fill(w + blk, blk, rank, 200); /* what others get from this rank */
+            MPI_Win_fence(0, win);
+            MPI_Put(s, (int)blk, MPI_BYTE, to, 0, (int)blk, MPI_BYTE, win);
+            MPI_Win_fence(0, win);
+            check_buf(w, blk, from, 100, "put");
+            memset(r, 0, blk);
+            MPI_Get(r, (int)blk, MPI_BYTE, from, (MPI_Aint)blk, (int)blk, MPI_BYTE, win);
+            MPI_Win_fence(0, win);
+            check_buf(r, blk, from, 200, "get");
+        }
         MPI_Win_free(&win);
         free(w);
     }
@@ -170,7 +165,7 @@ int main(int argc, char **argv) {
     }
 
     MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) printf("one-sided put/get ok (%s epochs)\n", mode && !strcmp(mode, "lock") ? "passive-target" : "fence");
+    if (rank == 0) printf("one-sided put/get ok (%s epochs)\n", passive ? "passive-target" : "fence");
     if (rank == 0) printf("mpi_check ok ranks=%d\n", size);
     free(s);
     free(r);

@@ -257,3 +257,19 @@ pub fn assert_memcheck_clean(what: &str, log: &str) {
         errors.join("\n\n")
     );
 }
+
+/// Open MPI over UCX on softrdma: `pml ucx`, no BTL that could carry the traffic, and UCX
+/// limited to its verbs transports on softrdma's device (the MPI tests of dropin.rs and
+/// mpi.rs).
+pub const OMPI_UCX: [&str; 10] = [
+    "--mca",
+    "pml",
+    "ucx",
+    "--mca",
+    "btl",
+    "^vader,tcp,openib,uct",
+    "-x",
+    "UCX_TLS=rc_verbs,ud_verbs,self",
+    "-x",
+    "UCX_NET_DEVICES=softrdma0:1",
+];
