@@ -1155,31 +1155,11 @@ fn id_pd(c: &IdC, pd: *mut ibv_pd) -> *mut ibv_pd {
     }
 }
 
-/// The PDs the CM allocates, one per context: (context, PD) as addresses.
-static DEFAULT_PDS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
-
-/// Whether `pd` is one of the CM's own PDs, which live as long as the library (as
-/// librdmacm's `cma_dev->pd`): `ibv_dealloc_pd` leaves them be.
-pub(crate) fn is_default_pd(pd: *mut ibv_pd) -> bool {
-    lock(&DEFAULT_PDS).iter().any(|(_, p)| *p == pd as usize)
-}
-
-/// The PD the CM allocates once per context: every ID on the device has it as `id->pd`
-/// until a QP of the caller's PD replaces it, and QPs created without a PD use it.
+/// The PD the CM gives each context (`crate::mr::library_pd`): every ID on the device has
+/// it as `id->pd` until a QP of the caller's PD replaces it, and QPs created without a PD
+/// use it.
 fn default_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
-    if ctx.is_null() {
-        return null_mut();
-    }
-    let mut pds = lock(&DEFAULT_PDS);
-    if let Some((_, pd)) = pds.iter().find(|(c, _)| *c == ctx as usize) {
-        return *pd as *mut ibv_pd;
-    }
-    // SAFETY: a context the CM keeps open.
-    let pd = unsafe { crate::mr::ibv_alloc_pd(ctx) };
-    if !pd.is_null() {
-        pds.push((ctx as usize, pd as usize));
-    }
-    pd
+    crate::mr::library_pd(ctx)
 }
 
 /// The caller's connection parameters (NULL: librdmacm's defaults), against what the

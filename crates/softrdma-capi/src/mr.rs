@@ -12,6 +12,7 @@ use softrdma::{AccessFlags, AddressHandle, MemoryRegion, ProtectionDomain};
 use std::ffi::{c_int, c_uint, c_void};
 use std::net::Ipv6Addr;
 use std::ptr::null_mut;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 /// Handles for the objects' `handle` fields (unique per process; nothing reads them but
@@ -66,6 +67,38 @@ pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     })
 }
 
+/// The PDs the library allocates for itself, one per context: (context, PD) as
+/// addresses. Behind a leaf lock.
+static LIBRARY_PDS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// The library's own PD on context `ctx` (allocated on first use; NULL if that fails),
+/// which lives as long as the library, as librdmacm's `cma_dev->pd`: the connection
+/// manager's `id->pd`.
+pub(crate) fn library_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
+    if ctx.is_null() {
+        return null_mut();
+    }
+    let mut pds = LIBRARY_PDS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, pd)) = pds.iter().find(|(c, _)| *c == ctx as usize) {
+        return *pd as *mut ibv_pd;
+    }
+    // SAFETY: a live context of this library (the caller's contract).
+    let pd = unsafe { ibv_alloc_pd(ctx) };
+    if !pd.is_null() {
+        pds.push((ctx as usize, pd as usize));
+    }
+    pd
+}
+
+/// Whether `pd` is one of [`library_pd`]'s, which `ibv_dealloc_pd` leaves be.
+fn is_library_pd(pd: *mut ibv_pd) -> bool {
+    LIBRARY_PDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|(_, p)| *p == pd as usize)
+}
+
 /// `ibv_dealloc_pd`: EBUSY while objects made in it are alive.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
@@ -77,9 +110,10 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
         if unsafe { inherited(pd.cast()) } {
             return 0;
         }
-        // The connection manager's own PD (`id->pd` before a QP) outlives its IDs, as
-        // librdmacm's: a program that wraps and then frees it (pyverbs) leaves it be.
-        if crate::cm::is_default_pd(pd) {
+        // The library's own PD (the connection manager's `id->pd` before a QP) outlives
+        // its IDs, as librdmacm's: a program that wraps and then frees it (pyverbs) leaves
+        // it be.
+        if is_library_pd(pd) {
             return 0;
         }
         // SAFETY: live PD.
