@@ -50,6 +50,12 @@ mod symbols;
 
 use std::ffi::c_int;
 
+/// The C ABI this library speaks: rdma-core 44's `libibverbs.so.1` (up to its newest
+/// version node, and the provider ABI that rdma-core's own providers check) and
+/// `librdmacm.so.1`. A unit test holds it to `libibverbs.map`.
+pub const ABI: &str =
+    "rdma-core 44 (libibverbs.so.1 IBVERBS_1.14, IBVERBS_PRIVATE_34; librdmacm.so.1 RDMACM_1.3)";
+
 /// Sets the calling thread's `errno`.
 pub(crate) fn set_errno(e: c_int) {
     // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
@@ -101,5 +107,25 @@ pub(crate) fn copy_cstr(dst: &mut [std::ffi::c_char], s: &str) {
     }
     if let Some(d) = dst.get_mut(n) {
         *d = 0;
+    }
+}
+
+#[cfg(test)]
+mod abi_tests {
+    /// [`super::ABI`] names the newest version node of each family in `libibverbs.map`.
+    #[test]
+    fn abi_names_the_newest_version_nodes_of_the_map() {
+        let map = include_str!("../libibverbs.map");
+        let newest = |family: &str| {
+            map.lines()
+                .filter_map(|l| l.split_whitespace().next())
+                .rfind(|n| n.starts_with(family))
+                .unwrap_or_else(|| panic!("no {family} node in libibverbs.map"))
+                .to_owned()
+        };
+        for family in ["IBVERBS_1.", "IBVERBS_PRIVATE_", "RDMACM_1."] {
+            let node = newest(family);
+            assert!(super::ABI.contains(&node), "ABI does not name {node}");
+        }
     }
 }

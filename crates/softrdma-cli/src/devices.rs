@@ -176,6 +176,9 @@ fn render(d: &DeviceInfo, verbose: bool) -> String {
 #[derive(Debug, Subcommand)]
 pub enum LinkCommand {
     /// Add a device: `link add NAME netdev IFACE` or `link add NAME addr IP`.
+    #[command(
+        after_help = "Example:\n  softrdma link add softrdma1 addr 127.0.0.2\n  softrdma link add softrdma2 netdev eth0"
+    )]
     Add {
         /// Device name.
         name: String,
@@ -185,11 +188,13 @@ pub enum LinkCommand {
         target: String,
     },
     /// Delete a device.
+    #[command(after_help = "Example:\n  softrdma link delete softrdma1")]
     Delete {
         /// Device name.
         name: String,
     },
     /// Show devices: state, netdev, MTU, GIDs; with -s, their counters.
+    #[command(after_help = "Example:\n  softrdma link show -s softrdma0")]
     Show {
         /// Show the counters of the processes that have the device open.
         #[arg(short = 's', long = "stats")]

@@ -12,6 +12,7 @@ use std::process::ExitCode;
 #[derive(Debug, Subcommand)]
 pub enum ResCommand {
     /// Show the resources of every process on each device, as `rdma res show` does.
+    #[command(after_help = "Example:\n  softrdma res show qp link softrdma0 -d")]
     Show(ShowArgs),
 }
 

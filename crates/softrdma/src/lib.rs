@@ -107,6 +107,9 @@ pub use config::{DeviceAttr, DeviceOptions, PortAttr, default_addr, device_attr,
 pub use counters::DeviceCounters;
 pub use device::events::AsyncEventQueue;
 pub use device::share::{ShareError, set_verbose as set_share_log};
+/// The version of the protocol between the processes that share a device. Processes of
+/// different versions refuse each other with an error that says so.
+pub const SHARE_PROTOCOL_VERSION: u32 = device::share::msg::VERSION;
 pub use device::stats;
 pub use error::{Error, McastError, Result};
 pub use softrdma_proto::endpoint::Counter;
