@@ -852,10 +852,10 @@ fn ucx_runs_over_rc_verbs_and_ud_verbs() {
 /// UCX limited to the verbs transports so that nothing else can carry the traffic.
 #[test]
 fn open_mpi_runs_over_ucx_on_softrdma() {
-    need("mpicc");
-    need("mpirun");
+    need("mpicc.openmpi");
+    need("mpirun.openmpi");
     let bin = std::env::temp_dir().join(format!("softrdma-mpi-ring-{}", std::process::id()));
-    let o = Command::new("mpicc")
+    let o = Command::new("mpicc.openmpi")
         .args(["-O2", "-Wall", "-Werror", "-o"])
         .arg(&bin)
         .arg(c_test("mpi_ring.c"))
@@ -872,7 +872,10 @@ fn open_mpi_runs_over_ucx_on_softrdma() {
     args.extend(OMPI_UCX);
     args.extend(["-x", "UCX_LOG_LEVEL=info", "sh", "-c", rank, "rank"]);
     args.push(bin.to_str().unwrap());
-    let o = wait(spawn(&mut exec("127.0.69.1", "mpirun", &args)), "mpirun");
+    let o = wait(
+        spawn(&mut exec("127.0.69.1", "mpirun.openmpi", &args)),
+        "mpirun",
+    );
     let t = text(&o);
     assert!(o.status.success() && t.contains("ok sum=3"), "mpirun:\n{t}");
     assert!(

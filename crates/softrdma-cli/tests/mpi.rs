@@ -21,10 +21,10 @@ use std::sync::OnceLock;
 fn mpi_check() -> &'static PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        need("mpicc");
+        need("mpicc.openmpi");
         let bin = std::env::temp_dir().join(format!("softrdma-mpi-check-{}", std::process::id()));
         let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/mpi_check.c");
-        let o = Command::new("mpicc")
+        let o = Command::new("mpicc.openmpi")
             .args(["-O2", "-Wall", "-Werror", "-o"])
             .arg(&bin)
             .arg(&src)
@@ -87,7 +87,7 @@ fn run(what: &str, base: &str, shared: bool, mca: &[&str]) -> String {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
     let o = wait(
-        spawn(&mut exec(&format!("{base}.1"), "mpirun", &args)),
+        spawn(&mut exec(&format!("{base}.1"), "mpirun.openmpi", &args)),
         what,
     );
     passed(what, &o)
@@ -242,10 +242,10 @@ exec ip netns exec {prefix}$host unshare --uts env SOFTRDMA_ADDR={net}.$i XDG_RU
 /// Runs mpi_check with one rank on each of the 4 hosts: mpirun itself runs on h1 (through
 /// the agent, so under h1's name and address), launching the others through the agent.
 fn run_across(h: &Hosts, what: &str, mca: &[&str]) -> String {
-    need("mpirun");
+    need("mpirun.openmpi");
     let agent = agent(h);
     let mut cmd = format!(
-        "mpirun -np 4 --host h1,h2,h3,h4 --timeout {MPI_TIMEOUT} --get-stack-traces --mca plm_rsh_agent {} --mca oob_tcp_if_include {net}.0/24",
+        "mpirun.openmpi -np 4 --host h1,h2,h3,h4 --timeout {MPI_TIMEOUT} --get-stack-traces --mca plm_rsh_agent {} --mca oob_tcp_if_include {net}.0/24",
         agent.display(),
         net = h.net
     );

@@ -59,9 +59,11 @@ pub fn package(program: &str) -> &'static str {
     match program {
         p if p.starts_with("ib_") => "perftest",
         "qperf" => "qperf",
-        "fi_info" => "libfabric-bin",
         p if p.starts_with("ucx_") => "ucx-utils",
-        "mpicc" | "mpirun" => "openmpi-bin libopenmpi-dev",
+        "mpicc.openmpi" | "mpirun.openmpi" => "openmpi-bin libopenmpi-dev",
+        "fi_info" | "fi_pingpong" => "libfabric-bin",
+        "rping" => "rdmacm-utils",
+        "make" => "make",
         "setpriv" | "unshare" => "util-linux",
         "gcc" => "gcc",
         _ => "ibverbs-utils",
