@@ -7,10 +7,7 @@
 //! The symbol list is the union of those imports on Debian 12 (`objdump -T`), with each
 //! function's return type from rdma-core 44's headers.
 
-#[path = "../../stub.rs"]
-mod stub;
-
-stub::stubs! {
+softrdma_stub_gen::stubs! {
     "EFA_1.0" ptr: efadv_create_driver_qp;
     "EFA_1.1" int: efadv_query_ah efadv_query_device;
     "EFA_1.1" ptr: efadv_create_qp_ex;

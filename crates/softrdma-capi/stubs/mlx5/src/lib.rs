@@ -7,10 +7,7 @@
 //! The symbol list is the union of those imports on Debian 12 (`objdump -T`), with each
 //! function's return type from rdma-core 44's headers.
 
-#[path = "../../stub.rs"]
-mod stub;
-
-stub::stubs! {
+softrdma_stub_gen::stubs! {
     "MLX5_1.0" int: mlx5dv_query_device;
     "MLX5_1.1" ptr: mlx5dv_create_cq;
     "MLX5_1.2" int: mlx5dv_init_obj;

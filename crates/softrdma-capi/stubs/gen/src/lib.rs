@@ -2,27 +2,36 @@
 //! (taking no parameters: on x86_64 System V a callee may ignore its register arguments,
 //! so one definition serves any signature) and binds it to its version node with
 //! `.symver` (left out of unit tests, whose executables have no version script).
+//!
+//! A crate of its own, rather than a file the stubs include, so that each stub package is
+//! whole when published.
+
+#[doc(hidden)]
+pub use libc;
 
 /// Sets errno to EOPNOTSUPP.
-pub(crate) fn unsupported() {
+pub fn unsupported() {
     // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
     unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
 }
 
+/// One stub function of a kind (`int`, `ssize`, `ptr`, `bool`, `void`).
+#[doc(hidden)]
+#[macro_export]
 macro_rules! stub_fn {
     (int $name:ident) => {
         #[doc = concat!("`", stringify!($name), "`: EOPNOTSUPP.")]
         #[unsafe(no_mangle)]
         pub extern "C" fn $name() -> std::ffi::c_int {
-            stub::unsupported();
-            libc::EOPNOTSUPP
+            $crate::unsupported();
+            $crate::libc::EOPNOTSUPP
         }
     };
     (ssize $name:ident) => {
         #[doc = concat!("`", stringify!($name), "`: -1, errno EOPNOTSUPP.")]
         #[unsafe(no_mangle)]
         pub extern "C" fn $name() -> isize {
-            stub::unsupported();
+            $crate::unsupported();
             -1
         }
     };
@@ -30,7 +39,7 @@ macro_rules! stub_fn {
         #[doc = concat!("`", stringify!($name), "`: NULL, errno EOPNOTSUPP.")]
         #[unsafe(no_mangle)]
         pub extern "C" fn $name() -> *mut std::ffi::c_void {
-            stub::unsupported();
+            $crate::unsupported();
             std::ptr::null_mut()
         }
     };
@@ -47,13 +56,12 @@ macro_rules! stub_fn {
         pub extern "C" fn $name() {}
     };
 }
-pub(crate) use stub_fn;
-
+/// The stubs of a library: `"NODE" KIND: NAME NAME ...;` lines.
+#[macro_export]
 macro_rules! stubs {
     ($($node:literal $kind:ident: $($name:ident)*;)*) => {
-        $($(stub::stub_fn!($kind $name);)*)*
+        $($($crate::stub_fn!($kind $name);)*)*
         #[cfg(not(test))]
         std::arch::global_asm!($($(concat!(".symver ", stringify!($name), ", ", stringify!($name), "@@", $node),)*)*);
     };
 }
-pub(crate) use stubs;
