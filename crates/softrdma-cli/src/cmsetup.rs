@@ -26,7 +26,8 @@ pub struct CmSetupArgs {
     #[arg(short = 'p', long, default_value_t = 7471)]
     port: u16,
     /// Connections, one after another.
-    #[arg(short = 'c', long, default_value_t = 1000)]
+    #[arg(short = 'c', long, default_value_t = 1000,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     conns: usize,
     /// Print the result as one line of JSON.
     #[arg(long)]
@@ -67,7 +68,9 @@ fn serve(ctx: &Context, a: &CmSetupArgs) -> Result<(), CliError> {
     listener.listen(16)?;
     println!("ready");
     let pd = ctx.alloc_pd();
+    let pb = progress(a.conns);
     for _ in 0..a.conns {
+        pb.inc(1);
         let req = listen_chan
             .get_event(None)
             .ok_or_else(|| CliError::Failed("the listener's channel ended".into()))?;
@@ -85,7 +88,20 @@ fn serve(ctx: &Context, a: &CmSetupArgs) -> Result<(), CliError> {
         next(&chan, CmEventKind::Disconnected)?;
         req.id.disconnect()?;
     }
+    pb.finish_and_clear();
     Ok(())
+}
+
+/// A bar for `conns` connections on stderr, drawn only when stderr is a terminal (a
+/// thousand handshakes take seconds); the timed steps never wait for it.
+fn progress(conns: usize) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(conns as u64);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} connections {elapsed}")
+    {
+        pb.set_style(style);
+    }
+    pb
 }
 
 /// Waits for one completion, which must be a success.
@@ -112,6 +128,7 @@ fn connect(ctx: &Context, a: &CmSetupArgs, dst: SocketAddr) -> Result<(), CliErr
     // Where the time goes: the ID, its resolves and its QP; the REQ to ESTABLISHED here;
     // ESTABLISHED here to the server's word.
     let mut phases: [Vec<f64>; 3] = Default::default();
+    let pb = progress(a.conns);
     for _ in 0..a.conns {
         let chan = EventChannel::new()?;
         let cq = ctx.create_cq(4, None)?;
@@ -137,7 +154,9 @@ fn connect(ctx: &Context, a: &CmSetupArgs, dst: SocketAddr) -> Result<(), CliErr
         phases[2].push(us_of(t3 - t2));
         id.disconnect()?;
         next(&chan, CmEventKind::Disconnected)?;
+        pb.inc(1);
     }
+    pb.finish_and_clear();
     let median_of = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]

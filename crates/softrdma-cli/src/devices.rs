@@ -61,12 +61,17 @@ pub fn devinfo(a: &DevinfoArgs) -> ExitCode {
         .iter()
         .filter(|d| a.ib_dev.as_ref().is_none_or(|n| *n == d.name))
         .collect();
-    if chosen.is_empty() {
-        eprintln!(
-            "IB device '{}' wasn't found",
-            a.ib_dev.as_deref().unwrap_or("")
-        );
-        return ExitCode::from(255);
+    match (&a.ib_dev, chosen.is_empty()) {
+        // ibv_devinfo's own words, and exit status, for both.
+        (Some(name), true) => {
+            eprintln!("IB device '{name}' wasn't found");
+            return ExitCode::from(255);
+        }
+        (None, true) => {
+            eprintln!("No IB devices found");
+            return ExitCode::from(255);
+        }
+        _ => {}
     }
     if a.ib_port.is_some_and(|p| p != 1) {
         eprintln!("Failed to query port {} props", a.ib_port.unwrap_or(0));
@@ -304,8 +309,10 @@ fn link_inner(cmd: &LinkCommand) -> Result<(), CliError> {
                     println!("link {}/1{line}", d.name);
                 }
             }
-            if !found {
-                return Err(CliError::NoDevice(name.clone().unwrap_or_default()));
+            // As `rdma link show`: no devices at all is an empty list, a missing name
+            // an error.
+            if let (false, Some(name)) = (found, name) {
+                return Err(CliError::NoDevice(name.clone()));
             }
             Ok(())
         }

@@ -482,8 +482,10 @@ pub fn run(a: &DoctorArgs) -> ExitCode {
         render_text(&ctx, &checks, colour)
     };
     use std::io::Write as _;
-    // A closed pipe (`| head`) is not doctor's failure.
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    if let Err(e) = std::io::stdout().lock().write_all(text.as_bytes()) {
+        eprintln!("softrdma doctor: cannot write the report: {e}");
+        return ExitCode::from(2);
+    }
     if checks.iter().any(|c| c.verdict == Verdict::Fail) {
         ExitCode::from(1)
     } else {

@@ -174,6 +174,17 @@ enum PcapCommand {
 }
 
 fn main() -> ExitCode {
+    // A reader that stops early (`softrdma devinfo | head -1`) ends this process quietly,
+    // as it ends rdma-core's and iproute2's tools: the Rust runtime ignores SIGPIPE, which
+    // would make every `println!` to a closed pipe a panic instead. The library's own
+    // sockets send with MSG_NOSIGNAL, so a vanished peer raises no SIGPIPE.
+    // SAFETY: no thread exists yet, and SIG_DFL installs no handler that could run.
+    let _ = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigDfl,
+        )
+    };
     let cli = Cli::parse();
     let mut out = std::io::stdout().lock();
     let result = match cli.command {

@@ -67,11 +67,17 @@ pub fn run(a: &ServiceArgs) -> ExitCode {
             }
         }
     }
-    match sigs.wait() {
-        Ok(s) => eprintln!("softrdma service: {s}: closing"),
-        Err(e) => eprintln!("softrdma service: waiting for a signal: {e}"),
-    }
+    let code = match sigs.wait() {
+        Ok(s) => {
+            eprintln!("softrdma service: {s}: closing");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("softrdma service: waiting for a signal: {e}");
+            ExitCode::from(2)
+        }
+    };
     // Closing hands each device to the processes that still have it open.
     drop(open);
-    ExitCode::SUCCESS
+    code
 }

@@ -302,7 +302,8 @@ pub fn run(a: &SimArgs, out: &mut impl Write) -> ExitCode {
                 .collect::<String>()
         )
     };
-    if written.is_err() {
+    if let Err(e) = written {
+        eprintln!("softrdma sim: cannot write the report: {e}");
         return ExitCode::from(2);
     }
     if r.guarantees_met {

@@ -5,6 +5,10 @@
 //! - `cargo install` into an empty root, with its build tree deleted afterwards, gives a
 //!   binary that runs unmodified programs on its own: the drop-in libraries travel inside
 //!   it (`src/libdir.rs`).
+//! - The crates as `cargo package` makes them for crates.io, installed with `cargo
+//!   install` (each softrdma crate from its packaged source, everything else from
+//!   crates.io), give the same binary: `cargo install softrdma-cli` will work once they
+//!   are published.
 //! - The Debian package (`scripts/deb`) installs on a fresh Debian 12 root made with
 //!   mmdebstrap, runs `softrdma doctor`, `ibv_devinfo`, an `ibv_rc_pingpong` pair and
 //!   `softrdma demo` there, and leaves nothing behind when removed
@@ -43,10 +47,12 @@ impl Drop for Scratch {
 /// `cargo install --path crates/softrdma-cli` into an empty root, from a build tree of its
 /// own that is then deleted; the installed binary alone runs `softrdma env`, `ibv_devinfo`
 /// and an `ibv_rc_pingpong` pair, with an empty home (where it puts its libraries).
-#[test]
-#[ignore = "a release build of its own: run by CI with --ignored"]
-fn cargo_install_gives_a_binary_that_runs_programs_on_its_own() {
-    let tmp = Scratch::new("cargo-install");
+/// Runs `cargo ARGS --root ROOT --target-dir TARGET` (an install), deletes the build tree,
+/// and proves that the installed binary alone runs `softrdma env`, `ibv_devinfo` and an
+/// `ibv_rc_pingpong` pair (on TCP port `port`), with an empty home, where it puts its
+/// libraries.
+fn install_and_run(what: &str, args: &[std::ffi::OsString], port: u16) {
+    let tmp = Scratch::new(what);
     let (root, target, home) = (tmp.0.join("root"), tmp.0.join("target"), tmp.0.join("home"));
     std::fs::create_dir_all(&home).unwrap();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -54,18 +60,17 @@ fn cargo_install_gives_a_binary_that_runs_programs_on_its_own() {
     let o = wait_for(
         spawn(
             Command::new(cargo)
-                .args(["install", "--locked", "--path"])
-                .arg(workspace().join("crates/softrdma-cli"))
+                .args(args)
                 .arg("--root")
                 .arg(&root)
                 .arg("--target-dir")
                 .arg(&target),
         ),
-        "cargo install",
+        what,
         Duration::from_secs(30 * 60),
     );
-    assert!(o.status.success(), "cargo install: {}", text(&o));
-    eprintln!("cargo install took {:.0} s", start.elapsed().as_secs_f64());
+    assert!(o.status.success(), "{what}: {}", text(&o));
+    eprintln!("{what} took {:.0} s", start.elapsed().as_secs_f64());
     std::fs::remove_dir_all(&target).unwrap();
     let installed: Vec<_> = std::fs::read_dir(root.join("bin"))
         .unwrap()
@@ -74,7 +79,7 @@ fn cargo_install_gives_a_binary_that_runs_programs_on_its_own() {
     assert_eq!(
         installed,
         ["softrdma"],
-        "cargo install put only the binary in bin/"
+        "{what} put only the binary in bin/"
     );
 
     let bin = root.join("bin/softrdma");
@@ -109,12 +114,97 @@ fn cargo_install_gives_a_binary_that_runs_programs_on_its_own() {
         text(&o)
     );
     // The pair, on a TCP port of this test's own.
-    let pp = ["exec", "--", "ibv_rc_pingpong", "-g", "1", "-p", "18561"];
+    let port = port.to_string();
+    let pp = ["exec", "--", "ibv_rc_pingpong", "-g", "1", "-p", &port];
     let mut server = Server(Some(spawn(&mut run(&pp))));
-    wait_listen(18561, server.child());
+    wait_listen(port.parse().unwrap(), server.child());
     let client = wait(spawn(run(&pp).arg("127.0.0.1")), "ibv_rc_pingpong client");
     let (_, c) = both_ok("ibv_rc_pingpong", server, client);
     assert!(c.contains("bytes in"), "{c}");
+}
+
+/// `cargo install --path crates/softrdma-cli` into an empty root, from a build tree of its
+/// own that is then deleted; the installed binary runs programs on its own.
+#[test]
+#[ignore = "a release build of its own: run by CI with --ignored"]
+fn cargo_install_gives_a_binary_that_runs_programs_on_its_own() {
+    let path = workspace().join("crates/softrdma-cli");
+    let args = ["install", "--locked", "--path"].map(std::ffi::OsString::from);
+    let mut args = args.to_vec();
+    args.push(path.into());
+    install_and_run("cargo-install", &args, 18561);
+}
+
+/// The crates as `cargo package` makes them for crates.io (so without the workspace, the
+/// tests, or anything outside each package's folder), installed as `cargo install
+/// softrdma-cli` would install them once published: each softrdma crate from its
+/// packaged source (a `[patch.crates-io]`), everything else from crates.io, with the
+/// setting README.md gives for it.
+#[test]
+#[ignore = "a release build of its own: run by CI with --ignored"]
+fn packaged_crates_install_as_from_crates_io() {
+    let tmp = Scratch::new("package");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let o = wait_for(
+        spawn(
+            Command::new(&cargo)
+                .args(["package", "--workspace", "--exclude", "softrdma-bench"])
+                .args(["--no-verify", "--allow-dirty", "--target-dir"])
+                .arg(tmp.0.join("target"))
+                .current_dir(workspace()),
+        ),
+        "cargo package",
+        Duration::from_secs(10 * 60),
+    );
+    assert!(o.status.success(), "cargo package: {}", text(&o));
+    let src = tmp.0.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    // The one setting a published install needs (README.md says so): the drop-in binds
+    // each symbol to rdma-core's version node with `.symver`, which the assembler honours
+    // only in the object that defines the symbol, and rustc copies a module's
+    // `global_asm!` into every codegen unit that holds part of the module. The workspace
+    // builds it as one unit; a published crate's profile does not travel with it.
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "install".into(),
+        "--config".into(),
+        "profile.release.package.softrdma-capi.codegen-units=1".into(),
+    ];
+    for e in std::fs::read_dir(tmp.0.join("target/package")).unwrap() {
+        let p = e.unwrap().path();
+        let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some(stem) = name.strip_suffix(".crate") else {
+            continue;
+        };
+        let o = Command::new("tar")
+            .arg("-xzf")
+            .arg(&p)
+            .arg("-C")
+            .arg(&src)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "tar {name}: {}", text(&o));
+        let krate = stem.rsplit_once('-').map_or(stem, |(k, _)| k);
+        if krate == "softrdma-cli" {
+            args.extend(["--path".into(), src.join(stem).into_os_string()]);
+        } else {
+            let dir = src.join(stem);
+            args.extend([
+                "--config".into(),
+                format!(
+                    "patch.crates-io.{krate}.path={:?}",
+                    dir.display().to_string()
+                )
+                .into(),
+            ]);
+        }
+    }
+    assert!(
+        args.iter().any(|a| a == "--path"),
+        "cargo package made no softrdma-cli crate"
+    );
+    install_and_run("cargo-install-packaged", &args, 18562);
 }
 
 /// `scripts/deb` builds `softrdma_VERSION_ARCH.deb`, and `tests/install/fresh-root.sh`

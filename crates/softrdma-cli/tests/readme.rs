@@ -44,6 +44,10 @@ const COMMANDS: &[(&str, How)] = &[
         "cargo install --locked --path crates/softrdma-cli",
         Elsewhere(INSTALL),
     ),
+    (
+        "cargo install softrdma-cli --config profile.release.package.softrdma-capi.codegen-units=1",
+        Elsewhere("tests/install.rs: packaged_crates_install_as_from_crates_io"),
+    ),
     ("./scripts/deb", Elsewhere(DEB)),
     (
         "sudo apt install ./target/debian/softrdma_*_amd64.deb",
