@@ -169,7 +169,6 @@ const MAX_ADDR: libc::socklen_t = size_of::<libc::sockaddr_storage>() as libc::s
 /// # Safety
 /// `node`, `service` NULL or C strings; `hints` NULL or valid, its addresses of their
 /// stated lengths; `res` a valid pointer.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_getaddrinfo(
     node: *const c_char,
     service: *const c_char,
@@ -258,7 +257,6 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
 /// # Safety
 /// `res` NULL or a chain `rdma_getaddrinfo` made (its blocks possibly swapped for other
 /// `malloc`ed ones by the caller), freed once.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
     crate::guard("rdma_freeaddrinfo", (), || {
         let mut p = res;

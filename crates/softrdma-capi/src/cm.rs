@@ -646,7 +646,6 @@ fn errno_of(verb: &'static str, r: softrdma::Result<()>) -> c_int {
 }
 
 /// `rdma_create_event_channel`.
-#[unsafe(no_mangle)]
 pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
     guard(
         "rdma_create_event_channel",
@@ -668,7 +667,6 @@ pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
 ///
 /// # Safety
 /// `ch` must be a channel this library made, with no ID left on it.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
     guard("rdma_destroy_event_channel", (), || {
         if !ch.is_null() {
@@ -683,7 +681,6 @@ pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_channel)
 ///
 /// # Safety
 /// `channel` NULL or a channel of this library; `id` a valid pointer.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_create_id(
     channel: *mut rdma_event_channel,
     id: *mut *mut rdma_cm_id,
@@ -740,7 +737,6 @@ pub unsafe extern "C" fn rdma_create_id(
 ///
 /// # Safety
 /// `id` must be an ID of this library, not used again.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
     guard("rdma_destroy_id", -1, || {
         if id.is_null() {
@@ -787,7 +783,6 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
 ///
 /// # Safety
 /// `id` an ID of this library; `addr` a sockaddr.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
     guard("rdma_bind_addr", -1, || {
         let v = "rdma_bind_addr";
@@ -856,7 +851,6 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
 ///
 /// # Safety
 /// `id` an ID of this library; `src` NULL or a sockaddr; `dst` a sockaddr.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_resolve_addr(
     id: *mut rdma_cm_id,
     src: *mut libc::sockaddr,
@@ -918,7 +912,6 @@ pub unsafe extern "C" fn rdma_resolve_addr(
 ///
 /// # Safety
 /// `id` an ID of this library.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
     guard("rdma_resolve_route", -1, || {
         let v = "rdma_resolve_route";
@@ -938,7 +931,6 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_
 ///
 /// # Safety
 /// `id` an ID of this library.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
     guard("rdma_listen", -1, || {
         let v = "rdma_listen";
@@ -977,7 +969,6 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
 ///
 /// # Safety
 /// `id` an ID of this library; `pd` NULL or a PD of this library; `attr` valid.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_create_qp(
     id: *mut rdma_cm_id,
     pd: *mut ibv_pd,
@@ -1077,7 +1068,6 @@ pub unsafe extern "C" fn rdma_create_qp(
 ///
 /// # Safety
 /// `id` an ID of this library; `attr` valid.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_create_qp_ex(
     id: *mut rdma_cm_id,
     attr: *mut crate::abi::ibv_qp_init_attr_ex,
@@ -1114,7 +1104,6 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
 ///
 /// # Safety
 /// `id` an ID of this library.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
     guard("rdma_destroy_qp", (), || {
         // SAFETY: per the contract.
@@ -1237,7 +1226,6 @@ unsafe fn conn_param(
 ///
 /// # Safety
 /// `id` an ID of this library; `param` NULL or valid.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     guard("rdma_connect", -1, || {
         let v = "rdma_connect";
@@ -1262,7 +1250,6 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
 ///
 /// # Safety
 /// `id` an ID of this library; `param` NULL or valid.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
     guard("rdma_accept", -1, || {
         let v = "rdma_accept";
@@ -1297,7 +1284,6 @@ const REJ_VENDOR_OPTION_NOT_SUPPORTED: u16 = 35;
 ///
 /// # Safety
 /// `id` an ID of this library; `data` NULL or `len` readable bytes.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_reject(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
     // SAFETY: per the contract.
     guard("rdma_reject", -1, || unsafe {
@@ -1309,7 +1295,6 @@ pub unsafe extern "C" fn rdma_reject(id: *mut rdma_cm_id, data: *const c_void, l
 ///
 /// # Safety
 /// As [`rdma_reject`].
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_reject_ece(
     id: *mut rdma_cm_id,
     data: *const c_void,
@@ -1379,7 +1364,6 @@ unsafe fn ece_args(v: &str, id: *mut rdma_cm_id, ece: *mut ibv_ece) -> Result<()
 ///
 /// # Safety
 /// `id` NULL or an ID of this library; `ece` NULL or writable.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
     guard("rdma_get_remote_ece", -1, || {
         // SAFETY: per the contract.
@@ -1404,7 +1388,6 @@ pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_
 ///
 /// # Safety
 /// `id` NULL or an ID of this library; `ece` NULL or readable.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
     guard("rdma_set_local_ece", -1, || {
         // SAFETY: per the contract.
@@ -1419,7 +1402,6 @@ pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_e
 ///
 /// # Safety
 /// `id` an ID of this library.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
     guard("rdma_establish", -1, || {
         // SAFETY: per the contract.
@@ -1440,7 +1422,6 @@ const IBV_EVENT_COMM_EST: c_int = 4;
 ///
 /// # Safety
 /// `id` an ID of this library.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
     guard("rdma_notify", -1, || {
         let v = "rdma_notify";
@@ -1471,7 +1452,6 @@ const IBV_SRQT_BASIC: c_int = 0;
 ///
 /// # Safety
 /// `id` an ID of this library; `pd` NULL or a PD of this library; `attr` valid.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_create_srq(
     id: *mut rdma_cm_id,
     pd: *mut ibv_pd,
@@ -1491,7 +1471,6 @@ pub unsafe extern "C" fn rdma_create_srq(
 ///
 /// # Safety
 /// `id` an ID of this library; `attr` valid, its PD NULL or one of this library's.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_create_srq_ex(
     id: *mut rdma_cm_id,
     attr: *mut crate::abi::ibv_srq_init_attr_ex,
@@ -1577,7 +1556,6 @@ unsafe fn create_srq(
 ///
 /// # Safety
 /// `id` an ID of this library.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
     guard("rdma_destroy_srq", (), || {
         // SAFETY: per the contract.
@@ -1594,7 +1572,6 @@ pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
 ///
 /// # Safety
 /// `id` an ID of this library.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     guard("rdma_disconnect", -1, || {
         // SAFETY: per the contract.
@@ -1617,7 +1594,6 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
 ///
 /// # Safety
 /// `id` an ID of this library; `optval` NULL or `optlen` readable bytes.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_set_option(
     id: *mut rdma_cm_id,
     level: c_int,
@@ -1693,7 +1669,6 @@ fn apply_options(c: &IdC, r: &CmId) -> softrdma::Result<()> {
 ///
 /// # Safety
 /// `id` an ID of this library.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
     guard("rdma_get_src_port", 0, || {
         // SAFETY: per the contract.
@@ -1711,7 +1686,6 @@ pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
 ///
 /// # Safety
 /// `id` an ID of this library.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
     guard("rdma_get_dst_port", 0, || {
         // SAFETY: per the contract.
@@ -1733,7 +1707,6 @@ pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
 ///
 /// # Safety
 /// `ch` a channel of this library; `event` a valid pointer.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_get_cm_event(
     ch: *mut rdma_event_channel,
     event: *mut *mut rdma_cm_event,
@@ -1909,7 +1882,6 @@ fn ud_ah_attr(soft: &SoftContext, peer: Option<IpAddr>) -> ibv_ah_attr {
 ///
 /// # Safety
 /// `event` an event of this library, acked once.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
     guard("rdma_ack_cm_event", -1, || {
         if event.is_null() {
@@ -1948,7 +1920,6 @@ const JOIN_FLAG_RESERVED: u32 = 2;
 ///
 /// # Safety
 /// `id` an ID of this library; `addr` a sockaddr.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_join_multicast(
     id: *mut rdma_cm_id,
     addr: *mut libc::sockaddr,
@@ -1965,7 +1936,6 @@ pub unsafe extern "C" fn rdma_join_multicast(
 ///
 /// # Safety
 /// `id` an ID of this library; `attr` NULL or valid, its `addr` a sockaddr.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_join_multicast_ex(
     id: *mut rdma_cm_id,
     attr: *mut rdma_cm_join_mc_attr_ex,
@@ -2040,7 +2010,6 @@ unsafe fn join(
 ///
 /// # Safety
 /// `id` an ID of this library; `addr` a sockaddr.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_leave_multicast(
     id: *mut rdma_cm_id,
     addr: *mut libc::sockaddr,
@@ -2074,7 +2043,6 @@ pub unsafe extern "C" fn rdma_leave_multicast(
 /// # Safety
 /// `id` a valid pointer; `res` a valid `rdma_addrinfo`; `pd` NULL or a PD of this
 /// library; `qp_init_attr` NULL or valid.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_create_ep(
     id: *mut *mut rdma_cm_id,
     res: *mut rdma_addrinfo,
@@ -2166,7 +2134,6 @@ unsafe fn ep_setup(
 ///
 /// # Safety
 /// `id` an ID of this library, not used again.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
     guard("rdma_destroy_ep", (), || {
         if id.is_null() {
@@ -2191,7 +2158,6 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
 ///
 /// # Safety
 /// `listen` an ID of this library; `id` a valid pointer.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_get_request(
     listen: *mut rdma_cm_id,
     id: *mut *mut rdma_cm_id,
@@ -2247,7 +2213,6 @@ pub unsafe extern "C" fn rdma_get_request(
 ///
 /// # Safety
 /// `id` an ID of this library; `channel` NULL or a channel of this library.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_migrate_id(
     id: *mut rdma_cm_id,
     channel: *mut rdma_event_channel,
@@ -2299,7 +2264,6 @@ pub unsafe extern "C" fn rdma_migrate_id(
 ///
 /// # Safety
 /// `id` an ID of this library; `qp_attr` and `mask` valid.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_init_qp_attr(
     id: *mut rdma_cm_id,
     qp_attr: *mut crate::abi::ibv_qp_attr,

@@ -53,7 +53,6 @@ impl SoftCq {
 }
 
 /// `ibv_create_comp_channel`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {
     guard("ibv_create_comp_channel", null_mut(), || {
         if ctx.is_null() {
@@ -89,7 +88,6 @@ pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut 
 }
 
 /// `ibv_destroy_comp_channel`: EBUSY while CQs use it.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
     guard("ibv_destroy_comp_channel", libc::EIO, || {
         if ch.is_null() {
@@ -228,7 +226,6 @@ pub(crate) fn cq_that_overflowed(soft: &SoftContext) -> *mut ibv_cq {
 }
 
 /// `ibv_create_cq`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_create_cq(
     ctx: *mut ibv_context,
     cqe: c_int,
@@ -321,7 +318,6 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
 }
 
 /// `ibv_destroy_cq`: EBUSY while QPs complete into it.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     guard("ibv_destroy_cq", libc::EIO, || {
         if cq.is_null() {
@@ -360,7 +356,6 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
 }
 
 /// `ibv_resize_cq`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     guard("ibv_resize_cq", libc::EIO, || {
         if cq.is_null() || cqe <= 0 {
@@ -478,7 +473,6 @@ pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c
 
 /// `ibv_get_cq_event`: blocks until an armed CQ of the channel gets a completion, unless
 /// the caller made the descriptor non-blocking (then EAGAIN, as rdma-core's read does).
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_get_cq_event(
     ch: *mut ibv_comp_channel,
     cq: *mut *mut ibv_cq,
@@ -528,7 +522,6 @@ pub unsafe extern "C" fn ibv_get_cq_event(
 }
 
 /// `ibv_ack_cq_events`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, n: c_uint) {
     guard("ibv_ack_cq_events", (), || {
         if let Some(c) = // SAFETY: NULL or the caller's live CQ.

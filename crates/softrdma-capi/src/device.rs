@@ -215,7 +215,6 @@ impl SoftContext {
 }
 
 /// `ibv_get_device_list`: a NULL-terminated array, freed by `ibv_free_device_list`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
     guard("ibv_get_device_list", null_mut(), || {
         let devs = devices();
@@ -242,7 +241,6 @@ pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_d
 }
 
 /// `ibv_free_device_list`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
     // SAFETY: `list` came from ibv_get_device_list's calloc (or is NULL).
     guard("ibv_free_device_list", (), || unsafe {
@@ -251,7 +249,6 @@ pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
 }
 
 /// `ibv_get_device_name`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
     guard("ibv_get_device_name", std::ptr::null(), || {
         match device(dev) {
@@ -265,7 +262,6 @@ pub unsafe extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_c
 }
 
 /// `ibv_get_device_guid`: the node GUID, in network order.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
     guard("ibv_get_device_guid", 0, || {
         device(dev).map_or(0, |d| softrdma::config::node_guid(d.info.addr).to_be())
@@ -273,7 +269,6 @@ pub unsafe extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
 }
 
 /// `ibv_get_device_index`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
     guard("ibv_get_device_index", -1, || {
         device(dev).map_or(-1, |d| d.index as c_int)
@@ -281,7 +276,6 @@ pub unsafe extern "C" fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
 }
 
 /// `ibv_open_device`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
     guard("ibv_open_device", null_mut(), || {
         let Some(d) = device(dev) else {
@@ -367,7 +361,6 @@ fn verbs_context_for(dev: *mut ibv_device, async_fd: c_int, cmd_fd: c_int) -> ve
 }
 
 /// `ibv_close_device`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
     guard("ibv_close_device", libc::EIO, || {
         if ctx.is_null() {
@@ -438,7 +431,6 @@ fn fill_device_attr(soft: &SoftContext, out: &mut ibv_device_attr) {
 const DEVICE_CAP_FLAGS: u32 = (1 << 1) | (1 << 2) | (1 << 10) | (1 << 11) | (1 << 12);
 
 /// `ibv_query_device`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_query_device(
     ctx: *mut ibv_context,
     attr: *mut ibv_device_attr,
@@ -569,7 +561,6 @@ unsafe extern "C" fn query_port_ex(
 
 /// `ibv_query_port`, the exported symbol: callers of rdma-core's compat path get 48 bytes
 /// (`struct _compat_ibv_port_attr`, without `port_cap_flags2`).
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_query_port(
     ctx: *mut ibv_context,
     port: u8,
@@ -606,7 +597,6 @@ fn gids(soft: &SoftContext) -> Vec<ibv_gid_entry> {
 
 /// `ibv_query_gid`. An index inside the table but past the configured GIDs reads as zero,
 /// as an empty slot of rxe's.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_query_gid(
     ctx: *mut ibv_context,
     port: u8,
@@ -644,7 +634,6 @@ pub unsafe extern "C" fn ibv_query_gid(
 }
 
 /// `_ibv_query_gid_ex` (behind `ibv_query_gid_ex`): ENODATA for an empty slot.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn _ibv_query_gid_ex(
     ctx: *mut ibv_context,
     port: u32,
@@ -683,7 +672,6 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
 }
 
 /// `_ibv_query_gid_table` (behind `ibv_query_gid_table`): the valid entries.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn _ibv_query_gid_table(
     ctx: *mut ibv_context,
     entries: *mut ibv_gid_entry,
@@ -718,7 +706,6 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
 
 /// `ibv_query_gid_type` (IBVERBS_PRIVATE_34, used by `ibv_devinfo`): the sysfs type,
 /// 1 = RoCE v2.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_query_gid_type(
     ctx: *mut ibv_context,
     port: u8,
@@ -743,7 +730,6 @@ pub unsafe extern "C" fn ibv_query_gid_type(
 }
 
 /// `ibv_query_pkey`: the one P_Key, 0xFFFF (network order, the same bytes).
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_query_pkey(
     ctx: *mut ibv_context,
     port: u8,
@@ -766,7 +752,6 @@ pub unsafe extern "C" fn ibv_query_pkey(
 }
 
 /// `ibv_get_pkey_index`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_get_pkey_index(ctx: *mut ibv_context, port: u8, pkey: u16) -> c_int {
     guard("ibv_get_pkey_index", -1, || {
         if ctx.is_null() || port != 1 || u16::from_be(pkey) & 0x7fff != 0x7fff {
@@ -785,7 +770,6 @@ fn online_cpus() -> &'static str {
 
 /// `ibv_read_sysfs_file`: a device's files come from softrdma (there is no kernel device
 /// behind it); any other path is read from the file system.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_read_sysfs_file(
     dir: *const c_char,
     file: *const c_char,
@@ -847,7 +831,6 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
 }
 
 /// `ibv_get_sysfs_path`.
-#[unsafe(no_mangle)]
 pub extern "C" fn ibv_get_sysfs_path() -> *const c_char {
     c"/sys".as_ptr()
 }

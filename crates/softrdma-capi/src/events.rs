@@ -9,7 +9,6 @@ use std::ffi::{CStr, c_char, c_int};
 
 /// `ibv_get_async_event`: blocks on the context's `async_fd` until an event arrives,
 /// unless the caller made it non-blocking (then EAGAIN).
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_get_async_event(
     ctx: *mut ibv_context,
     event: *mut ibv_async_event,
@@ -98,32 +97,27 @@ fn to_c(soft: &SoftContext, e: AsyncEvent) -> Option<ibv_async_event> {
 }
 
 /// `ibv_ack_async_event`: nothing waits for acknowledgements here.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ibv_async_event) {}
 
 /// `ibv_fork_init`: nothing to do. softrdma pins no memory for a device to write (the
 /// device is this process), so a forked child's copy-on-write cannot take pages from
 /// under it. What a child may do with a parent's objects is in the `device` module's
 /// docs: nothing but destroy them, which leaves the parent's untouched.
-#[unsafe(no_mangle)]
 pub extern "C" fn ibv_fork_init() -> c_int {
     0
 }
 
 /// `ibv_is_fork_initialized`: `IBV_FORK_UNNEEDED` (see [`ibv_fork_init`]).
-#[unsafe(no_mangle)]
 pub extern "C" fn ibv_is_fork_initialized() -> c_int {
     2
 }
 
 /// `ibv_dontfork_range`: nothing to do (see [`ibv_fork_init`]).
-#[unsafe(no_mangle)]
 pub extern "C" fn ibv_dontfork_range(_base: *mut std::ffi::c_void, _size: usize) -> c_int {
     0
 }
 
 /// `ibv_dofork_range`: nothing to do.
-#[unsafe(no_mangle)]
 pub extern "C" fn ibv_dofork_range(_base: *mut std::ffi::c_void, _size: usize) -> c_int {
     0
 }
@@ -138,7 +132,6 @@ fn pick(table: &[&'static CStr], i: c_int) -> *const c_char {
 }
 
 /// `ibv_wc_status_str`: rdma-core's wording.
-#[unsafe(no_mangle)]
 pub extern "C" fn ibv_wc_status_str(status: c_int) -> *const c_char {
     const T: &[&CStr] = &[
         c"success",
@@ -170,7 +163,6 @@ pub extern "C" fn ibv_wc_status_str(status: c_int) -> *const c_char {
 }
 
 /// `ibv_event_type_str`.
-#[unsafe(no_mangle)]
 pub extern "C" fn ibv_event_type_str(ev: c_int) -> *const c_char {
     const T: &[&CStr] = &[
         c"CQ error",
@@ -198,7 +190,6 @@ pub extern "C" fn ibv_event_type_str(ev: c_int) -> *const c_char {
 }
 
 /// `ibv_node_type_str`.
-#[unsafe(no_mangle)]
 pub extern "C" fn ibv_node_type_str(t: c_int) -> *const c_char {
     const T: &[&CStr] = &[
         c"unknown",
@@ -214,7 +205,6 @@ pub extern "C" fn ibv_node_type_str(t: c_int) -> *const c_char {
 }
 
 /// `ibv_port_state_str`.
-#[unsafe(no_mangle)]
 pub extern "C" fn ibv_port_state_str(s: c_int) -> *const c_char {
     const T: &[&CStr] = &[
         c"no state change (NOP)",
@@ -259,13 +249,11 @@ fn rate(r: c_int) -> Option<(c_int, c_int)> {
 }
 
 /// `ibv_rate_to_mult`.
-#[unsafe(no_mangle)]
 pub extern "C" fn ibv_rate_to_mult(r: c_int) -> c_int {
     rate(r).map_or(-1, |(m, _)| if m == 0 { -1 } else { m })
 }
 
 /// `mult_to_ibv_rate`.
-#[unsafe(no_mangle)]
 pub extern "C" fn mult_to_ibv_rate(mult: c_int) -> c_int {
     RATES
         .iter()
@@ -274,13 +262,11 @@ pub extern "C" fn mult_to_ibv_rate(mult: c_int) -> c_int {
 }
 
 /// `ibv_rate_to_mbps`.
-#[unsafe(no_mangle)]
 pub extern "C" fn ibv_rate_to_mbps(r: c_int) -> c_int {
     rate(r).map_or(-1, |(_, mbps)| if mbps == 0 { -1 } else { mbps })
 }
 
 /// `mbps_to_ibv_rate`.
-#[unsafe(no_mangle)]
 pub extern "C" fn mbps_to_ibv_rate(mbps: c_int) -> c_int {
     RATES
         .iter()

@@ -41,7 +41,6 @@ impl SoftPd {
 }
 
 /// `ibv_alloc_pd`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     guard("ibv_alloc_pd", null_mut(), || {
         if ctx.is_null() {
@@ -100,7 +99,6 @@ fn is_library_pd(pd: *mut ibv_pd) -> bool {
 }
 
 /// `ibv_dealloc_pd`: EBUSY while objects made in it are alive.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     guard("ibv_dealloc_pd", libc::EIO, || {
         if pd.is_null() {
@@ -243,7 +241,6 @@ fn reg_mr(
 }
 
 /// `ibv_reg_mr`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_reg_mr(
     pd: *mut ibv_pd,
     addr: *mut c_void,
@@ -261,7 +258,6 @@ pub unsafe extern "C" fn ibv_reg_mr(
 }
 
 /// `ibv_reg_mr_iova`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_reg_mr_iova(
     pd: *mut ibv_pd,
     addr: *mut c_void,
@@ -273,7 +269,6 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
 }
 
 /// `ibv_reg_mr_iova2` (what `ibv_reg_mr` becomes with a non-constant access).
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_reg_mr_iova2(
     pd: *mut ibv_pd,
     addr: *mut c_void,
@@ -285,7 +280,6 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 }
 
 /// `ibv_dereg_mr`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     guard("ibv_dereg_mr", libc::EIO, || {
         if mr.is_null() {
@@ -311,7 +305,6 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
 /// access (4), keeping its keys, so that peers and posted WRs that hold them reach the new
 /// registration. Returns 0, or `IBV_REREG_MR_ERR_INPUT` (-1) / `IBV_REREG_MR_ERR_CMD` (-4)
 /// with errno set, as rdma-core.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_rereg_mr(
     mr: *mut ibv_mr,
     flags: c_int,
@@ -474,7 +467,6 @@ pub(crate) fn gid_of_ip(ip: std::net::IpAddr) -> Ipv6Addr {
 }
 
 /// `ibv_create_ah`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
     guard("ibv_create_ah", null_mut(), || {
         if pd.is_null() || attr.is_null() {
@@ -516,7 +508,6 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
 }
 
 /// `ibv_destroy_ah`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
     guard("ibv_destroy_ah", libc::EIO, || {
         if ah.is_null() {
@@ -539,7 +530,6 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
 /// `ibv_init_ah_from_wc`: the AH attributes that answer a UD receive, from its GRH
 /// (the sender's GID becomes the destination; our GID it was sent to picks the source
 /// index).
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_init_ah_from_wc(
     ctx: *mut ibv_context,
     port: u8,
@@ -617,7 +607,6 @@ fn grh_addrs(grh: &ibv_grh) -> (Ipv6Addr, Ipv6Addr, u8, u32) {
 }
 
 /// `ibv_create_ah_from_wc`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_create_ah_from_wc(
     pd: *mut ibv_pd,
     wc: *mut ibv_wc,

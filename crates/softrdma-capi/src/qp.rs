@@ -200,7 +200,6 @@ fn create(verb: &'static str, c: Create) -> Result<*mut SoftQp, ()> {
 }
 
 /// `ibv_create_qp`: the caps actually given are written back to `attr.cap`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_create_qp(
     pd: *mut ibv_pd,
     attr: *mut ibv_qp_init_attr,
@@ -318,13 +317,11 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
 }
 
 /// `ibv_qp_to_qp_ex`: every QP of softrdma is extended.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
     qp.cast()
 }
 
 /// `ibv_destroy_qp`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard("ibv_destroy_qp", libc::EIO, || {
         if qp.is_null() {
@@ -382,7 +379,6 @@ fn gid_addr(soft: &SoftContext, index: usize) -> Option<IpAddr> {
 
 /// `ibv_modify_qp`: the attributes `mask` names, checked by the engine against the
 /// transition table of IBTA 11.2.5.2 (EINVAL for one it does not allow).
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_modify_qp(
     qp: *mut ibv_qp,
     attr: *mut ibv_qp_attr,
@@ -527,7 +523,6 @@ fn gid_of(ip: IpAddr) -> ibv_gid {
 
 /// `ibv_query_qp`: every attribute in force (whatever `mask` asks), and the creation
 /// attributes.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_query_qp(
     qp: *mut ibv_qp,
     attr: *mut ibv_qp_attr,
@@ -963,7 +958,6 @@ fn new_srq(
 }
 
 /// `ibv_create_srq`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_create_srq(
     pd: *mut ibv_pd,
     attr: *mut ibv_srq_init_attr,
@@ -1020,7 +1014,6 @@ pub(crate) unsafe extern "C" fn get_srq_num(_srq: *mut ibv_srq, _num: *mut u32) 
 
 /// `ibv_modify_srq`: arming the limit (`IBV_SRQ_LIMIT`); resizing (`IBV_SRQ_MAX_WR`) is not
 /// implemented.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_modify_srq(
     srq: *mut ibv_srq,
     attr: *mut ibv_srq_attr,
@@ -1056,7 +1049,6 @@ pub unsafe extern "C" fn ibv_modify_srq(
 }
 
 /// `ibv_query_srq`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
     guard("ibv_query_srq", libc::EIO, || {
         if srq.is_null() || attr.is_null() {
@@ -1074,7 +1066,6 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
 }
 
 /// `ibv_destroy_srq`: EBUSY while QPs use it.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     guard("ibv_destroy_srq", libc::EIO, || {
         if srq.is_null() {
@@ -1391,7 +1382,6 @@ fn mcast(verb: &'static str, qp: *mut ibv_qp, gid: *const ibv_gid, attach: bool)
 }
 
 /// `ibv_attach_mcast` (see [`softrdma::QueuePair::attach_mcast`]).
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_attach_mcast(
     qp: *mut ibv_qp,
     gid: *const ibv_gid,
@@ -1401,7 +1391,6 @@ pub unsafe extern "C" fn ibv_attach_mcast(
 }
 
 /// `ibv_detach_mcast`.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibv_detach_mcast(
     qp: *mut ibv_qp,
     gid: *const ibv_gid,

@@ -22,7 +22,6 @@ fn enosys(name: &str, said: &AtomicBool) {
 macro_rules! enosys {
     ($ret:ty = $fail:expr; $($name:ident)*) => {$(
         #[doc = concat!("`", stringify!($name), "`: not implemented yet (ENOSYS).")]
-        #[unsafe(no_mangle)]
         pub extern "C" fn $name() -> $ret {
             static SAID: AtomicBool = AtomicBool::new(false);
             enosys(stringify!($name), &SAID);
@@ -42,7 +41,6 @@ enosys! { isize = -1;
 /// keeps open for each device (`id->verbs` of an ID on that device is the same pointer).
 /// As with librdmacm, the contexts belong to the library and outlive the array: libfabric's
 /// verbs provider frees the array and goes on using the contexts for its domains.
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_get_devices(num: *mut c_int) -> *mut *mut crate::abi::ibv_context {
     crate::guard("rdma_get_devices", std::ptr::null_mut(), || {
         let count = crate::device::devices().len();
@@ -72,7 +70,6 @@ pub unsafe extern "C" fn rdma_get_devices(num: *mut c_int) -> *mut *mut crate::a
 
 /// `rdma_free_devices`: frees the array of `rdma_get_devices`. The contexts in it stay
 /// open (they are the connection manager's, as in librdmacm).
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut crate::abi::ibv_context) {
     crate::guard("rdma_free_devices", (), || {
         if !list.is_null() {
@@ -83,7 +80,6 @@ pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut crate::abi::ibv_conte
 }
 
 /// `rdma_event_str`: the names of `enum rdma_cm_event_type`.
-#[unsafe(no_mangle)]
 pub extern "C" fn rdma_event_str(event: c_int) -> *const c_char {
     const T: &[&std::ffi::CStr] = &[
         c"RDMA_CM_EVENT_ADDR_RESOLVED",

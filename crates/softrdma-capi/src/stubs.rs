@@ -11,7 +11,6 @@ use std::ptr::null_mut;
 macro_rules! unsupported_int {
     ($($name:ident($($a:ident: $t:ty),*);)*) => {$(
         #[doc = concat!("`", stringify!($name), "`: not implemented (EOPNOTSUPP).")]
-        #[unsafe(no_mangle)]
         pub extern "C" fn $name($(_: $t),*) -> c_int {
             fail(stringify!($name), libc::EOPNOTSUPP, &"not implemented")
         }
@@ -21,7 +20,6 @@ macro_rules! unsupported_int {
 macro_rules! unsupported_ptr {
     ($($name:ident($($a:ident: $t:ty),*);)*) => {$(
         #[doc = concat!("`", stringify!($name), "`: not implemented (NULL, errno EOPNOTSUPP).")]
-        #[unsafe(no_mangle)]
         pub extern "C" fn $name($(_: $t),*) -> *mut c_void {
             fail(stringify!($name), libc::EOPNOTSUPP, &"not implemented");
             null_mut()
@@ -32,7 +30,6 @@ macro_rules! unsupported_ptr {
 macro_rules! nothing {
     ($($name:ident($($a:ident: $t:ty),*);)*) => {$(
         #[doc = concat!("`", stringify!($name), "`: nothing to do here.")]
-        #[unsafe(no_mangle)]
         pub extern "C" fn $name($(_: $t),*) {}
     )*};
 }
@@ -62,7 +59,6 @@ nothing! {
 }
 
 /// `ibv_query_qp_data_in_order`: 0, no promise beyond the transport's (the C default).
-#[unsafe(no_mangle)]
 pub extern "C" fn ibv_query_qp_data_in_order(_qp: *mut ibv_qp, _op: c_int, _flags: u32) -> c_int {
     0
 }

@@ -1,5 +1,13 @@
 //! Which version node each exported symbol belongs to: a `.symver` directive per symbol,
 //! binding it to `name@@NODE` in the cdylib (the nodes are defined in `libibverbs.map`).
+//!
+//! The assembler binds `name@@NODE` only to a definition in the same object, and rustc
+//! copies a module's `global_asm!` into every codegen unit that holds part of the module,
+//! so a directive beside its function holds only in a one-unit build (which a published
+//! crate cannot ask for: its profile does not travel with it). Each symbol is therefore
+//! defined here, by a naked function whose own assembly carries the directive and jumps
+//! to the Rust function of the same name; the Rust functions themselves are not
+//! exported, and Rust code calls them directly.
 //! The lists are rdma-core 44's default versions (`objdump -T`), which BIND_NOW callers
 //! check at load time; `tests/symbols.rs` compares the built library with the system's.
 //!
@@ -7,58 +15,95 @@
 //! version script to live in, so the directives are left out there.
 
 macro_rules! symver {
-    ($($node:literal: $($name:ident)*;)*) => {
+    ($($node:literal: $($m:ident::$name:ident)*;)*) => {
         /// Every exported symbol with its node, for the tests.
         #[cfg_attr(not(test), allow(dead_code))]
         pub(crate) const EXPORTS: &[(&str, &str)] = &[$($(($node, stringify!($name)),)*)*];
+
+        /// The exported symbols: one naked function per symbol, whose assembly defines
+        /// the symbol, binds it to its node and jumps to the Rust function (a tail call,
+        /// so every argument register and the return address pass through untouched).
         #[cfg(not(test))]
-        std::arch::global_asm!($($(concat!(".symver ", stringify!($name), ", ", stringify!($name), "@@", $node),)*)*);
+        mod exported {
+            $($(
+                #[doc = concat!("`", stringify!($name), "`, version ", $node, ".")]
+                #[unsafe(naked)]
+                #[unsafe(no_mangle)]
+                pub unsafe extern "C" fn $name() {
+                    std::arch::naked_asm!(
+                        concat!(".symver ", stringify!($name), ", ", stringify!($name), "@@", $node),
+                        "jmp {f}",
+                        f = sym crate::$m::$name,
+                    )
+                }
+            )*)*
+        }
+
+        /// Unit tests link no version script: the same jumps, unexported and unversioned,
+        /// so that each Rust function stays referenced as in the library.
+        #[cfg(test)]
+        #[allow(dead_code)]
+        mod exported {
+            $($(
+                #[unsafe(naked)]
+                pub unsafe extern "C" fn $name() {
+                    std::arch::naked_asm!("jmp {f}", f = sym crate::$m::$name)
+                }
+            )*)*
+        }
     };
 }
 
 symver! {
-    "IBVERBS_1.0":
-        ibv_copy_path_rec_from_kern ibv_copy_path_rec_to_kern ibv_copy_qp_attr_from_kern
-        ibv_create_comp_channel ibv_destroy_comp_channel ibv_get_sysfs_path ibv_rate_to_mult
-        ibv_read_sysfs_file mult_to_ibv_rate;
-    "IBVERBS_1.1":
-        ibv_ack_async_event ibv_ack_cq_events ibv_alloc_pd ibv_attach_mcast ibv_close_device
-        ibv_copy_ah_attr_from_kern ibv_create_ah ibv_create_ah_from_wc ibv_create_cq
-        ibv_create_qp ibv_create_srq ibv_dealloc_pd ibv_dereg_mr ibv_destroy_ah ibv_destroy_cq
-        ibv_destroy_qp ibv_destroy_srq ibv_detach_mcast ibv_dofork_range ibv_dontfork_range
-        ibv_event_type_str ibv_fork_init ibv_free_device_list ibv_get_async_event
-        ibv_get_cq_event ibv_get_device_guid ibv_get_device_list ibv_get_device_name
-        ibv_init_ah_from_wc ibv_modify_qp ibv_modify_srq ibv_node_type_str ibv_open_device
-        ibv_port_state_str ibv_query_device ibv_query_gid ibv_query_pkey ibv_query_port
-        ibv_query_qp ibv_query_srq ibv_rate_to_mbps ibv_reg_mr ibv_rereg_mr ibv_resize_cq
-        ibv_resolve_eth_l2_from_gid ibv_wc_status_str mbps_to_ibv_rate;
-    "IBVERBS_1.5": ibv_get_pkey_index;
-    "IBVERBS_1.6": ibv_qp_to_qp_ex;
-    "IBVERBS_1.7": ibv_reg_mr_iova;
-    "IBVERBS_1.8": ibv_reg_mr_iova2;
-    "IBVERBS_1.9": ibv_get_device_index;
-    "IBVERBS_1.10":
-        ibv_import_device ibv_import_mr ibv_import_pd ibv_query_ece ibv_set_ece ibv_unimport_mr
-        ibv_unimport_pd;
-    "IBVERBS_1.11": _ibv_query_gid_ex _ibv_query_gid_table;
-    "IBVERBS_1.12": ibv_reg_dmabuf_mr;
-    "IBVERBS_1.13": ibv_import_dm ibv_is_fork_initialized ibv_unimport_dm;
-    "IBVERBS_1.14": ibv_query_qp_data_in_order;
-    "IBVERBS_PRIVATE_34": ibv_query_gid_type;
-    "RDMACM_1.0":
-        raccept rbind rclose rconnect rdma_accept rdma_ack_cm_event rdma_bind_addr rdma_connect
-        rdma_create_ep rdma_create_event_channel rdma_create_id rdma_create_qp rdma_create_qp_ex
-        rdma_create_srq rdma_create_srq_ex rdma_destroy_ep rdma_destroy_event_channel
-        rdma_destroy_id rdma_destroy_qp rdma_destroy_srq rdma_disconnect rdma_event_str
-        rdma_free_devices rdma_freeaddrinfo rdma_get_cm_event rdma_get_devices rdma_get_dst_port
-        rdma_get_request rdma_get_src_port rdma_getaddrinfo rdma_join_multicast
-        rdma_leave_multicast rdma_listen rdma_migrate_id rdma_notify rdma_reject
-        rdma_resolve_addr rdma_resolve_route rdma_set_option rfcntl rgetpeername rgetsockname
-        rgetsockopt riomap riounmap riowrite rlisten rpoll rread rreadv rrecv rrecvfrom rrecvmsg
-        rselect rsend rsendmsg rsendto rsetsockopt rshutdown rsocket rwrite rwritev;
-    "RDMACM_1.1": rdma_join_multicast_ex;
-    "RDMACM_1.2": rdma_establish rdma_init_qp_attr;
-    "RDMACM_1.3": rdma_get_remote_ece rdma_reject_ece rdma_set_local_ece;
+    "IBVERBS_1.0": stubs::ibv_copy_path_rec_from_kern stubs::ibv_copy_path_rec_to_kern
+        stubs::ibv_copy_qp_attr_from_kern cq::ibv_create_comp_channel
+        cq::ibv_destroy_comp_channel device::ibv_get_sysfs_path events::ibv_rate_to_mult
+        device::ibv_read_sysfs_file events::mult_to_ibv_rate;
+    "IBVERBS_1.1": events::ibv_ack_async_event cq::ibv_ack_cq_events mr::ibv_alloc_pd
+        qp::ibv_attach_mcast device::ibv_close_device stubs::ibv_copy_ah_attr_from_kern
+        mr::ibv_create_ah mr::ibv_create_ah_from_wc cq::ibv_create_cq qp::ibv_create_qp
+        qp::ibv_create_srq mr::ibv_dealloc_pd mr::ibv_dereg_mr mr::ibv_destroy_ah
+        cq::ibv_destroy_cq qp::ibv_destroy_qp qp::ibv_destroy_srq qp::ibv_detach_mcast
+        events::ibv_dofork_range events::ibv_dontfork_range events::ibv_event_type_str
+        events::ibv_fork_init device::ibv_free_device_list events::ibv_get_async_event
+        cq::ibv_get_cq_event device::ibv_get_device_guid device::ibv_get_device_list
+        device::ibv_get_device_name mr::ibv_init_ah_from_wc qp::ibv_modify_qp qp::ibv_modify_srq
+        events::ibv_node_type_str device::ibv_open_device events::ibv_port_state_str
+        device::ibv_query_device device::ibv_query_gid device::ibv_query_pkey
+        device::ibv_query_port qp::ibv_query_qp qp::ibv_query_srq events::ibv_rate_to_mbps
+        mr::ibv_reg_mr mr::ibv_rereg_mr cq::ibv_resize_cq stubs::ibv_resolve_eth_l2_from_gid
+        events::ibv_wc_status_str events::mbps_to_ibv_rate;
+    "IBVERBS_1.5": device::ibv_get_pkey_index;
+    "IBVERBS_1.6": qp::ibv_qp_to_qp_ex;
+    "IBVERBS_1.7": mr::ibv_reg_mr_iova;
+    "IBVERBS_1.8": mr::ibv_reg_mr_iova2;
+    "IBVERBS_1.9": device::ibv_get_device_index;
+    "IBVERBS_1.10": stubs::ibv_import_device stubs::ibv_import_mr stubs::ibv_import_pd
+        stubs::ibv_query_ece stubs::ibv_set_ece stubs::ibv_unimport_mr stubs::ibv_unimport_pd;
+    "IBVERBS_1.11": device::_ibv_query_gid_ex device::_ibv_query_gid_table;
+    "IBVERBS_1.12": stubs::ibv_reg_dmabuf_mr;
+    "IBVERBS_1.13": stubs::ibv_import_dm events::ibv_is_fork_initialized stubs::ibv_unimport_dm;
+    "IBVERBS_1.14": stubs::ibv_query_qp_data_in_order;
+    "IBVERBS_PRIVATE_34": device::ibv_query_gid_type;
+    "RDMACM_1.0": rdmacm::raccept rdmacm::rbind rdmacm::rclose rdmacm::rconnect cm::rdma_accept
+        cm::rdma_ack_cm_event cm::rdma_bind_addr cm::rdma_connect cm::rdma_create_ep
+        cm::rdma_create_event_channel cm::rdma_create_id cm::rdma_create_qp
+        cm::rdma_create_qp_ex cm::rdma_create_srq cm::rdma_create_srq_ex cm::rdma_destroy_ep
+        cm::rdma_destroy_event_channel cm::rdma_destroy_id cm::rdma_destroy_qp
+        cm::rdma_destroy_srq cm::rdma_disconnect rdmacm::rdma_event_str
+        rdmacm::rdma_free_devices addrinfo::rdma_freeaddrinfo cm::rdma_get_cm_event
+        rdmacm::rdma_get_devices cm::rdma_get_dst_port cm::rdma_get_request
+        cm::rdma_get_src_port addrinfo::rdma_getaddrinfo cm::rdma_join_multicast
+        cm::rdma_leave_multicast cm::rdma_listen cm::rdma_migrate_id cm::rdma_notify
+        cm::rdma_reject cm::rdma_resolve_addr cm::rdma_resolve_route cm::rdma_set_option
+        rdmacm::rfcntl rdmacm::rgetpeername rdmacm::rgetsockname rdmacm::rgetsockopt
+        rdmacm::riomap rdmacm::riounmap rdmacm::riowrite rdmacm::rlisten rdmacm::rpoll
+        rdmacm::rread rdmacm::rreadv rdmacm::rrecv rdmacm::rrecvfrom rdmacm::rrecvmsg
+        rdmacm::rselect rdmacm::rsend rdmacm::rsendmsg rdmacm::rsendto rdmacm::rsetsockopt
+        rdmacm::rshutdown rdmacm::rsocket rdmacm::rwrite rdmacm::rwritev;
+    "RDMACM_1.1": cm::rdma_join_multicast_ex;
+    "RDMACM_1.2": cm::rdma_establish cm::rdma_init_qp_attr;
+    "RDMACM_1.3": cm::rdma_get_remote_ece cm::rdma_reject_ece cm::rdma_set_local_ece;
 }
 
 #[cfg(test)]

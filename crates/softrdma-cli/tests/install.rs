@@ -138,8 +138,7 @@ fn cargo_install_gives_a_binary_that_runs_programs_on_its_own() {
 /// The crates as `cargo package` makes them for crates.io (so without the workspace, the
 /// tests, or anything outside each package's folder), installed as `cargo install
 /// softrdma-cli` would install them once published: each softrdma crate from its
-/// packaged source (a `[patch.crates-io]`), everything else from crates.io, with the
-/// setting README.md gives for it.
+/// packaged source (a `[patch.crates-io]`), everything else from crates.io.
 #[test]
 #[ignore = "a release build of its own: run by CI with --ignored"]
 fn packaged_crates_install_as_from_crates_io() {
@@ -159,16 +158,9 @@ fn packaged_crates_install_as_from_crates_io() {
     assert!(o.status.success(), "cargo package: {}", text(&o));
     let src = tmp.0.join("src");
     std::fs::create_dir_all(&src).unwrap();
-    // The one setting a published install needs (README.md says so): the drop-in binds
-    // each symbol to rdma-core's version node with `.symver`, which the assembler honours
-    // only in the object that defines the symbol, and rustc copies a module's
-    // `global_asm!` into every codegen unit that holds part of the module. The workspace
-    // builds it as one unit; a published crate's profile does not travel with it.
-    let mut args: Vec<std::ffi::OsString> = vec![
-        "install".into(),
-        "--config".into(),
-        "profile.release.package.softrdma-capi.codegen-units=1".into(),
-    ];
+    // No profile travels with a published crate: this build has cargo's default release
+    // profile (16 codegen units, no LTO), unlike the workspace's.
+    let mut args: Vec<std::ffi::OsString> = vec!["install".into()];
     for e in std::fs::read_dir(tmp.0.join("target/package")).unwrap() {
         let p = e.unwrap().path();
         let Some(name) = p.file_name().and_then(|n| n.to_str()) else {

@@ -45,7 +45,7 @@ const COMMANDS: &[(&str, How)] = &[
         Elsewhere(INSTALL),
     ),
     (
-        "cargo install softrdma-cli --config profile.release.package.softrdma-capi.codegen-units=1",
+        "cargo install softrdma-cli",
         Elsewhere("tests/install.rs: packaged_crates_install_as_from_crates_io"),
     ),
     ("./scripts/deb", Elsewhere(DEB)),
