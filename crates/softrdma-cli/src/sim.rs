@@ -4,7 +4,7 @@ use crate::error::CliError;
 use clap::{Args, ValueEnum};
 use serde_json::json;
 use softrdma_proto::sim::{LinkFaults, LinkRate};
-use softrdma_proto::workload::{OpMix, WorkloadConfig, lossless, run_workload};
+use softrdma_proto::workload::{OpMix, WorkloadConfig, lossless, run_workload_observed};
 use softrdma_proto::{Instant, Mtu, QpType};
 use std::io::Write;
 use std::process::ExitCode;
@@ -215,7 +215,15 @@ pub fn run(a: &SimArgs, out: &mut impl Write) -> ExitCode {
         timeout: a.timeout,
         max_steps: 1_000_000 + a.ops.saturating_mul(max_pkts).saturating_mul(400),
     };
-    let r = match run_workload(&cfg) {
+    // Both runs on one bar, on stderr when it is a terminal (a run of 50,000 operations
+    // takes seconds).
+    let pb = indicatif::ProgressBar::new(2 * a.ops);
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} work requests {elapsed}")
+    {
+        pb.set_style(style);
+    }
+    let r = match run_workload_observed(&cfg, &mut |n| pb.set_position(n)) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("softrdma sim: {e}");
@@ -223,13 +231,14 @@ pub fn run(a: &SimArgs, out: &mut impl Write) -> ExitCode {
         }
     };
     // The same work on a lossless link, so that the run is judged by its efficiency too.
-    let base = match run_workload(&lossless(&cfg)) {
+    let base = match run_workload_observed(&lossless(&cfg), &mut |n| pb.set_position(a.ops + n)) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("softrdma sim: the lossless run: {e}");
             return ExitCode::from(1);
         }
     };
+    pb.finish_and_clear();
     let slowdown = r.sim_time_ns as f64 / base.sim_time_ns.max(1) as f64;
     let c = &r.counters;
     // Goodput as a share of the line rate.

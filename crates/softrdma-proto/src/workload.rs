@@ -239,6 +239,15 @@ struct PairState {
 /// and the run ends. For UC and UD, every send completes successfully on the requester, and
 /// whatever is received or written is whole and correct.
 pub fn run_workload(cfg: &WorkloadConfig) -> Result<WorkloadReport, SimError> {
+    run_workload_observed(cfg, &mut |_| {})
+}
+
+/// [`run_workload`], telling `progress` how many work requests have completed (with
+/// success or an error) whenever that number grows; a front end draws it.
+pub fn run_workload_observed(
+    cfg: &WorkloadConfig,
+    progress: &mut dyn FnMut(u64),
+) -> Result<WorkloadReport, SimError> {
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5EED);
     let mtu = cfg.mtu.bytes() as u32;
     let max = match cfg.transport {
@@ -343,8 +352,13 @@ pub fn run_workload(cfg: &WorkloadConfig) -> Result<WorkloadReport, SimError> {
     let mut ok = 0u64;
     let mut posted = 0u64;
     let grh = if cfg.transport == QpType::Ud { 40 } else { 0 };
+    let mut reported = 0u64;
     loop {
         let before = (posted, ok, errors.values().sum::<u64>());
+        if before.1 + before.2 > reported {
+            reported = before.1 + before.2;
+            progress(reported);
+        }
         // Post while the window allows; keep receives posted on B.
         for (i, p) in pairs.iter_mut().enumerate() {
             let i = i as u32;
