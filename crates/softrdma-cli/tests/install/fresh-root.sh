@@ -27,9 +27,12 @@ step bootstrap
 # Inside the root, with a clean environment. apt and dpkg need /proc and /dev only for a
 # few maintainer scripts; the programs need /proc (their own path), /sys (doctor) and
 # /dev/shm (the same-host path), so every command runs in a mount namespace that has them.
+# The root is made a mount point, as a container's is, so that `softrdma exec` can make
+# its private view of the devices there.
 in_root() {
     unshare --mount --fork -- bash -c '
         r=$1; shift
+        mount --bind "$r" "$r"
         mount -t proc proc "$r/proc"
         mount -t sysfs sysfs "$r/sys"
         mkdir -p "$r/dev/shm" "$r/dev/pts"
