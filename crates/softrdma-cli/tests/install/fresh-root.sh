@@ -3,7 +3,7 @@
 #
 #   fresh-root.sh DEB
 #
-# Makes a minimal Debian 12 root with mmdebstrap (from Debian's packages), installs the
+# Runs lintian on the package. Makes a minimal Debian 12 root with mmdebstrap (from Debian's packages), installs the
 # package there with `apt install ./softrdma_*.deb`, runs `softrdma doctor`, `softrdma exec
 # -- ibv_devinfo`, an `ibv_rc_pingpong` pair and `softrdma demo` inside it (in a network
 # namespace of their own, so only the root's loopback is used), removes the package and
@@ -17,10 +17,19 @@ export DEBIAN_FRONTEND=noninteractive
 t0=$SECONDS
 step() { echo "== $1 $((SECONDS - t0))"; t0=$SECONDS; }
 
-if ! command -v mmdebstrap >/dev/null 2>&1; then
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null \
-        || { echo "fresh-root.sh: cannot install mmdebstrap from Debian's packages" >&2; exit 1; }
+need=()
+command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
+command -v lintian >/dev/null 2>&1 || need+=(lintian)
+if [ ${#need[@]} -gt 0 ]; then
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null \
+        || { echo "fresh-root.sh: cannot install ${need[*]} from Debian's packages" >&2; exit 1; }
 fi
+
+# Debian's own checks of the package: no error and no warning, but the one about the
+# archive (a first upload closes no bug report, which is not this package's to fix).
+lintian --fail-on error,warning --suppress-tags initial-upload-closes-no-bugs "$deb" 2>&1 \
+    | { grep -v "running with root privileges" || true; }
+step lintian
 mmdebstrap --quiet --variant=apt --mode=root bookworm "$root"
 step bootstrap
 
