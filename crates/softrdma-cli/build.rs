@@ -39,40 +39,52 @@ fn main() {
     }
 }
 
-/// The commit this source is, as 12 hex digits, or "unknown".
+/// The commit this source is, as 12 hex digits, or "unknown". A published crate's own
+/// record comes first: such a crate may sit inside someone else's git checkout.
 fn commit() -> String {
     let dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
-    if let Some(c) = git(&dir, &["rev-parse", "--short=12", "HEAD"]) {
-        // Rebuild when HEAD moves: HEAD itself names a branch, whose ref file (or
-        // packed-refs) is what a commit changes.
-        if let Some(git_dir) = git(&dir, &["rev-parse", "--absolute-git-dir"]) {
-            let git_dir = Path::new(&git_dir);
-            println!("cargo::rerun-if-changed={}", git_dir.join("HEAD").display());
-            println!(
-                "cargo::rerun-if-changed={}",
-                git_dir.join("packed-refs").display()
-            );
-            if let Some(r) = git(&dir, &["symbolic-ref", "-q", "HEAD"]) {
-                println!("cargo::rerun-if-changed={}", git_dir.join(r).display());
-            }
-        }
+    let vcs = dir.join(".cargo_vcs_info.json");
+    if let Some(c) = vcs_info(&vcs) {
+        println!("cargo::rerun-if-changed={}", vcs.display());
         return c;
     }
-    let vcs = dir.join(".cargo_vcs_info.json");
-    println!("cargo::rerun-if-changed={}", vcs.display());
-    std::fs::read_to_string(&vcs)
-        .ok()
-        .and_then(|t| {
-            let at = t.find("\"sha1\"")?;
-            let hex: String = t[at + 6..]
-                .chars()
-                .skip_while(|c| !c.is_ascii_hexdigit())
-                .take_while(char::is_ascii_hexdigit)
-                .take(12)
-                .collect();
-            (hex.len() == 12).then_some(hex)
-        })
-        .unwrap_or_else(|| "unknown".into())
+    let Some(c) = git(&dir, &["rev-parse", "--short=12", "HEAD"]) else {
+        return "unknown".into();
+    };
+    // Rebuild when HEAD moves. A commit rewrites the branch's ref, a loose file under
+    // refs/heads or a line of packed-refs. Cargo takes a watched file that does not exist
+    // for a change on every build, so only what exists is watched (a folder is scanned
+    // whole). A worktree keeps its HEAD apart from the refs it shares.
+    let head = git(
+        &dir,
+        &["rev-parse", "--path-format=absolute", "--git-path", "HEAD"],
+    );
+    let common = git(
+        &dir,
+        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+    );
+    let mut watch: Vec<PathBuf> = head.into_iter().map(PathBuf::from).collect();
+    if let Some(common) = common {
+        let common = Path::new(&common);
+        watch.extend([common.join("refs/heads"), common.join("packed-refs")]);
+    }
+    for p in watch.iter().filter(|p| p.exists()) {
+        println!("cargo::rerun-if-changed={}", p.display());
+    }
+    c
+}
+
+/// The commit that `cargo package` recorded in a published crate.
+fn vcs_info(vcs: &Path) -> Option<String> {
+    let t = std::fs::read_to_string(vcs).ok()?;
+    let at = t.find("\"sha1\"")?;
+    let hex: String = t[at + 6..]
+        .chars()
+        .skip_while(|c| !c.is_ascii_hexdigit())
+        .take_while(char::is_ascii_hexdigit)
+        .take(12)
+        .collect();
+    (hex.len() == 12).then_some(hex)
 }
 
 fn git(dir: &Path, args: &[&str]) -> Option<String> {

@@ -14,6 +14,11 @@
 //! Unit tests link this crate into an executable, where a versioned definition has no
 //! version script to live in, so the directives are left out there.
 
+// The trampolines are x86_64 assembly, as the ABI facts of the whole crate are
+// (`crate::abi`): another target gets this line rather than an assembler error.
+#[cfg(not(target_arch = "x86_64"))]
+compile_error!("softrdma-capi is the C ABI of rdma-core on x86_64 Linux, and builds there only");
+
 macro_rules! symver {
     ($($node:literal: $($m:ident::$name:ident)*;)*) => {
         /// Every exported symbol with its node, for the tests.
@@ -27,6 +32,10 @@ macro_rules! symver {
         mod exported {
             $($(
                 #[doc = concat!("`", stringify!($name), "`, version ", $node, ".")]
+                // SAFETY: the body is one jump to the Rust function of the same name,
+                // which has the C signature callers use: a tail call that leaves every
+                // argument register, the stack and the return address as the caller set
+                // them (no exported function is variadic).
                 #[unsafe(naked)]
                 #[unsafe(no_mangle)]
                 pub unsafe extern "C" fn $name() {

@@ -23,7 +23,7 @@ fn library_path(dir: &Path) -> OsString {
 /// `softrdma env`: the shell lines that make the programs of this shell use softrdma.
 pub fn env() -> ExitCode {
     match lib_dir() {
-        Ok((dir, _)) => {
+        Ok(dir) => {
             let p = library_path(&dir);
             println!(
                 "export LD_LIBRARY_PATH='{}'",
@@ -49,7 +49,7 @@ pub fn exec(program: &[OsString], view: bool) -> ExitCode {
         return ExitCode::from(2);
     };
     let dir = match lib_dir() {
-        Ok((d, _)) => d,
+        Ok(d) => d,
         Err(e) => {
             eprintln!("softrdma exec: {e}");
             return ExitCode::from(2);

@@ -16,10 +16,11 @@
 //! 3. **The copies inside this binary.** A release build embeds the libraries (see
 //!    `build.rs`), so that `cargo install` gives a binary that runs programs on its own.
 //!    On first use they are written into `$XDG_CACHE_HOME/softrdma/` (or `~/.cache`, or a
-//!    private folder in `/tmp` when there is no home), in a folder named by the version
-//!    and a hash of their contents. The folder is filled under a temporary name and
-//!    renamed into place, so a reader never sees half of it, and two versions never share
-//!    one.
+//!    private folder `/tmp/softrdma-lib-UID` when there is no home), in a folder named by
+//!    the version and a hash of their contents. The folder is filled under a temporary
+//!    name of its own, synced, and renamed into place, so a reader never sees half of it
+//!    (not even after a crash), and two versions never share one. A folder whose files do
+//!    not have the embedded sizes is written again.
 //!
 //! Runs on the calling thread; no locks.
 
@@ -102,30 +103,22 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> LibDirError + '_ {
     }
 }
 
-/// Where the libraries came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    /// A package's private folder.
-    Installed,
-    /// The build tree.
-    BuildTree,
-    /// This binary, written out to the cache.
-    Embedded,
-}
-
-/// The folder to put on `LD_LIBRARY_PATH`, made if needed, and where it came from.
-pub fn lib_dir() -> Result<(PathBuf, Source), LibDirError> {
+/// The folder to put on `LD_LIBRARY_PATH`, made if needed.
+pub fn lib_dir() -> Result<PathBuf, LibDirError> {
     let exe = std::env::current_exe().map_err(io(Path::new("/proc/self/exe")))?;
     let bin = exe.parent().unwrap_or(Path::new("/"));
     let installed = bin.parent().unwrap_or(bin).join("lib/softrdma");
     if installed.join(LIBS[0].0).is_file() {
-        return Ok((installed, Source::Installed));
+        return Ok(installed);
     }
-    if let Some(dir) = build_tree(bin)? {
-        return Ok((dir, Source::BuildTree));
+    match build_tree(bin) {
+        Ok(Some(dir)) => return Ok(dir),
+        // A build tree the user may not write to: the copies inside serve as well.
+        Err(e) if EMBEDDED.is_empty() => return Err(e),
+        _ => {}
     }
     if !EMBEDDED.is_empty() {
-        return Ok((write_embedded(EMBEDDED)?, Source::Embedded));
+        return write_embedded(&cache_root()?, EMBEDDED);
     }
     Err(LibDirError::Missing { installed, exe })
 }
@@ -182,7 +175,7 @@ fn cache_root() -> Result<PathBuf, LibDirError> {
     // No usable home: a folder of our own in the shared temporary folder, which must be
     // ours alone, as anyone could have made it first.
     let uid = nix::unistd::getuid().as_raw();
-    let root = std::env::temp_dir().join(format!("softrdma-{uid}"));
+    let root = std::env::temp_dir().join(format!("softrdma-lib-{uid}"));
     match std::fs::DirBuilder::new().mode(0o700).create(&root) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -204,32 +197,58 @@ fn cache_root() -> Result<PathBuf, LibDirError> {
     }
 }
 
-/// Writes `libs` (by cargo name) into the cache, once, and gives their folder.
-fn write_embedded(libs: &[(&str, &[u8])]) -> Result<PathBuf, LibDirError> {
+/// Whether `dir` holds every library of `libs` whole (each file of its embedded size).
+fn complete(dir: &Path, libs: &[(&str, &[u8])]) -> bool {
+    LIBS.iter().all(|(soname, file)| {
+        let want = libs.iter().find(|(n, _)| n == file).map(|(_, b)| b.len());
+        let have = std::fs::metadata(dir.join(soname))
+            .ok()
+            .map(|m| m.len() as usize);
+        want.is_none() || want == have
+    })
+}
+
+/// Writes `libs` (by cargo name) into a folder of their own under `root`, once, and gives
+/// it.
+fn write_embedded(root: &Path, libs: &[(&str, &[u8])]) -> Result<PathBuf, LibDirError> {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for (name, bytes) in libs {
         h.write(name.as_bytes());
         h.write(bytes);
     }
-    let root = cache_root()?;
     let dir = root.join(format!(
         "lib-{}-{:016x}",
         env!("CARGO_PKG_VERSION"),
         h.finish()
     ));
-    if dir.join(LIBS[0].0).is_file() {
+    if complete(&dir, libs) {
         return Ok(dir);
     }
-    let tmp = root.join(format!(".lib-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
+    // A name no other writer can hold, even one of the same pid in another namespace
+    // sharing this home: create_dir fails rather than reuse a folder.
+    let tmp = root.join(format!(
+        ".lib-{}-{:016x}",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
     std::fs::create_dir(&tmp).map_err(io(&tmp))?;
-    fill(&tmp, libs).inspect_err(|_| {
+    let filled = fill(&tmp, libs).and_then(|()| {
+        std::fs::File::open(&tmp)
+            .and_then(|d| d.sync_all())
+            .map_err(io(&tmp))
+    });
+    if let Err(e) = filled {
         let _ = std::fs::remove_dir_all(&tmp);
-    })?;
+        return Err(e);
+    }
+    if dir.exists() && !complete(&dir, libs) {
+        // Torn by an older version of this code, or by hand: replaced.
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     if let Err(e) = std::fs::rename(&tmp, &dir) {
         let _ = std::fs::remove_dir_all(&tmp);
         // Another process made it first; theirs is as good.
-        if !dir.join(LIBS[0].0).is_file() {
+        if !complete(&dir, libs) {
             return Err(io(&dir)(e));
         }
     }
@@ -249,9 +268,13 @@ fn fill(dir: &Path, libs: &[(&str, &[u8])]) -> Result<(), LibDirError> {
         let Some((_, bytes)) = libs.iter().find(|(n, _)| n == file) else {
             continue;
         };
-        std::fs::write(&path, bytes).map_err(io(&path))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
-            .map_err(io(&path))?;
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&path)?;
+            std::io::Write::write_all(&mut f, bytes)?;
+            f.set_permissions(std::fs::Permissions::from_mode(0o755))?;
+            f.sync_all()
+        };
+        write().map_err(io(&path))?;
         written.push((soname, file));
     }
     Ok(())
@@ -268,15 +291,13 @@ mod tests {
         let tmp = std::env::temp_dir().join(format!("softrdma-libdir-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp).unwrap();
-        // SAFETY: this test is the only one in the crate that touches XDG_CACHE_HOME.
-        unsafe { std::env::set_var("XDG_CACHE_HOME", &tmp) };
         let libs: &[(&str, &[u8])] = &[
             ("libsoftrdma_capi.so", b"capi"),
             ("libsoftrdma_stub_mlx5.so", b"mlx5"),
             ("libsoftrdma_stub_efa.so", b"efa"),
         ];
-        let dir = write_embedded(libs).unwrap();
-        assert!(dir.starts_with(tmp.join("softrdma")));
+        let dir = write_embedded(&tmp, libs).unwrap();
+        assert!(dir.starts_with(&tmp));
         assert_eq!(std::fs::read(dir.join("libibverbs.so.1")).unwrap(), b"capi");
         assert_eq!(
             std::fs::read_link(dir.join("librdmacm.so.1")).unwrap(),
@@ -289,7 +310,7 @@ mod tests {
             .unwrap()
             .modified()
             .unwrap();
-        assert_eq!(write_embedded(libs).unwrap(), dir);
+        assert_eq!(write_embedded(&tmp, libs).unwrap(), dir);
         let after = std::fs::metadata(dir.join("libibverbs.so.1"))
             .unwrap()
             .modified()
@@ -297,7 +318,18 @@ mod tests {
         assert_eq!(before, after);
         // Other contents, another folder.
         let other: &[(&str, &[u8])] = &[("libsoftrdma_capi.so", b"capi2"), libs[1], libs[2]];
-        assert_ne!(write_embedded(other).unwrap(), dir);
+        assert_ne!(write_embedded(&tmp, other).unwrap(), dir);
+        // A torn folder (a file cut short) is written again.
+        std::fs::write(dir.join("libefa.so.1"), b"").unwrap();
+        assert_eq!(write_embedded(&tmp, libs).unwrap(), dir);
+        assert_eq!(std::fs::read(dir.join("libefa.so.1")).unwrap(), b"efa");
+        // No temporary folder is left behind.
+        let left: Vec<_> = std::fs::read_dir(&tmp)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
         let _ = std::fs::remove_dir_all(&tmp);
     }
 }

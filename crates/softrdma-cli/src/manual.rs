@@ -40,7 +40,7 @@ pub fn completions(shell: clap_complete::Shell) -> ExitCode {
 pub fn manpages(dir: &Path) -> ExitCode {
     let run = || -> std::io::Result<usize> {
         std::fs::create_dir_all(dir)?;
-        write_pages(&Cli::command(), "softrdma", dir)
+        write_pages(&Cli::command(), ("softrdma", "softrdma"), dir)
     };
     match run() {
         Ok(n) => {
@@ -54,21 +54,33 @@ pub fn manpages(dir: &Path) -> ExitCode {
     }
 }
 
-/// Writes `cmd`'s page as `name.1`, then its visible subcommands' pages; gives how many.
-fn write_pages(cmd: &clap::Command, name: &str, dir: &Path) -> std::io::Result<usize> {
-    // The page's title is the full name (`softrdma-link-add`), and the synopsis shows
-    // how it is typed (`softrdma link add`).
+/// Writes `cmd`'s page as `NAME.1`, then its visible subcommands' pages; gives how many.
+/// The page's title is the full name (`softrdma-link-add`), and the synopsis shows how the
+/// command is typed (`softrdma link add`; `softrdma rc-pingpong` keeps its hyphen).
+fn write_pages(
+    cmd: &clap::Command,
+    (name, typed): (&str, &str),
+    dir: &Path,
+) -> std::io::Result<usize> {
     let cmd = cmd
         .clone()
         .name(name.to_owned())
-        .bin_name(name.replace('-', " "))
+        .bin_name(typed.to_owned())
         .disable_help_subcommand(true);
     let mut page = Vec::new();
     clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
     std::fs::write(dir.join(format!("{name}.1")), page)?;
     let mut n = 1;
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        n += write_pages(sub, &format!("{name}-{}", sub.get_name()), dir)?;
+        let sub_name = sub.get_name();
+        n += write_pages(
+            sub,
+            (
+                &format!("{name}-{sub_name}"),
+                &format!("{typed} {sub_name}"),
+            ),
+            dir,
+        )?;
     }
     Ok(n)
 }
@@ -100,7 +112,7 @@ mod tests {
         walk(&Cli::command(), "softrdma", &mut names);
         let dir = std::env::temp_dir().join(format!("softrdma-man-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let n = write_pages(&Cli::command(), "softrdma", &dir).unwrap();
+        let n = write_pages(&Cli::command(), ("softrdma", "softrdma"), &dir).unwrap();
         assert_eq!(n, names.len());
         for name in &names {
             let page = std::fs::read_to_string(dir.join(format!("{name}.1"))).unwrap();
@@ -109,6 +121,9 @@ mod tests {
                 "{name}.1: {page}"
             );
         }
+        // The synopsis is typed as the command is: hyphens inside a subcommand's name stay.
+        let page = std::fs::read_to_string(dir.join("softrdma-rc-pingpong.1")).unwrap();
+        assert!(page.contains("softrdma rc\\-pingpong"), "{page}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -217,7 +217,7 @@ pub fn run(a: &SimArgs, out: &mut impl Write) -> ExitCode {
     };
     // Both runs on one bar, on stderr when it is a terminal (a run of 50,000 operations
     // takes seconds).
-    let pb = indicatif::ProgressBar::new(2 * a.ops);
+    let pb = indicatif::ProgressBar::new(a.ops.saturating_mul(2));
     if let Ok(style) =
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} work requests {elapsed}")
     {
@@ -231,7 +231,9 @@ pub fn run(a: &SimArgs, out: &mut impl Write) -> ExitCode {
         }
     };
     // The same work on a lossless link, so that the run is judged by its efficiency too.
-    let base = match run_workload_observed(&lossless(&cfg), &mut |n| pb.set_position(a.ops + n)) {
+    let base = match run_workload_observed(&lossless(&cfg), &mut |n| {
+        pb.set_position(a.ops.saturating_add(n))
+    }) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("softrdma sim: the lossless run: {e}");

@@ -2,7 +2,8 @@
 //! of its own (minutes), and the second needs root and Debian's package mirror. CI runs
 //! them (`.ci/run`: `cargo test --release -p softrdma-cli --test install -- --ignored`).
 //!
-//! - `cargo install` into an empty root, with its build tree deleted afterwards, gives a
+//! - `cargo install` into an empty `--root` (with the user's `CARGO_HOME`, so that crates
+//!   already downloaded are not fetched again), with its build tree deleted afterwards, gives a
 //!   binary that runs unmodified programs on its own: the drop-in libraries travel inside
 //!   it (`src/libdir.rs`).
 //! - The crates as `cargo package` makes them for crates.io, installed with `cargo
@@ -44,9 +45,6 @@ impl Drop for Scratch {
     }
 }
 
-/// `cargo install --path crates/softrdma-cli` into an empty root, from a build tree of its
-/// own that is then deleted; the installed binary alone runs `softrdma env`, `ibv_devinfo`
-/// and an `ibv_rc_pingpong` pair, with an empty home (where it puts its libraries).
 /// Runs `cargo ARGS --root ROOT --target-dir TARGET` (an install), deletes the build tree,
 /// and proves that the installed binary alone runs `softrdma env`, `ibv_devinfo` and an
 /// `ibv_rc_pingpong` pair (on TCP port `port`), with an empty home, where it puts its
@@ -220,10 +218,17 @@ fn debian_package_installs_runs_and_leaves_nothing_on_a_fresh_root() {
     );
     eprintln!("scripts/deb took {:.0} s", start.elapsed().as_secs_f64());
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/install/fresh-root.sh");
+    // timeout(1) signals its whole process group, so that mmdebstrap, apt and the
+    // programs in the root end with the script, whose EXIT trap removes the root.
     let o = wait_for(
-        spawn(Command::new(script).arg(&deb)),
+        spawn(
+            Command::new("timeout")
+                .args(["--kill-after=20s", "900"])
+                .arg(script)
+                .arg(&deb),
+        ),
         "fresh-root.sh",
-        Duration::from_secs(15 * 60),
+        Duration::from_secs(16 * 60),
     );
     let t = text(&o);
     eprintln!("{t}");

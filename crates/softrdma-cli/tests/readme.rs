@@ -106,7 +106,7 @@ const COMMANDS: &[(&str, How)] = &[
     ),
     // The CI job.
     (
-        "apt-get update && apt-get install -y --no-install-recommends build-essential ca-certificates git ibverbs-utils libibverbs-dev librdmacm-dev",
+        "apt-get update && apt-get install -y --no-install-recommends build-essential ca-certificates curl git ibverbs-utils libibverbs-dev librdmacm-dev",
         Elsewhere("scripts/test (the same packages, and more)"),
     ),
     (
@@ -128,9 +128,18 @@ fn readme_commands(readme: &str) -> Vec<String> {
     for line in readme.lines() {
         let t = line.trim();
         if let Some(lang) = t.strip_prefix("```") {
+            // A block this test cannot read would let a command through untested.
+            assert!(
+                block.is_some() || ["sh", "yaml", "dockerfile"].contains(&lang),
+                "README.md has a ```{lang} block: use sh (commands), yaml or dockerfile"
+            );
             block = if block.is_some() { None } else { Some(lang) };
             continue;
         }
+        assert!(
+            block.is_none() || !t.ends_with('\\') && !t.ends_with("run: |"),
+            "README.md continues a command over lines, which this test reads one by one: {t}"
+        );
         match block {
             Some("sh") if !t.is_empty() && !t.starts_with('#') => out.push(t.to_owned()),
             Some("yaml") => {

@@ -13,6 +13,8 @@ deb="$(realpath "$1")"
 work="$(mktemp -d /tmp/softrdma-fresh.XXXXXX)"
 root="$work/root"
 trap 'rm -rf --one-file-system "$work"' EXIT
+# A timeout's TERM ends the script through its EXIT trap too.
+trap 'exit 1' TERM INT
 export DEBIAN_FRONTEND=noninteractive
 t0=$SECONDS
 step() { echo "== $1 $((SECONDS - t0))"; t0=$SECONDS; }
@@ -30,7 +32,7 @@ fi
 lintian --fail-on error,warning --suppress-tags initial-upload-closes-no-bugs "$deb" 2>&1 \
     | { grep -v "running with root privileges" || true; }
 step lintian
-mmdebstrap --quiet --variant=apt --mode=root bookworm "$root"
+timeout 600 mmdebstrap --quiet --variant=apt --mode=root bookworm "$root"
 step bootstrap
 
 # Inside the root, with a clean environment. apt and dpkg need /proc and /dev only for a
@@ -63,10 +65,10 @@ listing() {
         -o -path './tmp/softrdma-[0-9]*' \) -prune -o -print | sort)
 }
 
-in_root apt-get update -qq
+in_root timeout 300 apt-get update -qq
 listing >"$work/before"
 cp "$deb" "$root/tmp/"
-in_root sh -c "cd /tmp && apt install -y -q ./$(basename "$deb")" >"$work/apt.log" 2>&1 \
+in_root timeout 600 sh -c "cd /tmp && apt install -y -q ./$(basename "$deb")" >"$work/apt.log" 2>&1 \
     || { cat "$work/apt.log"; exit 1; }
 rm "$root/tmp/$(basename "$deb")"
 step install
@@ -81,7 +83,7 @@ for f in /usr/bin/softrdma /usr/lib/softrdma/libibverbs.so.1 /usr/lib/softrdma/l
     /usr/share/fish/vendor_completions.d/softrdma.fish /usr/share/doc/softrdma/examples/softrdma; do
     grep -qx "$f" "$work/files" || { echo "the package does not install $f" >&2; exit 1; }
 done
-in_root dpkg -S /usr/lib/x86_64-linux-gnu/libibverbs.so.1
+in_root dpkg -S '/usr/lib/*/libibverbs.so.1'
 echo "man pages: $(grep -c '^/usr/share/man/man1/.*\.1\.gz$' "$work/files")"
 
 # The programs, in a network namespace whose loopback is the only interface.
@@ -92,14 +94,17 @@ in_root softrdma doctor
 step doctor
 in_root timeout 60 softrdma exec -- ibv_devinfo
 step ibv_devinfo
-# The server, then the client once the server listens on its TCP port (18515, 0x4853).
+# The server, then the client once the server listens on its TCP port (18515, 0x4853;
+# on IPv4 or IPv6, whichever getaddrinfo gave it first).
 in_root timeout 60 softrdma exec -- ibv_rc_pingpong -g 1 >"$root/tmp/server.log" 2>&1 &
 server=$!
+listening=""
 for _ in $(seq 1 600); do
-    grep -q ":4853 00000000:0000 0A" /proc/net/tcp /proc/net/tcp6 && break
+    grep -qE ":4853 0+:0000 0A" /proc/net/tcp /proc/net/tcp6 && { listening=1; break; }
     kill -0 $server 2>/dev/null || break
     sleep 0.05
 done
+[ -n "$listening" ] || { echo "the ibv_rc_pingpong server never listened:"; cat "$root/tmp/server.log"; exit 1; }
 in_root timeout 60 softrdma exec -- ibv_rc_pingpong -g 1 127.0.0.1
 wait $server || { echo "the ibv_rc_pingpong server failed:"; cat "$root/tmp/server.log"; exit 1; }
 echo "--- server"; cat "$root/tmp/server.log"; rm "$root/tmp/server.log"
@@ -108,8 +113,8 @@ in_root timeout 120 softrdma demo
 step demo
 '
 
-in_root apt-get purge -y -qq softrdma >/dev/null
-in_root apt-get autoremove --purge -y -qq >/dev/null
+in_root timeout 300 apt-get purge -y -qq softrdma >/dev/null
+in_root timeout 300 apt-get autoremove --purge -y -qq >/dev/null
 step remove
 listing >"$work/after"
 echo "runtime state the programs left in /tmp: $(cd "$root/tmp" && echo softrdma-*/*)"
