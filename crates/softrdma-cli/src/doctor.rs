@@ -513,7 +513,11 @@ pub fn diagnose(ctx: &Ctx) -> Result<Vec<Check>, String> {
         }
     }
     let mut out = Vec::new();
-    kernel::check(&modules, &devices, &mut out);
+    let seen: Vec<(&str, Option<&str>)> = devices
+        .iter()
+        .map(|d| (d.name.as_str(), d.provider))
+        .collect();
+    kernel::check(&modules, &seen, &mut out);
     hw::check(ctx, &modules, &devices, &mut out);
     user::check(ctx, &modules, &devices, &mut out);
     soft::check(ctx, &modules, soft_devs, &mut out);

@@ -30,6 +30,9 @@
 //! FLUSH and ATOMIC WRITE requests are refused with an invalid-request NAK; memory windows and
 //! SEND with invalidate's actual invalidation are left to the device layer.
 
+// The contract above says no unsafe code: the compiler holds this crate to it.
+#![forbid(unsafe_code)]
+
 pub mod cm;
 pub mod endpoint;
 pub mod faults;

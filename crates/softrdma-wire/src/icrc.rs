@@ -148,7 +148,7 @@ fn prefix_crc(
     };
     let u = &mut hdr[8 + ip_len..8 + ip_len + 8];
     u[0..2].copy_from_slice(&src_port.to_be_bytes());
-    u[2..4].copy_from_slice(&crate::roce::ROCE_V2_PORT.to_be_bytes());
+    u[2..4].copy_from_slice(&crate::udp::ROCE_V2_PORT.to_be_bytes());
     u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
     let mut h = crc32fast::Hasher::new();
     h.update(&hdr[..8 + ip_len + 8]);

@@ -11,8 +11,7 @@ use crate::packet::{ICRC_LEN, IbPacket, IbRepr};
 use crate::udp::{UdpHeader, UdpRepr, field as udp_field};
 use core::net::IpAddr;
 
-/// The UDP destination port of RoCE v2 (IANA).
-pub const ROCE_V2_PORT: u16 = 4791;
+pub use crate::udp::ROCE_V2_PORT;
 
 /// The IP layer of a RoCE v2 packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -3,6 +3,10 @@
 use crate::error::{Error, Layer, Result};
 use crate::macros::be;
 
+/// The UDP destination port of RoCE v2 (IANA). It lives with the UDP header, which the
+/// ICRC's pseudo-header rebuilds, so that the ICRC needs nothing of the RoCE frame.
+pub const ROCE_V2_PORT: u16 = 4791;
+
 /// Byte ranges of the UDP header fields.
 pub mod field {
     use core::ops::Range;

@@ -3,7 +3,6 @@
 //! load the missing ones in the order the stack needs: ib_core, then the NIC driver and
 //! its RDMA half, then ib_uverbs and rdma_ucm (which brings rdma_cm).
 
-use super::hw::IbDevice;
 use super::{Check, Layer, Root, list_or_none};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -230,7 +229,10 @@ impl Modules {
 }
 
 /// The kernel modules layer.
-pub fn check(m: &Modules, devices: &[IbDevice], out: &mut Vec<Check>) {
+///
+/// `devices` are the RDMA devices found, each as its name and rdma-core provider: what this
+/// layer needs of the layer above it, passed down (hw's own checks use [`Modules`]).
+pub fn check(m: &Modules, devices: &[(&str, Option<&str>)], out: &mut Vec<Check>) {
     let l = Layer::Modules;
     if m.no_modules {
         let built: Vec<&str> = m.builtin.iter().map(String::as_str).collect();
@@ -409,8 +411,8 @@ pub fn check(m: &Modules, devices: &[IbDevice], out: &mut Vec<Check>) {
     if m.has("rdma_rxe") {
         let rxe: Vec<&str> = devices
             .iter()
-            .filter(|d| d.provider == Some("rxe"))
-            .map(|d| d.name.as_str())
+            .filter(|(_, provider)| *provider == Some("rxe"))
+            .map(|(name, _)| *name)
             .collect();
         let undo = if rxe.is_empty() {
             "modprobe -r rdma_rxe".to_owned()
