@@ -193,27 +193,44 @@ fn container(ctx: &Ctx) -> Option<String> {
 /// user's: a root tester may open anything, and a read-only checkout refuses every write.
 /// So there a stand-in counts as openable unless it has no write bit at all, which is how
 /// a test says "permission denied" for the fixture's (non-root) user.
-fn can_open(ctx: &Ctx, abs: &str) -> Result<(), String> {
+fn can_open(ctx: &Ctx, abs: &str) -> Result<(), DevFileError> {
     let p = ctx.root.path(abs);
-    let meta = std::fs::metadata(&p).map_err(|e| e.to_string())?;
+    let meta = std::fs::metadata(&p).map_err(DevFileError::Missing)?;
     if !ctx.root.live() {
         use std::os::unix::fs::PermissionsExt as _;
         let mode = meta.permissions().mode() & 0o7777;
         return if mode & 0o222 == 0 && ctx.me.euid != 0 {
-            Err(format!("no read-write access (mode {mode:04o})"))
+            Err(DevFileError::Mode(mode))
         } else {
             Ok(())
         };
     }
     use std::os::unix::fs::FileTypeExt as _;
     if !meta.file_type().is_char_device() {
-        return Err("not a character device".into());
+        return Err(DevFileError::NotCharDevice);
     }
     nix::unistd::access(
         &p,
         nix::unistd::AccessFlags::R_OK | nix::unistd::AccessFlags::W_OK,
     )
-    .map_err(|e| format!("no read-write access ({e})"))
+    .map_err(DevFileError::Access)
+}
+
+/// Why a device file cannot be opened read-write; its text is the check's detail.
+#[derive(Debug, thiserror::Error)]
+enum DevFileError {
+    /// It is not there, or cannot be looked at.
+    #[error("{0}")]
+    Missing(std::io::Error),
+    /// A fixture's stand-in without a write bit (see [`can_open`]).
+    #[error("no read-write access (mode {0:04o})")]
+    Mode(u32),
+    /// Something other than a device node stands there.
+    #[error("not a character device")]
+    NotCharDevice,
+    /// `access(2)` refused read-write.
+    #[error("no read-write access ({0})")]
+    Access(nix::errno::Errno),
 }
 
 /// The user-space layer.
@@ -247,7 +264,7 @@ pub fn check(ctx: &Ctx, m: &Modules, devices: &[IbDevice], out: &mut Vec<Check>)
         {
             match can_open(ctx, &format!("/dev/infiniband/{}", u.node)) {
                 Ok(()) => good.push(u.node.clone()),
-                Err(e) => bad.push((u.node.clone(), e)),
+                Err(e) => bad.push((u.node.clone(), e.to_string())),
             }
         }
         let c = if uverbs.is_empty() {
@@ -314,7 +331,7 @@ pub fn check(ctx: &Ctx, m: &Modules, devices: &[IbDevice], out: &mut Vec<Check>)
             }
             Err(e) => {
                 let c = Check::fail(l, "devfiles.rdma_cm", "/dev/infiniband/rdma_cm")
-                    .detail(e)
+                    .detail(e.to_string())
                     .why("rdma_cm programs (rping, perftest -R, MPI) open this file to connect.");
                 match &in_container {
                     Some(_) if !dev_dir => c.fix(docker_fix(&["rdma_cm".to_owned()])),

@@ -97,6 +97,44 @@ impl Drop for Draining {
     }
 }
 
+/// Why a peer's offered ring was refused (and its connection closed): each names what the
+/// hostile or broken peer sent.
+#[derive(Debug, thiserror::Error)]
+enum RingRefused {
+    /// The record is not a ring record.
+    #[error("not a ring record")]
+    NotRing,
+    /// Another protocol version, or another ring layout.
+    #[error(
+        "version {version} with {slots} slots of {slot_size} bytes, not version {VERSION} \
+         with {} of {}",
+        shm::SLOTS,
+        shm::SLOT_SIZE
+    )]
+    Layout {
+        /// The peer's protocol version.
+        version: u32,
+        /// Its ring's slots.
+        slots: u32,
+        /// Its slots' size.
+        slot_size: u32,
+    },
+    /// Not the ring's memfd and eventfd, or no endpoint.
+    #[error("{n} descriptors, endpoint {ep:x}")]
+    Descriptors {
+        /// How many descriptors came.
+        n: usize,
+        /// The endpoint the peer named.
+        ep: u64,
+    },
+    /// The ring's memory or eventfd does not hold up.
+    #[error("{0}")]
+    Open(#[source] shm::RingError),
+    /// The progress thread could not watch the ring's eventfd.
+    #[error("watching the ring: {0}")]
+    Register(#[source] std::io::Error),
+}
+
 /// A ring this process fills, and the connection it was passed over.
 struct Outgoing {
     ring: Mutex<Producer>,
@@ -993,7 +1031,7 @@ impl Local {
         conn: std::os::fd::RawFd,
         rec: &[u8],
         mut fds: Vec<OwnedFd>,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, RingRefused> {
         let Ok(Msg::Ring {
             version,
             ep,
@@ -1002,29 +1040,28 @@ impl Local {
             ..
         }) = Msg::decode(rec)
         else {
-            return Err("not a ring record".into());
+            return Err(RingRefused::NotRing);
         };
         if version != VERSION || slots != shm::SLOTS || slot_size != shm::SLOT_SIZE {
-            return Err(format!(
-                "version {version} with {slots} slots of {slot_size} bytes, not version \
-                 {VERSION} with {} of {}",
-                shm::SLOTS,
-                shm::SLOT_SIZE
-            ));
+            return Err(RingRefused::Layout {
+                version,
+                slots,
+                slot_size,
+            });
         }
         if fds.len() != 2 || ep == 0 {
-            return Err(format!("{} descriptors, endpoint {ep:x}", fds.len()));
+            return Err(RingRefused::Descriptors { n: fds.len(), ep });
         }
         let wake = fds.pop().expect("two");
         let memfd = fds.pop().expect("two");
-        let ring = Consumer::open(memfd, wake, self.addr).map_err(|e| e.to_string())?;
+        let ring = Consumer::open(memfd, wake, self.addr).map_err(RingRefused::Open)?;
         registry
             .register(
                 &mut mio::unix::SourceFd(&ring.wake_fd()),
                 mio::Token(token + 1),
                 mio::Interest::READABLE,
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(RingRefused::Register)?;
         let mut g = self.incoming.lock().unwrap_or_else(|e| e.into_inner());
         g.0.push(Incoming {
             ring,

@@ -98,6 +98,35 @@ struct Issued {
 
 pub(crate) use super::share::msg::Grant;
 
+/// Why a peer's answer to an ask was refused (and its connection closed): each names what
+/// the hostile or broken peer sent.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum GrantRefused {
+    /// Its slot, length or address range cannot be.
+    #[error("an impossible grant {0:?}")]
+    Impossible(Grant),
+    /// Its mapping address overflows, or the peer's pid cannot be.
+    #[error("a grant at {vaddr:#x} from pid {pid}")]
+    BadOrigin {
+        /// Where the peer says the region is mapped.
+        vaddr: u64,
+        /// The peer's pid.
+        pid: i32,
+    },
+    /// More descriptors than a table and a region.
+    #[error("a grant with {0} descriptors")]
+    Descriptors(usize),
+    /// A length this host cannot map.
+    #[error("a grant too long ({0} bytes)")]
+    TooLong(u64),
+    /// The first grant of a peer came without its table.
+    #[error("a grant without its table")]
+    NoTable,
+    /// The region's or the table's memory could not be mapped.
+    #[error("mapping a grant: {0}")]
+    Map(#[source] crate::datapath::shm::RingError),
+}
+
 /// Every grant this process issued, for revocation (kept by the region table, which every
 /// deregistration goes through).
 #[derive(Default)]
@@ -294,26 +323,29 @@ impl Placements {
         rkey: u32,
         grant: Option<Grant>,
         fds: Vec<std::os::fd::OwnedFd>,
-    ) -> Result<(), String> {
+    ) -> Result<(), GrantRefused> {
         let Some(g) = grant else {
             return Ok(());
         };
         if g.slot >= GRANTS || g.len == 0 || g.iova.checked_add(g.len).is_none() {
-            return Err(format!("an impossible grant {g:?}"));
+            return Err(GrantRefused::Impossible(g));
         }
         if g.vaddr.checked_add(g.len).is_none() || pid <= 0 {
-            return Err(format!("a grant at {:#x} from pid {pid}", g.vaddr));
+            return Err(GrantRefused::BadOrigin {
+                vaddr: g.vaddr,
+                pid,
+            });
         }
         if fds.len() > 2 {
-            return Err(format!("a grant with {} descriptors", fds.len()));
+            return Err(GrantRefused::Descriptors(fds.len()));
         }
         let mut fds = fds.into_iter();
         let (fd, region) = (fds.next(), fds.next());
         let mem = match region {
             Some(m) => {
-                let len = usize::try_from(g.len).map_err(|_| "a grant too long".to_string())?;
+                let len = usize::try_from(g.len).map_err(|_| GrantRefused::TooLong(g.len))?;
                 Some(Arc::new(
-                    SharedMem::open(m, len).map_err(|e| e.to_string())?,
+                    SharedMem::open(m, len).map_err(GrantRefused::Map)?,
                 ))
             }
             None => None,
@@ -321,11 +353,11 @@ impl Placements {
         let table = match (self.tables.get(&ep), fd) {
             (Some(t), _) => t.clone(),
             (None, Some(fd)) => {
-                let t = Arc::new(GrantTable::open(fd).map_err(|e| e.to_string())?);
+                let t = Arc::new(GrantTable::open(fd).map_err(GrantRefused::Map)?);
                 self.tables.insert(ep, t.clone());
                 t
             }
-            (None, None) => return Err("a grant without its table".into()),
+            (None, None) => return Err(GrantRefused::NoTable),
         };
         if mem.is_none() && self.unreachable.contains(&ep) {
             // Only a cross-memory copy could place into it, which the kernel refuses.
