@@ -245,8 +245,7 @@ pub(crate) struct Local {
     cma: bool,
     /// The grants this process holds from its peers.
     placements: Mutex<Placements>,
-    /// The grants this process issued, revoked with a connection (and, through the hook
-    /// the region table holds, with a region).
+    /// The grants this process issued (the region table's), revoked with a connection.
     granted: Arc<Granted>,
 }
 
@@ -270,11 +269,6 @@ fn name(addr: IpAddr, scope_id: u32, ep: u64) -> ns::UnixAddr {
 }
 
 impl Local {
-    /// The grants this process issued to its peers.
-    pub(crate) fn issued(&self) -> &Granted {
-        &self.granted
-    }
-
     /// Binds a fresh endpoint's name and listens on it; `None` if that cannot be done
     /// (the device then shares through the owner only).
     pub(crate) fn bind(

@@ -965,15 +965,7 @@ impl Device {
         if shared.granted.load(Ordering::Relaxed) && !receives(qp.state()) {
             // It can no longer take WRITEs: no peer may place one.
             shared.granted.store(false, Ordering::Relaxed);
-            self.revoke_grants_to(qp.qpn().value());
-        }
-    }
-
-    /// Revokes what this process granted to QPN `qpn` (it left RTR/RTS, changed its
-    /// rights, or is destroyed). Only the same-host path issues grants.
-    pub(crate) fn revoke_grants_to(&self, qpn: u32) {
-        if let Some(l) = &self.local {
-            l.issued().revoke_qpn(qpn);
+            self.mrs.granted.revoke_qpn(qp.qpn().value());
         }
     }
 
@@ -1113,7 +1105,7 @@ impl Device {
                 return None;
             }
             let pd = qp.pd();
-            let g = l.issued().issue(&table, qpn, rkey, || {
+            let g = self.mrs.granted.issue(&table, qpn, rkey, || {
                 region = self.mrs.get(rkey).filter(|m| {
                     m.pd == pd && m.access.contains(softrdma_proto::AccessFlags::REMOTE_WRITE)
                 });
@@ -1135,7 +1127,7 @@ impl Device {
         let state = shared.qp.lock().unwrap_or_else(|e| e.into_inner()).state();
         if attr.access_flags.is_some() || !receives(state) {
             shared.granted.store(false, Ordering::Relaxed);
-            self.revoke_grants_to(qpn);
+            self.mrs.granted.revoke_qpn(qpn);
         }
     }
 
@@ -1531,12 +1523,9 @@ impl Device {
     ) -> Result<(Arc<Device>, std::thread::JoinHandle<()>)> {
         let counters = Arc::new(DeviceCounters::default());
         let bind = |how| Udp::bind_port(addr, scope_id, opts.gso, how);
-        // The same-host path issues the grants; the region table revokes them through its
-        // hook when a region goes.
-        let granted = Arc::new(place::Granted::default());
-        let mrs = Arc::new(MrTable::new(opts.zero_copy, granted.clone()));
+        let mrs = Arc::new(MrTable::new(opts.zero_copy));
         let local = (opts.share && opts.shm && opts.faults.is_none() && opts.pcap.is_none())
-            .then(|| local::Local::bind(addr, scope_id, opts.cma, granted))
+            .then(|| local::Local::bind(addr, scope_id, opts.cma, mrs.granted.clone()))
             .flatten();
         let ep = local.as_ref().map_or(0, |l| l.ep);
         let share = share::Share::attach(addr, scope_id, !opts.share, opts.steer, ep, &bind)?;
@@ -1710,7 +1699,7 @@ impl Device {
             addr,
             0,
             Mtu::M1024,
-            Arc::new(MrTable::new(false, Arc::new(place::Granted::default()))),
+            Arc::new(MrTable::new(false)),
             datapath,
             None,
             None,

@@ -180,15 +180,7 @@ impl Granted {
     pub(crate) fn revoke_key(&self, key: u32) {
         self.revoke(|i| i.key == key);
     }
-}
 
-impl super::regions::RevokeKey for Granted {
-    fn revoke_key(&self, key: u32) {
-        Granted::revoke_key(self, key);
-    }
-}
-
-impl Granted {
     /// Revokes the grants to QP `qpn` (modified, destroyed, or in ERROR).
     pub(crate) fn revoke_qpn(&self, qpn: u32) {
         self.revoke(|i| i.qpn == qpn);

@@ -162,28 +162,18 @@ pub(crate) struct MrTable {
     lends: bool,
     /// Moves on with every registration and deregistration (`softrdma res show` looks).
     generation: std::sync::atomic::AtomicU64,
-    /// Revokes the grants of a region to same-host peers before it goes or changes. The
-    /// grants are the same-host path's ([`super::place`], above this table), which hands
-    /// the table this hook rather than the table naming it.
-    revoker: Arc<dyn RevokeKey>,
-}
-
-/// What a deregistration or re-registration calls first: whatever was granted through the
-/// region's key is revoked, so that no peer places into memory that is going.
-pub(crate) trait RevokeKey: Send + Sync {
-    /// Revokes every grant through region `key`.
-    fn revoke_key(&self, key: u32);
+    /// The grants of regions to same-host peers, revoked before a region goes or changes.
+    pub(crate) granted: Arc<super::place::Granted>,
 }
 
 impl MrTable {
-    /// An empty table; `lends`: see [`MrTable::lendable`]; `revoker`: see
-    /// [`RevokeKey`].
-    pub fn new(lends: bool, revoker: Arc<dyn RevokeKey>) -> Self {
+    /// An empty table; `lends`: see [`MrTable::lendable`].
+    pub fn new(lends: bool) -> Self {
         Self {
             regions: super::handoff::Registry::new(),
             lends,
             generation: std::sync::atomic::AtomicU64::new(0),
-            revoker,
+            granted: Arc::default(),
         }
     }
 
@@ -317,7 +307,7 @@ impl MrTable {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let r = self.regions.replace(key, make);
         // A peer's grant named the old translation.
-        self.revoker.revoke_key(key);
+        self.granted.revoke_key(key);
         r.ok_or(Error::OutOfRange {
             verb,
             attr: "mr",
@@ -332,7 +322,7 @@ impl MrTable {
         self.generation
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mr = self.regions.remove(key)?;
-        self.revoker.revoke_key(key);
+        self.granted.revoke_key(key);
         let mut inner = Arc::try_unwrap(mr).ok()?;
         match std::mem::replace(&mut inner.storage, Storage::Raw) {
             // SAFETY: the pointer came from `Box::into_raw` and, the storage now being `Raw`,
@@ -356,7 +346,7 @@ impl MrTable {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.regions.remove(key);
         // Before the caller may free the memory: no peer writes it from now on.
-        self.revoker.revoke_key(key);
+        self.granted.revoke_key(key);
     }
 
     /// Region `key`, if it lends its bytes to sends: a region over an owned buffer, which the

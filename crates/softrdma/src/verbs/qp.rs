@@ -675,7 +675,7 @@ impl Drop for QueuePair {
         // The farewell, and ACKs this thread deferred, leave before the QP is gone.
         dev.flush_batch(true);
         dev.detach_all(self.qpn.value());
-        dev.revoke_grants_to(self.qpn.value());
+        dev.mrs.granted.revoke_qpn(self.qpn.value());
         {
             let mut qps = dev.qps.write().unwrap_or_else(|e| e.into_inner());
             // The generation moves first, under the write lock: a receiver that sees the new
