@@ -68,7 +68,8 @@ fn serve(ctx: &Context, a: &CmSetupArgs) -> Result<(), CliError> {
     listener.listen(16)?;
     println!("ready");
     let pd = ctx.alloc_pd();
-    let pb = progress(a.conns);
+    // A thousand handshakes take seconds; the timed steps never wait for the bar.
+    let pb = crate::progress::bar(a.conns as u64, "connections");
     for _ in 0..a.conns {
         pb.inc(1);
         let req = listen_chan
@@ -90,18 +91,6 @@ fn serve(ctx: &Context, a: &CmSetupArgs) -> Result<(), CliError> {
     }
     pb.finish_and_clear();
     Ok(())
-}
-
-/// A bar for `conns` connections on stderr, drawn only when stderr is a terminal (a
-/// thousand handshakes take seconds); the timed steps never wait for it.
-fn progress(conns: usize) -> indicatif::ProgressBar {
-    let pb = indicatif::ProgressBar::new(conns as u64);
-    if let Ok(style) =
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} connections {elapsed}")
-    {
-        pb.set_style(style);
-    }
-    pb
 }
 
 /// Waits for one completion, which must be a success.
@@ -128,7 +117,8 @@ fn connect(ctx: &Context, a: &CmSetupArgs, dst: SocketAddr) -> Result<(), CliErr
     // Where the time goes: the ID, its resolves and its QP; the REQ to ESTABLISHED here;
     // ESTABLISHED here to the server's word.
     let mut phases: [Vec<f64>; 3] = Default::default();
-    let pb = progress(a.conns);
+    // A thousand handshakes take seconds; the timed steps never wait for the bar.
+    let pb = crate::progress::bar(a.conns as u64, "connections");
     for _ in 0..a.conns {
         let chan = EventChannel::new()?;
         let cq = ctx.create_cq(4, None)?;

@@ -20,6 +20,7 @@ mod manual;
 mod pcap;
 mod perf;
 mod pingpong;
+mod progress;
 mod res;
 mod rping;
 mod service;

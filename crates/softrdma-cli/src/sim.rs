@@ -217,12 +217,7 @@ pub fn run(a: &SimArgs, out: &mut impl Write) -> ExitCode {
     };
     // Both runs on one bar, on stderr when it is a terminal (a run of 50,000 operations
     // takes seconds).
-    let pb = indicatif::ProgressBar::new(a.ops.saturating_mul(2));
-    if let Ok(style) =
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} work requests {elapsed}")
-    {
-        pb.set_style(style);
-    }
+    let pb = crate::progress::bar(a.ops.saturating_mul(2), "work requests");
     let r = match run_workload_observed(&cfg, &mut |n| pb.set_position(n)) {
         Ok(r) => r,
         Err(e) => {

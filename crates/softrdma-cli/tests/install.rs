@@ -17,15 +17,10 @@
 
 mod common;
 
-use common::{Server, both_ok, spawn, text, wait, wait_for, wait_listen};
+use common::{Server, both_ok, spawn, text, wait, wait_for, wait_listen, workspace};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// The workspace's root.
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// A folder of the test's own under /tmp, empty, removed when dropped.
 struct Scratch(PathBuf);

@@ -6,8 +6,8 @@
 
 mod common;
 
-use common::{LIMIT, Server, both_ok, listening, need, spawn, text, wait};
-use std::path::{Path, PathBuf};
+use common::{LIMIT, Server, both_ok, listening, need, spawn, text, wait, workspace};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
@@ -181,10 +181,6 @@ fn readme_commands(readme: &str) -> Vec<String> {
     let mut seen = std::collections::HashSet::new();
     out.retain(|c| seen.insert(c.clone()));
     out
-}
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 /// A scratch folder: `softrdma` (this build) in `bin/`, the checkout's `crates/` linked in,

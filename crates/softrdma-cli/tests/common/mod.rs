@@ -275,3 +275,8 @@ pub const OMPI_UCX: [&str; 10] = [
     "-x",
     "UCX_NET_DEVICES=softrdma0:1",
 ];
+
+/// The workspace's root (README.md, scripts/, crates/).
+pub fn workspace() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
