@@ -99,12 +99,60 @@ fn server(addr: &str, port: &str, size: &str) -> Running {
     )
 }
 
-/// Waits until `softrdma service` on `addr` has the device up.
-fn service_up(addr: &str) {
-    let end = Instant::now() + Duration::from_secs(20);
-    while !text(&softrdma(addr, &["link", "show"]).output().unwrap()).contains("ACTIVE") {
-        assert!(Instant::now() < end, "the service did not come up");
-        std::thread::sleep(Duration::from_millis(10));
+/// `softrdma service` on `addr`, its stderr read line by line, killed when dropped.
+struct Service {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Service {
+    /// Starts the service and waits until it says it owns the device. Waiting for the
+    /// device to answer (`link show`) is not enough: a `link show` that comes before the
+    /// service opens the device owns it itself, and the service becomes a member that only
+    /// takes the device over when `link show` leaves, while the test's next program may
+    /// race it for the role.
+    fn start(addr: &str) -> Self {
+        let mut child = softrdma(addr, &["service"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = std::sync::mpsc::channel::<String>();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for l in std::io::BufRead::lines(std::io::BufReader::new(err)).map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let s = Self { child, lines };
+        let l = s.wait_for("softrdma service: softrdma0 on ");
+        assert!(
+            l.contains(": owner (pid"),
+            "the service is not the owner: {l}"
+        );
+        s
+    }
+
+    /// The first line from now on that contains `what`, within 20 s.
+    fn wait_for(&self, what: &str) -> String {
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.contains(what) => return l,
+                Ok(_) => {}
+                Err(e) => panic!("the service logged no {what:?}: {e}"),
+            }
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -514,14 +562,7 @@ fn rping_between_two_processes_on_one_shared_device() {
     assert!(srv.status.success(), "{}", text(&srv));
 
     // Now a service owns the device, and both ends are its members.
-    let svc = Running::new(
-        softrdma(addr, &["service"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    service_up(addr);
+    let svc = Service::start(addr);
     let srv = server(addr, "7451", "1000");
     listening(addr, 7451);
     let cli = rping(7451, "5");
@@ -537,8 +578,7 @@ fn rping_between_two_processes_on_one_shared_device() {
         text(&cli)
     );
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
-    let _ = Command::new("kill").arg(svc.pid.to_string()).status();
-    svc.finish(Duration::from_secs(10));
+    drop(svc);
 }
 
 /// A REQ that reaches a shared device before anyone listens on its port (qperf's server
@@ -549,53 +589,26 @@ fn rping_between_two_processes_on_one_shared_device() {
 #[test]
 fn a_req_that_comes_before_its_listener_is_handed_to_it() {
     let addr = "127.0.3.22";
-    let mut svc = softrdma(addr, &["service"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, lines) = std::sync::mpsc::channel::<String>();
-    let err = svc.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        for l in std::io::BufRead::lines(std::io::BufReader::new(err)).map_while(Result::ok) {
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    let wait_for = |what: &str| -> String {
-        let end = Instant::now() + Duration::from_secs(20);
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            match lines.recv_timeout(left) {
-                Ok(l) if l.contains(what) => return l,
-                Ok(_) => {}
-                Err(e) => panic!("the service logged no {what:?}: {e}"),
-            }
-        }
-    };
-    service_up(addr);
+    let svc = Service::start(addr);
     let cli = piped(&mut softrdma(
         addr,
         &[
             "rping", "-c", "-v", "-V", "-C", "5", "-a", addr, "-p", "7453",
         ],
     ));
-    let held = wait_for("waits for a listener");
+    let held = svc.wait_for("waits for a listener");
     // The IP CM's service ID for TCP port 7453 (IBTA A11: prefix, port space, port).
     assert!(held.contains("service 0x1061d1d,"), "{held}");
     let srv = piped(&mut softrdma(
         addr,
         &["rping", "-s", "-v", "-C", "5", "-p", "7453"],
     ));
-    let handed = wait_for("handed to its new listener");
+    let handed = svc.wait_for("handed to its new listener");
     assert!(handed.ends_with(": true"), "{handed}");
     let cli = cli.finish(Duration::from_secs(60));
     let srv = srv.finish(Duration::from_secs(60));
     assert!(cli.status.success(), "{}\n{}", text(&cli), text(&srv));
     assert_eq!(text(&cli).matches("ping data: rdma-ping-").count(), 5);
-    let _ = svc.kill();
-    let _ = svc.wait();
 }
 
 /// Unmodified rping, ucmatose, udaddy, rdma_server/rdma_client, qperf `-cm1` (its twelve
