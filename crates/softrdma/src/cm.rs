@@ -56,6 +56,7 @@
 
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::sync::{Lock, Rank};
 use crate::verbs::context::Context;
 use crate::verbs::cq::{CompletionChannel, CompletionQueue};
 use crate::verbs::qp::{ProtectionDomain, QpInitAttr, QueuePair};
@@ -73,7 +74,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// rdma_cm's port spaces (`enum rdma_port_space`).
@@ -275,7 +276,7 @@ pub struct EventChannel {
 
 #[derive(Debug)]
 struct Chan {
-    q: Mutex<VecDeque<CmEvent>>,
+    q: Lock<VecDeque<CmEvent>>,
     /// How many events `q` holds, written under its lock: a spinning waiter reads this
     /// instead of taking the lock.
     queued: std::sync::atomic::AtomicUsize,
@@ -284,7 +285,7 @@ struct Chan {
 
 impl Chan {
     fn push(&self, ev: CmEvent) {
-        let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self.q.lock();
         q.push_back(ev);
         self.queued.store(q.len(), Ordering::Release);
         drop(q);
@@ -329,7 +330,7 @@ impl EventChannel {
     /// made readable again while more wait, so that a caller that polls it before each
     /// `rdma_get_cm_event` finds them all.
     fn pop(&self) -> Option<CmEvent> {
-        let mut q = self.inner.q.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self.inner.q.lock();
         let ev = q.pop_front();
         self.inner.queued.store(q.len(), Ordering::Release);
         // The descriptor may be blocking: it is read only when readable, and under the
@@ -354,7 +355,7 @@ impl EventChannel {
     pub fn new() -> Result<Self> {
         Ok(Self {
             inner: Arc::new(Chan {
-                q: Mutex::new(VecDeque::new()),
+                q: Lock::new(Rank::CmEvents, VecDeque::new()),
                 queued: std::sync::atomic::AtomicUsize::new(0),
                 // Blocking, as librdmacm's descriptor is: a program that wants
                 // rdma_get_cm_event not to wait sets O_NONBLOCK itself (libfabric does),
@@ -435,7 +436,6 @@ impl EventChannel {
 fn cm_devices() -> Vec<Arc<Device>> {
     CORES
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
         .iter()
         .filter_map(|c| c.dev.upgrade())
         .collect()
@@ -460,7 +460,7 @@ pub struct CmId {
 
 impl std::fmt::Debug for CmId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let st = self.inner.st.lock().unwrap_or_else(|e| e.into_inner());
+        let st = self.inner.st.lock();
         f.debug_struct("CmId")
             .field("local", &st.local)
             .field("peer", &st.peer)
@@ -471,13 +471,13 @@ impl std::fmt::Debug for CmId {
 
 struct IdInner {
     /// Where its events go (changed by [`CmId::migrate`]).
-    chan: Mutex<Arc<Chan>>,
+    chan: Lock<Arc<Chan>>,
     ctx: Context,
     core: Arc<Core>,
     /// Declared after `core`, so dropped after it: see [`LastLook`].
     _last_look: LastLook,
     ps: PortSpace,
-    st: Mutex<IdState>,
+    st: Lock<IdState>,
     /// The ID's line in `softrdma res show cm_id`.
     res: Arc<crate::device::res::CmIdEntry>,
     /// See [`CmId::user`].
@@ -566,7 +566,7 @@ struct IdState {
 
 impl IdInner {
     fn chan(&self) -> Arc<Chan> {
-        self.chan.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.chan.lock().clone()
     }
 }
 
@@ -578,7 +578,7 @@ impl Drop for IdInner {
     /// agent. Only when this thread holds an agent itself (the last handle went while an
     /// event was dispatched) do they end in the CM thread's next pass instead.
     fn drop(&mut self) {
-        let st = self.st.get_mut().unwrap_or_else(|e| e.into_inner());
+        let st = self.st.get_mut();
         if st.listening.is_none() && st.comm.is_none() && st.bound.is_none() {
             return;
         }
@@ -600,11 +600,7 @@ impl Drop for IdInner {
                 self.core.settle(&mut cs);
             }
             None => {
-                self.core
-                    .dropped
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(ended);
+                self.core.dropped.lock().push(ended);
                 self.core.wake();
             }
         }
@@ -622,12 +618,12 @@ impl CmId {
         let res = ctx.dev().res.add_cm_id();
         let id = Self {
             inner: Arc::new(IdInner {
-                chan: Mutex::new(chan),
+                chan: Lock::new(Rank::CmIdChannel, chan),
                 ctx,
                 _last_look: LastLook::of(&core),
                 core,
                 ps,
-                st: Mutex::new(IdState::default()),
+                st: Lock::new(Rank::CmId, IdState::default()),
                 res,
                 user: std::sync::atomic::AtomicUsize::new(0),
             }),
@@ -636,8 +632,8 @@ impl CmId {
         id
     }
 
-    fn st(&self) -> std::sync::MutexGuard<'_, IdState> {
-        self.inner.st.lock().unwrap_or_else(|e| e.into_inner())
+    fn st(&self) -> crate::sync::Guard<'_, IdState> {
+        self.inner.st.lock()
     }
 
     /// Moves the ID to `state` and publishes its line for `res show cm_id`.
@@ -673,12 +669,7 @@ impl CmId {
             }
             line
         };
-        *self
-            .inner
-            .res
-            .fields
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = line;
+        *self.inner.res.fields.lock() = line;
         self.inner.ctx.dev().res_changed();
     }
 
@@ -1010,7 +1001,7 @@ impl CmId {
     /// Sends the ID's events from now on to `chan` (`rdma_migrate_id`); events already
     /// queued stay where they are.
     pub fn migrate(&self, chan: &EventChannel) {
-        *self.inner.chan.lock().unwrap_or_else(|e| e.into_inner()) = chan.inner.clone();
+        *self.inner.chan.lock() = chan.inner.clone();
     }
 
     /// A number the caller keeps with the ID (the C library's own object), 0 until set.
@@ -1653,16 +1644,16 @@ struct Core {
     qp: QueuePair,
     /// QP1's receive buffers, one region of [`GSI_RECVS`] slots of [`GSI_BUF`] bytes.
     bufs: crate::verbs::mr::MemoryRegion,
-    st: Mutex<CoreSt>,
+    st: Lock<CoreSt>,
     /// Listens and connections of IDs dropped, for the thread to end (see `IdInner`'s
     /// drop).
-    dropped: Mutex<Vec<Ended>>,
+    dropped: Lock<Vec<Ended>>,
     wake: Arc<OwnedFd>,
     /// Whether the core still serves: cleared by the CM thread as it leaves, under this
     /// lock, which a receiving thread holds while it runs the agent inline (see
     /// `inline_service`), so that the last hold on the core never goes on a thread that
     /// the core's drop would have to join (the progress thread).
-    gate: Arc<Mutex<bool>>,
+    gate: Arc<Lock<bool>>,
     /// The CM thread's alarm: set to the agent's next deadline by whoever runs the agent
     /// and finds that deadline earlier than the one set, so that a verb that arms a timer
     /// (a connect's REQ resend) need not wake the thread to have it sleep less.
@@ -1719,7 +1710,6 @@ const EXIT_WAIT: Duration = Duration::from_secs(1);
 fn end_all() {
     let cores: Vec<Arc<Core>> = CORES
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
         .iter()
         .filter_map(|c| c.core.upgrade())
         .collect();
@@ -1754,10 +1744,10 @@ thread_local! {
 /// none may wait for one (an ID's drop, which must send its DREP before it returns),
 /// while one that holds an agent already (the last handle of an ID dropped while an event
 /// is dispatched) must not, for the agents' mutexes are not ordered.
-struct AgentGuard<'a>(std::sync::MutexGuard<'a, CoreSt>);
+struct AgentGuard<'a>(crate::sync::Guard<'a, CoreSt>);
 
 impl<'a> AgentGuard<'a> {
-    fn new(g: std::sync::MutexGuard<'a, CoreSt>) -> Self {
+    fn new(g: crate::sync::Guard<'a, CoreSt>) -> Self {
         HOLDS_AGENT.with(|h| h.set(h.get() + 1));
         Self(g)
     }
@@ -1790,7 +1780,7 @@ impl std::ops::DerefMut for AgentGuard<'_> {
 /// The cores by device, so that every ID on a device shares one agent and one QP1. A core
 /// leaves the list only under its lock (see `serve`), so that an ID made meanwhile either
 /// finds it with its thread still serving, or makes a new one.
-static CORES: Mutex<Vec<CoreEntry>> = Mutex::new(Vec::new());
+static CORES: Lock<Vec<CoreEntry>> = Lock::new(Rank::CmCores, Vec::new());
 
 /// One device's core in [`CORES`].
 struct CoreEntry {
@@ -1811,7 +1801,7 @@ const LINGER: Duration = Duration::from_secs(1);
 impl Core {
     fn of(ctx: &Context) -> Result<Arc<Core>> {
         let key = Arc::as_ptr(ctx.dev()) as usize;
-        let mut cores = CORES.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cores = CORES.lock();
         cores.retain(|c| c.core.strong_count() > 0);
         if let Some(c) = cores
             .iter()
@@ -1920,14 +1910,17 @@ impl Core {
             chan,
             qp,
             bufs,
-            st: Mutex::new(CoreSt {
-                agent,
-                ids: HashMap::new(),
-                listeners: HashMap::new(),
-            }),
-            dropped: Mutex::new(Vec::new()),
+            st: Lock::new(
+                Rank::CmAgent,
+                CoreSt {
+                    agent,
+                    ids: HashMap::new(),
+                    listeners: HashMap::new(),
+                },
+            ),
+            dropped: Lock::new(Rank::CmDropped, Vec::new()),
             wake: Arc::new(eventfd("rdma_create_id", libc::EFD_NONBLOCK)?),
-            gate: Arc::new(Mutex::new(true)),
+            gate: Arc::new(Lock::new(Rank::CmGate, true)),
             timer: nix::sys::timerfd::TimerFd::new(
                 nix::sys::timerfd::ClockId::CLOCK_MONOTONIC,
                 nix::sys::timerfd::TimerFlags::TFD_NONBLOCK
@@ -1946,17 +1939,13 @@ impl Core {
 
     /// The agent's state, once its mutex is free.
     fn agent(&self) -> AgentGuard<'_> {
-        AgentGuard::new(self.st.lock().unwrap_or_else(|e| e.into_inner()))
+        AgentGuard::new(self.st.lock())
     }
 
     /// The agent's state if its mutex is free now (`None` while another holder, this
     /// thread included, has it).
     fn try_agent(&self) -> Option<AgentGuard<'_>> {
-        match self.st.try_lock() {
-            Ok(cs) => Some(AgentGuard::new(cs)),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(AgentGuard::new(p.into_inner())),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
+        self.st.try_lock().map(AgentGuard::new)
     }
 
     fn wake(&self) {
@@ -2040,7 +2029,7 @@ impl Core {
 
     /// Ends the listens and connections of IDs dropped since (see `IdInner`'s drop).
     fn reap(&self, cs: &mut CoreSt) {
-        let dropped = std::mem::take(&mut *self.dropped.lock().unwrap_or_else(|e| e.into_inner()));
+        let dropped = std::mem::take(&mut *self.dropped.lock());
         for ended in dropped {
             self.end(cs, ended);
         }
@@ -2123,7 +2112,7 @@ impl Core {
                     let _ = cs.agent.reject(now, id, rej_reason::CONSUMER_DEFINED, &[]);
                     return;
                 };
-                let local = l.st.lock().unwrap_or_else(|e| e.into_inner()).local;
+                let local = l.st.lock().local;
                 let conn = CmId::with_core(l.chan(), l.ctx.clone(), l.core.clone(), l.ps);
                 {
                     let mut st = conn.st();
@@ -2272,7 +2261,7 @@ impl Core {
                     );
                     return;
                 };
-                let local = l.st.lock().unwrap_or_else(|e| e.into_inner()).local;
+                let local = l.st.lock().local;
                 let conn = CmId::with_core(l.chan(), l.ctx.clone(), l.core.clone(), l.ps);
                 {
                     let mut st = conn.st();
@@ -2350,11 +2339,9 @@ fn grh_source(buf: &[u8]) -> Option<IpAddr> {
 /// channel is then signalled, and the CM thread does it) while another thread holds the
 /// agent. The core is held only under `gate`, so that the CM thread, which checks under
 /// it whether it holds the core alone, never leaves the last hold to this thread.
-fn inline_service(core: &Weak<Core>, gate: &Mutex<bool>, wake: &OwnedFd) -> bool {
-    let serving = match gate.try_lock() {
-        Ok(g) => g,
-        Err(std::sync::TryLockError::WouldBlock) => return false,
-        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+fn inline_service(core: &Weak<Core>, gate: &Lock<bool>, wake: &OwnedFd) -> bool {
+    let Some(serving) = gate.try_lock() else {
+        return false;
     };
     // Looked at before the core is taken up: once the CM thread has cleared it, its own
     // hold may be on its way out, and a hold taken now could be the last.
@@ -2412,8 +2399,8 @@ fn serve(c: Arc<Core>, own: usize) {
                 // Under the list's lock, so that no ID takes the core up meanwhile.
                 // Under the gate too: a receiving thread that runs the agent holds the core
                 // meanwhile, and is counted.
-                let mut cores = CORES.lock().unwrap_or_else(|e| e.into_inner());
-                let mut serving = c.gate.lock().unwrap_or_else(|e| e.into_inner());
+                let mut cores = CORES.lock();
+                let mut serving = c.gate.lock();
                 if Arc::strong_count(&c) == 1 {
                     *serving = false;
                     cores.retain(|e| !std::ptr::eq(e.core.as_ptr(), Arc::as_ptr(&c)));

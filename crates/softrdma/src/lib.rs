@@ -38,21 +38,68 @@
 //! across a system call that can block (every socket is non-blocking; the probes that wait
 //! run on the learner thread, holding nothing). The one exception is a capture
 //! (`SOFTRDMA_PCAP`, a debugging aid): its records go to a buffered file under the
-//! capture's lock, and a full buffer is written out there. Locks are taken in this order,
-//! and only one lock of a kind at a time (never two QPs' or two CQs'):
+//! capture's lock, and a full buffer is written out there. A known breach, not yet
+//! mended: a QP's first packet to a QPN of another process on the same host asks the
+//! device's owner for the route (a request that waits up to 2 s, then a Unix `connect`)
+//! under the QP's, `LocalRoutes` and `ShareCtl` locks.
 //!
-//! 1. the timer pass's own (`sweeping`, only `try_lock`ed), or the receive state (a drain;
-//!    pollers only `try_lock` it);
-//! 2. the QP table (a read for a lookup, a write to create or destroy a QP), or a path's
-//!    round-trip record (`paths`, when a QP is connected);
-//! 3. a QP;
-//! 4. then, each on its own: a CQ (then its channel's ready list, or the device's async
-//!    events), the timer queue, the deferred-ACK batch, the region table (read), the
-//!    counters of destroyed QPs, or the datapath: the fault injector's held packets, then
-//!    the capture file, then the send path's connected sockets (a read of the map, then one
-//!    socket's lock for its send call, under which a destination that lost track of its IP
-//!    IDs hands a job to the learner's queue), each wrapper's lock before the driver's
-//!    beneath it.
+//! Every lock is a `sync::Lock` or `sync::RwLock` made with a `sync::Rank`, which handles
+//! poisoning in one place. A thread takes locks in increasing rank only, and never two
+//! locks of one rank (never two QPs' or two CQs'): debug builds check it on every
+//! acquisition, so every test run checks the order below. `try_lock` (marked *try*) is not
+//! checked, for it cannot wait. The ranks, outermost first:
+//!
+//! | rank | the locks | taken |
+//! |---|---|---|
+//! | `CmCores` | `cm`'s registry of agent hosts (`CORES`) | to find or start a device's CM host |
+//! | `CmAgent` | a CM host's state (`Core::st`) | by the CM thread and by ID verbs; *try* by pollers serving inline |
+//! | `CmGate` | a CM host's inline-service gate | *try* only |
+//! | `CmId` | an rdma_cm ID's state | under the agent's, for its events |
+//! | `CmIdChannel` | the channel an ID reports to | to queue an event, or migrate the ID |
+//! | `CmDropped` | IDs dropped while the host was busy | leaf of the CM |
+//! | `CmEvents` | an event channel's queue | leaf of the CM |
+//! | `Sweeping` | the timer pass's own mark | *try* only |
+//! | `Rx` | a device's receive state | a drain; pollers *try* it |
+//! | `QpTable` | a device's QP table | read for a lookup, write to create or destroy a QP |
+//! | `Paths` | round-trip records per peer | when a QP is connected |
+//! | `Qp` | one QP's engine | to post, to handle its packets, for its timers |
+//! | `QpError` | the status a QP's last flush completed with | under its QP's |
+//! | `LocalRoutes` | the same-host path's routes | to divert a QP's packets |
+//! | `ShareCtl` | the sharing control state (role, slots, QPN draw) | to ask or serve the owner |
+//! | `ShareRoutes` | the owner's QPN forwarding table | read per forwarded datagram |
+//! | `ShareCm` | the owner's CM routes | read per CM datagram |
+//! | `ShareHeldReqs`, `ShareWaitingReqs` | REQs held for a listener to come | owner, on a REQ or a listen |
+//! | `ShareProbes` | steering probes in flight | on a probe |
+//! | `LocalConns` | ring connections by peer process | to connect or accept |
+//! | `LocalRing` | one ring's producer end | to push a packet |
+//! | `LocalIncoming` | the rings a process receives on | to poll them |
+//! | `LocalPlacements` | grants held from peers | to place a WRITE directly |
+//! | `PlaceIssued` | grants this process issued | to grant or revoke |
+//! | `PlaceFree` | free grant slots | under the issued list |
+//! | `Cq` | one CQ's state | to push or poll a completion |
+//! | `CqReady` | a completion channel's list of CQs with events | under a CQ's, to signal |
+//! | `CqPollers` | the devices a channel's waiter polls | to register a CQ's device |
+//! | `AsyncSubs` | a device's async-event subscribers | to subscribe or deliver |
+//! | `AsyncQueue` | one async-event queue | under the subscribers' |
+//! | `Timers` | a device's timer queue | when a deadline moves earlier, and per pass |
+//! | `Deferred` | the deferred-ACK batch | to hold or flush ACKs |
+//! | `Retired` | counters of destroyed QPs | to fold a QP's in |
+//! | `Groups` | a device's multicast groups | attach, detach, and per multicast datagram (after the QP table) |
+//! | `Faults` | the fault injector's held packets | per packet with faults on |
+//! | `Pcap` | the capture file | per packet with a capture |
+//! | `TxConns` | connected sockets by destination | read per send call |
+//! | `TxConn` | one connected socket | for its send call |
+//! | `Learner` | the queue to the IPv4-ID learner | to hand it a job |
+//! | `UdpHandbacks`, `UdpKeep`, `UdpGroups` | the UDP driver's extra sockets | setup and teardown |
+//! | `Loopback`, `LoopbackIdent` | the loopback fabric (tests) | per packet |
+//! | `ResFields` | an object's published `res show` fields | to publish |
+//! | `ResLists` | the lists `res show` publishes | to publish, after the fields |
+//! | `VerbsOwned` | a QP's buffers posted by value | by the verbs, with no device lock |
+//!
+//! One lock is outside the type: the region table (`device::handoff::Registry`) is a
+//! standard `RwLock` because loom's models check its hand-off with loom's own lock. It is
+//! taken alone (a read per SGE or payload, a write to register or deregister), under a QP's
+//! at most, and takes nothing under it.
 //!
 //! The verbs hold a lock of their own only around their own work: a QP's table of buffers
 //! posted by value (`owned`), taken with no device lock held.
@@ -98,6 +145,7 @@ mod counters;
 pub mod datapath;
 mod device;
 mod error;
+mod sync;
 pub mod verbs;
 
 #[cfg(test)]

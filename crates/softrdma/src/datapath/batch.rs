@@ -4,6 +4,7 @@
 use super::socket::{
     BATCH, GSO_MAX_BYTES, GSO_MAX_SEGS, IOV_PER_CALL, SOL_UDP, UDP_SEGMENT, to_storage,
 };
+use crate::sync::Lock;
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
@@ -82,7 +83,7 @@ struct Ext {
 type Route = (
     u64,
     SocketAddr,
-    Option<std::sync::Weak<std::sync::Mutex<super::tx::Conn>>>,
+    Option<std::sync::Weak<Lock<super::tx::Conn>>>,
 );
 
 /// Packets waiting to be sent together.
@@ -408,9 +409,9 @@ impl SendBatch {
             }
             let chunk = &groups[g..end];
             calls += 1;
-            let connected = conn.as_ref().and_then(|c| {
-                self.send_connected(&mut c.lock().unwrap_or_else(|e| e.into_inner()), tx, chunk)
-            });
+            let connected = conn
+                .as_ref()
+                .and_then(|c| self.send_connected(&mut c.lock(), tx, chunk));
             let result = match connected {
                 Some(r) => r,
                 None => {
@@ -829,7 +830,7 @@ mod tests {
         let _sink = std::net::UdpSocket::bind((peer, softrdma_wire::ROCE_V2_PORT)).unwrap();
         let dst = SocketAddr::new(peer.into(), softrdma_wire::ROCE_V2_PORT);
         let fd = match tx.conn_settled(dst) {
-            Some(c) => c.lock().unwrap().fd(),
+            Some(c) => c.lock().fd(),
             None => {
                 assert!(!connect, "a connected socket");
                 tx.plain_fd()

@@ -8,12 +8,12 @@
 use super::batch::SendBatch;
 use super::socket::RecvBatch;
 use super::{Datapath, Sent};
+use crate::sync::{Lock, Rank};
 use softrdma_proto::faults::LinkFaults;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
-use std::sync::Mutex;
 
 /// A packet held back: due time, sequence (FIFO among equal times), destination and TOS,
 /// bytes.
@@ -23,7 +23,7 @@ type Held = Reverse<(u64, u64, (SocketAddr, u8), Vec<u8>)>;
 pub struct Faulty<D> {
     inner: D,
     faults: LinkFaults,
-    state: Mutex<State>,
+    state: Lock<State>,
 }
 
 /// The injector's state.
@@ -47,7 +47,7 @@ impl<D> Faulty<D> {
         Self {
             inner,
             faults,
-            state: Mutex::new(State::default()),
+            state: Lock::new(Rank::Faults, State::default()),
         }
     }
 }
@@ -83,7 +83,7 @@ impl<D: Datapath> Datapath for Faulty<D> {
         }
         let f = &self.faults;
         let mut rng = rand::rng();
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.state.lock();
         let State {
             held,
             seq,
@@ -124,7 +124,7 @@ impl<D: Datapath> Datapath for Faulty<D> {
     }
 
     fn release(&self, now: u64) -> Sent {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.state.lock();
         let State { held, out, .. } = &mut *st;
         while let Some(Reverse((due, ..))) = held.peek() {
             if *due > now {

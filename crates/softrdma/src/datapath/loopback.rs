@@ -7,30 +7,32 @@
 use super::batch::SendBatch;
 use super::socket::{RX_BATCH, RecvBatch};
 use super::{Datapath, Sent};
+use crate::sync::{Lock, Rank};
 use softrdma_proto::endpoint::check::IdentPatches;
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// A datagram in flight: bytes and sender.
 pub(crate) type Datagram = (Vec<u8>, SocketAddr);
 
 /// The queues of every device on the fabric, by address.
-#[derive(Default)]
 pub(crate) struct Fabric {
-    queues: Mutex<HashMap<IpAddr, VecDeque<Datagram>>>,
+    queues: Lock<HashMap<IpAddr, VecDeque<Datagram>>>,
 }
 
 impl Fabric {
     /// A fabric with no device on it.
     pub(crate) fn new() -> Arc<Self> {
-        Arc::default()
+        Arc::new(Self {
+            queues: Lock::new(Rank::Loopback, HashMap::new()),
+        })
     }
 
     /// Takes what waits for `ip` (a test that loses it, or looks at it and puts it back).
     pub(crate) fn take(&self, ip: IpAddr) -> Vec<Datagram> {
-        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self.queues.lock();
         q.get_mut(&ip)
             .map(|d| d.drain(..).collect())
             .unwrap_or_default()
@@ -38,7 +40,7 @@ impl Fabric {
 
     /// Puts datagrams back at the front of `ip`'s queue, in order.
     pub(crate) fn put_back(&self, ip: IpAddr, d: Vec<Datagram>) {
-        let mut q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self.queues.lock();
         let queue = q.entry(ip).or_default();
         for x in d.into_iter().rev() {
             queue.push_front(x);
@@ -47,7 +49,7 @@ impl Fabric {
 
     /// The first byte (the BTH opcode) of every datagram waiting for `ip`.
     pub(crate) fn opcodes(&self, ip: IpAddr) -> Vec<u8> {
-        let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        let q = self.queues.lock();
         q.get(&ip)
             .map(|d| d.iter().filter_map(|(b, _)| b.first().copied()).collect())
             .unwrap_or_default()
@@ -61,7 +63,7 @@ pub(crate) struct Loopback {
     fabric: Arc<Fabric>,
     /// The next IPv4 ID the "kernel" gives a packet, with the patches that make its ICRC
     /// right for it; `None`: every packet carries ID 0, as from an unconnected socket.
-    ident: Option<Mutex<(u16, IdentPatches)>>,
+    ident: Option<Lock<(u16, IdentPatches)>>,
 }
 
 impl Loopback {
@@ -79,7 +81,10 @@ impl Loopback {
     /// connected socket's kernel does (the ICRC patched to match, as the UDP driver's send
     /// path patches it for the ID it expects).
     pub(crate) fn numbering_ipv4_ids(mut self, first: u16) -> Self {
-        self.ident = Some(Mutex::new((first, IdentPatches::default())));
+        self.ident = Some(Lock::new(
+            Rank::LoopbackIdent,
+            (first, IdentPatches::default()),
+        ));
         self
     }
 }
@@ -94,7 +99,7 @@ impl Datapath for Loopback {
     }
 
     fn recv(&self, batch: &mut RecvBatch, want: usize) -> std::io::Result<usize> {
-        let mut q = self.fabric.queues.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self.fabric.queues.lock();
         let Some(queue) = q.get_mut(&self.addr) else {
             return Ok(0);
         };
@@ -113,14 +118,14 @@ impl Datapath for Loopback {
         let from = SocketAddr::new(self.addr, self.port);
         let mut sent = 0;
         {
-            let mut q = self.fabric.queues.lock().unwrap_or_else(|e| e.into_inner());
+            let mut q = self.fabric.queues.lock();
             // The in-process fabric has no IP header to put the TOS in.
             for (bytes, dst, _tos) in batch.packets() {
                 let mut b = bytes.into_owned();
                 if let (Some(id), true, n) = (&self.ident, self.addr.is_ipv4(), b.len())
                     && n >= 4
                 {
-                    let mut id = id.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut id = id.lock();
                     let (next, patches) = &mut *id;
                     let x = patches.xor(n - 4, 0, *next);
                     let icrc = u32::from_le_bytes([b[n - 4], b[n - 3], b[n - 2], b[n - 1]]) ^ x;

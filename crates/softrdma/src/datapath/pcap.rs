@@ -7,6 +7,7 @@ use super::batch::SendBatch;
 use super::socket::RecvBatch;
 use super::{Datapath, Sent};
 use crate::error::{Error, Result};
+use crate::sync::{Lock, Rank};
 use softrdma_proto::endpoint::check::{IcrcCheck, IcrcOk};
 use softrdma_wire::ROCE_V2_PORT;
 use softrdma_wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, EthernetRepr};
@@ -16,7 +17,6 @@ use softrdma_wire::udp::UdpRepr;
 use std::io::BufWriter;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
-use std::sync::Mutex;
 
 /// A pcap file of the device's traffic.
 pub struct Capture {
@@ -116,7 +116,7 @@ pub struct Captured<D> {
     inner: D,
     /// The device's address.
     addr: IpAddr,
-    file: Mutex<(Capture, IcrcCheck)>,
+    file: Lock<(Capture, IcrcCheck)>,
 }
 
 impl<D> Captured<D> {
@@ -125,7 +125,7 @@ impl<D> Captured<D> {
         Self {
             inner,
             addr,
-            file: Mutex::new((file, IcrcCheck::default())),
+            file: Lock::new(Rank::Pcap, (file, IcrcCheck::default())),
         }
     }
 }
@@ -141,7 +141,7 @@ impl<D: Datapath> Datapath for Captured<D> {
 
     fn recv(&self, batch: &mut RecvBatch, want: usize) -> std::io::Result<usize> {
         let n = self.inner.recv(batch, want)?;
-        let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let mut f = self.file.lock();
         let (file, check) = &mut *f;
         for i in 0..n {
             let (data, from, _, seg) = batch.get(i);
@@ -159,7 +159,7 @@ impl<D: Datapath> Datapath for Captured<D> {
 
     fn send(&self, batch: &mut SendBatch, now: u64) -> Sent {
         if !batch.is_empty() {
-            let mut f = self.file.lock().unwrap_or_else(|e| e.into_inner());
+            let mut f = self.file.lock();
             let port = self.inner.port();
             for (bytes, dst, tos) in batch.packets() {
                 f.0.record(self.addr, dst.ip(), port, (0, tos), &bytes);
@@ -183,7 +183,7 @@ impl<D: Datapath> Datapath for Captured<D> {
     fn recv_groups(&self, buf: &mut [u8], f: &mut dyn FnMut(IpAddr, SocketAddr, &[u8])) -> usize {
         self.inner.recv_groups(buf, &mut |group, from, d| {
             {
-                let mut held = self.file.lock().unwrap_or_else(|e| e.into_inner());
+                let mut held = self.file.lock();
                 let (file, check) = &mut *held;
                 let ident = check
                     .check(from.ip(), group, from.port(), d)
@@ -195,11 +195,7 @@ impl<D: Datapath> Datapath for Captured<D> {
     }
 
     fn flush_capture(&self) {
-        self.file
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .0
-            .flush();
+        self.file.lock().0.flush();
         self.inner.flush_capture();
     }
 

@@ -37,12 +37,13 @@
 //! that the engine's ICRCs assume, with an ICRC that is right for the IP header Linux gives
 //! it. `SOFTRDMA_CONNECTED=0` keeps every packet on the unconnected socket.
 
+use crate::sync::{Lock, Rank, RwLock};
 use softrdma_proto::endpoint::Counter;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 /// Destinations that get a connected socket; any further ones share the unconnected socket.
@@ -96,7 +97,7 @@ struct Ident {
 }
 
 /// A connected socket, shared by the threads that send to its destination.
-pub(crate) type SharedConn = Arc<Mutex<Conn>>;
+pub(crate) type SharedConn = Arc<Lock<Conn>>;
 
 /// A socket connected to one destination.
 pub(crate) struct Conn {
@@ -200,7 +201,7 @@ pub(crate) struct TxPath {
     shared: Arc<Shared>,
     /// Jobs for the learner thread (a destination to connect or to probe again), once it
     /// runs; it ends when this is dropped.
-    learner: Mutex<Option<std::sync::mpsc::Sender<SocketAddr>>>,
+    learner: Lock<Option<std::sync::mpsc::Sender<SocketAddr>>>,
 }
 
 /// The part of a path that its learner thread uses too.
@@ -258,11 +259,11 @@ impl TxPath {
                 addr,
                 mcast_if,
                 plain,
-                conns: RwLock::new(HashMap::new()),
+                conns: RwLock::new(Rank::TxConns, HashMap::new()),
                 gso: opts.gso,
                 counters,
             }),
-            learner: Mutex::new(None),
+            learner: Lock::new(Rank::Learner, None),
         })
     }
 
@@ -303,10 +304,10 @@ impl TxPath {
             })
         };
         let conns = &self.shared.conns;
-        if let Some(r) = look(&conns.read().unwrap_or_else(|e| e.into_inner())) {
+        if let Some(r) = look(&conns.read()) {
             return r;
         }
-        let mut map = conns.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = conns.write();
         if let Some(r) = look(&map) {
             return r;
         }
@@ -336,7 +337,7 @@ impl TxPath {
     /// Asks the learner to connect `dst`, or to probe its counter again; starts the learner
     /// on the first job. If the thread cannot start, the destination stays unconnected.
     fn learn(&self, dst: SocketAddr) {
-        let mut l = self.learner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut l = self.learner.lock();
         if l.is_none() {
             let (tx, rx) = std::sync::mpsc::channel();
             let shared = Arc::downgrade(&self.shared);
@@ -360,16 +361,11 @@ impl TxPath {
 fn learner(shared: std::sync::Weak<Shared>, jobs: std::sync::mpsc::Receiver<SocketAddr>) {
     while let Ok(dst) = jobs.recv() {
         let Some(s) = shared.upgrade() else { return };
-        let slot = s
-            .conns
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&dst)
-            .cloned();
+        let slot = s.conns.read().get(&dst).cloned();
         match slot {
             Some(Slot::Pending) => {
                 let slot = match s.connect_to(dst) {
-                    Ok(c) => Slot::Ready(Arc::new(Mutex::new(c))),
+                    Ok(c) => Slot::Ready(Arc::new(Lock::new(Rank::TxConn, c))),
                     Err(_) => Slot::Unusable,
                 };
                 s.set(dst, slot);
@@ -377,9 +373,9 @@ fn learner(shared: std::sync::Weak<Shared>, jobs: std::sync::mpsc::Receiver<Sock
             Some(Slot::Ready(c)) => {
                 // No sender uses the socket while its counter is unknown, so the probe runs
                 // without the lock, and the lock is taken only to record what it found.
-                let sock = c.lock().unwrap_or_else(|e| e.into_inner()).sock.clone();
+                let sock = c.lock().sock.clone();
                 let got = s.probe(&sock, 0).ok();
-                let mut c = c.lock().unwrap_or_else(|e| e.into_inner());
+                let mut c = c.lock();
                 if let Some(id) = &mut c.ident {
                     id.last = got.map(|g| (g, 1));
                     // A probe that did not come back is tried again at the next send.
@@ -393,10 +389,7 @@ fn learner(shared: std::sync::Weak<Shared>, jobs: std::sync::mpsc::Receiver<Sock
 
 impl Shared {
     fn set(&self, dst: SocketAddr, slot: Slot) {
-        self.conns
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(dst, slot);
+        self.conns.write().insert(dst, slot);
     }
 
     /// A socket bound next to the unconnected one and connected to `dst`, its counter
@@ -562,7 +555,7 @@ mod tests {
         let shared = tx
             .conn_settled(dst)
             .expect("a connected socket with a known counter");
-        let mut c = shared.lock().unwrap();
+        let mut c = shared.lock();
         for segs in [1u16, 3, 1, 2, 2, 1] {
             let plan = c.plan(&tx, [segs].into_iter()).unwrap();
             // Send it to the destination as a probe would, and read the ID back.
@@ -589,7 +582,7 @@ mod tests {
         drop(c);
         let deadline = std::time::Instant::now() + 4 * PROBE_WAIT;
         let plan = loop {
-            if let Some(p) = shared.lock().unwrap().plan(&tx, [1].into_iter()) {
+            if let Some(p) = shared.lock().plan(&tx, [1].into_iter()) {
                 break p;
             }
             assert!(
@@ -598,7 +591,7 @@ mod tests {
             );
             std::thread::yield_now();
         };
-        let c = shared.lock().unwrap();
+        let c = shared.lock();
         assert_eq!(tx.shared.counters.get(Counter::IpIdProbes), before + 1);
         super::super::socket::send_probe(c.fd(), dst, 8, 0).unwrap();
         let got = super::super::socket::sent_ipv4_ident(

@@ -8,12 +8,13 @@ use super::tx::{TxOptions, TxPath};
 use super::{Datapath, Sent};
 use crate::counters::DeviceCounters;
 use crate::error::{Error, Result};
+use crate::sync::{Lock, Rank};
 use softrdma_wire::ROCE_V2_PORT;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 /// The receiving socket a process reads: the port (the device's owner, or a process
 /// alone), or its end of the pair the owner forwards it datagrams through (a member; see
@@ -33,12 +34,12 @@ pub(crate) struct RxPort {
     /// An owner's ends of its members' forwarding pairs, on which members hand back what
     /// the group gave them by mistake (see `device::share`), read only when the progress
     /// thread saw one readable (`handed`).
-    handbacks: Mutex<Vec<Arc<OwnedFd>>>,
+    handbacks: Lock<Vec<Arc<OwnedFd>>>,
     handed: AtomicBool,
     /// Every socket ever current, kept open for the device's life (there is one per
     /// change of owner), so that a receive that read the old descriptor never reads a
     /// reused number.
-    keep: Mutex<Vec<Forgotten>>,
+    keep: Lock<Vec<Forgotten>>,
 }
 
 impl RxPort {
@@ -49,9 +50,9 @@ impl RxPort {
             spill: AtomicI32::new(-1),
             spilled: AtomicBool::new(false),
             slot: AtomicU8::new(0),
-            handbacks: Mutex::new(Vec::new()),
+            handbacks: Lock::new(Rank::UdpHandbacks, Vec::new()),
             handed: AtomicBool::new(false),
-            keep: Mutex::new(Vec::new()),
+            keep: Lock::new(Rank::UdpKeep, Vec::new()),
         };
         p.set(fd, framed);
         p
@@ -60,7 +61,7 @@ impl RxPort {
     /// Reads `fd` from now on.
     pub(crate) fn set(&self, fd: Forgotten, framed: bool) {
         let raw = fd.raw() as u32 as u64 | (u64::from(framed) << 32);
-        self.keep.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
+        self.keep.lock().push(fd);
         self.cur.store(raw, Ordering::Release);
     }
 
@@ -75,7 +76,7 @@ impl RxPort {
     pub(crate) fn set_spill(&self, fd: Option<Forgotten>, slot: u8) {
         let raw = fd.as_ref().map_or(-1, |f| f.raw());
         if let Some(fd) = fd {
-            self.keep.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
+            self.keep.lock().push(fd);
         }
         self.slot.store(slot, Ordering::Relaxed);
         self.spill.store(raw, Ordering::Release);
@@ -100,7 +101,7 @@ impl RxPort {
     /// The owner reads what the member at the other end of `fd` hands back (`on`), or no
     /// longer (the member is gone, and `fd` is forgotten here).
     pub(crate) fn set_handback(&self, fd: &Arc<OwnedFd>, on: bool) {
-        let mut h = self.handbacks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h = self.handbacks.lock();
         h.retain(|f| !Arc::ptr_eq(f, fd));
         if on {
             h.push(fd.clone());
@@ -119,7 +120,7 @@ impl RxPort {
             return None;
         }
         // Under the lock: a member's pair is closed only once it is out of the list.
-        let h = self.handbacks.lock().unwrap_or_else(|e| e.into_inner());
+        let h = self.handbacks.lock();
         for fd in h.iter() {
             if let Ok(n @ 1..) = sys::recv_framed(fd.as_raw_fd(), batch, want) {
                 // More may wait, here or in another pair.
@@ -235,7 +236,7 @@ pub(crate) struct Udp {
     /// Shared, so that [`Datapath::recv_groups`] receives without the lock held: its
     /// callback takes the device's member lock, which the device holds while it joins
     /// and leaves.
-    groups: Mutex<HashMap<IpAddr, Arc<std::net::UdpSocket>>>,
+    groups: Lock<HashMap<IpAddr, Arc<std::net::UdpSocket>>>,
 }
 
 impl Udp {
@@ -320,7 +321,7 @@ impl Udp {
             gso: AtomicBool::new(opts.gso),
             addr,
             scope_id,
-            groups: Mutex::new(HashMap::new()),
+            groups: Lock::new(Rank::UdpGroups, HashMap::new()),
         })
     }
 }
@@ -389,7 +390,7 @@ impl Datapath for Udp {
     }
 
     fn join(&self, group: IpAddr) -> std::io::Result<Option<RawFd>> {
-        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let mut groups = self.groups.lock();
         if let Some(s) = groups.get(&group) {
             return Ok(Some(s.as_raw_fd()));
         }
@@ -401,10 +402,7 @@ impl Datapath for Udp {
 
     fn leave(&self, group: IpAddr) {
         // Closing the socket leaves the group.
-        self.groups
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&group);
+        self.groups.lock().remove(&group);
     }
 
     fn recv_groups(&self, buf: &mut [u8], f: &mut dyn FnMut(IpAddr, SocketAddr, &[u8])) -> usize {
@@ -412,7 +410,6 @@ impl Datapath for Udp {
         let groups: Vec<(IpAddr, Arc<std::net::UdpSocket>)> = self
             .groups
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .iter()
             .map(|(g, s)| (*g, s.clone()))
             .collect();

@@ -10,11 +10,12 @@
 //! says so, and the channel is signalled as usual. Outside a scope the channel is always
 //! signalled.
 
+use crate::sync::Lock;
 use softrdma_proto::{AsyncEvent, Completion, WcOpcode};
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 /// A device whose socket a CQ's poller may drain itself when the CQ is empty.
 pub(crate) trait Poller: Send + Sync {
@@ -74,7 +75,7 @@ pub(crate) struct CqState {
 }
 
 pub(crate) struct CqInner {
-    pub(crate) state: Mutex<CqState>,
+    pub(crate) state: Lock<CqState>,
     /// How many completions `state` holds, written under its lock: a poller of an empty CQ
     /// (a busy loop's every turn but one) reads this instead of taking the lock.
     pub(crate) queued: AtomicUsize,
@@ -100,7 +101,7 @@ impl CqInner {
 
     /// Takes QP `qpn`'s completions out (a move of that QP to RESET).
     pub fn discard_qp(&self, qpn: softrdma_wire::Qpn) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.state.lock();
         s.entries.retain(|wc| wc.qp_num != qpn);
         self.queued.store(s.entries.len(), Ordering::Release);
     }
@@ -108,7 +109,7 @@ impl CqInner {
     /// Adds a completion; on overflow the completion is lost and a CQ error event is raised,
     /// as on a NIC (`IBV_EVENT_CQ_ERR`), and nothing else is touched.
     pub fn push(self: &Arc<Self>, wc: Completion) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.state.lock();
         if s.entries.len() >= self.cap.load(Ordering::Relaxed) {
             self.lost.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             if !self
@@ -143,9 +144,9 @@ pub(crate) type InlineConsumer = Box<dyn Fn() -> bool + Send + Sync>;
 
 pub(crate) struct ChannelInner {
     pub(crate) fd: OwnedFd,
-    pub(crate) ready: Mutex<VecDeque<Weak<CqInner>>>,
+    pub(crate) ready: Lock<VecDeque<Weak<CqInner>>>,
     /// The devices of the CQs that report here, told when a waiter blocks.
-    pub(crate) devices: Mutex<Vec<Weak<dyn Poller>>>,
+    pub(crate) devices: Lock<Vec<Weak<dyn Poller>>>,
     /// The consumer run in place of a signal at the end of a receive scope (see the
     /// module's docs); set once.
     pub(crate) inline: std::sync::OnceLock<InlineConsumer>,
@@ -229,10 +230,7 @@ impl ChannelInner {
     }
 
     pub(crate) fn signal(&self, cq: Weak<CqInner>) {
-        self.ready
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(cq);
+        self.ready.lock().push_back(cq);
         let one: u64 = 1;
         // SAFETY: writing 8 bytes from a valid u64 to an eventfd we own.
         unsafe {
@@ -248,6 +246,7 @@ impl ChannelInner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::Rank;
     use crate::verbs::cq::CompletionChannel;
     use softrdma_proto::{WcFlags, WcStatus};
     use softrdma_wire::Qpn;
@@ -265,10 +264,13 @@ mod tests {
     fn armed_cq(ch: &Arc<ChannelInner>) -> Arc<CqInner> {
         let none: Weak<dyn Poller> = Weak::<NoDevice>::new();
         Arc::new(CqInner {
-            state: Mutex::new(CqState {
-                armed: Some(false),
-                ..CqState::default()
-            }),
+            state: Lock::new(
+                Rank::Cq,
+                CqState {
+                    armed: Some(false),
+                    ..CqState::default()
+                },
+            ),
             queued: AtomicUsize::new(0),
             cap: AtomicUsize::new(16),
             channel: Some(ch.clone()),
@@ -355,6 +357,6 @@ mod tests {
             readable(&ch),
             "the consumer could not run: the channel's event"
         );
-        assert_eq!(ch.ready.lock().unwrap().len(), 1, "naming the CQ");
+        assert_eq!(ch.ready.lock().len(), 1, "naming the CQ");
     }
 }

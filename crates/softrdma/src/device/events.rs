@@ -14,10 +14,11 @@
 //! list's lock is taken before any queue's; the eventfd is written and read without a
 //! queue's lock held.
 
+use crate::sync::{Lock, Rank};
 use softrdma_proto::AsyncEvent;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 /// The most events a queue keeps: a program that never reads its events (the Rust API's
 /// device-wide queue, when only C contexts read theirs) loses the oldest, not memory.
@@ -27,7 +28,7 @@ const MAX_QUEUED: usize = 4096;
 /// and its subscribers'.
 pub(crate) struct AsyncEvents {
     main: AsyncEventQueue,
-    subs: Mutex<Vec<Weak<AsyncEventQueue>>>,
+    subs: Lock<Vec<Weak<AsyncEventQueue>>>,
 }
 
 impl AsyncEvents {
@@ -35,7 +36,7 @@ impl AsyncEvents {
     pub(crate) fn new() -> Self {
         Self {
             main: AsyncEventQueue::new(),
-            subs: Mutex::new(Vec::new()),
+            subs: Lock::new(Rank::AsyncSubs, Vec::new()),
         }
     }
 
@@ -43,7 +44,7 @@ impl AsyncEvents {
     pub(crate) fn subscribe(&self, first: &[AsyncEvent]) -> Arc<AsyncEventQueue> {
         let q = Arc::new(AsyncEventQueue::new());
         q.push(first.iter().copied());
-        let mut subs = self.subs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut subs = self.subs.lock();
         subs.retain(|s| s.strong_count() > 0);
         subs.push(Arc::downgrade(&q));
         q
@@ -55,7 +56,7 @@ impl AsyncEvents {
         if events.is_empty() {
             return;
         }
-        let subs = self.subs.lock().unwrap_or_else(|e| e.into_inner());
+        let subs = self.subs.lock();
         for s in subs.iter().filter_map(Weak::upgrade) {
             s.push(events.iter().copied());
         }
@@ -77,7 +78,7 @@ impl AsyncEvents {
 /// Asynchronous events, oldest first, with a descriptor that is readable while there are
 /// some (a context's `async_fd`).
 pub struct AsyncEventQueue {
-    queue: Mutex<VecDeque<AsyncEvent>>,
+    queue: Lock<VecDeque<AsyncEvent>>,
     fd: Option<OwnedFd>,
 }
 
@@ -98,7 +99,7 @@ impl AsyncEventQueue {
         // if they want it); `pop` reads it only when poll says it is readable.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         Self {
-            queue: Mutex::new(VecDeque::new()),
+            queue: Lock::new(Rank::AsyncQueue, VecDeque::new()),
             // SAFETY: `fd` is a new descriptor that nothing else owns.
             fd: (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) }),
         }
@@ -106,7 +107,7 @@ impl AsyncEventQueue {
 
     /// Queues `events` and makes the descriptor readable.
     fn push(&self, events: impl IntoIterator<Item = AsyncEvent>) {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self.queue.lock();
         let before = q.len();
         q.extend(events);
         let over = q.len().saturating_sub(MAX_QUEUED);
@@ -120,7 +121,7 @@ impl AsyncEventQueue {
 
     /// The oldest event, if any. The descriptor stays readable while more remain.
     pub fn pop(&self) -> Option<AsyncEvent> {
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self.queue.lock();
         let e = q.pop_front();
         // Drain the counter under the lock, then set it again if events remain: a push
         // that races this takes the lock after us and signals anew.

@@ -47,13 +47,14 @@ use super::share::{self, Holder, Share, msg::Msg, msg::VERSION};
 use crate::datapath::batch::SendBatch;
 use crate::datapath::shm::{self, Consumer, Producer};
 use crate::datapath::socket::{Forgotten, RecvBatch};
+use crate::sync::{Lock, Rank};
 use nix::sys::socket::{self as ns, AddressFamily, Backlog, MsgFlags, SockFlag, SockType};
 use softrdma_wire::ROCE_V2_PORT;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The progress thread's token for the endpoint's listener.
@@ -137,7 +138,7 @@ enum RingRefused {
 
 /// A ring this process fills, and the connection it was passed over.
 struct Outgoing {
-    ring: Mutex<Producer>,
+    ring: Lock<Producer>,
     ep: u64,
     /// The connection's token.
     token: usize,
@@ -232,19 +233,19 @@ pub(crate) struct Local {
     /// ICRC covers it).
     sport: AtomicU16,
     registry: OnceLock<mio::Registry>,
-    routes: Mutex<Routes>,
-    incoming: Mutex<(Vec<Incoming>, usize)>,
+    routes: Lock<Routes>,
+    incoming: Lock<(Vec<Incoming>, usize)>,
     /// Whether `incoming` has any (read on every poll, without the lock).
     any_in: AtomicBool,
     /// Whether this process opened a ring to any peer (read on every send, without a
     /// lock).
     any_out: AtomicBool,
-    conns: Mutex<HashMap<usize, Conn>>,
+    conns: Lock<HashMap<usize, Conn>>,
     next: AtomicUsize,
     /// Whether WRITEs may be placed by cross-memory copy (see [`super::place`]).
     cma: bool,
     /// The grants this process holds from its peers.
-    placements: Mutex<Placements>,
+    placements: Lock<Placements>,
     /// The grants this process issued (the region table's), revoked with a connection.
     granted: Arc<Granted>,
 }
@@ -303,14 +304,14 @@ impl Local {
             listener: Forgotten::new(l),
             sport: AtomicU16::new(0),
             registry: OnceLock::new(),
-            routes: Mutex::new(Routes::default()),
-            incoming: Mutex::new((Vec::new(), 0)),
+            routes: Lock::new(Rank::LocalRoutes, Routes::default()),
+            incoming: Lock::new(Rank::LocalIncoming, (Vec::new(), 0)),
             any_in: AtomicBool::new(false),
             any_out: AtomicBool::new(false),
-            conns: Mutex::new(HashMap::new()),
+            conns: Lock::new(Rank::LocalConns, HashMap::new()),
             next: AtomicUsize::new(0),
             cma,
-            placements: Mutex::new(Placements::default()),
+            placements: Lock::new(Rank::LocalPlacements, Placements::default()),
             granted,
         })
     }
@@ -343,7 +344,7 @@ impl Local {
             return (0, 0);
         }
         let sport = self.sport.load(Ordering::Relaxed);
-        let mut routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut routes = self.routes.lock();
         let (mut sent, mut dropped) = (0, 0);
         batch.divert(|pieces, dst| {
             if !self.is_local(dst) {
@@ -362,7 +363,7 @@ impl Local {
             // The thread that drains this process's rings waits in vain for room in its
             // own ring: the packet is dropped at once, as by a full socket (RC resends).
             let wait = out.ep != self.ep || !DRAINS.get();
-            let mut ring = out.ring.lock().unwrap_or_else(|e| e.into_inner());
+            let mut ring = out.ring.lock();
             if ring.push(pieces, sport) {
                 sent += 1;
             } else if !wait {
@@ -406,7 +407,7 @@ impl Local {
             return false;
         }
         let out = {
-            let mut routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+            let mut routes = self.routes.lock();
             let Some(r) = routes.by_qpn.get_mut(&qpn) else {
                 return false;
             };
@@ -416,7 +417,7 @@ impl Local {
             r.used = true;
             out
         };
-        let mut ring = out.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ring = out.ring.lock();
         if !ring.ack(qpn, psn) {
             return false;
         }
@@ -504,7 +505,7 @@ impl Local {
         let token = BASE + 2 * self.next.fetch_add(1, Ordering::Relaxed);
         // Registered under the lock the progress thread takes for its events, so that a
         // hang-up reported at once finds the connection (the poll is edge-triggered).
-        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let mut conns = self.conns.lock();
         registry
             .register(
                 &mut mio::unix::SourceFd(&fd.as_raw_fd()),
@@ -528,7 +529,7 @@ impl Local {
             std::process::id()
         ));
         Some(Arc::new(Outgoing {
-            ring: Mutex::new(ring),
+            ring: Lock::new(Rank::LocalRing, ring),
             ep,
             token,
         }))
@@ -539,7 +540,7 @@ impl Local {
     /// them up again. A route in use is kept (see [`ROUTE_FOR`]).
     pub(crate) fn expire(&self) {
         let now = Instant::now();
-        let mut routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut routes = self.routes.lock();
         routes.by_qpn.retain(|_, r| {
             if r.until > now {
                 return true;
@@ -561,7 +562,7 @@ impl Local {
         want: usize,
         acks: &mut Vec<(u32, u32)>,
     ) -> (usize, usize) {
-        let mut g = self.incoming.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.incoming.lock();
         let (rings, turn) = &mut *g;
         let (mut got, mut bad) = (0, 0);
         let n = rings.len();
@@ -617,7 +618,7 @@ impl Local {
     /// Ends connection `token` (descriptor `fd`) on purpose: says bye, so the peer does not
     /// take it for a crash, and shuts it down; the hang-up that follows tears it down.
     fn hang_up(&self, token: usize, fd: std::os::fd::RawFd) {
-        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let mut conns = self.conns.lock();
         if let Some(Conn::In { bye, .. } | Conn::Out { bye, .. }) = conns.get_mut(&token) {
             *bye = Ending::Bye;
             let _ = share::send(fd, &Msg::Bye, &[]);
@@ -628,7 +629,7 @@ impl Local {
     /// Before the progress thread sleeps: asks every ring for a wake-up; true if a
     /// packet already waits.
     pub(crate) fn arm(&self) -> bool {
-        let g = self.incoming.lock().unwrap_or_else(|e| e.into_inner());
+        let g = self.incoming.lock();
         let mut any = false;
         for r in &g.0 {
             any |= r.ring.arm();
@@ -668,13 +669,13 @@ impl Local {
         }
         let t = token.0;
         if (t - BASE) % 2 == 1 {
-            let g = self.incoming.lock().unwrap_or_else(|e| e.into_inner());
+            let g = self.incoming.lock();
             if let Some(r) = g.0.iter().find(|r| r.token + 1 == t) {
                 r.ring.clear_wake();
             }
             return happened;
         }
-        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let mut conns = self.conns.lock();
         let Some(conn) = conns.get_mut(&t) else {
             return happened;
         };
@@ -714,7 +715,6 @@ impl Local {
                     let r = self
                         .placements
                         .lock()
-                        .unwrap_or_else(|e| e.into_inner())
                         .answer(*ep, *pid, qpn, rkey, grant, fds);
                     if let Err(e) = r {
                         eprintln!(
@@ -799,7 +799,7 @@ impl Local {
         drop(conns);
         // Either connection to a peer going means the peer is going: its QPNs are
         // looked up again from now on (the owner will not know them).
-        let mut routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut routes = self.routes.lock();
         routes.by_ep.remove(&ep);
         if ending == Ending::Refused {
             routes.refused.insert(ep);
@@ -829,7 +829,7 @@ impl Local {
 
     /// The placement table for the peer on connection `token`, made on its first ask.
     pub(crate) fn table_for(&self, token: usize) -> Option<Arc<Table>> {
-        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let mut conns = self.conns.lock();
         let Some(Conn::In { pid, table, .. }) = conns.get_mut(&token) else {
             return None;
         };
@@ -851,7 +851,7 @@ impl Local {
         table: &Arc<Table>,
         memfd: Option<std::os::fd::RawFd>,
     ) {
-        let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let conns = self.conns.lock();
         let m = Msg::Placed {
             qpn,
             rkey,
@@ -896,11 +896,7 @@ impl Local {
         if !self.cma {
             return None;
         }
-        let held = self
-            .placements
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .held(qpn, rkey);
+        let held = self.placements.lock().held(qpn, rkey);
         if held.is_none() {
             self.ask(qpn, rkey);
         }
@@ -911,21 +907,16 @@ impl Local {
     /// was not asked lately.
     fn ask(&self, qpn: u32, rkey: u32) {
         let out = {
-            let routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+            let routes = self.routes.lock();
             routes.by_qpn.get(&qpn).and_then(|r| r.ring.clone())
         };
         let Some(out) = out else {
             return;
         };
-        if !self
-            .placements
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .should_ask(qpn, rkey)
-        {
+        if !self.placements.lock().should_ask(qpn, rkey) {
             return;
         }
-        let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let conns = self.conns.lock();
         if let Some(Conn::Out { fd, .. }) = conns.get(&out.token) {
             let _ = share::send(fd.as_raw_fd(), &Msg::Place { qpn, rkey }, &[]);
         }
@@ -960,15 +951,12 @@ impl Local {
                 (fd, ep, bye)
             }
             Conn::Out { fd, ep, bye, .. } => {
-                self.placements
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .forget(ep);
+                self.placements.lock().forget(ep);
                 (fd, ep, bye)
             }
         };
         let _ = registry.deregister(&mut mio::unix::SourceFd(&fd.as_raw_fd()));
-        let mut g = self.incoming.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.incoming.lock();
         if let Some(i) = g.0.iter().position(|r| r.token == t) {
             if g.0[i].ring.pending() {
                 g.0[i].closing = true;
@@ -1012,7 +1000,7 @@ impl Local {
                 )
                 .is_ok()
             {
-                self.conns.lock().unwrap_or_else(|e| e.into_inner()).insert(
+                self.conns.lock().insert(
                     t,
                     Conn::Accepted {
                         fd: Forgotten::new(fd),
@@ -1062,7 +1050,7 @@ impl Local {
                 mio::Interest::READABLE,
             )
             .map_err(RingRefused::Register)?;
-        let mut g = self.incoming.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.incoming.lock();
         g.0.push(Incoming {
             ring,
             token,
@@ -1076,7 +1064,7 @@ impl Local {
     /// The device closes on purpose: says so on every connection, so that its peers do
     /// not take the hang-up for a crash.
     pub(crate) fn bye(&self) {
-        let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let conns = self.conns.lock();
         for c in conns.values() {
             if let Conn::In { fd, .. } | Conn::Out { fd, .. } = c {
                 let _ = share::send(fd.as_raw_fd(), &Msg::Bye, &[]);
@@ -1188,7 +1176,7 @@ mod tests {
         // The device's progress thread accepts the connection and takes the ring.
         let deadline = Instant::now() + Duration::from_secs(10);
         let fds = loop {
-            let conns = local.conns.lock().unwrap();
+            let conns = local.conns.lock();
             let fds: Vec<i32> = conns
                 .values()
                 .filter(|c| matches!(c, Conn::In { .. }))

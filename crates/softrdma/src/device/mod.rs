@@ -41,6 +41,7 @@ use crate::datapath::tx::TxOptions;
 use crate::datapath::udp::Udp;
 use crate::datapath::{Datapath, Sent};
 use crate::error::{Error, Result};
+use crate::sync::{Lock, Rank, RwLock};
 use cq::CqInner;
 use mio::{Events, Interest, Poll, Token, Waker};
 use qp::QpShared;
@@ -50,8 +51,8 @@ use softrdma_proto::endpoint::{Counter, Lookup, QpCell, QpTable, Receiver, RxOut
 use softrdma_proto::{AsyncEvent, Instant, Mtu, Pd, WcOpcode};
 use softrdma_wire::{Opcode, ROCE_V2_PORT};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 const SOCKET: Token = Token(0);
@@ -118,7 +119,7 @@ pub(crate) struct Device {
     pub(crate) res: res::Resources,
     /// The smallest round trip to each destination, shared by the QPs that go there (see
     /// [`softrdma_proto::qp::rtt::PathRtt`]).
-    paths: Mutex<std::collections::HashMap<IpAddr, Arc<softrdma_proto::qp::rtt::PathRtt>>>,
+    paths: Lock<std::collections::HashMap<IpAddr, Arc<softrdma_proto::qp::rtt::PathRtt>>>,
     /// Moves on whenever a QP leaves `qps`, which makes receivers look their QP up again.
     pub qps_gen: AtomicU64,
     next_pd: AtomicU32,
@@ -141,11 +142,11 @@ pub(crate) struct Device {
     /// it compete for the CPUs the pollers (of this process and its peers) spin on.
     gate: handoff::WakeGate,
     /// Held by the thread running the timers, so that two do not run the same pass.
-    sweeping: Mutex<()>,
+    sweeping: Lock<()>,
     /// The QPs' deadlines (see [`softrdma_proto::endpoint::timers`]): a QP enters one only
     /// when it is earlier than the one it has, so this lock is taken about once per
     /// deadline a QP arms from idle, not once per packet; idle QPs have no entry.
-    timers: Mutex<TimerQueue>,
+    timers: Lock<TimerQueue>,
     /// Tests starve the progress thread with this (it then does nothing but sleep).
     #[cfg(test)]
     pub(crate) progress_paused: AtomicBool,
@@ -168,7 +169,7 @@ pub(crate) struct Device {
     /// pollers count as gone until the count moves again.
     app_released: AtomicU64,
     /// Counters of QPs already destroyed.
-    pub retired: Mutex<softrdma_proto::QpCounters>,
+    pub retired: Lock<softrdma_proto::QpCounters>,
     /// How many QPs keep a poller's socket (see [`Poller::polled`]): those that await
     /// completions, whose peers never wrote their memory, or whose peers answered their
     /// last send with a WRITE.
@@ -184,21 +185,21 @@ pub(crate) struct Device {
     pub(crate) inline_consumers: AtomicBool,
     /// The multicast groups QPs are attached to (by the group's IP address, the form its
     /// GID takes on the wire), each with its members' QPNs.
-    groups: Mutex<std::collections::HashMap<IpAddr, Vec<u32>>>,
+    groups: Lock<std::collections::HashMap<IpAddr, Vec<u32>>>,
     /// Whether `groups` has any: the progress pass looks at the groups' sockets only then.
     grouped: AtomicBool,
     /// The progress thread's poll, for the groups' sockets.
     registry: mio::Registry,
     /// Receive state; whoever holds it drains the socket (the progress thread, or an
     /// application thread polling a CQ, which saves two context switches per message).
-    rx: Mutex<RxState>,
+    rx: Lock<RxState>,
     /// ACKs produced while an application thread drained the socket, held until that thread
     /// next sends (they then leave in the same system call, behind its request: one UDP GSO
     /// send on loopback) or next polls, or until the progress thread runs. See
     /// [`Device::poll_rx`].
     /// Whether it holds anything is the gate's `deferred`, read without the lock on every
     /// poll.
-    deferred: Mutex<SendBatch>,
+    deferred: Lock<SendBatch>,
 }
 
 struct RxState {
@@ -367,7 +368,7 @@ impl Device {
     pub fn flush_batch(&self, with_deferred: bool) {
         self.with_batch(|b| {
             if (with_deferred || !b.is_empty()) && self.gate.deferred(false) {
-                let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+                let mut d = self.deferred.lock();
                 b.append(&mut d);
                 // Cleared under the lock: a poller that defers more appends under it, and
                 // sets the flag again after.
@@ -432,26 +433,23 @@ impl Device {
     /// Called, with the QP locked, after everything that may arm one of its timers.
     pub fn enter_timer(&self, qp: &mut softrdma_proto::QueuePair) {
         if let Some(t) = qp.timer_to_enter() {
-            self.timers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(t, qp.qpn().value());
+            self.timers.lock().push(t, qp.qpn().value());
             self.timer_armed(t);
         }
     }
 
     /// The round-trip record of the path to `dst`, which every QP going there shares.
     pub fn path_rtt(&self, dst: IpAddr) -> Arc<softrdma_proto::qp::rtt::PathRtt> {
-        let mut paths = self.paths.lock().unwrap_or_else(|e| e.into_inner());
+        let mut paths = self.paths.lock();
         paths.entry(dst.to_canonical()).or_default().clone()
     }
 
     /// The device's counters with rxe's names (see [`stats`]): its own, and the QPs' summed
     /// over the live and the destroyed ones.
     pub fn hw_counters(&self) -> Vec<(&'static str, u64)> {
-        let mut q = *self.retired.lock().unwrap_or_else(|e| e.into_inner());
-        for s in self.qps.read().unwrap_or_else(|e| e.into_inner()).values() {
-            q += s.qp.lock().unwrap_or_else(|e| e.into_inner()).counters();
+        let mut q = *self.retired.lock();
+        for s in self.qps.read().values() {
+            q += s.qp.lock().counters();
         }
         Counter::hw(|c| self.counters.get(c), &q)
     }
@@ -488,7 +486,7 @@ impl Device {
         // Dropped last: an inline consumer of what this poll placed runs with no lock held.
         let _inline = self.inline_scope();
         match self.rx.try_lock() {
-            Ok(mut st) => {
+            Some(mut st) => {
                 // This thread's batch is empty (every entry point flushes its own before it
                 // returns): only deferred ACKs may wait, and most polls find none.
                 if self.gate.deferred(false) && !self.hold_deferred() {
@@ -506,7 +504,7 @@ impl Device {
             }
             // Another thread receives (the progress thread, which may have lost its CPU in
             // the middle): the timers need not wait for it as well.
-            Err(_) => self.run_due_timers(),
+            None => self.run_due_timers(),
         }
     }
 
@@ -544,7 +542,7 @@ impl Device {
     /// costs nothing here. Takes the timer queue's lock per entry (not across a QP's), then
     /// that QP's lock.
     fn run_timers(&self, now: Instant) {
-        let Ok(_sweeping) = self.sweeping.try_lock() else {
+        let Some(_sweeping) = self.sweeping.try_lock() else {
             return;
         };
         // Deadlines armed from here on are recorded beside what this pass finds, and any
@@ -560,14 +558,10 @@ impl Device {
         // Each entry once, and the entries the pass itself makes a few times over: a QP
         // whose handled timeout left its deadline due would otherwise hold the pass for
         // ever; what is left goes at the next pass.
-        let mut budget = self.timers.lock().unwrap_or_else(|e| e.into_inner()).len() + 64;
+        let mut budget = self.timers.lock().len() + 64;
         while budget > 0 {
             budget -= 1;
-            let due = self
-                .timers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop_due(now);
+            let due = self.timers.lock().pop_due(now);
             let Some((at, qpn)) = due else { break };
             softrdma_proto::endpoint::fire_entry(self, at, qpn, now, |shared, qp| {
                 #[cfg(test)]
@@ -579,7 +573,7 @@ impl Device {
         // Deferred ACKs stay deferred: whoever runs the timers sends them by its own rule
         // (a poller at its next poll, the progress thread after its pass).
         self.flush_batch(false);
-        if let Some((t, _)) = self.timers.lock().unwrap_or_else(|e| e.into_inner()).peek() {
+        if let Some((t, _)) = self.timers.lock().peek() {
             next = Some(next.map_or(t, |n| n.min(t)));
         }
         if let Some(t) = next {
@@ -715,7 +709,7 @@ impl Device {
     fn lose_peer(&self, share: &share::Share, ep: u64, sent_to: &[u32]) {
         let sent_to: std::collections::HashSet<u32> = sent_to.iter().copied().collect();
         for s in self.qp_list() {
-            let a = s.qp.lock().unwrap_or_else(|e| e.into_inner()).query();
+            let a = s.qp.lock().query();
             let (Some(q), Some(av)) = (a.dest_qpn, a.av) else {
                 continue;
             };
@@ -730,7 +724,7 @@ impl Device {
                     .holder(q.value())
                     .is_ok_and(|h| h == share::Holder::At(ep));
             if gone {
-                let mut qp = s.qp.lock().unwrap_or_else(|e| e.into_inner());
+                let mut qp = s.qp.lock();
                 qp.peer_gone();
                 self.service(&s, &mut qp);
             }
@@ -864,7 +858,7 @@ impl Device {
             if !b.first_bytes().all(|op| op == Opcode::RC_ACKNOWLEDGE.0) {
                 return Some(false);
             }
-            let mut d = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+            let mut d = self.deferred.lock();
             d.append(b);
             let _ = self.deferred_at.compare_exchange(
                 u64::MAX,
@@ -953,7 +947,7 @@ impl Device {
                 wc.status,
                 softrdma_proto::WcStatus::Success | softrdma_proto::WcStatus::WrFlushErr
             ) {
-                *shared.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(wc.status);
+                *shared.last_error.lock() = Some(wc.status);
             }
             cq.push(wc);
         }
@@ -1091,7 +1085,7 @@ impl Device {
         let mut region = None;
         let grant = Lookup::get(self, qpn).and_then(|shared| {
             // Issued under the QP's lock: a modify that follows revokes it.
-            let qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
+            let qp = shared.qp.lock();
             let a = qp.query();
             // RC only: what a UC sender places could overtake its earlier WRITEs in the
             // ring (see `QueuePair::post_send_placed`).
@@ -1124,7 +1118,7 @@ impl Device {
         if !shared.granted.load(Ordering::Relaxed) {
             return;
         }
-        let state = shared.qp.lock().unwrap_or_else(|e| e.into_inner()).state();
+        let state = shared.qp.lock().state();
         if attr.access_flags.is_some() || !receives(state) {
             shared.granted.store(false, Ordering::Relaxed);
             self.mrs.granted.revoke_qpn(qpn);
@@ -1479,7 +1473,7 @@ impl mio::event::Source for SocketRef {
 
 impl QpCell for QpShared {
     fn lock_qp(&self) -> impl std::ops::DerefMut<Target = softrdma_proto::QueuePair> + '_ {
-        self.qp.lock().unwrap_or_else(|e| e.into_inner())
+        self.qp.lock()
     }
 }
 
@@ -1488,14 +1482,15 @@ impl Lookup<QpShared> for Device {
         self.qps_gen.load(Ordering::Acquire)
     }
     fn get(&self, qpn: u32) -> Option<Arc<QpShared>> {
-        self.qps.read().unwrap_or_else(|e| e.into_inner()).get(qpn)
+        self.qps.read().get(qpn)
     }
     fn members(&self, group: IpAddr, out: &mut Vec<Arc<QpShared>>) {
-        let groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        // The table first: a QP's lock (attach, detach) is taken before the groups'.
+        let qps = self.qps.read();
+        let groups = self.groups.lock();
         let Some(qpns) = groups.get(&group) else {
             return;
         };
-        let qps = self.qps.read().unwrap_or_else(|e| e.into_inner());
         out.extend(qpns.iter().filter_map(|q| qps.get(*q)));
     }
 }
@@ -1504,12 +1499,7 @@ impl Device {
     /// Every QP of this device now, taken out of the table so that no lock is held while
     /// the caller works on them.
     pub(crate) fn qp_list(&self) -> Vec<Arc<QpShared>> {
-        self.qps
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect()
+        self.qps.read().values().cloned().collect()
     }
 
     /// Opens the device `name` on `addr` (IPv6 scope `scope_id`): binds `addr:4791`, makes
@@ -1632,14 +1622,14 @@ impl Device {
             local,
             id: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
             mrs,
-            qps: RwLock::new(QpTable::default()),
+            qps: RwLock::new(Rank::QpTable, QpTable::default()),
             res: {
                 // Published once at open too: `res show` counts the processes.
                 let r = res::Resources::default();
                 r.changed();
                 r
             },
-            paths: Mutex::new(std::collections::HashMap::new()),
+            paths: Lock::new(Rank::Paths, std::collections::HashMap::new()),
             qps_gen: AtomicU64::new(0),
             next_pd: AtomicU32::new(1),
             waker,
@@ -1652,8 +1642,8 @@ impl Device {
             },
             shutdown: AtomicBool::new(false),
             gate: handoff::WakeGate::new(),
-            sweeping: Mutex::new(()),
-            timers: Mutex::new(TimerQueue::default()),
+            sweeping: Lock::new(Rank::Sweeping, ()),
+            timers: Lock::new(Rank::Timers, TimerQueue::default()),
             #[cfg(test)]
             progress_paused: AtomicBool::new(false),
             #[cfg(test)]
@@ -1662,17 +1652,20 @@ impl Device {
             app_released: AtomicU64::new(0),
             app_sends: AtomicU64::new(0),
             deferred_at: AtomicU64::new(u64::MAX),
-            retired: Mutex::new(softrdma_proto::QpCounters::default()),
-            rx: Mutex::new(RxState {
-                rx: Receiver::default(),
-                batch: RecvBatch::default(),
-                want: 1,
-                group_buf: Vec::new(),
-                udp: UdpPace::new(),
-                acks: Vec::new(),
-            }),
-            deferred: Mutex::new(SendBatch::default()),
-            groups: Mutex::new(std::collections::HashMap::new()),
+            retired: Lock::new(Rank::Retired, softrdma_proto::QpCounters::default()),
+            rx: Lock::new(
+                Rank::Rx,
+                RxState {
+                    rx: Receiver::default(),
+                    batch: RecvBatch::default(),
+                    want: 1,
+                    group_buf: Vec::new(),
+                    udp: UdpPace::new(),
+                    acks: Vec::new(),
+                },
+            ),
+            deferred: Lock::new(Rank::Deferred, SendBatch::default()),
+            groups: Lock::new(Rank::Groups, std::collections::HashMap::new()),
             grouped: AtomicBool::new(false),
             awaiting: AtomicUsize::new(0),
             requesting: AtomicUsize::new(0),
@@ -1721,7 +1714,7 @@ impl Device {
         let _inline = self.inline_scope();
         let mut got = false;
         if socket {
-            let mut st = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = self.rx.lock();
             got = self.drain(&mut st, false, defer);
         }
         if self.grouped.load(Ordering::Acquire) {
@@ -1745,7 +1738,7 @@ impl Device {
             MAX_MCAST_GRP, MAX_MCAST_QP_ATTACH, MAX_TOTAL_MCAST_QP_ATTACH,
         };
         let full = || std::io::Error::from_raw_os_error(libc::ENOMEM);
-        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let mut groups = self.groups.lock();
         let total: usize = groups.values().map(Vec::len).sum();
         if let Some(m) = groups.get_mut(&group) {
             if !m.contains(&qpn) {
@@ -1778,7 +1771,7 @@ impl Device {
     /// Detaches QP `qpn` from `group`; false if it was not attached. The last member
     /// leaves the group.
     pub(crate) fn detach(&self, qpn: u32, group: IpAddr) -> bool {
-        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let mut groups = self.groups.lock();
         let Some(m) = groups.get_mut(&group) else {
             return false;
         };
@@ -1800,7 +1793,6 @@ impl Device {
         let joined: Vec<IpAddr> = self
             .groups
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .iter()
             .filter(|(_, m)| m.contains(&qpn))
             .map(|(g, _)| *g)
@@ -1814,7 +1806,7 @@ impl Device {
     /// group's members, then services them as [`Device::drain`] does. True if anything
     /// came.
     fn drain_groups(&self, defer: bool) -> bool {
-        let mut st = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.rx.lock();
         let RxState { rx, group_buf, .. } = &mut *st;
         // The largest UDP datagram.
         group_buf.resize(65536, 0);
@@ -1840,7 +1832,7 @@ impl Device {
     /// Services the QPs a receive reached (see [`Device::drain`]).
     fn service_touched(&self, rx: &mut Receiver<QpShared>, now: Instant) {
         for shared in rx.touched() {
-            let mut qp = shared.qp.lock().unwrap_or_else(|e| e.into_inner());
+            let mut qp = shared.qp.lock();
             self.service_at(&shared, &mut qp, now);
             // What arrived may have armed a timer (a probe after a window's last
             // ACK-asking packet was answered, say).

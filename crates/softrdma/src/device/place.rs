@@ -50,11 +50,12 @@
 
 use super::regions::MrInner;
 use crate::datapath::shm::{GRANTS, GrantTable, SharedMem};
+use crate::sync::{Lock, Rank};
 use softrdma_proto::endpoint::check::KeyHasher;
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The longest a revocation waits for a write that is under way: a copy of a GiB takes
@@ -66,7 +67,7 @@ const ASK_AGAIN: Duration = Duration::from_secs(1);
 /// The placement table this process keeps for one peer connection, and its free slots.
 pub(crate) struct Table {
     pub(crate) shm: GrantTable,
-    free: Mutex<Vec<u32>>,
+    free: Lock<Vec<u32>>,
     /// The peer's pid (waited for only while it lives).
     pid: i32,
 }
@@ -79,7 +80,7 @@ impl Table {
             .ok()?;
         Some(Arc::new(Table {
             shm,
-            free: Mutex::new((0..GRANTS).rev().collect()),
+            free: Lock::new(Rank::PlaceFree, (0..GRANTS).rev().collect()),
             pid,
         }))
     }
@@ -129,12 +130,21 @@ pub(crate) enum GrantRefused {
 
 /// Every grant this process issued, for revocation (kept by the region table, which every
 /// deregistration goes through).
-#[derive(Default)]
 pub(crate) struct Granted {
-    issued: Mutex<Vec<Issued>>,
+    issued: Lock<Vec<Issued>>,
     /// How many are issued (read without the lock on every service of a QP).
     count: AtomicUsize,
     next_stamp: AtomicU64,
+}
+
+impl Default for Granted {
+    fn default() -> Self {
+        Self {
+            issued: Lock::new(Rank::PlaceIssued, Vec::new()),
+            count: AtomicUsize::new(0),
+            next_stamp: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Granted {
@@ -153,9 +163,9 @@ impl Granted {
         key: u32,
         mr: impl FnOnce() -> Option<Arc<MrInner>>,
     ) -> Option<Grant> {
-        let mut issued = self.issued.lock().unwrap_or_else(|e| e.into_inner());
+        let mut issued = self.issued.lock();
         let mr = mr()?;
-        let slot = table.free.lock().unwrap_or_else(|e| e.into_inner()).pop()?;
+        let slot = table.free.lock().pop()?;
         let stamp = self.next_stamp.fetch_add(1, Ordering::Relaxed) + 1;
         table.shm.grant(slot, stamp);
         let g = Grant {
@@ -195,7 +205,7 @@ impl Granted {
         if !self.any() {
             return;
         }
-        let mut issued = self.issued.lock().unwrap_or_else(|e| e.into_inner());
+        let mut issued = self.issued.lock();
         let mut gone = Vec::new();
         let mut i = 0;
         while i < issued.len() {
@@ -220,11 +230,7 @@ impl Granted {
                      {REVOKE_WAIT:?}; revoked anyway"
                 );
             }
-            g.table
-                .free
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(g.slot);
+            g.table.free.lock().push(g.slot);
         }
     }
 }
@@ -403,7 +409,7 @@ impl Placements {
 /// memory, valid for reads) at `remote_addr` through the grant `p` for (`qpn`, `rkey`).
 /// `cache` is taken again only when the grant turned out revoked or the kernel refused.
 pub(crate) fn write(
-    cache: &Mutex<Placements>,
+    cache: &Lock<Placements>,
     p: &Placement,
     qpn: u32,
     rkey: u32,
@@ -420,10 +426,7 @@ pub(crate) fn write(
         return Placed::NotNow;
     }
     if !p.table.enter(g.slot, g.stamp) {
-        cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .revoked(qpn, rkey);
+        cache.lock().revoked(qpn, rkey);
         return Placed::NotNow;
     }
     if let Some(mem) = &p.mem {
@@ -469,10 +472,7 @@ pub(crate) fn write(
             p.pid,
             std::io::Error::from_raw_os_error(err)
         );
-        cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .refused(p.ep);
+        cache.lock().refused(p.ep);
         return Placed::Refused;
     }
     Placed::NotNow

@@ -2,12 +2,13 @@
 //! completions go to.
 
 use crate::device::cq::CqInner;
-use std::sync::{Arc, Mutex};
+use crate::sync::Lock;
+use std::sync::Arc;
 
 /// A QP as the device reaches it, from the verbs and from the receive path alike.
 pub(crate) struct QpShared {
     /// The engine's QP.
-    pub qp: Mutex<softrdma_proto::QueuePair>,
+    pub qp: Lock<softrdma_proto::QueuePair>,
     /// Where send completions go.
     pub send_cq: Arc<CqInner>,
     /// Where receive completions go.
@@ -19,7 +20,7 @@ pub(crate) struct QpShared {
     /// device's `requesting`).
     pub requests: std::sync::atomic::AtomicBool,
     /// The status of its last completion in error, flushes aside (`softrdma res show -dd`).
-    pub last_error: Mutex<Option<softrdma_proto::WcStatus>>,
+    pub last_error: Lock<Option<softrdma_proto::WcStatus>>,
     /// Whether a same-host peer may hold a grant to place WRITEs for it (see
     /// `device::place`): revoked when it can no longer take them.
     pub granted: std::sync::atomic::AtomicBool,

@@ -17,11 +17,12 @@
 
 use super::Device;
 use super::cq::CqInner;
+use crate::sync::{Lock, Rank};
 use softrdma_proto::WcStatus;
 use std::fmt::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 /// The shortest time between two writes of the file.
@@ -40,26 +41,38 @@ pub(crate) struct CmIdEntry {
     /// The ID's number in this process.
     pub idn: u32,
     /// Its fields as published.
-    pub fields: Mutex<String>,
+    pub fields: Lock<String>,
 }
 
 /// The device's list of its PDs, CQs and CM IDs (QPs and MRs have tables of their own).
-#[derive(Default)]
 pub(crate) struct Resources {
-    pds: Mutex<Vec<Weak<PdEntry>>>,
-    cm_ids: Mutex<Vec<Weak<CmIdEntry>>>,
+    pds: Lock<Vec<Weak<PdEntry>>>,
+    cm_ids: Lock<Vec<Weak<CmIdEntry>>>,
     next_cm_idn: AtomicU32,
-    cqs: Mutex<Vec<(u32, Weak<CqInner>)>>,
+    cqs: Lock<Vec<(u32, Weak<CqInner>)>>,
     next_cqn: AtomicU32,
     /// Something changed since the file was last written.
     dirty: AtomicBool,
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Self {
+            pds: Lock::new(Rank::ResLists, Vec::new()),
+            cm_ids: Lock::new(Rank::ResLists, Vec::new()),
+            next_cm_idn: AtomicU32::new(0),
+            cqs: Lock::new(Rank::ResLists, Vec::new()),
+            next_cqn: AtomicU32::new(0),
+            dirty: AtomicBool::new(false),
+        }
+    }
 }
 
 impl Resources {
     /// Notes PD `pdn`; it stays listed while the returned entry lives.
     pub(crate) fn add_pd(&self, pdn: u32) -> Arc<PdEntry> {
         let e = Arc::new(PdEntry { pdn });
-        let mut pds = self.pds.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pds = self.pds.lock();
         pds.retain(|p| p.strong_count() > 0);
         pds.push(Arc::downgrade(&e));
         e
@@ -68,7 +81,7 @@ impl Resources {
     /// Notes a CQ; it stays listed while it lives. Its number.
     pub(crate) fn add_cq(&self, cq: &Arc<CqInner>) -> u32 {
         let n = self.next_cqn.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cqs = self.cqs.lock();
         cqs.retain(|c| c.1.strong_count() > 0);
         cqs.push((n, Arc::downgrade(cq)));
         n
@@ -78,9 +91,9 @@ impl Resources {
     pub(crate) fn add_cm_id(&self) -> Arc<CmIdEntry> {
         let e = Arc::new(CmIdEntry {
             idn: self.next_cm_idn.fetch_add(1, Ordering::Relaxed),
-            fields: Mutex::new(String::new()),
+            fields: Lock::new(Rank::ResFields, String::new()),
         });
-        let mut ids = self.cm_ids.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ids = self.cm_ids.lock();
         ids.retain(|p| p.strong_count() > 0);
         ids.push(Arc::downgrade(&e));
         e
@@ -130,7 +143,6 @@ pub(crate) fn render(dev: &Device) -> String {
         .res
         .cqs
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
         .iter()
         .filter_map(|(n, w)| Some((*n, w.upgrade()?)))
         .collect();
@@ -143,7 +155,7 @@ pub(crate) fn render(dev: &Device) -> String {
     let mut qp_pds = Vec::with_capacity(qps.len());
     for q in &qps {
         let (qpn, a, cfg_pd, t, c) = {
-            let qp = q.qp.lock().unwrap_or_else(|e| e.into_inner());
+            let qp = q.qp.lock();
             (qp.qpn(), qp.query(), qp.pd(), qp.qp_type(), qp.counters())
         };
         qp_pds.push(cfg_pd.0);
@@ -178,7 +190,7 @@ pub(crate) fn render(dev: &Device) -> String {
             c.sent_packets,
             c.rcvd_packets
         );
-        if let Some(e) = *q.last_error.lock().unwrap_or_else(|e| e.into_inner()) {
+        if let Some(e) = *q.last_error.lock() {
             let _ = write!(s, " last-error {}", status_name(e));
         }
         s.push('\n');
@@ -211,7 +223,6 @@ pub(crate) fn render(dev: &Device) -> String {
         .res
         .pds
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
         .iter()
         .filter_map(|w| Some(w.upgrade()?.pdn))
         .collect();
@@ -224,12 +235,11 @@ pub(crate) fn render(dev: &Device) -> String {
         .res
         .cm_ids
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
         .iter()
         .filter_map(Weak::upgrade)
         .collect();
     for e in ids {
-        let f = e.fields.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let f = e.fields.lock().clone();
         let _ = writeln!(s, "cm_id cm-idn {} {f}", e.idn);
     }
     s

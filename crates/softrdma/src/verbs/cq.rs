@@ -2,12 +2,13 @@
 
 use crate::device::cq::{ChannelInner, CqInner, CqState, Poller};
 use crate::error::{Error, Result};
+use crate::sync::{Lock, Rank};
 use crate::verbs::context::Context;
 use softrdma_proto::Completion;
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 impl Context {
@@ -57,7 +58,7 @@ impl CompletionQueue {
         device: Weak<dyn Poller>,
     ) -> Result<Self> {
         if let Some(ch) = channel {
-            let mut devs = ch.inner.devices.lock().unwrap_or_else(|e| e.into_inner());
+            let mut devs = ch.inner.devices.lock();
             devs.retain(|d| d.strong_count() > 0);
             if !devs.iter().any(|d| d.ptr_eq(&device)) {
                 devs.push(device.clone());
@@ -74,7 +75,7 @@ impl CompletionQueue {
         }
         Ok(Self {
             inner: Arc::new(CqInner {
-                state: Mutex::new(CqState::default()),
+                state: Lock::new(Rank::Cq, CqState::default()),
                 queued: AtomicUsize::new(0),
                 cap: AtomicUsize::new(cqe),
                 channel: channel.map(|c| c.inner.clone()),
@@ -90,7 +91,7 @@ impl CompletionQueue {
     /// Changes how many completions the CQ holds (`ibv_resize_cq`): not fewer than it holds
     /// now, nor more than the device's limit.
     pub fn resize(&self, cqe: usize) -> Result<()> {
-        let s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let s = self.inner.state.lock();
         let min = s.entries.len().max(1);
         Error::check_range(
             "ibv_resize_cq",
@@ -152,7 +153,7 @@ impl CompletionQueue {
     /// socket from the progress thread for a poller's grace, and the next MAD, which nobody
     /// then polls for, would wait that grace out.
     pub(crate) fn poll_placed(&self, max: usize) -> Vec<Completion> {
-        let mut s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.inner.state.lock();
         let n = max.min(s.entries.len());
         let got = s.entries.drain(..n).collect::<Vec<_>>();
         self.inner.queued.store(s.entries.len(), Ordering::Release);
@@ -163,7 +164,7 @@ impl CompletionQueue {
     /// latency loop polls one at a time).
     pub fn poll_one(&self) -> Option<Completion> {
         let take = || {
-            let mut s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut s = self.inner.state.lock();
             let wc = s.entries.pop_front();
             self.inner.queued.store(s.entries.len(), Ordering::Release);
             wc
@@ -220,7 +221,7 @@ impl CompletionQueue {
         if self.inner.channel.is_none() {
             return Err(Error::NoChannel);
         }
-        let mut s = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.inner.state.lock();
         s.armed = Some(solicited_only);
         s.last_arm = solicited_only;
         Ok(())
@@ -280,8 +281,8 @@ impl CompletionChannel {
             inner: Arc::new(ChannelInner {
                 // SAFETY: `fd` is a new descriptor that nothing else owns.
                 fd: unsafe { OwnedFd::from_raw_fd(fd) },
-                ready: Mutex::new(VecDeque::new()),
-                devices: Mutex::new(Vec::new()),
+                ready: Lock::new(Rank::CqReady, VecDeque::new()),
+                devices: Lock::new(Rank::CqPollers, Vec::new()),
                 inline: std::sync::OnceLock::new(),
             }),
         })
@@ -319,15 +320,13 @@ impl CompletionChannel {
         // which would otherwise spin on them (the progress thread deals with them).
         let mut unwatched: Vec<RawFd> = Vec::new();
         loop {
-            if let Some(w) = self
-                .inner
-                .ready
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop_front()
-            {
+            // Popped in a statement of its own: in an `if let` scrutinee the guard would
+            // live through the body, which takes the CQ's lock, and a completion takes
+            // the CQ's lock before the ready list (found by the rank check).
+            let next = self.inner.ready.lock().pop_front();
+            if let Some(w) = next {
                 if let Some(inner) = w.upgrade() {
-                    let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut s = inner.state.lock();
                     if s.entries.is_empty() && s.armed.is_none() {
                         // A stale event: the completion that raised it was taken by a poll
                         // after the arm (here the poll itself may have received it), so
@@ -367,7 +366,6 @@ impl CompletionChannel {
                     .inner
                     .devices
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner())
                     .iter()
                     .filter_map(Weak::upgrade)
                     .collect();
@@ -461,7 +459,7 @@ impl Polled<'_> {
             return None;
         }
         self.left -= 1;
-        let mut s = self.cq.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.cq.state.lock();
         self.cur = s.entries.pop_front();
         self.cq.queued.store(s.entries.len(), Ordering::Release);
         drop(s);

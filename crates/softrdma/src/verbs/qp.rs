@@ -2,6 +2,7 @@
 
 use crate::device::qp::QpShared;
 use crate::error::{Error, Result};
+use crate::sync::{Lock, Rank};
 use crate::verbs::context::Context;
 use crate::verbs::cq::CompletionQueue;
 use crate::verbs::mr::MemoryRegion;
@@ -11,7 +12,7 @@ use softrdma_proto::{
 };
 use softrdma_wire::Qpn;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 impl Context {
     /// Allocates a protection domain.
@@ -304,12 +305,7 @@ impl ProtectionDomain {
         Error::check_range(v, "cap.max_inline_data", c.max_inline_data, 0u32, inline)?;
         // QPNs are random, so they cannot be guessed; 0 and 1 are the special QPs. Drawn
         // before the table is locked: a process that shares the device asks its owner.
-        let qpn = dev.alloc_qpn(|n| {
-            dev.qps
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(n)
-        })?;
+        let qpn = dev.alloc_qpn(|n| dev.qps.read().contains(n))?;
         self.create_numbered(init, qpn)
     }
 
@@ -317,13 +313,7 @@ impl ProtectionDomain {
     /// receives its MADs on (IBTA 10.2.5: QP1 is the GSI's on every port).
     pub(crate) fn create_gsi_qp(&self, init: QpInitAttr) -> Result<QueuePair> {
         let qpn = softrdma_wire::cm::GSI_QPN;
-        let taken = self
-            .ctx
-            .dev()
-            .qps
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(qpn);
+        let taken = self.ctx.dev().qps.read().contains(qpn);
         if taken {
             return Err(Error::Cm {
                 verb: "rdma_create_id",
@@ -337,7 +327,7 @@ impl ProtectionDomain {
     fn create_numbered(&self, init: QpInitAttr, qpn: u32) -> Result<QueuePair> {
         let dev = self.ctx.dev().clone();
         let c = init.cap;
-        let mut qps = dev.qps.write().unwrap_or_else(|e| e.into_inner());
+        let mut qps = dev.qps.write();
         let cfg = QpConfig {
             qpn: Qpn::new(qpn),
             qp_type: init.qp_type,
@@ -356,12 +346,12 @@ impl ProtectionDomain {
         // for those that go on a wire.
         engine.owe_icrc(dev.has_rings_path());
         let shared = Arc::new(QpShared {
-            qp: Mutex::new(engine),
+            qp: Lock::new(Rank::Qp, engine),
             send_cq: init.send_cq.inner.clone(),
             recv_cq: init.recv_cq.inner.clone(),
             awaits: std::sync::atomic::AtomicBool::new(false),
             requests: std::sync::atomic::AtomicBool::new(false),
-            last_error: Mutex::new(None),
+            last_error: Lock::new(Rank::QpError, None),
             granted: Default::default(),
         });
         qps.insert(qpn, shared.clone());
@@ -371,7 +361,7 @@ impl ProtectionDomain {
             pd: self.clone(),
             shared,
             qpn: Qpn::new(qpn),
-            owned: Mutex::new(None),
+            owned: Lock::new(Rank::VerbsOwned, None),
         })
     }
 }
@@ -398,7 +388,7 @@ pub struct QueuePair {
     /// Buffers posted by value, by WR ID, until reclaimed (made on the first: most QPs
     /// never post one; boxed, 8 bytes in every QP instead of a map's 48).
     #[expect(clippy::box_collection, reason = "lazily made, small when absent")]
-    owned: Mutex<Option<Box<std::collections::HashMap<u64, MemoryRegion>>>>,
+    owned: Lock<Option<Box<std::collections::HashMap<u64, MemoryRegion>>>>,
 }
 
 impl std::fmt::Debug for QueuePair {
@@ -415,7 +405,7 @@ impl QueuePair {
 
     fn with<T>(&self, f: impl FnOnce(&mut softrdma_proto::QueuePair) -> T) -> T {
         let dev = self.pd.ctx.dev();
-        let mut qp = self.shared.qp.lock().unwrap_or_else(|e| e.into_inner());
+        let mut qp = self.shared.qp.lock();
         let r = f(&mut qp);
         dev.service(&self.shared, &mut qp);
         // Deferred ACKs ride along with whatever this sends.
@@ -511,11 +501,7 @@ impl QueuePair {
 
     /// The attributes in force (`ibv_query_qp`).
     pub fn query(&self) -> QpAttr {
-        self.shared
-            .qp
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .query()
+        self.shared.qp.lock().query()
     }
 
     /// Posts a send WR (`ibv_post_send`). Its SGEs name registered memory by key; the device
@@ -550,7 +536,7 @@ impl QueuePair {
     /// Posts a receive WR (`ibv_post_recv`).
     pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
         let dev = self.pd.ctx.dev();
-        let mut qp = self.shared.qp.lock().unwrap_or_else(|e| e.into_inner());
+        let mut qp = self.shared.qp.lock();
         qp.post_recv(wr)?;
         // IBTA 9.7.5.2.8: a requester that met an RNR NAK retries by its own timer, so a
         // receive WR gives the engine nothing to send and no timer. Only a QP in ERROR
@@ -627,15 +613,11 @@ impl QueuePair {
 
     /// Takes the buffer parked under `wr_id` out.
     fn unpark(&self, wr_id: u64) -> Option<MemoryRegion> {
-        self.owned
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()?
-            .remove(&wr_id)
+        self.owned.lock().as_mut()?.remove(&wr_id)
     }
 
     fn park(&self, wr_id: u64, mr: MemoryRegion) -> Result<()> {
-        let mut o = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        let mut o = self.owned.lock();
         let o = o.get_or_insert_default();
         if o.contains_key(&wr_id) {
             return Err(Error::WrIdInFlight {
@@ -654,11 +636,7 @@ impl QueuePair {
 
     /// The engine's counters for this QP.
     pub fn counters(&self) -> softrdma_proto::QpCounters {
-        self.shared
-            .qp
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .counters()
+        self.shared.qp.lock().counters()
     }
 }
 
@@ -666,7 +644,7 @@ impl Drop for QueuePair {
     fn drop(&mut self) {
         let dev = self.pd.ctx.dev();
         {
-            let mut qp = self.shared.qp.lock().unwrap_or_else(|e| e.into_inner());
+            let mut qp = self.shared.qp.lock();
             qp.farewell_ack();
             dev.service(&self.shared, &mut qp);
             // What it still awaited, nobody will: it leaves the device's count.
@@ -677,7 +655,7 @@ impl Drop for QueuePair {
         dev.detach_all(self.qpn.value());
         dev.mrs.granted.revoke_qpn(self.qpn.value());
         {
-            let mut qps = dev.qps.write().unwrap_or_else(|e| e.into_inner());
+            let mut qps = dev.qps.write();
             // The generation moves first, under the write lock: a receiver that sees the new
             // one looks the QPN up again (after the removal, since the lookup waits for this
             // lock); one that saw the old one handled its packet before the QP went.
@@ -688,7 +666,7 @@ impl Drop for QueuePair {
         dev.free_qpn(self.qpn.value());
         dev.res_changed();
         let c = self.counters();
-        *dev.retired.lock().unwrap_or_else(|e| e.into_inner()) += c;
+        *dev.retired.lock() += c;
     }
 }
 

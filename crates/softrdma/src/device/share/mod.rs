@@ -54,6 +54,7 @@ pub(crate) mod steer;
 
 use crate::datapath::socket::{self as sys, Forgotten};
 use crate::datapath::udp::{PortBind, RxPort};
+use crate::sync::{Lock, Rank, RwLock};
 use msg::{MAX_QPNS, Msg, VERSION};
 use nix::sys::socket::{
     self as ns, AddressFamily, Backlog, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
@@ -66,8 +67,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{IoSlice, IoSliceMut};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 /// How long a freed QPN stays out of the draw: longer than the retries of any peer that
@@ -338,19 +339,19 @@ pub(crate) struct Share {
     cm_forwarding: AtomicBool,
     /// Owner: REQs dropped once for a service nobody listened on, by requester (address
     /// and communication ID), with when (see [`Share::hold_first_req`]).
-    held_reqs: Mutex<HashMap<(IpAddr, u32), Instant>>,
+    held_reqs: Lock<HashMap<(IpAddr, u32), Instant>>,
     /// Owner: the REQs held for a service nobody listened on, kept for a listener that
     /// comes within [`HELD_REQ_WAIT`]: by requester, the service, when the first came, and
     /// the latest datagram with its sender.
-    waiting_reqs: Mutex<HashMap<(IpAddr, u32), WaitingReq>>,
+    waiting_reqs: Lock<HashMap<(IpAddr, u32), WaitingReq>>,
     /// Whether members may be steered (`SOFTRDMA_STEER`).
     steer: bool,
     /// Probes the receive path saw, for the progress thread to report (see [`steer`]);
     /// `probed`: there are some. `again`: the owner has a probe round to make.
-    probes: Mutex<Vec<(u32, u64)>>,
+    probes: Lock<Vec<(u32, u64)>>,
     probed: AtomicBool,
     again: AtomicBool,
-    ctl: Mutex<Ctl>,
+    ctl: Lock<Ctl>,
 }
 
 /// Who holds a QPN (see [`Share::holder`]).
@@ -563,31 +564,34 @@ impl Share {
             scope_id,
             ep,
             rx: Arc::new(rx),
-            routes: RwLock::new(Default::default()),
+            routes: RwLock::new(Rank::ShareRoutes, Default::default()),
             forwarding: AtomicBool::new(false),
-            cm: RwLock::new(CmRoutes::default()),
+            cm: RwLock::new(Rank::ShareCm, CmRoutes::default()),
             cm_forwarding: AtomicBool::new(false),
-            held_reqs: Mutex::new(HashMap::new()),
-            waiting_reqs: Mutex::new(HashMap::new()),
+            held_reqs: Lock::new(Rank::ShareHeldReqs, HashMap::new()),
+            waiting_reqs: Lock::new(Rank::ShareWaitingReqs, HashMap::new()),
             steer,
-            probes: Mutex::new(Vec::new()),
+            probes: Lock::new(Rank::ShareProbes, Vec::new()),
             probed: AtomicBool::new(false),
             again: AtomicBool::new(false),
-            ctl: Mutex::new(Ctl {
-                role,
-                mine: HashSet::new(),
-                theirs: HashMap::new(),
-                quarantine: VecDeque::new(),
-                quarantined: HashSet::new(),
-                port,
-                my_slot: slots.mine,
-                owner_slot: slots.owner,
-                steering,
-                rounds: Rounds::default(),
-                retired: VecDeque::new(),
-                my_listens: HashSet::new(),
-                unlistened: HashMap::new(),
-            }),
+            ctl: Lock::new(
+                Rank::ShareCtl,
+                Ctl {
+                    role,
+                    mine: HashSet::new(),
+                    theirs: HashMap::new(),
+                    quarantine: VecDeque::new(),
+                    quarantined: HashSet::new(),
+                    port,
+                    my_slot: slots.mine,
+                    owner_slot: slots.owner,
+                    steering,
+                    rounds: Rounds::default(),
+                    retired: VecDeque::new(),
+                    my_listens: HashSet::new(),
+                    unlistened: HashMap::new(),
+                },
+            ),
         };
         if exclusive {
             let port = Forgotten::new(bind_port(PortBind::Alone)?);
@@ -696,7 +700,7 @@ impl Share {
     /// The progress thread's registrations: the listener (owner) or the connection to
     /// the owner (member).
     pub(crate) fn register(&self, r: &mio::Registry) -> std::io::Result<()> {
-        let ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        let ctl = self.ctl.lock();
         match &ctl.role {
             Role::Alone => Ok(()),
             Role::Owner { listener, .. } => r.register(
@@ -727,7 +731,7 @@ impl Share {
         if !self.steer {
             return false;
         }
-        let mut p = self.probes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = self.probes.lock();
         // Anyone may send probes to the port: a flood is not kept.
         if p.len() < 64 {
             p.push((index, nonce));
@@ -744,8 +748,8 @@ impl Share {
         if !probed && !self.again.load(Ordering::Relaxed) {
             return None;
         }
-        let seen = std::mem::take(&mut *self.probes.lock().unwrap_or_else(|e| e.into_inner()));
-        let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = std::mem::take(&mut *self.probes.lock());
+        let mut ctl = self.ctl.lock();
         for (index, nonce) in seen {
             match &ctl.role {
                 Role::Member { conn, .. } => {
@@ -867,7 +871,7 @@ impl Share {
         if qpn == GSI_QPN {
             return self.forward_mad(data, from);
         }
-        let routes = self.routes.read().unwrap_or_else(|e| e.into_inner());
+        let routes = self.routes.read();
         let fd = routes.get(&qpn)?;
         Some(sys::send_framed(fd.as_raw_fd(), from, data).is_ok())
     }
@@ -882,7 +886,7 @@ impl Share {
         let mad = CmMad::parse(packet.payload()).ok()?;
         let to = mad.msg.addressee()?;
         let fd = {
-            let cm = self.cm.read().unwrap_or_else(|e| e.into_inner());
+            let cm = self.cm.read();
             match to {
                 Addressee::Comm(id) => cm.by_slot.get(&(id as u8)).cloned(),
                 Addressee::Service(sid) => cm
@@ -919,7 +923,7 @@ impl Share {
             _ => return false,
         };
         {
-            let ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+            let ctl = self.ctl.lock();
             let Role::Owner { members, .. } = &ctl.role else {
                 return false;
             };
@@ -927,7 +931,7 @@ impl Share {
                 return false;
             }
         }
-        let mut held = self.held_reqs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = self.held_reqs.lock();
         held.retain(|_, t| t.elapsed() < HELD_REQ_MEMORY);
         if held.len() >= HELD_REQS_MAX {
             // A flood of REQs for services nobody serves: reject them at once rather than
@@ -943,7 +947,7 @@ impl Share {
         if first.elapsed() >= HELD_REQ_WAIT {
             return false;
         }
-        let mut waiting = self.waiting_reqs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut waiting = self.waiting_reqs.lock();
         waiting.retain(|_, w| w.first.elapsed() < HELD_REQ_WAIT);
         if waiting.len() < WAITING_REQS_MAX || waiting.contains_key(&key) {
             let w = WaitingReq {
@@ -966,7 +970,7 @@ impl Share {
     /// Hands the REQs waiting for service `sid` (see [`Share::hold_first_req`]) to the
     /// member that now listens on it, through its forwarding socket `fd` (owner).
     fn deliver_waiting(&self, sid: u64, fd: RawFd) {
-        let mut waiting = self.waiting_reqs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut waiting = self.waiting_reqs.lock();
         waiting.retain(|_, w| w.first.elapsed() < HELD_REQ_WAIT);
         let keys: Vec<_> = waiting
             .iter()
@@ -988,14 +992,14 @@ impl Share {
     /// The low byte of this process's CM communication IDs: its slot, by which the
     /// owner tells whose a MAD is (see [`CmRoutes`]).
     pub(crate) fn cm_tag(&self) -> u8 {
-        self.ctl.lock().unwrap_or_else(|e| e.into_inner()).my_slot
+        self.ctl.lock().my_slot
     }
 
     /// Makes this process the listener of CM service `sid` on the device: `Ok(false)` if
     /// another process of the device listens on it, an error if the owner could not be
     /// asked.
     pub(crate) fn cm_listen(&self, sid: u64) -> crate::error::Result<bool> {
-        let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ctl = self.ctl.lock();
         let ours = match &ctl.role {
             Role::Member { conn, owner_pid } => {
                 let pid = *owner_pid;
@@ -1014,7 +1018,7 @@ impl Share {
             }
             _ => {
                 self.evict_dead_listener(&ctl.role, sid);
-                let cm = self.cm.read().unwrap_or_else(|e| e.into_inner());
+                let cm = self.cm.read();
                 cm.by_service.get(&sid).is_none_or(|l| l.ended.is_some())
             }
         };
@@ -1026,7 +1030,7 @@ impl Share {
 
     /// This process no longer listens on CM service `sid`.
     pub(crate) fn cm_unlisten(&self, sid: u64) {
-        let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ctl = self.ctl.lock();
         if !ctl.my_listens.remove(&sid) {
             return;
         }
@@ -1047,7 +1051,7 @@ impl Share {
             return;
         };
         let holder = {
-            let cm = self.cm.read().unwrap_or_else(|e| e.into_inner());
+            let cm = self.cm.read();
             cm.by_service.get(&sid).map(|l| l.member)
         };
         let Some(h) = holder else {
@@ -1094,7 +1098,7 @@ impl Share {
         else {
             return false;
         };
-        let ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        let ctl = self.ctl.lock();
         match to {
             Addressee::Comm(id) => id as u8 != ctl.my_slot,
             Addressee::Service(sid) => {
@@ -1109,7 +1113,7 @@ impl Share {
 
     /// Changes the owner's CM routes with `f`.
     fn cm_routes(&self, f: impl FnOnce(&mut CmRoutes)) {
-        let mut cm = self.cm.write().unwrap_or_else(|e| e.into_inner());
+        let mut cm = self.cm.write();
         f(&mut cm);
         let any = !cm.by_slot.is_empty() || !cm.by_service.is_empty();
         self.cm_forwarding.store(any, Ordering::Relaxed);
@@ -1119,7 +1123,7 @@ impl Share {
     /// never 0 or 1, and not one freed within [`QUARANTINE`].
     pub(crate) fn alloc_qpn(&self) -> crate::error::Result<u32> {
         let deadline = Instant::now() + ANSWER_TIMEOUT;
-        let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ctl = self.ctl.lock();
         let qpn = match &ctl.role {
             Role::Member { conn, owner_pid } => {
                 let pid = *owner_pid;
@@ -1133,11 +1137,10 @@ impl Share {
                         drop(ctl);
                         loop {
                             std::thread::sleep(Duration::from_millis(5));
-                            let moved =
-                                match &self.ctl.lock().unwrap_or_else(|e| e.into_inner()).role {
-                                    Role::Member { owner_pid, .. } => *owner_pid != pid,
-                                    _ => true,
-                                };
+                            let moved = match &self.ctl.lock().role {
+                                Role::Member { owner_pid, .. } => *owner_pid != pid,
+                                _ => true,
+                            };
                             if moved {
                                 return self.alloc_qpn();
                             }
@@ -1189,7 +1192,7 @@ impl Share {
     /// as a QPN draw is); the owner and a process alone look it up. An error if the owner
     /// could not be asked.
     pub(crate) fn holder(&self, qpn: u32) -> Result<Holder, ()> {
-        let ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        let ctl = self.ctl.lock();
         let ep = match &ctl.role {
             Role::Member { conn, owner_pid } => {
                 match request(conn.as_raw_fd(), *owner_pid, &Msg::Locate(qpn)) {
@@ -1208,7 +1211,7 @@ impl Share {
 
     /// QPN `qpn` of this process is destroyed.
     pub(crate) fn free_qpn(&self, qpn: u32) {
-        let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ctl = self.ctl.lock();
         if !ctl.mine.remove(&qpn) {
             return;
         }
@@ -1224,7 +1227,7 @@ impl Share {
     /// Quarantines QPNs that a process which went held (a dead owner's, which no member
     /// registers again), so that none is drawn anew while its remote peers still retry.
     pub(crate) fn quarantine(&self, qpns: &[u32]) -> usize {
-        let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ctl = self.ctl.lock();
         let mut n = 0;
         for &q in qpns {
             if !ctl.in_use(q) {
@@ -1238,7 +1241,7 @@ impl Share {
     /// Whether this process owns the device (or has it alone), and how many other
     /// processes it forwards to.
     pub(crate) fn members(&self) -> (bool, usize) {
-        let ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        let ctl = self.ctl.lock();
         match &ctl.role {
             Role::Alone => (true, 0),
             Role::Owner { members, .. } => (true, members.len()),
@@ -1259,7 +1262,7 @@ impl Share {
             self.rx.handed();
             return Change::None;
         }
-        let mut ctl = self.ctl.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ctl = self.ctl.lock();
         match token {
             LISTEN => {
                 self.accept(&mut ctl, r);
@@ -1662,7 +1665,7 @@ impl Share {
 
     /// Adds (or with `None` removes) a member's route.
     fn route(&self, qpn: u32, data: Option<Arc<OwnedFd>>) {
-        let mut routes = self.routes.write().unwrap_or_else(|e| e.into_inner());
+        let mut routes = self.routes.write();
         match data {
             Some(d) => {
                 routes.insert(qpn, d);
@@ -1840,7 +1843,7 @@ impl Drop for Share {
         // its probe round finds the group as it is; and after the owner's program stopped
         // steering to members, so that the socket that takes its index gets no datagram
         // of another's (a UC or UD one would be lost).
-        let ctl = self.ctl.get_mut().unwrap_or_else(|e| e.into_inner());
+        let ctl = self.ctl.get_mut();
         if let Some(fd) = ctl.steering.take() {
             if let Role::Member { conn, owner_pid } = &ctl.role {
                 let _ = request(conn.as_raw_fd(), *owner_pid, &Msg::Leave);
