@@ -118,6 +118,16 @@ pub enum BenchError {
     NoSoftrdma(PathBuf),
 }
 
+/// For `map_err`: a socket call's error ([`BenchError::Io`]).
+pub(crate) fn io(what: &'static str) -> impl Fn(std::io::Error) -> BenchError {
+    move |source| BenchError::Io { what, source }
+}
+
+/// For `map_err`: the error of a socket call made through nix ([`BenchError::Sys`]).
+pub(crate) fn sys(what: &'static str) -> impl Fn(nix::errno::Errno) -> BenchError {
+    move |source| BenchError::Sys { what, source }
+}
+
 #[cfg(test)]
 mod tests {
     use super::BenchError;

@@ -14,8 +14,10 @@
 //! Every figure is the median of `--rounds` runs (5), taken in rounds that start with the
 //! lossless run, with the range of the runs beside it.
 
-use super::{Pin, last_json, median, softrdma_pair};
 use crate::error::BenchError;
+use crate::output::last_json;
+use crate::pair::{Pin, softrdma_pair};
+use crate::stats::median;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -277,8 +279,8 @@ fn plot(points: &[(f64, f64)]) -> String {
 mod tests {
     #[test]
     fn medians_and_cells() {
-        assert_eq!(crate::median(&[]), None);
-        assert_eq!(crate::median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(crate::stats::median(&[]), None);
+        assert_eq!(crate::stats::median(&[3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(
             super::cell(&[2e9, 1e9, 3e9], 1, 1e9, ""),
             "2.00 (1.00-3.00), 1 failed"
@@ -288,9 +290,10 @@ mod tests {
 
     #[test]
     fn progress_lines_print_results_as_before() {
-        let ok: Result<f64, crate::BenchError> = Ok(1.5);
+        let ok: Result<f64, crate::error::BenchError> = Ok(1.5);
         assert_eq!(super::outcome(&ok), format!("{:?}", Ok::<f64, String>(1.5)));
-        let err: Result<f64, crate::BenchError> = Err(crate::BenchError::Output("no bw".into()));
+        let err: Result<f64, crate::error::BenchError> =
+            Err(crate::error::BenchError::Output("no bw".into()));
         assert_eq!(
             super::outcome(&err),
             format!("{:?}", Err::<f64, String>("no bw".into()))
