@@ -1860,3 +1860,78 @@ fn writes_take_the_ring_where_the_kernel_refuses_cross_memory_attach() {
     // The target's shareable memory is placed into regardless.
     write_until_placed(&a, &b.mr, 0x1000, &pattern(40, 65536));
 }
+
+/// A member whose owner is slow to say which process holds a QPN (every lookup held back
+/// 1 s) keeps its other QPs moving meanwhile: the lookup runs on the device's resolver
+/// thread with no lock of the send path held, so posting to the new peer returns at once
+/// and an established RC pair does its round trips while the lookup waits; the packets to
+/// the new peer wait for the answer, then arrive whole.
+#[test]
+fn a_slow_route_lookup_holds_up_no_other_qp() {
+    let _machine = beside();
+    let _owner = ctx(140);
+    let slow = DeviceOptions {
+        route_lookup_delay: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let (a, b) = (end_opts(140, QpType::Rc, 4096, slow), end(140, QpType::Rc));
+    connect(&a, &b, ConnectAttr::default());
+    let round = |i: u64| {
+        let data = pattern(i as u8, 512);
+        a.mr.write(0, &data).unwrap();
+        a.qp.post_send(signaled(i, write_to(&b, 4096), a.mr.sge(0, 512)))
+            .unwrap();
+        let wc = wait(&a.cq, 1);
+        assert_eq!((wc[0].wr_id, wc[0].status), (i, WcStatus::Success));
+        let mut got = vec![0; 512];
+        b.mr.read(4096, &mut got).unwrap();
+        assert_eq!(got, data, "round {i}");
+    };
+    // The pair's own lookup is slow too: done before the measure.
+    round(0);
+
+    // A second QP of the same process, to a peer in a third process: its first packet
+    // needs a lookup, which takes 1 s.
+    let c = end(140, QpType::Rc);
+    let cq2 = a.ctx.create_cq(16, None).unwrap();
+    let a2 = a._pd.create_qp(QpInitAttr::new(QpType::Rc, &cq2)).unwrap();
+    let (pa, pc) = (Psn::new(7), Psn::new(9));
+    let to_c = Peer {
+        addr: c.ctx.addr(),
+        qpn: c.qp.qp_num(),
+        psn: pc,
+    };
+    a2.connect(pa, &to_c, &ConnectAttr::default()).unwrap();
+    let to_a2 = Peer {
+        addr: a.ctx.addr(),
+        qpn: a2.qp_num(),
+        psn: pa,
+    };
+    c.qp.connect(pc, &to_a2, &ConnectAttr::default()).unwrap();
+    let data = pattern(200, 2048);
+    a.mr.write(8192, &data).unwrap();
+    let t0 = Instant::now();
+    a2.post_send(signaled(99, write_to(&c, 0), a.mr.sge(8192, 2048)))
+        .unwrap();
+    let posted = t0.elapsed();
+    for i in 1..=20 {
+        round(i);
+    }
+    let rounds = t0.elapsed();
+    assert!(
+        cq2.poll(1).is_empty(),
+        "the lookup was not held back: the test shows nothing"
+    );
+    let wc = wait(&cq2, 1);
+    let done = t0.elapsed();
+    assert_eq!((wc[0].wr_id, wc[0].status), (99, WcStatus::Success));
+    let mut got = vec![0; 2048];
+    c.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+    assert!(
+        posted < Duration::from_millis(300) && rounds < Duration::from_millis(700),
+        "the post waited {posted:?}, and 20 round trips of another QP took {rounds:?}, \
+         while the lookup took {done:?}"
+    );
+    assert!(done >= Duration::from_secs(1), "{done:?}");
+}
