@@ -15,7 +15,7 @@
 //!
 //! No locks, no threads: each call works on its arguments alone.
 
-use crate::fail;
+use crate::ffi::{Ret, Verb, entry};
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::{offset_of, size_of};
 use std::ptr::null_mut;
@@ -109,6 +109,7 @@ fn socket_hints(h: &rdma_addrinfo) -> libc::addrinfo {
 /// # Safety
 /// `node`, `service` NULL or C strings.
 unsafe fn resolve(
+    v: Verb,
     node: *const c_char,
     service: *const c_char,
     h: &rdma_addrinfo,
@@ -122,8 +123,7 @@ unsafe fn resolve(
         let rc = if rc != 0 { rc } else { libc::EAI_NONAME };
         // SAFETY: gai_strerror returns a static C string for any code.
         let why = unsafe { std::ffi::CStr::from_ptr(libc::gai_strerror(rc)) };
-        fail(
-            "rdma_getaddrinfo",
+        v.fail(
             libc::EADDRNOTAVAIL,
             &format_args!("getaddrinfo: {}", why.to_string_lossy()),
         );
@@ -154,7 +154,7 @@ unsafe fn resolve(
     // SAFETY: the list getaddrinfo returned, freed once.
     unsafe { libc::freeaddrinfo(list) };
     if addr.is_null() {
-        fail("rdma_getaddrinfo", libc::ENOMEM, &"out of memory");
+        v.fail(libc::ENOMEM, &"out of memory");
         return -1;
     }
     0
@@ -175,15 +175,12 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     hints: *const rdma_addrinfo,
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
-    crate::guard("rdma_getaddrinfo", -1, || {
-        if res.is_null() || (node.is_null() && service.is_null() && hints.is_null()) {
-            fail(
-                "rdma_getaddrinfo",
-                libc::EINVAL,
-                &"no node, service or hints, or no result pointer",
-            );
-            return -1;
-        }
+    entry("rdma_getaddrinfo", Ret::MINUS_ONE, |v| {
+        v.ensure(
+            !res.is_null() && (!node.is_null() || !service.is_null() || !hints.is_null()),
+            libc::EINVAL,
+            &"no node, service or hints, or no result pointer",
+        )?;
         // SAFETY: all-zero is valid hints (librdmacm's `nohints`).
         let none: rdma_addrinfo = unsafe { std::mem::zeroed() };
         let h = if hints.is_null() {
@@ -196,28 +193,22 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
             ("ai_src_addr", h.ai_src_addr, h.ai_src_len),
             ("ai_dst_addr", h.ai_dst_addr, h.ai_dst_len),
         ] {
-            if len > 0 && (a.is_null() || len > MAX_ADDR) {
-                fail(
-                    "rdma_getaddrinfo",
-                    libc::EINVAL,
-                    &format_args!(
-                        "hints->{what} is NULL or longer than a sockaddr_storage ({len} bytes)"
-                    ),
-                );
-                return -1;
-            }
+            v.ensure(
+                len == 0 || (!a.is_null() && len <= MAX_ADDR),
+                libc::EINVAL,
+                &format_args!(
+                    "hints->{what} is NULL or longer than a sockaddr_storage ({len} bytes)"
+                ),
+            )?;
         }
         // SAFETY: calloc of one zeroed rdma_addrinfo (all-zero is valid); checked.
         let rai = unsafe { libc::calloc(1, size_of::<rdma_addrinfo>()) }.cast::<rdma_addrinfo>();
-        if rai.is_null() {
-            fail("rdma_getaddrinfo", libc::ENOMEM, &"out of memory");
-            return -1;
-        }
+        v.ensure(!rai.is_null(), libc::ENOMEM, &"out of memory")?;
         // SAFETY: the block just allocated, ours alone.
         let r = unsafe { &mut *rai };
         let rc = if !node.is_null() || !service.is_null() {
             // SAFETY: per the contract.
-            unsafe { resolve(node, service, h, r) }
+            unsafe { resolve(v, node, service, h, r) }
         } else {
             r.ai_flags = h.ai_flags;
             r.ai_family = h.ai_family;
@@ -240,15 +231,15 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         if rc != 0 || lost {
             // SAFETY: the chain just made, freed once.
             unsafe { rdma_freeaddrinfo(rai) };
+            // resolve's failure, recorded there (a negative EAI_* code, or -1).
             if rc != 0 {
-                return rc;
+                return Ok(rc);
             }
-            fail("rdma_getaddrinfo", libc::ENOMEM, &"out of memory");
-            return -1;
+            return v.err(libc::ENOMEM, &"out of memory");
         }
         // SAFETY: the caller's pointer.
         unsafe { *res = rai };
-        0
+        Ok(0)
     })
 }
 
@@ -258,7 +249,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
 /// `res` NULL or a chain `rdma_getaddrinfo` made (its blocks possibly swapped for other
 /// `malloc`ed ones by the caller), freed once.
 pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
-    crate::guard("rdma_freeaddrinfo", (), || {
+    entry("rdma_freeaddrinfo", Ret::VOID, |_| {
         let mut p = res;
         while !p.is_null() {
             // SAFETY: an entry of the chain, live until freed below.
@@ -278,6 +269,7 @@ pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
             }
             p = next;
         }
+        Ok(())
     })
 }
 

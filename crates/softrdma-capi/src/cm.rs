@@ -16,12 +16,13 @@
 use crate::abi::{ibv_ah_attr, ibv_context, ibv_pd, ibv_qp, ibv_qp_init_attr};
 use crate::addrinfo::rdma_addrinfo;
 use crate::device::SoftContext;
+use crate::ffi::{Failed, Object, Ret, Verb, copy_bytes, entry, from_sockaddr, to_sockaddr};
+use crate::mr::gid_of_ip;
 use crate::qp::SoftQp;
-use crate::{fail, fail_with, guard, set_errno};
 use softrdma::cm::{CmEventKind, CmId, ConnParam, EventChannel, PeerParam, PortSpace};
 use std::ffi::{c_int, c_void};
 use std::mem::{offset_of, size_of};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::ptr::null_mut;
 use std::sync::Mutex;
 
@@ -37,6 +38,23 @@ pub struct rdma_event_channel {
 struct ChanC {
     ch: rdma_event_channel,
     rust: EventChannel,
+}
+
+impl ChanC {
+    /// A new channel, for the verb `v`.
+    fn new(v: Verb) -> Result<ChanC, Failed> {
+        let rust = v.check(EventChannel::new())?;
+        Ok(ChanC {
+            ch: rdma_event_channel { fd: rust.fd() },
+            rust,
+        })
+    }
+}
+
+// SAFETY: repr(C), the public struct first.
+unsafe impl Object for ChanC {
+    type C = rdma_event_channel;
+    const WHAT: &'static str = "channel";
 }
 
 /// `union ibv_gid`, with its 8-byte alignment.
@@ -221,6 +239,12 @@ impl IdC {
     }
 }
 
+// SAFETY: repr(C), the public struct first.
+unsafe impl Object for IdC {
+    type C = rdma_cm_id;
+    const WHAT: &'static str = "ID";
+}
+
 /// The channel's next event for a live ID (events of destroyed IDs are dropped), waiting
 /// as long as it takes.
 ///
@@ -259,11 +283,11 @@ fn ack_own_event(c: &mut IdC) {
 
 /// A synchronous ID's wait for the event its verb brings (librdmacm's `ucma_complete`):
 /// the previous event is acked, the next one becomes `id->event`, and a failed one is the
-/// verb's error (ECONNREFUSED for a reject, the event's status otherwise). 0 at once for
-/// an ID with a channel of the caller's.
-fn complete(verb: &'static str, c: &mut IdC) -> c_int {
+/// verb's error (ECONNREFUSED for a reject, the event's status otherwise). At once for an
+/// ID with a channel of the caller's.
+fn complete(v: Verb, c: &mut IdC) -> Result<(), Failed> {
     if c.own_chan.is_none() {
-        return 0;
+        return Ok(());
     }
     ack_own_event(c);
     let ev = next_event(c.own_chan.as_ref().expect("checked above"));
@@ -271,14 +295,9 @@ fn complete(verb: &'static str, c: &mut IdC) -> c_int {
     // SAFETY: just made by convert.
     let (kind, status) = unsafe { ((*ev).event, (*ev).status) };
     match (kind, status) {
-        (_, 0) => 0,
-        (REJECTED, _) => refuse(
-            verb,
-            libc::ECONNREFUSED,
-            &"the peer rejected the connection",
-        ),
-        (_, s) => refuse(
-            verb,
+        (_, 0) => Ok(()),
+        (REJECTED, _) => v.err(libc::ECONNREFUSED, &"the peer rejected the connection"),
+        (_, s) => v.err(
             s.abs(),
             &format_args!("{}", std::io::Error::from_raw_os_error(s.abs())),
         ),
@@ -292,6 +311,12 @@ struct EventC {
     private: Vec<u8>,
     /// The ID it is counted against (a connect request's listener; see [`Acks`]).
     owner: *const IdC,
+}
+
+// SAFETY: repr(C), the public struct first.
+unsafe impl Object for EventC {
+    type C = rdma_cm_event;
+    const WHAT: &'static str = "event";
 }
 
 /// How many of an ID's events were handed out and how many acked: `rdma_destroy_id`
@@ -333,72 +358,6 @@ fn port_space(ps: c_int) -> Option<PortSpace> {
 /// A mutex's guard, whether or not a panic poisoned it.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// # Safety
-/// `id` must be an ID this library returned.
-unsafe fn idc<'a>(id: *mut rdma_cm_id) -> &'a mut IdC {
-    // SAFETY: `id` is the first field of a live IdC.
-    unsafe { &mut *id.cast::<IdC>() }
-}
-
-/// A socket address from C, if it is IPv4 or IPv6.
-///
-/// # Safety
-/// `sa` must be NULL or point at a sockaddr as long as its family says.
-unsafe fn from_sockaddr(sa: *const libc::sockaddr) -> Option<SocketAddr> {
-    if sa.is_null() {
-        return None;
-    }
-    // SAFETY: per the contract, at least sa_family is there.
-    match c_int::from(unsafe { (*sa).sa_family }) {
-        libc::AF_INET => {
-            // SAFETY: an AF_INET address is a sockaddr_in.
-            let a = unsafe { &*sa.cast::<libc::sockaddr_in>() };
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
-                u16::from_be(a.sin_port),
-            )))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: an AF_INET6 address is a sockaddr_in6.
-            let a = unsafe { &*sa.cast::<libc::sockaddr_in6>() };
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                Ipv6Addr::from(a.sin6_addr.s6_addr),
-                u16::from_be(a.sin6_port),
-                a.sin6_flowinfo,
-                a.sin6_scope_id,
-            )))
-        }
-        _ => None,
-    }
-}
-
-/// Writes `a` into a `sockaddr_storage`; its length.
-fn to_sockaddr(a: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    *out = unsafe { std::mem::zeroed() };
-    match a {
-        SocketAddr::V4(v4) => {
-            let p = (out as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>();
-            // SAFETY: a sockaddr_storage holds a sockaddr_in.
-            let s = unsafe { &mut *p };
-            s.sin_family = libc::AF_INET as libc::sa_family_t;
-            s.sin_port = v4.port().to_be();
-            s.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
-            size_of::<libc::sockaddr_in>() as libc::socklen_t
-        }
-        SocketAddr::V6(v6) => {
-            let p = (out as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
-            // SAFETY: a sockaddr_storage holds a sockaddr_in6.
-            let s = unsafe { &mut *p };
-            s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
-            s.sin6_port = v6.port().to_be();
-            s.sin6_addr.s6_addr = v6.ip().octets();
-            s.sin6_scope_id = v6.scope_id();
-            size_of::<libc::sockaddr_in6>() as libc::socklen_t
-        }
-    }
 }
 
 /// The context the CM keeps open for device `index` (opened on first use, never
@@ -484,18 +443,18 @@ fn context_of(id: &CmId) -> Option<*mut ibv_context> {
 /// to this ID (the request's ID is on the device that took it). EADDRINUSE, naming the
 /// device, when the port is taken on one of them.
 fn listen_elsewhere(
-    v: &'static str,
+    v: Verb,
     c: &mut IdC,
     primary: &CmId,
     v6: bool,
     backlog: c_int,
-) -> c_int {
+) -> Result<(), Failed> {
     let Some(port) = primary.local_addr().map(|a| a.port()) else {
-        return 0;
+        return Ok(());
     };
     let here = primary.context().addr();
     // SAFETY: the ID's channel is a ChanC this library made.
-    let chan = unsafe { &*c.id.channel.cast::<ChanC>() };
+    let chan = unsafe { ChanC::from_ptr(c.id.channel) };
     let ps = port_space(c.id.ps).unwrap_or(PortSpace::Tcp);
     let mut also = Vec::new();
     for (i, d) in crate::device::devices().iter().enumerate() {
@@ -511,8 +470,7 @@ fn listen_elsewhere(
         let ctx = cm_context(i);
         if ctx.is_null() {
             // A device that cannot open (its address is gone) takes no requests anyway.
-            fail(
-                v,
+            v.fail(
                 libc::ENODEV,
                 &format_args!("device {} did not open: not listening there", d.info.name),
             );
@@ -537,16 +495,12 @@ fn listen_elsewhere(
                 for a in &also {
                     a.set_user(0);
                 }
-                return refuse(
-                    v,
-                    e.errno(),
-                    &format_args!("on device {}: {e}", d.info.name),
-                );
+                return v.err(e.errno(), &format_args!("on device {}: {e}", d.info.name));
             }
         }
     }
     *lock(&c.also) = also;
-    0
+    Ok(())
 }
 
 /// The address of the device on the kernel's route to `dst` (see
@@ -559,28 +513,25 @@ fn route_source_device(dst: IpAddr) -> Option<IpAddr> {
 }
 
 /// The ID's Rust side, made on the device of `ip` if it has none yet.
-fn rust_id(verb: &'static str, c: &mut IdC, ip: Option<IpAddr>) -> Result<CmId, c_int> {
+fn rust_id(v: Verb, c: &mut IdC, ip: Option<IpAddr>) -> Result<CmId, Failed> {
     if let Some(r) = lock(&c.rust).clone() {
         return Ok(r);
     }
     let Some(index) = device_for(ip) else {
-        return Err(fail(
-            verb,
+        return v.err(
             libc::EADDRNOTAVAIL,
             &format_args!("no softrdma device has the address {ip:?}"),
-        ));
+        );
     };
     let ctx = cm_context(index);
-    if ctx.is_null() {
-        return Err(fail(verb, libc::ENODEV, &"the device did not open"));
-    }
+    v.ensure(!ctx.is_null(), libc::ENODEV, &"the device did not open")?;
     // SAFETY: a context this library opened.
     let soft = unsafe { SoftContext::from_ptr(ctx) };
     // SAFETY: the ID's channel is a ChanC this library made.
-    let chan = unsafe { &*c.id.channel.cast::<ChanC>() };
+    let chan = unsafe { ChanC::from_ptr(c.id.channel) };
     let ps = port_space(c.id.ps).unwrap_or(PortSpace::Tcp);
-    let r = CmId::new(&chan.rust, &soft.ctx, ps).map_err(|e| fail_with(verb, &e))?;
-    apply_options(c, &r).map_err(|e| fail_with(verb, &e))?;
+    let r = v.check(CmId::new(&chan.rust, &soft.ctx, ps))?;
+    v.check(apply_options(c, &r))?;
     r.set_user(c as *mut IdC as usize);
     c.id.verbs = ctx;
     c.id.port_num = 1;
@@ -594,73 +545,34 @@ fn rust_id(verb: &'static str, c: &mut IdC, ip: Option<IpAddr>) -> Result<CmId, 
 }
 
 /// The ID's Rust side, which must exist.
-fn made(verb: &'static str, c: &IdC) -> Result<CmId, c_int> {
-    c.rust
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone()
-        .ok_or_else(|| {
-            fail(
-                verb,
-                libc::EINVAL,
-                &"the ID is not bound to a device yet (rdma_bind_addr or rdma_resolve_addr first)",
-            )
-        })
+fn made(v: Verb, c: &IdC) -> Result<CmId, Failed> {
+    let r = c.rust.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    r.ok_or_else(|| {
+        v.fail(
+            libc::EINVAL,
+            &"the ID is not bound to a device yet (rdma_bind_addr or rdma_resolve_addr first)",
+        )
+    })
 }
 
 /// Copies the ID's addresses into `id->route.addr`.
 fn fill_route(c: &mut IdC, r: &CmId) {
     if let Some(a) = r.local_addr() {
         to_sockaddr(a, &mut c.id.route.addr.src);
-        c.id.route.addr.ib.sgid.raw = gid(a.ip());
+        c.id.route.addr.ib.sgid.raw = gid_of_ip(a.ip()).octets();
     }
     if let Some(a) = r.peer_addr() {
         to_sockaddr(a, &mut c.id.route.addr.dst);
-        c.id.route.addr.ib.dgid.raw = gid(a.ip());
+        c.id.route.addr.ib.dgid.raw = gid_of_ip(a.ip()).octets();
     }
     c.id.route.addr.ib.pkey = 0xFFFFu16.to_be();
 }
 
-fn gid(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
-
-/// A librdmacm verb's failure: errno set (and said under SOFTRDMA_DEBUG), -1 returned
-/// (librdmacm's convention; the verbs' own is the errno itself).
-fn refuse(verb: &str, errno: c_int, why: &dyn std::fmt::Display) -> c_int {
-    fail(verb, errno, why);
-    -1
-}
-
-fn errno_of(verb: &'static str, r: softrdma::Result<()>) -> c_int {
-    match r {
-        Ok(()) => 0,
-        Err(e) => {
-            fail_with(verb, &e);
-            -1
-        }
-    }
-}
-
 /// `rdma_create_event_channel`.
 pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
-    guard(
-        "rdma_create_event_channel",
-        null_mut(),
-        || match EventChannel::new() {
-            Ok(rust) => {
-                let ch = rdma_event_channel { fd: rust.fd() };
-                Box::into_raw(Box::new(ChanC { ch, rust })).cast()
-            }
-            Err(e) => {
-                fail_with("rdma_create_event_channel", &e);
-                null_mut()
-            }
-        },
-    )
+    entry("rdma_create_event_channel", Ret::NULL, |v| {
+        Ok(ChanC::new(v)?.into_c())
+    })
 }
 
 /// `rdma_destroy_event_channel`.
@@ -668,11 +580,12 @@ pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
 /// # Safety
 /// `ch` must be a channel this library made, with no ID left on it.
 pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
-    guard("rdma_destroy_event_channel", (), || {
+    entry("rdma_destroy_event_channel", Ret::VOID, |_| {
         if !ch.is_null() {
             // SAFETY: made by rdma_create_event_channel, destroyed once.
-            drop(unsafe { Box::from_raw(ch.cast::<ChanC>()) });
+            drop(unsafe { ChanC::free(ch) });
         }
+        Ok(())
     })
 }
 
@@ -687,30 +600,15 @@ pub unsafe extern "C" fn rdma_create_id(
     context: *mut c_void,
     ps: c_int,
 ) -> c_int {
-    guard("rdma_create_id", -1, || {
-        if id.is_null() {
-            fail("rdma_create_id", libc::EINVAL, &"NULL id");
-            return -1;
-        }
-        if port_space(ps).is_none() {
-            fail(
-                "rdma_create_id",
-                libc::EINVAL,
-                &format_args!("port space {ps:#x} (RDMA_PS_TCP, _UDP or _IB)"),
-            );
-            return -1;
-        }
+    entry("rdma_create_id", Ret::MINUS_ONE, |v| {
+        v.ensure(!id.is_null(), libc::EINVAL, &"NULL id")?;
+        v.ensure(
+            port_space(ps).is_some(),
+            libc::EINVAL,
+            &format_args!("port space {ps:#x} (RDMA_PS_TCP, _UDP or _IB)"),
+        )?;
         let own_chan = if channel.is_null() {
-            match EventChannel::new() {
-                Ok(rust) => Some(Box::new(ChanC {
-                    ch: rdma_event_channel { fd: rust.fd() },
-                    rust,
-                })),
-                Err(e) => {
-                    fail_with("rdma_create_id", &e);
-                    return -1;
-                }
-            }
+            Some(Box::new(ChanC::new(v)?))
         } else {
             None
         };
@@ -727,7 +625,7 @@ pub unsafe extern "C" fn rdma_create_id(
         let c = IdC::boxed(raw, own_chan);
         // SAFETY: the caller's pointer.
         unsafe { *id = c.cast() };
-        0
+        Ok(0)
     })
 }
 
@@ -738,17 +636,13 @@ pub unsafe extern "C" fn rdma_create_id(
 /// # Safety
 /// `id` must be an ID of this library, not used again.
 pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
-    guard("rdma_destroy_id", -1, || {
-        if id.is_null() {
-            fail("rdma_destroy_id", libc::EINVAL, &"NULL id");
-            return -1;
-        }
-        let c = id.cast::<IdC>();
+    entry("rdma_destroy_id", Ret::MINUS_ONE, |v| {
+        v.ensure(!id.is_null(), libc::EINVAL, &"NULL id")?;
         {
             // No event finds the ID from here on (see LIVE).
             let _unhook = LIVE.write().unwrap_or_else(|e| e.into_inner());
             // SAFETY: a live IdC of this library.
-            let c = unsafe { &*c };
+            let c = unsafe { IdC::from_ptr(id) };
             if let Some(r) = lock(&c.rust).as_ref() {
                 r.set_user(0);
             }
@@ -757,25 +651,25 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             }
         }
         // SAFETY: a live IdC; its own event is this thread's to ack.
-        ack_own_event(unsafe { &mut *c });
+        ack_own_event(unsafe { IdC::from_ptr_mut(id) });
         {
             // SAFETY: a live IdC: it is freed only below.
-            let c = unsafe { &*c };
+            let c = unsafe { IdC::from_ptr(id) };
             let mut a = lock(&c.acks);
             while a.completed < a.reported {
                 a = c.acked.wait(a).unwrap_or_else(|e| e.into_inner());
             }
         }
-        crate::ports::release(c as usize);
+        crate::ports::release(id as usize);
         // SAFETY: made by rdma_create_id or an event, destroyed once, its events acked.
-        let mut c = unsafe { Box::from_raw(c) };
+        let mut c = unsafe { IdC::free(id) };
         if c.id.qp.is_null() {
             destroy_own_cqs(&mut c);
         }
         // The connection ends as its Rust side drops (a DREQ, or a REJ).
         lock(&c.rust).take();
         lock(&c.also).clear();
-        0
+        Ok(0)
     })
 }
 
@@ -784,13 +678,11 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
 /// # Safety
 /// `id` an ID of this library; `addr` a sockaddr.
 pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
-    guard("rdma_bind_addr", -1, || {
-        let v = "rdma_bind_addr";
+    entry("rdma_bind_addr", Ret::MINUS_ONE, |v| {
         // SAFETY: per the contract.
-        let (c, a) = unsafe { (idc(id), from_sockaddr(addr)) };
+        let (c, a) = unsafe { (IdC::from_ptr_mut(id), from_sockaddr(addr)) };
         let Some(mut a) = a else {
-            fail(v, libc::EAFNOSUPPORT, &"not an IPv4 or IPv6 address");
-            return -1;
+            return v.err(libc::EAFNOSUPPORT, &"not an IPv4 or IPv6 address");
         };
         // A loopback address no device has binds to a device on loopback, and the ID
         // takes that device's address (the one its peers reach it at).
@@ -816,24 +708,25 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
         if a.port() != 0
             && let Err(e) = crate::ports::claim(binding(a))
         {
-            return fail(
-                v,
+            // The errno itself, not -1 (as this verb has always answered a taken port).
+            let f = v.fail(
                 e,
                 &format_args!("port {} is taken in this port space", a.port()),
             );
+            return Ok(f.errno());
         }
         let r = match rust_id(v, c, Some(a.ip())) {
             Ok(r) => r,
-            Err(_) => {
+            Err(f) => {
                 crate::ports::release(key);
-                return -1;
+                return Err(f);
             }
         };
-        let rc = errno_of(v, r.bind_addr(a));
-        if rc == 0 && a.ip().is_unspecified() {
+        let rc = v.check(r.bind_addr(a));
+        if rc.is_ok() && a.ip().is_unspecified() {
             c.wildcard = Some(a.is_ipv6());
         }
-        if rc != 0 {
+        if rc.is_err() {
             crate::ports::release(key);
         } else if a.port() == 0
             && let Some(l) = r.local_addr()
@@ -842,7 +735,7 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
             let _ = crate::ports::claim(binding(SocketAddr::new(a.ip(), l.port())));
         }
         fill_route(c, &r);
-        rc
+        rc.map(|()| 0)
     })
 }
 
@@ -857,17 +750,17 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     dst: *mut libc::sockaddr,
     _timeout_ms: c_int,
 ) -> c_int {
-    guard("rdma_resolve_addr", -1, || {
-        let v = "rdma_resolve_addr";
+    entry("rdma_resolve_addr", Ret::MINUS_ONE, |v| {
         // SAFETY: per the contract.
-        let (c, mut s, d) = unsafe { (idc(id), from_sockaddr(src), from_sockaddr(dst)) };
+        let (c, mut s, d) = unsafe {
+            (
+                IdC::from_ptr_mut(id),
+                from_sockaddr(src),
+                from_sockaddr(dst),
+            )
+        };
         let Some(mut d) = d else {
-            fail(
-                v,
-                libc::EAFNOSUPPORT,
-                &"the destination is not IPv4 or IPv6",
-            );
-            return -1;
+            return v.err(libc::EAFNOSUPPORT, &"the destination is not IPv4 or IPv6");
         };
         // A loopback source no device has is a device on loopback, as for a bind.
         if let Some(a) = &mut s
@@ -881,30 +774,27 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         let mut src = s.map(|s| s.ip()).filter(|ip| !ip.is_unspecified());
         if src.is_none() && lock(&c.rust).is_none() {
             src = route_source_device(d.ip());
-            if src.is_none() {
-                return refuse(
-                    v,
-                    libc::ENODEV,
-                    &format_args!(
-                        "no softrdma device is on the kernel's route to {} (configure one \
-                         with an address on that interface, or give a source address)",
-                        d.ip()
-                    ),
-                );
-            }
+            v.ensure(
+                src.is_some(),
+                libc::ENODEV,
+                &format_args!(
+                    "no softrdma device is on the kernel's route to {} (configure one \
+                     with an address on that interface, or give a source address)",
+                    d.ip()
+                ),
+            )?;
         }
-        let r = match rust_id(v, c, src) {
-            Ok(r) => r,
-            Err(_) => return -1,
-        };
+        let r = rust_id(v, c, src)?;
         // A loopback destination no device has is this host: the ID's own device, as
         // Linux's cma_resolve_loopback connects to the source device itself.
         if loopback_device(d.ip()).is_some() {
             d.set_ip(r.context().addr());
         }
-        let rc = errno_of(v, r.resolve_addr(s, d));
+        let rc = v.check(r.resolve_addr(s, d));
         fill_route(c, &r);
-        if rc != 0 { rc } else { complete(v, c) }
+        rc?;
+        complete(v, c)?;
+        Ok(0)
     })
 }
 
@@ -913,17 +803,12 @@ pub unsafe extern "C" fn rdma_resolve_addr(
 /// # Safety
 /// `id` an ID of this library.
 pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
-    guard("rdma_resolve_route", -1, || {
-        let v = "rdma_resolve_route";
+    entry("rdma_resolve_route", Ret::MINUS_ONE, |v| {
         // SAFETY: per the contract.
-        let c = unsafe { idc(id) };
-        match made(v, c) {
-            Ok(r) => match errno_of(v, r.resolve_route()) {
-                0 => complete(v, c),
-                e => e,
-            },
-            Err(_) => -1,
-        }
+        let c = unsafe { IdC::from_ptr_mut(id) };
+        v.check(made(v, c)?.resolve_route())?;
+        complete(v, c)?;
+        Ok(0)
     })
 }
 
@@ -932,35 +817,31 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_
 /// # Safety
 /// `id` an ID of this library.
 pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
-    guard("rdma_listen", -1, || {
-        let v = "rdma_listen";
+    entry("rdma_listen", Ret::MINUS_ONE, |v| {
         // SAFETY: per the contract.
-        let c = unsafe { idc(id) };
+        let c = unsafe { IdC::from_ptr_mut(id) };
         // An ID never bound listens on 0.0.0.0, as rdma_cm binds it, on a port of its
         // choosing.
         if lock(&c.rust).is_none() {
             c.wildcard = Some(false);
         }
-        let r = match rust_id(v, c, Some(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))) {
-            Ok(r) => r,
-            Err(_) => return -1,
-        };
+        let r = rust_id(v, c, Some(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)))?;
         // An AFONLY [::] listener takes no IPv4 request: not on an IPv4 device (the one
         // every ID gets when no IPv6 device is first), only on the IPv6 ones.
         let v4_only_here =
             c.wildcard == Some(true) && c.afonly && r.context().addr().to_canonical().is_ipv4();
         let mut rc = if v4_only_here {
-            0
+            Ok(())
         } else {
-            errno_of(v, r.listen(backlog))
+            v.check(r.listen(backlog))
         };
-        if rc == 0
+        if rc.is_ok()
             && let Some(v6) = c.wildcard
         {
             rc = listen_elsewhere(v, c, &r, v6, backlog);
         }
         fill_route(c, &r);
-        rc
+        rc.map(|()| 0)
     })
 }
 
@@ -974,25 +855,15 @@ pub unsafe extern "C" fn rdma_create_qp(
     pd: *mut ibv_pd,
     attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    guard("rdma_create_qp", -1, || {
-        let v = "rdma_create_qp";
+    entry("rdma_create_qp", Ret::MINUS_ONE, |v| {
         // SAFETY: per the contract.
-        let c = unsafe { idc(id) };
-        let r = match made(v, c) {
-            Ok(r) => r,
-            Err(_) => return -1,
-        };
-        if attr.is_null() {
-            fail(v, libc::EINVAL, &"NULL attributes");
-            return -1;
-        }
+        let c = unsafe { IdC::from_ptr_mut(id) };
+        let r = made(v, c)?;
+        v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attributes")?;
         // As librdmacm: no PD is the device's default PD, and a missing CQ is made for the
         // ID (cmtime gives neither).
         let pd = id_pd(c, pd);
-        if pd.is_null() {
-            fail(v, libc::EINVAL, &"no PD");
-            return -1;
-        }
+        v.ensure(!pd.is_null(), libc::EINVAL, &"no PD")?;
         // SAFETY: the caller's attributes.
         let a = unsafe { &mut *attr };
         // As librdmacm: the ID's SRQ (rdma_create_srq), unless the caller names one.
@@ -1010,7 +881,7 @@ pub unsafe extern "C" fn rdma_create_qp(
                 let ch = unsafe { crate::cq::ibv_create_comp_channel(c.id.verbs) };
                 if ch.is_null() {
                     destroy_own_cqs(c);
-                    return -1;
+                    return Err(Failed::recorded());
                 }
                 c.own_cq_chans.push(ch);
                 if send {
@@ -1030,7 +901,7 @@ pub unsafe extern "C" fn rdma_create_qp(
                 };
                 if made.is_null() {
                     destroy_own_cqs(c);
-                    return -1;
+                    return Err(Failed::recorded());
                 }
                 c.own_cqs.push(made);
                 *cq = made;
@@ -1041,16 +912,16 @@ pub unsafe extern "C" fn rdma_create_qp(
         let qp = unsafe { crate::qp::ibv_create_qp(pd, attr) };
         if qp.is_null() {
             destroy_own_cqs(c);
-            return -1;
+            return Err(Failed::recorded());
         }
         // SAFETY: just made by this library.
         let soft = unsafe { SoftQp::from_ptr(qp) };
         if let Err(e) = r.attach_qp(&soft.inner) {
-            fail_with(v, &e);
+            let f = v.error(&e);
             // SAFETY: just made, not handed out.
             unsafe { crate::qp::ibv_destroy_qp(qp) };
             destroy_own_cqs(c);
-            return -1;
+            return Err(f);
         }
         c.id.qp = qp;
         c.id.pd = pd;
@@ -1059,7 +930,7 @@ pub unsafe extern "C" fn rdma_create_qp(
         c.id.send_cq = a.send_cq.cast();
         c.id.recv_cq = a.recv_cq.cast();
         c.id.qp_type = a.qp_type;
-        0
+        Ok(0)
     })
 }
 
@@ -1072,11 +943,8 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
     id: *mut rdma_cm_id,
     attr: *mut crate::abi::ibv_qp_init_attr_ex,
 ) -> c_int {
-    guard("rdma_create_qp_ex", -1, || {
-        if attr.is_null() {
-            fail("rdma_create_qp_ex", libc::EINVAL, &"NULL attr");
-            return -1;
-        }
+    entry("rdma_create_qp_ex", Ret::MINUS_ONE, |v| {
+        v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attr")?;
         // SAFETY: the caller's attributes.
         let a = unsafe { &mut *attr };
         let mut init = ibv_qp_init_attr {
@@ -1096,7 +964,7 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
         // SAFETY: per the contract.
         let rc = unsafe { rdma_create_qp(id, pd, &mut init) };
         a.cap = init.cap;
-        rc
+        Ok(rc)
     })
 }
 
@@ -1105,9 +973,9 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
 /// # Safety
 /// `id` an ID of this library.
 pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
-    guard("rdma_destroy_qp", (), || {
+    entry("rdma_destroy_qp", Ret::VOID, |_| {
         // SAFETY: per the contract.
-        let c = unsafe { idc(id) };
+        let c = unsafe { IdC::from_ptr_mut(id) };
         if let Some(r) = lock(&c.rust).as_ref() {
             r.detach_qp();
         }
@@ -1117,6 +985,7 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
             c.id.qp = null_mut();
         }
         destroy_own_cqs(c);
+        Ok(())
     })
 }
 
@@ -1159,10 +1028,10 @@ fn default_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
 /// # Safety
 /// `p` NULL or a valid `rdma_conn_param` whose private data is readable.
 unsafe fn conn_param(
-    verb: &str,
+    v: Verb,
     p: *const rdma_conn_param,
     peer: Option<PeerParam>,
-) -> Result<ConnParam, c_int> {
+) -> Result<ConnParam, Failed> {
     // The device's limit (`max_qp_rd_atom`, `max_qp_init_rd_atom`).
     const RD_MAX: u8 = 128;
     // `RDMA_MAX_RESP_RES` and `RDMA_MAX_INIT_DEPTH`.
@@ -1182,27 +1051,18 @@ unsafe fn conn_param(
     }
     // SAFETY: per the contract.
     let p = unsafe { &*p };
-    for (what, v) in [
+    for (what, depth) in [
         ("responder_resources", p.responder_resources),
         ("initiator_depth", p.initiator_depth),
     ] {
-        if v != MOST && v > RD_MAX {
-            return Err(fail(
-                verb,
-                libc::EINVAL,
-                &format_args!("conn_param.{what} = {v} is above the device's {RD_MAX}"),
-            ));
-        }
+        v.ensure(
+            depth == MOST || depth <= RD_MAX,
+            libc::EINVAL,
+            &format_args!("conn_param.{what} = {depth} is above the device's {RD_MAX}"),
+        )?;
     }
-    let private_data = if p.private_data.is_null() || p.private_data_len == 0 {
-        Vec::new()
-    } else {
-        // SAFETY: the caller's buffer of that length.
-        unsafe {
-            std::slice::from_raw_parts(p.private_data.cast::<u8>(), p.private_data_len.into())
-        }
-        .to_vec()
-    };
+    // SAFETY: the caller's buffer of that length.
+    let private_data = unsafe { copy_bytes(p.private_data, p.private_data_len.into()) };
     let or = |v: u8, most: u8| if v == MOST { most } else { v };
     Ok(ConnParam {
         private_data,
@@ -1227,22 +1087,17 @@ unsafe fn conn_param(
 /// # Safety
 /// `id` an ID of this library; `param` NULL or valid.
 pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
-    guard("rdma_connect", -1, || {
-        let v = "rdma_connect";
+    entry("rdma_connect", Ret::MINUS_ONE, |v| {
         // SAFETY: per the contract.
-        let (c, p) = unsafe { (idc(id), conn_param(v, param, None)) };
-        let Ok(mut p) = p else { return -1 };
+        let (c, p) = unsafe { (IdC::from_ptr_mut(id), conn_param(v, param, None)) };
+        let mut p = p?;
         if param.is_null() {
             // An active rdma_create_ep's private data (`ai_connect`).
             p.private_data = c.connect_data.clone();
         }
-        match made(v, c) {
-            Ok(r) => match errno_of(v, r.connect(&p)) {
-                0 => complete(v, c),
-                e => e,
-            },
-            Err(_) => -1,
-        }
+        v.check(made(v, c)?.connect(&p))?;
+        complete(v, c)?;
+        Ok(0)
     })
 }
 
@@ -1251,27 +1106,20 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn
 /// # Safety
 /// `id` an ID of this library; `param` NULL or valid.
 pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
-    guard("rdma_accept", -1, || {
-        let v = "rdma_accept";
+    entry("rdma_accept", Ret::MINUS_ONE, |v| {
         // SAFETY: per the contract.
-        let c = unsafe { idc(id) };
+        let c = unsafe { IdC::from_ptr_mut(id) };
         let peer = *lock(&c.peer);
         // SAFETY: per the contract.
-        let Ok(p) = (unsafe { conn_param(v, param, peer) }) else {
-            return -1;
-        };
-        match made(v, c) {
-            Ok(r) => match errno_of(v, r.accept(&p)) {
-                // A UD accept has no event to wait for; the request's event is done.
-                0 if c.id.qp_type == 4 => {
-                    ack_own_event(c);
-                    0
-                }
-                0 => complete(v, c),
-                e => e,
-            },
-            Err(_) => -1,
+        let p = unsafe { conn_param(v, param, peer) }?;
+        v.check(made(v, c)?.accept(&p))?;
+        if c.id.qp_type == 4 {
+            // A UD accept has no event to wait for; the request's event is done.
+            ack_own_event(c);
+        } else {
+            complete(v, c)?;
         }
+        Ok(0)
     })
 }
 
@@ -1285,9 +1133,9 @@ const REJ_VENDOR_OPTION_NOT_SUPPORTED: u16 = 35;
 /// # Safety
 /// `id` an ID of this library; `data` NULL or `len` readable bytes.
 pub unsafe extern "C" fn rdma_reject(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
-    // SAFETY: per the contract.
-    guard("rdma_reject", -1, || unsafe {
-        reject_for("rdma_reject", id, REJ_CONSUMER_DEFINED, data, len)
+    entry("rdma_reject", Ret::MINUS_ONE, |v| {
+        // SAFETY: per the contract.
+        unsafe { reject_for(v, id, REJ_CONSUMER_DEFINED, data, len) }
     })
 }
 
@@ -1300,15 +1148,9 @@ pub unsafe extern "C" fn rdma_reject_ece(
     data: *const c_void,
     len: u8,
 ) -> c_int {
-    // SAFETY: per the contract.
-    guard("rdma_reject_ece", -1, || unsafe {
-        reject_for(
-            "rdma_reject_ece",
-            id,
-            REJ_VENDOR_OPTION_NOT_SUPPORTED,
-            data,
-            len,
-        )
+    entry("rdma_reject_ece", Ret::MINUS_ONE, |v| {
+        // SAFETY: per the contract.
+        unsafe { reject_for(v, id, REJ_VENDOR_OPTION_NOT_SUPPORTED, data, len) }
     })
 }
 
@@ -1317,24 +1159,16 @@ pub unsafe extern "C" fn rdma_reject_ece(
 /// # Safety
 /// As [`rdma_reject`].
 unsafe fn reject_for(
-    v: &'static str,
+    v: Verb,
     id: *mut rdma_cm_id,
     reason: u16,
     data: *const c_void,
     len: u8,
-) -> c_int {
+) -> Result<c_int, Failed> {
     // SAFETY: per the contract.
-    let c = unsafe { idc(id) };
-    let pd = if data.is_null() {
-        Vec::new()
-    } else {
-        // SAFETY: the caller's buffer.
-        unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len.into()) }.to_vec()
-    };
-    match made(v, c) {
-        Ok(r) => errno_of(v, r.reject_for(reason, &pd)),
-        Err(_) => -1,
-    }
+    let (c, pd) = unsafe { (IdC::from_ptr(id), copy_bytes(data, len.into())) };
+    v.check(made(v, c)?.reject_for(reason, &pd))?;
+    Ok(0)
 }
 
 /// `struct ibv_ece`.
@@ -1350,12 +1184,13 @@ pub struct ibv_ece {
 ///
 /// # Safety
 /// `id` NULL or an ID of this library.
-unsafe fn ece_args(v: &str, id: *mut rdma_cm_id, ece: *mut ibv_ece) -> Result<(), c_int> {
-    // SAFETY: NULL or an ID of this library.
-    if id.is_null() || ece.is_null() || !unsafe { (*id).qp }.is_null() {
-        return Err(fail(v, libc::EINVAL, &"NULL ID or ece, or the ID has a QP"));
-    }
-    Ok(())
+unsafe fn ece_args(v: Verb, id: *mut rdma_cm_id, ece: *mut ibv_ece) -> Result<(), Failed> {
+    v.ensure(
+        // SAFETY: NULL or an ID of this library.
+        !id.is_null() && !ece.is_null() && unsafe { (*id).qp }.is_null(),
+        libc::EINVAL,
+        &"NULL ID or ece, or the ID has a QP",
+    )
 }
 
 /// `rdma_get_remote_ece`: the Enhanced Connection Establishment options the peer sent.
@@ -1365,11 +1200,9 @@ unsafe fn ece_args(v: &str, id: *mut rdma_cm_id, ece: *mut ibv_ece) -> Result<()
 /// # Safety
 /// `id` NULL or an ID of this library; `ece` NULL or writable.
 pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
-    guard("rdma_get_remote_ece", -1, || {
+    entry("rdma_get_remote_ece", Ret::MINUS_ONE, |v| {
         // SAFETY: per the contract.
-        if unsafe { ece_args("rdma_get_remote_ece", id, ece) }.is_err() {
-            return -1;
-        }
+        unsafe { ece_args(v, id, ece) }?;
         // SAFETY: the caller's ibv_ece.
         unsafe {
             *ece = ibv_ece {
@@ -1378,7 +1211,7 @@ pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_
                 comp_mask: 0,
             }
         };
-        0
+        Ok(0)
     })
 }
 
@@ -1389,12 +1222,10 @@ pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_
 /// # Safety
 /// `id` NULL or an ID of this library; `ece` NULL or readable.
 pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
-    guard("rdma_set_local_ece", -1, || {
+    entry("rdma_set_local_ece", Ret::MINUS_ONE, |v| {
         // SAFETY: per the contract.
-        if unsafe { ece_args("rdma_set_local_ece", id, ece) }.is_err() {
-            return -1;
-        }
-        0
+        unsafe { ece_args(v, id, ece) }?;
+        Ok(0)
     })
 }
 
@@ -1403,13 +1234,11 @@ pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_e
 /// # Safety
 /// `id` an ID of this library.
 pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
-    guard("rdma_establish", -1, || {
+    entry("rdma_establish", Ret::MINUS_ONE, |v| {
         // SAFETY: per the contract.
-        let c = unsafe { idc(id) };
-        match made("rdma_establish", c) {
-            Ok(r) => errno_of("rdma_establish", r.establish()),
-            Err(_) => -1,
-        }
+        let c = unsafe { IdC::from_ptr(id) };
+        v.check(made(v, c)?.establish())?;
+        Ok(0)
     })
 }
 
@@ -1423,21 +1252,16 @@ const IBV_EVENT_COMM_EST: c_int = 4;
 /// # Safety
 /// `id` an ID of this library.
 pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
-    guard("rdma_notify", -1, || {
-        let v = "rdma_notify";
+    entry("rdma_notify", Ret::MINUS_ONE, |v| {
         // SAFETY: per the contract.
-        let c = unsafe { idc(id) };
-        if event != IBV_EVENT_COMM_EST {
-            return refuse(
-                v,
-                libc::EINVAL,
-                &format_args!("event {event}: only IBV_EVENT_COMM_EST is passed on to the CM"),
-            );
-        }
-        match made(v, c) {
-            Ok(r) => errno_of(v, r.notify(softrdma::cm::NotifyEvent::CommEstablished)),
-            Err(_) => -1,
-        }
+        let c = unsafe { IdC::from_ptr(id) };
+        v.ensure(
+            event == IBV_EVENT_COMM_EST,
+            libc::EINVAL,
+            &format_args!("event {event}: only IBV_EVENT_COMM_EST is passed on to the CM"),
+        )?;
+        v.check(made(v, c)?.notify(softrdma::cm::NotifyEvent::CommEstablished))?;
+        Ok(0)
     })
 }
 
@@ -1457,12 +1281,10 @@ pub unsafe extern "C" fn rdma_create_srq(
     pd: *mut ibv_pd,
     attr: *mut crate::abi::ibv_srq_init_attr,
 ) -> c_int {
-    guard("rdma_create_srq", -1, || {
-        if attr.is_null() {
-            return refuse("rdma_create_srq", libc::EINVAL, &"NULL attributes");
-        }
+    entry("rdma_create_srq", Ret::MINUS_ONE, |v| {
+        v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attributes")?;
         // SAFETY: per the contract.
-        unsafe { create_srq("rdma_create_srq", id, pd, &mut *attr) }
+        unsafe { create_srq(v, id, pd, &mut *attr) }
     })
 }
 
@@ -1475,23 +1297,20 @@ pub unsafe extern "C" fn rdma_create_srq_ex(
     id: *mut rdma_cm_id,
     attr: *mut crate::abi::ibv_srq_init_attr_ex,
 ) -> c_int {
-    guard("rdma_create_srq_ex", -1, || {
-        let v = "rdma_create_srq_ex";
-        if attr.is_null() {
-            return refuse(v, libc::EINVAL, &"NULL attributes");
-        }
+    entry("rdma_create_srq_ex", Ret::MINUS_ONE, |v| {
+        v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attributes")?;
         // SAFETY: the caller's attributes.
         let a = unsafe { &mut *attr };
-        if a.comp_mask & SRQ_ATTR_TYPE == 0 {
-            return refuse(v, libc::EINVAL, &"no SRQ type (IBV_SRQ_INIT_ATTR_TYPE)");
-        }
-        if a.srq_type != IBV_SRQT_BASIC {
-            return refuse(
-                v,
-                libc::EOPNOTSUPP,
-                &format_args!("SRQ type {}: only basic SRQs", a.srq_type),
-            );
-        }
+        v.ensure(
+            a.comp_mask & SRQ_ATTR_TYPE != 0,
+            libc::EINVAL,
+            &"no SRQ type (IBV_SRQ_INIT_ATTR_TYPE)",
+        )?;
+        v.ensure(
+            a.srq_type == IBV_SRQT_BASIC,
+            libc::EOPNOTSUPP,
+            &format_args!("SRQ type {}: only basic SRQs", a.srq_type),
+        )?;
         let pd = if a.comp_mask & SRQ_ATTR_PD != 0 {
             a.pd
         } else {
@@ -1504,12 +1323,11 @@ pub unsafe extern "C" fn rdma_create_srq_ex(
         // SAFETY: per the contract.
         let rc = unsafe { create_srq(v, id, pd, &mut init) };
         a.attr = init.attr;
-        if rc == 0 {
-            // SAFETY: per the contract.
-            a.pd = unsafe { (*id).pd };
-            a.comp_mask |= SRQ_ATTR_PD;
-        }
-        rc
+        rc?;
+        // SAFETY: per the contract.
+        a.pd = unsafe { (*id).pd };
+        a.comp_mask |= SRQ_ATTR_PD;
+        Ok(0)
     })
 }
 
@@ -1518,37 +1336,31 @@ pub unsafe extern "C" fn rdma_create_srq_ex(
 /// # Safety
 /// `id` an ID of this library; `pd` NULL or a PD of this library.
 unsafe fn create_srq(
-    v: &'static str,
+    v: Verb,
     id: *mut rdma_cm_id,
     pd: *mut ibv_pd,
     attr: &mut crate::abi::ibv_srq_init_attr,
-) -> c_int {
+) -> Result<c_int, Failed> {
     // SAFETY: per the contract.
-    let c = unsafe { idc(id) };
-    if made(v, c).is_err() {
-        return -1;
-    }
-    if !c.id.srq.is_null() {
-        return refuse(
-            v,
-            libc::EEXIST,
-            &"the ID has an SRQ already (rdma_destroy_srq first)",
-        );
-    }
+    let c = unsafe { IdC::from_ptr_mut(id) };
+    made(v, c)?;
+    v.ensure(
+        c.id.srq.is_null(),
+        libc::EEXIST,
+        &"the ID has an SRQ already (rdma_destroy_srq first)",
+    )?;
     let pd = id_pd(c, pd);
-    if pd.is_null() {
-        return refuse(v, libc::EINVAL, &"no PD");
-    }
+    v.ensure(!pd.is_null(), libc::EINVAL, &"no PD")?;
     // SAFETY: a PD of this library and the caller's attributes.
     let srq = unsafe { crate::qp::ibv_create_srq(pd, attr) };
     if srq.is_null() {
-        return -1;
+        return Err(Failed::recorded());
     }
     c.id.srq = srq.cast();
     if c.id.pd.is_null() {
         c.id.pd = pd;
     }
-    0
+    Ok(0)
 }
 
 /// `rdma_destroy_srq`: destroys the SRQ `rdma_create_srq` made for the ID (its QP must
@@ -1557,14 +1369,15 @@ unsafe fn create_srq(
 /// # Safety
 /// `id` an ID of this library.
 pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
-    guard("rdma_destroy_srq", (), || {
+    entry("rdma_destroy_srq", Ret::VOID, |_| {
         // SAFETY: per the contract.
-        let c = unsafe { idc(id) };
+        let c = unsafe { IdC::from_ptr_mut(id) };
         if !c.id.srq.is_null() {
             // SAFETY: the SRQ rdma_create_srq made, destroyed once.
             unsafe { crate::qp::ibv_destroy_srq(c.id.srq.cast()) };
             c.id.srq = null_mut();
         }
+        Ok(())
     })
 }
 
@@ -1573,16 +1386,12 @@ pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
 /// # Safety
 /// `id` an ID of this library.
 pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
-    guard("rdma_disconnect", -1, || {
+    entry("rdma_disconnect", Ret::MINUS_ONE, |v| {
         // SAFETY: per the contract.
-        let c = unsafe { idc(id) };
-        match made("rdma_disconnect", c) {
-            Ok(r) => match errno_of("rdma_disconnect", r.disconnect()) {
-                0 => complete("rdma_disconnect", c),
-                e => e,
-            },
-            Err(_) => -1,
-        }
+        let c = unsafe { IdC::from_ptr_mut(id) };
+        v.check(made(v, c)?.disconnect())?;
+        complete(v, c)?;
+        Ok(0)
     })
 }
 
@@ -1601,8 +1410,7 @@ pub unsafe extern "C" fn rdma_set_option(
     optval: *mut c_void,
     optlen: usize,
 ) -> c_int {
-    guard("rdma_set_option", -1, || {
-        let v = "rdma_set_option";
+    entry("rdma_set_option", Ret::MINUS_ONE, |v| {
         // RDMA_OPTION_ID = 0: TOS 0, REUSEADDR 1, AFONLY 2, ACK_TIMEOUT 3; IB = 1: PATH 1.
         // The sizes are the kernel's: a u8 for TOS and ACK_TIMEOUT, an int for the flags.
         let size = match (level, optname) {
@@ -1610,46 +1418,45 @@ pub unsafe extern "C" fn rdma_set_option(
             (0, 1 | 2) => size_of::<c_int>(),
             _ => 0,
         };
-        if size != 0 && (id.is_null() || optval.is_null() || optlen < size) {
-            return refuse(
-                v,
-                libc::EINVAL,
-                &format_args!("option {optname} takes {size} bytes"),
-            );
-        }
+        v.ensure(
+            size == 0 || (!id.is_null() && !optval.is_null() && optlen >= size),
+            libc::EINVAL,
+            &format_args!("option {optname} takes {size} bytes"),
+        )?;
         match (level, optname) {
             (0, 0 | 3) => {
                 // SAFETY: per the contract: an ID of this library and a byte.
-                let (c, b) = unsafe { (idc(id), *optval.cast::<u8>()) };
+                let (c, b) = unsafe { (IdC::from_ptr_mut(id), *optval.cast::<u8>()) };
                 if optname == 0 {
                     c.tos = Some(b);
                 } else {
                     c.ack_timeout = Some(b);
                 }
                 // An ID not on a device yet gets them when it is (see rust_id).
-                match lock(&c.rust).as_ref() {
-                    Some(r) => errno_of(v, apply_options(c, r)),
-                    None => 0,
+                if let Some(r) = lock(&c.rust).as_ref() {
+                    v.check(apply_options(c, r))?;
                 }
+                Ok(0)
             }
             (0, 1 | 2) => {
                 // SAFETY: per the contract: an ID of this library and an int.
-                let (c, on) = unsafe { (idc(id), optval.cast::<c_int>().read_unaligned() != 0) };
+                let (c, on) = unsafe {
+                    (
+                        IdC::from_ptr_mut(id),
+                        optval.cast::<c_int>().read_unaligned() != 0,
+                    )
+                };
                 if optname == 2 {
                     (c.afonly, c.afonly_set) = (on, true);
                 } else {
                     c.reuseaddr = on;
                 }
-                0
+                Ok(0)
             }
-            _ => {
-                fail(
-                    "rdma_set_option",
-                    libc::EINVAL,
-                    &format_args!("level {level} option {optname}"),
-                );
-                -1
-            }
+            _ => v.err(
+                libc::EINVAL,
+                &format_args!("level {level} option {optname}"),
+            ),
         }
     })
 }
@@ -1670,15 +1477,9 @@ fn apply_options(c: &IdC, r: &CmId) -> softrdma::Result<()> {
 /// # Safety
 /// `id` an ID of this library.
 pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
-    guard("rdma_get_src_port", 0, || {
-        // SAFETY: per the contract.
-        let c = unsafe { idc(id) };
-        c.rust
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .and_then(|r| r.local_addr())
-            .map_or(0, |a| a.port().to_be())
+    // SAFETY: per the contract.
+    entry("rdma_get_src_port", Ret::new(|_| 0, 0), |_| unsafe {
+        Ok(port_of(id, CmId::local_addr))
     })
 }
 
@@ -1687,16 +1488,25 @@ pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
 /// # Safety
 /// `id` an ID of this library.
 pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
-    guard("rdma_get_dst_port", 0, || {
-        // SAFETY: per the contract.
-        let c = unsafe { idc(id) };
-        c.rust
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .and_then(|r| r.peer_addr())
-            .map_or(0, |a| a.port().to_be())
+    // SAFETY: per the contract.
+    entry("rdma_get_dst_port", Ret::new(|_| 0, 0), |_| unsafe {
+        Ok(port_of(id, CmId::peer_addr))
     })
+}
+
+/// The port of one of the ID's addresses (`addr`), in network order; 0 for none.
+///
+/// # Safety
+/// `id` an ID of this library.
+unsafe fn port_of(id: *mut rdma_cm_id, addr: fn(&CmId) -> Option<SocketAddr>) -> u16 {
+    // SAFETY: per the contract.
+    let c = unsafe { IdC::from_ptr(id) };
+    c.rust
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(addr)
+        .map_or(0, |a| a.port().to_be())
 }
 
 /// `rdma_get_cm_event`: the channel's next event. A connect request brings a new ID, with
@@ -1711,30 +1521,26 @@ pub unsafe extern "C" fn rdma_get_cm_event(
     ch: *mut rdma_event_channel,
     event: *mut *mut rdma_cm_event,
 ) -> c_int {
-    guard("rdma_get_cm_event", -1, || {
-        if ch.is_null() || event.is_null() {
-            fail("rdma_get_cm_event", libc::EINVAL, &"NULL argument");
-            return -1;
-        }
+    entry("rdma_get_cm_event", Ret::MINUS_ONE, |v| {
+        v.ensure(
+            !ch.is_null() && !event.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
         // SAFETY: a ChanC this library made.
-        let chan = unsafe { &*ch.cast::<ChanC>() };
+        let chan = unsafe { ChanC::from_ptr(ch) };
         // SAFETY: fcntl on the channel's own descriptor (the program may have changed its
         // flags; a closed one reads as blocking, as it then waits on).
         let flags = unsafe { libc::fcntl(chan.ch.fd, libc::F_GETFL) };
         let e = if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
-            match take_event(chan, Some(std::time::Duration::ZERO)) {
-                Some(e) => e,
-                None => {
-                    set_errno(libc::EAGAIN);
-                    return -1;
-                }
-            }
+            take_event(chan, Some(std::time::Duration::ZERO))
+                .ok_or_else(|| v.quiet(libc::EAGAIN))?
         } else {
             next_event(chan)
         };
         // SAFETY: the caller's pointer.
         unsafe { *event = e };
-        0
+        Ok(0)
     })
 }
 
@@ -1883,18 +1689,15 @@ fn ud_ah_attr(soft: &SoftContext, peer: Option<IpAddr>) -> ibv_ah_attr {
 /// # Safety
 /// `event` an event of this library, acked once.
 pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
-    guard("rdma_ack_cm_event", -1, || {
-        if event.is_null() {
-            fail("rdma_ack_cm_event", libc::EINVAL, &"NULL event");
-            return -1;
-        }
+    entry("rdma_ack_cm_event", Ret::MINUS_ONE, |v| {
+        v.ensure(!event.is_null(), libc::EINVAL, &"NULL event")?;
         // SAFETY: made by rdma_get_cm_event, freed once.
-        let e = unsafe { Box::from_raw(event.cast::<EventC>()) };
+        let e = unsafe { EventC::free(event) };
         // SAFETY: the owner is live: its destruction waits for this ack.
         let owner = unsafe { &*e.owner };
         lock(&owner.acks).completed += 1;
         owner.acked.notify_all();
-        0
+        Ok(0)
     })
 }
 
@@ -1925,9 +1728,9 @@ pub unsafe extern "C" fn rdma_join_multicast(
     addr: *mut libc::sockaddr,
     context: *mut c_void,
 ) -> c_int {
-    // SAFETY: per the contract.
-    guard("rdma_join_multicast", -1, || unsafe {
-        join("rdma_join_multicast", id, addr, false, context)
+    entry("rdma_join_multicast", Ret::MINUS_ONE, |v| {
+        // SAFETY: per the contract.
+        unsafe { join(v, id, addr, false, context) }
     })
 }
 
@@ -1941,34 +1744,25 @@ pub unsafe extern "C" fn rdma_join_multicast_ex(
     attr: *mut rdma_cm_join_mc_attr_ex,
     context: *mut c_void,
 ) -> c_int {
-    guard("rdma_join_multicast_ex", -1, || {
-        let v = "rdma_join_multicast_ex";
-        if attr.is_null() {
-            return refuse(v, libc::EINVAL, &"NULL attributes");
-        }
+    entry("rdma_join_multicast_ex", Ret::MINUS_ONE, |v| {
+        v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attributes")?;
         // SAFETY: the caller's attributes.
         let a = unsafe { &*attr };
-        if a.comp_mask >= JOIN_ATTR_RESERVED {
-            return refuse(
-                v,
-                libc::EOPNOTSUPP,
-                &format_args!("comp_mask {:#x}", a.comp_mask),
-            );
-        }
-        if a.comp_mask & JOIN_ATTR_ADDRESS == 0 {
-            return refuse(
-                v,
-                libc::EINVAL,
-                &"no address (RDMA_CM_JOIN_MC_ATTR_ADDRESS)",
-            );
-        }
-        if a.comp_mask & JOIN_ATTR_FLAGS == 0 || a.join_flags >= JOIN_FLAG_RESERVED {
-            return refuse(
-                v,
-                libc::EINVAL,
-                &format_args!("join flags {:#x}", a.join_flags),
-            );
-        }
+        v.ensure(
+            a.comp_mask < JOIN_ATTR_RESERVED,
+            libc::EOPNOTSUPP,
+            &format_args!("comp_mask {:#x}", a.comp_mask),
+        )?;
+        v.ensure(
+            a.comp_mask & JOIN_ATTR_ADDRESS != 0,
+            libc::EINVAL,
+            &"no address (RDMA_CM_JOIN_MC_ATTR_ADDRESS)",
+        )?;
+        v.ensure(
+            a.comp_mask & JOIN_ATTR_FLAGS != 0 && a.join_flags < JOIN_FLAG_RESERVED,
+            libc::EINVAL,
+            &format_args!("join flags {:#x}", a.join_flags),
+        )?;
         // SAFETY: per the contract.
         unsafe { join(v, id, a.addr, a.join_flags == JOIN_SEND_ONLY, context) }
     })
@@ -1979,30 +1773,27 @@ pub unsafe extern "C" fn rdma_join_multicast_ex(
 /// # Safety
 /// `id` an ID of this library; `addr` a sockaddr.
 unsafe fn join(
-    v: &'static str,
+    v: Verb,
     id: *mut rdma_cm_id,
     addr: *mut libc::sockaddr,
     send_only: bool,
     context: *mut c_void,
-) -> c_int {
+) -> Result<c_int, Failed> {
     // SAFETY: per the contract.
-    let (c, a) = unsafe { (idc(id), from_sockaddr(addr)) };
+    let (c, a) = unsafe { (IdC::from_ptr_mut(id), from_sockaddr(addr)) };
     let Some(a) = a else {
-        return refuse(v, libc::EINVAL, &"the group is not an IPv4 or IPv6 address");
+        return v.err(libc::EINVAL, &"the group is not an IPv4 or IPv6 address");
     };
-    let r = match made(v, c) {
-        Ok(r) => r,
-        Err(_) => return -1,
-    };
+    let r = made(v, c)?;
     let group = a.ip().to_canonical();
     // Known before the event can be converted on another thread.
     lock(&c.groups).push((group, context as usize));
-    let rc = errno_of(v, r.join_multicast(group, send_only));
-    if rc != 0 {
+    if let Err(f) = v.check(r.join_multicast(group, send_only)) {
         lock(&c.groups).retain(|(g, _)| *g != group);
-        return rc;
+        return Err(f);
     }
-    complete(v, c)
+    complete(v, c)?;
+    Ok(0)
 }
 
 /// `rdma_leave_multicast`: the ID's QP is detached from the group; EADDRNOTAVAIL if it
@@ -2014,23 +1805,17 @@ pub unsafe extern "C" fn rdma_leave_multicast(
     id: *mut rdma_cm_id,
     addr: *mut libc::sockaddr,
 ) -> c_int {
-    guard("rdma_leave_multicast", -1, || {
-        let v = "rdma_leave_multicast";
+    entry("rdma_leave_multicast", Ret::MINUS_ONE, |v| {
         // SAFETY: per the contract.
-        let (c, a) = unsafe { (idc(id), from_sockaddr(addr)) };
+        let (c, a) = unsafe { (IdC::from_ptr(id), from_sockaddr(addr)) };
         let Some(a) = a else {
-            return refuse(v, libc::EINVAL, &"the group is not an IPv4 or IPv6 address");
+            return v.err(libc::EINVAL, &"the group is not an IPv4 or IPv6 address");
         };
-        let r = match made(v, c) {
-            Ok(r) => r,
-            Err(_) => return -1,
-        };
+        let r = made(v, c)?;
         let group = a.ip().to_canonical();
-        let rc = errno_of(v, r.leave_multicast(group));
-        if rc == 0 {
-            lock(&c.groups).retain(|(g, _)| *g != group);
-        }
-        rc
+        v.check(r.leave_multicast(group))?;
+        lock(&c.groups).retain(|(g, _)| *g != group);
+        Ok(0)
     })
 }
 
@@ -2049,32 +1834,33 @@ pub unsafe extern "C" fn rdma_create_ep(
     pd: *mut ibv_pd,
     qp_init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    guard("rdma_create_ep", -1, || {
-        if id.is_null() || res.is_null() {
-            fail("rdma_create_ep", libc::EINVAL, &"NULL argument");
-            return -1;
-        }
+    entry("rdma_create_ep", Ret::MINUS_ONE, |v| {
+        v.ensure(
+            !id.is_null() && !res.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
         // SAFETY: the caller's addrinfo.
         let r = unsafe { &*res };
         let mut cm: *mut rdma_cm_id = null_mut();
         // SAFETY: a synchronous ID (no channel).
         if unsafe { rdma_create_id(null_mut(), &mut cm, null_mut(), r.ai_port_space) } != 0 {
-            return -1;
+            return Err(Failed::recorded());
         }
         // SAFETY: the ID just made, destroyed below on failure.
-        let rc = unsafe { ep_setup(cm, r, pd, qp_init_attr) };
-        if rc != 0 {
+        if let Err(f) = unsafe { ep_setup(cm, r, pd, qp_init_attr) } {
             // SAFETY: the ID just made, not handed out.
             unsafe { rdma_destroy_ep(cm) };
-            return rc;
+            return Err(f);
         }
         // SAFETY: the caller's pointer.
         unsafe { *id = cm };
-        0
+        Ok(0)
     })
 }
 
-/// The passive or active half of [`rdma_create_ep`].
+/// The passive or active half of [`rdma_create_ep`]: the verbs it calls record their
+/// failures.
 ///
 /// # Safety
 /// As [`rdma_create_ep`], with `cm` an ID of this library.
@@ -2083,15 +1869,21 @@ unsafe fn ep_setup(
     r: &rdma_addrinfo,
     pd: *mut ibv_pd,
     qp_init_attr: *mut ibv_qp_init_attr,
-) -> c_int {
+) -> Result<(), Failed> {
     const RAI_PASSIVE: c_int = 1;
+    // The result of a verb called here.
+    let ok = |rc: c_int| {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(Failed::recorded())
+        }
+    };
     if r.ai_flags & RAI_PASSIVE != 0 {
         // SAFETY: per the contract.
-        if unsafe { rdma_bind_addr(cm, r.ai_src_addr) } != 0 {
-            return -1;
-        }
+        ok(unsafe { rdma_bind_addr(cm, r.ai_src_addr) })?;
         // SAFETY: per the contract.
-        let c = unsafe { idc(cm) };
+        let c = unsafe { IdC::from_ptr_mut(cm) };
         if !pd.is_null() {
             c.id.pd = pd;
         }
@@ -2101,33 +1893,25 @@ unsafe fn ep_setup(
             a.qp_type = r.ai_qp_type;
             c.ep_attr = Some(a);
         }
-        return 0;
+        return Ok(());
     }
     // SAFETY: per the contract; the resolve waits for its event.
-    if unsafe { rdma_resolve_addr(cm, r.ai_src_addr, r.ai_dst_addr, 2000) } != 0 {
-        return -1;
-    }
+    ok(unsafe { rdma_resolve_addr(cm, r.ai_src_addr, r.ai_dst_addr, 2000) })?;
     // SAFETY: the ID, resolved.
-    if unsafe { rdma_resolve_route(cm, 2000) } != 0 {
-        return -1;
-    }
+    ok(unsafe { rdma_resolve_route(cm, 2000) })?;
     if !qp_init_attr.is_null() {
         // SAFETY: the caller's attributes, which rdma_create_qp fills in (caps).
         unsafe { (*qp_init_attr).qp_type = r.ai_qp_type };
         // SAFETY: per the contract.
-        if unsafe { rdma_create_qp(cm, pd, qp_init_attr) } != 0 {
-            return -1;
-        }
+        ok(unsafe { rdma_create_qp(cm, pd, qp_init_attr) })?;
     }
     if r.ai_connect_len > 0 && !r.ai_connect.is_null() {
         // SAFETY: per the contract.
-        let c = unsafe { idc(cm) };
+        let c = unsafe { IdC::from_ptr_mut(cm) };
         // SAFETY: the addrinfo's buffer of that length.
-        c.connect_data =
-            unsafe { std::slice::from_raw_parts(r.ai_connect.cast::<u8>(), r.ai_connect_len) }
-                .to_vec();
+        c.connect_data = unsafe { copy_bytes(r.ai_connect, r.ai_connect_len) };
     }
-    0
+    Ok(())
 }
 
 /// `rdma_destroy_ep`: the ID's QP (with the CQs made for it), its SRQ, then the ID.
@@ -2135,9 +1919,9 @@ unsafe fn ep_setup(
 /// # Safety
 /// `id` an ID of this library, not used again.
 pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
-    guard("rdma_destroy_ep", (), || {
+    entry("rdma_destroy_ep", Ret::VOID, |_| {
         if id.is_null() {
-            return;
+            return Ok(());
         }
         // SAFETY: per the contract.
         unsafe {
@@ -2149,6 +1933,7 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
             }
             rdma_destroy_id(id);
         }
+        Ok(())
     })
 }
 
@@ -2162,29 +1947,26 @@ pub unsafe extern "C" fn rdma_get_request(
     listen: *mut rdma_cm_id,
     id: *mut *mut rdma_cm_id,
 ) -> c_int {
-    guard("rdma_get_request", -1, || {
-        let v = "rdma_get_request";
-        if listen.is_null() || id.is_null() {
-            fail(v, libc::EINVAL, &"NULL argument");
-            return -1;
-        }
+    entry("rdma_get_request", Ret::MINUS_ONE, |v| {
+        v.ensure(
+            !listen.is_null() && !id.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
         // SAFETY: per the contract.
-        let l = unsafe { idc(listen) };
-        if l.own_chan.is_none() {
-            return refuse(
-                v,
-                libc::EINVAL,
-                &"the listener has an event channel (rdma_get_request is for IDs made without)",
-            );
-        }
+        let l = unsafe { IdC::from_ptr_mut(listen) };
+        v.ensure(
+            l.own_chan.is_some(),
+            libc::EINVAL,
+            &"the listener has an event channel (rdma_get_request is for IDs made without)",
+        )?;
         ack_own_event(l);
         let ev = next_event(l.own_chan.as_ref().expect("checked above"));
         // SAFETY: just made by convert.
         let (kind, status, new) = unsafe { ((*ev).event, (*ev).status, (*ev).id) };
         if kind != CONNECT_REQUEST || status != 0 {
             l.id.event = ev;
-            return refuse(
-                v,
+            return v.err(
                 if kind == REJECTED {
                     libc::ECONNREFUSED
                 } else {
@@ -2197,14 +1979,15 @@ pub unsafe extern "C" fn rdma_get_request(
         if let Some(mut a) = l.ep_attr {
             // SAFETY: the new ID, with the listener's PD (NULL: the default one).
             if unsafe { rdma_create_qp(new, l.id.pd, &mut a) } != 0 {
+                let f = Failed::recorded();
                 // SAFETY: the new ID, not handed out.
                 unsafe { rdma_destroy_id(new) };
-                return -1;
+                return Err(f);
             }
         }
         // SAFETY: the caller's pointer.
         unsafe { *id = new };
-        0
+        Ok(0)
     })
 }
 
@@ -2217,35 +2000,24 @@ pub unsafe extern "C" fn rdma_migrate_id(
     id: *mut rdma_cm_id,
     channel: *mut rdma_event_channel,
 ) -> c_int {
-    guard("rdma_migrate_id", -1, || {
-        let v = "rdma_migrate_id";
-        if id.is_null() {
-            return refuse(v, libc::EINVAL, &"NULL id");
-        }
+    entry("rdma_migrate_id", Ret::MINUS_ONE, |v| {
+        v.ensure(!id.is_null(), libc::EINVAL, &"NULL id")?;
         // SAFETY: per the contract.
-        let c = unsafe { idc(id) };
-        if c.own_chan.is_some() && channel.is_null() {
-            return refuse(v, libc::EINVAL, &"the ID is synchronous already");
-        }
+        let c = unsafe { IdC::from_ptr_mut(id) };
+        v.ensure(
+            c.own_chan.is_none() || !channel.is_null(),
+            libc::EINVAL,
+            &"the ID is synchronous already",
+        )?;
         let (own, ch) = if channel.is_null() {
-            let rust = match EventChannel::new() {
-                Ok(r) => r,
-                Err(e) => {
-                    fail_with(v, &e);
-                    return -1;
-                }
-            };
-            let own = Box::new(ChanC {
-                ch: rdma_event_channel { fd: rust.fd() },
-                rust,
-            });
+            let own = Box::new(ChanC::new(v)?);
             let ch = (&raw const own.ch).cast_mut();
             (Some(own), ch)
         } else {
             (None, channel)
         };
         // SAFETY: a ChanC of this library.
-        let target = unsafe { &*ch.cast::<ChanC>() };
+        let target = unsafe { ChanC::from_ptr(ch) };
         if let Some(r) = lock(&c.rust).as_ref() {
             r.migrate(&target.rust);
         }
@@ -2255,7 +2027,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
         ack_own_event(c);
         c.id.channel = ch;
         c.own_chan = own;
-        0
+        Ok(0)
     })
 }
 
@@ -2269,41 +2041,32 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     qp_attr: *mut crate::abi::ibv_qp_attr,
     mask: *mut c_int,
 ) -> c_int {
-    guard("rdma_init_qp_attr", -1, || {
-        let v = "rdma_init_qp_attr";
-        if id.is_null() || qp_attr.is_null() || mask.is_null() {
-            return refuse(v, libc::EINVAL, &"NULL argument");
-        }
+    entry("rdma_init_qp_attr", Ret::MINUS_ONE, |v| {
+        v.ensure(
+            !id.is_null() && !qp_attr.is_null() && !mask.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
         // SAFETY: per the contract.
-        let c = unsafe { idc(id) };
-        let r = match made(v, c) {
-            Ok(r) => r,
-            Err(_) => return -1,
-        };
+        let c = unsafe { IdC::from_ptr(id) };
+        let r = made(v, c)?;
         // SAFETY: the caller's attributes.
         let want = unsafe { (*qp_attr).qp_state };
         let state = match want {
             1 => softrdma::QpState::Init,
             2 => softrdma::QpState::Rtr,
             3 => softrdma::QpState::Rts,
-            s => return refuse(v, libc::EINVAL, &format_args!("QP state {s}")),
+            s => return v.err(libc::EINVAL, &format_args!("QP state {s}")),
         };
-        match r.init_qp_attr(state) {
-            Ok(a) => {
-                // SAFETY: the ID's context is this library's.
-                let soft = unsafe { SoftContext::from_ptr(c.id.verbs) };
-                let (out, m) = crate::qp::to_ibv_qp_attr(&a, soft);
-                // SAFETY: the caller's writable attributes and mask.
-                unsafe {
-                    crate::qp::write_qp_attr(qp_attr, &out);
-                    *mask = m;
-                }
-                0
-            }
-            Err(e) => {
-                fail_with(v, &e);
-                -1
-            }
+        let a = v.check(r.init_qp_attr(state))?;
+        // SAFETY: the ID's context is this library's.
+        let soft = unsafe { SoftContext::from_ptr(c.id.verbs) };
+        let (out, m) = crate::qp::to_ibv_qp_attr(&a, soft);
+        // SAFETY: the caller's writable attributes and mask.
+        unsafe {
+            crate::qp::write_qp_attr(qp_attr, &out);
+            *mask = m;
         }
+        Ok(0)
     })
 }

@@ -7,14 +7,14 @@
 //! lock that only that CQ's poller takes.
 
 use crate::abi::*;
-use crate::device::{SoftContext, inherited, inherited_ctx, refuse_inherited};
+use crate::device::{OfContext, SoftContext, live, own, to_destroy};
+use crate::ffi::{Failed, Object, Ret, Users, Verb, entry};
 use crate::mr::next_handle;
-use crate::{fail, fail_with, guard, set_errno};
 use softrdma::{Completion, CompletionChannel, CompletionQueue, WcFlags};
 use std::ffi::{c_int, c_uint, c_void};
 use std::ptr::null_mut;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A completion channel: the public struct, then softrdma's channel (an eventfd).
 #[repr(C)]
@@ -22,8 +22,17 @@ pub(crate) struct SoftChannel {
     pub ch: ibv_comp_channel,
     pub inner: CompletionChannel,
     /// CQs that report to it.
-    pub users: AtomicUsize,
+    pub users: Users,
 }
+
+// SAFETY: repr(C), the public struct first.
+unsafe impl Object for SoftChannel {
+    type C = ibv_comp_channel;
+    const WHAT: &'static str = "channel";
+}
+
+// SAFETY: `ibv_comp_channel` begins with its context.
+unsafe impl OfContext for SoftChannel {}
 
 /// A CQ: the public `ibv_cq_ex`, then softrdma's.
 #[repr(C)]
@@ -36,79 +45,57 @@ pub(crate) struct SoftCq {
     /// Whether the CQ reports timestamps (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP*`).
     stamps: bool,
     /// QPs that complete into it.
-    pub users: AtomicUsize,
+    pub users: Users,
     /// Whether its overflow was reported (`IBV_EVENT_CQ_ERR` names the CQ once).
     pub error_reported: AtomicBool,
     /// The `sl` of its UD receives (see [`roce_sl`]).
     grh_sl: u8,
 }
 
-impl SoftCq {
-    /// # Safety
-    /// `cq` must be a live CQ this library returned.
-    pub(crate) unsafe fn from_ptr<'a>(cq: *mut ibv_cq) -> &'a SoftCq {
-        // SAFETY: `cq` is the first field of a live SoftCq.
-        unsafe { &*cq.cast::<SoftCq>() }
-    }
+// SAFETY: repr(C), the public struct first (an `ibv_cq_ex`, which begins with the
+// `ibv_cq`).
+unsafe impl Object for SoftCq {
+    type C = ibv_cq;
+    const WHAT: &'static str = "CQ";
 }
+
+// SAFETY: `ibv_cq` begins with its context.
+unsafe impl OfContext for SoftCq {}
 
 /// `ibv_create_comp_channel`.
 pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {
-    guard("ibv_create_comp_channel", null_mut(), || {
-        if ctx.is_null() {
-            fail("ibv_create_comp_channel", libc::EINVAL, &"NULL context");
-            return null_mut();
-        }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited_ctx(ctx) } {
-            refuse_inherited("ibv_create_comp_channel");
-            return null_mut();
-        }
-        // SAFETY: live context.
-        let soft = unsafe { SoftContext::from_ptr(ctx) };
-        match soft.ctx.create_comp_channel() {
-            Ok(inner) => {
-                let ch = Box::new(SoftChannel {
-                    ch: ibv_comp_channel {
-                        context: ctx,
-                        fd: inner.fd(),
-                        refcnt: 0,
-                    },
-                    inner,
-                    users: AtomicUsize::new(0),
-                });
-                Box::into_raw(ch).cast()
-            }
-            Err(e) => {
-                fail_with("ibv_create_comp_channel", &e);
-                null_mut()
-            }
-        }
+    entry("ibv_create_comp_channel", Ret::NULL, |v| {
+        // SAFETY: NULL or a context the caller got from this library.
+        let soft = unsafe { live::<SoftContext>(v, ctx) }?;
+        let inner = v.check(soft.ctx.create_comp_channel())?;
+        let ch = SoftChannel {
+            ch: ibv_comp_channel {
+                context: ctx,
+                fd: inner.fd(),
+                refcnt: 0,
+            },
+            inner,
+            users: Users::default(),
+        };
+        Ok(ch.into_c())
     })
 }
 
 /// `ibv_destroy_comp_channel`: EBUSY while CQs use it.
 pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> c_int {
-    guard("ibv_destroy_comp_channel", libc::EIO, || {
-        if ch.is_null() {
-            return fail("ibv_destroy_comp_channel", libc::EINVAL, &"NULL channel");
-        }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(ch.cast()) } {
-            return 0;
-        }
-        let c = ch.cast::<SoftChannel>();
-        // SAFETY: a live channel from ibv_create_comp_channel's Box.
-        if unsafe { &*c }.users.load(Ordering::Acquire) > 0 {
-            return fail(
-                "ibv_destroy_comp_channel",
-                libc::EBUSY,
-                &"CQs still use the channel",
-            );
-        }
-        // SAFETY: as above, freed once.
-        drop(unsafe { Box::from_raw(c) });
-        0
+    entry("ibv_destroy_comp_channel", Ret::ERRNO, |v| {
+        // SAFETY: NULL or a channel the caller got from this library.
+        let Some(c) = unsafe { to_destroy::<SoftChannel>(v, ch) }? else {
+            return Ok(0);
+        };
+        v.ensure(
+            c.users.count() == 0,
+            libc::EBUSY,
+            &"CQs still use the channel",
+        )?;
+        // SAFETY: from ibv_create_comp_channel's box, freed once.
+        drop(unsafe { SoftChannel::free(ch) });
+        Ok(0)
     })
 }
 
@@ -121,7 +108,7 @@ struct NewCq {
     wc_flags: u64,
 }
 
-fn new_cq(verb: &'static str, ctx: *mut ibv_context, n: NewCq) -> *mut SoftCq {
+fn new_cq(v: Verb, ctx: *mut ibv_context, n: NewCq) -> Result<*mut ibv_cq, Failed> {
     let NewCq {
         cqe,
         cq_context,
@@ -129,44 +116,24 @@ fn new_cq(verb: &'static str, ctx: *mut ibv_context, n: NewCq) -> *mut SoftCq {
         comp_vector,
         wc_flags,
     } = n;
-    if ctx.is_null() {
-        fail(verb, libc::EINVAL, &"NULL context");
-        return null_mut();
-    }
-    // SAFETY: NULL or a live object the caller got from this library.
-    if unsafe { inherited_ctx(ctx) } {
-        refuse_inherited(verb);
-        return null_mut();
-    }
-    // SAFETY: a live context's public part.
-    let vectors = unsafe { (*ctx).num_comp_vectors } as u32;
-    if comp_vector >= vectors {
-        fail(
-            verb,
-            libc::EINVAL,
-            &format_args!("comp_vector {comp_vector}: the device has {vectors}"),
-        );
-        return null_mut();
-    }
-    if cqe <= 0 {
-        fail(verb, libc::EINVAL, &format_args!("cqe {cqe}: at least 1"));
-        return null_mut();
-    }
-    // SAFETY: live context.
-    let soft = unsafe { SoftContext::from_ptr(ctx) };
-    let ch = channel.cast::<SoftChannel>();
+    // SAFETY: NULL or a context the caller got from this library.
+    let soft = unsafe { live::<SoftContext>(v, ctx) }?;
+    let vectors = soft.vctx.context.num_comp_vectors as u32;
+    v.ensure(
+        comp_vector < vectors,
+        libc::EINVAL,
+        &format_args!("comp_vector {comp_vector}: the device has {vectors}"),
+    )?;
+    v.ensure(
+        cqe > 0,
+        libc::EINVAL,
+        &format_args!("cqe {cqe}: at least 1"),
+    )?;
     // SAFETY: NULL or a live channel.
-    let inner_ch = unsafe { ch.as_ref() }.map(|c| &c.inner);
-    let inner = match soft.ctx.create_cq(cqe as usize, inner_ch) {
-        Ok(cq) => cq,
-        Err(e) => {
-            fail_with(verb, &e);
-            return null_mut();
-        }
-    };
-    // SAFETY: NULL or a live channel.
-    if let Some(c) = unsafe { ch.as_ref() } {
-        c.users.fetch_add(1, Ordering::AcqRel);
+    let ch = unsafe { channel.cast::<SoftChannel>().as_ref() };
+    let inner = v.check(soft.ctx.create_cq(cqe as usize, ch.map(|c| &c.inner)))?;
+    if let Some(c) = ch {
+        c.users.add();
     }
     // SAFETY: ibv_cq_ex is pointers, ints, Option<fn> and pthread objects: all-zero is
     // valid for the first three, and the pthread objects are initialised below.
@@ -193,22 +160,25 @@ fn new_cq(verb: &'static str, ctx: *mut ibv_context, n: NewCq) -> *mut SoftCq {
     ex.read_dlid_path_bits = Some(read_dlid_path_bits);
     ex.read_completion_ts = Some(read_completion_ts);
     ex.read_completion_wallclock_ns = Some(read_completion_wallclock_ns);
-    let cq = Box::into_raw(Box::new(SoftCq {
+    let cq = SoftCq {
         cq: ex,
         inner,
         cur: Mutex::new(None),
         stamps: wc_flags & ((1 << 7) | (1 << 11)) != 0,
-        users: AtomicUsize::new(0),
+        users: Users::default(),
         error_reported: AtomicBool::new(false),
         grh_sl: roce_sl(soft.ctx.addr()),
-    }));
-    // SAFETY: just allocated; the CQ's word names it for ibv_get_cq_event.
-    unsafe { (*cq).inner.set_user_data(cq as u64) };
+    }
+    .into_c();
+    // SAFETY: just made.
+    let s = unsafe { SoftCq::from_ptr(cq) };
+    // The CQ's word names it for ibv_get_cq_event.
+    s.inner.set_user_data(cq as u64);
     soft.cqs
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .push(cq as usize);
-    cq
+    Ok(cq)
 }
 
 /// The CQ whose overflow an `IBV_EVENT_CQ_ERR` reports: the first that overflowed and
@@ -233,7 +203,7 @@ pub unsafe extern "C" fn ibv_create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ibv_cq {
-    guard("ibv_create_cq", null_mut(), || {
+    entry("ibv_create_cq", Ret::NULL, |v| {
         let n = NewCq {
             cqe,
             cq_context,
@@ -241,7 +211,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             comp_vector: comp_vector as u32,
             wc_flags: 0,
         };
-        new_cq("ibv_create_cq", ctx, n).cast()
+        new_cq(v, ctx, n)
     })
 }
 
@@ -277,35 +247,23 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
     ctx: *mut ibv_context,
     attr: *mut ibv_cq_init_attr_ex,
 ) -> *mut ibv_cq_ex {
-    guard("ibv_create_cq_ex", null_mut(), || {
-        if attr.is_null() {
-            fail("ibv_create_cq_ex", libc::EINVAL, &"NULL attr");
-            return null_mut();
-        }
+    entry("ibv_create_cq_ex", Ret::NULL, |v| {
+        v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attr")?;
         // SAFETY: the caller's attr.
         let a = unsafe { &*attr };
-        if a.wc_flags & !WC_EX_SUPPORTED != 0 {
-            fail(
-                "ibv_create_cq_ex",
-                libc::EOPNOTSUPP,
-                &format_args!("wc_flags {:#x}: only IBV_WC_STANDARD_FLAGS", a.wc_flags),
-            );
-            return null_mut();
-        }
+        v.ensure(
+            a.wc_flags & !WC_EX_SUPPORTED == 0,
+            libc::EOPNOTSUPP,
+            &format_args!("wc_flags {:#x}: only IBV_WC_STANDARD_FLAGS", a.wc_flags),
+        )?;
         // comp_mask: FLAGS (1) is understood (single-threaded and ignore-overrun are hints);
         // a parent domain (PD, 2) is not implemented.
-        if a.comp_mask & !1 != 0 {
-            fail(
-                "ibv_create_cq_ex",
-                libc::EOPNOTSUPP,
-                &"comp_mask beyond IBV_CQ_INIT_ATTR_MASK_FLAGS",
-            );
-            return null_mut();
-        }
-        if a.cqe > i32::MAX as u32 {
-            fail("ibv_create_cq_ex", libc::EINVAL, &"cqe too large");
-            return null_mut();
-        }
+        v.ensure(
+            a.comp_mask & !1 == 0,
+            libc::EOPNOTSUPP,
+            &"comp_mask beyond IBV_CQ_INIT_ATTR_MASK_FLAGS",
+        )?;
+        v.ensure(a.cqe <= i32::MAX as u32, libc::EINVAL, &"cqe too large")?;
         let n = NewCq {
             cqe: a.cqe as c_int,
             cq_context: a.cq_context,
@@ -313,34 +271,26 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
             comp_vector: a.comp_vector,
             wc_flags: a.wc_flags,
         };
-        new_cq("ibv_create_cq_ex", ctx, n).cast()
+        Ok(new_cq(v, ctx, n)?.cast())
     })
 }
 
 /// `ibv_destroy_cq`: EBUSY while QPs complete into it.
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    guard("ibv_destroy_cq", libc::EIO, || {
-        if cq.is_null() {
-            return fail("ibv_destroy_cq", libc::EINVAL, &"NULL CQ");
-        }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(cq.cast()) } {
-            return 0;
-        }
-        // SAFETY: live CQ.
-        let s = unsafe { SoftCq::from_ptr(cq) };
-        if s.users.load(Ordering::Acquire) > 0 {
-            return fail(
-                "ibv_destroy_cq",
-                libc::EBUSY,
-                &"QPs still complete into the CQ",
-            );
-        }
-        let ch = s.cq.cq.channel.cast::<SoftChannel>();
+    entry("ibv_destroy_cq", Ret::ERRNO, |v| {
+        // SAFETY: NULL or a CQ the caller got from this library.
+        let Some(s) = unsafe { to_destroy::<SoftCq>(v, cq) }? else {
+            return Ok(0);
+        };
+        v.ensure(
+            s.users.count() == 0,
+            libc::EBUSY,
+            &"QPs still complete into the CQ",
+        )?;
         // SAFETY: NULL or the live channel the CQ was made with (it cannot be destroyed
         // before the CQ: it counts the CQ).
-        if let Some(c) = unsafe { ch.as_ref() } {
-            c.users.fetch_sub(1, Ordering::AcqRel);
+        if let Some(c) = unsafe { s.cq.cq.channel.cast::<SoftChannel>().as_ref() } {
+            c.users.remove();
         }
         s.inner.set_user_data(0);
         // SAFETY: the CQ's live context.
@@ -349,32 +299,26 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|&c| c != cq as usize);
-        // SAFETY: from new_cq's Box, freed once.
-        drop(unsafe { Box::from_raw(cq.cast::<SoftCq>()) });
-        0
+        // SAFETY: from new_cq's box, freed once.
+        drop(unsafe { SoftCq::free(cq) });
+        Ok(0)
     })
 }
 
 /// `ibv_resize_cq`.
 pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
-    guard("ibv_resize_cq", libc::EIO, || {
-        if cq.is_null() || cqe <= 0 {
-            return fail("ibv_resize_cq", libc::EINVAL, &"NULL CQ or cqe below 1");
-        }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(cq.cast()) } {
-            return refuse_inherited("ibv_resize_cq");
-        }
-        // SAFETY: live CQ.
-        let s = unsafe { SoftCq::from_ptr(cq) };
-        match s.inner.resize(cqe as usize) {
-            Ok(()) => {
-                // SAFETY: the caller's CQ; `cqe` is the field callers read.
-                unsafe { (*cq).cqe = cqe };
-                0
-            }
-            Err(e) => fail_with("ibv_resize_cq", &e),
-        }
+    entry("ibv_resize_cq", Ret::ERRNO, |v| {
+        v.ensure(
+            !cq.is_null() && cqe > 0,
+            libc::EINVAL,
+            &"NULL CQ or cqe below 1",
+        )?;
+        // SAFETY: a CQ the caller got from this library.
+        let s = unsafe { own::<SoftCq>(v, cq) }?;
+        v.check(s.inner.resize(cqe as usize))?;
+        // SAFETY: the caller's CQ; `cqe` is the field callers read.
+        unsafe { (*cq).cqe = cqe };
+        Ok(0)
     })
 }
 
@@ -425,25 +369,17 @@ pub(crate) fn to_wc(c: &Completion, grh_sl: u8) -> ibv_wc {
 
 /// `ctx->ops.poll_cq` (`ibv_poll_cq`).
 pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
-    guard("ibv_poll_cq", -1, || {
-        if n < 0 || (n > 0 && wc.is_null()) {
-            fail(
-                "ibv_poll_cq",
-                libc::EINVAL,
-                &"negative num_entries or NULL wc",
-            );
-            return -1;
-        }
+    entry("ibv_poll_cq", Ret::MINUS_ONE, |v| {
+        v.ensure(
+            n >= 0 && (n == 0 || !wc.is_null()),
+            libc::EINVAL,
+            &"negative num_entries or NULL wc",
+        )?;
         if n == 0 {
-            return 0;
+            return Ok(0);
         }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(cq.cast()) } {
-            refuse_inherited("ibv_poll_cq");
-            return -1;
-        }
-        // SAFETY: live CQ.
-        let s = unsafe { SoftCq::from_ptr(cq) };
+        // SAFETY: a CQ the caller got from this library.
+        let s = unsafe { own::<SoftCq>(v, cq) }?;
         let mut lent = s.inner.poll_lending(n as usize);
         let mut i = 0;
         while let Some(c) = lent.next() {
@@ -451,23 +387,17 @@ pub(crate) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_
             unsafe { *wc.add(i) = to_wc(c, s.grh_sl) };
             i += 1;
         }
-        i as c_int
+        Ok(i as c_int)
     })
 }
 
 /// `ctx->ops.req_notify_cq` (`ibv_req_notify_cq`).
 pub(crate) unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    guard("ibv_req_notify_cq", libc::EIO, || {
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(cq.cast()) } {
-            return refuse_inherited("ibv_req_notify_cq");
-        }
-        // SAFETY: live CQ.
-        let s = unsafe { SoftCq::from_ptr(cq) };
-        match s.inner.req_notify(solicited_only != 0) {
-            Ok(()) => 0,
-            Err(e) => fail_with("ibv_req_notify_cq", &e),
-        }
+    entry("ibv_req_notify_cq", Ret::ERRNO, |v| {
+        // SAFETY: a CQ the caller got from this library.
+        let s = unsafe { own::<SoftCq>(v, cq) }?;
+        v.check(s.inner.req_notify(solicited_only != 0))?;
+        Ok(0)
     })
 }
 
@@ -478,57 +408,44 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     cq: *mut *mut ibv_cq,
     cq_context: *mut *mut c_void,
 ) -> c_int {
-    guard("ibv_get_cq_event", -1, || {
-        if ch.is_null() || cq.is_null() || cq_context.is_null() {
-            fail("ibv_get_cq_event", libc::EINVAL, &"NULL argument");
-            return -1;
-        }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(ch.cast()) } {
-            refuse_inherited("ibv_get_cq_event");
-            return -1;
-        }
-        // SAFETY: live channel.
-        let c = unsafe { &*ch.cast::<SoftChannel>() };
+    entry("ibv_get_cq_event", Ret::MINUS_ONE, |v| {
+        v.ensure(
+            !ch.is_null() && !cq.is_null() && !cq_context.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
+        // SAFETY: a channel the caller got from this library.
+        let c = unsafe { own::<SoftChannel>(v, ch) }?;
         // SAFETY: fcntl on our own descriptor.
         let nonblock = unsafe { libc::fcntl(c.ch.fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
         let timeout = nonblock.then_some(std::time::Duration::ZERO);
         loop {
-            match c.inner.get_cq_event_interruptible(timeout) {
-                Ok(Some(got)) => {
-                    let p = got.user_data() as *mut SoftCq;
-                    if p.is_null() {
-                        continue; // destroyed since it was signalled
-                    }
-                    // SAFETY: the word is the live SoftCq (cleared before it is freed);
-                    // the caller's out-pointers.
-                    unsafe {
-                        *cq = p.cast();
-                        *cq_context = (*p).cq.cq.cq_context;
-                    }
-                    return 0;
-                }
-                Ok(None) => {
-                    set_errno(libc::EAGAIN);
-                    return -1;
-                }
-                Err(e) => {
-                    fail_with("ibv_get_cq_event", &e);
-                    return -1;
-                }
+            let Some(got) = v.check(c.inner.get_cq_event_interruptible(timeout))? else {
+                return Err(v.quiet(libc::EAGAIN));
+            };
+            let p = got.user_data() as *mut SoftCq;
+            if p.is_null() {
+                continue; // destroyed since it was signalled
             }
+            // SAFETY: the word is the live SoftCq (cleared before it is freed); the
+            // caller's out-pointers.
+            unsafe {
+                *cq = p.cast();
+                *cq_context = (*p).cq.cq.cq_context;
+            }
+            return Ok(0);
         }
     })
 }
 
 /// `ibv_ack_cq_events`.
 pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, n: c_uint) {
-    guard("ibv_ack_cq_events", (), || {
-        if let Some(c) = // SAFETY: NULL or the caller's live CQ.
-            unsafe { cq.as_mut() }
-        {
+    entry("ibv_ack_cq_events", Ret::VOID, |_| {
+        // SAFETY: NULL or the caller's live CQ.
+        if let Some(c) = unsafe { cq.as_mut() } {
             c.comp_events_completed = c.comp_events_completed.wrapping_add(n);
         }
+        Ok(())
     })
 }
 
@@ -567,44 +484,46 @@ fn load_next(cq: *mut ibv_cq_ex) -> c_int {
 }
 
 unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut c_void) -> c_int {
-    guard("ibv_start_poll", libc::EIO, || {
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(cq.cast()) } {
-            return refuse_inherited("ibv_start_poll");
-        }
+    entry("ibv_start_poll", Ret::ERRNO, |v| {
+        // SAFETY: a CQ the caller got from this library.
+        unsafe { own::<SoftCq>(v, cq.cast()) }?;
         // SAFETY: NULL or the caller's attr, whose comp_mask must be 0.
         if unsafe { attr.cast::<u32>().as_ref() }.is_some_and(|m| *m != 0) {
-            return libc::EINVAL;
+            return Ok(libc::EINVAL);
         }
-        load_next(cq)
+        Ok(load_next(cq))
     })
 }
 
 unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
-    guard("ibv_next_poll", libc::EIO, || load_next(cq))
+    entry("ibv_next_poll", Ret::ERRNO, |_| Ok(load_next(cq)))
 }
 
 unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
-    guard("ibv_end_poll", (), || {
+    entry("ibv_end_poll", Ret::VOID, |_| {
         *ex(cq).cur.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        Ok(())
     })
 }
 
 fn read<T: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&ibv_wc) -> T) -> T {
-    guard("ibv_read_*", T::default(), || {
+    let ret = Ret::new(|_| T::default(), T::default());
+    entry("ibv_read_*", ret, |_| {
         let s = ex(cq);
         let cur = s.cur.lock().unwrap_or_else(|e| e.into_inner());
-        cur.as_ref()
+        Ok(cur
+            .as_ref()
             .map(|(c, _, _)| f(&to_wc(c, s.grh_sl)))
-            .unwrap_or_default()
+            .unwrap_or_default())
     })
 }
 
 fn stamp(cq: *mut ibv_cq_ex, wall: bool) -> u64 {
-    guard("ibv_wc_read_completion_ts", 0, || {
+    entry("ibv_wc_read_completion_ts", Ret::new(|_| 0, 0), |_| {
         let cur = ex(cq).cur.lock().unwrap_or_else(|e| e.into_inner());
-        cur.as_ref()
-            .map_or(0, |&(_, mono, real)| if wall { real } else { mono })
+        Ok(cur
+            .as_ref()
+            .map_or(0, |&(_, mono, real)| if wall { real } else { mono }))
     })
 }
 

@@ -18,7 +18,7 @@
 //! of its own, even through the parent's `ibv_device` pointers.
 
 use crate::abi::*;
-use crate::{copy_cstr, fail, fail_with, guard, set_errno};
+use crate::ffi::{Failed, Object, Ret, Verb, copy_cstr, entry, null_terminated, set_errno};
 use softrdma::config::DeviceInfo;
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -61,37 +61,96 @@ pub(crate) fn generation() -> u32 {
     GENERATION.load(Ordering::Relaxed)
 }
 
-/// Whether `obj`, a C object of this library (every one begins with its
-/// `struct ibv_context *`), was made before this process was forked from its maker.
+/// A verbs object of this library, made on a context: its public struct begins with the
+/// context's pointer, as every verbs object's does (and a context is its own).
 ///
 /// # Safety
-/// `obj` is NULL or a live PD, MR, CQ (or CQ_EX), channel, QP (or QP_EX), SRQ or AH of
-/// this library.
-pub(crate) unsafe fn inherited(obj: *const c_void) -> bool {
-    if generation() == 0 || obj.is_null() {
-        return false;
+/// [`OfContext::context_of`] finds the context of a live object.
+pub(crate) unsafe trait OfContext: Object {
+    /// The context `p` was made on.
+    ///
+    /// # Safety
+    /// `p` is a live object of this library.
+    unsafe fn context_of(p: *mut Self::C) -> *mut ibv_context {
+        // SAFETY: per the contract and the trait's, it begins with its context's pointer.
+        unsafe { *p.cast::<*mut ibv_context>() }
     }
-    // SAFETY: per the contract, `obj` starts with its context pointer.
-    unsafe { inherited_ctx(*obj.cast::<*mut ibv_context>()) }
 }
 
-/// Whether the context `ctx` was opened before this process was forked from its opener.
+/// Whether `p`, an object of this library (or NULL), was made before this process was
+/// forked from its maker.
 ///
 /// # Safety
-/// `ctx` is NULL or a live context of this library.
-pub(crate) unsafe fn inherited_ctx(ctx: *mut ibv_context) -> bool {
+/// `p` is NULL or a live object of this library.
+unsafe fn inherited<O: OfContext>(p: *mut O::C) -> bool {
     let now = generation();
+    if now == 0 || p.is_null() {
+        return false;
+    }
+    // SAFETY: per the contract.
+    let ctx = unsafe { O::context_of(p) };
     // SAFETY: a live context of ours.
-    now != 0 && !ctx.is_null() && unsafe { SoftContext::from_ptr(ctx) }.generation != now
+    !ctx.is_null() && unsafe { SoftContext::from_ptr(ctx) }.generation != now
 }
 
 /// The answer of a verb on a parent's object in a forked child (see the module docs).
-pub(crate) fn refuse_inherited(verb: &str) -> c_int {
-    fail(
-        verb,
+pub(crate) fn refuse_inherited(v: Verb) -> Failed {
+    v.fail(
         libc::EPERM,
         &"the object belongs to the process this one was forked from; open the device again in this process",
     )
+}
+
+/// The caller's object `p`, for a verb on it: EINVAL when it is NULL, EPERM when it is a
+/// parent's (see the module docs).
+///
+/// # Safety
+/// `p` is NULL or a live object of this library.
+pub(crate) unsafe fn live<'a, O: OfContext>(v: Verb, p: *mut O::C) -> Result<&'a O, Failed> {
+    v.ensure(
+        !p.is_null(),
+        libc::EINVAL,
+        &format_args!("NULL {}", O::WHAT),
+    )?;
+    // SAFETY: per the contract, and not NULL.
+    unsafe { own(v, p) }
+}
+
+/// The caller's object `p`, for a verb on it: EPERM when it is a parent's. NULL is not
+/// checked (the verb checked it, or, on a hot path, leaves it to the caller, as rdma-core).
+///
+/// # Safety
+/// `p` is a live object of this library.
+pub(crate) unsafe fn own<'a, O: OfContext>(v: Verb, p: *mut O::C) -> Result<&'a O, Failed> {
+    // SAFETY: per the contract.
+    if unsafe { inherited::<O>(p) } {
+        return Err(refuse_inherited(v));
+    }
+    // SAFETY: per the contract.
+    Ok(unsafe { O::from_ptr(p) })
+}
+
+/// The caller's object `p`, for a verb that destroys it: EINVAL when it is NULL; `None`
+/// when it is a parent's, which the destroy leaves as it is (and succeeds, see the module
+/// docs).
+///
+/// # Safety
+/// `p` is NULL or a live object of this library.
+pub(crate) unsafe fn to_destroy<'a, O: OfContext>(
+    v: Verb,
+    p: *mut O::C,
+) -> Result<Option<&'a O>, Failed> {
+    v.ensure(
+        !p.is_null(),
+        libc::EINVAL,
+        &format_args!("NULL {}", O::WHAT),
+    )?;
+    // SAFETY: per the contract, and not NULL.
+    if unsafe { inherited::<O>(p) } {
+        return Ok(None);
+    }
+    // SAFETY: as above.
+    Ok(Some(unsafe { O::from_ptr(p) }))
 }
 
 /// The device lists of this process, one per generation, each leaked: a parent's
@@ -185,20 +244,46 @@ pub(crate) struct SoftContext {
     pub cqs: Mutex<Vec<usize>>,
     /// See `cqs`.
     pub srqs: Mutex<Vec<usize>>,
-    /// The process generation that opened it (see [`inherited`]).
+    /// The process generation that opened it (see [`own`]).
     pub generation: u32,
 }
 
-impl SoftContext {
-    /// The context behind an application's `ibv_context *`.
-    ///
-    /// # Safety
-    /// `ctx` must be a live context this library returned.
-    pub(crate) unsafe fn from_ptr<'a>(ctx: *mut ibv_context) -> &'a SoftContext {
+// SAFETY: the application's `ibv_context *` is the `vctx.context` inside the box, which
+// each method finds the box from.
+unsafe impl Object for SoftContext {
+    type C = ibv_context;
+    const WHAT: &'static str = "context";
+
+    fn into_c(self) -> *mut ibv_context {
+        let soft = Box::into_raw(Box::new(self));
+        // SAFETY: `soft` is a live allocation; the context lives inside it.
+        unsafe { &raw mut (*soft).vctx.context }
+    }
+
+    unsafe fn from_ptr<'a>(ctx: *mut ibv_context) -> &'a SoftContext {
         // SAFETY: per the contract.
         unsafe { &*Self::container(ctx) }
     }
 
+    unsafe fn from_ptr_mut<'a>(ctx: *mut ibv_context) -> &'a mut SoftContext {
+        // SAFETY: per the contract.
+        unsafe { &mut *Self::container(ctx) }
+    }
+
+    unsafe fn free(ctx: *mut ibv_context) -> Box<SoftContext> {
+        // SAFETY: per the contract: the box into_c made.
+        unsafe { Box::from_raw(Self::container(ctx)) }
+    }
+}
+
+// SAFETY: a context is its own.
+unsafe impl OfContext for SoftContext {
+    unsafe fn context_of(ctx: *mut ibv_context) -> *mut ibv_context {
+        ctx
+    }
+}
+
+impl SoftContext {
     /// The `SoftContext` whose `vctx.context` field `ctx` points at (pointer arithmetic
     /// only; nothing is read).
     fn container(ctx: *mut ibv_context) -> *mut SoftContext {
@@ -216,18 +301,14 @@ impl SoftContext {
 
 /// `ibv_get_device_list`: a NULL-terminated array, freed by `ibv_free_device_list`.
 pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
-    guard("ibv_get_device_list", null_mut(), || {
+    entry("ibv_get_device_list", Ret::NULL, |v| {
         let devs = devices();
-        // SAFETY: calloc of n+1 pointers; the result is checked.
-        let list = unsafe { libc::calloc(devs.len() + 1, size_of::<*mut ibv_device>()) }
-            .cast::<*mut ibv_device>();
+        // The devices live for the process.
+        let ptrs: Vec<*mut ibv_device> =
+            devs.iter().map(|d| (&raw const d.dev).cast_mut()).collect();
+        let list = null_terminated(&ptrs);
         if list.is_null() {
-            set_errno(libc::ENOMEM);
-            return null_mut();
-        }
-        for (i, d) in devs.iter().enumerate() {
-            // SAFETY: `i` < n+1, inside the allocation. The devices live for the process.
-            unsafe { *list.add(i) = (&d.dev as *const ibv_device).cast_mut() };
+            return Err(v.quiet(libc::ENOMEM));
         }
         if !num.is_null() {
             // SAFETY: the caller passes a valid int or NULL.
@@ -236,55 +317,47 @@ pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_d
         if devs.is_empty() {
             set_errno(libc::ENOSYS);
         }
-        list
+        Ok(list)
     })
 }
 
 /// `ibv_free_device_list`.
 pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
-    // SAFETY: `list` came from ibv_get_device_list's calloc (or is NULL).
-    guard("ibv_free_device_list", (), || unsafe {
-        libc::free(list.cast())
+    entry("ibv_free_device_list", Ret::VOID, |_| {
+        // SAFETY: `list` came from ibv_get_device_list's calloc (or is NULL).
+        unsafe { libc::free(list.cast()) };
+        Ok(())
     })
 }
 
 /// `ibv_get_device_name`.
 pub unsafe extern "C" fn ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
-    guard("ibv_get_device_name", std::ptr::null(), || {
-        match device(dev) {
-            Some(d) => d.dev.name.as_ptr(),
-            None => {
-                set_errno(libc::EINVAL);
-                std::ptr::null()
-            }
-        }
+    let null = Ret::new(|_| std::ptr::null(), std::ptr::null());
+    entry("ibv_get_device_name", null, |v| match device(dev) {
+        Some(d) => Ok(d.dev.name.as_ptr()),
+        None => Err(v.quiet(libc::EINVAL)),
     })
 }
 
 /// `ibv_get_device_guid`: the node GUID, in network order.
 pub unsafe extern "C" fn ibv_get_device_guid(dev: *mut ibv_device) -> u64 {
-    guard("ibv_get_device_guid", 0, || {
-        device(dev).map_or(0, |d| softrdma::config::node_guid(d.info.addr).to_be())
+    entry("ibv_get_device_guid", Ret::new(|_| 0, 0), |_| {
+        Ok(device(dev).map_or(0, |d| softrdma::config::node_guid(d.info.addr).to_be()))
     })
 }
 
 /// `ibv_get_device_index`.
 pub unsafe extern "C" fn ibv_get_device_index(dev: *mut ibv_device) -> c_int {
-    guard("ibv_get_device_index", -1, || {
-        device(dev).map_or(-1, |d| d.index as c_int)
+    entry("ibv_get_device_index", Ret::MINUS_ONE, |_| {
+        Ok(device(dev).map_or(-1, |d| d.index as c_int))
     })
 }
 
 /// `ibv_open_device`.
 pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
-    guard("ibv_open_device", null_mut(), || {
+    entry("ibv_open_device", Ret::NULL, |v| {
         let Some(d) = device(dev) else {
-            fail(
-                "ibv_open_device",
-                libc::EINVAL,
-                &"not a device of this library",
-            );
-            return null_mut();
+            return v.err(libc::EINVAL, &"not a device of this library");
         };
         let ctx = {
             let mut open = d.open.lock().unwrap_or_else(|e| e.into_inner());
@@ -303,8 +376,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
                         Err(e) => {
                             // Opening a device is where users meet a taken port: say so always.
                             eprintln!("softrdma: ibv_open_device({}): {e}", d.info.name);
-                            fail_with("ibv_open_device", &e);
-                            return null_mut();
+                            return Err(v.error(&e));
                         }
                     }
                 }
@@ -316,7 +388,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
         // import tests): give them a real one, /dev/null, which nothing reads.
         // SAFETY: a valid NUL-terminated path; the result is checked by its users.
         let cmd_fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-        let soft = Box::new(SoftContext {
+        let soft = SoftContext {
             vctx: verbs_context_for(dev, async_fd, cmd_fd),
             ctx,
             events,
@@ -325,10 +397,8 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             cqs: Mutex::new(Vec::new()),
             srqs: Mutex::new(Vec::new()),
             generation: generation(),
-        });
-        let soft = Box::into_raw(soft);
-        // SAFETY: `soft` is a live allocation; the context lives inside it.
-        unsafe { &raw mut (*soft).vctx.context }
+        };
+        Ok(soft.into_c())
     })
 }
 
@@ -362,16 +432,13 @@ fn verbs_context_for(dev: *mut ibv_device, async_fd: c_int, cmd_fd: c_int) -> ve
 
 /// `ibv_close_device`.
 pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
-    guard("ibv_close_device", libc::EIO, || {
-        if ctx.is_null() {
-            return fail("ibv_close_device", libc::EINVAL, &"NULL context");
-        }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited_ctx(ctx) } {
-            return 0;
+    entry("ibv_close_device", Ret::ERRNO, |v| {
+        // SAFETY: NULL or a context the caller got from this library.
+        if unsafe { to_destroy::<SoftContext>(v, ctx) }?.is_none() {
+            return Ok(0);
         }
         // SAFETY: `ctx` is a context ibv_open_device returned; the box is freed once.
-        let soft = unsafe { Box::from_raw(SoftContext::container(ctx)) };
+        let soft = unsafe { SoftContext::free(ctx) };
         if soft.vctx.context.cmd_fd >= 0 {
             // SAFETY: the context's own descriptor, closed once.
             unsafe { libc::close(soft.vctx.context.cmd_fd) };
@@ -383,7 +450,7 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
                 *open = None;
             }
         }
-        0
+        Ok(0)
     })
 }
 
@@ -435,13 +502,15 @@ pub unsafe extern "C" fn ibv_query_device(
     ctx: *mut ibv_context,
     attr: *mut ibv_device_attr,
 ) -> c_int {
-    guard("ibv_query_device", libc::EIO, || {
-        if ctx.is_null() || attr.is_null() {
-            return fail("ibv_query_device", libc::EINVAL, &"NULL argument");
-        }
+    entry("ibv_query_device", Ret::ERRNO, |v| {
+        v.ensure(
+            !ctx.is_null() && !attr.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
         // SAFETY: live context; `attr` is the caller's writable struct.
         unsafe { fill_device_attr(SoftContext::from_ptr(ctx), &mut *attr) };
-        0
+        Ok(0)
     })
 }
 
@@ -453,14 +522,12 @@ unsafe extern "C" fn query_device_ex(
     attr: *mut ibv_device_attr_ex,
     attr_size: usize,
 ) -> c_int {
-    guard("ibv_query_device_ex", libc::EIO, || {
-        if ctx.is_null() || attr.is_null() || attr_size < size_of::<ibv_device_attr>() {
-            return fail(
-                "ibv_query_device_ex",
-                libc::EINVAL,
-                &"attr_size below ibv_device_attr",
-            );
-        }
+    entry("ibv_query_device_ex", Ret::ERRNO, |v| {
+        v.ensure(
+            !ctx.is_null() && !attr.is_null() && attr_size >= size_of::<ibv_device_attr>(),
+            libc::EINVAL,
+            &"attr_size below ibv_device_attr",
+        )?;
         // SAFETY: plain data, all-zero valid.
         let mut ex: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
         // SAFETY: live context.
@@ -483,29 +550,29 @@ unsafe extern "C" fn query_device_ex(
             std::ptr::write_bytes(attr.cast::<u8>(), 0, attr_size);
             std::ptr::copy_nonoverlapping((&raw const ex).cast::<u8>(), attr.cast::<u8>(), n);
         }
-        0
+        Ok(0)
     })
 }
 
 /// `verbs_context.query_rt_values` (`ibv_query_rt_values_ex`): the completion clock now.
 unsafe extern "C" fn query_rt_values(ctx: *mut ibv_context, values: *mut ibv_values_ex) -> c_int {
-    guard("ibv_query_rt_values_ex", libc::EIO, || {
-        if ctx.is_null() || values.is_null() {
-            return fail("ibv_query_rt_values_ex", libc::EINVAL, &"NULL argument");
-        }
+    entry("ibv_query_rt_values_ex", Ret::ERRNO, |v| {
+        v.ensure(
+            !ctx.is_null() && !values.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
         // SAFETY: the caller's struct.
-        let v = unsafe { &mut *values };
+        let values = unsafe { &mut *values };
         // Only IBV_VALUES_MASK_RAW_CLOCK exists.
-        if v.comp_mask & !1 != 0 {
-            return fail(
-                "ibv_query_rt_values_ex",
-                libc::EOPNOTSUPP,
-                &"comp_mask beyond RAW_CLOCK",
-            );
-        }
-        v.comp_mask = 1;
-        v.raw_clock = crate::cq::clock(libc::CLOCK_MONOTONIC);
-        0
+        v.ensure(
+            values.comp_mask & !1 == 0,
+            libc::EOPNOTSUPP,
+            &"comp_mask beyond RAW_CLOCK",
+        )?;
+        values.comp_mask = 1;
+        values.raw_clock = crate::cq::clock(libc::CLOCK_MONOTONIC);
+        Ok(0)
     })
 }
 
@@ -539,23 +606,23 @@ unsafe extern "C" fn query_port_ex(
     attr: *mut ibv_port_attr,
     len: usize,
 ) -> c_int {
-    guard("ibv_query_port", libc::EIO, || {
-        if ctx.is_null() || attr.is_null() {
-            return fail("ibv_query_port", libc::EINVAL, &"NULL argument");
-        }
-        if port != 1 {
-            return fail(
-                "ibv_query_port",
-                libc::EINVAL,
-                &format_args!("port {port}: the device has port 1 only"),
-            );
-        }
+    entry("ibv_query_port", Ret::ERRNO, |v| {
+        v.ensure(
+            !ctx.is_null() && !attr.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
+        v.ensure(
+            port == 1,
+            libc::EINVAL,
+            &format_args!("port {port}: the device has port 1 only"),
+        )?;
         // SAFETY: live context.
         let a = port_attr(unsafe { SoftContext::from_ptr(ctx) });
         let n = len.min(size_of::<ibv_port_attr>());
         // SAFETY: the caller's struct has `len` writable bytes.
         unsafe { std::ptr::copy_nonoverlapping((&raw const a).cast::<u8>(), attr.cast::<u8>(), n) };
-        0
+        Ok(0)
     })
 }
 
@@ -603,33 +670,27 @@ pub unsafe extern "C" fn ibv_query_gid(
     index: c_int,
     gid: *mut ibv_gid,
 ) -> c_int {
-    guard("ibv_query_gid", -1, || {
-        if ctx.is_null() || gid.is_null() || port != 1 {
-            fail(
-                "ibv_query_gid",
-                libc::EINVAL,
-                &"NULL argument or port other than 1",
-            );
-            return -1;
-        }
+    entry("ibv_query_gid", Ret::MINUS_ONE, |v| {
+        v.ensure(
+            !ctx.is_null() && !gid.is_null() && port == 1,
+            libc::EINVAL,
+            &"NULL argument or port other than 1",
+        )?;
         // SAFETY: live context.
         let soft = unsafe { SoftContext::from_ptr(ctx) };
         let len = soft.ctx.query_port().gid_tbl_len as c_int;
-        if !(0..len).contains(&index) {
-            fail(
-                "ibv_query_gid",
-                libc::EINVAL,
-                &format_args!("GID index {index} outside 0..{len}"),
-            );
-            return -1;
-        }
+        v.ensure(
+            (0..len).contains(&index),
+            libc::EINVAL,
+            &format_args!("GID index {index} outside 0..{len}"),
+        )?;
         let g = gids(soft)
             .get(index as usize)
             .map(|e| e.gid)
             .unwrap_or_default();
         // SAFETY: the caller's writable gid.
         unsafe { *gid = g };
-        0
+        Ok(0)
     })
 }
 
@@ -638,40 +699,33 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     ctx: *mut ibv_context,
     port: u32,
     index: u32,
-    entry: *mut ibv_gid_entry,
+    out: *mut ibv_gid_entry,
     flags: u32,
     entry_size: usize,
 ) -> c_int {
-    guard("ibv_query_gid_ex", libc::EIO, || {
-        if ctx.is_null() || entry.is_null() || flags != 0 || entry_size < size_of::<ibv_gid_entry>()
-        {
-            return fail(
-                "ibv_query_gid_ex",
-                libc::EINVAL,
-                &"NULL argument, flags or entry_size",
-            );
-        }
-        if port != 1 {
-            return fail("ibv_query_gid_ex", libc::EINVAL, &"port other than 1");
-        }
+    entry("ibv_query_gid_ex", Ret::ERRNO, |v| {
+        v.ensure(
+            !ctx.is_null()
+                && !out.is_null()
+                && flags == 0
+                && entry_size >= size_of::<ibv_gid_entry>(),
+            libc::EINVAL,
+            &"NULL argument, flags or entry_size",
+        )?;
+        v.ensure(port == 1, libc::EINVAL, &"port other than 1")?;
         // SAFETY: live context.
         let soft = unsafe { SoftContext::from_ptr(ctx) };
-        match gids(soft).get(index as usize) {
-            // SAFETY: the caller's writable entry.
-            Some(e) => unsafe { *entry = *e },
-            None => {
-                return fail(
-                    "ibv_query_gid_ex",
-                    libc::ENODATA,
-                    &format_args!("GID index {index} is empty"),
-                );
-            }
-        }
-        0
+        let Some(e) = gids(soft).get(index as usize).copied() else {
+            return v.err(libc::ENODATA, &format_args!("GID index {index} is empty"));
+        };
+        // SAFETY: the caller's writable entry.
+        unsafe { *out = e };
+        Ok(0)
     })
 }
 
-/// `_ibv_query_gid_table` (behind `ibv_query_gid_table`): the valid entries.
+/// `_ibv_query_gid_table` (behind `ibv_query_gid_table`): the valid entries, or a negative
+/// errno.
 pub unsafe extern "C" fn _ibv_query_gid_table(
     ctx: *mut ibv_context,
     entries: *mut ibv_gid_entry,
@@ -679,28 +733,25 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     flags: u32,
     entry_size: usize,
 ) -> isize {
-    guard("ibv_query_gid_table", -1, || {
-        if ctx.is_null() || flags != 0 || entry_size < size_of::<ibv_gid_entry>() {
-            return -(fail(
-                "ibv_query_gid_table",
-                libc::EINVAL,
-                &"NULL context, flags or entry_size",
-            ) as isize);
-        }
+    let ret = Ret::new(|e| -(e as isize), -1);
+    entry("ibv_query_gid_table", ret, |v| {
+        v.ensure(
+            !ctx.is_null() && flags == 0 && entry_size >= size_of::<ibv_gid_entry>(),
+            libc::EINVAL,
+            &"NULL context, flags or entry_size",
+        )?;
         // SAFETY: live context.
         let g = gids(unsafe { SoftContext::from_ptr(ctx) });
-        if g.len() > max_entries || (entries.is_null() && !g.is_empty()) {
-            return -(fail(
-                "ibv_query_gid_table",
-                libc::EINVAL,
-                &"max_entries below the table, or no entries array",
-            ) as isize);
-        }
+        v.ensure(
+            g.len() <= max_entries && (g.is_empty() || !entries.is_null()),
+            libc::EINVAL,
+            &"max_entries below the table, or no entries array",
+        )?;
         for (i, e) in g.iter().enumerate() {
             // SAFETY: the caller's array holds `max_entries` entries of `entry_size` bytes.
             unsafe { *entries.byte_add(i * entry_size) = *e };
         }
-        g.len() as isize
+        Ok(g.len() as isize)
     })
 }
 
@@ -712,20 +763,18 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     index: u32,
     ty: *mut c_int,
 ) -> c_int {
-    guard("ibv_query_gid_type", -1, || {
+    entry("ibv_query_gid_type", Ret::MINUS_ONE, |v| {
         if ctx.is_null() || ty.is_null() || port != 1 {
-            set_errno(libc::EINVAL);
-            return -1;
+            return Err(v.quiet(libc::EINVAL));
         }
         // SAFETY: live context.
         let n = gids(unsafe { SoftContext::from_ptr(ctx) }).len();
         if index as usize >= n {
-            set_errno(libc::EINVAL);
-            return -1;
+            return Err(v.quiet(libc::EINVAL));
         }
         // SAFETY: the caller's writable int.
         unsafe { *ty = 1 };
-        0
+        Ok(0)
     })
 }
 
@@ -736,29 +785,25 @@ pub unsafe extern "C" fn ibv_query_pkey(
     index: c_int,
     pkey: *mut u16,
 ) -> c_int {
-    guard("ibv_query_pkey", -1, || {
-        if ctx.is_null() || pkey.is_null() || port != 1 || index != 0 {
-            fail(
-                "ibv_query_pkey",
-                libc::EINVAL,
-                &"port 1 has one P_Key, at index 0",
-            );
-            return -1;
-        }
+    entry("ibv_query_pkey", Ret::MINUS_ONE, |v| {
+        v.ensure(
+            !ctx.is_null() && !pkey.is_null() && port == 1 && index == 0,
+            libc::EINVAL,
+            &"port 1 has one P_Key, at index 0",
+        )?;
         // SAFETY: the caller's writable u16.
         unsafe { *pkey = 0xffff };
-        0
+        Ok(0)
     })
 }
 
 /// `ibv_get_pkey_index`.
 pub unsafe extern "C" fn ibv_get_pkey_index(ctx: *mut ibv_context, port: u8, pkey: u16) -> c_int {
-    guard("ibv_get_pkey_index", -1, || {
+    entry("ibv_get_pkey_index", Ret::MINUS_ONE, |v| {
         if ctx.is_null() || port != 1 || u16::from_be(pkey) & 0x7fff != 0x7fff {
-            set_errno(libc::ENOENT);
-            return -1;
+            return Err(v.quiet(libc::ENOENT));
         }
-        0
+        Ok(0)
     })
 }
 
@@ -776,10 +821,9 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
     buf: *mut c_char,
     size: usize,
 ) -> c_int {
-    guard("ibv_read_sysfs_file", -1, || {
+    entry("ibv_read_sysfs_file", Ret::MINUS_ONE, |v| {
         if dir.is_null() || file.is_null() || buf.is_null() || size == 0 {
-            set_errno(libc::EINVAL);
-            return -1;
+            return Err(v.quiet(libc::EINVAL));
         }
         // SAFETY: C strings from the caller.
         let (dir, file) = unsafe { (CStr::from_ptr(dir), CStr::from_ptr(file)) };
@@ -788,10 +832,7 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
         let infos: Vec<_> = devices().iter().map(|d| d.info.clone()).collect();
         let text = match softrdma::config::sysfs::read(&infos, online_cpus(), &path) {
             Some(Ok(t)) => t,
-            Some(Err(())) => {
-                set_errno(libc::ENOENT);
-                return -1;
-            }
+            Some(Err(())) => return Err(v.quiet(libc::ENOENT)),
             // At most `size` bytes, as rdma-core's one read(2) (a file that never ends,
             // such as /dev/zero, must not be read whole).
             None => {
@@ -801,10 +842,7 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
                     .and_then(|f| f.take(size as u64).read_to_end(&mut b))
                 {
                     Ok(_) => String::from_utf8_lossy(&b).into_owned(),
-                    Err(e) => {
-                        set_errno(e.raw_os_error().unwrap_or(libc::EIO));
-                        return -1;
-                    }
+                    Err(e) => return Err(v.quiet(e.raw_os_error().unwrap_or(libc::EIO))),
                 }
             }
         };
@@ -822,11 +860,10 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
             } else if n < size {
                 *buf.add(n) = 0;
             } else {
-                set_errno(libc::EOVERFLOW);
-                return -1;
+                return Err(v.quiet(libc::EOVERFLOW));
             }
         }
-        n as c_int
+        Ok(n as c_int)
     })
 }
 

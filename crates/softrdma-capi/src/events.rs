@@ -2,8 +2,8 @@
 //! the string and rate helpers of libibverbs.
 
 use crate::abi::*;
-use crate::device::{SoftContext, inherited_ctx, refuse_inherited};
-use crate::{fail, guard, set_errno};
+use crate::device::{SoftContext, own};
+use crate::ffi::{Ret, entry};
 use softrdma::AsyncEvent;
 use std::ffi::{CStr, c_char, c_int};
 
@@ -13,32 +13,27 @@ pub unsafe extern "C" fn ibv_get_async_event(
     ctx: *mut ibv_context,
     event: *mut ibv_async_event,
 ) -> c_int {
-    guard("ibv_get_async_event", -1, || {
-        if ctx.is_null() || event.is_null() {
-            fail("ibv_get_async_event", libc::EINVAL, &"NULL argument");
-            return -1;
-        }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited_ctx(ctx) } {
-            refuse_inherited("ibv_get_async_event");
-            return -1;
-        }
-        // SAFETY: live context.
-        let soft = unsafe { SoftContext::from_ptr(ctx) };
+    entry("ibv_get_async_event", Ret::MINUS_ONE, |v| {
+        v.ensure(
+            !ctx.is_null() && !event.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
+        // SAFETY: a context the caller got from this library.
+        let soft = unsafe { own::<SoftContext>(v, ctx) }?;
         let fd = soft.vctx.context.async_fd;
         loop {
             if let Some(e) = soft.events.pop() {
                 let Some(out) = to_c(soft, e) else { continue };
                 // SAFETY: the caller's writable event.
                 unsafe { *event = out };
-                return 0;
+                return Ok(0);
             }
             // SAFETY: fcntl on the context's own descriptor.
             let nonblock =
                 fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
             if nonblock {
-                set_errno(libc::EAGAIN);
-                return -1;
+                return Err(v.quiet(libc::EAGAIN));
             }
             let mut p = libc::pollfd {
                 fd,
@@ -49,8 +44,7 @@ pub unsafe extern "C" fn ibv_get_async_event(
             if unsafe { libc::poll(&mut p, 1, -1) } < 0 {
                 // EINTR too goes back to the caller, as rdma-core's read(2) does.
                 let e = std::io::Error::last_os_error();
-                set_errno(e.raw_os_error().unwrap_or(libc::EIO));
-                return -1;
+                return Err(v.quiet(e.raw_os_error().unwrap_or(libc::EIO)));
             }
         }
     })

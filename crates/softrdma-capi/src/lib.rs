@@ -11,8 +11,8 @@
 //! `abi_compat = -1`, and the objects' public structs as the prefix of each object.
 //!
 //! # The contract with C callers
-//! - Every exported function catches panics ([`guard`]): none crosses into C. A caught
-//!   panic is a bug; the verb then fails with EIO.
+//! - Every exported function runs its body in [`ffi::entry`], which catches panics: none
+//!   crosses into C. A caught panic is a bug; the verb then fails with EIO.
 //! - errno and return values follow each verb's man page: pointer-returning verbs return
 //!   NULL and set errno; int-returning verbs return 0 or an errno value (and set errno too,
 //!   which rdma-core does for some). A verb softrdma does not implement returns EOPNOTSUPP,
@@ -41,6 +41,7 @@ mod cm;
 mod cq;
 mod device;
 mod events;
+mod ffi;
 mod mr;
 mod ports;
 mod qp;
@@ -48,67 +49,11 @@ mod rdmacm;
 mod stubs;
 mod symbols;
 
-use std::ffi::c_int;
-
 /// The C ABI this library speaks: rdma-core 44's `libibverbs.so.1` (up to its newest
 /// version node, and the provider ABI that rdma-core's own providers check) and
 /// `librdmacm.so.1`. A unit test holds it to `libibverbs.map`.
 pub const ABI: &str =
     "rdma-core 44 (libibverbs.so.1 IBVERBS_1.14, IBVERBS_PRIVATE_34; librdmacm.so.1 RDMACM_1.3)";
-
-/// Sets the calling thread's `errno`.
-pub(crate) fn set_errno(e: c_int) {
-    // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
-    unsafe { *libc::__errno_location() = e };
-}
-
-/// Runs `f` for the verb `verb`; a panic becomes `fail` with errno EIO and one line on
-/// stderr, instead of unwinding into C (which would abort the program, or worse).
-pub(crate) fn guard<T>(verb: &'static str, fail: T, f: impl FnOnce() -> T) -> T {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(v) => v,
-        Err(_) => {
-            eprintln!("softrdma: {verb}: internal error (a bug in softrdma); failing with EIO");
-            set_errno(libc::EIO);
-            fail
-        }
-    }
-}
-
-/// Whether failures are printed (`SOFTRDMA_DEBUG=1`).
-fn debug() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("SOFTRDMA_DEBUG").is_some_and(|v| v != "0"))
-}
-
-/// Records a failure of `verb` with errno `errno`, caused by `why`: sets errno, prints it
-/// when debugging, and returns the errno for verbs that return it.
-pub(crate) fn fail(verb: &str, errno: c_int, why: &dyn std::fmt::Display) -> c_int {
-    if debug() {
-        eprintln!(
-            "softrdma: {verb}: {why} ({})",
-            std::io::Error::from_raw_os_error(errno)
-        );
-    }
-    set_errno(errno);
-    errno
-}
-
-/// [`fail`] for a softrdma error, with its errno.
-pub(crate) fn fail_with(verb: &str, e: &softrdma::Error) -> c_int {
-    fail(verb, e.errno(), e)
-}
-
-/// Copies `s` into a fixed C string field, truncated and NUL-terminated.
-pub(crate) fn copy_cstr(dst: &mut [std::ffi::c_char], s: &str) {
-    let n = s.len().min(dst.len().saturating_sub(1));
-    for (d, b) in dst.iter_mut().zip(s.as_bytes()[..n].iter()) {
-        *d = *b as std::ffi::c_char;
-    }
-    if let Some(d) = dst.get_mut(n) {
-        *d = 0;
-    }
-}
 
 #[cfg(test)]
 mod abi_tests {

@@ -6,14 +6,14 @@
 //! `ibv_dealloc_pd` can refuse with EBUSY while any is alive.
 
 use crate::abi::*;
-use crate::device::{SoftContext, inherited, inherited_ctx, refuse_inherited};
-use crate::{fail, fail_with, guard};
+use crate::device::{OfContext, SoftContext, live, own, to_destroy};
+use crate::ffi::{Failed, Object, Ret, Users, Verb, entry};
 use softrdma::{AccessFlags, AddressHandle, MemoryRegion, ProtectionDomain};
 use std::ffi::{c_int, c_uint, c_void};
 use std::net::Ipv6Addr;
 use std::ptr::null_mut;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Handles for the objects' `handle` fields (unique per process; nothing reads them but
 /// tools that print them).
@@ -28,41 +28,32 @@ pub(crate) struct SoftPd {
     pub pd: ibv_pd,
     pub inner: ProtectionDomain,
     /// QPs, MRs, SRQs and AHs made in this PD and not yet destroyed.
-    pub users: AtomicUsize,
+    pub users: Users,
 }
 
-impl SoftPd {
-    /// # Safety
-    /// `pd` must be a live PD this library returned.
-    pub(crate) unsafe fn from_ptr<'a>(pd: *mut ibv_pd) -> &'a SoftPd {
-        // SAFETY: `pd` is the first field of a live SoftPd (repr(C)).
-        unsafe { &*pd.cast::<SoftPd>() }
-    }
+// SAFETY: repr(C), the public struct first.
+unsafe impl Object for SoftPd {
+    type C = ibv_pd;
+    const WHAT: &'static str = "PD";
 }
+
+// SAFETY: `ibv_pd` begins with its context.
+unsafe impl OfContext for SoftPd {}
 
 /// `ibv_alloc_pd`.
 pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
-    guard("ibv_alloc_pd", null_mut(), || {
-        if ctx.is_null() {
-            fail("ibv_alloc_pd", libc::EINVAL, &"NULL context");
-            return null_mut();
-        }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited_ctx(ctx) } {
-            refuse_inherited("ibv_alloc_pd");
-            return null_mut();
-        }
-        // SAFETY: live context.
-        let soft = unsafe { SoftContext::from_ptr(ctx) };
-        let pd = Box::new(SoftPd {
+    entry("ibv_alloc_pd", Ret::NULL, |v| {
+        // SAFETY: NULL or a context the caller got from this library.
+        let soft = unsafe { live::<SoftContext>(v, ctx) }?;
+        let pd = SoftPd {
             pd: ibv_pd {
                 context: ctx,
                 handle: next_handle(),
             },
             inner: soft.ctx.alloc_pd(),
-            users: AtomicUsize::new(0),
-        });
-        Box::into_raw(pd).cast()
+            users: Users::default(),
+        };
+        Ok(pd.into_c())
     })
 }
 
@@ -100,34 +91,24 @@ fn is_library_pd(pd: *mut ibv_pd) -> bool {
 
 /// `ibv_dealloc_pd`: EBUSY while objects made in it are alive.
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    guard("ibv_dealloc_pd", libc::EIO, || {
-        if pd.is_null() {
-            return fail("ibv_dealloc_pd", libc::EINVAL, &"NULL PD");
-        }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(pd.cast()) } {
-            return 0;
-        }
+    entry("ibv_dealloc_pd", Ret::ERRNO, |v| {
+        // SAFETY: NULL or a PD the caller got from this library.
+        let Some(spd) = unsafe { to_destroy::<SoftPd>(v, pd) }? else {
+            return Ok(0);
+        };
         // The library's own PD (the connection manager's `id->pd` before a QP) outlives
         // its IDs, as librdmacm's: a program that wraps and then frees it (pyverbs) leaves
         // it be.
         if is_library_pd(pd) {
-            return 0;
+            return Ok(0);
         }
-        // SAFETY: live PD.
-        let n = unsafe { SoftPd::from_ptr(pd) }
-            .users
-            .load(Ordering::Acquire);
+        let n = spd.users.count();
         if n > 0 {
-            return fail(
-                "ibv_dealloc_pd",
-                libc::EBUSY,
-                &format_args!("{n} objects still use the PD"),
-            );
+            return v.err(libc::EBUSY, &format_args!("{n} objects still use the PD"));
         }
-        // SAFETY: the PD came from ibv_alloc_pd's Box and is freed once.
-        drop(unsafe { Box::from_raw(pd.cast::<SoftPd>()) });
-        0
+        // SAFETY: the PD came from ibv_alloc_pd's box and is freed once.
+        drop(unsafe { SoftPd::free(pd) });
+        Ok(0)
     })
 }
 
@@ -137,6 +118,15 @@ pub(crate) struct SoftMr {
     pub mr: ibv_mr,
     pub inner: MemoryRegion,
 }
+
+// SAFETY: repr(C), the public struct first.
+unsafe impl Object for SoftMr {
+    type C = ibv_mr;
+    const WHAT: &'static str = "MR";
+}
+
+// SAFETY: `ibv_mr` begins with its context.
+unsafe impl OfContext for SoftMr {}
 
 /// The access bits softrdma knows (`enum ibv_access_flags` 0-5 are the same bits as
 /// [`AccessFlags`]). On-demand paging (6) is what every region of softrdma is anyway
@@ -180,64 +170,38 @@ fn mapped(addr: *const c_void, len: usize) -> bool {
 }
 
 fn reg_mr(
-    verb: &'static str,
+    v: Verb,
     pd: *mut ibv_pd,
     addr: *mut c_void,
     length: usize,
     iova: u64,
     bits: c_uint,
-) -> *mut ibv_mr {
-    guard(verb, null_mut(), || {
-        if pd.is_null() {
-            fail(verb, libc::EINVAL, &"NULL PD");
-            return null_mut();
-        }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(pd.cast()) } {
-            refuse_inherited(verb);
-            return null_mut();
-        }
-        let acc = match access(bits) {
-            Ok(a) => a,
-            Err(why) => {
-                fail(verb, libc::EINVAL, &why);
-                return null_mut();
-            }
-        };
-        if !mapped(addr, length) {
-            fail(
-                verb,
-                libc::EFAULT,
-                &format_args!("[{addr:p}, +{length}) is not all mapped in this process"),
-            );
-            return null_mut();
-        }
-        // SAFETY: live PD.
-        let spd = unsafe { SoftPd::from_ptr(pd) };
-        // SAFETY: the C contract of ibv_reg_mr: the memory stays valid until ibv_dereg_mr,
-        // which drops the region first.
-        let inner = match unsafe { spd.inner.register_raw_iova(addr.cast(), length, iova, acc) } {
-            Ok(r) => r,
-            Err(e) => {
-                fail_with(verb, &e);
-                return null_mut();
-            }
-        };
-        spd.users.fetch_add(1, Ordering::AcqRel);
-        let mr = Box::new(SoftMr {
-            mr: ibv_mr {
-                context: spd.pd.context,
-                pd,
-                addr,
-                length,
-                handle: next_handle(),
-                lkey: inner.lkey(),
-                rkey: inner.rkey(),
-            },
-            inner,
-        });
-        Box::into_raw(mr).cast()
-    })
+) -> Result<*mut ibv_mr, Failed> {
+    // SAFETY: NULL or a PD the caller got from this library.
+    let spd = unsafe { live::<SoftPd>(v, pd) }?;
+    let acc = access(bits).map_err(|why| v.fail(libc::EINVAL, &why))?;
+    v.ensure(
+        mapped(addr, length),
+        libc::EFAULT,
+        &format_args!("[{addr:p}, +{length}) is not all mapped in this process"),
+    )?;
+    // SAFETY: the C contract of ibv_reg_mr: the memory stays valid until ibv_dereg_mr,
+    // which drops the region first.
+    let inner = v.check(unsafe { spd.inner.register_raw_iova(addr.cast(), length, iova, acc) })?;
+    spd.users.add();
+    let mr = SoftMr {
+        mr: ibv_mr {
+            context: spd.pd.context,
+            pd,
+            addr,
+            length,
+            handle: next_handle(),
+            lkey: inner.lkey(),
+            rkey: inner.rkey(),
+        },
+        inner,
+    };
+    Ok(mr.into_c())
 }
 
 /// `ibv_reg_mr`.
@@ -247,14 +211,9 @@ pub unsafe extern "C" fn ibv_reg_mr(
     length: usize,
     access: c_int,
 ) -> *mut ibv_mr {
-    reg_mr(
-        "ibv_reg_mr",
-        pd,
-        addr,
-        length,
-        addr as u64,
-        access as c_uint,
-    )
+    entry("ibv_reg_mr", Ret::NULL, |v| {
+        reg_mr(v, pd, addr, length, addr as u64, access as c_uint)
+    })
 }
 
 /// `ibv_reg_mr_iova`.
@@ -265,7 +224,9 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
     iova: u64,
     access: c_int,
 ) -> *mut ibv_mr {
-    reg_mr("ibv_reg_mr_iova", pd, addr, length, iova, access as c_uint)
+    entry("ibv_reg_mr_iova", Ret::NULL, |v| {
+        reg_mr(v, pd, addr, length, iova, access as c_uint)
+    })
 }
 
 /// `ibv_reg_mr_iova2` (what `ibv_reg_mr` becomes with a non-constant access).
@@ -276,28 +237,25 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     iova: u64,
     access: c_uint,
 ) -> *mut ibv_mr {
-    reg_mr("ibv_reg_mr_iova2", pd, addr, length, iova, access)
+    entry("ibv_reg_mr_iova2", Ret::NULL, |v| {
+        reg_mr(v, pd, addr, length, iova, access)
+    })
 }
 
 /// `ibv_dereg_mr`.
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    guard("ibv_dereg_mr", libc::EIO, || {
-        if mr.is_null() {
-            return fail("ibv_dereg_mr", libc::EINVAL, &"NULL MR");
+    entry("ibv_dereg_mr", Ret::ERRNO, |v| {
+        // SAFETY: NULL or an MR the caller got from this library.
+        if unsafe { to_destroy::<SoftMr>(v, mr) }?.is_none() {
+            return Ok(0);
         }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(mr.cast()) } {
-            return 0;
-        }
-        // SAFETY: the MR came from reg_mr's Box and is freed once; its PD outlives it
+        // SAFETY: the MR came from reg_mr's box and is freed once; its PD outlives it
         // (dealloc_pd refuses while it is counted).
-        let m = unsafe { Box::from_raw(mr.cast::<SoftMr>()) };
+        let m = unsafe { SoftMr::free(mr) };
         // SAFETY: live PD, as above.
-        unsafe { SoftPd::from_ptr(m.mr.pd) }
-            .users
-            .fetch_sub(1, Ordering::AcqRel);
+        unsafe { SoftPd::from_ptr(m.mr.pd) }.users.remove();
         drop(m);
-        0
+        Ok(0)
     })
 }
 
@@ -318,25 +276,20 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     const ACCESS: c_int = 4;
     const ERR_INPUT: c_int = -1;
     const ERR_CMD: c_int = -4;
-    guard("ibv_rereg_mr", ERR_CMD, || {
-        if mr.is_null() || flags == 0 || flags & !(TRANSLATION | PD | ACCESS) != 0 {
-            fail(
-                "ibv_rereg_mr",
-                libc::EINVAL,
-                &"NULL MR, or flags other than TRANSLATION, PD and ACCESS",
-            );
-            return ERR_INPUT;
-        }
-        if flags & PD != 0 && pd.is_null() {
-            fail(
-                "ibv_rereg_mr",
-                libc::EINVAL,
-                &"IBV_REREG_MR_CHANGE_PD with a NULL PD",
-            );
-            return ERR_INPUT;
-        }
+    // A refused argument is ERR_INPUT; a registration that fails, ERR_CMD.
+    entry("ibv_rereg_mr", Ret::new(|_| ERR_INPUT, ERR_CMD), |v| {
+        v.ensure(
+            !mr.is_null() && flags != 0 && flags & !(TRANSLATION | PD | ACCESS) == 0,
+            libc::EINVAL,
+            &"NULL MR, or flags other than TRANSLATION, PD and ACCESS",
+        )?;
+        v.ensure(
+            flags & PD == 0 || !pd.is_null(),
+            libc::EINVAL,
+            &"IBV_REREG_MR_CHANGE_PD with a NULL PD",
+        )?;
         // SAFETY: the caller's live MR; rdma-core's contract: no other call uses it meanwhile.
-        let m = unsafe { &mut *mr.cast::<SoftMr>() };
+        let m = unsafe { SoftMr::from_ptr_mut(mr) };
         let new_pd = if flags & PD != 0 { pd } else { m.mr.pd };
         let (base, len) = if flags & TRANSLATION != 0 {
             (addr, length)
@@ -344,13 +297,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
             (m.mr.addr, m.mr.length)
         };
         let acc = if flags & ACCESS != 0 {
-            match access(access_bits as c_uint) {
-                Ok(a) => a,
-                Err(why) => {
-                    fail("ibv_rereg_mr", libc::EINVAL, &why);
-                    return ERR_INPUT;
-                }
-            }
+            access(access_bits as c_uint).map_err(|why| v.fail(libc::EINVAL, &why))?
         } else {
             m.inner.access()
         };
@@ -363,17 +310,17 @@ pub unsafe extern "C" fn ibv_rereg_mr(
                 .reregister_raw(&mut m.inner, base.cast(), len, base as u64, acc)
         };
         if let Err(e) = r {
-            fail_with("ibv_rereg_mr", &e);
-            return ERR_CMD;
+            v.error(&e);
+            return Ok(ERR_CMD);
         }
         if !std::ptr::eq(old, new) {
-            new.users.fetch_add(1, Ordering::AcqRel);
-            old.users.fetch_sub(1, Ordering::AcqRel);
+            new.users.add();
+            old.users.remove();
         }
         m.mr.pd = new_pd;
         m.mr.addr = base;
         m.mr.length = len;
-        0
+        Ok(0)
     })
 }
 
@@ -386,16 +333,18 @@ pub(crate) unsafe extern "C" fn advise_mr(
     sg: *mut ibv_sge,
     n: u32,
 ) -> c_int {
-    guard("ibv_advise_mr", libc::EIO, || {
+    entry("ibv_advise_mr", Ret::ERRNO, |v| {
         // PREFETCH, PREFETCH_WRITE, PREFETCH_NO_FAULT; the one flag is FLUSH.
-        if pd.is_null() || !(0..=2).contains(&advice) || flags & !1 != 0 || n == 0 || sg.is_null() {
-            return fail(
-                "ibv_advise_mr",
-                libc::EINVAL,
-                &"bad PD, advice, flags or SGE list",
-            );
-        }
-        0
+        v.ensure(
+            !pd.is_null()
+                && (0..=2).contains(&advice)
+                && flags & !1 == 0
+                && n != 0
+                && !sg.is_null(),
+            libc::EINVAL,
+            &"bad PD, advice, flags or SGE list",
+        )?;
+        Ok(0)
     })
 }
 
@@ -406,14 +355,14 @@ pub(crate) struct SoftAh {
     pub inner: AddressHandle,
 }
 
-impl SoftAh {
-    /// # Safety
-    /// `ah` must be a live AH this library returned.
-    pub(crate) unsafe fn from_ptr<'a>(ah: *mut ibv_ah) -> &'a SoftAh {
-        // SAFETY: `ah` is the first field of a live SoftAh.
-        unsafe { &*ah.cast::<SoftAh>() }
-    }
+// SAFETY: repr(C), the public struct first.
+unsafe impl Object for SoftAh {
+    type C = ibv_ah;
+    const WHAT: &'static str = "AH";
 }
+
+// SAFETY: `ibv_ah` begins with its context.
+unsafe impl OfContext for SoftAh {}
 
 /// The destination GID of an `ibv_ah_attr` for a device on `local`.
 ///
@@ -423,10 +372,10 @@ impl SoftAh {
 /// (`softrdma::config::sysfs::port_lid`), and an AH without a GRH reaches the host of that LID in the device's
 /// /16. Anything else without a GRH is refused as on rxe.
 pub(crate) fn ah_dgid(
-    verb: &str,
+    v: Verb,
     attr: &ibv_ah_attr,
     local: std::net::IpAddr,
-) -> Result<Ipv6Addr, c_int> {
+) -> Result<Ipv6Addr, Failed> {
     if attr.is_global != 0 {
         return Ok(Ipv6Addr::from(attr.grh.dgid.raw));
     }
@@ -435,23 +384,22 @@ pub(crate) fn ah_dgid(
             let ip = (u32::from(a) & 0xffff_0000) | u32::from(attr.dlid);
             Ok(std::net::Ipv4Addr::from(ip).to_ipv6_mapped())
         }
-        _ => Err(fail(
-            verb,
+        _ => v.err(
             libc::EINVAL,
             &"RoCE needs a GRH (is_global = 1 and a destination GID), or a LID of an IPv4 device",
-        )),
+        ),
     }
 }
 
 /// The destination GID and the source GID index of an `ibv_ah_attr`: the GRH's, or for a
 /// LID-addressed AH (see [`ah_dgid`]) the device address's own GID.
 pub(crate) fn ah_path(
-    verb: &str,
+    v: Verb,
     attr: &ibv_ah_attr,
     soft: &SoftContext,
-) -> Result<(Ipv6Addr, usize), c_int> {
+) -> Result<(Ipv6Addr, usize), Failed> {
     let addr = soft.ctx.addr();
-    let dgid = ah_dgid(verb, attr, addr)?;
+    let dgid = ah_dgid(v, attr, addr)?;
     if attr.is_global != 0 {
         return Ok((dgid, attr.grh.sgid_index as usize));
     }
@@ -468,62 +416,46 @@ pub(crate) fn gid_of_ip(ip: std::net::IpAddr) -> Ipv6Addr {
 
 /// `ibv_create_ah`.
 pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
-    guard("ibv_create_ah", null_mut(), || {
-        if pd.is_null() || attr.is_null() {
-            fail("ibv_create_ah", libc::EINVAL, &"NULL argument");
-            return null_mut();
-        }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(pd.cast()) } {
-            refuse_inherited("ibv_create_ah");
-            return null_mut();
-        }
+    entry("ibv_create_ah", Ret::NULL, |v| {
+        v.ensure(
+            !pd.is_null() && !attr.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
+        // SAFETY: a PD the caller got from this library.
+        let spd = unsafe { own::<SoftPd>(v, pd) }?;
         // SAFETY: the caller's attr.
         let attr = unsafe { &*attr };
-        // SAFETY: live PD, and its live context.
-        let (spd, soft) = unsafe { (SoftPd::from_ptr(pd), SoftContext::from_ptr((*pd).context)) };
-        let Ok((dgid, sgid_index)) = ah_path("ibv_create_ah", attr, soft) else {
-            return null_mut();
+        // SAFETY: the PD's live context.
+        let soft = unsafe { SoftContext::from_ptr(spd.pd.context) };
+        let (dgid, sgid_index) = ah_path(v, attr, soft)?;
+        let inner = v.check(spd.inner.create_ah(dgid, sgid_index))?;
+        let inner = inner.with_traffic_class(attr.grh.traffic_class);
+        spd.users.add();
+        let ah = SoftAh {
+            ah: ibv_ah {
+                context: spd.pd.context,
+                pd,
+                handle: next_handle(),
+            },
+            inner,
         };
-        match spd.inner.create_ah(dgid, sgid_index) {
-            Ok(inner) => {
-                let inner = inner.with_traffic_class(attr.grh.traffic_class);
-                spd.users.fetch_add(1, Ordering::AcqRel);
-                let ah = Box::new(SoftAh {
-                    ah: ibv_ah {
-                        context: spd.pd.context,
-                        pd,
-                        handle: next_handle(),
-                    },
-                    inner,
-                });
-                Box::into_raw(ah).cast()
-            }
-            Err(e) => {
-                fail_with("ibv_create_ah", &e);
-                null_mut()
-            }
-        }
+        Ok(ah.into_c())
     })
 }
 
 /// `ibv_destroy_ah`.
 pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
-    guard("ibv_destroy_ah", libc::EIO, || {
-        if ah.is_null() {
-            return fail("ibv_destroy_ah", libc::EINVAL, &"NULL AH");
+    entry("ibv_destroy_ah", Ret::ERRNO, |v| {
+        // SAFETY: NULL or an AH the caller got from this library.
+        if unsafe { to_destroy::<SoftAh>(v, ah) }?.is_none() {
+            return Ok(0);
         }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(ah.cast()) } {
-            return 0;
-        }
-        // SAFETY: from ibv_create_ah's Box, freed once; its PD is alive (counted).
-        let a = unsafe { Box::from_raw(ah.cast::<SoftAh>()) };
+        // SAFETY: from ibv_create_ah's box, freed once; its PD is alive (counted).
+        let a = unsafe { SoftAh::free(ah) };
         // SAFETY: as above.
-        unsafe { SoftPd::from_ptr(a.ah.pd) }
-            .users
-            .fetch_sub(1, Ordering::AcqRel);
-        0
+        unsafe { SoftPd::from_ptr(a.ah.pd) }.users.remove();
+        Ok(0)
     })
 }
 
@@ -537,21 +469,19 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
     grh: *mut ibv_grh,
     attr: *mut ibv_ah_attr,
 ) -> c_int {
-    guard("ibv_init_ah_from_wc", -1, || {
-        if ctx.is_null() || wc.is_null() || grh.is_null() || attr.is_null() {
-            fail("ibv_init_ah_from_wc", libc::EINVAL, &"NULL argument");
-            return -1;
-        }
+    entry("ibv_init_ah_from_wc", Ret::MINUS_ONE, |v| {
+        v.ensure(
+            !ctx.is_null() && !wc.is_null() && !grh.is_null() && !attr.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
         // SAFETY: the caller's wc and GRH (the first 40 bytes of the receive buffer).
         let (wc, grh) = unsafe { (&*wc, &*grh) };
-        if wc.wc_flags & 1 == 0 {
-            fail(
-                "ibv_init_ah_from_wc",
-                libc::EINVAL,
-                &"the completion has no GRH (IBV_WC_GRH)",
-            );
-            return -1;
-        }
+        v.ensure(
+            wc.wc_flags & 1 != 0,
+            libc::EINVAL,
+            &"the completion has no GRH (IBV_WC_GRH)",
+        )?;
         // SAFETY: live context.
         let soft = unsafe { SoftContext::from_ptr(ctx) };
         let (theirs, ours, tclass, flow) = grh_addrs(grh);
@@ -581,7 +511,7 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         };
         // SAFETY: the caller's writable attr.
         unsafe { *attr = out };
-        0
+        Ok(0)
     })
 }
 
@@ -613,19 +543,16 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
     grh: *mut ibv_grh,
     port: u8,
 ) -> *mut ibv_ah {
-    guard("ibv_create_ah_from_wc", null_mut(), || {
-        if pd.is_null() {
-            fail("ibv_create_ah_from_wc", libc::EINVAL, &"NULL PD");
-            return null_mut();
-        }
+    entry("ibv_create_ah_from_wc", Ret::NULL, |v| {
+        v.ensure(!pd.is_null(), libc::EINVAL, &"NULL PD")?;
         let mut attr = ibv_ah_attr::default();
         // SAFETY: live PD; the rest is checked by ibv_init_ah_from_wc.
         let ctx = unsafe { SoftPd::from_ptr(pd) }.pd.context;
         // SAFETY: forwarded.
         if unsafe { ibv_init_ah_from_wc(ctx, port, wc, grh, &mut attr) } != 0 {
-            return null_mut();
+            return Ok(null_mut());
         }
         // SAFETY: forwarded.
-        unsafe { ibv_create_ah(pd, &mut attr) }
+        Ok(unsafe { ibv_create_ah(pd, &mut attr) })
     })
 }

@@ -8,9 +8,9 @@
 
 use crate::abi::*;
 use crate::cq::SoftCq;
-use crate::device::{SoftContext, inherited, inherited_ctx, refuse_inherited};
+use crate::device::{OfContext, SoftContext, live, own, to_destroy};
+use crate::ffi::{Failed, Object, Ret, Users, Verb, entry};
 use crate::mr::{SoftAh, SoftPd, next_handle};
-use crate::{fail, fail_with, guard};
 use softrdma::{
     AccessFlags, AddressVector, Mtu, Payload, QpAttr, QpCaps, QpInitAttr, QpState, QpType, RecvWr,
     SendFlags, SendOp, SendWr, Sge, SharedReceiveQueue,
@@ -20,7 +20,6 @@ use std::ffi::{c_int, c_void};
 use std::net::IpAddr;
 use std::ptr::null_mut;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A QP: the public `ibv_qp_ex` (whose prefix is the `ibv_qp`), then softrdma's.
 #[repr(C)]
@@ -35,14 +34,15 @@ pub(crate) struct SoftQp {
     batch: Mutex<(Vec<SendWr>, c_int)>,
 }
 
-impl SoftQp {
-    /// # Safety
-    /// `qp` must be a live QP this library returned.
-    pub(crate) unsafe fn from_ptr<'a>(qp: *mut ibv_qp) -> &'a SoftQp {
-        // SAFETY: `qp` is the first field of a live SoftQp.
-        unsafe { &*qp.cast::<SoftQp>() }
-    }
+// SAFETY: repr(C), the public struct first (an `ibv_qp_ex`, which begins with the
+// `ibv_qp`).
+unsafe impl Object for SoftQp {
+    type C = ibv_qp;
+    const WHAT: &'static str = "QP";
 }
+
+// SAFETY: `ibv_qp` begins with its context.
+unsafe impl OfContext for SoftQp {}
 
 /// An SRQ: the public struct, then softrdma's.
 #[repr(C)]
@@ -51,8 +51,17 @@ pub(crate) struct SoftSrq {
     pub inner: SharedReceiveQueue,
     attr: Mutex<ibv_srq_attr>,
     /// QPs that take receives from it.
-    users: AtomicUsize,
+    users: Users,
 }
+
+// SAFETY: repr(C), the public struct first.
+unsafe impl Object for SoftSrq {
+    type C = ibv_srq;
+    const WHAT: &'static str = "SRQ";
+}
+
+// SAFETY: `ibv_srq` begins with its context.
+unsafe impl OfContext for SoftSrq {}
 
 fn qp_type(t: c_int) -> Option<QpType> {
     match t {
@@ -98,36 +107,28 @@ struct Create {
     sq_sig_all: bool,
 }
 
-fn create(verb: &'static str, c: Create) -> Result<*mut SoftQp, ()> {
-    let err = |errno, why: &dyn std::fmt::Display| {
-        fail(verb, errno, why);
-    };
-    if c.pd.is_null() || c.send_cq.is_null() || c.recv_cq.is_null() {
-        err(libc::EINVAL, &"NULL PD or CQ");
-        return Err(());
-    }
-    // SAFETY: NULL or a live object the caller got from this library.
-    if unsafe { inherited(c.pd.cast()) } {
-        refuse_inherited(verb);
-        return Err(());
-    }
+fn create(v: Verb, c: Create) -> Result<*mut SoftQp, Failed> {
+    v.ensure(
+        !c.pd.is_null() && !c.send_cq.is_null() && !c.recv_cq.is_null(),
+        libc::EINVAL,
+        &"NULL PD or CQ",
+    )?;
+    // SAFETY: a PD the caller got from this library.
+    let pd = unsafe { own::<SoftPd>(v, c.pd) }?;
     let Some(t) = qp_type(c.qp_type) else {
-        err(
+        return v.err(
             libc::EOPNOTSUPP,
             &format_args!("QP type {}: softrdma has RC, UC and UD", c.qp_type),
         );
-        return Err(());
     };
-    // SAFETY: live PD, CQs and (if any) SRQ of the caller's.
-    let (pd, scq, rcq) = unsafe {
+    // SAFETY: live CQs and (if any) SRQ of the caller's.
+    let (scq, rcq, srq) = unsafe {
         (
-            SoftPd::from_ptr(c.pd),
             SoftCq::from_ptr(c.send_cq),
             SoftCq::from_ptr(c.recv_cq),
+            c.srq.cast::<SoftSrq>().as_ref(),
         )
     };
-    // SAFETY: NULL or a live SRQ.
-    let srq = unsafe { c.srq.cast::<SoftSrq>().as_ref() };
     let caps = QpCaps {
         // A QP may have no send queue in IB; the engine wants room for one WR.
         max_send_wr: c.cap.max_send_wr.max(1),
@@ -144,18 +145,12 @@ fn create(verb: &'static str, c: Create) -> Result<*mut SoftQp, ()> {
         sq_sig_all: c.sq_sig_all,
         srq: srq.map(|s| s.inner.clone()),
     };
-    let inner = match pd.inner.create_qp(init) {
-        Ok(q) => std::sync::Arc::new(q),
-        Err(e) => {
-            fail_with(verb, &e);
-            return Err(());
-        }
-    };
-    pd.users.fetch_add(1, Ordering::AcqRel);
-    scq.users.fetch_add(1, Ordering::AcqRel);
-    rcq.users.fetch_add(1, Ordering::AcqRel);
+    let inner = std::sync::Arc::new(v.check(pd.inner.create_qp(init))?);
+    pd.users.add();
+    scq.users.add();
+    rcq.users.add();
     if let Some(s) = srq {
-        s.users.fetch_add(1, Ordering::AcqRel);
+        s.users.add();
     }
     let ctx = pd.pd.context;
     let qpn = inner.qp_num().value();
@@ -183,20 +178,21 @@ fn create(verb: &'static str, c: Create) -> Result<*mut SoftQp, ()> {
     b.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
     b.cond = libc::PTHREAD_COND_INITIALIZER;
     set_builders(&mut q);
-    let soft = Box::into_raw(Box::new(SoftQp {
+    let soft = SoftQp {
         qp: q,
         inner,
         caps: actual,
         sq_sig_all: c.sq_sig_all,
         batch: Mutex::new((Vec::new(), 0)),
-    }));
+    }
+    .into_c();
     // SAFETY: live context.
     let sc = unsafe { SoftContext::from_ptr(ctx) };
     sc.qps
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .insert(qpn, soft as usize);
-    Ok(soft)
+    Ok(soft.cast())
 }
 
 /// `ibv_create_qp`: the caps actually given are written back to `attr.cap`.
@@ -204,11 +200,8 @@ pub unsafe extern "C" fn ibv_create_qp(
     pd: *mut ibv_pd,
     attr: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
-    guard("ibv_create_qp", null_mut(), || {
-        if attr.is_null() {
-            fail("ibv_create_qp", libc::EINVAL, &"NULL attr");
-            return null_mut();
-        }
+    entry("ibv_create_qp", Ret::NULL, |v| {
+        v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attr")?;
         // SAFETY: the caller's attr.
         let a = unsafe { &mut *attr };
         let c = Create {
@@ -221,14 +214,10 @@ pub unsafe extern "C" fn ibv_create_qp(
             qp_type: a.qp_type,
             sq_sig_all: a.sq_sig_all != 0,
         };
-        match create("ibv_create_qp", c) {
-            Ok(q) => {
-                // SAFETY: just created.
-                a.cap = unsafe { (*q).caps };
-                q.cast()
-            }
-            Err(()) => null_mut(),
-        }
+        let q = create(v, c)?;
+        // SAFETY: just created.
+        a.cap = unsafe { (*q).caps };
+        Ok(q.cast())
     })
 }
 
@@ -242,56 +231,42 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
     ctx: *mut ibv_context,
     attr: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
-    guard("ibv_create_qp_ex", null_mut(), || {
-        if ctx.is_null() || attr.is_null() {
-            fail("ibv_create_qp_ex", libc::EINVAL, &"NULL argument");
-            return null_mut();
-        }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited_ctx(ctx) } {
-            refuse_inherited("ibv_create_qp_ex");
-            return null_mut();
-        }
+    entry("ibv_create_qp_ex", Ret::NULL, |v| {
+        v.ensure(
+            !ctx.is_null() && !attr.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
+        // SAFETY: a context the caller got from this library.
+        unsafe { own::<SoftContext>(v, ctx) }?;
         // SAFETY: the caller's attr.
         let a = unsafe { &mut *attr };
         const PD: u32 = 1;
         const CREATE_FLAGS: u32 = 1 << 2;
         const SEND_OPS_FLAGS: u32 = 1 << 6;
-        if a.comp_mask & !(PD | CREATE_FLAGS | SEND_OPS_FLAGS) != 0 {
-            fail(
-                "ibv_create_qp_ex",
-                libc::EOPNOTSUPP,
-                &format_args!(
-                    "comp_mask {:#x}: XRC, RSS and TSO are not implemented",
-                    a.comp_mask
-                ),
-            );
-            return null_mut();
-        }
-        if a.comp_mask & PD == 0 {
-            fail(
-                "ibv_create_qp_ex",
-                libc::EINVAL,
-                &"no PD (IBV_QP_INIT_ATTR_PD)",
-            );
-            return null_mut();
-        }
-        if a.comp_mask & CREATE_FLAGS != 0 && a.create_flags != 0 {
-            fail(
-                "ibv_create_qp_ex",
-                libc::EOPNOTSUPP,
-                &format_args!("create_flags {:#x}", a.create_flags),
-            );
-            return null_mut();
-        }
-        if a.comp_mask & SEND_OPS_FLAGS != 0 && a.send_ops_flags & !SEND_OPS_SUPPORTED != 0 {
-            fail(
-                "ibv_create_qp_ex",
-                libc::EOPNOTSUPP,
-                &format_args!("send_ops_flags {:#x}", a.send_ops_flags),
-            );
-            return null_mut();
-        }
+        v.ensure(
+            a.comp_mask & !(PD | CREATE_FLAGS | SEND_OPS_FLAGS) == 0,
+            libc::EOPNOTSUPP,
+            &format_args!(
+                "comp_mask {:#x}: XRC, RSS and TSO are not implemented",
+                a.comp_mask
+            ),
+        )?;
+        v.ensure(
+            a.comp_mask & PD != 0,
+            libc::EINVAL,
+            &"no PD (IBV_QP_INIT_ATTR_PD)",
+        )?;
+        v.ensure(
+            a.comp_mask & CREATE_FLAGS == 0 || a.create_flags == 0,
+            libc::EOPNOTSUPP,
+            &format_args!("create_flags {:#x}", a.create_flags),
+        )?;
+        v.ensure(
+            a.comp_mask & SEND_OPS_FLAGS == 0 || a.send_ops_flags & !SEND_OPS_SUPPORTED == 0,
+            libc::EOPNOTSUPP,
+            &format_args!("send_ops_flags {:#x}", a.send_ops_flags),
+        )?;
         let c = Create {
             pd: a.pd,
             qp_context: a.qp_context,
@@ -302,17 +277,13 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
             qp_type: a.qp_type,
             sq_sig_all: a.sq_sig_all != 0,
         };
-        match create("ibv_create_qp_ex", c) {
-            Ok(q) => {
-                // SAFETY: just created.
-                unsafe {
-                    a.cap = (*q).caps;
-                    (*q).qp.comp_mask = 0;
-                }
-                q.cast()
-            }
-            Err(()) => null_mut(),
+        let q = create(v, c)?;
+        // SAFETY: just created.
+        unsafe {
+            a.cap = (*q).caps;
+            (*q).qp.comp_mask = 0;
         }
+        Ok(q.cast())
     })
 }
 
@@ -323,16 +294,13 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
 
 /// `ibv_destroy_qp`.
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    guard("ibv_destroy_qp", libc::EIO, || {
-        if qp.is_null() {
-            return fail("ibv_destroy_qp", libc::EINVAL, &"NULL QP");
+    entry("ibv_destroy_qp", Ret::ERRNO, |v| {
+        // SAFETY: NULL or a QP the caller got from this library.
+        if unsafe { to_destroy::<SoftQp>(v, qp) }?.is_none() {
+            return Ok(0);
         }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(qp.cast()) } {
-            return 0;
-        }
-        // SAFETY: from create's Box, freed once; the PD, CQs and SRQ it counts are alive.
-        let q = unsafe { Box::from_raw(qp.cast::<SoftQp>()) };
+        // SAFETY: from create's box, freed once; the PD, CQs and SRQ it counts are alive.
+        let q = unsafe { SoftQp::free(qp) };
         let b = &q.qp.qp_base;
         // SAFETY: as above.
         unsafe {
@@ -341,19 +309,15 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&b.qp_num);
-            SoftPd::from_ptr(b.pd).users.fetch_sub(1, Ordering::AcqRel);
-            SoftCq::from_ptr(b.send_cq)
-                .users
-                .fetch_sub(1, Ordering::AcqRel);
-            SoftCq::from_ptr(b.recv_cq)
-                .users
-                .fetch_sub(1, Ordering::AcqRel);
+            SoftPd::from_ptr(b.pd).users.remove();
+            SoftCq::from_ptr(b.send_cq).users.remove();
+            SoftCq::from_ptr(b.recv_cq).users.remove();
             if let Some(s) = b.srq.cast::<SoftSrq>().as_ref() {
-                s.users.fetch_sub(1, Ordering::AcqRel);
+                s.users.remove();
             }
         }
         drop(q);
-        0
+        Ok(0)
     })
 }
 
@@ -384,54 +348,38 @@ pub unsafe extern "C" fn ibv_modify_qp(
     attr: *mut ibv_qp_attr,
     mask: c_int,
 ) -> c_int {
-    guard("ibv_modify_qp", libc::EIO, || {
-        if qp.is_null() || attr.is_null() {
-            return fail("ibv_modify_qp", libc::EINVAL, &"NULL argument");
-        }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(qp.cast()) } {
-            return refuse_inherited("ibv_modify_qp");
-        }
-        // SAFETY: live QP; the caller's attr.
-        let (q, a) = unsafe { (SoftQp::from_ptr(qp), &*attr) };
+    entry("ibv_modify_qp", Ret::ERRNO, |v| {
+        v.ensure(
+            !qp.is_null() && !attr.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
+        // SAFETY: a QP the caller got from this library.
+        let q = unsafe { own::<SoftQp>(v, qp) }?;
+        // SAFETY: the caller's attr.
+        let a = unsafe { &*attr };
         let m = mask as u32;
         let has = |bit: u32| m & bit != 0;
         const RATE_LIMIT: u32 = 1 << 25;
-        if m & !((1 << 21) - 1) & !RATE_LIMIT != 0 || (has(RATE_LIMIT) && a.rate_limit != 0) {
-            return fail(
-                "ibv_modify_qp",
-                libc::EOPNOTSUPP,
-                &format_args!("attr_mask {m:#x}: rate limits are not implemented"),
-            );
-        }
-        let bad = |what: &str| {
-            fail(
-                "ibv_modify_qp",
-                libc::EINVAL,
-                &format_args!("invalid {what}"),
-            )
-        };
+        v.ensure(
+            m & !((1 << 21) - 1) & !RATE_LIMIT == 0 && !(has(RATE_LIMIT) && a.rate_limit != 0),
+            libc::EOPNOTSUPP,
+            &format_args!("attr_mask {m:#x}: rate limits are not implemented"),
+        )?;
+        let bad = |what: &str| v.fail(libc::EINVAL, &format_args!("invalid {what}"));
         let mut r = QpAttr::default();
         if has(1) {
-            let Some(s) = qp_state(a.qp_state) else {
-                return bad("qp_state");
-            };
-            r.state = Some(s);
+            r.state = Some(qp_state(a.qp_state).ok_or_else(|| bad("qp_state"))?);
         }
         if has(1 << 1) {
-            let Some(s) = qp_state(a.cur_qp_state) else {
-                return bad("cur_qp_state");
-            };
-            r.cur_state = Some(s);
+            r.cur_state = Some(qp_state(a.cur_qp_state).ok_or_else(|| bad("cur_qp_state"))?);
         }
         if has(1 << 2) {
             r.en_sqd_async_notify = Some(a.en_sqd_async_notify != 0);
         }
         if has(1 << 3) {
-            let Some(f) = AccessFlags::from_bits(a.qp_access_flags & 0xf) else {
-                return bad("qp_access_flags");
-            };
-            r.access_flags = Some(f);
+            let f = AccessFlags::from_bits(a.qp_access_flags & 0xf);
+            r.access_flags = Some(f.ok_or_else(|| bad("qp_access_flags"))?);
         }
         if has(1 << 4) {
             r.pkey_index = Some(a.pkey_index);
@@ -445,13 +393,8 @@ pub unsafe extern "C" fn ibv_modify_qp(
         if has(1 << 7) {
             // SAFETY: the QP's live context.
             let soft = unsafe { SoftContext::from_ptr(q.qp.qp_base.context) };
-            let Ok((dgid, sgid_index)) = crate::mr::ah_path("ibv_modify_qp", &a.ah_attr, soft)
-            else {
-                return libc::EINVAL;
-            };
-            let Some(src) = gid_addr(soft, sgid_index) else {
-                return bad("ah_attr.grh.sgid_index");
-            };
+            let (dgid, sgid_index) = crate::mr::ah_path(v, &a.ah_attr, soft)?;
+            let src = gid_addr(soft, sgid_index).ok_or_else(|| bad("ah_attr.grh.sgid_index"))?;
             r.av = Some(AddressVector {
                 src,
                 dst: soft.ctx.gid_addr(dgid),
@@ -460,10 +403,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
             });
         }
         if has(1 << 8) {
-            let Some(p) = mtu(a.path_mtu) else {
-                return bad("path_mtu");
-            };
-            r.path_mtu = Some(p);
+            r.path_mtu = Some(mtu(a.path_mtu).ok_or_else(|| bad("path_mtu"))?);
         }
         if has(1 << 9) {
             r.timeout = Some(a.timeout);
@@ -480,13 +420,11 @@ pub unsafe extern "C" fn ibv_modify_qp(
         if has(1 << 13) {
             r.max_rd_atomic = Some(a.max_rd_atomic);
         }
-        if has(1 << 14) || has(1 << 18) {
-            return fail(
-                "ibv_modify_qp",
-                libc::EINVAL,
-                &"alternate paths and path migration are not supported on RoCE",
-            );
-        }
+        v.ensure(
+            !has(1 << 14) && !has(1 << 18),
+            libc::EINVAL,
+            &"alternate paths and path migration are not supported on RoCE",
+        )?;
         if has(1 << 15) {
             r.min_rnr_timer = Some(a.min_rnr_timer);
         }
@@ -497,21 +435,17 @@ pub unsafe extern "C" fn ibv_modify_qp(
             r.max_dest_rd_atomic = Some(a.max_dest_rd_atomic);
         }
         if has(1 << 19) {
-            return bad("IBV_QP_CAP (the caps are fixed at creation)");
+            return Err(bad("IBV_QP_CAP (the caps are fixed at creation)"));
         }
         if has(1 << 20) {
             r.dest_qpn = Some(Qpn::new(a.dest_qp_num & 0xff_ffff));
         }
-        match q.inner.modify(&r) {
-            Ok(()) => {
-                if let Some(s) = r.state {
-                    // SAFETY: the caller's live QP; `state` is the field callers read.
-                    unsafe { (*qp).state = s as c_int };
-                }
-                0
-            }
-            Err(e) => fail_with("ibv_modify_qp", &e),
+        v.check(q.inner.modify(&r))?;
+        if let Some(s) = r.state {
+            // SAFETY: the caller's live QP; `state` is the field callers read.
+            unsafe { (*qp).state = s as c_int };
         }
+        Ok(0)
     })
 }
 
@@ -529,19 +463,19 @@ pub unsafe extern "C" fn ibv_query_qp(
     mask: c_int,
     init: *mut ibv_qp_init_attr,
 ) -> c_int {
-    guard("ibv_query_qp", libc::EIO, || {
-        if qp.is_null() || attr.is_null() || init.is_null() {
-            return fail("ibv_query_qp", libc::EINVAL, &"NULL argument");
-        }
+    entry("ibv_query_qp", Ret::ERRNO, |v| {
+        v.ensure(
+            !qp.is_null() && !attr.is_null() && !init.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
         // As rdma-core's ibv_cmd_query_qp: IBV_QP_RATE_LIMIT and later bits cannot be
         // queried (their fields may lie past the caller's struct).
-        if mask & !((1 << 25) - 1) != 0 {
-            return fail(
-                "ibv_query_qp",
-                libc::EOPNOTSUPP,
-                &format_args!("attr_mask {mask:#x} asks for IBV_QP_RATE_LIMIT or later"),
-            );
-        }
+        v.ensure(
+            mask & !((1 << 25) - 1) == 0,
+            libc::EOPNOTSUPP,
+            &format_args!("attr_mask {mask:#x} asks for IBV_QP_RATE_LIMIT or later"),
+        )?;
         // SAFETY: live QP.
         let q = unsafe { SoftQp::from_ptr(qp) };
         let b = &q.qp.qp_base;
@@ -562,7 +496,7 @@ pub unsafe extern "C" fn ibv_query_qp(
             i.qp_type = b.qp_type;
             i.sq_sig_all = c_int::from(q.sq_sig_all);
         }
-        0
+        Ok(0)
     })
 }
 
@@ -749,46 +683,64 @@ unsafe fn send_wr(q: &SoftQp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
     })
 }
 
+/// Names the WR a post stopped at in the caller's `bad`, if it gave one.
+///
+/// # Safety
+/// `bad` is NULL or the caller's writable out-pointer.
+unsafe fn set_bad<W>(bad: *mut *mut W, wr: *mut W) {
+    if !bad.is_null() {
+        // SAFETY: per the contract.
+        unsafe { *bad = wr };
+    }
+}
+
+/// The QP or SRQ a post is on ([`own`]): a parent's in a forked child is refused, `bad`
+/// naming the first WR.
+///
+/// # Safety
+/// `p` is a live object of this library; `bad` NULL or the caller's writable out-pointer.
+unsafe fn poster<'a, O: OfContext, W>(
+    v: Verb,
+    p: *mut O::C,
+    wr: *mut W,
+    bad: *mut *mut W,
+) -> Result<&'a O, Failed> {
+    // SAFETY: per the contract.
+    match unsafe { own::<O>(v, p) } {
+        Ok(o) => Ok(o),
+        Err(f) => {
+            // SAFETY: per the contract.
+            unsafe { set_bad(bad, wr) };
+            Err(f)
+        }
+    }
+}
+
 /// `ctx->ops.post_send` (`ibv_post_send`).
 pub(crate) unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
-    guard("ibv_post_send", libc::EIO, || {
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(qp.cast()) } {
-            // SAFETY: as the C API requires.
-            return unsafe { refuse_post("ibv_post_send", wr, bad) };
-        }
-        // SAFETY: live QP.
-        let q = unsafe { SoftQp::from_ptr(qp) };
-        let set_bad = |w: *mut ibv_send_wr| {
-            if !bad.is_null() {
-                // SAFETY: the caller's out-pointer.
-                unsafe { *bad = w };
-            }
-        };
+    entry("ibv_post_send", Ret::ERRNO, |v| {
+        // SAFETY: a QP the caller got from this library, and its out-pointer.
+        let q = unsafe { poster::<SoftQp, _>(v, qp, wr, bad) }?;
         if wr.is_null() {
-            return 0;
+            return Ok(0);
         }
         // SAFETY: the caller's WR.
         let first = unsafe { &*wr };
         if first.next.is_null() {
             // The common case, one WR: no list.
             // SAFETY: the caller's WR, as the C API requires.
-            let r = unsafe { send_wr(q, first) }.and_then(|w| {
-                q.inner
-                    .post_send(w)
-                    .map_err(|e| fail_with("ibv_post_send", &e))
-            });
-            return match r {
-                Ok(()) => 0,
-                Err(errno) => {
-                    set_bad(wr);
-                    fail("ibv_post_send", errno, &"WR refused")
-                }
-            };
+            let r = unsafe { send_wr(q, first) }
+                .and_then(|w| v.check(q.inner.post_send(w)).map_err(Failed::errno));
+            if let Err(errno) = r {
+                // SAFETY: the caller's out-pointer.
+                unsafe { set_bad(bad, wr) };
+                return v.err(errno, &"WR refused");
+            }
+            return Ok(0);
         }
         let mut ptrs = Vec::new();
         let mut wrs = Vec::new();
@@ -811,15 +763,17 @@ pub(crate) unsafe extern "C" fn post_send(
             p = w.next;
         }
         if let Err((i, e)) = q.inner.post_send_list(wrs) {
-            set_bad(ptrs[i]);
-            return fail_with("ibv_post_send", &e);
+            // SAFETY: the caller's out-pointer.
+            unsafe { set_bad(bad, ptrs[i]) };
+            return Err(v.error(&e));
         }
         match broken {
             Some((p, errno)) => {
-                set_bad(p);
-                fail("ibv_post_send", errno, &"WR refused (opcode, SGEs or AH)")
+                // SAFETY: the caller's out-pointer.
+                unsafe { set_bad(bad, p) };
+                v.err(errno, &"WR refused (opcode, SGEs or AH)")
             }
-            None => 0,
+            None => Ok(0),
         }
     })
 }
@@ -830,35 +784,32 @@ pub(crate) unsafe extern "C" fn post_send(
 /// # Safety
 /// The chain must be valid, as the C API requires.
 unsafe fn post_recv_chain(
-    verb: &str,
+    v: Verb,
     max_sge: u32,
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
     post: impl Fn(RecvWr) -> softrdma::Result<()>,
-) -> c_int {
+) -> Result<c_int, Failed> {
     let mut p = wr;
     while !p.is_null() {
         // SAFETY: per the contract.
         let w = unsafe { &*p };
         // SAFETY: per the contract.
         let r = match unsafe { sges(w.sg_list, w.num_sge, max_sge) } {
-            Ok(s) => post(RecvWr {
+            Ok(s) => v.check(post(RecvWr {
                 wr_id: w.wr_id,
                 sg_list: s,
-            })
-            .map_err(|e| fail_with(verb, &e)),
-            Err(errno) => Err(fail(verb, errno, &"bad sg_list")),
+            })),
+            Err(errno) => v.err(errno, &"bad sg_list"),
         };
-        if let Err(errno) = r {
-            if !bad.is_null() {
-                // SAFETY: the caller's out-pointer.
-                unsafe { *bad = p };
-            }
-            return errno;
+        if let Err(f) = r {
+            // SAFETY: the caller's out-pointer.
+            unsafe { set_bad(bad, p) };
+            return Err(f);
         }
         p = w.next;
     }
-    0
+    Ok(0)
 }
 
 /// `ctx->ops.post_recv` (`ibv_post_recv`).
@@ -867,20 +818,11 @@ pub(crate) unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    guard("ibv_post_recv", libc::EIO, || {
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(qp.cast()) } {
-            // SAFETY: as the C API requires.
-            return unsafe { refuse_post("ibv_post_recv", wr, bad) };
-        }
-        // SAFETY: live QP.
-        let q = unsafe { SoftQp::from_ptr(qp) };
+    entry("ibv_post_recv", Ret::ERRNO, |v| {
+        // SAFETY: a QP the caller got from this library, and its out-pointer.
+        let q = unsafe { poster::<SoftQp, _>(v, qp, wr, bad) }?;
         // SAFETY: as the C API requires.
-        unsafe {
-            post_recv_chain("ibv_post_recv", q.caps.max_recv_sge, wr, bad, |w| {
-                q.inner.post_recv(w)
-            })
-        }
+        unsafe { post_recv_chain(v, q.caps.max_recv_sge, wr, bad, |w| q.inner.post_recv(w)) }
     })
 }
 
@@ -890,48 +832,28 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    guard("ibv_post_srq_recv", libc::EIO, || {
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(srq.cast()) } {
-            // SAFETY: as the C API requires.
-            return unsafe { refuse_post("ibv_post_srq_recv", wr, bad) };
-        }
-        // SAFETY: a live SRQ of ours.
-        let s = unsafe { &*srq.cast::<SoftSrq>() };
+    entry("ibv_post_srq_recv", Ret::ERRNO, |v| {
+        // SAFETY: an SRQ the caller got from this library, and its out-pointer.
+        let s = unsafe { poster::<SoftSrq, _>(v, srq, wr, bad) }?;
         let max = s.attr.lock().unwrap_or_else(|e| e.into_inner()).max_sge;
         // SAFETY: as the C API requires.
-        unsafe { post_recv_chain("ibv_post_srq_recv", max, wr, bad, |w| s.inner.post_recv(w)) }
+        unsafe { post_recv_chain(v, max, wr, bad, |w| s.inner.post_recv(w)) }
     })
 }
 
 fn new_srq(
-    verb: &str,
+    v: Verb,
     pd: *mut ibv_pd,
     srq_context: *mut c_void,
     attr: &mut ibv_srq_attr,
-) -> *mut ibv_srq {
-    if pd.is_null() {
-        fail(verb, libc::EINVAL, &"NULL PD");
-        return null_mut();
-    }
-    // SAFETY: NULL or a live object the caller got from this library.
-    if unsafe { inherited(pd.cast()) } {
-        refuse_inherited(verb);
-        return null_mut();
-    }
-    // SAFETY: live PD.
-    let spd = unsafe { SoftPd::from_ptr(pd) };
-    let inner = match spd.inner.create_srq(attr.max_wr, attr.max_sge.max(1)) {
-        Ok(s) => s,
-        Err(e) => {
-            fail_with(verb, &e);
-            return null_mut();
-        }
-    };
+) -> Result<*mut ibv_srq, Failed> {
+    // SAFETY: NULL or a PD the caller got from this library.
+    let spd = unsafe { live::<SoftPd>(v, pd) }?;
+    let inner = v.check(spd.inner.create_srq(attr.max_wr, attr.max_sge.max(1)))?;
     if attr.srq_limit > 0 {
         inner.arm_limit(attr.srq_limit);
     }
-    spd.users.fetch_add(1, Ordering::AcqRel);
+    spd.users.add();
     attr.max_sge = attr.max_sge.max(1);
     // SAFETY: pointers, ints and pthread objects (initialised below).
     let mut s: ibv_srq = unsafe { std::mem::zeroed() };
@@ -942,19 +864,20 @@ fn new_srq(
     s.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
     s.cond = libc::PTHREAD_COND_INITIALIZER;
     let ctx = s.context;
-    let p = Box::into_raw(Box::new(SoftSrq {
+    let p = SoftSrq {
         srq: s,
         inner,
         attr: Mutex::new(*attr),
-        users: AtomicUsize::new(0),
-    }));
+        users: Users::default(),
+    }
+    .into_c();
     // SAFETY: the PD's live context.
     unsafe { SoftContext::from_ptr(ctx) }
         .srqs
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .push(p as usize);
-    p.cast()
+    Ok(p)
 }
 
 /// `ibv_create_srq`.
@@ -962,14 +885,11 @@ pub unsafe extern "C" fn ibv_create_srq(
     pd: *mut ibv_pd,
     attr: *mut ibv_srq_init_attr,
 ) -> *mut ibv_srq {
-    guard("ibv_create_srq", null_mut(), || {
-        if attr.is_null() {
-            fail("ibv_create_srq", libc::EINVAL, &"NULL attr");
-            return null_mut();
-        }
+    entry("ibv_create_srq", Ret::NULL, |v| {
+        v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attr")?;
         // SAFETY: the caller's attr.
         let a = unsafe { &mut *attr };
-        new_srq("ibv_create_srq", pd, a.srq_context, &mut a.attr)
+        new_srq(v, pd, a.srq_context, &mut a.attr)
     })
 }
 
@@ -978,38 +898,27 @@ pub(crate) unsafe extern "C" fn create_srq_ex(
     _ctx: *mut ibv_context,
     attr: *mut ibv_srq_init_attr_ex,
 ) -> *mut ibv_srq {
-    guard("ibv_create_srq_ex", null_mut(), || {
-        if attr.is_null() {
-            fail("ibv_create_srq_ex", libc::EINVAL, &"NULL attr");
-            return null_mut();
-        }
+    entry("ibv_create_srq_ex", Ret::NULL, |v| {
+        v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attr")?;
         // SAFETY: the caller's attr.
         let a = unsafe { &mut *attr };
         const TYPE: u32 = 1;
         const PD: u32 = 2;
-        if a.comp_mask & !(TYPE | PD) != 0 || (a.comp_mask & TYPE != 0 && a.srq_type != 0) {
-            fail(
-                "ibv_create_srq_ex",
-                libc::EOPNOTSUPP,
-                &"XRC and tag-matching SRQs are not implemented",
-            );
-            return null_mut();
-        }
-        if a.comp_mask & PD == 0 {
-            fail("ibv_create_srq_ex", libc::EINVAL, &"no PD");
-            return null_mut();
-        }
-        new_srq("ibv_create_srq_ex", a.pd, a.srq_context, &mut a.attr)
+        v.ensure(
+            a.comp_mask & !(TYPE | PD) == 0 && (a.comp_mask & TYPE == 0 || a.srq_type == 0),
+            libc::EOPNOTSUPP,
+            &"XRC and tag-matching SRQs are not implemented",
+        )?;
+        v.ensure(a.comp_mask & PD != 0, libc::EINVAL, &"no PD")?;
+        new_srq(v, a.pd, a.srq_context, &mut a.attr)
     })
 }
 
 /// `verbs_context.get_srq_num`: XRC only.
 pub(crate) unsafe extern "C" fn get_srq_num(_srq: *mut ibv_srq, _num: *mut u32) -> c_int {
-    fail(
-        "ibv_get_srq_num",
-        libc::EOPNOTSUPP,
-        &"XRC is not implemented",
-    )
+    entry("ibv_get_srq_num", Ret::ERRNO, |v| {
+        v.err(libc::EOPNOTSUPP, &"XRC is not implemented")
+    })
 }
 
 /// `ibv_modify_srq`: arming the limit (`IBV_SRQ_LIMIT`); resizing (`IBV_SRQ_MAX_WR`) is not
@@ -1019,80 +928,73 @@ pub unsafe extern "C" fn ibv_modify_srq(
     attr: *mut ibv_srq_attr,
     mask: c_int,
 ) -> c_int {
-    guard("ibv_modify_srq", libc::EIO, || {
-        if srq.is_null() || attr.is_null() {
-            return fail("ibv_modify_srq", libc::EINVAL, &"NULL argument");
-        }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(srq.cast()) } {
-            return refuse_inherited("ibv_modify_srq");
-        }
-        // SAFETY: live SRQ; the caller's attr.
-        let (s, a) = unsafe { (&*srq.cast::<SoftSrq>(), &*attr) };
-        if mask & 1 != 0 {
-            return fail(
-                "ibv_modify_srq",
-                libc::EOPNOTSUPP,
-                &"resizing an SRQ is not implemented",
-            );
-        }
+    entry("ibv_modify_srq", Ret::ERRNO, |v| {
+        v.ensure(
+            !srq.is_null() && !attr.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
+        // SAFETY: an SRQ the caller got from this library.
+        let s = unsafe { own::<SoftSrq>(v, srq) }?;
+        // SAFETY: the caller's attr.
+        let a = unsafe { &*attr };
+        v.ensure(
+            mask & 1 == 0,
+            libc::EOPNOTSUPP,
+            &"resizing an SRQ is not implemented",
+        )?;
         if mask & 2 != 0 {
             let mut mine = s.attr.lock().unwrap_or_else(|e| e.into_inner());
-            if a.srq_limit > mine.max_wr {
-                return fail("ibv_modify_srq", libc::EINVAL, &"srq_limit above max_wr");
-            }
+            v.ensure(
+                a.srq_limit <= mine.max_wr,
+                libc::EINVAL,
+                &"srq_limit above max_wr",
+            )?;
             mine.srq_limit = a.srq_limit;
             s.inner.arm_limit(a.srq_limit);
         }
-        0
+        Ok(0)
     })
 }
 
 /// `ibv_query_srq`.
 pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
-    guard("ibv_query_srq", libc::EIO, || {
-        if srq.is_null() || attr.is_null() {
-            return fail("ibv_query_srq", libc::EINVAL, &"NULL argument");
-        }
+    entry("ibv_query_srq", Ret::ERRNO, |v| {
+        v.ensure(
+            !srq.is_null() && !attr.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
         // SAFETY: live SRQ; the caller's attr.
         unsafe {
-            *attr = *(*srq.cast::<SoftSrq>())
+            *attr = *SoftSrq::from_ptr(srq)
                 .attr
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
         };
-        0
+        Ok(0)
     })
 }
 
 /// `ibv_destroy_srq`: EBUSY while QPs use it.
 pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
-    guard("ibv_destroy_srq", libc::EIO, || {
-        if srq.is_null() {
-            return fail("ibv_destroy_srq", libc::EINVAL, &"NULL SRQ");
-        }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(srq.cast()) } {
-            return 0;
-        }
-        let p = srq.cast::<SoftSrq>();
-        // SAFETY: live SRQ.
-        if unsafe { &*p }.users.load(Ordering::Acquire) > 0 {
-            return fail("ibv_destroy_srq", libc::EBUSY, &"QPs still use the SRQ");
-        }
+    entry("ibv_destroy_srq", Ret::ERRNO, |v| {
+        // SAFETY: NULL or an SRQ the caller got from this library.
+        let Some(s) = unsafe { to_destroy::<SoftSrq>(v, srq) }? else {
+            return Ok(0);
+        };
+        v.ensure(s.users.count() == 0, libc::EBUSY, &"QPs still use the SRQ")?;
         // SAFETY: the SRQ's live context.
-        unsafe { SoftContext::from_ptr((*p).srq.context) }
+        unsafe { SoftContext::from_ptr(s.srq.context) }
             .srqs
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|&x| x != p as usize);
-        // SAFETY: from new_srq's Box, freed once; its PD is alive (counted).
-        let s = unsafe { Box::from_raw(p) };
+            .retain(|&x| x != srq as usize);
+        // SAFETY: from new_srq's box, freed once; its PD is alive (counted).
+        let s = unsafe { SoftSrq::free(srq) };
         // SAFETY: as above.
-        unsafe { SoftPd::from_ptr(s.srq.pd) }
-            .users
-            .fetch_sub(1, Ordering::AcqRel);
-        0
+        unsafe { SoftPd::from_ptr(s.srq.pd) }.users.remove();
+        Ok(0)
     })
 }
 
@@ -1105,7 +1007,7 @@ fn qpx<'a>(qp: *mut ibv_qp_ex) -> &'a SoftQp {
 }
 
 fn push(qp: *mut ibv_qp_ex, op: SendOp) {
-    guard("ibv_wr_*", (), || {
+    entry("ibv_wr_*", Ret::VOID, |_| {
         let q = qpx(qp);
         let wr = SendWr {
             wr_id: q.qp.wr_id,
@@ -1115,45 +1017,37 @@ fn push(qp: *mut ibv_qp_ex, op: SendOp) {
             ud: None,
         };
         q.batch.lock().unwrap_or_else(|e| e.into_inner()).0.push(wr);
+        Ok(())
     })
 }
 
 fn edit(qp: *mut ibv_qp_ex, f: impl FnOnce(&mut SendWr)) {
-    guard("ibv_wr_set_*", (), || {
+    entry("ibv_wr_set_*", Ret::VOID, |_| {
         let mut b = qpx(qp).batch.lock().unwrap_or_else(|e| e.into_inner());
         let (wrs, err) = &mut *b;
         match wrs.last_mut() {
             Some(w) => f(w),
             None => *err = libc::EINVAL,
         }
+        Ok(())
     })
 }
 
 unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
-    guard("ibv_wr_start", (), || {
+    entry("ibv_wr_start", Ret::VOID, |_| {
         *qpx(qp).batch.lock().unwrap_or_else(|e| e.into_inner()) = (Vec::new(), 0);
+        Ok(())
     })
 }
 
 unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
-    guard("ibv_wr_complete", libc::EIO, || {
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(qp.cast()) } {
-            return refuse_inherited("ibv_wr_complete");
-        }
-        let q = qpx(qp);
+    entry("ibv_wr_complete", Ret::ERRNO, |v| {
+        // SAFETY: a QP the caller got from this library.
+        let q = unsafe { own::<SoftQp>(v, qp.cast()) }?;
         let (wrs, err) = std::mem::take(&mut *q.batch.lock().unwrap_or_else(|e| e.into_inner()));
-        if err != 0 {
-            return fail(
-                "ibv_wr_complete",
-                err,
-                &"a builder call had no WR to apply to",
-            );
-        }
-        match q.inner.post_send_list(wrs) {
-            Ok(()) => 0,
-            Err((_, e)) => fail_with("ibv_wr_complete", &e),
-        }
+        v.ensure(err == 0, err, &"a builder call had no WR to apply to")?;
+        q.inner.post_send_list(wrs).map_err(|(_, e)| v.error(&e))?;
+        Ok(0)
     })
 }
 
@@ -1226,8 +1120,9 @@ unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length
 }
 /// Fails the batch being built (its `ibv_wr_complete` returns EINVAL).
 fn refuse_in_batch(qp: *mut ibv_qp_ex) {
-    guard("ibv_wr_set_*", (), || {
+    entry("ibv_wr_set_*", Ret::VOID, |_| {
         qpx(qp).batch.lock().unwrap_or_else(|e| e.into_inner()).1 = libc::EINVAL;
+        Ok(())
     })
 }
 unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
@@ -1344,41 +1239,24 @@ pub(crate) fn qp_by_num(soft: &SoftContext, qpn: u32) -> *mut ibv_qp {
         .map_or(null_mut(), |p| *p as *mut ibv_qp)
 }
 
-/// A post to a parent's QP or SRQ in a forked child: refused, `bad` naming the first WR.
-///
-/// # Safety
-/// `bad` is NULL or the caller's writable out-pointer.
-unsafe fn refuse_post<W>(verb: &str, wr: *mut W, bad: *mut *mut W) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: per the contract.
-        unsafe { *bad = wr };
-    }
-    refuse_inherited(verb)
-}
-
 /// `ibv_attach_mcast` and `ibv_detach_mcast`: `lid` is the group's MLID, which RoCE does
 /// not use (the GID names the group).
-fn mcast(verb: &'static str, qp: *mut ibv_qp, gid: *const ibv_gid, attach: bool) -> c_int {
-    guard(verb, libc::EIO, || {
-        if qp.is_null() || gid.is_null() {
-            return fail(verb, libc::EINVAL, &"NULL argument");
-        }
-        // SAFETY: NULL or a live object the caller got from this library.
-        if unsafe { inherited(qp.cast()) } {
-            return refuse_inherited(verb);
-        }
-        // SAFETY: a live QP; the caller's GID.
-        let (q, g) = unsafe { (SoftQp::from_ptr(qp), std::net::Ipv6Addr::from((*gid).raw)) };
-        let r = if attach {
-            q.inner.attach_mcast(g)
-        } else {
-            q.inner.detach_mcast(g)
-        };
-        match r {
-            Ok(()) => 0,
-            Err(e) => fail_with(verb, &e),
-        }
-    })
+fn mcast(v: Verb, qp: *mut ibv_qp, gid: *const ibv_gid, attach: bool) -> Result<c_int, Failed> {
+    v.ensure(
+        !qp.is_null() && !gid.is_null(),
+        libc::EINVAL,
+        &"NULL argument",
+    )?;
+    // SAFETY: a QP the caller got from this library.
+    let q = unsafe { own::<SoftQp>(v, qp) }?;
+    // SAFETY: the caller's GID.
+    let g = std::net::Ipv6Addr::from(unsafe { (*gid).raw });
+    v.check(if attach {
+        q.inner.attach_mcast(g)
+    } else {
+        q.inner.detach_mcast(g)
+    })?;
+    Ok(0)
 }
 
 /// `ibv_attach_mcast` (see [`softrdma::QueuePair::attach_mcast`]).
@@ -1387,7 +1265,7 @@ pub unsafe extern "C" fn ibv_attach_mcast(
     gid: *const ibv_gid,
     _lid: u16,
 ) -> c_int {
-    mcast("ibv_attach_mcast", qp, gid, true)
+    entry("ibv_attach_mcast", Ret::ERRNO, |v| mcast(v, qp, gid, true))
 }
 
 /// `ibv_detach_mcast`.
@@ -1396,5 +1274,5 @@ pub unsafe extern "C" fn ibv_detach_mcast(
     gid: *const ibv_gid,
     _lid: u16,
 ) -> c_int {
-    mcast("ibv_detach_mcast", qp, gid, false)
+    entry("ibv_detach_mcast", Ret::ERRNO, |v| mcast(v, qp, gid, false))
 }

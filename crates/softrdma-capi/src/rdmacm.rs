@@ -8,8 +8,8 @@
 //! registers the callee may ignore, so a parameterless function serves any signature.
 //! Each returns the failure value of its own C return type.
 
-use crate::set_errno;
-use std::ffi::{c_char, c_int, c_void};
+use crate::ffi::{Ret, entry, null_terminated, set_errno};
+use std::ffi::{c_char, c_int};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 fn enosys(name: &str, said: &AtomicBool) {
@@ -42,40 +42,31 @@ enosys! { isize = -1;
 /// As with librdmacm, the contexts belong to the library and outlive the array: libfabric's
 /// verbs provider frees the array and goes on using the contexts for its domains.
 pub unsafe extern "C" fn rdma_get_devices(num: *mut c_int) -> *mut *mut crate::abi::ibv_context {
-    crate::guard("rdma_get_devices", std::ptr::null_mut(), || {
+    entry("rdma_get_devices", Ret::NULL, |v| {
         let count = crate::device::devices().len();
-        // SAFETY: calloc of n+1 pointers; the result is checked.
-        let list = unsafe { libc::calloc(count + 1, size_of::<*mut c_void>()) }
-            .cast::<*mut crate::abi::ibv_context>();
+        let open: Vec<_> = (0..count)
+            .map(crate::cm::cm_context)
+            .filter(|c| !c.is_null())
+            .collect();
+        let list = null_terminated(&open);
         if list.is_null() {
-            set_errno(libc::ENOMEM);
-            return std::ptr::null_mut();
-        }
-        let mut n = 0;
-        for i in 0..count {
-            let ctx = crate::cm::cm_context(i);
-            if !ctx.is_null() {
-                // SAFETY: n < count + 1.
-                unsafe { *list.add(n) = ctx };
-                n += 1;
-            }
+            return Err(v.quiet(libc::ENOMEM));
         }
         if !num.is_null() {
             // SAFETY: the caller's int.
-            unsafe { *num = n as c_int };
+            unsafe { *num = open.len() as c_int };
         }
-        list
+        Ok(list)
     })
 }
 
 /// `rdma_free_devices`: frees the array of `rdma_get_devices`. The contexts in it stay
 /// open (they are the connection manager's, as in librdmacm).
 pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut crate::abi::ibv_context) {
-    crate::guard("rdma_free_devices", (), || {
-        if !list.is_null() {
-            // SAFETY: calloc'ed by rdma_get_devices.
-            unsafe { libc::free(list.cast()) };
-        }
+    entry("rdma_free_devices", Ret::VOID, |_| {
+        // SAFETY: calloc'ed by rdma_get_devices (or NULL, which free ignores).
+        unsafe { libc::free(list.cast()) };
+        Ok(())
     })
 }
 

@@ -4,15 +4,14 @@
 //! copies that only rdma-core's own librdmacm called, which have nothing to copy here.
 
 use crate::abi::*;
-use crate::fail;
+use crate::ffi::{Ret, entry};
 use std::ffi::{c_int, c_void};
-use std::ptr::null_mut;
 
 macro_rules! unsupported_int {
     ($($name:ident($($a:ident: $t:ty),*);)*) => {$(
         #[doc = concat!("`", stringify!($name), "`: not implemented (EOPNOTSUPP).")]
         pub extern "C" fn $name($(_: $t),*) -> c_int {
-            fail(stringify!($name), libc::EOPNOTSUPP, &"not implemented")
+            entry(stringify!($name), Ret::ERRNO, |v| v.err(libc::EOPNOTSUPP, &"not implemented"))
         }
     )*};
 }
@@ -21,8 +20,7 @@ macro_rules! unsupported_ptr {
     ($($name:ident($($a:ident: $t:ty),*);)*) => {$(
         #[doc = concat!("`", stringify!($name), "`: not implemented (NULL, errno EOPNOTSUPP).")]
         pub extern "C" fn $name($(_: $t),*) -> *mut c_void {
-            fail(stringify!($name), libc::EOPNOTSUPP, &"not implemented");
-            null_mut()
+            entry(stringify!($name), Ret::NULL, |v| v.err(libc::EOPNOTSUPP, &"not implemented"))
         }
     )*};
 }
