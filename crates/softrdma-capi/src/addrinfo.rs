@@ -15,52 +15,10 @@
 //!
 //! No locks, no threads: each call works on its arguments alone.
 
+use crate::abi::*;
 use crate::ffi::{Ret, Verb, entry};
-use std::ffi::{c_char, c_int, c_void};
-use std::mem::{offset_of, size_of};
+use std::ffi::{c_char, c_int};
 use std::ptr::null_mut;
-
-/// `struct rdma_addrinfo`.
-#[repr(C)]
-pub struct rdma_addrinfo {
-    pub(crate) ai_flags: c_int,
-    pub(crate) ai_family: c_int,
-    pub(crate) ai_qp_type: c_int,
-    pub(crate) ai_port_space: c_int,
-    pub(crate) ai_src_len: libc::socklen_t,
-    pub(crate) ai_dst_len: libc::socklen_t,
-    pub(crate) ai_src_addr: *mut libc::sockaddr,
-    pub(crate) ai_dst_addr: *mut libc::sockaddr,
-    pub(crate) ai_src_canonname: *mut c_char,
-    pub(crate) ai_dst_canonname: *mut c_char,
-    pub(crate) ai_route_len: usize,
-    pub(crate) ai_route: *mut c_void,
-    pub(crate) ai_connect_len: usize,
-    pub(crate) ai_connect: *mut c_void,
-    pub(crate) ai_next: *mut rdma_addrinfo,
-}
-
-const _: () = {
-    assert!(size_of::<rdma_addrinfo>() == 96);
-    assert!(offset_of!(rdma_addrinfo, ai_route) == 64);
-    assert!(offset_of!(rdma_addrinfo, ai_next) == 88);
-};
-
-/// `RAI_PASSIVE`, `RAI_NUMERICHOST`.
-const RAI_PASSIVE: c_int = 1;
-const RAI_NUMERICHOST: c_int = 2;
-/// `enum ibv_qp_type`: RC, UC, UD, XRC_SEND, XRC_RECV.
-const QPT_RC: c_int = 2;
-const QPT_UC: c_int = 3;
-const QPT_UD: c_int = 4;
-const QPT_XRC_SEND: c_int = 9;
-const QPT_XRC_RECV: c_int = 10;
-/// `enum rdma_port_space`: IPOIB, TCP, UDP.
-const PS_IPOIB: c_int = 0x0002;
-const PS_TCP: c_int = 0x0106;
-const PS_UDP: c_int = 0x0111;
-/// `AF_IB`, which softrdma does not resolve (it has no subnet administrator).
-const AF_IB: c_int = 27;
 
 /// A `malloc`ed copy of `len` bytes at `src` (a caller's sockaddr); NULL when out of memory.
 ///
@@ -91,13 +49,13 @@ fn socket_hints(h: &rdma_addrinfo) -> libc::addrinfo {
         ai.ai_family = h.ai_family;
     }
     ai.ai_socktype = match h.ai_qp_type {
-        QPT_RC | QPT_UC | QPT_XRC_SEND | QPT_XRC_RECV => libc::SOCK_STREAM,
-        QPT_UD => libc::SOCK_DGRAM,
+        IBV_QPT_RC | IBV_QPT_UC | IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV => libc::SOCK_STREAM,
+        IBV_QPT_UD => libc::SOCK_DGRAM,
         _ => 0,
     };
     ai.ai_protocol = match h.ai_port_space {
-        PS_TCP => libc::IPPROTO_TCP,
-        PS_IPOIB | PS_UDP => libc::IPPROTO_UDP,
+        RDMA_PS_TCP => libc::IPPROTO_TCP,
+        RDMA_PS_IPOIB | RDMA_PS_UDP => libc::IPPROTO_UDP,
         _ => 0,
     };
     ai
@@ -132,13 +90,13 @@ unsafe fn resolve(
     // SAFETY: the first entry of the list getaddrinfo returned, freed below.
     let ai = unsafe { &*list };
     rai.ai_qp_type = match (h.ai_qp_type, ai.ai_socktype) {
-        (0, libc::SOCK_DGRAM) => QPT_UD,
-        (0, _) => QPT_RC,
+        (0, libc::SOCK_DGRAM) => IBV_QPT_UD,
+        (0, _) => IBV_QPT_RC,
         (t, _) => t,
     };
     rai.ai_port_space = match (h.ai_port_space, ai.ai_protocol) {
-        (0, libc::IPPROTO_UDP) => PS_UDP,
-        (0, _) => PS_TCP,
+        (0, libc::IPPROTO_UDP) => RDMA_PS_UDP,
+        (0, _) => RDMA_PS_TCP,
         (p, _) => p,
     };
     rai.ai_family = ai.ai_family;
@@ -294,8 +252,8 @@ mod tests {
         let mut h: rdma_addrinfo = unsafe { std::mem::zeroed() };
         h.ai_flags = RAI_PASSIVE;
         h.ai_family = libc::AF_INET;
-        h.ai_port_space = PS_TCP;
-        h.ai_qp_type = QPT_RC;
+        h.ai_port_space = RDMA_PS_TCP;
+        h.ai_qp_type = IBV_QPT_RC;
         h.ai_src_addr = (&raw mut src).cast();
         h.ai_src_len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
         let mut res = null_mut();
@@ -306,7 +264,7 @@ mod tests {
         let r = unsafe { &*res };
         assert_eq!(
             (r.ai_flags, r.ai_family, r.ai_qp_type),
-            (RAI_PASSIVE, libc::AF_INET, QPT_RC)
+            (RAI_PASSIVE, libc::AF_INET, IBV_QPT_RC)
         );
         assert_eq!(r.ai_src_len, h.ai_src_len);
         assert_ne!(
@@ -332,7 +290,7 @@ mod tests {
         // SAFETY: all-zero is valid hints.
         let mut h: rdma_addrinfo = unsafe { std::mem::zeroed() };
         h.ai_flags = RAI_NUMERICHOST;
-        h.ai_port_space = PS_TCP;
+        h.ai_port_space = RDMA_PS_TCP;
         h.ai_src_addr = (&raw mut src).cast();
         h.ai_src_len = size_of::<libc::sockaddr_in>() as libc::socklen_t;
         let mut res = null_mut();
@@ -343,7 +301,7 @@ mod tests {
         let r = unsafe { &*res };
         assert_eq!(
             (r.ai_flags, r.ai_qp_type, r.ai_port_space),
-            (0, QPT_RC, PS_TCP)
+            (0, IBV_QPT_RC, RDMA_PS_TCP)
         );
         // SAFETY: an AF_INET destination.
         let dst = unsafe { *r.ai_dst_addr.cast::<libc::sockaddr_in>() };

@@ -1,8 +1,7 @@
 //! librdmacm's connection manager over `softrdma::cm`: event channels, IDs, address and
 //! route resolution, listen, connect, accept, reject, disconnect, the QP verbs of an ID,
-//! `rdma_getaddrinfo`, and the structs callers read directly (`rdma_cm_id`,
-//! `rdma_cm_event`, `rdma_event_channel`, `rdma_addrinfo`; layouts of rdma-core 44,
-//! `../shared/docs/c-abi.md` §5, checked by the asserts below).
+//! and the endpoint helpers (the structs callers read directly are in
+//! [`crate::abi::rdmacm`]).
 //!
 //! Each C object is a `#[repr(C)]` box whose first field is the public struct, so the
 //! caller's pointer is the box's. An ID's Rust `CmId` keeps the box's address
@@ -13,25 +12,16 @@
 //! first device when the address says nothing), opened once per process for the CM and
 //! kept open, as librdmacm keeps its devices: `id->verbs` is that context.
 
-use crate::abi::{ibv_ah_attr, ibv_context, ibv_pd, ibv_qp, ibv_qp_init_attr};
-use crate::addrinfo::rdma_addrinfo;
+use crate::abi::*;
 use crate::device::SoftContext;
 use crate::ffi::{Failed, Object, Ret, Verb, copy_bytes, entry, from_sockaddr, to_sockaddr};
 use crate::mr::gid_of_ip;
 use crate::qp::SoftQp;
 use softrdma::cm::{CmEventKind, CmId, ConnParam, EventChannel, PeerParam, PortSpace};
 use std::ffi::{c_int, c_void};
-use std::mem::{offset_of, size_of};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::ptr::null_mut;
 use std::sync::Mutex;
-
-/// `struct rdma_event_channel`.
-#[repr(C)]
-pub struct rdma_event_channel {
-    /// Readable while events wait (libfabric epolls it).
-    pub fd: c_int,
-}
 
 /// A channel: the public struct, then softrdma's.
 #[repr(C)]
@@ -57,119 +47,6 @@ unsafe impl Object for ChanC {
     const WHAT: &'static str = "channel";
 }
 
-/// `union ibv_gid`, with its 8-byte alignment.
-#[repr(C, align(8))]
-#[derive(Clone, Copy)]
-pub struct gid8 {
-    raw: [u8; 16],
-}
-
-/// `struct rdma_ib_addr`.
-#[repr(C)]
-pub struct rdma_ib_addr {
-    sgid: gid8,
-    dgid: gid8,
-    pkey: u16,
-}
-
-/// `struct rdma_addr`: source and destination (`sockaddr_storage` each), then the IB
-/// addresses.
-#[repr(C)]
-pub struct rdma_addr {
-    src: libc::sockaddr_storage,
-    dst: libc::sockaddr_storage,
-    ib: rdma_ib_addr,
-}
-
-/// `struct rdma_route`.
-#[repr(C)]
-pub struct rdma_route {
-    addr: rdma_addr,
-    path_rec: *mut c_void,
-    num_paths: c_int,
-}
-
-/// `struct rdma_cm_id`.
-#[repr(C)]
-pub struct rdma_cm_id {
-    verbs: *mut ibv_context,
-    channel: *mut rdma_event_channel,
-    context: *mut c_void,
-    qp: *mut ibv_qp,
-    route: rdma_route,
-    ps: c_int,
-    port_num: u8,
-    event: *mut rdma_cm_event,
-    send_cq_channel: *mut c_void,
-    send_cq: *mut c_void,
-    recv_cq_channel: *mut c_void,
-    recv_cq: *mut c_void,
-    srq: *mut c_void,
-    pd: *mut ibv_pd,
-    qp_type: c_int,
-}
-
-/// `struct rdma_conn_param`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct rdma_conn_param {
-    private_data: *const c_void,
-    private_data_len: u8,
-    responder_resources: u8,
-    initiator_depth: u8,
-    flow_control: u8,
-    retry_count: u8,
-    rnr_retry_count: u8,
-    srq: u8,
-    qp_num: u32,
-}
-
-/// `struct rdma_ud_param`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct rdma_ud_param {
-    private_data: *const c_void,
-    private_data_len: u8,
-    ah_attr: ibv_ah_attr,
-    qp_num: u32,
-    qkey: u32,
-}
-
-/// The union of `struct rdma_cm_event`'s `param`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub union rdma_cm_param {
-    conn: rdma_conn_param,
-    ud: rdma_ud_param,
-}
-
-/// `struct rdma_cm_event`.
-#[repr(C)]
-pub struct rdma_cm_event {
-    id: *mut rdma_cm_id,
-    listen_id: *mut rdma_cm_id,
-    event: c_int,
-    status: c_int,
-    param: rdma_cm_param,
-}
-
-const _: () = {
-    assert!(size_of::<rdma_route>() == 312);
-    assert!(size_of::<rdma_cm_id>() == 416);
-    assert!(offset_of!(rdma_cm_id, route) == 32);
-    assert!(offset_of!(rdma_cm_id, ps) == 344);
-    assert!(offset_of!(rdma_cm_id, port_num) == 348);
-    assert!(offset_of!(rdma_cm_id, event) == 352);
-    assert!(offset_of!(rdma_cm_id, pd) == 400);
-    assert!(offset_of!(rdma_cm_id, qp_type) == 408);
-    assert!(size_of::<rdma_conn_param>() == 24);
-    assert!(offset_of!(rdma_conn_param, qp_num) == 16);
-    assert!(offset_of!(rdma_ud_param, ah_attr) == 16);
-    assert!(offset_of!(rdma_ud_param, qp_num) == 48);
-    assert!(size_of::<rdma_cm_event>() == 80);
-    assert!(offset_of!(rdma_cm_event, param) == 24);
-};
-
 /// An ID: the public struct, then softrdma's.
 #[repr(C)]
 struct IdC {
@@ -184,8 +61,8 @@ struct IdC {
     own_chan: Option<Box<ChanC>>,
     /// CQs `rdma_create_qp` made because the caller gave none, and their completion
     /// channels, destroyed with the QP.
-    own_cqs: Vec<*mut crate::abi::ibv_cq>,
-    own_cq_chans: Vec<*mut crate::abi::ibv_comp_channel>,
+    own_cqs: Vec<*mut ibv_cq>,
+    own_cq_chans: Vec<*mut ibv_comp_channel>,
     /// A passive `rdma_create_ep`'s QP attributes, for the QP `rdma_get_request` makes
     /// each new connection.
     ep_attr: Option<ibv_qp_init_attr>,
@@ -296,7 +173,9 @@ fn complete(v: Verb, c: &mut IdC) -> Result<(), Failed> {
     let (kind, status) = unsafe { ((*ev).event, (*ev).status) };
     match (kind, status) {
         (_, 0) => Ok(()),
-        (REJECTED, _) => v.err(libc::ECONNREFUSED, &"the peer rejected the connection"),
+        (RDMA_CM_EVENT_REJECTED, _) => {
+            v.err(libc::ECONNREFUSED, &"the peer rejected the connection")
+        }
         (_, s) => v.err(
             s.abs(),
             &format_args!("{}", std::io::Error::from_raw_os_error(s.abs())),
@@ -334,23 +213,11 @@ struct Acks {
 /// waits for its ack, or finds it gone and is dropped.
 static LIVE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
-// `enum rdma_cm_event_type`.
-const ADDR_RESOLVED: c_int = 0;
-const ROUTE_RESOLVED: c_int = 2;
-const CONNECT_REQUEST: c_int = 4;
-const CONNECT_RESPONSE: c_int = 5;
-const UNREACHABLE: c_int = 7;
-const REJECTED: c_int = 8;
-const ESTABLISHED: c_int = 9;
-const DISCONNECTED: c_int = 10;
-const MULTICAST_JOIN: c_int = 12;
-const TIMEWAIT_EXIT: c_int = 15;
-
 fn port_space(ps: c_int) -> Option<PortSpace> {
     match ps {
-        0x0106 => Some(PortSpace::Tcp),
-        0x0111 => Some(PortSpace::Udp),
-        0x013F => Some(PortSpace::Ib),
+        RDMA_PS_TCP => Some(PortSpace::Tcp),
+        RDMA_PS_UDP => Some(PortSpace::Udp),
+        RDMA_PS_IB => Some(PortSpace::Ib),
         _ => None,
     }
 }
@@ -621,7 +488,11 @@ pub unsafe extern "C" fn rdma_create_id(
         raw.context = context;
         raw.ps = ps;
         // librdmacm's ucma_get_qp_type: UD for the UDP port space, RC otherwise.
-        raw.qp_type = if ps == 0x0111 { 4 } else { 2 };
+        raw.qp_type = if ps == RDMA_PS_UDP {
+            IBV_QPT_UD
+        } else {
+            IBV_QPT_RC
+        };
         let c = IdC::boxed(raw, own_chan);
         // SAFETY: the caller's pointer.
         unsafe { *id = c.cast() };
@@ -941,7 +812,7 @@ pub unsafe extern "C" fn rdma_create_qp(
 /// `id` an ID of this library; `attr` valid.
 pub unsafe extern "C" fn rdma_create_qp_ex(
     id: *mut rdma_cm_id,
-    attr: *mut crate::abi::ibv_qp_init_attr_ex,
+    attr: *mut ibv_qp_init_attr_ex,
 ) -> c_int {
     entry("rdma_create_qp_ex", Ret::MINUS_ONE, |v| {
         v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attr")?;
@@ -956,7 +827,7 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
             qp_type: a.qp_type,
             sq_sig_all: a.sq_sig_all,
         };
-        let pd = if a.comp_mask & 1 != 0 {
+        let pd = if a.comp_mask & IBV_QP_INIT_ATTR_PD != 0 {
             a.pd
         } else {
             null_mut()
@@ -1034,8 +905,9 @@ unsafe fn conn_param(
 ) -> Result<ConnParam, Failed> {
     // The device's limit (`max_qp_rd_atom`, `max_qp_init_rd_atom`).
     const RD_MAX: u8 = 128;
-    // `RDMA_MAX_RESP_RES` and `RDMA_MAX_INIT_DEPTH`.
-    const MOST: u8 = 0xff;
+    // What `RDMA_MAX_RESP_RES` and `RDMA_MAX_INIT_DEPTH` ask for.
+    const MOST: u8 = RDMA_MAX_RESP_RES;
+    const _: () = assert!(RDMA_MAX_INIT_DEPTH == MOST);
     let resp = peer.map_or(RD_MAX, |p| p.initiator_depth.min(RD_MAX));
     let init = peer.map_or(RD_MAX, |p| p.responder_resources.min(RD_MAX));
     if p.is_null() {
@@ -1113,7 +985,7 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
         // SAFETY: per the contract.
         let p = unsafe { conn_param(v, param, peer) }?;
         v.check(made(v, c)?.accept(&p))?;
-        if c.id.qp_type == 4 {
+        if c.id.qp_type == IBV_QPT_UD {
             // A UD accept has no event to wait for; the request's event is done.
             ack_own_event(c);
         } else {
@@ -1169,14 +1041,6 @@ unsafe fn reject_for(
     let (c, pd) = unsafe { (IdC::from_ptr(id), copy_bytes(data, len.into())) };
     v.check(made(v, c)?.reject_for(reason, &pd))?;
     Ok(0)
-}
-
-/// `struct ibv_ece`.
-#[repr(C)]
-pub struct ibv_ece {
-    vendor_id: u32,
-    options: u32,
-    comp_mask: u32,
 }
 
 /// Checks an ECE verb's arguments as librdmacm does: an ID and an `ibv_ece`, and no QP on
@@ -1242,9 +1106,6 @@ pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
     })
 }
 
-/// `enum ibv_event_type`'s IBV_EVENT_COMM_EST.
-const IBV_EVENT_COMM_EST: c_int = 4;
-
 /// `rdma_notify`: IBV_EVENT_COMM_EST (a passive ID's QP received before the RTU came)
 /// establishes the connection, with an ESTABLISHED event; any other event is EINVAL, as
 /// the kernel's `ib_cm_notify` answers without path migration.
@@ -1265,11 +1126,6 @@ pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int
     })
 }
 
-/// `enum ibv_srq_init_attr_mask`'s TYPE and PD bits, and `IBV_SRQT_BASIC`.
-const SRQ_ATTR_TYPE: u32 = 1;
-const SRQ_ATTR_PD: u32 = 2;
-const IBV_SRQT_BASIC: c_int = 0;
-
 /// `rdma_create_srq`: a basic SRQ on the ID's device, on `pd` (NULL: the ID's PD, or the
 /// device's default as librdmacm's), which `rdma_create_qp` gives the ID's QP when its
 /// attributes name none; `attr.attr` gets what was given.
@@ -1279,7 +1135,7 @@ const IBV_SRQT_BASIC: c_int = 0;
 pub unsafe extern "C" fn rdma_create_srq(
     id: *mut rdma_cm_id,
     pd: *mut ibv_pd,
-    attr: *mut crate::abi::ibv_srq_init_attr,
+    attr: *mut ibv_srq_init_attr,
 ) -> c_int {
     entry("rdma_create_srq", Ret::MINUS_ONE, |v| {
         v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attributes")?;
@@ -1295,14 +1151,14 @@ pub unsafe extern "C" fn rdma_create_srq(
 /// `id` an ID of this library; `attr` valid, its PD NULL or one of this library's.
 pub unsafe extern "C" fn rdma_create_srq_ex(
     id: *mut rdma_cm_id,
-    attr: *mut crate::abi::ibv_srq_init_attr_ex,
+    attr: *mut ibv_srq_init_attr_ex,
 ) -> c_int {
     entry("rdma_create_srq_ex", Ret::MINUS_ONE, |v| {
         v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attributes")?;
         // SAFETY: the caller's attributes.
         let a = unsafe { &mut *attr };
         v.ensure(
-            a.comp_mask & SRQ_ATTR_TYPE != 0,
+            a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0,
             libc::EINVAL,
             &"no SRQ type (IBV_SRQ_INIT_ATTR_TYPE)",
         )?;
@@ -1311,12 +1167,12 @@ pub unsafe extern "C" fn rdma_create_srq_ex(
             libc::EOPNOTSUPP,
             &format_args!("SRQ type {}: only basic SRQs", a.srq_type),
         )?;
-        let pd = if a.comp_mask & SRQ_ATTR_PD != 0 {
+        let pd = if a.comp_mask & IBV_SRQ_INIT_ATTR_PD != 0 {
             a.pd
         } else {
             null_mut()
         };
-        let mut init = crate::abi::ibv_srq_init_attr {
+        let mut init = ibv_srq_init_attr {
             srq_context: a.srq_context,
             attr: a.attr,
         };
@@ -1326,7 +1182,7 @@ pub unsafe extern "C" fn rdma_create_srq_ex(
         rc?;
         // SAFETY: per the contract.
         a.pd = unsafe { (*id).pd };
-        a.comp_mask |= SRQ_ATTR_PD;
+        a.comp_mask |= IBV_SRQ_INIT_ATTR_PD;
         Ok(0)
     })
 }
@@ -1339,7 +1195,7 @@ unsafe fn create_srq(
     v: Verb,
     id: *mut rdma_cm_id,
     pd: *mut ibv_pd,
-    attr: &mut crate::abi::ibv_srq_init_attr,
+    attr: &mut ibv_srq_init_attr,
 ) -> Result<c_int, Failed> {
     // SAFETY: per the contract.
     let c = unsafe { IdC::from_ptr_mut(id) };
@@ -1411,11 +1267,15 @@ pub unsafe extern "C" fn rdma_set_option(
     optlen: usize,
 ) -> c_int {
     entry("rdma_set_option", Ret::MINUS_ONE, |v| {
-        // RDMA_OPTION_ID = 0: TOS 0, REUSEADDR 1, AFONLY 2, ACK_TIMEOUT 3; IB = 1: PATH 1.
         // The sizes are the kernel's: a u8 for TOS and ACK_TIMEOUT, an int for the flags.
+        const ID: c_int = RDMA_OPTION_ID;
+        const TOS: c_int = RDMA_OPTION_ID_TOS;
+        const ACK_TIMEOUT: c_int = RDMA_OPTION_ID_ACK_TIMEOUT;
+        const REUSEADDR: c_int = RDMA_OPTION_ID_REUSEADDR;
+        const AFONLY: c_int = RDMA_OPTION_ID_AFONLY;
         let size = match (level, optname) {
-            (0, 0 | 3) => 1,
-            (0, 1 | 2) => size_of::<c_int>(),
+            (ID, TOS | ACK_TIMEOUT) => 1,
+            (ID, REUSEADDR | AFONLY) => size_of::<c_int>(),
             _ => 0,
         };
         v.ensure(
@@ -1424,10 +1284,10 @@ pub unsafe extern "C" fn rdma_set_option(
             &format_args!("option {optname} takes {size} bytes"),
         )?;
         match (level, optname) {
-            (0, 0 | 3) => {
+            (ID, TOS | ACK_TIMEOUT) => {
                 // SAFETY: per the contract: an ID of this library and a byte.
                 let (c, b) = unsafe { (IdC::from_ptr_mut(id), *optval.cast::<u8>()) };
-                if optname == 0 {
+                if optname == TOS {
                     c.tos = Some(b);
                 } else {
                     c.ack_timeout = Some(b);
@@ -1438,7 +1298,7 @@ pub unsafe extern "C" fn rdma_set_option(
                 }
                 Ok(0)
             }
-            (0, 1 | 2) => {
+            (ID, REUSEADDR | AFONLY) => {
                 // SAFETY: per the contract: an ID of this library and an int.
                 let (c, on) = unsafe {
                     (
@@ -1446,7 +1306,7 @@ pub unsafe extern "C" fn rdma_set_option(
                         optval.cast::<c_int>().read_unaligned() != 0,
                     )
                 };
-                if optname == 2 {
+                if optname == AFONLY {
                     (c.afonly, c.afonly_set) = (on, true);
                 } else {
                     c.reuseaddr = on;
@@ -1548,20 +1408,20 @@ pub unsafe extern "C" fn rdma_get_cm_event(
 fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
     let _live = LIVE.read().unwrap_or_else(|e| e.into_inner());
     let (kind, status) = match &ev.kind {
-        CmEventKind::AddrResolved => (ADDR_RESOLVED, 0),
-        CmEventKind::RouteResolved => (ROUTE_RESOLVED, 0),
-        CmEventKind::ConnectRequest => (CONNECT_REQUEST, 0),
-        CmEventKind::ConnectResponse => (CONNECT_RESPONSE, 0),
-        CmEventKind::Established => (ESTABLISHED, 0),
-        CmEventKind::Rejected { reason } => (REJECTED, c_int::from(*reason)),
-        CmEventKind::Unreachable => (UNREACHABLE, -libc::ETIMEDOUT),
+        CmEventKind::AddrResolved => (RDMA_CM_EVENT_ADDR_RESOLVED, 0),
+        CmEventKind::RouteResolved => (RDMA_CM_EVENT_ROUTE_RESOLVED, 0),
+        CmEventKind::ConnectRequest => (RDMA_CM_EVENT_CONNECT_REQUEST, 0),
+        CmEventKind::ConnectResponse => (RDMA_CM_EVENT_CONNECT_RESPONSE, 0),
+        CmEventKind::Established => (RDMA_CM_EVENT_ESTABLISHED, 0),
+        CmEventKind::Rejected { reason } => (RDMA_CM_EVENT_REJECTED, c_int::from(*reason)),
+        CmEventKind::Unreachable => (RDMA_CM_EVENT_UNREACHABLE, -libc::ETIMEDOUT),
         // As Linux's cma_sidr_rep_handler: the SIDR_REP's status itself.
-        CmEventKind::Unresolved { status } => (UNREACHABLE, c_int::from(*status)),
-        CmEventKind::Disconnected => (DISCONNECTED, 0),
-        CmEventKind::TimewaitExit => (TIMEWAIT_EXIT, 0),
-        CmEventKind::MulticastJoin { .. } => (MULTICAST_JOIN, 0),
+        CmEventKind::Unresolved { status } => (RDMA_CM_EVENT_UNREACHABLE, c_int::from(*status)),
+        CmEventKind::Disconnected => (RDMA_CM_EVENT_DISCONNECTED, 0),
+        CmEventKind::TimewaitExit => (RDMA_CM_EVENT_TIMEWAIT_EXIT, 0),
+        CmEventKind::MulticastJoin { .. } => (RDMA_CM_EVENT_MULTICAST_JOIN, 0),
     };
-    let (id, listen_id) = if kind == CONNECT_REQUEST {
+    let (id, listen_id) = if kind == RDMA_CM_EVENT_CONNECT_REQUEST {
         let l = ev.listen_id.as_ref()?.user();
         if l == 0 {
             return None;
@@ -1701,22 +1561,6 @@ pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
     })
 }
 
-/// `struct rdma_cm_join_mc_attr_ex`.
-#[repr(C)]
-pub struct rdma_cm_join_mc_attr_ex {
-    comp_mask: u32,
-    join_flags: u32,
-    addr: *mut libc::sockaddr,
-}
-
-/// `RDMA_CM_JOIN_MC_ATTR_ADDRESS`, `RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS` and the first
-/// reserved bit; `RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER` and the first reserved flag.
-const JOIN_ATTR_ADDRESS: u32 = 1;
-const JOIN_ATTR_FLAGS: u32 = 2;
-const JOIN_ATTR_RESERVED: u32 = 4;
-const JOIN_SEND_ONLY: u32 = 1;
-const JOIN_FLAG_RESERVED: u32 = 2;
-
 /// `rdma_join_multicast`: joins the group at `addr` as a full member (see
 /// `softrdma::cm::CmId::join_multicast`); a MULTICAST_JOIN event follows, whose
 /// `param.ud.private_data` is `context`.
@@ -1749,22 +1593,31 @@ pub unsafe extern "C" fn rdma_join_multicast_ex(
         // SAFETY: the caller's attributes.
         let a = unsafe { &*attr };
         v.ensure(
-            a.comp_mask < JOIN_ATTR_RESERVED,
+            a.comp_mask < RDMA_CM_JOIN_MC_ATTR_RESERVED,
             libc::EOPNOTSUPP,
             &format_args!("comp_mask {:#x}", a.comp_mask),
         )?;
         v.ensure(
-            a.comp_mask & JOIN_ATTR_ADDRESS != 0,
+            a.comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS != 0,
             libc::EINVAL,
             &"no address (RDMA_CM_JOIN_MC_ATTR_ADDRESS)",
         )?;
         v.ensure(
-            a.comp_mask & JOIN_ATTR_FLAGS != 0 && a.join_flags < JOIN_FLAG_RESERVED,
+            a.comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS != 0
+                && a.join_flags < RDMA_MC_JOIN_FLAG_RESERVED,
             libc::EINVAL,
             &format_args!("join flags {:#x}", a.join_flags),
         )?;
         // SAFETY: per the contract.
-        unsafe { join(v, id, a.addr, a.join_flags == JOIN_SEND_ONLY, context) }
+        unsafe {
+            join(
+                v,
+                id,
+                a.addr,
+                a.join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER,
+                context,
+            )
+        }
     })
 }
 
@@ -1870,7 +1723,6 @@ unsafe fn ep_setup(
     pd: *mut ibv_pd,
     qp_init_attr: *mut ibv_qp_init_attr,
 ) -> Result<(), Failed> {
-    const RAI_PASSIVE: c_int = 1;
     // The result of a verb called here.
     let ok = |rc: c_int| {
         if rc == 0 {
@@ -1964,10 +1816,10 @@ pub unsafe extern "C" fn rdma_get_request(
         let ev = next_event(l.own_chan.as_ref().expect("checked above"));
         // SAFETY: just made by convert.
         let (kind, status, new) = unsafe { ((*ev).event, (*ev).status, (*ev).id) };
-        if kind != CONNECT_REQUEST || status != 0 {
+        if kind != RDMA_CM_EVENT_CONNECT_REQUEST || status != 0 {
             l.id.event = ev;
             return v.err(
-                if kind == REJECTED {
+                if kind == RDMA_CM_EVENT_REJECTED {
                     libc::ECONNREFUSED
                 } else {
                     libc::EINVAL
@@ -2038,7 +1890,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
 /// `id` an ID of this library; `qp_attr` and `mask` valid.
 pub unsafe extern "C" fn rdma_init_qp_attr(
     id: *mut rdma_cm_id,
-    qp_attr: *mut crate::abi::ibv_qp_attr,
+    qp_attr: *mut ibv_qp_attr,
     mask: *mut c_int,
 ) -> c_int {
     entry("rdma_init_qp_attr", Ret::MINUS_ONE, |v| {
@@ -2053,9 +1905,9 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
         // SAFETY: the caller's attributes.
         let want = unsafe { (*qp_attr).qp_state };
         let state = match want {
-            1 => softrdma::QpState::Init,
-            2 => softrdma::QpState::Rtr,
-            3 => softrdma::QpState::Rts,
+            IBV_QPS_INIT => softrdma::QpState::Init,
+            IBV_QPS_RTR => softrdma::QpState::Rtr,
+            IBV_QPS_RTS => softrdma::QpState::Rts,
             s => return v.err(libc::EINVAL, &format_args!("QP state {s}")),
         };
         let a = v.check(r.init_qp_attr(state))?;

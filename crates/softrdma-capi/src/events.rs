@@ -66,27 +66,27 @@ fn to_c(soft: &SoftContext, e: AsyncEvent) -> Option<ibv_async_event> {
             let cq = crate::cq::cq_that_overflowed(soft);
             (!cq.is_null()).then_some(ibv_async_event {
                 element: ibv_event_element { cq },
-                event_type: 0,
+                event_type: IBV_EVENT_CQ_ERR,
             })
         }
-        AsyncEvent::QpFatal(n) => qp(n, 1),
-        AsyncEvent::QpRequestError(n) => qp(n, 2),
-        AsyncEvent::QpAccessError(n) => qp(n, 3),
-        AsyncEvent::SqDrained(n) => qp(n, 5),
+        AsyncEvent::QpFatal(n) => qp(n, IBV_EVENT_QP_FATAL),
+        AsyncEvent::QpRequestError(n) => qp(n, IBV_EVENT_QP_REQ_ERR),
+        AsyncEvent::QpAccessError(n) => qp(n, IBV_EVENT_QP_ACCESS_ERR),
+        AsyncEvent::SqDrained(n) => qp(n, IBV_EVENT_SQ_DRAINED),
         AsyncEvent::PortActive(p) => Some(ibv_async_event {
             element: ibv_event_element {
                 port_num: c_int::from(p),
             },
-            event_type: 9,
+            event_type: IBV_EVENT_PORT_ACTIVE,
         }),
         AsyncEvent::SrqLimitReached => {
             let srq = crate::qp::srq_that_reached_its_limit(soft);
             (!srq.is_null()).then_some(ibv_async_event {
                 element: ibv_event_element { srq },
-                event_type: 15,
+                event_type: IBV_EVENT_SRQ_LIMIT_REACHED,
             })
         }
-        AsyncEvent::LastWqeReached(n) => qp(n, 16),
+        AsyncEvent::LastWqeReached(n) => qp(n, IBV_EVENT_QP_LAST_WQE_REACHED),
     }
 }
 

@@ -478,7 +478,7 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         // SAFETY: the caller's wc and GRH (the first 40 bytes of the receive buffer).
         let (wc, grh) = unsafe { (&*wc, &*grh) };
         v.ensure(
-            wc.wc_flags & 1 != 0,
+            wc.wc_flags & IBV_WC_GRH != 0,
             libc::EINVAL,
             &"the completion has no GRH (IBV_WC_GRH)",
         )?;

@@ -65,22 +65,22 @@ unsafe impl OfContext for SoftSrq {}
 
 fn qp_type(t: c_int) -> Option<QpType> {
     match t {
-        2 => Some(QpType::Rc),
-        3 => Some(QpType::Uc),
-        4 => Some(QpType::Ud),
+        IBV_QPT_RC => Some(QpType::Rc),
+        IBV_QPT_UC => Some(QpType::Uc),
+        IBV_QPT_UD => Some(QpType::Ud),
         _ => None,
     }
 }
 
 fn qp_state(s: c_int) -> Option<QpState> {
     Some(match s {
-        0 => QpState::Reset,
-        1 => QpState::Init,
-        2 => QpState::Rtr,
-        3 => QpState::Rts,
-        4 => QpState::Sqd,
-        5 => QpState::Sqe,
-        6 => QpState::Error,
+        IBV_QPS_RESET => QpState::Reset,
+        IBV_QPS_INIT => QpState::Init,
+        IBV_QPS_RTR => QpState::Rtr,
+        IBV_QPS_RTS => QpState::Rts,
+        IBV_QPS_SQD => QpState::Sqd,
+        IBV_QPS_SQE => QpState::Sqe,
+        IBV_QPS_ERR => QpState::Error,
         _ => return None,
     })
 }
@@ -241,9 +241,9 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         unsafe { own::<SoftContext>(v, ctx) }?;
         // SAFETY: the caller's attr.
         let a = unsafe { &mut *attr };
-        const PD: u32 = 1;
-        const CREATE_FLAGS: u32 = 1 << 2;
-        const SEND_OPS_FLAGS: u32 = 1 << 6;
+        const PD: u32 = IBV_QP_INIT_ATTR_PD;
+        const CREATE_FLAGS: u32 = IBV_QP_INIT_ATTR_CREATE_FLAGS;
+        const SEND_OPS_FLAGS: u32 = IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
         v.ensure(
             a.comp_mask & !(PD | CREATE_FLAGS | SEND_OPS_FLAGS) == 0,
             libc::EOPNOTSUPP,
@@ -358,39 +358,43 @@ pub unsafe extern "C" fn ibv_modify_qp(
         let q = unsafe { own::<SoftQp>(v, qp) }?;
         // SAFETY: the caller's attr.
         let a = unsafe { &*attr };
-        let m = mask as u32;
-        let has = |bit: u32| m & bit != 0;
-        const RATE_LIMIT: u32 = 1 << 25;
+        let has = |bit: c_int| mask & bit != 0;
+        // The attributes up to IBV_QP_DEST_QPN, and a rate limit of 0 (none).
+        let known = (IBV_QP_DEST_QPN << 1) - 1;
         v.ensure(
-            m & !((1 << 21) - 1) & !RATE_LIMIT == 0 && !(has(RATE_LIMIT) && a.rate_limit != 0),
+            mask & !known & !IBV_QP_RATE_LIMIT == 0
+                && !(has(IBV_QP_RATE_LIMIT) && a.rate_limit != 0),
             libc::EOPNOTSUPP,
-            &format_args!("attr_mask {m:#x}: rate limits are not implemented"),
+            &format_args!(
+                "attr_mask {:#x}: rate limits are not implemented",
+                mask as u32
+            ),
         )?;
         let bad = |what: &str| v.fail(libc::EINVAL, &format_args!("invalid {what}"));
         let mut r = QpAttr::default();
-        if has(1) {
+        if has(IBV_QP_STATE) {
             r.state = Some(qp_state(a.qp_state).ok_or_else(|| bad("qp_state"))?);
         }
-        if has(1 << 1) {
+        if has(IBV_QP_CUR_STATE) {
             r.cur_state = Some(qp_state(a.cur_qp_state).ok_or_else(|| bad("cur_qp_state"))?);
         }
-        if has(1 << 2) {
+        if has(IBV_QP_EN_SQD_ASYNC_NOTIFY) {
             r.en_sqd_async_notify = Some(a.en_sqd_async_notify != 0);
         }
-        if has(1 << 3) {
+        if has(IBV_QP_ACCESS_FLAGS) {
             let f = AccessFlags::from_bits(a.qp_access_flags & 0xf);
             r.access_flags = Some(f.ok_or_else(|| bad("qp_access_flags"))?);
         }
-        if has(1 << 4) {
+        if has(IBV_QP_PKEY_INDEX) {
             r.pkey_index = Some(a.pkey_index);
         }
-        if has(1 << 5) {
+        if has(IBV_QP_PORT) {
             r.port = Some(a.port_num);
         }
-        if has(1 << 6) {
+        if has(IBV_QP_QKEY) {
             r.qkey = Some(a.qkey);
         }
-        if has(1 << 7) {
+        if has(IBV_QP_AV) {
             // SAFETY: the QP's live context.
             let soft = unsafe { SoftContext::from_ptr(q.qp.qp_base.context) };
             let (dgid, sgid_index) = crate::mr::ah_path(v, &a.ah_attr, soft)?;
@@ -402,42 +406,42 @@ pub unsafe extern "C" fn ibv_modify_qp(
                 traffic_class: a.ah_attr.grh.traffic_class,
             });
         }
-        if has(1 << 8) {
+        if has(IBV_QP_PATH_MTU) {
             r.path_mtu = Some(mtu(a.path_mtu).ok_or_else(|| bad("path_mtu"))?);
         }
-        if has(1 << 9) {
+        if has(IBV_QP_TIMEOUT) {
             r.timeout = Some(a.timeout);
         }
-        if has(1 << 10) {
+        if has(IBV_QP_RETRY_CNT) {
             r.retry_cnt = Some(a.retry_cnt);
         }
-        if has(1 << 11) {
+        if has(IBV_QP_RNR_RETRY) {
             r.rnr_retry = Some(a.rnr_retry);
         }
-        if has(1 << 12) {
+        if has(IBV_QP_RQ_PSN) {
             r.rq_psn = Some(Psn::new(a.rq_psn & 0xff_ffff));
         }
-        if has(1 << 13) {
+        if has(IBV_QP_MAX_QP_RD_ATOMIC) {
             r.max_rd_atomic = Some(a.max_rd_atomic);
         }
         v.ensure(
-            !has(1 << 14) && !has(1 << 18),
+            !has(IBV_QP_ALT_PATH) && !has(IBV_QP_PATH_MIG_STATE),
             libc::EINVAL,
             &"alternate paths and path migration are not supported on RoCE",
         )?;
-        if has(1 << 15) {
+        if has(IBV_QP_MIN_RNR_TIMER) {
             r.min_rnr_timer = Some(a.min_rnr_timer);
         }
-        if has(1 << 16) {
+        if has(IBV_QP_SQ_PSN) {
             r.sq_psn = Some(Psn::new(a.sq_psn & 0xff_ffff));
         }
-        if has(1 << 17) {
+        if has(IBV_QP_MAX_DEST_RD_ATOMIC) {
             r.max_dest_rd_atomic = Some(a.max_dest_rd_atomic);
         }
-        if has(1 << 19) {
+        if has(IBV_QP_CAP) {
             return Err(bad("IBV_QP_CAP (the caps are fixed at creation)"));
         }
-        if has(1 << 20) {
+        if has(IBV_QP_DEST_QPN) {
             r.dest_qpn = Some(Qpn::new(a.dest_qp_num & 0xff_ffff));
         }
         v.check(q.inner.modify(&r))?;
@@ -472,7 +476,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         // As rdma-core's ibv_cmd_query_qp: IBV_QP_RATE_LIMIT and later bits cannot be
         // queried (their fields may lie past the caller's struct).
         v.ensure(
-            mask & !((1 << 25) - 1) == 0,
+            mask & !(IBV_QP_RATE_LIMIT - 1) == 0,
             libc::EOPNOTSUPP,
             &format_args!("attr_mask {mask:#x} asks for IBV_QP_RATE_LIMIT or later"),
         )?;
@@ -509,22 +513,22 @@ pub(crate) fn to_ibv_qp_attr(r: &QpAttr, soft: &SoftContext) -> (ibv_qp_attr, c_
             m |= b;
         }
     };
-    bit(r.state.is_some(), 1);
-    bit(r.access_flags.is_some(), 1 << 3);
-    bit(r.pkey_index.is_some(), 1 << 4);
-    bit(r.port.is_some(), 1 << 5);
-    bit(r.qkey.is_some(), 1 << 6);
-    bit(r.av.is_some(), 1 << 7);
-    bit(r.path_mtu.is_some(), 1 << 8);
-    bit(r.timeout.is_some(), 1 << 9);
-    bit(r.retry_cnt.is_some(), 1 << 10);
-    bit(r.rnr_retry.is_some(), 1 << 11);
-    bit(r.rq_psn.is_some(), 1 << 12);
-    bit(r.max_rd_atomic.is_some(), 1 << 13);
-    bit(r.min_rnr_timer.is_some(), 1 << 15);
-    bit(r.sq_psn.is_some(), 1 << 16);
-    bit(r.max_dest_rd_atomic.is_some(), 1 << 17);
-    bit(r.dest_qpn.is_some(), 1 << 20);
+    bit(r.state.is_some(), IBV_QP_STATE);
+    bit(r.access_flags.is_some(), IBV_QP_ACCESS_FLAGS);
+    bit(r.pkey_index.is_some(), IBV_QP_PKEY_INDEX);
+    bit(r.port.is_some(), IBV_QP_PORT);
+    bit(r.qkey.is_some(), IBV_QP_QKEY);
+    bit(r.av.is_some(), IBV_QP_AV);
+    bit(r.path_mtu.is_some(), IBV_QP_PATH_MTU);
+    bit(r.timeout.is_some(), IBV_QP_TIMEOUT);
+    bit(r.retry_cnt.is_some(), IBV_QP_RETRY_CNT);
+    bit(r.rnr_retry.is_some(), IBV_QP_RNR_RETRY);
+    bit(r.rq_psn.is_some(), IBV_QP_RQ_PSN);
+    bit(r.max_rd_atomic.is_some(), IBV_QP_MAX_QP_RD_ATOMIC);
+    bit(r.min_rnr_timer.is_some(), IBV_QP_MIN_RNR_TIMER);
+    bit(r.sq_psn.is_some(), IBV_QP_SQ_PSN);
+    bit(r.max_dest_rd_atomic.is_some(), IBV_QP_MAX_DEST_RD_ATOMIC);
+    bit(r.dest_qpn.is_some(), IBV_QP_DEST_QPN);
     {
         let mut o = ibv_qp_attr::default();
         let state = r.state.unwrap_or(QpState::Reset);
@@ -659,7 +663,7 @@ unsafe fn send_wr(q: &SoftQp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
     } else {
         Payload::Sges(s)
     };
-    let ud = if q.qp.qp_base.qp_type == 4 {
+    let ud = if q.qp.qp_base.qp_type == IBV_QPT_UD {
         // SAFETY: the UD member, for a UD QP.
         let ud = unsafe { w.wr.ud };
         if ud.ah.is_null() {
@@ -902,10 +906,11 @@ pub(crate) unsafe extern "C" fn create_srq_ex(
         v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attr")?;
         // SAFETY: the caller's attr.
         let a = unsafe { &mut *attr };
-        const TYPE: u32 = 1;
-        const PD: u32 = 2;
+        const TYPE: u32 = IBV_SRQ_INIT_ATTR_TYPE;
+        const PD: u32 = IBV_SRQ_INIT_ATTR_PD;
         v.ensure(
-            a.comp_mask & !(TYPE | PD) == 0 && (a.comp_mask & TYPE == 0 || a.srq_type == 0),
+            a.comp_mask & !(TYPE | PD) == 0
+                && (a.comp_mask & TYPE == 0 || a.srq_type == IBV_SRQT_BASIC),
             libc::EOPNOTSUPP,
             &"XRC and tag-matching SRQs are not implemented",
         )?;
@@ -939,11 +944,11 @@ pub unsafe extern "C" fn ibv_modify_srq(
         // SAFETY: the caller's attr.
         let a = unsafe { &*attr };
         v.ensure(
-            mask & 1 == 0,
+            mask & IBV_SRQ_MAX_WR == 0,
             libc::EOPNOTSUPP,
             &"resizing an SRQ is not implemented",
         )?;
-        if mask & 2 != 0 {
+        if mask & IBV_SRQ_LIMIT != 0 {
             let mut mine = s.attr.lock().unwrap_or_else(|e| e.into_inner());
             v.ensure(
                 a.srq_limit <= mine.max_wr,
