@@ -11,7 +11,7 @@
 //! `abi_compat = -1`, and the objects' public structs as the prefix of each object.
 //!
 //! # The contract with C callers
-//! - Every exported function runs its body in [`ffi::entry`], which catches panics: none
+//! - Every exported function runs its body in `ffi::entry`, which catches panics: none
 //!   crosses into C. A caught panic is a bug; the verb then fails with EIO.
 //! - errno and return values follow each verb's man page: pointer-returning verbs return
 //!   NULL and set errno; int-returning verbs return 0 or an errno value (and set errno too,
@@ -36,14 +36,11 @@
 //! registered memory, the application's own, in place.
 
 pub mod abi;
-mod addrinfo;
-mod cm;
 mod cq;
 mod device;
 mod events;
 mod ffi;
 mod mr;
-mod ports;
 mod qp;
 mod rdmacm;
 mod stubs;

@@ -20,32 +20,17 @@
 compile_error!("softrdma-capi is the C ABI of rdma-core on x86_64 Linux, and builds there only");
 
 macro_rules! symver {
-    ($($node:literal: $($m:ident::$name:ident)*;)*) => {
+    ($($node:literal: $($($path:ident)::+)*;)*) => {
         /// Every exported symbol with its node, for the tests.
         #[cfg_attr(not(test), allow(dead_code))]
-        pub(crate) const EXPORTS: &[(&str, &str)] = &[$($(($node, stringify!($name)),)*)*];
+        pub(crate) const EXPORTS: &[(&str, &str)] = &[$($(($node, name!($($path)::+)),)*)*];
 
         /// The exported symbols: one naked function per symbol, whose assembly defines
         /// the symbol, binds it to its node and jumps to the Rust function (a tail call,
         /// so every argument register and the return address pass through untouched).
         #[cfg(not(test))]
         mod exported {
-            $($(
-                #[doc = concat!("`", stringify!($name), "`, version ", $node, ".")]
-                // SAFETY: the body is one jump to the Rust function of the same name,
-                // which has the C signature callers use: a tail call that leaves every
-                // argument register, the stack and the return address as the caller set
-                // them (no exported function is variadic).
-                #[unsafe(naked)]
-                #[unsafe(no_mangle)]
-                pub unsafe extern "C" fn $name() {
-                    std::arch::naked_asm!(
-                        concat!(".symver ", stringify!($name), ", ", stringify!($name), "@@", $node),
-                        "jmp {f}",
-                        f = sym crate::$m::$name,
-                    )
-                }
-            )*)*
+            $($(export!($node; []; $($path)::+);)*)*
         }
 
         /// Unit tests link no version script: the same jumps, unexported and unversioned,
@@ -53,12 +38,44 @@ macro_rules! symver {
         #[cfg(test)]
         #[allow(dead_code)]
         mod exported {
-            $($(
-                #[unsafe(naked)]
-                pub unsafe extern "C" fn $name() {
-                    std::arch::naked_asm!("jmp {f}", f = sym crate::$m::$name)
-                }
-            )*)*
+            $($(export!(test; []; $($path)::+);)*)*
+        }
+    };
+}
+
+/// The name of the function at a path (its last segment), as a string.
+macro_rules! name {
+    ($name:ident) => { stringify!($name) };
+    ($head:ident :: $($rest:tt)+) => { name!($($rest)+) };
+}
+
+/// The naked function of one symbol, from the path of the Rust function it jumps to
+/// (`verbs::pd::ibv_alloc_pd`): the segments before the last are gathered in `[...]`,
+/// the last one names the symbol.
+macro_rules! export {
+    ($node:tt; [$($m:ident)*]; $head:ident :: $($rest:tt)+) => {
+        export!($node; [$($m)* $head]; $($rest)+);
+    };
+    (test; [$($m:ident)*]; $name:ident) => {
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name() {
+            std::arch::naked_asm!("jmp {f}", f = sym crate::$($m::)*$name)
+        }
+    };
+    ($node:literal; [$($m:ident)*]; $name:ident) => {
+        #[doc = concat!("`", stringify!($name), "`, version ", $node, ".")]
+        // SAFETY: the body is one jump to the Rust function of the same name,
+        // which has the C signature callers use: a tail call that leaves every
+        // argument register, the stack and the return address as the caller set
+        // them (no exported function is variadic).
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name() {
+            std::arch::naked_asm!(
+                concat!(".symver ", stringify!($name), ", ", stringify!($name), "@@", $node),
+                "jmp {f}",
+                f = sym crate::$($m::)*$name,
+            )
         }
     };
 }
@@ -94,25 +111,25 @@ symver! {
     "IBVERBS_1.13": stubs::ibv_import_dm events::ibv_is_fork_initialized stubs::ibv_unimport_dm;
     "IBVERBS_1.14": stubs::ibv_query_qp_data_in_order;
     "IBVERBS_PRIVATE_34": device::ibv_query_gid_type;
-    "RDMACM_1.0": rdmacm::raccept rdmacm::rbind rdmacm::rclose rdmacm::rconnect cm::rdma_accept
-        cm::rdma_ack_cm_event cm::rdma_bind_addr cm::rdma_connect cm::rdma_create_ep
-        cm::rdma_create_event_channel cm::rdma_create_id cm::rdma_create_qp
-        cm::rdma_create_qp_ex cm::rdma_create_srq cm::rdma_create_srq_ex cm::rdma_destroy_ep
-        cm::rdma_destroy_event_channel cm::rdma_destroy_id cm::rdma_destroy_qp
-        cm::rdma_destroy_srq cm::rdma_disconnect rdmacm::rdma_event_str
-        rdmacm::rdma_free_devices addrinfo::rdma_freeaddrinfo cm::rdma_get_cm_event
-        rdmacm::rdma_get_devices cm::rdma_get_dst_port cm::rdma_get_request
-        cm::rdma_get_src_port addrinfo::rdma_getaddrinfo cm::rdma_join_multicast
-        cm::rdma_leave_multicast cm::rdma_listen cm::rdma_migrate_id cm::rdma_notify
-        cm::rdma_reject cm::rdma_resolve_addr cm::rdma_resolve_route cm::rdma_set_option
-        rdmacm::rfcntl rdmacm::rgetpeername rdmacm::rgetsockname rdmacm::rgetsockopt
-        rdmacm::riomap rdmacm::riounmap rdmacm::riowrite rdmacm::rlisten rdmacm::rpoll
-        rdmacm::rread rdmacm::rreadv rdmacm::rrecv rdmacm::rrecvfrom rdmacm::rrecvmsg
-        rdmacm::rselect rdmacm::rsend rdmacm::rsendmsg rdmacm::rsendto rdmacm::rsetsockopt
-        rdmacm::rshutdown rdmacm::rsocket rdmacm::rwrite rdmacm::rwritev;
-    "RDMACM_1.1": cm::rdma_join_multicast_ex;
-    "RDMACM_1.2": cm::rdma_establish cm::rdma_init_qp_attr;
-    "RDMACM_1.3": cm::rdma_get_remote_ece cm::rdma_reject_ece cm::rdma_set_local_ece;
+    "RDMACM_1.0": rdmacm::unsupported::raccept rdmacm::unsupported::rbind rdmacm::unsupported::rclose rdmacm::unsupported::rconnect rdmacm::conn::rdma_accept
+        rdmacm::event::rdma_ack_cm_event rdmacm::conn::rdma_bind_addr rdmacm::conn::rdma_connect rdmacm::ep::rdma_create_ep
+        rdmacm::id::rdma_create_event_channel rdmacm::id::rdma_create_id rdmacm::qp::rdma_create_qp
+        rdmacm::qp::rdma_create_qp_ex rdmacm::qp::rdma_create_srq rdmacm::qp::rdma_create_srq_ex rdmacm::ep::rdma_destroy_ep
+        rdmacm::id::rdma_destroy_event_channel rdmacm::id::rdma_destroy_id rdmacm::qp::rdma_destroy_qp
+        rdmacm::qp::rdma_destroy_srq rdmacm::conn::rdma_disconnect rdmacm::event::rdma_event_str
+        rdmacm::device::rdma_free_devices rdmacm::addrinfo::rdma_freeaddrinfo rdmacm::event::rdma_get_cm_event
+        rdmacm::device::rdma_get_devices rdmacm::conn::rdma_get_dst_port rdmacm::ep::rdma_get_request
+        rdmacm::conn::rdma_get_src_port rdmacm::addrinfo::rdma_getaddrinfo rdmacm::mcast::rdma_join_multicast
+        rdmacm::mcast::rdma_leave_multicast rdmacm::conn::rdma_listen rdmacm::ep::rdma_migrate_id rdmacm::conn::rdma_notify
+        rdmacm::conn::rdma_reject rdmacm::conn::rdma_resolve_addr rdmacm::conn::rdma_resolve_route rdmacm::conn::rdma_set_option
+        rdmacm::unsupported::rfcntl rdmacm::unsupported::rgetpeername rdmacm::unsupported::rgetsockname rdmacm::unsupported::rgetsockopt
+        rdmacm::unsupported::riomap rdmacm::unsupported::riounmap rdmacm::unsupported::riowrite rdmacm::unsupported::rlisten rdmacm::unsupported::rpoll
+        rdmacm::unsupported::rread rdmacm::unsupported::rreadv rdmacm::unsupported::rrecv rdmacm::unsupported::rrecvfrom rdmacm::unsupported::rrecvmsg
+        rdmacm::unsupported::rselect rdmacm::unsupported::rsend rdmacm::unsupported::rsendmsg rdmacm::unsupported::rsendto rdmacm::unsupported::rsetsockopt
+        rdmacm::unsupported::rshutdown rdmacm::unsupported::rsocket rdmacm::unsupported::rwrite rdmacm::unsupported::rwritev;
+    "RDMACM_1.1": rdmacm::mcast::rdma_join_multicast_ex;
+    "RDMACM_1.2": rdmacm::conn::rdma_establish rdmacm::qp::rdma_init_qp_attr;
+    "RDMACM_1.3": rdmacm::conn::rdma_get_remote_ece rdmacm::conn::rdma_reject_ece rdmacm::conn::rdma_set_local_ece;
 }
 
 #[cfg(test)]

@@ -1,0 +1,373 @@
+//! The C objects of the connection manager (channels, IDs, events), each a `#[repr(C)]`
+//! box whose first field is the public struct, and the lifecycle of channels and IDs
+//! (librdmacm's `cma.c`). An ID's Rust `CmId` is made on its device once the ID has one
+//! (bind or resolve), with the options set on it before.
+
+use super::device::{cm_context, default_pd, device_for};
+use crate::abi::*;
+use crate::device::SoftContext;
+use crate::ffi::{Failed, Object, Ret, Verb, entry, to_sockaddr};
+use crate::mr::gid_of_ip;
+use softrdma::cm::{CmId, EventChannel, PeerParam, PortSpace};
+use std::ffi::{c_int, c_void};
+use std::net::IpAddr;
+use std::ptr::null_mut;
+use std::sync::Mutex;
+
+/// A channel: the public struct, then softrdma's.
+#[repr(C)]
+pub(super) struct ChanC {
+    pub(super) ch: rdma_event_channel,
+    pub(super) rust: EventChannel,
+}
+
+impl ChanC {
+    /// A new channel, for the verb `v`.
+    pub(super) fn new(v: Verb) -> Result<ChanC, Failed> {
+        let rust = v.check(EventChannel::new())?;
+        Ok(ChanC {
+            ch: rdma_event_channel { fd: rust.fd() },
+            rust,
+        })
+    }
+}
+
+// SAFETY: repr(C), the public struct first.
+unsafe impl Object for ChanC {
+    type C = rdma_event_channel;
+    const WHAT: &'static str = "channel";
+}
+
+/// An ID: the public struct, then softrdma's.
+#[repr(C)]
+pub(super) struct IdC {
+    pub(super) id: rdma_cm_id,
+    /// Made once the device is known (bind or resolve).
+    pub(super) rust: Mutex<Option<CmId>>,
+    /// What the peer's REQ said (a connect request's ID), for an `rdma_accept` without
+    /// parameters.
+    pub(super) peer: Mutex<Option<PeerParam>>,
+    /// The channel made for an ID created without one: librdmacm's synchronous IDs, whose
+    /// verbs wait for their own event (see [`super::event::complete`]).
+    pub(super) own_chan: Option<Box<ChanC>>,
+    /// CQs `rdma_create_qp` made because the caller gave none, and their completion
+    /// channels, destroyed with the QP.
+    pub(super) own_cqs: Vec<*mut ibv_cq>,
+    pub(super) own_cq_chans: Vec<*mut ibv_comp_channel>,
+    /// A passive `rdma_create_ep`'s QP attributes, for the QP `rdma_get_request` makes
+    /// each new connection.
+    pub(super) ep_attr: Option<ibv_qp_init_attr>,
+    /// An active `rdma_create_ep`'s private data (`ai_connect`), for an `rdma_connect`
+    /// without parameters.
+    pub(super) connect_data: Vec<u8>,
+    /// The multicast groups joined, with each join's context (a MULTICAST_JOIN event's
+    /// `param.ud.private_data`).
+    pub(super) groups: Mutex<Vec<(IpAddr, usize)>>,
+    /// Bound to an unspecified address: whether an IPv6 one (see `listen_elsewhere` in
+    /// [`super::conn`]).
+    pub(super) wildcard: Option<bool>,
+    /// RDMA_OPTION_ID_AFONLY: an IPv6 wildcard takes IPv6 requests only.
+    pub(super) afonly: bool,
+    /// Whether the program set AFONLY (else the family decides, see `super::ports`).
+    pub(super) afonly_set: bool,
+    /// RDMA_OPTION_ID_REUSEADDR.
+    pub(super) reuseaddr: bool,
+    /// A wildcard listen's listeners on the devices other than the ID's own.
+    pub(super) also: Mutex<Vec<CmId>>,
+    /// RDMA_OPTION_ID_TOS and _ACK_TIMEOUT, kept for an ID not on a device yet.
+    pub(super) tos: Option<u8>,
+    pub(super) ack_timeout: Option<u8>,
+    /// Its events handed out and acked, and the wait for the last ack.
+    pub(super) acks: Mutex<Acks>,
+    pub(super) acked: std::sync::Condvar,
+}
+
+impl IdC {
+    /// A new ID around `raw` (its channel already set).
+    pub(super) fn boxed(raw: rdma_cm_id, own_chan: Option<Box<ChanC>>) -> *mut IdC {
+        Box::into_raw(Box::new(IdC {
+            id: raw,
+            rust: Mutex::new(None),
+            peer: Mutex::new(None),
+            own_chan,
+            own_cqs: Vec::new(),
+            own_cq_chans: Vec::new(),
+            ep_attr: None,
+            connect_data: Vec::new(),
+            groups: Mutex::new(Vec::new()),
+            wildcard: None,
+            afonly: false,
+            afonly_set: false,
+            reuseaddr: false,
+            also: Mutex::new(Vec::new()),
+            tos: None,
+            ack_timeout: None,
+            acks: Mutex::new(Acks::default()),
+            acked: std::sync::Condvar::new(),
+        }))
+    }
+}
+
+// SAFETY: repr(C), the public struct first.
+unsafe impl Object for IdC {
+    type C = rdma_cm_id;
+    const WHAT: &'static str = "ID";
+}
+
+/// An event: the public struct, then the private data it points at.
+#[repr(C)]
+pub(super) struct EventC {
+    pub(super) ev: rdma_cm_event,
+    pub(super) private: Vec<u8>,
+    /// The ID it is counted against (a connect request's listener; see [`Acks`]).
+    pub(super) owner: *const IdC,
+}
+
+// SAFETY: repr(C), the public struct first.
+unsafe impl Object for EventC {
+    type C = rdma_cm_event;
+    const WHAT: &'static str = "event";
+}
+
+/// How many of an ID's events were handed out and how many acked: `rdma_destroy_id`
+/// waits until all are acked, as librdmacm's does, so that a thread still handling one
+/// (rping's CM thread, while its main thread destroys the connection's ID) never finds
+/// the ID freed under it.
+#[derive(Default)]
+pub(super) struct Acks {
+    pub(super) reported: u64,
+    pub(super) completed: u64,
+}
+
+/// Held for reading while an event's ID is looked up and counted, for writing while
+/// `rdma_destroy_id` unhooks one: an event either counts against a live ID, which then
+/// waits for its ack, or finds it gone and is dropped.
+pub(super) static LIVE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+pub(super) fn port_space(ps: c_int) -> Option<PortSpace> {
+    match ps {
+        RDMA_PS_TCP => Some(PortSpace::Tcp),
+        RDMA_PS_UDP => Some(PortSpace::Udp),
+        RDMA_PS_IB => Some(PortSpace::Ib),
+        _ => None,
+    }
+}
+
+/// A mutex's guard, whether or not a panic poisoned it.
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The ID's Rust side, made on the device of `ip` if it has none yet.
+pub(super) fn rust_id(v: Verb, c: &mut IdC, ip: Option<IpAddr>) -> Result<CmId, Failed> {
+    if let Some(r) = lock(&c.rust).clone() {
+        return Ok(r);
+    }
+    let Some(index) = device_for(ip) else {
+        return v.err(
+            libc::EADDRNOTAVAIL,
+            &format_args!("no softrdma device has the address {ip:?}"),
+        );
+    };
+    let ctx = cm_context(index);
+    v.ensure(!ctx.is_null(), libc::ENODEV, &"the device did not open")?;
+    // SAFETY: a context this library opened.
+    let soft = unsafe { SoftContext::from_ptr(ctx) };
+    // SAFETY: the ID's channel is a ChanC this library made.
+    let chan = unsafe { ChanC::from_ptr(c.id.channel) };
+    let ps = port_space(c.id.ps).unwrap_or(PortSpace::Tcp);
+    let r = v.check(CmId::new(&chan.rust, &soft.ctx, ps))?;
+    v.check(apply_options(c, &r))?;
+    r.set_user(c as *mut IdC as usize);
+    c.id.verbs = ctx;
+    c.id.port_num = 1;
+    // As librdmacm's ucma_get_device: an ID that has a device has that device's PD too
+    // (pyverbs wraps `id->pd` right after the bind or resolve, before any QP).
+    if c.id.pd.is_null() {
+        c.id.pd = default_pd(ctx);
+    }
+    *lock(&c.rust) = Some(r.clone());
+    Ok(r)
+}
+
+/// The ID's Rust side, which must exist.
+pub(super) fn made(v: Verb, c: &IdC) -> Result<CmId, Failed> {
+    let r = c.rust.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    r.ok_or_else(|| {
+        v.fail(
+            libc::EINVAL,
+            &"the ID is not bound to a device yet (rdma_bind_addr or rdma_resolve_addr first)",
+        )
+    })
+}
+
+/// Copies the ID's addresses into `id->route.addr`.
+pub(super) fn fill_route(c: &mut IdC, r: &CmId) {
+    if let Some(a) = r.local_addr() {
+        to_sockaddr(a, &mut c.id.route.addr.src);
+        c.id.route.addr.ib.sgid.raw = gid_of_ip(a.ip()).octets();
+    }
+    if let Some(a) = r.peer_addr() {
+        to_sockaddr(a, &mut c.id.route.addr.dst);
+        c.id.route.addr.ib.dgid.raw = gid_of_ip(a.ip()).octets();
+    }
+    c.id.route.addr.ib.pkey = 0xFFFFu16.to_be();
+}
+
+/// Gives the ID's Rust side the options set on it (`rdma_set_option`).
+pub(super) fn apply_options(c: &IdC, r: &CmId) -> softrdma::Result<()> {
+    if let Some(t) = c.tos {
+        r.set_tos(t);
+    }
+    match c.ack_timeout {
+        Some(t) => r.set_ack_timeout(t),
+        None => Ok(()),
+    }
+}
+
+/// Acks a synchronous ID's current event (librdmacm keeps it in `id->event` until the
+/// ID's next verb, or its destruction), if it has one.
+pub(super) fn ack_own_event(c: &mut IdC) {
+    if c.own_chan.is_some() && !c.id.event.is_null() {
+        // SAFETY: the ID's own event, acked once (the pointer is cleared).
+        unsafe { ack(c.id.event) };
+        c.id.event = null_mut();
+    }
+}
+
+/// Destroys the CQs (and their channels) `rdma_create_qp` made for the ID.
+pub(super) fn destroy_own_cqs(c: &mut IdC) {
+    for cq in c.own_cqs.drain(..) {
+        // SAFETY: a CQ this library made for the ID, destroyed once, its QP gone.
+        unsafe { crate::cq::ibv_destroy_cq(cq) };
+    }
+    for ch in c.own_cq_chans.drain(..) {
+        // SAFETY: a channel this library made for the ID, its CQ gone.
+        unsafe { crate::cq::ibv_destroy_comp_channel(ch) };
+    }
+    c.id.send_cq_channel = null_mut();
+    c.id.recv_cq_channel = null_mut();
+}
+
+/// Frees an event handed out for an ID and counts its ack, which the destruction of its
+/// ID waits for.
+///
+/// # Safety
+/// `event` is an event of this library, acked once.
+pub(super) unsafe fn ack(event: *mut rdma_cm_event) {
+    // SAFETY: made by convert, freed once.
+    let e = unsafe { EventC::free(event) };
+    // SAFETY: the owner is live: its destruction waits for this ack.
+    let owner = unsafe { &*e.owner };
+    lock(&owner.acks).completed += 1;
+    owner.acked.notify_all();
+}
+
+/// `rdma_create_event_channel`.
+pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
+    entry("rdma_create_event_channel", Ret::NULL, |v| {
+        Ok(ChanC::new(v)?.into_c())
+    })
+}
+
+/// `rdma_destroy_event_channel`.
+///
+/// # Safety
+/// `ch` must be a channel this library made, with no ID left on it.
+pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
+    entry("rdma_destroy_event_channel", Ret::VOID, |_| {
+        if !ch.is_null() {
+            // SAFETY: made by rdma_create_event_channel, destroyed once.
+            drop(unsafe { ChanC::free(ch) });
+        }
+        Ok(())
+    })
+}
+
+/// `rdma_create_id`: an ID on `channel` (or on a channel of its own when NULL, as
+/// librdmacm makes for synchronous IDs).
+///
+/// # Safety
+/// `channel` NULL or a channel of this library; `id` a valid pointer.
+pub unsafe extern "C" fn rdma_create_id(
+    channel: *mut rdma_event_channel,
+    id: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: c_int,
+) -> c_int {
+    entry("rdma_create_id", Ret::MINUS_ONE, |v| {
+        v.ensure(!id.is_null(), libc::EINVAL, &"NULL id")?;
+        v.ensure(
+            port_space(ps).is_some(),
+            libc::EINVAL,
+            &format_args!("port space {ps:#x} (RDMA_PS_TCP, _UDP or _IB)"),
+        )?;
+        let own_chan = if channel.is_null() {
+            Some(Box::new(ChanC::new(v)?))
+        } else {
+            None
+        };
+        // SAFETY: rdma_cm_id is pointers, ints and sockaddrs: all-zero is valid.
+        let mut raw: rdma_cm_id = unsafe { std::mem::zeroed() };
+        raw.channel = match &own_chan {
+            Some(c) => (&raw const c.ch).cast_mut(),
+            None => channel,
+        };
+        raw.context = context;
+        raw.ps = ps;
+        // librdmacm's ucma_get_qp_type: UD for the UDP port space, RC otherwise.
+        raw.qp_type = if ps == RDMA_PS_UDP {
+            IBV_QPT_UD
+        } else {
+            IBV_QPT_RC
+        };
+        let c = IdC::boxed(raw, own_chan);
+        // SAFETY: the caller's pointer.
+        unsafe { *id = c.cast() };
+        Ok(0)
+    })
+}
+
+/// `rdma_destroy_id`: its connection ends (a DREQ, or a REJ while it forms); events still
+/// queued for it are dropped. As librdmacm's, it waits until every event handed out for
+/// the ID is acked (a synchronous ID's own event is acked here).
+///
+/// # Safety
+/// `id` must be an ID of this library, not used again.
+pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+    entry("rdma_destroy_id", Ret::MINUS_ONE, |v| {
+        v.ensure(!id.is_null(), libc::EINVAL, &"NULL id")?;
+        {
+            // No event finds the ID from here on (see LIVE).
+            let _unhook = LIVE.write().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: a live IdC of this library.
+            let c = unsafe { IdC::from_ptr(id) };
+            if let Some(r) = lock(&c.rust).as_ref() {
+                r.set_user(0);
+            }
+            for r in lock(&c.also).iter() {
+                r.set_user(0);
+            }
+        }
+        // SAFETY: a live IdC; its own event is this thread's to ack.
+        ack_own_event(unsafe { IdC::from_ptr_mut(id) });
+        {
+            // SAFETY: a live IdC: it is freed only below.
+            let c = unsafe { IdC::from_ptr(id) };
+            let mut a = lock(&c.acks);
+            while a.completed < a.reported {
+                a = c.acked.wait(a).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        super::ports::release(id as usize);
+        // SAFETY: made by rdma_create_id or an event, destroyed once, its events acked.
+        let mut c = unsafe { IdC::free(id) };
+        if c.id.qp.is_null() {
+            destroy_own_cqs(&mut c);
+        }
+        // The connection ends as its Rust side drops (a DREQ, or a REJ).
+        lock(&c.rust).take();
+        lock(&c.also).clear();
+        Ok(0)
+    })
+}
