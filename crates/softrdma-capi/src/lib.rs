@@ -36,15 +36,10 @@
 //! registered memory, the application's own, in place.
 
 pub mod abi;
-mod cq;
-mod device;
-mod events;
 mod ffi;
-mod mr;
-mod qp;
 mod rdmacm;
-mod stubs;
 mod symbols;
+mod verbs;
 
 /// The C ABI this library speaks: rdma-core 44's `libibverbs.so.1` (up to its newest
 /// version node, and the provider ABI that rdma-core's own providers check) and

@@ -81,55 +81,77 @@ macro_rules! export {
 }
 
 symver! {
-    "IBVERBS_1.0": stubs::ibv_copy_path_rec_from_kern stubs::ibv_copy_path_rec_to_kern
-        stubs::ibv_copy_qp_attr_from_kern cq::ibv_create_comp_channel
-        cq::ibv_destroy_comp_channel device::ibv_get_sysfs_path events::ibv_rate_to_mult
-        device::ibv_read_sysfs_file events::mult_to_ibv_rate;
-    "IBVERBS_1.1": events::ibv_ack_async_event cq::ibv_ack_cq_events mr::ibv_alloc_pd
-        qp::ibv_attach_mcast device::ibv_close_device stubs::ibv_copy_ah_attr_from_kern
-        mr::ibv_create_ah mr::ibv_create_ah_from_wc cq::ibv_create_cq qp::ibv_create_qp
-        qp::ibv_create_srq mr::ibv_dealloc_pd mr::ibv_dereg_mr mr::ibv_destroy_ah
-        cq::ibv_destroy_cq qp::ibv_destroy_qp qp::ibv_destroy_srq qp::ibv_detach_mcast
-        events::ibv_dofork_range events::ibv_dontfork_range events::ibv_event_type_str
-        events::ibv_fork_init device::ibv_free_device_list events::ibv_get_async_event
-        cq::ibv_get_cq_event device::ibv_get_device_guid device::ibv_get_device_list
-        device::ibv_get_device_name mr::ibv_init_ah_from_wc qp::ibv_modify_qp qp::ibv_modify_srq
-        events::ibv_node_type_str device::ibv_open_device events::ibv_port_state_str
-        device::ibv_query_device device::ibv_query_gid device::ibv_query_pkey
-        device::ibv_query_port qp::ibv_query_qp qp::ibv_query_srq events::ibv_rate_to_mbps
-        mr::ibv_reg_mr mr::ibv_rereg_mr cq::ibv_resize_cq stubs::ibv_resolve_eth_l2_from_gid
-        events::ibv_wc_status_str events::mbps_to_ibv_rate;
-    "IBVERBS_1.5": device::ibv_get_pkey_index;
-    "IBVERBS_1.6": qp::ibv_qp_to_qp_ex;
-    "IBVERBS_1.7": mr::ibv_reg_mr_iova;
-    "IBVERBS_1.8": mr::ibv_reg_mr_iova2;
-    "IBVERBS_1.9": device::ibv_get_device_index;
-    "IBVERBS_1.10": stubs::ibv_import_device stubs::ibv_import_mr stubs::ibv_import_pd
-        stubs::ibv_query_ece stubs::ibv_set_ece stubs::ibv_unimport_mr stubs::ibv_unimport_pd;
-    "IBVERBS_1.11": device::_ibv_query_gid_ex device::_ibv_query_gid_table;
-    "IBVERBS_1.12": stubs::ibv_reg_dmabuf_mr;
-    "IBVERBS_1.13": stubs::ibv_import_dm events::ibv_is_fork_initialized stubs::ibv_unimport_dm;
-    "IBVERBS_1.14": stubs::ibv_query_qp_data_in_order;
-    "IBVERBS_PRIVATE_34": device::ibv_query_gid_type;
-    "RDMACM_1.0": rdmacm::unsupported::raccept rdmacm::unsupported::rbind rdmacm::unsupported::rclose rdmacm::unsupported::rconnect rdmacm::conn::rdma_accept
-        rdmacm::event::rdma_ack_cm_event rdmacm::conn::rdma_bind_addr rdmacm::conn::rdma_connect rdmacm::ep::rdma_create_ep
-        rdmacm::id::rdma_create_event_channel rdmacm::id::rdma_create_id rdmacm::qp::rdma_create_qp
-        rdmacm::qp::rdma_create_qp_ex rdmacm::qp::rdma_create_srq rdmacm::qp::rdma_create_srq_ex rdmacm::ep::rdma_destroy_ep
-        rdmacm::id::rdma_destroy_event_channel rdmacm::id::rdma_destroy_id rdmacm::qp::rdma_destroy_qp
-        rdmacm::qp::rdma_destroy_srq rdmacm::conn::rdma_disconnect rdmacm::event::rdma_event_str
-        rdmacm::device::rdma_free_devices rdmacm::addrinfo::rdma_freeaddrinfo rdmacm::event::rdma_get_cm_event
-        rdmacm::device::rdma_get_devices rdmacm::conn::rdma_get_dst_port rdmacm::ep::rdma_get_request
-        rdmacm::conn::rdma_get_src_port rdmacm::addrinfo::rdma_getaddrinfo rdmacm::mcast::rdma_join_multicast
-        rdmacm::mcast::rdma_leave_multicast rdmacm::conn::rdma_listen rdmacm::ep::rdma_migrate_id rdmacm::conn::rdma_notify
-        rdmacm::conn::rdma_reject rdmacm::conn::rdma_resolve_addr rdmacm::conn::rdma_resolve_route rdmacm::conn::rdma_set_option
-        rdmacm::unsupported::rfcntl rdmacm::unsupported::rgetpeername rdmacm::unsupported::rgetsockname rdmacm::unsupported::rgetsockopt
-        rdmacm::unsupported::riomap rdmacm::unsupported::riounmap rdmacm::unsupported::riowrite rdmacm::unsupported::rlisten rdmacm::unsupported::rpoll
-        rdmacm::unsupported::rread rdmacm::unsupported::rreadv rdmacm::unsupported::rrecv rdmacm::unsupported::rrecvfrom rdmacm::unsupported::rrecvmsg
-        rdmacm::unsupported::rselect rdmacm::unsupported::rsend rdmacm::unsupported::rsendmsg rdmacm::unsupported::rsendto rdmacm::unsupported::rsetsockopt
-        rdmacm::unsupported::rshutdown rdmacm::unsupported::rsocket rdmacm::unsupported::rwrite rdmacm::unsupported::rwritev;
+    "IBVERBS_1.0": verbs::unsupported::ibv_copy_path_rec_from_kern
+        verbs::unsupported::ibv_copy_path_rec_to_kern
+        verbs::unsupported::ibv_copy_qp_attr_from_kern verbs::cq::ibv_create_comp_channel
+        verbs::cq::ibv_destroy_comp_channel verbs::sysfs::ibv_get_sysfs_path
+        verbs::strings::ibv_rate_to_mult verbs::sysfs::ibv_read_sysfs_file
+        verbs::strings::mult_to_ibv_rate;
+    "IBVERBS_1.1": verbs::async_event::ibv_ack_async_event verbs::cq::ibv_ack_cq_events
+        verbs::pd::ibv_alloc_pd verbs::mcast::ibv_attach_mcast verbs::device::ibv_close_device
+        verbs::unsupported::ibv_copy_ah_attr_from_kern verbs::ah::ibv_create_ah
+        verbs::ah::ibv_create_ah_from_wc verbs::cq::ibv_create_cq verbs::qp::ibv_create_qp
+        verbs::srq::ibv_create_srq verbs::pd::ibv_dealloc_pd verbs::mr::ibv_dereg_mr
+        verbs::ah::ibv_destroy_ah verbs::cq::ibv_destroy_cq verbs::qp::ibv_destroy_qp
+        verbs::srq::ibv_destroy_srq verbs::mcast::ibv_detach_mcast verbs::fork::ibv_dofork_range
+        verbs::fork::ibv_dontfork_range verbs::strings::ibv_event_type_str
+        verbs::fork::ibv_fork_init verbs::device::ibv_free_device_list
+        verbs::async_event::ibv_get_async_event verbs::cq::ibv_get_cq_event
+        verbs::device::ibv_get_device_guid verbs::device::ibv_get_device_list
+        verbs::device::ibv_get_device_name verbs::ah::ibv_init_ah_from_wc
+        verbs::qp_attr::ibv_modify_qp verbs::srq::ibv_modify_srq
+        verbs::strings::ibv_node_type_str verbs::device::ibv_open_device
+        verbs::strings::ibv_port_state_str verbs::query::ibv_query_device
+        verbs::query::ibv_query_gid verbs::query::ibv_query_pkey verbs::query::ibv_query_port
+        verbs::qp_attr::ibv_query_qp verbs::srq::ibv_query_srq verbs::strings::ibv_rate_to_mbps
+        verbs::mr::ibv_reg_mr verbs::mr::ibv_rereg_mr verbs::cq::ibv_resize_cq
+        verbs::unsupported::ibv_resolve_eth_l2_from_gid verbs::strings::ibv_wc_status_str
+        verbs::strings::mbps_to_ibv_rate;
+    "IBVERBS_1.5": verbs::query::ibv_get_pkey_index;
+    "IBVERBS_1.6": verbs::qp::ibv_qp_to_qp_ex;
+    "IBVERBS_1.7": verbs::mr::ibv_reg_mr_iova;
+    "IBVERBS_1.8": verbs::mr::ibv_reg_mr_iova2;
+    "IBVERBS_1.9": verbs::device::ibv_get_device_index;
+    "IBVERBS_1.10": verbs::unsupported::ibv_import_device verbs::unsupported::ibv_import_mr
+        verbs::unsupported::ibv_import_pd verbs::unsupported::ibv_query_ece
+        verbs::unsupported::ibv_set_ece verbs::unsupported::ibv_unimport_mr
+        verbs::unsupported::ibv_unimport_pd;
+    "IBVERBS_1.11": verbs::query::_ibv_query_gid_ex verbs::query::_ibv_query_gid_table;
+    "IBVERBS_1.12": verbs::unsupported::ibv_reg_dmabuf_mr;
+    "IBVERBS_1.13": verbs::unsupported::ibv_import_dm verbs::fork::ibv_is_fork_initialized
+        verbs::unsupported::ibv_unimport_dm;
+    "IBVERBS_1.14": verbs::unsupported::ibv_query_qp_data_in_order;
+    "IBVERBS_PRIVATE_34": verbs::query::ibv_query_gid_type;
+    "RDMACM_1.0": rdmacm::unsupported::raccept rdmacm::unsupported::rbind
+        rdmacm::unsupported::rclose rdmacm::unsupported::rconnect rdmacm::conn::rdma_accept
+        rdmacm::event::rdma_ack_cm_event rdmacm::conn::rdma_bind_addr rdmacm::conn::rdma_connect
+        rdmacm::ep::rdma_create_ep rdmacm::id::rdma_create_event_channel
+        rdmacm::id::rdma_create_id rdmacm::qp::rdma_create_qp rdmacm::qp::rdma_create_qp_ex
+        rdmacm::qp::rdma_create_srq rdmacm::qp::rdma_create_srq_ex rdmacm::ep::rdma_destroy_ep
+        rdmacm::id::rdma_destroy_event_channel rdmacm::id::rdma_destroy_id
+        rdmacm::qp::rdma_destroy_qp rdmacm::qp::rdma_destroy_srq rdmacm::conn::rdma_disconnect
+        rdmacm::event::rdma_event_str rdmacm::device::rdma_free_devices
+        rdmacm::addrinfo::rdma_freeaddrinfo rdmacm::event::rdma_get_cm_event
+        rdmacm::device::rdma_get_devices rdmacm::conn::rdma_get_dst_port
+        rdmacm::ep::rdma_get_request rdmacm::conn::rdma_get_src_port
+        rdmacm::addrinfo::rdma_getaddrinfo rdmacm::mcast::rdma_join_multicast
+        rdmacm::mcast::rdma_leave_multicast rdmacm::conn::rdma_listen
+        rdmacm::ep::rdma_migrate_id rdmacm::conn::rdma_notify rdmacm::conn::rdma_reject
+        rdmacm::conn::rdma_resolve_addr rdmacm::conn::rdma_resolve_route
+        rdmacm::conn::rdma_set_option rdmacm::unsupported::rfcntl
+        rdmacm::unsupported::rgetpeername rdmacm::unsupported::rgetsockname
+        rdmacm::unsupported::rgetsockopt rdmacm::unsupported::riomap
+        rdmacm::unsupported::riounmap rdmacm::unsupported::riowrite rdmacm::unsupported::rlisten
+        rdmacm::unsupported::rpoll rdmacm::unsupported::rread rdmacm::unsupported::rreadv
+        rdmacm::unsupported::rrecv rdmacm::unsupported::rrecvfrom rdmacm::unsupported::rrecvmsg
+        rdmacm::unsupported::rselect rdmacm::unsupported::rsend rdmacm::unsupported::rsendmsg
+        rdmacm::unsupported::rsendto rdmacm::unsupported::rsetsockopt
+        rdmacm::unsupported::rshutdown rdmacm::unsupported::rsocket rdmacm::unsupported::rwrite
+        rdmacm::unsupported::rwritev;
     "RDMACM_1.1": rdmacm::mcast::rdma_join_multicast_ex;
     "RDMACM_1.2": rdmacm::conn::rdma_establish rdmacm::qp::rdma_init_qp_attr;
-    "RDMACM_1.3": rdmacm::conn::rdma_get_remote_ece rdmacm::conn::rdma_reject_ece rdmacm::conn::rdma_set_local_ece;
+    "RDMACM_1.3": rdmacm::conn::rdma_get_remote_ece rdmacm::conn::rdma_reject_ece
+        rdmacm::conn::rdma_set_local_ece;
 }
 
 #[cfg(test)]

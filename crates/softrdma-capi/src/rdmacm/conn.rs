@@ -8,8 +8,8 @@ use super::id::{
     ChanC, IdC, ack_own_event, apply_options, fill_route, lock, made, port_space, rust_id,
 };
 use crate::abi::*;
-use crate::device::SoftContext;
 use crate::ffi::{Failed, Object, Ret, Verb, copy_bytes, entry, from_sockaddr};
+use crate::verbs::context::SoftContext;
 use softrdma::cm::{CmId, ConnParam, PeerParam, PortSpace};
 use std::ffi::{c_int, c_void};
 use std::net::{IpAddr, SocketAddr};
@@ -206,7 +206,7 @@ fn listen_elsewhere(
     let chan = unsafe { ChanC::from_ptr(c.id.channel) };
     let ps = port_space(c.id.ps).unwrap_or(PortSpace::Tcp);
     let mut also = Vec::new();
-    for (i, d) in crate::device::devices().iter().enumerate() {
+    for (i, d) in crate::verbs::context::devices().iter().enumerate() {
         let ip = d.info.addr.to_canonical();
         let fits = if v6 {
             !c.afonly || ip.is_ipv6()

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 /// closed: librdmacm keeps its devices open too).
 pub(super) fn cm_context(index: usize) -> *mut ibv_context {
     static OPEN: Mutex<Vec<(u32, usize, usize)>> = Mutex::new(Vec::new());
-    let generation = crate::device::generation();
+    let generation = crate::verbs::fork::generation();
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, _, c)) = open
         .iter()
@@ -22,11 +22,11 @@ pub(super) fn cm_context(index: usize) -> *mut ibv_context {
     {
         return *c as *mut ibv_context;
     }
-    let Some(d) = crate::device::devices().get(index) else {
+    let Some(d) = crate::verbs::context::devices().get(index) else {
         return null_mut();
     };
     // SAFETY: a device of this process's list.
-    let ctx = unsafe { crate::device::ibv_open_device((&raw const d.dev).cast_mut()) };
+    let ctx = unsafe { crate::verbs::device::ibv_open_device((&raw const d.dev).cast_mut()) };
     if !ctx.is_null() {
         open.push((generation, index, ctx as usize));
     }
@@ -36,7 +36,7 @@ pub(super) fn cm_context(index: usize) -> *mut ibv_context {
 /// The device for an address: the one that has it; for 0.0.0.0 the first IPv4 device
 /// (else the first); for `::` or no address, the first.
 pub(super) fn device_for(ip: Option<IpAddr>) -> Option<usize> {
-    let devs = crate::device::devices();
+    let devs = crate::verbs::context::devices();
     match ip {
         Some(IpAddr::V4(v4)) if v4.is_unspecified() => devs
             .iter()
@@ -60,16 +60,17 @@ pub(super) fn device_for(ip: Option<IpAddr>) -> Option<usize> {
 /// Only `localhost` itself: the rest of 127.0.0.0/8 names softrdma devices, which may be
 /// another process's (each a host of its own), not this one.
 pub(super) fn loopback_device(ip: IpAddr) -> Option<IpAddr> {
-    let devs = crate::device::devices();
+    let devs = crate::verbs::context::devices();
     let ip = ip.to_canonical();
     let localhost =
         ip == IpAddr::V4(std::net::Ipv4Addr::LOCALHOST) || ip == IpAddr::V6(Ipv6Addr::LOCALHOST);
     if !localhost || devs.iter().any(|d| d.info.addr.to_canonical() == ip) {
         return None;
     }
-    let on_lo = |d: &&crate::device::SoftDevice| d.info.addr.to_canonical().is_loopback();
-    let family =
-        |d: &&crate::device::SoftDevice| d.info.addr.to_canonical().is_ipv4() == ip.is_ipv4();
+    let on_lo = |d: &&crate::verbs::context::SoftDevice| d.info.addr.to_canonical().is_loopback();
+    let family = |d: &&crate::verbs::context::SoftDevice| {
+        d.info.addr.to_canonical().is_ipv4() == ip.is_ipv4()
+    };
     devs.iter()
         .find(|d| on_lo(d) && family(d))
         .or_else(|| devs.iter().find(|d| on_lo(d)))
@@ -80,7 +81,7 @@ pub(super) fn loopback_device(ip: IpAddr) -> Option<IpAddr> {
 /// The context the CM keeps open for `id`'s device.
 pub(super) fn context_of(id: &CmId) -> Option<*mut ibv_context> {
     let addr = id.context().addr();
-    let i = crate::device::devices()
+    let i = crate::verbs::context::devices()
         .iter()
         .position(|d| d.info.addr == addr)?;
     let ctx = cm_context(i);
@@ -91,16 +92,16 @@ pub(super) fn context_of(id: &CmId) -> Option<*mut ibv_context> {
 /// `softrdma::config::route_device`); `None` when no device is on that route (or the
 /// kernel has none to `dst`).
 pub(super) fn route_source_device(dst: IpAddr) -> Option<IpAddr> {
-    let devs = crate::device::devices();
+    let devs = crate::verbs::context::devices();
     let infos: Vec<softrdma::config::DeviceInfo> = devs.iter().map(|d| d.info.clone()).collect();
     softrdma::config::route_device(&infos, dst).map(|i| infos[i].addr)
 }
 
-/// The PD the CM gives each context (`crate::mr::library_pd`): every ID on the device has
+/// The PD the CM gives each context (`crate::verbs::pd::library_pd`): every ID on the device has
 /// it as `id->pd` until a QP of the caller's PD replaces it, and QPs created without a PD
 /// use it.
 pub(super) fn default_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
-    crate::mr::library_pd(ctx)
+    crate::verbs::pd::library_pd(ctx)
 }
 
 /// `rdma_get_devices`: a NULL-terminated array of the contexts the connection manager
@@ -109,7 +110,7 @@ pub(super) fn default_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
 /// verbs provider frees the array and goes on using the contexts for its domains.
 pub unsafe extern "C" fn rdma_get_devices(num: *mut c_int) -> *mut *mut crate::abi::ibv_context {
     entry("rdma_get_devices", Ret::NULL, |v| {
-        let count = crate::device::devices().len();
+        let count = crate::verbs::context::devices().len();
         let open: Vec<_> = (0..count)
             .map(cm_context)
             .filter(|c| !c.is_null())

@@ -5,8 +5,8 @@
 use super::device::{context_of, default_pd};
 use super::id::{ChanC, EventC, IdC, LIVE, ack, ack_own_event, fill_route, lock};
 use crate::abi::*;
-use crate::device::SoftContext;
 use crate::ffi::{Failed, Object, Ret, Verb, entry};
+use crate::verbs::context::SoftContext;
 use softrdma::cm::{CmEventKind, EventChannel};
 use std::ffi::{c_char, c_int, c_void};
 use std::net::IpAddr;
@@ -232,7 +232,7 @@ fn ud_ah_attr(soft: &SoftContext, peer: Option<IpAddr>) -> ibv_ah_attr {
     a.port_num = 1;
     a.grh.hop_limit = 64;
     if let Some(peer) = peer {
-        a.grh.dgid.raw = crate::mr::gid_of_ip(peer).octets();
+        a.grh.dgid.raw = crate::verbs::context::gid_of_ip(peer).octets();
         a.grh.sgid_index = soft.gid_index(soft.ctx.addr()).unwrap_or(0) as u8;
     }
     a

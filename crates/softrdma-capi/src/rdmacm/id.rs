@@ -5,9 +5,9 @@
 
 use super::device::{cm_context, default_pd, device_for};
 use crate::abi::*;
-use crate::device::SoftContext;
 use crate::ffi::{Failed, Object, Ret, Verb, entry, to_sockaddr};
-use crate::mr::gid_of_ip;
+use crate::verbs::context::SoftContext;
+use crate::verbs::context::gid_of_ip;
 use softrdma::cm::{CmId, EventChannel, PeerParam, PortSpace};
 use std::ffi::{c_int, c_void};
 use std::net::IpAddr;
@@ -239,11 +239,11 @@ pub(super) fn ack_own_event(c: &mut IdC) {
 pub(super) fn destroy_own_cqs(c: &mut IdC) {
     for cq in c.own_cqs.drain(..) {
         // SAFETY: a CQ this library made for the ID, destroyed once, its QP gone.
-        unsafe { crate::cq::ibv_destroy_cq(cq) };
+        unsafe { crate::verbs::cq::ibv_destroy_cq(cq) };
     }
     for ch in c.own_cq_chans.drain(..) {
         // SAFETY: a channel this library made for the ID, its CQ gone.
-        unsafe { crate::cq::ibv_destroy_comp_channel(ch) };
+        unsafe { crate::verbs::cq::ibv_destroy_comp_channel(ch) };
     }
     c.id.send_cq_channel = null_mut();
     c.id.recv_cq_channel = null_mut();

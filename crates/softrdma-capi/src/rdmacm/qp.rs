@@ -5,9 +5,9 @@
 use super::device::default_pd;
 use super::id::{IdC, destroy_own_cqs, lock, made};
 use crate::abi::*;
-use crate::device::SoftContext;
 use crate::ffi::{Failed, Object, Ret, Verb, entry};
-use crate::qp::SoftQp;
+use crate::verbs::context::SoftContext;
+use crate::verbs::objects::SoftQp;
 use std::ffi::c_int;
 use std::ptr::null_mut;
 
@@ -44,7 +44,7 @@ pub unsafe extern "C" fn rdma_create_qp(
                 // As librdmacm's ucma_create_cqs: each with a completion channel, and the
                 // ID as its context (rdma_get_recv_comp asserts both).
                 // SAFETY: the ID's context.
-                let ch = unsafe { crate::cq::ibv_create_comp_channel(c.id.verbs) };
+                let ch = unsafe { crate::verbs::cq::ibv_create_comp_channel(c.id.verbs) };
                 if ch.is_null() {
                     destroy_own_cqs(c);
                     return Err(Failed::recorded());
@@ -57,7 +57,7 @@ pub unsafe extern "C" fn rdma_create_qp(
                 }
                 // SAFETY: the ID's context and the channel just made.
                 let made = unsafe {
-                    crate::cq::ibv_create_cq(
+                    crate::verbs::cq::ibv_create_cq(
                         c.id.verbs,
                         depth.max(1) as c_int,
                         (c as *mut IdC).cast(),
@@ -75,7 +75,7 @@ pub unsafe extern "C" fn rdma_create_qp(
         }
 
         // SAFETY: the PD and the caller's attributes.
-        let qp = unsafe { crate::qp::ibv_create_qp(pd, attr) };
+        let qp = unsafe { crate::verbs::qp::ibv_create_qp(pd, attr) };
         if qp.is_null() {
             destroy_own_cqs(c);
             return Err(Failed::recorded());
@@ -85,7 +85,7 @@ pub unsafe extern "C" fn rdma_create_qp(
         if let Err(e) = r.attach_qp(&soft.inner) {
             let f = v.error(&e);
             // SAFETY: just made, not handed out.
-            unsafe { crate::qp::ibv_destroy_qp(qp) };
+            unsafe { crate::verbs::qp::ibv_destroy_qp(qp) };
             destroy_own_cqs(c);
             return Err(f);
         }
@@ -147,7 +147,7 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
         }
         if !c.id.qp.is_null() {
             // SAFETY: the QP rdma_create_qp made, destroyed once.
-            unsafe { crate::qp::ibv_destroy_qp(c.id.qp) };
+            unsafe { crate::verbs::qp::ibv_destroy_qp(c.id.qp) };
             c.id.qp = null_mut();
         }
         destroy_own_cqs(c);
@@ -247,7 +247,7 @@ unsafe fn create_srq(
     let pd = id_pd(c, pd);
     v.ensure(!pd.is_null(), libc::EINVAL, &"no PD")?;
     // SAFETY: a PD of this library and the caller's attributes.
-    let srq = unsafe { crate::qp::ibv_create_srq(pd, attr) };
+    let srq = unsafe { crate::verbs::srq::ibv_create_srq(pd, attr) };
     if srq.is_null() {
         return Err(Failed::recorded());
     }
@@ -269,7 +269,7 @@ pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
         let c = unsafe { IdC::from_ptr_mut(id) };
         if !c.id.srq.is_null() {
             // SAFETY: the SRQ rdma_create_srq made, destroyed once.
-            unsafe { crate::qp::ibv_destroy_srq(c.id.srq.cast()) };
+            unsafe { crate::verbs::srq::ibv_destroy_srq(c.id.srq.cast()) };
             c.id.srq = null_mut();
         }
         Ok(())
@@ -306,10 +306,10 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
         let a = v.check(r.init_qp_attr(state))?;
         // SAFETY: the ID's context is this library's.
         let soft = unsafe { SoftContext::from_ptr(c.id.verbs) };
-        let (out, m) = crate::qp::to_ibv_qp_attr(&a, soft);
+        let (out, m) = crate::verbs::qp_attr::to_ibv_qp_attr(&a, soft);
         // SAFETY: the caller's writable attributes and mask.
         unsafe {
-            crate::qp::write_qp_attr(qp_attr, &out);
+            crate::verbs::qp_attr::write_qp_attr(qp_attr, &out);
             *mask = m;
         }
         Ok(0)

@@ -6,61 +6,15 @@
 //! poll (`ibv_start_poll` ... `ibv_end_poll`) keeps the current completion in `cur`, a
 //! lock that only that CQ's poller takes.
 
+use super::context::{SoftContext, live, own, to_destroy};
+use super::objects::{SoftChannel, SoftCq, next_handle};
 use crate::abi::*;
-use crate::device::{OfContext, SoftContext, live, own, to_destroy};
 use crate::ffi::{Failed, Object, Ret, Users, Verb, entry};
-use crate::mr::next_handle;
-use softrdma::{Completion, CompletionChannel, CompletionQueue, WcFlags};
+use softrdma::{Completion, WcFlags};
 use std::ffi::{c_int, c_uint, c_void};
 use std::ptr::null_mut;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// A completion channel: the public struct, then softrdma's channel (an eventfd).
-#[repr(C)]
-pub(crate) struct SoftChannel {
-    pub ch: ibv_comp_channel,
-    pub inner: CompletionChannel,
-    /// CQs that report to it.
-    pub users: Users,
-}
-
-// SAFETY: repr(C), the public struct first.
-unsafe impl Object for SoftChannel {
-    type C = ibv_comp_channel;
-    const WHAT: &'static str = "channel";
-}
-
-// SAFETY: `ibv_comp_channel` begins with its context.
-unsafe impl OfContext for SoftChannel {}
-
-/// A CQ: the public `ibv_cq_ex`, then softrdma's.
-#[repr(C)]
-pub(crate) struct SoftCq {
-    pub cq: ibv_cq_ex,
-    pub inner: CompletionQueue,
-    /// The completion an extended poll is on, with its timestamps (monotonic and wall
-    /// clock, nanoseconds) when the CQ reports them.
-    cur: Mutex<Option<(Completion, u64, u64)>>,
-    /// Whether the CQ reports timestamps (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP*`).
-    stamps: bool,
-    /// QPs that complete into it.
-    pub users: Users,
-    /// Whether its overflow was reported (`IBV_EVENT_CQ_ERR` names the CQ once).
-    pub error_reported: AtomicBool,
-    /// The `sl` of its UD receives (see [`roce_sl`]).
-    grh_sl: u8,
-}
-
-// SAFETY: repr(C), the public struct first (an `ibv_cq_ex`, which begins with the
-// `ibv_cq`).
-unsafe impl Object for SoftCq {
-    type C = ibv_cq;
-    const WHAT: &'static str = "CQ";
-}
-
-// SAFETY: `ibv_cq` begins with its context.
-unsafe impl OfContext for SoftCq {}
 
 /// `ibv_create_comp_channel`.
 pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut ibv_comp_channel {

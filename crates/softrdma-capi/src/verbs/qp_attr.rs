@@ -1,0 +1,283 @@
+//! A QP's attributes: `ibv_modify_qp` (the `IBV_QP_*` attributes it names, checked by the
+//! engine against the transition table) and `ibv_query_qp`, with the conversions of
+//! `ibv_qp_attr` both ways that the connection manager's `rdma_init_qp_attr` uses too.
+
+use super::ah::ah_path;
+use super::context::{SoftContext, gid_of_ip, own};
+use super::objects::SoftQp;
+use crate::abi::*;
+use crate::ffi::{Object, Ret, entry};
+use softrdma::{AccessFlags, AddressVector, Mtu, Psn, QpAttr, QpState, Qpn};
+use std::ffi::c_int;
+use std::net::IpAddr;
+
+fn qp_state(s: c_int) -> Option<QpState> {
+    Some(match s {
+        IBV_QPS_RESET => QpState::Reset,
+        IBV_QPS_INIT => QpState::Init,
+        IBV_QPS_RTR => QpState::Rtr,
+        IBV_QPS_RTS => QpState::Rts,
+        IBV_QPS_SQD => QpState::Sqd,
+        IBV_QPS_SQE => QpState::Sqe,
+        IBV_QPS_ERR => QpState::Error,
+        _ => return None,
+    })
+}
+
+fn mtu(m: c_int) -> Option<Mtu> {
+    Some(match m {
+        1 => Mtu::M256,
+        2 => Mtu::M512,
+        3 => Mtu::M1024,
+        4 => Mtu::M2048,
+        5 => Mtu::M4096,
+        _ => return None,
+    })
+}
+
+/// Writes `o` to the caller's `ibv_qp_attr` up to `rate_limit`, which is not written:
+/// programs built against rdma-core 12 and older pass a struct that ends before it, and
+/// rdma-core never fills it in a query either.
+///
+/// # Safety
+/// `attr` points to a writable `ibv_qp_attr` of at least that old size.
+pub(crate) unsafe fn write_qp_attr(attr: *mut ibv_qp_attr, o: &ibv_qp_attr) {
+    let n = std::mem::offset_of!(ibv_qp_attr, rate_limit);
+    // SAFETY: `n` bytes of `o` into the caller's struct, which has them (per the contract).
+    unsafe {
+        std::ptr::copy_nonoverlapping((o as *const ibv_qp_attr).cast::<u8>(), attr.cast::<u8>(), n)
+    };
+}
+
+/// The local address of GID `index` of the context's table: the device's one address,
+/// whichever GID names it (the packets' IP source, which their ICRC covers).
+fn gid_addr(soft: &SoftContext, index: usize) -> Option<IpAddr> {
+    (index < soft.ctx.gids().len()).then(|| soft.ctx.addr())
+}
+
+/// `ibv_modify_qp`: the attributes `mask` names, checked by the engine against the
+/// transition table of IBTA 11.2.5.2 (EINVAL for one it does not allow).
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    entry("ibv_modify_qp", Ret::ERRNO, |v| {
+        v.ensure(
+            !qp.is_null() && !attr.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
+        // SAFETY: a QP the caller got from this library.
+        let q = unsafe { own::<SoftQp>(v, qp) }?;
+        // SAFETY: the caller's attr.
+        let a = unsafe { &*attr };
+        let has = |bit: c_int| mask & bit != 0;
+        // The attributes up to IBV_QP_DEST_QPN, and a rate limit of 0 (none).
+        let known = (IBV_QP_DEST_QPN << 1) - 1;
+        v.ensure(
+            mask & !known & !IBV_QP_RATE_LIMIT == 0
+                && !(has(IBV_QP_RATE_LIMIT) && a.rate_limit != 0),
+            libc::EOPNOTSUPP,
+            &format_args!(
+                "attr_mask {:#x}: rate limits are not implemented",
+                mask as u32
+            ),
+        )?;
+        let bad = |what: &str| v.fail(libc::EINVAL, &format_args!("invalid {what}"));
+        let mut r = QpAttr::default();
+        if has(IBV_QP_STATE) {
+            r.state = Some(qp_state(a.qp_state).ok_or_else(|| bad("qp_state"))?);
+        }
+        if has(IBV_QP_CUR_STATE) {
+            r.cur_state = Some(qp_state(a.cur_qp_state).ok_or_else(|| bad("cur_qp_state"))?);
+        }
+        if has(IBV_QP_EN_SQD_ASYNC_NOTIFY) {
+            r.en_sqd_async_notify = Some(a.en_sqd_async_notify != 0);
+        }
+        if has(IBV_QP_ACCESS_FLAGS) {
+            let f = AccessFlags::from_bits(a.qp_access_flags & 0xf);
+            r.access_flags = Some(f.ok_or_else(|| bad("qp_access_flags"))?);
+        }
+        if has(IBV_QP_PKEY_INDEX) {
+            r.pkey_index = Some(a.pkey_index);
+        }
+        if has(IBV_QP_PORT) {
+            r.port = Some(a.port_num);
+        }
+        if has(IBV_QP_QKEY) {
+            r.qkey = Some(a.qkey);
+        }
+        if has(IBV_QP_AV) {
+            // SAFETY: the QP's live context.
+            let soft = unsafe { SoftContext::from_ptr(q.qp.qp_base.context) };
+            let (dgid, sgid_index) = ah_path(v, &a.ah_attr, soft)?;
+            let src = gid_addr(soft, sgid_index).ok_or_else(|| bad("ah_attr.grh.sgid_index"))?;
+            r.av = Some(AddressVector {
+                src,
+                dst: soft.ctx.gid_addr(dgid),
+                flow_label: a.ah_attr.grh.flow_label & 0xf_ffff,
+                traffic_class: a.ah_attr.grh.traffic_class,
+            });
+        }
+        if has(IBV_QP_PATH_MTU) {
+            r.path_mtu = Some(mtu(a.path_mtu).ok_or_else(|| bad("path_mtu"))?);
+        }
+        if has(IBV_QP_TIMEOUT) {
+            r.timeout = Some(a.timeout);
+        }
+        if has(IBV_QP_RETRY_CNT) {
+            r.retry_cnt = Some(a.retry_cnt);
+        }
+        if has(IBV_QP_RNR_RETRY) {
+            r.rnr_retry = Some(a.rnr_retry);
+        }
+        if has(IBV_QP_RQ_PSN) {
+            r.rq_psn = Some(Psn::new(a.rq_psn & 0xff_ffff));
+        }
+        if has(IBV_QP_MAX_QP_RD_ATOMIC) {
+            r.max_rd_atomic = Some(a.max_rd_atomic);
+        }
+        v.ensure(
+            !has(IBV_QP_ALT_PATH) && !has(IBV_QP_PATH_MIG_STATE),
+            libc::EINVAL,
+            &"alternate paths and path migration are not supported on RoCE",
+        )?;
+        if has(IBV_QP_MIN_RNR_TIMER) {
+            r.min_rnr_timer = Some(a.min_rnr_timer);
+        }
+        if has(IBV_QP_SQ_PSN) {
+            r.sq_psn = Some(Psn::new(a.sq_psn & 0xff_ffff));
+        }
+        if has(IBV_QP_MAX_DEST_RD_ATOMIC) {
+            r.max_dest_rd_atomic = Some(a.max_dest_rd_atomic);
+        }
+        if has(IBV_QP_CAP) {
+            return Err(bad("IBV_QP_CAP (the caps are fixed at creation)"));
+        }
+        if has(IBV_QP_DEST_QPN) {
+            r.dest_qpn = Some(Qpn::new(a.dest_qp_num & 0xff_ffff));
+        }
+        v.check(q.inner.modify(&r))?;
+        if let Some(s) = r.state {
+            // SAFETY: the caller's live QP; `state` is the field callers read.
+            unsafe { (*qp).state = s as c_int };
+        }
+        Ok(0)
+    })
+}
+
+fn gid_of(ip: IpAddr) -> ibv_gid {
+    ibv_gid {
+        raw: gid_of_ip(ip).octets(),
+    }
+}
+
+/// `ibv_query_qp`: every attribute in force (whatever `mask` asks), and the creation
+/// attributes.
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    mask: c_int,
+    init: *mut ibv_qp_init_attr,
+) -> c_int {
+    entry("ibv_query_qp", Ret::ERRNO, |v| {
+        v.ensure(
+            !qp.is_null() && !attr.is_null() && !init.is_null(),
+            libc::EINVAL,
+            &"NULL argument",
+        )?;
+        // As rdma-core's ibv_cmd_query_qp: IBV_QP_RATE_LIMIT and later bits cannot be
+        // queried (their fields may lie past the caller's struct).
+        v.ensure(
+            mask & !(IBV_QP_RATE_LIMIT - 1) == 0,
+            libc::EOPNOTSUPP,
+            &format_args!("attr_mask {mask:#x} asks for IBV_QP_RATE_LIMIT or later"),
+        )?;
+        // SAFETY: live QP.
+        let q = unsafe { SoftQp::from_ptr(qp) };
+        let b = &q.qp.qp_base;
+        // SAFETY: live context.
+        let soft = unsafe { SoftContext::from_ptr(b.context) };
+        let r = q.inner.query();
+        let (mut o, _) = to_ibv_qp_attr(&r, soft);
+        o.cap = q.caps;
+        // SAFETY: the caller's writable structs.
+        unsafe {
+            write_qp_attr(attr, &o);
+            let i = &mut *init;
+            i.qp_context = b.qp_context;
+            i.send_cq = b.send_cq;
+            i.recv_cq = b.recv_cq;
+            i.srq = b.srq;
+            i.cap = q.caps;
+            i.qp_type = b.qp_type;
+            i.sq_sig_all = c_int::from(q.sq_sig_all);
+        }
+        Ok(0)
+    })
+}
+
+/// `attr` as C's `ibv_qp_attr`, with the `IBV_QP_*` mask of the attributes it sets
+/// (unset ones read as their defaults: the state RESET, the device's MTU, port 1).
+pub(crate) fn to_ibv_qp_attr(r: &QpAttr, soft: &SoftContext) -> (ibv_qp_attr, c_int) {
+    let mut m = 0;
+    let mut bit = |set: bool, b: c_int| {
+        if set {
+            m |= b;
+        }
+    };
+    bit(r.state.is_some(), IBV_QP_STATE);
+    bit(r.access_flags.is_some(), IBV_QP_ACCESS_FLAGS);
+    bit(r.pkey_index.is_some(), IBV_QP_PKEY_INDEX);
+    bit(r.port.is_some(), IBV_QP_PORT);
+    bit(r.qkey.is_some(), IBV_QP_QKEY);
+    bit(r.av.is_some(), IBV_QP_AV);
+    bit(r.path_mtu.is_some(), IBV_QP_PATH_MTU);
+    bit(r.timeout.is_some(), IBV_QP_TIMEOUT);
+    bit(r.retry_cnt.is_some(), IBV_QP_RETRY_CNT);
+    bit(r.rnr_retry.is_some(), IBV_QP_RNR_RETRY);
+    bit(r.rq_psn.is_some(), IBV_QP_RQ_PSN);
+    bit(r.max_rd_atomic.is_some(), IBV_QP_MAX_QP_RD_ATOMIC);
+    bit(r.min_rnr_timer.is_some(), IBV_QP_MIN_RNR_TIMER);
+    bit(r.sq_psn.is_some(), IBV_QP_SQ_PSN);
+    bit(r.max_dest_rd_atomic.is_some(), IBV_QP_MAX_DEST_RD_ATOMIC);
+    bit(r.dest_qpn.is_some(), IBV_QP_DEST_QPN);
+    {
+        let mut o = ibv_qp_attr::default();
+        let state = r.state.unwrap_or(QpState::Reset);
+        o.qp_state = state as c_int;
+        o.cur_qp_state = state as c_int;
+        o.path_mtu = r.path_mtu.unwrap_or(soft.ctx.active_mtu()) as c_int;
+        o.path_mig_state = 0; // IBV_MIG_MIGRATED: there is no alternate path
+        o.qkey = r.qkey.unwrap_or(0);
+        o.rq_psn = r.rq_psn.map_or(0, |p| p.value());
+        o.sq_psn = r.sq_psn.map_or(0, |p| p.value());
+        o.dest_qp_num = r.dest_qpn.map_or(0, |n| n.value());
+        o.qp_access_flags = r.access_flags.map_or(0, |f| f.bits());
+        if let Some(av) = r.av {
+            o.ah_attr = ibv_ah_attr {
+                grh: ibv_global_route {
+                    dgid: gid_of(av.dst),
+                    flow_label: av.flow_label,
+                    sgid_index: soft.gid_index(av.src).unwrap_or(0) as u8,
+                    hop_limit: 1,
+                    traffic_class: av.traffic_class,
+                },
+                is_global: 1,
+                port_num: 1,
+                ..Default::default()
+            };
+        }
+        o.pkey_index = r.pkey_index.unwrap_or(0);
+        o.en_sqd_async_notify = u8::from(r.en_sqd_async_notify.unwrap_or(false));
+        o.max_rd_atomic = r.max_rd_atomic.unwrap_or(0);
+        o.max_dest_rd_atomic = r.max_dest_rd_atomic.unwrap_or(0);
+        o.min_rnr_timer = r.min_rnr_timer.unwrap_or(0);
+        o.port_num = r.port.unwrap_or(1);
+        o.timeout = r.timeout.unwrap_or(0);
+        o.retry_cnt = r.retry_cnt.unwrap_or(0);
+        o.rnr_retry = r.rnr_retry.unwrap_or(0);
+        (o, m)
+    }
+}
