@@ -184,6 +184,15 @@ pub(crate) unsafe trait Object: Sized {
         unsafe { &*p.cast::<Self>() }
     }
 
+    /// The object behind the caller's pointer, if it is not NULL.
+    ///
+    /// # Safety
+    /// `p` is NULL or a live object of this type that this library handed out.
+    unsafe fn from_nullable<'a>(p: *mut Self::C) -> Option<&'a Self> {
+        // SAFETY: per the contract and the trait's.
+        unsafe { p.cast::<Self>().as_ref() }
+    }
+
     /// The object behind the caller's pointer, to change it.
     ///
     /// # Safety

@@ -10,6 +10,16 @@
 //! (they are BIND_NOW), `ibv_context` at the end of a `struct verbs_context` with
 //! `abi_compat = -1`, and the objects' public structs as the prefix of each object.
 //!
+//! # Layout
+//! Each module depends only on those listed before it:
+//! - [`abi`]: the structs and constants of `verbs.h` and `rdma_cma.h`, with their layout
+//!   checks;
+//! - `ffi`: what every entry point is written with (the panic guard, errno and failure
+//!   conventions, the C objects' boxes, C strings and socket addresses);
+//! - `verbs`: libibverbs, one module per kind of object and verb;
+//! - `rdmacm`: librdmacm over the verbs, split as rdma-core's `librdmacm` is;
+//! - `symbols`: every exported symbol, bound to its version node.
+//!
 //! # The contract with C callers
 //! - Every exported function runs its body in `ffi::entry`, which catches panics: none
 //!   crosses into C. A caught panic is a bug; the verb then fails with EIO.

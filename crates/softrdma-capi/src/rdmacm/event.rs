@@ -121,7 +121,7 @@ fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
             return None;
         }
         // SAFETY: a live IdC (its user value is cleared before it is freed).
-        let lc = unsafe { &*(l as *const IdC) };
+        let lc = unsafe { IdC::from_ptr(l as *mut rdma_cm_id) };
         // SAFETY: all-zero is a valid rdma_cm_id.
         let mut raw: rdma_cm_id = unsafe { std::mem::zeroed() };
         // The device that took the request (a wildcard listener's may be another).
@@ -197,7 +197,7 @@ fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
             // As librdmacm: the join's context in place of private data.
             CmEventKind::MulticastJoin { group } => {
                 // SAFETY: `id` is a live IdC.
-                let joins = lock(unsafe { &(*id.cast::<IdC>()).groups });
+                let joins = lock(unsafe { &IdC::from_ptr(id).groups });
                 let context = joins.iter().find(|(g, _)| *g == group).map_or(0, |j| j.1);
                 (Some(group), context as *const c_void, 0)
             }

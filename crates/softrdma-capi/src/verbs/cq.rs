@@ -84,7 +84,7 @@ fn new_cq(v: Verb, ctx: *mut ibv_context, n: NewCq) -> Result<*mut ibv_cq, Faile
         &format_args!("cqe {cqe}: at least 1"),
     )?;
     // SAFETY: NULL or a live channel.
-    let ch = unsafe { channel.cast::<SoftChannel>().as_ref() };
+    let ch = unsafe { SoftChannel::from_nullable(channel) };
     let inner = v.check(soft.ctx.create_cq(cqe as usize, ch.map(|c| &c.inner)))?;
     if let Some(c) = ch {
         c.users.add();
@@ -141,7 +141,7 @@ pub(crate) fn cq_that_overflowed(soft: &SoftContext) -> *mut ibv_cq {
     let cqs = soft.cqs.lock().unwrap_or_else(|e| e.into_inner());
     for &p in cqs.iter() {
         // SAFETY: a live CQ of this context (destroy removes it from the list first).
-        let c = unsafe { &*(p as *const SoftCq) };
+        let c = unsafe { SoftCq::from_ptr(p as *mut ibv_cq) };
         if c.inner.overflowed() && !c.error_reported.swap(true, Ordering::AcqRel) {
             return p as *mut ibv_cq;
         }
@@ -243,7 +243,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         )?;
         // SAFETY: NULL or the live channel the CQ was made with (it cannot be destroyed
         // before the CQ: it counts the CQ).
-        if let Some(c) = unsafe { s.cq.cq.channel.cast::<SoftChannel>().as_ref() } {
+        if let Some(c) = unsafe { SoftChannel::from_nullable(s.cq.cq.channel) } {
             c.users.remove();
         }
         s.inner.set_user_data(0);

@@ -50,7 +50,7 @@ fn create(v: Verb, c: Create) -> Result<*mut SoftQp, Failed> {
         (
             SoftCq::from_ptr(c.send_cq),
             SoftCq::from_ptr(c.recv_cq),
-            c.srq.cast::<SoftSrq>().as_ref(),
+            SoftSrq::from_nullable(c.srq),
         )
     };
     let caps = QpCaps {
@@ -236,7 +236,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             SoftPd::from_ptr(b.pd).users.remove();
             SoftCq::from_ptr(b.send_cq).users.remove();
             SoftCq::from_ptr(b.recv_cq).users.remove();
-            if let Some(s) = b.srq.cast::<SoftSrq>().as_ref() {
+            if let Some(s) = SoftSrq::from_nullable(b.srq) {
                 s.users.remove();
             }
         }

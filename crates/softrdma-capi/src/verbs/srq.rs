@@ -174,7 +174,7 @@ pub(crate) fn srq_that_reached_its_limit(soft: &SoftContext) -> *mut ibv_srq {
     let srqs = soft.srqs.lock().unwrap_or_else(|e| e.into_inner());
     for &p in srqs.iter() {
         // SAFETY: a live SRQ of this context (destroy removes it from the list first).
-        let s = unsafe { &*(p as *const SoftSrq) };
+        let s = unsafe { SoftSrq::from_ptr(p as *mut ibv_srq) };
         let mut a = s.attr.lock().unwrap_or_else(|e| e.into_inner());
         if a.srq_limit > 0 && !s.inner.limit_armed() {
             a.srq_limit = 0;
