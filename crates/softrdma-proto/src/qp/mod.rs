@@ -37,9 +37,11 @@
 //!   BIC does), then by one PSN. Random loss on an idle link does not shrink it; a
 //!   congested link (the simulator's `LinkRate`) does.
 
+mod completer;
 mod requester;
 mod responder;
 pub mod rtt;
+mod sge;
 
 use crate::memory::{Memory, Pd};
 use crate::state::{ModifyError, QpAttr, check_modify};

@@ -1,7 +1,7 @@
 //! The receive side: validating and executing request packets, and producing ACKs, NAKs,
 //! READ responses and atomic ACKs (rxe's `rxe_resp.c`).
 
-use super::requester::{ScatterError, scatter};
+use super::sge::{ScatterError, scatter};
 use super::*;
 use crate::memory::{Access, AtomicOp, MemError};
 use softrdma_wire::{
