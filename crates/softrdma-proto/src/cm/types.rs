@@ -107,7 +107,8 @@ pub enum CmEvent<A> {
         /// The reply.
         rep: Box<RepRepr>,
     },
-    /// The passive side got the RTU (or was told by [`CmAgent::establish`]).
+    /// The passive side got the RTU (or was told by
+    /// [`CmAgent::establish`](super::CmAgent::establish)).
     Established {
         /// The connection.
         id: CommId,
@@ -153,7 +154,8 @@ pub enum CmEvent<A> {
         /// The connection.
         id: CommId,
     },
-    /// A SIDR_REQ for a service we listen on; answer with [`CmAgent::sidr_reply`].
+    /// A SIDR_REQ for a service we listen on; answer with
+    /// [`CmAgent::sidr_reply`](super::CmAgent::sidr_reply).
     SidrReqReceived {
         /// The request's handle here.
         id: CommId,
