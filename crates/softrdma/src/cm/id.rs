@@ -1,0 +1,171 @@
+//! The rdma_cm ID (`struct rdma_cm_id`, defined in `objects`): its creation, accessors
+//! and options, the events it reports, and what its drop ends. The verbs on it are in the files of
+//! their role (`addr`, `qp`, `conn`, `sidr`, `mcast`); its `res show` line in `res`.
+//!
+//! Calls the host (`host::Core`) for its agent. Locks: `CmId` (its state) and
+//! `CmIdChannel` (where its events go), each alone; its drop takes `CmAgent` (or *try*s it
+//! on a thread that holds one) and then `CmDropped`.
+
+use super::agent::AgentGuard;
+use super::channel::EventChannel;
+use super::objects::{Chan, CmEvent, CmId, Core, Ended, IdInner, IdState, LastLook, QpRef};
+use super::types::{CmEventKind, PortSpace};
+use crate::error::{Error, Result};
+use crate::sync::{Lock, Rank};
+use crate::verbs::context::Context;
+use crate::verbs::qp::QueuePair;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+pub(super) fn cm_err(verb: &'static str, errno: i32, why: String) -> Error {
+    Error::Cm { verb, errno, why }
+}
+
+impl IdInner {
+    pub(super) fn chan(&self) -> Arc<Chan> {
+        self.chan.lock().clone()
+    }
+}
+
+impl Drop for IdInner {
+    /// The ID's listen and connection end here, and what that sends (a DREP for a DREQ
+    /// received, a REJ, a DREQ) leaves before the drop returns: a program that destroys
+    /// its ID and exits (qperf's server after each test) must not leave its peer
+    /// resending a DREQ for seconds, so the drop waits while the CM thread holds the
+    /// agent. Only when this thread holds an agent itself (the last handle went while an
+    /// event was dispatched) do they end in the CM thread's next pass instead.
+    fn drop(&mut self) {
+        let st = self.st.get_mut();
+        if st.listening.is_none() && st.comm.is_none() && st.bound.is_none() {
+            return;
+        }
+        let ended = Ended {
+            listening: st.listening,
+            comm: st.comm,
+            bound: st.bound,
+        };
+        // A thread that holds no agent waits for this one (the CM thread holds it only
+        // for a pass); one that holds an agent leaves the end to the CM thread.
+        let cs = if AgentGuard::held_here() {
+            self.core.try_agent()
+        } else {
+            Some(self.core.agent())
+        };
+        match cs {
+            Some(mut cs) => {
+                self.core.end(&mut cs, ended);
+                self.core.settle(&mut cs);
+            }
+            None => {
+                self.core.dropped.lock().push(ended);
+                self.core.wake();
+            }
+        }
+    }
+}
+
+impl CmId {
+    /// A new ID on `ctx`'s device whose events go to `chan` (`rdma_create_id`).
+    pub fn new(chan: &EventChannel, ctx: &Context, ps: PortSpace) -> Result<Self> {
+        let core = Core::of(ctx)?;
+        Ok(Self::with_core(chan.inner.clone(), ctx.clone(), core, ps))
+    }
+
+    pub(super) fn with_core(chan: Arc<Chan>, ctx: Context, core: Arc<Core>, ps: PortSpace) -> Self {
+        let res = ctx.dev().res.add_cm_id();
+        let id = Self {
+            inner: Arc::new(IdInner {
+                chan: Lock::new(Rank::CmIdChannel, chan),
+                ctx,
+                _last_look: LastLook::of(&core),
+                core,
+                ps,
+                st: Lock::new(Rank::CmId, IdState::default()),
+                res,
+                user: std::sync::atomic::AtomicUsize::new(0),
+            }),
+        };
+        id.set_state("IDLE");
+        id
+    }
+
+    pub(super) fn st(&self) -> crate::sync::Guard<'_, IdState> {
+        self.inner.st.lock()
+    }
+
+    pub(super) fn event(&self, kind: CmEventKind, private_data: Vec<u8>) {
+        self.inner.chan().push(CmEvent {
+            kind,
+            id: self.clone(),
+            listen_id: None,
+            private_data,
+            peer: None,
+            ud: None,
+        });
+    }
+
+    /// The local address (after bind, resolve or a connect request).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.st().local
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.st().peer
+    }
+
+    /// The ID's QP, once made.
+    pub fn qp(&self) -> Option<Arc<QueuePair>> {
+        self.st().qp.as_ref().and_then(QpRef::get)
+    }
+
+    /// The device context the ID is on.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    /// Sends the ID's events from now on to `chan` (`rdma_migrate_id`); events already
+    /// queued stay where they are.
+    pub fn migrate(&self, chan: &EventChannel) {
+        *self.inner.chan.lock() = chan.inner.clone();
+    }
+
+    /// A number the caller keeps with the ID (the C library's own object), 0 until set.
+    pub fn user(&self) -> usize {
+        self.inner.user.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`CmId::user`].
+    pub fn set_user(&self, v: usize) {
+        self.inner.user.store(v, Ordering::Relaxed);
+    }
+
+    /// The port space the ID was made in.
+    pub fn port_space(&self) -> PortSpace {
+        self.inner.ps
+    }
+
+    /// Sets the type of service of the ID's connection (`RDMA_OPTION_ID_TOS`), before it
+    /// connects: the REQ's path carries it as its traffic class, which the peer's packets
+    /// take (softrdma's own leave with the device's).
+    pub fn set_tos(&self, tos: u8) {
+        self.st().tos = tos;
+    }
+
+    /// Sets the ACK timeout (4.096 µs × 2^`timeout`) of the ID's RC QP
+    /// (`RDMA_OPTION_ID_ACK_TIMEOUT`), before it connects or accepts: it replaces the
+    /// default 14 (67 ms) on the active side, and the REQ's on the passive side. EINVAL
+    /// past 31, the field's width.
+    pub fn set_ack_timeout(&self, timeout: u8) -> Result<()> {
+        if timeout > 31 {
+            return Err(cm_err(
+                "rdma_set_option",
+                libc::EINVAL,
+                format!("ACK timeout {timeout}: the field holds 0 to 31"),
+            ));
+        }
+        self.st().ack_timeout = Some(timeout);
+        Ok(())
+    }
+}

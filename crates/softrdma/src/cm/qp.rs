@@ -1,0 +1,203 @@
+//! An ID's QP: creating or attaching it (rdma_cm's QP type per port space), and
+//! `rdma_init_qp_attr` for a QP the program moves itself, from the connection's
+//! parameters as the REQ and REP carry them (the values are `qp_attr`'s).
+//!
+//! Calls the verbs (create, modify). Locks: `CmId` alone, then a QP's when it is modified.
+
+use super::id::cm_err;
+use super::objects::{CmId, QpRef};
+use super::qp_attr::{ALL_ACCESS, Conn, active_conn, mtu_min, ready, rtr_attr, rts_attr};
+use super::types::{ConnParam, PortSpace, RDMA_UDP_QKEY};
+use crate::error::Result;
+use crate::verbs::qp::{ProtectionDomain, QpInitAttr, QueuePair};
+use softrdma_proto::{QpAttr, QpState, QpType};
+use softrdma_wire::Psn;
+use softrdma_wire::cm::ReqRepr;
+use std::sync::Arc;
+
+/// The QP number and SRQ bit a REQ or REP announces: the attached QP's, else the
+/// program's own QP's from `param` (as librdmacm passes `id->qp ? id->qp->qp_num :
+/// conn_param->qp_num`); EINVAL with neither.
+pub(super) fn announced_qp(
+    verb: &'static str,
+    qp: Option<&QueuePair>,
+    param: &ConnParam,
+) -> Result<(u32, bool)> {
+    match (qp, param.qp_num) {
+        (Some(q), _) => Ok((q.qp_num().value(), q.has_srq())),
+        (None, Some(n)) => Ok((n.value(), param.srq)),
+        (None, None) => Err(cm_err(
+            verb,
+            libc::EINVAL,
+            "the ID has no QP (rdma_create_qp first) and the parameters name none (qp_num)".into(),
+        )),
+    }
+}
+
+impl CmId {
+    /// Creates the ID's QP on `pd` (`rdma_create_qp`): an RC QP in the TCP or IB port
+    /// space, moved to INIT (the connection brings it to RTS); a UD QP in the UDP or IB
+    /// port space, moved to RTS at once with [`RDMA_UDP_QKEY`].
+    pub fn create_qp(&self, pd: &ProtectionDomain, init: QpInitAttr) -> Result<Arc<QueuePair>> {
+        self.check_qp_type(init.qp_type)?;
+        let qp = Arc::new(pd.create_qp(init)?);
+        ready(&qp)?;
+        self.set_qp(Some(QpRef::Owned(qp.clone())));
+        Ok(qp)
+    }
+
+    /// Makes `qp` the ID's QP (a QP the caller created and keeps: the ID holds it weakly,
+    /// and the CM moves it to RTR and RTS as the connection forms), moving it to INIT (RC)
+    /// or RTS (UD) if it is in RESET (`rdma_create_qp` of librdmacm, whose QP is the
+    /// library's own).
+    pub fn attach_qp(&self, qp: &Arc<QueuePair>) -> Result<()> {
+        self.check_qp_type(qp.qp_type())?;
+        if qp.query().state == Some(QpState::Reset) {
+            ready(qp)?;
+        }
+        self.set_qp(Some(QpRef::Attached(Arc::downgrade(qp))));
+        Ok(())
+    }
+
+    /// Whether a QP of type `t` fits the ID's port space (rdma_cm's rule: TCP is RC, UDP
+    /// is UD, IB takes either).
+    pub(super) fn check_qp_type(&self, t: QpType) -> Result<()> {
+        let fits = match self.inner.ps {
+            PortSpace::Tcp => t == QpType::Rc,
+            PortSpace::Udp => t == QpType::Ud,
+            PortSpace::Ib => t != QpType::Uc,
+        };
+        if fits {
+            return Ok(());
+        }
+        Err(cm_err(
+            "rdma_create_qp",
+            libc::EINVAL,
+            format!(
+                "a {t:?} QP does not fit an ID of port space {:?} (TCP takes RC, UDP takes UD)",
+                self.inner.ps
+            ),
+        ))
+    }
+
+    /// Whether the ID finds a UD peer (SIDR) rather than connecting: the UDP port space,
+    /// or the IB one with a UD QP.
+    pub(super) fn is_ud(&self) -> bool {
+        match self.inner.ps {
+            PortSpace::Udp => true,
+            PortSpace::Tcp => false,
+            PortSpace::Ib => self.qp().is_some_and(|q| q.qp_type() == QpType::Ud),
+        }
+    }
+
+    /// Forgets the ID's QP (`rdma_destroy_qp`).
+    pub fn detach_qp(&self) {
+        self.set_qp(None);
+    }
+
+    /// Sets the ID's QP and publishes its line again (the QPN shows in it).
+    pub(super) fn set_qp(&self, qp: Option<QpRef>) {
+        let state = {
+            let mut st = self.st();
+            st.qp = qp;
+            st.state
+        };
+        self.set_state(state);
+    }
+
+    /// The attributes that move the ID's QP to `state` (`rdma_init_qp_attr`), for a
+    /// caller that moves its own QP: INIT (RC: port, P_Key index and every remote access;
+    /// UD: and [`RDMA_UDP_QKEY`]); RTR and RTS once the connection's parameters are known
+    /// (a passive ID from its connect request on, an active one from the peer's REP on;
+    /// a UD QP needs none).
+    pub fn init_qp_attr(&self, state: QpState) -> Result<QpAttr> {
+        let verb = "rdma_init_qp_attr";
+        let ud = self.is_ud();
+        let (local, peer) = (self.inner.ctx.addr(), self.peer_addr());
+        let conn = {
+            let st = self.st();
+            match (&st.req, &st.rep, st.listening) {
+                (Some(req), Some(rep), _) => Some(active_conn(
+                    req,
+                    rep,
+                    st.param.as_ref().unwrap_or(&ConnParam::default()),
+                    self.inner.ctx.active_mtu(),
+                )),
+                (Some(req), None, None) if st.passive => {
+                    let param = st.param.clone().unwrap_or(ConnParam {
+                        responder_resources: req.initiator_depth,
+                        initiator_depth: req.responder_resources,
+                        ..ConnParam::default()
+                    });
+                    drop(st);
+                    self.passive_conn_opt(&param)
+                }
+                _ => None,
+            }
+        };
+        match (state, ud) {
+            (QpState::Init, _) => Ok(QpAttr {
+                state: Some(QpState::Init),
+                pkey_index: Some(0),
+                port: Some(1),
+                qkey: ud.then_some(RDMA_UDP_QKEY),
+                access_flags: (!ud).then_some(ALL_ACCESS),
+                ..Default::default()
+            }),
+            (QpState::Rtr | QpState::Rts, true) => Ok(QpAttr {
+                state: Some(state),
+                sq_psn: (state == QpState::Rts).then_some(Psn::new(0)),
+                ..Default::default()
+            }),
+            (QpState::Rtr | QpState::Rts, false) => {
+                let (Some(c), Some(peer)) = (conn, peer) else {
+                    return Err(cm_err(
+                        verb,
+                        libc::EINVAL,
+                        format!(
+                            "{state:?} needs the connection's parameters: a connect \
+                             request, or the peer's reply"
+                        ),
+                    ));
+                };
+                Ok(if state == QpState::Rtr {
+                    rtr_attr(local, peer.ip(), &c)
+                } else {
+                    rts_attr(&c)
+                })
+            }
+            (other, _) => Err(cm_err(
+                verb,
+                libc::EINVAL,
+                format!("{other:?}: only INIT, RTR and RTS have attributes to give"),
+            )),
+        }
+    }
+
+    /// [`Self::passive_conn`] for the request this passive ID holds, if it holds one.
+    pub(super) fn passive_conn_opt(&self, param: &ConnParam) -> Option<Conn> {
+        let req = self.st().req.clone()?;
+        Some(self.passive_conn(&req, param))
+    }
+
+    /// The passive side's connection: it sends from the REQ's PSN and expects its own
+    /// (see the module docs).
+    pub(super) fn passive_conn(&self, req: &ReqRepr, param: &ConnParam) -> Conn {
+        let (rq_psn, ack_timeout) = {
+            let st = self.st();
+            (st.rq_psn, st.ack_timeout)
+        };
+        Conn {
+            dest_qpn: req.local_qpn,
+            rq_psn,
+            sq_psn: req.starting_psn,
+            mtu: mtu_min(req.path_mtu, self.inner.ctx.active_mtu()),
+            timeout: ack_timeout.unwrap_or(req.primary.local_ack_timeout).max(1),
+            retry: req.retry_count,
+            rnr_retry: param.rnr_retry_count.min(7),
+            rd_atomic: param.initiator_depth.min(req.responder_resources).max(1),
+            dest_rd_atomic: param.responder_resources.max(1),
+            tclass: req.primary.traffic_class,
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! An ID's line in `softrdma res show cm_id`, published each time the ID moves.
+//!
+//! Calls the device's resource list. Locks: `CmId` (read the state), then, with it
+//! released, `ResFields` (the published line).
+
+use super::objects::{CmId, QpRef};
+use super::types::PortSpace;
+use softrdma_proto::QpType;
+
+impl CmId {
+    /// Moves the ID to `state` and publishes its line for `res show cm_id`.
+    pub(super) fn set_state(&self, state: &'static str) {
+        let line = {
+            let mut st = self.st();
+            st.state = state;
+            let mut line = String::new();
+            if let Some(qp) = st.qp.as_ref().and_then(QpRef::get) {
+                line.push_str(&format!(
+                    "lqpn {} qp-type {} ",
+                    qp.qp_num().value(),
+                    match qp.qp_type() {
+                        QpType::Ud => "UD",
+                        QpType::Uc => "UC",
+                        QpType::Rc => "RC",
+                    }
+                ));
+            }
+            line.push_str(&format!(
+                "state {state} ps {}",
+                match self.inner.ps {
+                    PortSpace::Tcp => "TCP",
+                    PortSpace::Udp => "UDP",
+                    PortSpace::Ib => "IB",
+                }
+            ));
+            if let Some(a) = st.local {
+                line.push_str(&format!(" src-addr {a}"));
+            }
+            if let Some(a) = st.peer {
+                line.push_str(&format!(" dst-addr {a}"));
+            }
+            line
+        };
+        *self.inner.res.fields.lock() = line;
+        self.inner.ctx.dev().res_changed();
+    }
+}

@@ -1,0 +1,178 @@
+//! UD peers found rather than connected (IBTA 12.11): the active side's SIDR_REQ, the
+//! passive side's answer (`rdma_accept`/`rdma_reject` on a UD ID), and the agent's SIDR
+//! events turned into ID events.
+//!
+//! Calls the host's agent. Locks: `CmAgent`, with `CmId` and `CmIdChannel` under it.
+
+use super::id::cm_err;
+use super::objects::{CmEvent, CmId, Core, CoreSt, QpRef};
+use super::types::{CmEventKind, ConnParam, RDMA_UDP_QKEY, UdParam};
+use crate::error::Result;
+use softrdma_proto::Instant;
+use softrdma_proto::cm::CommId;
+use softrdma_wire::cm::{self as wire, IpCmHeader, PrivateData, SidrRepRepr, SidrReqRepr};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Weak};
+
+impl CmId {
+    /// Asks the peer's service for its UD QP (the UD `rdma_connect`): a SIDR_REQ with the
+    /// IP CM header and `param`'s private data; [`CmEventKind::Established`] brings the
+    /// answer.
+    pub(super) fn resolve_service(&self, param: &ConnParam) -> Result<()> {
+        let (_, peer, pd) = self.request::<{ wire::private_len::SIDR_REQ }>(
+            "rdma_connect",
+            &param.private_data,
+            ("a UD connect", "the ID is resolving its peer already"),
+        )?;
+        let req = SidrReqRepr {
+            request_id: 0,
+            pkey: 0xFFFF,
+            service_id: wire::ip_service_id(self.inner.ps.code(), peer.port()),
+            private_data: PrivateData(pd),
+        };
+        let core = &self.inner.core;
+        let mut cs = core.agent();
+        let id = cs.agent.sidr_request(core.now(), peer.ip(), req);
+        cs.ids.insert(id, Arc::downgrade(&self.inner));
+        self.st().comm = Some(id);
+        self.set_state("CONNECT");
+        core.settle(&mut cs);
+        Ok(())
+    }
+
+    /// Answers the SIDR_REQ this passive UD ID was made for with `status` (and, when
+    /// valid, its QP and [`RDMA_UDP_QKEY`]).
+    pub(super) fn answer_sidr(
+        &self,
+        verb: &'static str,
+        status: u8,
+        private_data: &[u8],
+    ) -> Result<()> {
+        let pd = PrivateData::from_slice(private_data).ok_or_else(|| {
+            cm_err(
+                verb,
+                libc::EINVAL,
+                format!(
+                    "{} bytes of private data; a UD answer carries {}",
+                    private_data.len(),
+                    wire::private_len::SIDR_REP
+                ),
+            )
+        })?;
+        let valid = status == wire::sidr_status::VALID;
+        let (id, qp) = {
+            let st = self.st();
+            (st.comm, st.qp.as_ref().and_then(QpRef::get))
+        };
+        let Some(id) = id else {
+            return Err(cm_err(verb, libc::EINVAL, "the ID holds no request".into()));
+        };
+        let qpn = match qp {
+            Some(q) => q.qp_num().value(),
+            None if valid => {
+                return Err(cm_err(
+                    verb,
+                    libc::EINVAL,
+                    "the ID has no QP (rdma_create_qp first)".into(),
+                ));
+            }
+            None => 0,
+        };
+        let rep = wire::SidrRepRepr {
+            request_id: 0,
+            status,
+            info: Default::default(),
+            qpn: if valid { qpn } else { 0 },
+            service_id: 0,
+            qkey: if valid { RDMA_UDP_QKEY } else { 0 },
+            private_data: pd,
+        };
+        let core = &self.inner.core;
+        let mut cs = core.agent();
+        cs.agent
+            .sidr_reply(core.now(), id, rep)
+            .map_err(|e| cm_err(verb, libc::EINVAL, e.to_string()))?;
+        // The agent keeps the answer for duplicates; the ID is done with the exchange.
+        cs.ids.remove(&id);
+        {
+            let mut st = self.st();
+            st.comm = None;
+            st.sidr = None;
+        }
+        self.set_state(if valid { "CONNECT" } else { "IDLE" });
+        core.settle(&mut cs);
+        Ok(())
+    }
+}
+
+impl Core {
+    /// A SIDR_REQ for a service: a passive ID for its listener and a connect request, or
+    /// the answer that nobody here serves it.
+    pub(super) fn on_sidr_req(
+        &self,
+        cs: &mut CoreSt,
+        now: Instant,
+        id: CommId,
+        from: IpAddr,
+        req: Box<SidrReqRepr>,
+    ) {
+        let listener = cs.listeners.get(&req.service_id).and_then(Weak::upgrade);
+        let (Some(l), Ok(ip)) = (listener, IpCmHeader::parse(req.private_data.as_bytes())) else {
+            // IBTA 12.11.2: nobody here serves it (or it lacks rdma_cm's header).
+            let _ = cs.agent.sidr_reply(
+                now,
+                id,
+                SidrRepRepr {
+                    request_id: 0,
+                    status: wire::sidr_status::SERVICE_ID_NOT_SUPPORTED,
+                    info: Default::default(),
+                    qpn: 0,
+                    service_id: 0,
+                    qkey: 0,
+                    private_data: PrivateData::default(),
+                },
+            );
+            return;
+        };
+        let from = SocketAddr::new(from, ip.src_port);
+        let conn = CmId::passive(cs, &l, from, id, |st| st.sidr = Some(req.clone()));
+        conn.inner.chan().push(CmEvent {
+            kind: CmEventKind::ConnectRequest,
+            id: conn.clone(),
+            listen_id: Some(CmId { inner: l }),
+            private_data: req.private_data.as_bytes()[IpCmHeader::LEN..].to_vec(),
+            peer: None,
+            ud: None,
+        });
+    }
+
+    /// The peer's SIDR_REP: the active UD ID is established with the peer's QP and Q_Key, or
+    /// unresolved with its status.
+    pub(super) fn on_sidr_rep(&self, cs: &mut CoreSt, id: CommId, rep: Box<SidrRepRepr>) {
+        let Some(inner) = cs.ids.remove(&id).and_then(|w| w.upgrade()) else {
+            return;
+        };
+        let cid = CmId { inner };
+        cid.st().comm = None;
+        if rep.status != wire::sidr_status::VALID {
+            cid.set_state("IDLE");
+            cid.event(
+                CmEventKind::Unresolved { status: rep.status },
+                rep.private_data.as_bytes().to_vec(),
+            );
+            return;
+        }
+        cid.set_state("CONNECT");
+        cid.inner.chan().push(CmEvent {
+            kind: CmEventKind::Established,
+            id: cid.clone(),
+            listen_id: None,
+            private_data: rep.private_data.as_bytes().to_vec(),
+            peer: None,
+            ud: Some(UdParam {
+                qp_num: rep.qpn,
+                qkey: rep.qkey,
+            }),
+        });
+    }
+}
