@@ -1,5 +1,9 @@
 //! Errors of the verbs API: each names the verb and what was wrong, and [`Error::errno`]
-//! gives the errno a C caller of that verb would see (for the C ABI).
+//! gives the errno a C caller of that verb would see (for the C ABI). The connection
+//! manager's refusals are [`CmError`]s (in `error/cm.rs`).
+
+mod cm;
+pub use cm::{CmError, PortHolder};
 
 /// Result of a verb.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -114,15 +118,13 @@ pub enum Error {
         /// What went wrong.
         source: crate::device::share::ShareError,
     },
-    /// A connection manager verb that cannot be done now (the message says why).
+    /// A connection manager verb that was refused (see [`CmError`], which gives the errno).
     #[error("{verb}: {why}")]
     Cm {
         /// The rdma_cm verb.
         verb: &'static str,
-        /// The errno librdmacm gives for it (EINVAL for misuse, EADDRINUSE, ...).
-        errno: i32,
-        /// Why not.
-        why: String,
+        /// Why it was refused.
+        why: CmError,
     },
     /// `SOFTRDMA_FAULTS` (or a fault specification given another way) did not parse.
     #[error("ibv_open_device: SOFTRDMA_FAULTS={spec:?}: {source}")]
@@ -204,7 +206,7 @@ impl Error {
             Error::Post(_) => libc::EINVAL,
             Error::NoDevice(_) | Error::NoInterface { .. } => libc::ENODEV,
             Error::AddrInUse { .. } => libc::EADDRINUSE,
-            Error::Cm { errno, .. } => *errno,
+            Error::Cm { why, .. } => why.errno(),
             Error::Share { source, .. } => source.errno(),
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }
@@ -230,6 +232,11 @@ impl Error {
                 max,
             })
         }
+    }
+
+    /// An [`Error::Cm`]: `verb` refused for `why`.
+    pub(crate) fn cm(verb: &'static str, why: CmError) -> Self {
+        Error::Cm { verb, why }
     }
 
     pub(crate) fn io(verb: &'static str) -> impl FnOnce(std::io::Error) -> Self {

@@ -159,7 +159,7 @@ pub use device::share::{ShareError, set_verbose as set_share_log};
 /// different versions refuse each other with an error that says so.
 pub const SHARE_PROTOCOL_VERSION: u32 = device::share::msg::VERSION;
 pub use device::stats;
-pub use error::{Error, McastError, Result};
+pub use error::{CmError, Error, McastError, PortHolder, Result};
 pub use softrdma_proto::endpoint::Counter;
 pub use softrdma_proto::faults::{FaultsError, LinkFaults, LinkRate};
 pub use softrdma_proto::{

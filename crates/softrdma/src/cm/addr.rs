@@ -5,10 +5,9 @@
 //! Calls the host's agent and the device's listener registry. Locks: `CmAgent`, under it
 //! `CmDropped` (a reap) and the device's `ShareCtl` (a listen); `CmId` alone.
 
-use super::id::cm_err;
 use super::objects::CmId;
 use super::types::CmEventKind;
-use crate::error::Result;
+use crate::error::{CmError, Error, PortHolder, Result};
 use softrdma_wire::cm as wire;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,14 +31,13 @@ impl CmId {
     pub(super) fn bind_to(&self, addr: SocketAddr) -> Result<()> {
         let dev = self.inner.ctx.addr();
         if !addr.ip().is_unspecified() && addr.ip().to_canonical() != dev {
-            return Err(cm_err(
+            return Err(Error::cm(
                 "rdma_bind_addr",
-                libc::EADDRNOTAVAIL,
-                format!(
-                    "{} is not the address of device {} ({dev})",
-                    addr.ip(),
-                    self.inner.ctx.name()
-                ),
+                CmError::NotDeviceAddress {
+                    addr: addr.ip(),
+                    device: self.inner.ctx.name().to_owned(),
+                    device_addr: dev,
+                },
             ));
         }
         let port = if addr.port() == 0 {
@@ -66,24 +64,26 @@ impl CmId {
         // A listener this process dropped a moment ago no longer holds the port (a
         // program that listens again on it: perftest's -R).
         self.inner.core.reap(&mut core);
-        let in_use = |whose: &str| {
-            cm_err(
+        let in_use = |holder| {
+            Error::cm(
                 "rdma_listen",
-                libc::EADDRINUSE,
-                format!("{whose} listens on port {} already", local.port()),
+                CmError::PortInUse {
+                    port: local.port(),
+                    holder,
+                },
             )
         };
         if core.listeners.contains_key(&sid) {
-            return Err(in_use("an ID of this process"));
+            return Err(in_use(PortHolder::ThisProcess));
         }
         // The device's QP1 takes REQs for every process: its reader learns which one
         // listens on the service.
         if !self.inner.ctx.dev().cm_listen(sid)? {
-            return Err(in_use("another process of the device"));
+            return Err(in_use(PortHolder::OtherProcess));
         }
         core.agent
             .listen(sid)
-            .map_err(|e| cm_err("rdma_listen", libc::EADDRINUSE, e.to_string()))?;
+            .map_err(|e| Error::cm("rdma_listen", CmError::ServiceInUse { source: e }))?;
         core.listeners.insert(sid, Arc::downgrade(&self.inner));
         self.st().listening = Some(sid);
         self.set_state("LISTEN");
@@ -97,25 +97,22 @@ impl CmId {
         // A multicast group is resolved without a port, to be joined (mckey).
         if dst.ip().is_unspecified() || (dst.port() == 0 && !dst.ip().to_canonical().is_multicast())
         {
-            return Err(cm_err(
+            return Err(Error::cm(
                 "rdma_resolve_addr",
-                libc::EINVAL,
-                format!("{dst} is not an address and port to connect to"),
+                CmError::NotConnectable { dst },
             ));
         }
         let ours = self.inner.ctx.addr();
         if ours.to_canonical().is_ipv4() != dst.ip().to_canonical().is_ipv4() {
             // A RoCE v2 device sends from its address's family only: without this the REQ
             // could not leave, and the caller would wait for UNREACHABLE.
-            return Err(cm_err(
+            return Err(Error::cm(
                 "rdma_resolve_addr",
-                libc::ENETUNREACH,
-                format!(
-                    "device {} is on {ours}, which cannot reach {}: give a source address \
-                     of the destination's family",
-                    self.inner.ctx.dev().name,
-                    dst.ip()
-                ),
+                CmError::NoRoute {
+                    device: self.inner.ctx.name().to_owned(),
+                    device_addr: ours,
+                    dst: dst.ip(),
+                },
             ));
         }
         if self.local_addr().is_none() {
@@ -131,11 +128,7 @@ impl CmId {
     /// query, so this completes at once, with a [`CmEventKind::RouteResolved`] event.
     pub fn resolve_route(&self) -> Result<()> {
         if self.peer_addr().is_none() {
-            return Err(cm_err(
-                "rdma_resolve_route",
-                libc::EINVAL,
-                "the address is not resolved yet (rdma_resolve_addr first)".into(),
-            ));
+            return Err(Error::cm("rdma_resolve_route", CmError::AddrNotResolved));
         }
         self.set_state("ROUTE_RESOLVED");
         self.event(CmEventKind::RouteResolved, vec![]);

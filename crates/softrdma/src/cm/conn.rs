@@ -5,12 +5,11 @@
 //! Calls the agent (through `host::Core`), the QP-attribute policy and the verbs (QP
 //! modify). Locks: `CmId` alone or under `CmAgent`; a QP's with neither held.
 
-use super::id::cm_err;
 use super::objects::{CmId, QpRef};
 use super::qp::announced_qp;
 use super::qp_attr::{path, random_psn, to_rts};
 use super::types::{ConnParam, NotifyEvent};
-use crate::error::Result;
+use crate::error::{CmError, Error, Result};
 use softrdma_proto::cm::{CmAgent, CommId};
 use softrdma_proto::{Instant, QpAttr, QpState};
 use softrdma_wire::cm::{
@@ -36,7 +35,7 @@ impl CmId {
         let (local, peer, pd) = self.request::<{ wire::private_len::REQ }>(
             verb,
             &param.private_data,
-            ("a connect", "the ID is connecting or connected"),
+            ("a connect", false),
         )?;
         let qp = self.qp();
         let (local_qpn, srq) = announced_qp(verb, qp.as_deref(), param)?;
@@ -91,35 +90,30 @@ impl CmId {
     /// What a REQ or SIDR_REQ of this ID needs: its address, its resolved peer's, and the
     /// private data of `N` bytes with the IP CM header (Annex A11.6) before `user`. Errors
     /// name `verb`: `user` longer than the message carries (`what.0` names the message),
-    /// a route not resolved, or a request already under way (`what.1` says so).
+    /// a route not resolved, or a request already under way (`what.1`: a SIDR_REQ's).
     pub(super) fn request<const N: usize>(
         &self,
         verb: &'static str,
         user: &[u8],
-        what: (&str, &str),
+        what: (&'static str, bool),
     ) -> Result<(SocketAddr, SocketAddr, [u8; N])> {
         let user_max = N - IpCmHeader::LEN;
         if user.len() > user_max {
-            return Err(cm_err(
+            return Err(Error::cm(
                 verb,
-                libc::EINVAL,
-                format!(
-                    "{} bytes of private data; {} carries {user_max}",
-                    user.len(),
-                    what.0
-                ),
+                CmError::PrivateDataTooLong {
+                    message: what.0,
+                    len: user.len(),
+                    max: user_max,
+                },
             ));
         }
         let st = self.st();
         let (Some(local), Some(peer)) = (st.local, st.peer) else {
-            return Err(cm_err(
-                verb,
-                libc::EINVAL,
-                "the route is not resolved yet".into(),
-            ));
+            return Err(Error::cm(verb, CmError::RouteNotResolved));
         };
         if st.comm.is_some() {
-            return Err(cm_err(verb, libc::EISCONN, what.1.into()));
+            return Err(Error::cm(verb, CmError::AlreadyConnecting { ud: what.1 }));
         }
         let mut pd = [0u8; N];
         IpCmHeader {
@@ -143,24 +137,19 @@ impl CmId {
         let (id, req, peer, qp) = {
             let st = self.st();
             let (Some(id), Some(req), Some(peer)) = (st.comm, st.req.clone(), st.peer) else {
-                return Err(cm_err(
-                    verb,
-                    libc::EINVAL,
-                    "the ID holds no connection request".into(),
-                ));
+                return Err(Error::cm(verb, CmError::NoConnectRequest));
             };
             (id, req, peer, st.qp.as_ref().and_then(QpRef::get))
         };
         let (local_qpn, srq) = announced_qp(verb, qp.as_deref(), param)?;
         let pd = PrivateData::from_slice(&param.private_data).ok_or_else(|| {
-            cm_err(
+            Error::cm(
                 verb,
-                libc::EINVAL,
-                format!(
-                    "{} bytes of private data; an accept carries {}",
-                    param.private_data.len(),
-                    wire::private_len::REP
-                ),
+                CmError::PrivateDataTooLong {
+                    message: "an accept",
+                    len: param.private_data.len(),
+                    max: wire::private_len::REP,
+                },
             )
         })?;
         let conn = self.passive_conn(&req, param);
@@ -190,7 +179,7 @@ impl CmId {
         let mut cs = core.agent();
         cs.agent
             .accept(core.now(), id, rep)
-            .map_err(|e| cm_err(verb, libc::EINVAL, e.to_string()))?;
+            .map_err(|e| Error::cm(verb, CmError::Refused { source: e }))?;
         self.st().param = Some(param.clone());
         self.set_state("CONNECT");
         core.settle(&mut cs);
@@ -255,15 +244,12 @@ impl CmId {
         ) -> std::result::Result<(), softrdma_proto::cm::CmError>,
     ) -> Result<()> {
         let Some(id) = self.st().comm else {
-            return Err(cm_err(
-                verb,
-                libc::EINVAL,
-                "the ID has no connection".into(),
-            ));
+            return Err(Error::cm(verb, CmError::NoConnection));
         };
         let core = &self.inner.core;
         let mut cs = core.agent();
-        f(&mut cs.agent, core.now(), id).map_err(|e| cm_err(verb, libc::EINVAL, e.to_string()))?;
+        f(&mut cs.agent, core.now(), id)
+            .map_err(|e| Error::cm(verb, CmError::Refused { source: e }))?;
         core.settle(&mut cs);
         Ok(())
     }

@@ -15,7 +15,7 @@ use super::gsi::{GSI_BUF, GSI_RECVS, SEND_WR_BASE, post_gsi_recv};
 use super::objects::{Core, CoreSt, Ended};
 use super::registry::{CORES, CoreEntry};
 use super::thread::{inline_service, serve};
-use crate::error::{Error, Result};
+use crate::error::{CmError, Error, Result};
 use crate::sync::{Lock, Rank};
 use crate::verbs::context::Context;
 use crate::verbs::qp::QpInitAttr;
@@ -65,7 +65,8 @@ impl Core {
         let core = loop {
             match Core::new(ctx) {
                 Err(Error::Cm {
-                    errno: libc::EBUSY, ..
+                    why: CmError::Qp1Taken,
+                    ..
                 }) if std::time::Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(1));
                 }

@@ -10,17 +10,13 @@ use super::agent::AgentGuard;
 use super::channel::EventChannel;
 use super::objects::{Chan, CmEvent, CmId, Core, Ended, IdInner, IdState, LastLook, QpRef};
 use super::types::{CmEventKind, PortSpace};
-use crate::error::{Error, Result};
+use crate::error::{CmError, Error, Result};
 use crate::sync::{Lock, Rank};
 use crate::verbs::context::Context;
 use crate::verbs::qp::QueuePair;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-
-pub(super) fn cm_err(verb: &'static str, errno: i32, why: String) -> Error {
-    Error::Cm { verb, errno, why }
-}
 
 impl IdInner {
     pub(super) fn chan(&self) -> Arc<Chan> {
@@ -159,10 +155,9 @@ impl CmId {
     /// past 31, the field's width.
     pub fn set_ack_timeout(&self, timeout: u8) -> Result<()> {
         if timeout > 31 {
-            return Err(cm_err(
+            return Err(Error::cm(
                 "rdma_set_option",
-                libc::EINVAL,
-                format!("ACK timeout {timeout}: the field holds 0 to 31"),
+                CmError::AckTimeoutRange { timeout },
             ));
         }
         self.st().ack_timeout = Some(timeout);

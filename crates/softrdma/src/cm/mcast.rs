@@ -5,11 +5,10 @@
 //! Locks: `CmId` alone; the device's `Groups` (attach, detach) with no CM lock held;
 //! `CmIdChannel` then `CmEvents` for the join's event.
 
-use super::id::cm_err;
 use super::objects::{CmEvent, CmId};
 use super::qp_attr::gid_of;
 use super::types::{CmEventKind, MULTICAST_QPN, PortSpace, RDMA_UDP_QKEY, UdParam};
-use crate::error::Result;
+use crate::error::{CmError, Error, Result};
 use softrdma_proto::QpType;
 use std::net::IpAddr;
 
@@ -26,49 +25,39 @@ impl CmId {
         let verb = "rdma_join_multicast";
         let group = group.to_canonical();
         let dev = self.inner.ctx.addr();
-        let bad = |why: String| Err(cm_err(verb, libc::EINVAL, why));
+        let bad = |why: CmError| Err(Error::cm(verb, why));
         if self.inner.ps == PortSpace::Tcp || self.qp().is_some_and(|q| q.qp_type() != QpType::Ud) {
-            return bad(
-                "only a UD ID (port space UDP, or IB with a UD QP) joins a multicast group".into(),
-            );
+            return bad(CmError::JoinNotUd);
         }
         if !group.is_multicast() {
-            return bad(format!("{group} is not a multicast address"));
+            return bad(CmError::NotMulticast { group });
         }
         if group.is_ipv4() != dev.to_canonical().is_ipv4() {
-            return bad(format!(
-                "device {} is on {dev}, which cannot join the group {group}",
-                self.inner.ctx.name()
-            ));
+            return bad(CmError::JoinWrongFamily {
+                device: self.inner.ctx.name().to_owned(),
+                device_addr: dev,
+                group,
+            });
         }
         let state = self.st().state;
         if !matches!(state, "ADDR_BOUND" | "ADDR_RESOLVED") {
-            return bad(format!(
-                "the ID is {state}: bind or resolve its address first (and join before \
-                 resolving the route)"
-            ));
+            return bad(CmError::JoinWrongState { state });
         }
         if self.st().groups.iter().any(|(g, _)| *g == group) {
-            return Err(cm_err(
-                verb,
-                libc::EADDRINUSE,
-                format!("the ID has joined {group} already"),
-            ));
+            return Err(Error::cm(verb, CmError::AlreadyJoined { group }));
         }
         if !send_only && let Some(qp) = self.qp() {
             qp.attach_mcast(gid_of(group)).map_err(|e| {
                 if group.is_ipv6() && e.errno() == libc::EOPNOTSUPP {
                     // Linux's loopback interface carries no IPv6 multicast (`lo` is not
                     // marked for it): the device cannot carry the group.
-                    cm_err(
+                    Error::cm(
                         verb,
-                        libc::EOPNOTSUPP,
-                        format!(
-                            "device {} is on {dev}, whose interface carries no IPv6 \
-                             multicast ({e}); use an IPv4 device, or one on an interface \
-                             with multicast",
-                            self.inner.ctx.name()
-                        ),
+                        CmError::NoIpv6Multicast {
+                            device: self.inner.ctx.name().to_owned(),
+                            device_addr: dev,
+                            source: Box::new(e),
+                        },
                     )
                 } else {
                     e
@@ -100,10 +89,9 @@ impl CmId {
             at.map(|i| st.groups.remove(i))
         };
         let Some((_, send_only)) = joined else {
-            return Err(cm_err(
+            return Err(Error::cm(
                 "rdma_leave_multicast",
-                libc::EADDRNOTAVAIL,
-                format!("the ID has not joined {group}"),
+                CmError::NotJoined { group },
             ));
         };
         if !send_only && let Some(qp) = self.qp() {

@@ -4,11 +4,10 @@
 //!
 //! Calls the verbs (create, modify). Locks: `CmId` alone, then a QP's when it is modified.
 
-use super::id::cm_err;
 use super::objects::{CmId, QpRef};
 use super::qp_attr::{ALL_ACCESS, Conn, active_conn, mtu_min, ready, rtr_attr, rts_attr};
 use super::types::{ConnParam, PortSpace, RDMA_UDP_QKEY};
-use crate::error::Result;
+use crate::error::{CmError, Error, Result};
 use crate::verbs::qp::{ProtectionDomain, QpInitAttr, QueuePair};
 use softrdma_proto::{QpAttr, QpState, QpType};
 use softrdma_wire::Psn;
@@ -26,11 +25,7 @@ pub(super) fn announced_qp(
     match (qp, param.qp_num) {
         (Some(q), _) => Ok((q.qp_num().value(), q.has_srq())),
         (None, Some(n)) => Ok((n.value(), param.srq)),
-        (None, None) => Err(cm_err(
-            verb,
-            libc::EINVAL,
-            "the ID has no QP (rdma_create_qp first) and the parameters name none (qp_num)".into(),
-        )),
+        (None, None) => Err(Error::cm(verb, CmError::NoQpToAnnounce)),
     }
 }
 
@@ -70,13 +65,12 @@ impl CmId {
         if fits {
             return Ok(());
         }
-        Err(cm_err(
+        Err(Error::cm(
             "rdma_create_qp",
-            libc::EINVAL,
-            format!(
-                "a {t:?} QP does not fit an ID of port space {:?} (TCP takes RC, UDP takes UD)",
-                self.inner.ps
-            ),
+            CmError::QpTypeMismatch {
+                qp_type: t,
+                port_space: format!("{:?}", self.inner.ps),
+            },
         ))
     }
 
@@ -151,14 +145,7 @@ impl CmId {
             }),
             (QpState::Rtr | QpState::Rts, false) => {
                 let (Some(c), Some(peer)) = (conn, peer) else {
-                    return Err(cm_err(
-                        verb,
-                        libc::EINVAL,
-                        format!(
-                            "{state:?} needs the connection's parameters: a connect \
-                             request, or the peer's reply"
-                        ),
-                    ));
+                    return Err(Error::cm(verb, CmError::NoConnParams { state }));
                 };
                 Ok(if state == QpState::Rtr {
                     rtr_attr(local, peer.ip(), &c)
@@ -166,11 +153,7 @@ impl CmId {
                     rts_attr(&c)
                 })
             }
-            (other, _) => Err(cm_err(
-                verb,
-                libc::EINVAL,
-                format!("{other:?}: only INIT, RTR and RTS have attributes to give"),
-            )),
+            (other, _) => Err(Error::cm(verb, CmError::NoQpAttrs { state: other })),
         }
     }
 

@@ -4,10 +4,9 @@
 //!
 //! Calls the host's agent. Locks: `CmAgent`, with `CmId` and `CmIdChannel` under it.
 
-use super::id::cm_err;
 use super::objects::{CmEvent, CmId, Core, CoreSt, QpRef};
 use super::types::{CmEventKind, ConnParam, RDMA_UDP_QKEY, UdParam};
-use crate::error::Result;
+use crate::error::{CmError, Error, Result};
 use softrdma_proto::Instant;
 use softrdma_proto::cm::CommId;
 use softrdma_wire::cm::{self as wire, IpCmHeader, PrivateData, SidrRepRepr, SidrReqRepr};
@@ -22,7 +21,7 @@ impl CmId {
         let (_, peer, pd) = self.request::<{ wire::private_len::SIDR_REQ }>(
             "rdma_connect",
             &param.private_data,
-            ("a UD connect", "the ID is resolving its peer already"),
+            ("a UD connect", true),
         )?;
         let req = SidrReqRepr {
             request_id: 0,
@@ -49,14 +48,13 @@ impl CmId {
         private_data: &[u8],
     ) -> Result<()> {
         let pd = PrivateData::from_slice(private_data).ok_or_else(|| {
-            cm_err(
+            Error::cm(
                 verb,
-                libc::EINVAL,
-                format!(
-                    "{} bytes of private data; a UD answer carries {}",
-                    private_data.len(),
-                    wire::private_len::SIDR_REP
-                ),
+                CmError::PrivateDataTooLong {
+                    message: "a UD answer",
+                    len: private_data.len(),
+                    max: wire::private_len::SIDR_REP,
+                },
             )
         })?;
         let valid = status == wire::sidr_status::VALID;
@@ -65,16 +63,12 @@ impl CmId {
             (st.comm, st.qp.as_ref().and_then(QpRef::get))
         };
         let Some(id) = id else {
-            return Err(cm_err(verb, libc::EINVAL, "the ID holds no request".into()));
+            return Err(Error::cm(verb, CmError::NoSidrRequest));
         };
         let qpn = match qp {
             Some(q) => q.qp_num().value(),
             None if valid => {
-                return Err(cm_err(
-                    verb,
-                    libc::EINVAL,
-                    "the ID has no QP (rdma_create_qp first)".into(),
-                ));
+                return Err(Error::cm(verb, CmError::NoQp));
             }
             None => 0,
         };
@@ -91,7 +85,7 @@ impl CmId {
         let mut cs = core.agent();
         cs.agent
             .sidr_reply(core.now(), id, rep)
-            .map_err(|e| cm_err(verb, libc::EINVAL, e.to_string()))?;
+            .map_err(|e| Error::cm(verb, CmError::Refused { source: e }))?;
         // The agent keeps the answer for duplicates; the ID is done with the exchange.
         cs.ids.remove(&id);
         {

@@ -1,7 +1,7 @@
 //! Protection domains and queue pairs.
 
 use crate::device::qp::QpShared;
-use crate::error::{Error, Result};
+use crate::error::{CmError, Error, Result};
 use crate::sync::{Lock, Rank};
 use crate::verbs::context::Context;
 use crate::verbs::cq::CompletionQueue;
@@ -315,11 +315,7 @@ impl ProtectionDomain {
         let qpn = softrdma_wire::cm::GSI_QPN;
         let taken = self.ctx.dev().qps.read().contains(qpn);
         if taken {
-            return Err(Error::Cm {
-                verb: "rdma_create_id",
-                errno: libc::EBUSY,
-                why: "QP1 of this device is taken by another connection manager".into(),
-            });
+            return Err(Error::cm("rdma_create_id", CmError::Qp1Taken));
         }
         self.create_numbered(init, qpn)
     }
