@@ -10,7 +10,8 @@
 //! Imports go one way, top to bottom; no module imports one above it.
 //!
 //! - [`cm`]: the connection manager (rdma_cm's event channels and IDs), which runs the
-//!   IB CM protocol of `softrdma_proto::cm` over QP1 of the device, through the verbs.
+//!   IB CM protocol of `softrdma_proto::cm` over QP1 of the device, through the verbs,
+//!   and for what they do not give through one narrow interface, `cm::dev`.
 //! - [`verbs`]: the objects applications hold ([`Context`], [`ProtectionDomain`],
 //!   [`QueuePair`], [`CompletionQueue`], [`MemoryRegion`]), each a handle onto the device.
 //! - `device`: the device core's glue: the progress thread, the region table, the QP and

@@ -5,6 +5,7 @@
 //! Calls the host's agent and the device's listener registry. Locks: `CmAgent`, under it
 //! `CmDropped` (a reap) and the device's `ShareCtl` (a listen); `CmId` alone.
 
+use super::dev;
 use super::objects::CmId;
 use super::types::CmEventKind;
 use crate::error::{CmError, Error, PortHolder, Result};
@@ -78,7 +79,7 @@ impl CmId {
         }
         // The device's QP1 takes REQs for every process: its reader learns which one
         // listens on the service.
-        if !self.inner.ctx.dev().cm_listen(sid)? {
+        if !dev::listen(&self.inner.ctx, sid)? {
             return Err(in_use(PortHolder::OtherProcess));
         }
         core.agent

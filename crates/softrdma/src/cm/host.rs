@@ -9,6 +9,7 @@
 //! under `CmAgent` when the agent sends or a listen ends.
 
 use super::agent::AgentGuard;
+use super::dev;
 use super::exit::at_exit;
 use super::fd::{eventfd, write_eventfd};
 use super::gsi::{GSI_BUF, GSI_RECVS, SEND_WR_BASE, post_gsi_recv};
@@ -47,7 +48,7 @@ impl CmPort {
 
 impl Core {
     pub(super) fn of(ctx: &Context) -> Result<Arc<Core>> {
-        let key = Arc::as_ptr(ctx.dev()) as usize;
+        let key = dev::key(ctx);
         let mut cores = CORES.lock();
         cores.retain(|c| c.core.strong_count() > 0);
         if let Some(c) = cores
@@ -79,7 +80,7 @@ impl Core {
         cores.push(CoreEntry {
             key,
             core: Arc::downgrade(&core),
-            dev: Arc::downgrade(ctx.dev()),
+            dev: dev::weak(ctx),
         });
         pub(super) static AT_EXIT: std::sync::Once = std::sync::Once::new();
         // SAFETY: atexit takes a function that lives as long as the program.
@@ -87,13 +88,11 @@ impl Core {
             libc::atexit(at_exit);
         });
         let (weak, gate, wake) = (Arc::downgrade(&core), core.gate.clone(), core.wake.clone());
-        let _ = core
-            .chan
-            .inner
-            .inline
-            .set(Box::new(move || inline_service(&weak, &gate, &wake)));
-        // Receive passes on the device open a scope for the consumer from now on.
-        ctx.dev().inline_consumers.store(true, Ordering::Relaxed);
+        dev::set_inline_consumer(
+            ctx,
+            &core.chan,
+            Box::new(move || inline_service(&weak, &gate, &wake)),
+        );
         let held = core.clone();
         std::thread::Builder::new()
             .name("softrdma-cm".into())
@@ -150,7 +149,7 @@ impl Core {
             seed,
         );
         // The device's other processes run agents of their own behind the same QP1.
-        agent.set_id_tag(ctx.dev().cm_tag());
+        agent.set_id_tag(dev::id_tag(ctx));
         Ok(Core {
             ctx: ctx.clone(),
             cq,
@@ -258,7 +257,7 @@ impl Core {
         if let Some(sid) = listening {
             cs.agent.unlisten(self.now(), sid);
             cs.listeners.remove(&sid);
-            self.ctx.dev().cm_unlisten(sid);
+            dev::unlisten(&self.ctx, sid);
         }
         if let Some(c) = comm {
             cs.agent.destroy(self.now(), c);

@@ -8,6 +8,7 @@
 
 use super::agent::AgentGuard;
 use super::channel::EventChannel;
+use super::dev;
 use super::objects::{Chan, CmEvent, CmId, Core, Ended, IdInner, IdState, LastLook, QpRef};
 use super::types::{CmEventKind, PortSpace};
 use crate::error::{CmError, Error, Result};
@@ -69,7 +70,7 @@ impl CmId {
     }
 
     pub(super) fn with_core(chan: Arc<Chan>, ctx: Context, core: Arc<Core>, ps: PortSpace) -> Self {
-        let res = ctx.dev().res.add_cm_id();
+        let res = dev::add_res_line(&ctx);
         let id = Self {
             inner: Arc::new(IdInner {
                 chan: Lock::new(Rank::CmIdChannel, chan),

@@ -56,6 +56,13 @@
 //! device's interface (RoCE v2 needs no subnet manager) and attaches the ID's QP;
 //! the [`CmEventKind::MulticastJoin`] event carries the QPN and Q_Key of a send to it.
 //!
+//! # The device
+//! The CM reaches the device through the verbs (QP1, its CQs, its region) and, for what
+//! the verbs do not give, through one narrow interface: `cm::dev`, a module of
+//! `pub(crate)` functions and handles (the device's identity, the shared device's
+//! listener registry and ID tag, QP1's inline consumer, a receive pass and the pollers'
+//! hand-back, an ID's `res show` line). No other file of `cm` names `crate::device`.
+//!
 //! # Files
 //! Imports go one way, with no cycle: the verbs on an ID (`addr`, `qp`, `conn`, `sidr`,
 //! `mcast`) use `id` and the policy (`qp_attr`); the host (`host`) uses `agent`, `gsi`,
@@ -67,6 +74,7 @@
 //! - `types`: the public data types (port spaces, parameters, event kinds).
 //! - `objects`: the ID, the host, the event queue and the event, defined together.
 //! - `fd`: eventfds and `poll(2)`.
+//! - `dev`: the CM's narrow interface to the device (see below).
 //! - `channel`: the event channel and the wait for an event.
 //! - `id`: the ID's verbs of its own: creation, accessors, options, and what its drop ends.
 //! - `res`: an ID's `res show cm_id` line.
@@ -88,6 +96,7 @@ mod addr;
 mod agent;
 mod channel;
 mod conn;
+mod dev;
 mod dispatch;
 mod exit;
 mod fd;

@@ -9,6 +9,7 @@
 //! (`IdInner::st`), `CmIdChannel` (`IdInner::chan`), `CmDropped` (`Core::dropped`),
 //! `CmEvents` (`Chan::q`).
 
+use super::dev::ResLine;
 use super::fd::write_eventfd;
 use super::types::{CmEventKind, ConnParam, PeerParam, PortSpace, UdParam};
 use crate::sync::Lock;
@@ -50,7 +51,7 @@ pub(super) struct IdInner {
     pub(super) ps: PortSpace,
     pub(super) st: Lock<IdState>,
     /// The ID's line in `softrdma res show cm_id`.
-    pub(super) res: Arc<crate::device::res::CmIdEntry>,
+    pub(super) res: Arc<ResLine>,
     /// See [`CmId::user`].
     pub(super) user: std::sync::atomic::AtomicUsize,
 }

@@ -1,13 +1,13 @@
 //! The registry of hosts by device (`CORES`), so that every ID of a device shares one
 //! agent and one QP1, and the devices it lists for a thread that waits for a CM event.
 //!
-//! Calls the device (its receive pass, its pollers' hand-back). Locks: `CmCores`, released
+//! Calls the device through `dev` (a receive pass, the pollers' hand-back). Locks: `CmCores`, released
 //! before a device is called.
 
+use super::dev::{CmDevice, WeakCmDevice};
 use super::objects::Core;
-use crate::device::Device;
 use crate::sync::{Lock, Rank};
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 
 /// The cores by device, so that every ID on a device shares one agent and one QP1. A core
 /// leaves the list only under its lock (see `serve`), so that an ID made meanwhile either
@@ -16,15 +16,15 @@ pub(super) static CORES: Lock<Vec<CoreEntry>> = Lock::new(Rank::CmCores, Vec::ne
 
 /// One device's core in [`CORES`].
 pub(super) struct CoreEntry {
-    /// The `Arc<Device>`'s address.
+    /// Its device's key (`dev::key`).
     pub(super) key: usize,
     pub(super) core: Weak<Core>,
     /// Its device, reached without holding the core up (see [`release_pollers`]).
-    pub(super) dev: Weak<Device>,
+    pub(super) dev: WeakCmDevice,
 }
 
 /// The devices with a CM in this process.
-pub(super) fn cm_devices() -> Vec<Arc<Device>> {
+pub(super) fn cm_devices() -> Vec<CmDevice> {
     CORES
         .lock()
         .iter()
@@ -39,6 +39,6 @@ pub(super) fn cm_devices() -> Vec<Arc<Device>> {
 /// the MAD that brings the event would wait that long for anyone to read it.
 pub(super) fn release_pollers() {
     for d in cm_devices() {
-        crate::device::cq::Poller::app_sleeps(&*d);
+        d.app_sleeps();
     }
 }

@@ -3,6 +3,7 @@
 //! Calls the device's resource list. Locks: `CmId` (read the state), then, with it
 //! released, `ResFields` (the published line).
 
+use super::dev;
 use super::objects::{CmId, QpRef};
 use super::types::PortSpace;
 use softrdma_proto::QpType;
@@ -41,7 +42,6 @@ impl CmId {
             }
             line
         };
-        *self.inner.res.fields.lock() = line;
-        self.inner.ctx.dev().res_changed();
+        dev::publish(&self.inner.ctx, &self.inner.res, line);
     }
 }
