@@ -163,20 +163,18 @@ struct Held {
 }
 
 impl Held {
-    /// Checks the order (when `checked`) and records the lock at `addr` as held.
+    /// Records the lock at `addr`, of `rank`, as held (the order was checked before the
+    /// wait, or needs no check: `try_lock`).
     #[inline]
-    fn take(rank: Rank, addr: usize, checked: bool) -> Self {
+    fn take(rank: Rank, addr: usize) -> Self {
         #[cfg(debug_assertions)]
         {
-            if checked {
-                order::check(rank);
-            }
             order::push(rank, addr);
             Held { addr }
         }
         #[cfg(not(debug_assertions))]
         {
-            let _ = (rank, addr, checked);
+            let _ = (rank, addr);
             Held {}
         }
     }
@@ -232,7 +230,7 @@ impl<T: ?Sized> Lock<T> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         Guard {
             inner,
-            _held: Held::take(self.rank, self.addr(), false),
+            _held: Held::take(self.rank, self.addr()),
         }
     }
 
@@ -246,7 +244,7 @@ impl<T: ?Sized> Lock<T> {
         };
         Some(Guard {
             inner,
-            _held: Held::take(self.rank, self.addr(), false),
+            _held: Held::take(self.rank, self.addr()),
         })
     }
 
@@ -319,7 +317,7 @@ impl<T: ?Sized> RwLock<T> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         ReadGuard {
             inner,
-            _held: Held::take(self.rank, self.addr(), false),
+            _held: Held::take(self.rank, self.addr()),
         }
     }
 
@@ -330,7 +328,7 @@ impl<T: ?Sized> RwLock<T> {
         let inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         WriteGuard {
             inner,
-            _held: Held::take(self.rank, self.addr(), false),
+            _held: Held::take(self.rank, self.addr()),
         }
     }
 }
