@@ -544,17 +544,9 @@ impl Local {
             _ => None,
         };
         let mut routes = self.routes.lock();
-        // Looked at again under the lock: the ring seen before may have hung up (or the
-        // peer refused it) meanwhile, and a route to it would lose every packet.
-        let out = match ep {
-            Some(ep) if !routes.refused.contains(&ep) => match (routes.by_ep.get(&ep), fresh) {
-                (Some(o), _) => Some(o.clone()),
-                (None, Some(o)) => {
-                    routes.by_ep.insert(ep, o.clone());
-                    Some(o)
-                }
-                (None, None) => None,
-            },
+        let out = match (ep, known, fresh) {
+            (Some(ep), _, Some(o)) => Some(routes.by_ep.entry(ep).or_insert(o).clone()),
+            (_, Some((false, Some(o))), _) => Some(o),
             _ => None,
         };
         let Some(r) = routes.by_qpn.get_mut(&qpn) else {
