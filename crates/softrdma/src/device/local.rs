@@ -80,9 +80,6 @@ const NO_ROUTE_FOR: Duration = Duration::from_secs(1);
 /// descheduled on a busy host may not run for a scheduler slice or two (a UC or UD
 /// message that loses a packet is lost: 1 ms lost some in CI-like load).
 const FULL_WAIT: Duration = Duration::from_millis(10);
-/// How long past its first packet a route still being looked up is given before the
-/// progress thread drops it (see [`Local::expire`]): far past the owner's answer time.
-const STUCK: Duration = Duration::from_secs(10);
 /// How many packets a route being looked up holds back; more are dropped, as by a full
 /// socket (the lookup is one request to the owner: an RC window or two at most come
 /// before it ends, unless the owner is going).
@@ -668,15 +665,9 @@ impl Local {
         let now = Instant::now();
         let mut routes = self.routes.lock();
         routes.by_qpn.retain(|_, r| {
-            if r.until > now {
+            // The resolver replaces a route it looks up; until then its packets wait in it.
+            if r.until > now || r.waiting.is_some() {
                 return true;
-            }
-            // The resolver replaces a route it looks up (within the owner's answer time
-            // and a connect), and until then its packets wait in it; one it never
-            // replaced (its thread failed) is dropped, packets and all, so that the next
-            // packet asks again rather than wait for good (RC resends the lost ones).
-            if r.waiting.is_some() {
-                return now < r.until + STUCK;
             }
             if r.sticky && std::mem::take(&mut r.used) {
                 r.until = now + ROUTE_FOR;

@@ -30,14 +30,6 @@ fn run(dev: &Weak<Device>, rx: &Receiver<u32>) {
         let Some(dev) = dev.upgrade() else {
             return;
         };
-        // A bug here must not end the thread: the next QPNs' packets would wait for it
-        // until the progress thread gives up on them (`local::STUCK`).
-        let run = std::panic::AssertUnwindSafe(|| dev.resolve_route(qpn));
-        if std::panic::catch_unwind(run).is_err() {
-            eprintln!(
-                "softrdma: {}: looking up QPN {qpn:#x} failed (a bug)",
-                dev.name
-            );
-        }
+        dev.resolve_route(qpn);
     }
 }
