@@ -39,10 +39,10 @@
 //! across a system call that can block (every socket is non-blocking; the probes that wait
 //! run on the learner thread, holding nothing). The one exception is a capture
 //! (`SOFTRDMA_PCAP`, a debugging aid): its records go to a buffered file under the
-//! capture's lock, and a full buffer is written out there. The same-host path asks the
-//! device's owner where a QPN lives on a thread of its own, holding no lock, while the
-//! packets to that QPN wait (`device::local`); a sender to a full ring spins for up to
-//! 10 ms under `LocalRoutes` and the ring's lock, as a blocking socket would wait.
+//! capture's lock, and a full buffer is written out there. A known breach, not yet
+//! mended: a QP's first packet to a QPN of another process on the same host asks the
+//! device's owner for the route (a request that waits up to 2 s, then a Unix `connect`)
+//! under the QP's, `LocalRoutes` and `ShareCtl` locks.
 //!
 //! Every lock is a `sync::Lock` or `sync::RwLock` made with a `sync::Rank`, which handles
 //! poisoning in one place. A thread takes locks in increasing rank only, and never two

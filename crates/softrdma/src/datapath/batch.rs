@@ -86,18 +86,6 @@ type Route = (
     Option<std::sync::Weak<Lock<super::tx::Conn>>>,
 );
 
-/// What a packet taken out of a batch keeps besides its bytes, to be put back in a batch
-/// later (the same-host path holds a packet back while it learns its route, see
-/// `device::local`): its destination, its TOS byte, and the ICRC it still owes.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Meta {
-    /// Where it goes.
-    pub dst: SocketAddr,
-    /// Its IP TOS byte.
-    pub tos: u8,
-    owed: Option<(IpAddr, u16)>,
-}
-
 /// Packets waiting to be sent together.
 #[derive(Default)]
 pub struct SendBatch {
@@ -264,14 +252,6 @@ impl SendBatch {
         self.queue(at, bytes.len(), (dst, tos), None, None);
     }
 
-    /// Puts back a packet that [`SendBatch::divert`] gave out (its pieces joined): it
-    /// still owes the ICRC it owed then.
-    pub(crate) fn push_back(&mut self, bytes: &[u8], meta: Meta) {
-        let at = self.room(bytes.len());
-        self.data[at..at + bytes.len()].copy_from_slice(bytes);
-        self.queue(at, bytes.len(), (meta.dst, meta.tos), None, meta.owed);
-    }
-
     /// Adds a packet built in place: `build(buf, at)` writes it at `buf[at..]` (growing `buf`
     /// as it needs) and says how long it is, where it goes and, for a zero-copy send, which
     /// payload of `table` it takes; or gives `None` for no packet. Returns `Some(true)` when
@@ -303,19 +283,15 @@ impl SendBatch {
     }
 
     /// Offers every queued packet, as its pieces in order (unused pieces are empty) and
-    /// what else it carries, to `take`, and keeps those it does not take, in order (the
+    /// its destination, to `take`, and keeps those it does not take, in order (the
     /// same-host path takes the packets its rings carry). Empties the batch if it takes
     /// them all.
-    pub(crate) fn divert(&mut self, mut take: impl FnMut(&[(*const u8, usize); 3], Meta) -> bool) {
+    pub(crate) fn divert(
+        &mut self,
+        mut take: impl FnMut(&[(*const u8, usize); 3], SocketAddr) -> bool,
+    ) {
         let mut pkts = std::mem::take(&mut self.pkts);
-        pkts.retain(|p| {
-            let meta = Meta {
-                dst: p.dst,
-                tos: p.tos,
-                owed: p.owed,
-            };
-            !take(&self.pieces(p), meta)
-        });
+        pkts.retain(|p| !take(&self.pieces(p), p.dst));
         self.pkts = pkts;
         if self.pkts.is_empty() {
             self.clear();

@@ -6,13 +6,11 @@
 //! Each process that shares a device listens on an abstract `SOCK_SEQPACKET` socket of
 //! its own, `@softrdma/UID/IP/ep/ID`, where `ID` is a random 64-bit endpoint it states in
 //! its hello to the owner. When a thread first sends to a QPN on the device's own
-//! address, [`Local::divert`] holds the packet back in a new route and hands the QPN to
-//! the device's resolver thread (`super::resolver`), which asks the owner which endpoint
-//! holds that QPN ([`super::share::Share::holder`]), connects there, checks the peer's
-//! uid, creates a ring and passes its memfd and eventfd ([`Msg::Ring`]); then it puts the
-//! held packets in the ring ([`Local::resolve`]). From then on every packet to a QPN of
-//! that process goes into that ring, in the order it was built; the UDP path is never
-//! used for it, so the two paths cannot reorder one QP's packets. The other
+//! address, [`Local::divert`] asks the owner which endpoint holds that QPN
+//! ([`super::share::Share::holder`]), connects there, checks the peer's uid, creates a
+//! ring and passes its memfd and eventfd ([`Msg::Ring`]). From then on every packet to a
+//! QPN of that process goes into that ring, in the order it was built; the UDP path is
+//! never used for it again, so the two paths cannot reorder one QP's packets. The other
 //! process's progress thread accepts the connection, checks the ring, and its receive
 //! path drains the ring as it drains the socket: each entry is copied out and handed to
 //! the same receive checks a datagram gets. So the process that owns a memory region is
@@ -37,19 +35,16 @@
 //!
 //! # Threads and locks
 //! `routes` is taken per send batch that goes to the device's own address (by whichever
-//! thread flushes it, often under a QP's lock); a route's ring has its own lock, taken per
-//! packet under `routes`. No send waits for the owner: a first send to a QPN only holds
-//! its packets back, and the resolver thread makes the request to the owner (at most
-//! [`super::share::ANSWER_TIMEOUT`]) and the connect holding no lock, then takes `routes`
-//! to hand over what waited. A full ring still makes its sender spin for up to
-//! [`FULL_WAIT`] under `routes` and the ring's lock. `incoming` is taken by the thread that
+//! thread flushes it); a route's ring has its own lock, taken per packet under `routes`.
+//! A first send to a QPN resolves it under `routes`: a request to the owner (at most
+//! [`super::share::ANSWER_TIMEOUT`]) and a connect. `incoming` is taken by the thread that
 //! holds the device's receive state, and by the progress thread to add or drop a ring.
 //! `conns` is the progress thread's, and the sender's for the moment it adds a
 //! connection. No QP lock is taken under any of them.
 
 use super::place::{self, Grant, Granted, Placements, Table};
 use super::share::{self, Holder, Share, msg::Msg, msg::VERSION};
-use crate::datapath::batch::{Meta, SendBatch};
+use crate::datapath::batch::SendBatch;
 use crate::datapath::shm::{self, Consumer, Producer};
 use crate::datapath::socket::{Forgotten, RecvBatch};
 use crate::sync::{Lock, Rank};
@@ -80,10 +75,6 @@ const NO_ROUTE_FOR: Duration = Duration::from_secs(1);
 /// descheduled on a busy host may not run for a scheduler slice or two (a UC or UD
 /// message that loses a packet is lost: 1 ms lost some in CI-like load).
 const FULL_WAIT: Duration = Duration::from_millis(10);
-/// How many packets a route being looked up holds back; more are dropped, as by a full
-/// socket (the lookup is one request to the owner: an RC window or two at most come
-/// before it ends, unless the owner is going).
-const WAITING_MAX: usize = 4096;
 
 thread_local! {
     /// Whether this thread holds its device's receive state now (see [`Draining`]): the
@@ -212,9 +203,6 @@ enum Ending {
 struct Route {
     /// The ring to its process; `None`: the UDP path.
     ring: Option<Arc<Outgoing>>,
-    /// While the resolver looks the QPN up (see [`Local::resolve`]): the packets sent to
-    /// it meanwhile, held back in order, so that every packet to it takes one path.
-    waiting: Option<Vec<(Vec<u8>, Meta)>>,
     /// Until when the answer holds unless used (the progress thread looks, see
     /// [`Local::expire`], so that a send reads no clock).
     until: Instant,
@@ -260,46 +248,6 @@ pub(crate) struct Local {
     placements: Lock<Placements>,
     /// The grants this process issued (the region table's), revoked with a connection.
     granted: Arc<Granted>,
-    /// The resolver's queue of QPNs to look up, and the process it runs in (a forked
-    /// child has no resolver thread: its sends take the UDP path).
-    resolver: OnceLock<(std::sync::mpsc::Sender<u32>, u32)>,
-    /// How long the resolver waits before each lookup (a test's slow owner).
-    resolve_delay: Duration,
-}
-
-/// Puts a packet (its pieces) in `ring`; if the ring is full and `wait`, wakes its reader
-/// and gives it a moment ([`FULL_WAIT`]), as a blocking socket would. False if it stayed
-/// full.
-fn push(ring: &mut Producer, pieces: &[(*const u8, usize); 3], sport: u16, wait: bool) -> bool {
-    if ring.push(pieces, sport) {
-        return true;
-    }
-    if !wait {
-        return false;
-    }
-    let until = Instant::now() + FULL_WAIT;
-    loop {
-        ring.wake();
-        std::thread::yield_now();
-        if ring.push(pieces, sport) {
-            return true;
-        }
-        if Instant::now() >= until {
-            return false;
-        }
-    }
-}
-
-/// A packet's pieces, joined (a copy: a payload lent from a region may change after the
-/// send returns).
-fn joined(pieces: &[(*const u8, usize); 3]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(pieces.iter().map(|p| p.1).sum());
-    for &(p, n) in pieces {
-        // SAFETY: each piece is valid for its length (the send batch's contract); copied,
-        // not kept as a reference (see `crate::device::regions`).
-        v.extend_from_slice(unsafe { std::slice::from_raw_parts(p, n) });
-    }
-    v
 }
 
 /// A connection's descriptor.
@@ -329,7 +277,6 @@ impl Local {
         scope_id: u32,
         cma: bool,
         granted: Arc<Granted>,
-        resolve_delay: Duration,
     ) -> Option<Local> {
         let l = ns::socket(
             AddressFamily::Unix,
@@ -366,8 +313,6 @@ impl Local {
             cma,
             placements: Lock::new(Rank::LocalPlacements, Placements::default()),
             granted,
-            resolver: OnceLock::new(),
-            resolve_delay,
         })
     }
 
@@ -392,19 +337,17 @@ impl Local {
     }
 
     /// Takes out of `batch` every packet whose QPN lives in a process of this host that
-    /// a ring reaches, and puts it in that ring; holds back the packets to a QPN not looked
-    /// up yet (and hands the QPN to the resolver); the rest stay for UDP. Returns how many
-    /// went into rings and how many were dropped (a ring that stayed full). It never waits
-    /// for the owner: the caller may hold a QP's lock.
-    pub(crate) fn divert(&self, batch: &mut SendBatch) -> (usize, usize) {
+    /// a ring reaches, and puts it in that ring; the rest stay for UDP. Returns how many
+    /// went into rings and how many were dropped (a ring that stayed full).
+    pub(crate) fn divert(&self, batch: &mut SendBatch, share: &Share) -> (usize, usize) {
         if self.registry.get().is_none() {
             return (0, 0);
         }
         let sport = self.sport.load(Ordering::Relaxed);
         let mut routes = self.routes.lock();
         let (mut sent, mut dropped) = (0, 0);
-        batch.divert(|pieces, meta| {
-            if !self.is_local(meta.dst) {
+        batch.divert(|pieces, dst| {
+            if !self.is_local(dst) {
                 return false;
             }
             // The first piece holds the headers.
@@ -414,45 +357,32 @@ impl Local {
             let Some(qpn) = share::dest_qpn(h) else {
                 return false;
             };
-            let out = match routes.by_qpn.get_mut(&qpn) {
-                Some(r) => {
-                    r.used = true;
-                    if let Some(w) = &mut r.waiting {
-                        if w.len() < WAITING_MAX {
-                            w.push((joined(pieces), meta));
-                        } else {
-                            dropped += 1;
-                        }
-                        return true;
-                    }
-                    match &r.ring {
-                        Some(out) => out.clone(),
-                        None => return false,
-                    }
-                }
-                None => {
-                    if !self.look_up(qpn) {
-                        return false;
-                    }
-                    let waiting = Route {
-                        ring: None,
-                        waiting: Some(vec![(joined(pieces), meta)]),
-                        until: Instant::now() + NO_ROUTE_FOR,
-                        used: false,
-                        sticky: false,
-                    };
-                    routes.by_qpn.insert(qpn, waiting);
-                    return true;
-                }
+            let Some(out) = self.route(&mut routes, share, qpn) else {
+                return false;
             };
             // The thread that drains this process's rings waits in vain for room in its
             // own ring: the packet is dropped at once, as by a full socket (RC resends).
             let wait = out.ep != self.ep || !DRAINS.get();
             let mut ring = out.ring.lock();
-            if push(&mut ring, pieces, sport, wait) {
+            if ring.push(pieces, sport) {
                 sent += 1;
-            } else {
+            } else if !wait {
                 dropped += 1;
+            } else {
+                // Full: wake the reader and give it a moment, as a blocking socket would.
+                let until = Instant::now() + FULL_WAIT;
+                loop {
+                    ring.wake();
+                    std::thread::yield_now();
+                    if ring.push(pieces, sport) {
+                        sent += 1;
+                        break;
+                    }
+                    if Instant::now() >= until {
+                        dropped += 1;
+                        break;
+                    }
+                }
             }
             // Woken under the lock of the push: a wake costs a fence and a load of a line
             // the reader rarely writes (and a system call only if it sleeps), less than
@@ -462,20 +392,6 @@ impl Local {
         });
         drop(routes);
         (sent, dropped)
-    }
-
-    /// Makes `tx` the resolver's queue (see [`Local::resolve`]): the device's resolver
-    /// thread receives from it.
-    pub(crate) fn set_resolver(&self, tx: std::sync::mpsc::Sender<u32>) {
-        let _ = self.resolver.set((tx, std::process::id()));
-    }
-
-    /// Hands QPN `qpn` to the resolver; false if there is none (not started, or this is
-    /// a forked child, which has no threads of its parent's).
-    fn look_up(&self, qpn: u32) -> bool {
-        self.resolver
-            .get()
-            .is_some_and(|(tx, pid)| *pid == std::process::id() && tx.send(qpn).is_ok())
     }
 
     /// Leaves a positive ACK of `psn` for QPN `qpn` in the ACK box of the ring that
@@ -509,80 +425,41 @@ impl Local {
         true
     }
 
-    /// Looks up who holds QPN `qpn` (a member asks its owner) and connects a ring to its
-    /// process if none is open, holding no lock meanwhile; then routes the packets
-    /// [`Local::divert`] held back for it, in order and under the routes' lock, so that
-    /// every later packet comes after them: into the ring, or to `udp`, which sends a
-    /// batch on the wire. Runs on the device's resolver thread. Returns how many packets
-    /// went into the ring and how many were dropped.
-    ///
-    /// An owner that cannot answer is going (or just went): the QPN's packets take UDP,
-    /// and the answer is kept only briefly, so that a later packet asks again.
-    pub(crate) fn resolve(
-        &self,
-        share: &Share,
-        qpn: u32,
-        udp: impl FnOnce(&mut SendBatch),
-    ) -> (usize, usize) {
-        if !self.resolve_delay.is_zero() {
-            std::thread::sleep(self.resolve_delay);
+    /// The ring to QPN `qpn`'s process, looked up (and connected) if need be.
+    fn route(&self, routes: &mut Routes, share: &Share, qpn: u32) -> Option<Arc<Outgoing>> {
+        if let Some(r) = routes.by_qpn.get_mut(&qpn) {
+            r.used = true;
+            return r.ring.clone();
         }
+        let now = Instant::now();
+        // An owner that cannot answer is going (or just went): this packet takes UDP, and
+        // nothing is cached, so the next one asks again (the progress thread, which would
+        // carry on as owner, may be this thread: waiting here could not help).
         let (ep, sticky) = match share.holder(qpn) {
-            Ok(Holder::At(ep)) => (Some(ep), true),
-            Ok(Holder::NoEndpoint) => (None, true),
-            Ok(Holder::Nobody) | Err(()) => (None, false),
+            Ok(Holder::At(ep)) if !routes.refused.contains(&ep) => (Some(ep), true),
+            Ok(Holder::At(_) | Holder::NoEndpoint) => (None, true),
+            Ok(Holder::Nobody) => (None, false),
+            Err(()) => return None,
         };
-        let known = ep.map(|ep| {
-            let routes = self.routes.lock();
-            (routes.refused.contains(&ep), routes.by_ep.get(&ep).cloned())
+        let out = ep.and_then(|ep| match routes.by_ep.get(&ep) {
+            Some(o) => Some(o.clone()),
+            None => {
+                let o = self.connect(ep)?;
+                routes.by_ep.insert(ep, o.clone());
+                Some(o)
+            }
         });
-        let fresh = match (ep, &known) {
-            (Some(ep), Some((false, None))) => self.connect(ep),
-            _ => None,
-        };
-        let mut routes = self.routes.lock();
-        let out = match (ep, known, fresh) {
-            (Some(ep), _, Some(o)) => Some(routes.by_ep.entry(ep).or_insert(o).clone()),
-            (_, Some((false, Some(o))), _) => Some(o),
-            _ => None,
-        };
-        let Some(r) = routes.by_qpn.get_mut(&qpn) else {
-            return (0, 0);
-        };
-        let waiting = r.waiting.take().unwrap_or_default();
-        r.ring = out.clone();
-        r.sticky = sticky;
-        r.until = Instant::now() + if sticky { ROUTE_FOR } else { NO_ROUTE_FOR };
-        let (mut sent, mut dropped) = (0, 0);
-        match out {
-            Some(o) => {
-                let sport = self.sport.load(Ordering::Relaxed);
-                let mut ring = o.ring.lock();
-                for (bytes, _) in &waiting {
-                    let pieces = [
-                        (bytes.as_ptr(), bytes.len()),
-                        (bytes.as_ptr(), 0),
-                        (bytes.as_ptr(), 0),
-                    ];
-                    if push(&mut ring, &pieces, sport, true) {
-                        sent += 1;
-                    } else {
-                        dropped += 1;
-                    }
-                }
-                ring.wake();
-            }
-            None if !waiting.is_empty() => {
-                let mut b = SendBatch::default();
-                for (bytes, meta) in &waiting {
-                    b.push_back(bytes, *meta);
-                }
-                udp(&mut b);
-            }
-            None => {}
-        }
-        drop(routes);
-        (sent, dropped)
+        let hold = if sticky { ROUTE_FOR } else { NO_ROUTE_FOR };
+        routes.by_qpn.insert(
+            qpn,
+            Route {
+                ring: out.clone(),
+                until: now + hold,
+                used: false,
+                sticky,
+            },
+        );
+        out
     }
 
     /// Connects to endpoint `ep` and passes it a new ring.
@@ -665,8 +542,7 @@ impl Local {
         let now = Instant::now();
         let mut routes = self.routes.lock();
         routes.by_qpn.retain(|_, r| {
-            // The resolver replaces a route it looks up; until then its packets wait in it.
-            if r.until > now || r.waiting.is_some() {
+            if r.until > now {
                 return true;
             }
             if r.sticky && std::mem::take(&mut r.used) {

@@ -28,7 +28,6 @@ pub(crate) mod place;
 pub(crate) mod qp;
 pub(crate) mod regions;
 pub(crate) mod res;
-mod resolver;
 pub(crate) mod share;
 pub mod stats;
 
@@ -379,8 +378,8 @@ impl Device {
             if b.is_empty() {
                 return;
             }
-            if let Some(l) = &self.local {
-                let (sent, dropped) = l.divert(b);
+            if let (Some(l), Some(s)) = (&self.local, &self.share) {
+                let (sent, dropped) = l.divert(b, s);
                 self.counters.add(Counter::SentPkts, sent as u64);
                 self.counters.add(Counter::SendErr, dropped as u64);
                 if b.is_empty() {
@@ -396,22 +395,6 @@ impl Device {
     }
 
     /// Counts a send, and makes sure the packets it held back leave in time.
-    /// Looks up QPN `qpn`'s process for the same-host path and sends what waited for the
-    /// answer (the resolver thread's work, see [`resolver`]).
-    pub(crate) fn resolve_route(&self, qpn: u32) {
-        let (Some(l), Some(s)) = (&self.local, &self.share) else {
-            return;
-        };
-        let (sent, dropped) = l.resolve(s, qpn, |b| {
-            b.settle_icrc();
-            let now = if self.holds { self.now().as_nanos() } else { 0 };
-            let sent = self.datapath.send(b, now);
-            self.count_sent(sent);
-        });
-        self.counters.add(Counter::SentPkts, sent as u64);
-        self.counters.add(Counter::SendErr, dropped as u64);
-    }
-
     fn count_sent(&self, s: Sent) {
         for (c, n) in [
             (Counter::SendCalls, s.calls),
@@ -1532,10 +1515,7 @@ impl Device {
         let bind = |how| Udp::bind_port(addr, scope_id, opts.gso, how);
         let mrs = Arc::new(MrTable::new(opts.zero_copy));
         let local = (opts.share && opts.shm && opts.faults.is_none() && opts.pcap.is_none())
-            .then(|| {
-                let granted = mrs.granted.clone();
-                local::Local::bind(addr, scope_id, opts.cma, granted, opts.route_lookup_delay)
-            })
+            .then(|| local::Local::bind(addr, scope_id, opts.cma, mrs.granted.clone()))
             .flatten();
         let ep = local.as_ref().map_or(0, |l| l.ep);
         let share = share::Share::attach(addr, scope_id, !opts.share, opts.steer, ep, &bind)?;
@@ -1594,8 +1574,6 @@ impl Device {
         if let Some(l) = &dev.local {
             l.start(poll.registry(), dev.port())
                 .map_err(Error::io("ibv_open_device: poll"))?;
-            resolver::start(&dev, l, name)
-                .map_err(Error::io("ibv_open_device: resolver thread"))?;
         }
         let d = dev.clone();
         let thread = std::thread::Builder::new()
