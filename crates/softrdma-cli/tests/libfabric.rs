@@ -7,7 +7,9 @@
 //! interface that is not loopback.
 //!
 //! Each test takes its own loopback addresses and `fi_pingpong` control port, so the tests
-//! run in parallel.
+//! run in parallel. The control ports lie below Linux's ephemeral range (32768 to 60999):
+//! a port inside it can be held, at any moment, by the local end of some other test's TCP
+//! connection, and the server's bind then fails with EADDRINUSE.
 
 mod common;
 
@@ -88,7 +90,7 @@ fn fi_pingpong_runs_on_one_shared_device() {
     for (i, kind) in KINDS.into_iter().enumerate() {
         pingpong(
             ("127.0.92.2", "127.0.92.2"),
-            47610 + i as u16,
+            27610 + i as u16,
             kind,
             ("all", "10"),
             &[],
@@ -101,7 +103,7 @@ fn fi_pingpong_runs_between_two_devices() {
     for (i, kind) in KINDS.into_iter().enumerate() {
         pingpong(
             ("127.0.93.2", "127.0.93.3"),
-            47620 + i as u16,
+            27620 + i as u16,
             kind,
             ("all", "10"),
             &[],
@@ -115,7 +117,7 @@ fn memcheck_finds_no_invalid_access_by_the_drop_in_under_libfabric() {
     for (i, kind) in KINDS[1..].iter().enumerate() {
         let (st, _) = pingpong(
             ("127.0.94.2", "127.0.94.3"),
-            47630 + i as u16,
+            27630 + i as u16,
             *kind,
             // Big enough to take several packets (DGRAM: one MTU) and, for rxm, its
             // rendezvous path; small enough for memcheck's pace.
@@ -228,7 +230,7 @@ fn fi_pingpong_runs_between_network_namespaces() {
     };
     let (a, b) = (format!("{net}.1"), format!("{net}.2"));
     for (i, (prov, ep)) in KINDS.into_iter().enumerate() {
-        let port = 47640 + i as u16;
+        let port = 27640 + i as u16;
         let ps = port.to_string();
         let what = format!("fi_pingpong -p {prov} -e {ep} across namespaces");
         let sargs = [
