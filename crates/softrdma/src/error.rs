@@ -3,7 +3,9 @@
 //! manager's refusals are [`CmError`]s (in `error/cm.rs`).
 
 mod cm;
+mod share;
 pub use cm::{CmError, PortHolder};
+pub use share::ShareError;
 
 /// Result of a verb.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -116,7 +118,7 @@ pub enum Error {
         /// The device's address.
         addr: std::net::IpAddr,
         /// What went wrong.
-        source: crate::device::share::ShareError,
+        source: ShareError,
     },
     /// A connection manager verb that was refused (see [`CmError`], which gives the errno).
     #[error("{verb}: {why}")]

@@ -155,7 +155,8 @@ mod rig_tests;
 pub use config::{DeviceAttr, DeviceOptions, PortAttr, default_addr, device_attr, port_attr};
 pub use counters::DeviceCounters;
 pub use device::events::AsyncEventQueue;
-pub use device::share::{ShareError, set_verbose as set_share_log};
+pub use device::share::set_verbose as set_share_log;
+pub use error::ShareError;
 /// The version of the protocol between the processes that share a device. Processes of
 /// different versions refuse each other with an error that says so.
 pub const SHARE_PROTOCOL_VERSION: u32 = device::share::msg::VERSION;
