@@ -34,6 +34,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cm;
+pub mod cma;
 pub mod endpoint;
 pub mod faults;
 #[doc(hidden)]

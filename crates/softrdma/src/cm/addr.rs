@@ -9,6 +9,7 @@ use super::dev;
 use super::objects::CmId;
 use super::types::CmEventKind;
 use crate::error::{CmError, Error, PortHolder, Result};
+use softrdma_proto::cma::{IdStep, IdVerb};
 use softrdma_wire::cm as wire;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ impl CmId {
     /// one (`rdma_bind_addr`). Until the ID listens, a REQ for the port is dropped rather
     /// than rejected (see `softrdma_proto::cm::CmAgent::bind`).
     pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
+        self.may("rdma_bind_addr", IdVerb::Bind)?;
         self.bind_to(addr)?;
         let port = self.local_addr().expect("bound").port();
         let sid = wire::ip_service_id(self.inner.ps.code(), port);
@@ -47,12 +49,13 @@ impl CmId {
             addr.port()
         };
         self.st().local = Some(SocketAddr::new(dev, port));
-        self.set_state("ADDR_BOUND");
+        self.moved(IdStep::Bound);
         Ok(())
     }
 
     /// Takes connection requests on the bound port (`rdma_listen`).
     pub fn listen(&self, _backlog: i32) -> Result<()> {
+        self.may("rdma_listen", IdVerb::Listen)?;
         let local = match self.local_addr() {
             Some(l) => l,
             None => {
@@ -87,7 +90,7 @@ impl CmId {
             .map_err(|e| Error::cm("rdma_listen", CmError::ServiceInUse { source: e }))?;
         core.listeners.insert(sid, Arc::downgrade(&self.inner));
         self.st().listening = Some(sid);
-        self.set_state("LISTEN");
+        self.moved(IdStep::Listening);
         Ok(())
     }
 
@@ -116,11 +119,12 @@ impl CmId {
                 },
             ));
         }
+        self.may("rdma_resolve_addr", IdVerb::ResolveAddr)?;
         if self.local_addr().is_none() {
             self.bind_to(src.unwrap_or(SocketAddr::new(ours, 0)))?;
         }
         self.st().peer = Some(SocketAddr::new(dst.ip().to_canonical(), dst.port()));
-        self.set_state("ADDR_RESOLVED");
+        self.moved(IdStep::AddrResolved);
         self.event(CmEventKind::AddrResolved, vec![]);
         Ok(())
     }
@@ -131,7 +135,8 @@ impl CmId {
         if self.peer_addr().is_none() {
             return Err(Error::cm("rdma_resolve_route", CmError::AddrNotResolved));
         }
-        self.set_state("ROUTE_RESOLVED");
+        self.may("rdma_resolve_route", IdVerb::ResolveRoute)?;
+        self.moved(IdStep::RouteResolved);
         self.event(CmEventKind::RouteResolved, vec![]);
         Ok(())
     }

@@ -11,6 +11,7 @@ use super::qp_attr::{path, random_psn, to_rts};
 use super::types::{ConnParam, NotifyEvent};
 use crate::error::{CmError, Error, Result};
 use softrdma_proto::cm::{CmAgent, CommId};
+use softrdma_proto::cma::{IdStep, IdVerb};
 use softrdma_proto::{Instant, QpAttr, QpState};
 use softrdma_wire::cm::{
     self as wire, IpCmHeader, PathRepr, PrivateData, RepRepr, ReqRepr, TransportService, rej_reason,
@@ -82,7 +83,7 @@ impl CmId {
             st.req = Some(Box::new(req));
             st.param = Some(param.clone());
         }
-        self.set_state("CONNECT");
+        self.moved(IdStep::Connecting);
         core.settle(&mut cs);
         Ok(())
     }
@@ -115,6 +116,10 @@ impl CmId {
         if st.comm.is_some() {
             return Err(Error::cm(verb, CmError::AlreadyConnecting { ud: what.1 }));
         }
+        if !st.state.allows(IdVerb::Connect) {
+            let state = st.state;
+            return Err(Error::cm(verb, CmError::WrongState { state }));
+        }
         let mut pd = [0u8; N];
         IpCmHeader {
             version: 0,
@@ -139,6 +144,10 @@ impl CmId {
             let (Some(id), Some(req), Some(peer)) = (st.comm, st.req.clone(), st.peer) else {
                 return Err(Error::cm(verb, CmError::NoConnectRequest));
             };
+            if !st.state.allows(IdVerb::Accept) {
+                let state = st.state;
+                return Err(Error::cm(verb, CmError::WrongState { state }));
+            }
             (id, req, peer, st.qp.as_ref().and_then(QpRef::get))
         };
         let (local_qpn, srq) = announced_qp(verb, qp.as_deref(), param)?;
@@ -181,7 +190,7 @@ impl CmId {
             .accept(core.now(), id, rep)
             .map_err(|e| Error::cm(verb, CmError::Refused { source: e }))?;
         self.st().param = Some(param.clone());
-        self.set_state("CONNECT");
+        self.moved(IdStep::Accepted);
         core.settle(&mut cs);
         Ok(())
     }
@@ -230,7 +239,7 @@ impl CmId {
             });
         }
         self.agent_verb("rdma_disconnect", |a, now, id| a.disconnect(now, id, &[]))?;
-        self.set_state("DISCONNECT");
+        self.moved(IdStep::Disconnected);
         Ok(())
     }
 

@@ -5,10 +5,11 @@
 //! Runs under `CmAgent` (from `Core::flush`); takes `CmId`, then `CmIdChannel` and
 //! `CmEvents`, and a QP's `Qp` through the verbs for the move to RTS.
 
-use super::objects::{CmEvent, CmId, Core, CoreSt, IdInner, IdState, QpRef};
+use super::objects::{CmEvent, CmId, Core, CoreSt, IdInner, IdRecord, QpRef};
 use super::qp_attr::{active_conn, random_psn, to_rts};
 use super::types::{CmEventKind, PeerParam};
 use softrdma_proto::cm::{CmEvent as AgentEvent, CommId};
+use softrdma_proto::cma::IdStep;
 use softrdma_wire::cm::{IpCmHeader, rej_reason};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Weak};
@@ -74,7 +75,7 @@ impl Core {
                     &qp,
                     self.ctx.addr(),
                     peer.ip(),
-                    active_conn(&req, &rep, &param, self.ctx.active_mtu()),
+                    active_conn(&req, &rep, &param.offer(), self.ctx.active_mtu()),
                 );
                 if r.is_err() {
                     let _ = cs.agent.reject(now, id, rej_reason::CONSUMER_DEFINED, &[]);
@@ -107,7 +108,7 @@ impl Core {
                 if let Some(inner) = cs.ids.remove(&id).and_then(|w| w.upgrade()) {
                     let cid = CmId { inner };
                     cid.st().comm = None;
-                    cid.set_state("IDLE");
+                    cid.moved(IdStep::Rejected);
                     cid.event(
                         CmEventKind::Rejected { reason: rej.reason },
                         rej.private_data.as_bytes().to_vec(),
@@ -127,14 +128,14 @@ impl Core {
             AgentEvent::DreqReceived { id, private_data } => {
                 if let Some(inner) = id_of(cs, id) {
                     let cid = CmId { inner };
-                    cid.set_state("DISCONNECT");
+                    cid.moved(IdStep::Disconnected);
                     cid.event(CmEventKind::Disconnected, private_data.into_vec());
                 }
             }
             AgentEvent::Disconnected { id, .. } => {
                 if let Some(inner) = id_of(cs, id) {
                     let cid = CmId { inner };
-                    cid.set_state("DISCONNECT");
+                    cid.moved(IdStep::Disconnected);
                     cid.event(CmEventKind::Disconnected, vec![]);
                 }
             }
@@ -142,7 +143,7 @@ impl Core {
                 if let Some(inner) = cs.ids.remove(&id).and_then(|w| w.upgrade()) {
                     let cid = CmId { inner };
                     cid.st().comm = None;
-                    cid.set_state("IDLE");
+                    cid.moved(IdStep::TimewaitExit);
                     cid.event(CmEventKind::TimewaitExit, vec![]);
                 }
             }
@@ -163,7 +164,7 @@ impl CmId {
         l: &Arc<IdInner>,
         from: SocketAddr,
         id: CommId,
-        fill: impl FnOnce(&mut IdState),
+        fill: impl FnOnce(&mut IdRecord),
     ) -> CmId {
         let local = l.st.lock().local;
         let conn = CmId::with_core(l.chan(), l.ctx.clone(), l.core.clone(), l.ps);
@@ -174,7 +175,7 @@ impl CmId {
             st.comm = Some(id);
             fill(&mut st);
         }
-        conn.set_state("CONNECT");
+        conn.moved(IdStep::Requested);
         cs.ids.insert(id, Arc::downgrade(&conn.inner));
         conn
     }

@@ -9,12 +9,13 @@
 use super::agent::AgentGuard;
 use super::channel::EventChannel;
 use super::dev;
-use super::objects::{Chan, CmEvent, CmId, Core, Ended, IdInner, IdState, LastLook, QpRef};
+use super::objects::{Chan, CmEvent, CmId, Core, Ended, IdInner, IdRecord, LastLook, QpRef};
 use super::types::{CmEventKind, PortSpace};
 use crate::error::{CmError, Error, Result};
 use crate::sync::{Lock, Rank};
 use crate::verbs::context::Context;
 use crate::verbs::qp::QueuePair;
+use softrdma_proto::cma::IdVerb;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -78,17 +79,28 @@ impl CmId {
                 _last_look: LastLook::of(&core),
                 core,
                 ps,
-                st: Lock::new(Rank::CmId, IdState::default()),
+                st: Lock::new(Rank::CmId, IdRecord::default()),
                 res,
                 user: std::sync::atomic::AtomicUsize::new(0),
             }),
         };
-        id.set_state("IDLE");
+        id.publish(None);
         id
     }
 
-    pub(super) fn st(&self) -> crate::sync::Guard<'_, IdState> {
+    pub(super) fn st(&self) -> crate::sync::Guard<'_, IdRecord> {
         self.inner.st.lock()
+    }
+
+    /// Fails `verb` with [`CmError::WrongState`] unless the ID's state allows `v` (the
+    /// kernel's rules, `softrdma_proto::cma::IdState::allows`).
+    pub(super) fn may(&self, verb: &'static str, v: IdVerb) -> Result<()> {
+        let state = self.st().state;
+        if state.allows(v) {
+            Ok(())
+        } else {
+            Err(Error::cm(verb, CmError::WrongState { state }))
+        }
     }
 
     pub(super) fn event(&self, kind: CmEventKind, private_data: Vec<u8>) {

@@ -10,6 +10,7 @@ use super::qp_attr::gid_of;
 use super::types::{CmEventKind, MULTICAST_QPN, PortSpace, RDMA_UDP_QKEY, UdParam};
 use crate::error::{CmError, Error, Result};
 use softrdma_proto::QpType;
+use softrdma_proto::cma::IdVerb;
 use std::net::IpAddr;
 
 impl CmId {
@@ -40,7 +41,7 @@ impl CmId {
             });
         }
         let state = self.st().state;
-        if !matches!(state, "ADDR_BOUND" | "ADDR_RESOLVED") {
+        if !state.allows(IdVerb::JoinMulticast) {
             return bad(CmError::JoinWrongState { state });
         }
         if self.st().groups.iter().any(|(g, _)| *g == group) {

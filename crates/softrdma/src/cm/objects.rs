@@ -1,5 +1,5 @@
 //! The CM's objects and how they hold one another: an ID ([`CmId`], its `IdInner` and
-//! `IdState`) holds its host (`Core`) and the queue it reports to (`Chan`); the host's
+//! `IdRecord`) holds its host (`Core`) and the queue it reports to (`Chan`); the host's
 //! agent state (`CoreSt`) knows its IDs weakly; an event ([`CmEvent`]) carries an ID. The
 //! types are defined together here because they refer to one another; what each does is
 //! in the file of its role (`id`, `host`, `channel`, ...).
@@ -17,6 +17,7 @@ use crate::verbs::context::Context;
 use crate::verbs::cq::{CompletionChannel, CompletionQueue};
 use crate::verbs::qp::QueuePair;
 use softrdma_proto::cm::{CmAgent, CommId};
+use softrdma_proto::cma::IdState;
 use softrdma_wire::cm::{RepRepr, ReqRepr, SidrReqRepr};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -49,7 +50,7 @@ pub(super) struct IdInner {
     /// Declared after `core`, so dropped after it: see [`LastLook`].
     pub(super) _last_look: LastLook,
     pub(super) ps: PortSpace,
-    pub(super) st: Lock<IdState>,
+    pub(super) st: Lock<IdRecord>,
     /// The ID's line in `softrdma res show cm_id`.
     pub(super) res: Arc<ResLine>,
     /// See [`CmId::user`].
@@ -98,10 +99,10 @@ impl QpRef {
 }
 
 #[derive(Default)]
-pub(super) struct IdState {
-    /// Where it stands, in the kernel's `enum rdma_cm_state` words as `rdma res` shows
-    /// them (`IDLE` when empty).
-    pub(super) state: &'static str,
+pub(super) struct IdRecord {
+    /// Where it stands (see `softrdma_proto::cma`): moved only by `CmId::moved`, which
+    /// publishes its `res show` line.
+    pub(super) state: IdState,
     pub(super) local: Option<SocketAddr>,
     pub(super) peer: Option<SocketAddr>,
     pub(super) listening: Option<u64>,

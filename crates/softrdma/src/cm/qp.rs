@@ -5,12 +5,12 @@
 //! Calls the verbs (create, modify). Locks: `CmId` alone, then a QP's when it is modified.
 
 use super::objects::{CmId, QpRef};
-use super::qp_attr::{ALL_ACCESS, Conn, active_conn, mtu_min, ready, rtr_attr, rts_attr};
-use super::types::{ConnParam, PortSpace, RDMA_UDP_QKEY};
+use super::qp_attr::{Conn, active_conn, for_state, passive_conn, ready};
+use super::types::{ConnParam, PortSpace};
 use crate::error::{CmError, Error, Result};
 use crate::verbs::qp::{ProtectionDomain, QpInitAttr, QueuePair};
+use softrdma_proto::cma::qp_attr::NoAttrs;
 use softrdma_proto::{QpAttr, QpState, QpType};
-use softrdma_wire::Psn;
 use softrdma_wire::cm::ReqRepr;
 use std::sync::Arc;
 
@@ -32,7 +32,7 @@ pub(super) fn announced_qp(
 impl CmId {
     /// Creates the ID's QP on `pd` (`rdma_create_qp`): an RC QP in the TCP or IB port
     /// space, moved to INIT (the connection brings it to RTS); a UD QP in the UDP or IB
-    /// port space, moved to RTS at once with [`RDMA_UDP_QKEY`].
+    /// port space, moved to RTS at once with [`RDMA_UDP_QKEY`](super::types::RDMA_UDP_QKEY).
     pub fn create_qp(&self, pd: &ProtectionDomain, init: QpInitAttr) -> Result<Arc<QueuePair>> {
         self.check_qp_type(init.qp_type)?;
         let qp = Arc::new(pd.create_qp(init)?);
@@ -91,17 +91,13 @@ impl CmId {
 
     /// Sets the ID's QP and publishes its line again (the QPN shows in it).
     pub(super) fn set_qp(&self, qp: Option<QpRef>) {
-        let state = {
-            let mut st = self.st();
-            st.qp = qp;
-            st.state
-        };
-        self.set_state(state);
+        self.st().qp = qp;
+        self.publish(None);
     }
 
     /// The attributes that move the ID's QP to `state` (`rdma_init_qp_attr`), for a
     /// caller that moves its own QP: INIT (RC: port, P_Key index and every remote access;
-    /// UD: and [`RDMA_UDP_QKEY`]); RTR and RTS once the connection's parameters are known
+    /// UD: and [`RDMA_UDP_QKEY`](super::types::RDMA_UDP_QKEY)); RTR and RTS once the connection's parameters are known
     /// (a passive ID from its connect request on, an active one from the peer's REP on;
     /// a UD QP needs none).
     pub fn init_qp_attr(&self, state: QpState) -> Result<QpAttr> {
@@ -114,7 +110,7 @@ impl CmId {
                 (Some(req), Some(rep), _) => Some(active_conn(
                     req,
                     rep,
-                    st.param.as_ref().unwrap_or(&ConnParam::default()),
+                    &st.param.as_ref().unwrap_or(&ConnParam::default()).offer(),
                     self.inner.ctx.active_mtu(),
                 )),
                 (Some(req), None, None) if st.passive => {
@@ -129,32 +125,14 @@ impl CmId {
                 _ => None,
             }
         };
-        match (state, ud) {
-            (QpState::Init, _) => Ok(QpAttr {
-                state: Some(QpState::Init),
-                pkey_index: Some(0),
-                port: Some(1),
-                qkey: ud.then_some(RDMA_UDP_QKEY),
-                access_flags: (!ud).then_some(ALL_ACCESS),
-                ..Default::default()
-            }),
-            (QpState::Rtr | QpState::Rts, true) => Ok(QpAttr {
-                state: Some(state),
-                sq_psn: (state == QpState::Rts).then_some(Psn::new(0)),
-                ..Default::default()
-            }),
-            (QpState::Rtr | QpState::Rts, false) => {
-                let (Some(c), Some(peer)) = (conn, peer) else {
-                    return Err(Error::cm(verb, CmError::NoConnParams { state }));
-                };
-                Ok(if state == QpState::Rtr {
-                    rtr_attr(local, peer.ip(), &c)
-                } else {
-                    rts_attr(&c)
-                })
-            }
-            (other, _) => Err(Error::cm(verb, CmError::NoQpAttrs { state: other })),
-        }
+        let conn = conn.as_ref().zip(peer).map(|(c, p)| (c, local, p.ip()));
+        for_state(state, ud, conn).map_err(|e| {
+            let why = match e {
+                NoAttrs::NoConnection => CmError::NoConnParams { state },
+                NoAttrs::NotAMove => CmError::NoQpAttrs { state },
+            };
+            Error::cm(verb, why)
+        })
     }
 
     /// [`Self::passive_conn`] for the request this passive ID holds, if it holds one.
@@ -170,17 +148,7 @@ impl CmId {
             let st = self.st();
             (st.rq_psn, st.ack_timeout)
         };
-        Conn {
-            dest_qpn: req.local_qpn,
-            rq_psn,
-            sq_psn: req.starting_psn,
-            mtu: mtu_min(req.path_mtu, self.inner.ctx.active_mtu()),
-            timeout: ack_timeout.unwrap_or(req.primary.local_ack_timeout).max(1),
-            retry: req.retry_count,
-            rnr_retry: param.rnr_retry_count.min(7),
-            rd_atomic: param.initiator_depth.min(req.responder_resources).max(1),
-            dest_rd_atomic: param.responder_resources.max(1),
-            tclass: req.primary.traffic_class,
-        }
+        let mtu = self.inner.ctx.active_mtu();
+        passive_conn(req, &param.offer(), rq_psn, ack_timeout, mtu)
     }
 }

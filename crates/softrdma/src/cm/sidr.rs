@@ -9,6 +9,7 @@ use super::types::{CmEventKind, ConnParam, RDMA_UDP_QKEY, UdParam};
 use crate::error::{CmError, Error, Result};
 use softrdma_proto::Instant;
 use softrdma_proto::cm::CommId;
+use softrdma_proto::cma::IdStep;
 use softrdma_wire::cm::{self as wire, IpCmHeader, PrivateData, SidrRepRepr, SidrReqRepr};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Weak};
@@ -34,7 +35,7 @@ impl CmId {
         let id = cs.agent.sidr_request(core.now(), peer.ip(), req);
         cs.ids.insert(id, Arc::downgrade(&self.inner));
         self.st().comm = Some(id);
-        self.set_state("CONNECT");
+        self.moved(IdStep::Connecting);
         core.settle(&mut cs);
         Ok(())
     }
@@ -93,7 +94,7 @@ impl CmId {
             st.comm = None;
             st.sidr = None;
         }
-        self.set_state(if valid { "CONNECT" } else { "IDLE" });
+        self.moved(IdStep::Resolved { valid });
         core.settle(&mut cs);
         Ok(())
     }
@@ -149,14 +150,14 @@ impl Core {
         let cid = CmId { inner };
         cid.st().comm = None;
         if rep.status != wire::sidr_status::VALID {
-            cid.set_state("IDLE");
+            cid.moved(IdStep::Resolved { valid: false });
             cid.event(
                 CmEventKind::Unresolved { status: rep.status },
                 rep.private_data.as_bytes().to_vec(),
             );
             return;
         }
-        cid.set_state("CONNECT");
+        cid.moved(IdStep::Resolved { valid: true });
         cid.inner.chan().push(CmEvent {
             kind: CmEventKind::Established,
             id: cid.clone(),

@@ -50,6 +50,18 @@ pub struct ConnParam {
     pub srq: bool,
 }
 
+impl ConnParam {
+    /// The numbers of the connection's rules (`softrdma_proto::cma::qp_attr`).
+    pub(super) fn offer(&self) -> softrdma_proto::cma::qp_attr::Offer {
+        softrdma_proto::cma::qp_attr::Offer {
+            responder_resources: self.responder_resources,
+            initiator_depth: self.initiator_depth,
+            retry_count: self.retry_count,
+            rnr_retry_count: self.rnr_retry_count,
+        }
+    }
+}
+
 impl Default for ConnParam {
     fn default() -> Self {
         Self {
@@ -66,7 +78,7 @@ impl Default for ConnParam {
 
 /// The Q_Key of rdma_cm's UD QPs in the UDP port space (`RDMA_UDP_QKEY` of
 /// `<rdma/rdma_cma.h>`), which a SIDR_REP announces.
-pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+pub const RDMA_UDP_QKEY: u32 = softrdma_proto::cma::qp_attr::RDMA_UDP_QKEY;
 
 /// What happened to an ID (`enum rdma_cm_event_type`).
 #[derive(Debug, Clone, PartialEq, Eq)]

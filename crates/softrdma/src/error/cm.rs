@@ -4,6 +4,7 @@
 //! by [`Error::Cm`](super::Error::Cm), which names the verb. Like the rest of `error`, it
 //! imports nothing of the crate's layers above (the port space is named by its name).
 
+use softrdma_proto::cma::IdState;
 use std::net::{IpAddr, SocketAddr};
 
 /// Why an rdma_cm verb was refused.
@@ -160,8 +161,17 @@ pub enum CmError {
          the route)"
     )]
     JoinWrongState {
-        /// The ID's state, as `res show cm_id` names it.
-        state: &'static str,
+        /// The ID's state.
+        state: IdState,
+    },
+    /// A verb the ID's state does not allow, as the kernel's rdma_cm refuses it: bind
+    /// from IDLE only, resolve a route from ADDR_RESOLVED only, connect from
+    /// ROUTE_RESOLVED only, and so on (see `softrdma_proto::cma::IdState::allows`)
+    /// (EINVAL).
+    #[error("not allowed while the ID is {state}")]
+    WrongState {
+        /// The ID's state.
+        state: IdState,
     },
     /// A multicast join of a group the ID has joined already (EADDRINUSE).
     #[error("the ID has joined {group} already")]
@@ -234,7 +244,8 @@ impl CmError {
             | CmError::JoinNotUd
             | CmError::NotMulticast { .. }
             | CmError::JoinWrongFamily { .. }
-            | CmError::JoinWrongState { .. } => libc::EINVAL,
+            | CmError::JoinWrongState { .. }
+            | CmError::WrongState { .. } => libc::EINVAL,
         }
     }
 }
