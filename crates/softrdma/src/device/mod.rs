@@ -99,14 +99,14 @@ pub(crate) struct Device {
     /// Tells devices apart for the per-thread send batches.
     id: u64,
     pub mrs: Arc<MrTable>,
-    pub qps: RwLock<QpTable<QpShared>>,
+    qps: RwLock<QpTable<QpShared>>,
     /// The PDs and CQs, and whether the published list is stale (see [`res`]).
     pub(crate) res: res::Resources,
     /// The smallest round trip to each destination, shared by the QPs that go there (see
     /// [`softrdma_proto::qp::rtt::PathRtt`]).
     paths: Lock<std::collections::HashMap<IpAddr, Arc<softrdma_proto::qp::rtt::PathRtt>>>,
     /// Moves on whenever a QP leaves `qps`, which makes receivers look their QP up again.
-    pub qps_gen: AtomicU64,
+    qps_gen: AtomicU64,
     next_pd: AtomicU32,
     waker: Waker,
     /// The device's clock (see [`Clock`]).
@@ -154,7 +154,7 @@ pub(crate) struct Device {
     /// pollers count as gone until the count moves again.
     app_released: AtomicU64,
     /// Counters of QPs already destroyed.
-    pub retired: Lock<softrdma_proto::QpCounters>,
+    retired: Lock<softrdma_proto::QpCounters>,
     /// How many QPs keep a poller's socket (see [`Poller::polled`](cq::Poller::polled)): those that await
     /// completions, whose peers never wrote their memory, or whose peers answered their
     /// last send with a WRITE.
@@ -167,7 +167,7 @@ pub(crate) struct Device {
     idle_poller: AtomicBool,
     /// Whether a channel of the device's CQs has an inline consumer (the CM's QP1): only
     /// then do receive passes open a scope for it (see [`Device::inline_scope`]).
-    pub(crate) inline_consumers: AtomicBool,
+    inline_consumers: AtomicBool,
     /// The multicast groups QPs are attached to (by the group's IP address, the form its
     /// GID takes on the wire), each with its members' QPNs.
     groups: Lock<std::collections::HashMap<IpAddr, Vec<u32>>>,
@@ -326,7 +326,46 @@ impl Device {
     }
 }
 
+/// The QP table: a QP enters it when the verbs create it and leaves it when they destroy
+/// it; the receive path looks QPNs up in it through [`Lookup`], caching what it found
+/// until the table's generation moves. Every method takes the table's lock (`QpTable`)
+/// for its own call only, and the QP's lock (`Qp`) under it at most.
 impl Device {
+    /// Whether QPN `qpn` belongs to a QP of this process on the device now.
+    pub(crate) fn has_qp(&self, qpn: u32) -> bool {
+        self.qps.read().contains(qpn)
+    }
+
+    /// Enters the QP that `make` builds under QPN `qpn` and returns it. `make` runs under
+    /// the table's write lock, so a lookup of the QPN made meanwhile waits for the QP
+    /// rather than misses it; it must take no device lock.
+    pub(crate) fn insert_qp(
+        &self,
+        qpn: u32,
+        make: impl FnOnce() -> Arc<QpShared>,
+    ) -> Arc<QpShared> {
+        let mut qps = self.qps.write();
+        let shared = make();
+        qps.insert(qpn, shared.clone());
+        shared
+    }
+
+    /// Takes QPN `qpn`'s QP out of the table (it is being destroyed).
+    pub(crate) fn remove_qp(&self, qpn: u32) {
+        let mut qps = self.qps.write();
+        // The generation moves first, under the write lock: a receiver that sees the new
+        // one looks the QPN up again (after the removal, since the lookup waits for this
+        // lock); one that saw the old one handled its packet before the QP went.
+        self.qps_gen.fetch_add(1, Ordering::Release);
+        qps.remove(qpn);
+    }
+
+    /// Adds a destroyed QP's last counters to the device's (see [`Device::hw_counters`]).
+    /// Takes `Retired` alone.
+    pub(crate) fn retire_counters(&self, c: softrdma_proto::QpCounters) {
+        *self.retired.lock() += c;
+    }
+
     /// Every QP of this device now, taken out of the table so that no lock is held while
     /// the caller works on them.
     pub(crate) fn qp_list(&self) -> Vec<Arc<QpShared>> {

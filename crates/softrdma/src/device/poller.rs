@@ -106,6 +106,12 @@ impl Device {
             .then(cq::Inline::enter)
     }
 
+    /// A channel of the device's CQs now has an inline consumer (the CM's QP1): receive
+    /// passes open a scope for it from now on (see [`Device::inline_scope`]).
+    pub(crate) fn inline_consumer_added(&self) {
+        self.inline_consumers.store(true, Ordering::Relaxed);
+    }
+
     /// [`Device::poll_rx`] for a thread that waits for something other than a CQ (a CM
     /// event): it is not taken for an application that watches memory for WRITEs.
     pub(crate) fn poll_socket(&self) -> bool {
