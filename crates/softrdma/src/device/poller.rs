@@ -152,7 +152,7 @@ impl Device {
         );
     }
 
-    /// Records whether `shared`'s QP keeps a poller's socket (see [`Poller::polled`]) and
+    /// Records whether `shared`'s QP keeps a poller's socket (see [`Poller::polled`](cq::Poller::polled)) and
     /// whether it has sends outstanding; its lock is held, so the flags and the counts move
     /// together.
     pub(crate) fn set_awaits(&self, shared: &QpShared, awaits: bool, requests: bool) {

@@ -37,7 +37,7 @@ pub(super) struct RxState {
     /// [`UdpPace`]).
     pub(super) udp: UdpPace,
     /// The ACKs same-host responders left in the rings' boxes, (QPN, PSN), for the drain
-    /// to apply (see [`Local::ack`]).
+    /// to apply (see [`Local::ack`](local::Local::ack)).
     pub(super) acks: Vec<(u32, u32)>,
 }
 

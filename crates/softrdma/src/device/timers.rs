@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 impl Device {
     /// Records a timer's deadline, and wakes the progress thread if it is earlier than the
     /// thread will wake by itself: either this sees the thread's new wake-up time, or the
-    /// thread sees this deadline ([`handoff::WakeGate`]).
+    /// thread sees this deadline ([`handoff::WakeGate`](super::handoff::WakeGate)).
     pub fn timer_armed(&self, deadline: Instant) {
         if self.gate.arm(deadline.as_nanos()) {
             self.wake();

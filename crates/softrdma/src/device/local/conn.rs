@@ -76,7 +76,7 @@ pub(super) enum Conn {
     Accepted { fd: Forgotten, pid: i32 },
     /// A peer's ring comes over it (the peer's endpoint, and whether the connection ends
     /// in order: a bye either way, or a refusal), with the placement table of the grants
-    /// made to it, once it asked for one (see [`super::place`]).
+    /// made to it, once it asked for one (see [`super::super::place`]).
     In {
         fd: Forgotten,
         ep: u64,

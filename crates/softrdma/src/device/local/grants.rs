@@ -68,7 +68,7 @@ impl Local {
 
     /// Places a WRITE of the `local` pieces at `remote_addr` of QPN `qpn`'s process
     /// through `rkey`, under the grant `p` it holds for them ([`Local::granted`]): a plain
-    /// copy into a mapped region, a cross-memory copy otherwise (see [`super::place`]).
+    /// copy into a mapped region, a cross-memory copy otherwise (see [`super::super::place`]).
     /// Anything but `Done` (the grant was revoked, the range is outside it, or the kernel
     /// refused): the WRITE then takes the ring.
     pub(crate) fn place(
