@@ -15,7 +15,6 @@ use crate::device::res::CmIdEntry;
 use crate::error::Result;
 use crate::verbs::context::Context;
 use crate::verbs::cq::CompletionChannel;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 /// A device the CM runs on, held up.
@@ -82,7 +81,7 @@ pub(crate) fn set_inline_consumer(
     consumer: InlineConsumer,
 ) {
     let _ = chan.inner.inline.set(consumer);
-    ctx.dev().inline_consumers.store(true, Ordering::Relaxed);
+    ctx.dev().inline_consumer_added();
 }
 
 /// A new ID's line, listed while the returned entry lives.

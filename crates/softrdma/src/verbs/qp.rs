@@ -305,7 +305,7 @@ impl ProtectionDomain {
         Error::check_range(v, "cap.max_inline_data", c.max_inline_data, 0u32, inline)?;
         // QPNs are random, so they cannot be guessed; 0 and 1 are the special QPs. Drawn
         // before the table is locked: a process that shares the device asks its owner.
-        let qpn = dev.alloc_qpn(|n| dev.qps.read().contains(n))?;
+        let qpn = dev.alloc_qpn(|n| dev.has_qp(n))?;
         self.create_numbered(init, qpn)
     }
 
@@ -313,7 +313,7 @@ impl ProtectionDomain {
     /// receives its MADs on (IBTA 10.2.5: QP1 is the GSI's on every port).
     pub(crate) fn create_gsi_qp(&self, init: QpInitAttr) -> Result<QueuePair> {
         let qpn = softrdma_wire::cm::GSI_QPN;
-        let taken = self.ctx.dev().qps.read().contains(qpn);
+        let taken = self.ctx.dev().has_qp(qpn);
         if taken {
             return Err(Error::cm("rdma_create_id", CmError::Qp1Taken));
         }
@@ -323,35 +323,34 @@ impl ProtectionDomain {
     fn create_numbered(&self, init: QpInitAttr, qpn: u32) -> Result<QueuePair> {
         let dev = self.ctx.dev().clone();
         let c = init.cap;
-        let mut qps = dev.qps.write();
-        let cfg = QpConfig {
-            qpn: Qpn::new(qpn),
-            qp_type: init.qp_type,
-            pd: self.pd,
-            caps: c,
-            sq_sig_all: init.sq_sig_all,
-            srq: init.srq.as_ref().map(|s| s.inner.clone()),
-            port_mtu: dev.mtu,
-            udp_sport: Some(dev.port()),
-        };
-        let mem: Arc<dyn softrdma_proto::Memory> = dev.mrs.clone();
-        let mut engine = softrdma_proto::QueuePair::new(cfg, mem);
-        // The peer may be a soft device too, which defers ACKs (see `device`).
-        engine.set_peer_ack_delay(crate::device::PEER_ACK_DELAY);
-        // Packets that go through a same-host ring need no ICRC; the device computes it
-        // for those that go on a wire.
-        engine.owe_icrc(dev.has_rings_path());
-        let shared = Arc::new(QpShared {
-            qp: Lock::new(Rank::Qp, engine),
-            send_cq: init.send_cq.inner.clone(),
-            recv_cq: init.recv_cq.inner.clone(),
-            awaits: std::sync::atomic::AtomicBool::new(false),
-            requests: std::sync::atomic::AtomicBool::new(false),
-            last_error: Lock::new(Rank::QpError, None),
-            granted: Default::default(),
+        let shared = dev.insert_qp(qpn, || {
+            let cfg = QpConfig {
+                qpn: Qpn::new(qpn),
+                qp_type: init.qp_type,
+                pd: self.pd,
+                caps: c,
+                sq_sig_all: init.sq_sig_all,
+                srq: init.srq.as_ref().map(|s| s.inner.clone()),
+                port_mtu: dev.mtu,
+                udp_sport: Some(dev.port()),
+            };
+            let mem: Arc<dyn softrdma_proto::Memory> = dev.mrs.clone();
+            let mut engine = softrdma_proto::QueuePair::new(cfg, mem);
+            // The peer may be a soft device too, which defers ACKs (see `device`).
+            engine.set_peer_ack_delay(crate::device::PEER_ACK_DELAY);
+            // Packets that go through a same-host ring need no ICRC; the device computes it
+            // for those that go on a wire.
+            engine.owe_icrc(dev.has_rings_path());
+            Arc::new(QpShared {
+                qp: Lock::new(Rank::Qp, engine),
+                send_cq: init.send_cq.inner.clone(),
+                recv_cq: init.recv_cq.inner.clone(),
+                awaits: std::sync::atomic::AtomicBool::new(false),
+                requests: std::sync::atomic::AtomicBool::new(false),
+                last_error: Lock::new(Rank::QpError, None),
+                granted: Default::default(),
+            })
         });
-        qps.insert(qpn, shared.clone());
-        drop(qps);
         dev.res_changed();
         Ok(QueuePair {
             pd: self.clone(),
@@ -650,19 +649,11 @@ impl Drop for QueuePair {
         dev.flush_batch(true);
         dev.detach_all(self.qpn.value());
         dev.mrs.granted.revoke_qpn(self.qpn.value());
-        {
-            let mut qps = dev.qps.write();
-            // The generation moves first, under the write lock: a receiver that sees the new
-            // one looks the QPN up again (after the removal, since the lookup waits for this
-            // lock); one that saw the old one handled its packet before the QP went.
-            dev.qps_gen
-                .fetch_add(1, std::sync::atomic::Ordering::Release);
-            qps.remove(self.qpn.value());
-        }
+        dev.remove_qp(self.qpn.value());
         dev.free_qpn(self.qpn.value());
         dev.res_changed();
         let c = self.counters();
-        *dev.retired.lock() += c;
+        dev.retire_counters(c);
     }
 }
 

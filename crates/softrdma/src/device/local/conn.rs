@@ -1,102 +1,36 @@
-//! The same-host path: packets between two processes that share a device (see
-//! [`super::share`]) move through shared-memory rings ([`crate::datapath::shm`]) instead of
-//! UDP and the owner's forwarding.
+//! The connections to peer processes on the same host: each carries one ring, offered by
+//! its sender ([`Local::connect`]) and taken by the receiver's progress thread
+//! ([`Local::event`]), and the placement asks and answers; it is watched so that a peer's
+//! death (a hang-up with no bye first) fails the QPs connected to it at once.
 //!
-//! # The design
-//! Each process that shares a device listens on an abstract `SOCK_SEQPACKET` socket of
-//! its own, `@softrdma/UID/IP/ep/ID`, where `ID` is a random 64-bit endpoint it states in
-//! its hello to the owner. When a thread first sends to a QPN on the device's own
-//! address, [`Local::divert`] asks the owner which endpoint holds that QPN
-//! ([`super::share::Share::holder`]), connects there, checks the peer's uid, creates a
-//! ring and passes its memfd and eventfd ([`Msg::Ring`]). From then on every packet to a
-//! QPN of that process goes into that ring, in the order it was built; the UDP path is
-//! never used for it again, so the two paths cannot reorder one QP's packets. The other
-//! process's progress thread accepts the connection, checks the ring, and its receive
-//! path drains the ring as it drains the socket: each entry is copied out and handed to
-//! the same receive checks a datagram gets. So the process that owns a memory region is
-//! the one that checks every key, range and access right against it, and writes it; a
-//! peer never writes another's memory.
+//! May call: the sharing's record I/O and peer checks, the rings ([`crate::datapath::shm`]),
+//! the placement tables.
 //!
-//! Each direction between two processes is one ring and one connection, created by its
-//! sender; a process's own QPs reach each other the same way (a ring to itself). An RC
-//! responder's positive ACKs to a QP that a ring already reaches go in that ring's ACK
-//! boxes instead ([`Local::ack`]): no ACK packet is built, pushed, parsed or dispatched,
-//! which was most of what RC cost over UC on this path; the requester's receive path
-//! applies each once it has read the packets sent before it (IBTA 9.7.5.1.1 lets one ACK
-//! stand for every request up to its PSN). NAKs, READ responses and atomic ACKs stay
-//! packets.
-//!
-//! # Crashes
-//! The connections exist to be watched: when one hangs up without a [`Msg::Bye`] first
-//! (the peer was killed), the progress thread hands the device the QPNs it routed to that
-//! peer, and the device moves its QPs connected to them to ERROR at once
-//! ([`softrdma_proto::QueuePair::peer_gone`]) instead of after the retry budget. A device
-//! closed on purpose says bye on each connection first.
-//!
-//! # Threads and locks
-//! `routes` is taken per send batch that goes to the device's own address (by whichever
-//! thread flushes it); a route's ring has its own lock, taken per packet under `routes`.
-//! A first send to a QPN resolves it under `routes`: a request to the owner (at most
-//! [`super::share::ANSWER_TIMEOUT`]) and a connect. `incoming` is taken by the thread that
-//! holds the device's receive state, and by the progress thread to add or drop a ring.
-//! `conns` is the progress thread's, and the sender's for the moment it adds a
-//! connection. No QP lock is taken under any of them.
+//! Threads and locks: `LocalConns` is the progress thread's (events, accept, close), a
+//! sender's for the moment it adds a connection, and the closing device's (bye). Under it
+//! the progress thread takes `LocalPlacements` or `LocalIncoming`; it takes
+//! `LocalRoutes` after releasing it.
 
-use super::place::{self, Grant, Granted, Placements, Table};
-use super::share::{self, Holder, Share, msg::Msg, msg::VERSION};
-use crate::datapath::batch::SendBatch;
+use super::super::place::{Grant, Table};
+use super::super::share::{self, msg::Msg, msg::VERSION};
+use super::Local;
+use super::incoming::Incoming;
+use super::routes::Outgoing;
 use crate::datapath::shm::{self, Consumer, Producer};
-use crate::datapath::socket::{Forgotten, RecvBatch};
+use crate::datapath::socket::Forgotten;
 use crate::sync::{Lock, Rank};
-use nix::sys::socket::{self as ns, AddressFamily, Backlog, MsgFlags, SockFlag, SockType};
-use softrdma_wire::ROCE_V2_PORT;
+use nix::sys::socket::{self as ns, AddressFamily, MsgFlags, SockFlag, SockType};
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 /// The progress thread's token for the endpoint's listener.
 pub(crate) const LISTEN: mio::Token = mio::Token(5);
 /// The same-host path's tokens start here: `BASE + 2k` is connection `k`, `BASE + 2k + 1`
 /// its ring's eventfd.
 pub(crate) const BASE: usize = 1 << 40;
-/// How long a route stays cached once nothing uses it: well inside the QPN quarantine, so
-/// that a QPN drawn again for another process (after its quarantine) is looked up again.
-/// A route in use is kept for good, so that a QP's packets never switch between the UDP
-/// path and a ring (UC and UD would lose or reorder messages at the switch).
-const ROUTE_FOR: Duration = Duration::from_secs(60);
-/// How long an answer of "nobody holds it" stays cached (its packets take the UDP path
-/// meanwhile, where the owner drops them as it would any packet to an unknown QPN).
-const NO_ROUTE_FOR: Duration = Duration::from_secs(1);
-/// How long a sender waits for room in a full ring before it drops the packet (as a
-/// full socket buffer would): a receiver that polls drains it long before, but one
-/// descheduled on a busy host may not run for a scheduler slice or two (a UC or UD
-/// message that loses a packet is lost: 1 ms lost some in CI-like load).
-const FULL_WAIT: Duration = Duration::from_millis(10);
-
-thread_local! {
-    /// Whether this thread holds its device's receive state now (see [`Draining`]): the
-    /// only thread that could drain a ring to its own process.
-    static DRAINS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Marks the current thread as the one that drains the device's rings, until dropped.
-pub(crate) struct Draining(bool);
-
-impl Draining {
-    /// The current thread holds the device's receive state from now on.
-    pub(crate) fn enter() -> Self {
-        Self(DRAINS.replace(true))
-    }
-}
-
-impl Drop for Draining {
-    fn drop(&mut self) {
-        DRAINS.set(self.0);
-    }
-}
 
 /// Why a peer's offered ring was refused (and its connection closed): each names what the
 /// hostile or broken peer sent.
@@ -136,32 +70,13 @@ enum RingRefused {
     Register(#[source] std::io::Error),
 }
 
-/// A ring this process fills, and the connection it was passed over.
-struct Outgoing {
-    ring: Lock<Producer>,
-    ep: u64,
-    /// The connection's token.
-    token: usize,
-}
-
-/// A ring a peer fills, drained by the receive path.
-struct Incoming {
-    ring: Consumer,
-    token: usize,
-    /// The connection it came over (valid while `token` is in `conns`).
-    conn: std::os::fd::RawFd,
-    /// Its connection is gone: it is dropped once the receive path finds it empty, so
-    /// that what the peer published before it went is still delivered.
-    closing: bool,
-}
-
 /// A connection, as the progress thread watches it.
-enum Conn {
+pub(super) enum Conn {
     /// Accepted; its ring has not come yet.
     Accepted { fd: Forgotten, pid: i32 },
     /// A peer's ring comes over it (the peer's endpoint, and whether the connection ends
     /// in order: a bye either way, or a refusal), with the placement table of the grants
-    /// made to it, once it asked for one (see [`super::place`]).
+    /// made to it, once it asked for one (see [`super::super::place`]).
     In {
         fd: Forgotten,
         ep: u64,
@@ -189,7 +104,7 @@ pub(crate) struct Happened {
 
 /// How a connection to a peer ends.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Ending {
+pub(super) enum Ending {
     /// No word yet: a hang-up now means the peer died.
     Open,
     /// A bye (from the peer, or ours): the peer closes, or this process dropped the
@@ -199,66 +114,15 @@ enum Ending {
     Refused,
 }
 
-/// One destination QPN's route.
-struct Route {
-    /// The ring to its process; `None`: the UDP path.
-    ring: Option<Arc<Outgoing>>,
-    /// Until when the answer holds unless used (the progress thread looks, see
-    /// [`Local::expire`], so that a send reads no clock).
-    until: Instant,
-    /// Whether a packet took it since the last look: a route in use is kept.
-    used: bool,
-    /// Whether use keeps it (a ring, or a holder with no endpoint; not "nobody").
-    sticky: bool,
-}
-
-#[derive(Default)]
-struct Routes {
-    /// Each destination QPN looked up.
-    by_qpn: softrdma_proto::endpoint::check::KeyMap<Route>,
-    /// The ring to each peer endpoint.
-    by_ep: HashMap<u64, Arc<Outgoing>>,
-    /// Endpoints that refused a ring: reached over UDP.
-    refused: std::collections::HashSet<u64>,
-}
-
-/// A device's same-host path (see the module docs).
-pub(crate) struct Local {
-    addr: IpAddr,
-    scope_id: u32,
-    /// This process's endpoint.
-    pub(crate) ep: u64,
-    listener: Forgotten,
-    /// The UDP port this device's packets leave from, stamped on each ring entry (the
-    /// ICRC covers it).
-    sport: AtomicU16,
-    registry: OnceLock<mio::Registry>,
-    routes: Lock<Routes>,
-    incoming: Lock<(Vec<Incoming>, usize)>,
-    /// Whether `incoming` has any (read on every poll, without the lock).
-    any_in: AtomicBool,
-    /// Whether this process opened a ring to any peer (read on every send, without a
-    /// lock).
-    any_out: AtomicBool,
-    conns: Lock<HashMap<usize, Conn>>,
-    next: AtomicUsize,
-    /// Whether WRITEs may be placed by cross-memory copy (see [`super::place`]).
-    cma: bool,
-    /// The grants this process holds from its peers.
-    placements: Lock<Placements>,
-    /// The grants this process issued (the region table's), revoked with a connection.
-    granted: Arc<Granted>,
-}
-
 /// A connection's descriptor.
-fn fd_raw(c: &Conn) -> std::os::fd::RawFd {
+pub(super) fn fd_raw(c: &Conn) -> std::os::fd::RawFd {
     match c {
         Conn::Accepted { fd, .. } | Conn::In { fd, .. } | Conn::Out { fd, .. } => fd.as_raw_fd(),
     }
 }
 
 /// The abstract name of endpoint `ep` on the device at `addr`.
-fn name(addr: IpAddr, scope_id: u32, ep: u64) -> ns::UnixAddr {
+pub(super) fn name(addr: IpAddr, scope_id: u32, ep: u64) -> ns::UnixAddr {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let uid = unsafe { libc::geteuid() };
     let n = if scope_id != 0 {
@@ -270,200 +134,8 @@ fn name(addr: IpAddr, scope_id: u32, ep: u64) -> ns::UnixAddr {
 }
 
 impl Local {
-    /// Binds a fresh endpoint's name and listens on it; `None` if that cannot be done
-    /// (the device then shares through the owner only).
-    pub(crate) fn bind(
-        addr: IpAddr,
-        scope_id: u32,
-        cma: bool,
-        granted: Arc<Granted>,
-    ) -> Option<Local> {
-        let l = ns::socket(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
-            None,
-        )
-        .ok()?;
-        let ep = loop {
-            let ep = rand::random::<u64>();
-            if ep == 0 {
-                continue;
-            }
-            match ns::bind(l.as_raw_fd(), &name(addr, scope_id, ep)) {
-                Ok(()) => break ep,
-                Err(nix::Error::EADDRINUSE) => continue,
-                Err(_) => return None,
-            }
-        };
-        ns::listen(&l, Backlog::new(128).expect("within SOMAXCONN")).ok()?;
-        Some(Local {
-            addr,
-            scope_id,
-            ep,
-            listener: Forgotten::new(l),
-            sport: AtomicU16::new(0),
-            registry: OnceLock::new(),
-            routes: Lock::new(Rank::LocalRoutes, Routes::default()),
-            incoming: Lock::new(Rank::LocalIncoming, (Vec::new(), 0)),
-            any_in: AtomicBool::new(false),
-            any_out: AtomicBool::new(false),
-            conns: Lock::new(Rank::LocalConns, HashMap::new()),
-            next: AtomicUsize::new(0),
-            cma,
-            placements: Lock::new(Rank::LocalPlacements, Placements::default()),
-            granted,
-        })
-    }
-
-    /// Starts: packets leave from UDP port `sport`, and the progress thread's poll
-    /// (`registry`) watches the listener and every connection.
-    pub(crate) fn start(&self, registry: &mio::Registry, sport: u16) -> std::io::Result<()> {
-        self.sport.store(sport, Ordering::Relaxed);
-        let r = registry.try_clone()?;
-        r.register(
-            &mut mio::unix::SourceFd(&self.listener.raw()),
-            LISTEN,
-            mio::Interest::READABLE,
-        )?;
-        let _ = self.registry.set(r);
-        Ok(())
-    }
-
-    /// Whether `dst` is this device's own port: a packet there may go through a ring.
-    #[inline]
-    pub(crate) fn is_local(&self, dst: SocketAddr) -> bool {
-        dst.port() == ROCE_V2_PORT && softrdma_proto::qp::same_ip(dst.ip(), self.addr)
-    }
-
-    /// Takes out of `batch` every packet whose QPN lives in a process of this host that
-    /// a ring reaches, and puts it in that ring; the rest stay for UDP. Returns how many
-    /// went into rings and how many were dropped (a ring that stayed full).
-    pub(crate) fn divert(&self, batch: &mut SendBatch, share: &Share) -> (usize, usize) {
-        if self.registry.get().is_none() {
-            return (0, 0);
-        }
-        let sport = self.sport.load(Ordering::Relaxed);
-        let mut routes = self.routes.lock();
-        let (mut sent, mut dropped) = (0, 0);
-        batch.divert(|pieces, dst| {
-            if !self.is_local(dst) {
-                return false;
-            }
-            // The first piece holds the headers.
-            let (p, n) = pieces[0];
-            // SAFETY: the first piece is valid for `n` bytes (the batch's contract).
-            let h = unsafe { std::slice::from_raw_parts(p, n.min(8)) };
-            let Some(qpn) = share::dest_qpn(h) else {
-                return false;
-            };
-            let Some(out) = self.route(&mut routes, share, qpn) else {
-                return false;
-            };
-            // The thread that drains this process's rings waits in vain for room in its
-            // own ring: the packet is dropped at once, as by a full socket (RC resends).
-            let wait = out.ep != self.ep || !DRAINS.get();
-            let mut ring = out.ring.lock();
-            if ring.push(pieces, sport) {
-                sent += 1;
-            } else if !wait {
-                dropped += 1;
-            } else {
-                // Full: wake the reader and give it a moment, as a blocking socket would.
-                let until = Instant::now() + FULL_WAIT;
-                loop {
-                    ring.wake();
-                    std::thread::yield_now();
-                    if ring.push(pieces, sport) {
-                        sent += 1;
-                        break;
-                    }
-                    if Instant::now() >= until {
-                        dropped += 1;
-                        break;
-                    }
-                }
-            }
-            // Woken under the lock of the push: a wake costs a fence and a load of a line
-            // the reader rarely writes (and a system call only if it sleeps), less than
-            // taking the lock again once per batch.
-            ring.wake();
-            true
-        });
-        drop(routes);
-        (sent, dropped)
-    }
-
-    /// Leaves a positive ACK of `psn` for QPN `qpn` in the ACK box of the ring that
-    /// already reaches `qpn`'s process, behind every packet sent there, and wakes its
-    /// reader as a packet would (see [`crate::datapath::shm`]); the caller has no packet of
-    /// the acknowledging QP left unsent. False if no ring reaches it yet (its first packet
-    /// makes the route) or its box is another QP's: the ACK then goes as a packet. (Another
-    /// thread may still hold this QP's READ responses unsent in its own batch: the ACK can
-    /// then overtake them, as an ACK packet flushed by this thread first could, and the
-    /// requester asks for the READ again as after a loss.)
-    pub(crate) fn ack(&self, qpn: u32, psn: u32) -> bool {
-        if !self.any_out.load(Ordering::Relaxed) {
-            return false;
-        }
-        let out = {
-            let mut routes = self.routes.lock();
-            let Some(r) = routes.by_qpn.get_mut(&qpn) else {
-                return false;
-            };
-            let Some(out) = r.ring.clone() else {
-                return false;
-            };
-            r.used = true;
-            out
-        };
-        let mut ring = out.ring.lock();
-        if !ring.ack(qpn, psn) {
-            return false;
-        }
-        ring.wake();
-        true
-    }
-
-    /// The ring to QPN `qpn`'s process, looked up (and connected) if need be.
-    fn route(&self, routes: &mut Routes, share: &Share, qpn: u32) -> Option<Arc<Outgoing>> {
-        if let Some(r) = routes.by_qpn.get_mut(&qpn) {
-            r.used = true;
-            return r.ring.clone();
-        }
-        let now = Instant::now();
-        // An owner that cannot answer is going (or just went): this packet takes UDP, and
-        // nothing is cached, so the next one asks again (the progress thread, which would
-        // carry on as owner, may be this thread: waiting here could not help).
-        let (ep, sticky) = match share.holder(qpn) {
-            Ok(Holder::At(ep)) if !routes.refused.contains(&ep) => (Some(ep), true),
-            Ok(Holder::At(_) | Holder::NoEndpoint) => (None, true),
-            Ok(Holder::Nobody) => (None, false),
-            Err(()) => return None,
-        };
-        let out = ep.and_then(|ep| match routes.by_ep.get(&ep) {
-            Some(o) => Some(o.clone()),
-            None => {
-                let o = self.connect(ep)?;
-                routes.by_ep.insert(ep, o.clone());
-                Some(o)
-            }
-        });
-        let hold = if sticky { ROUTE_FOR } else { NO_ROUTE_FOR };
-        routes.by_qpn.insert(
-            qpn,
-            Route {
-                ring: out.clone(),
-                until: now + hold,
-                used: false,
-                sticky,
-            },
-        );
-        out
-    }
-
     /// Connects to endpoint `ep` and passes it a new ring.
-    fn connect(&self, ep: u64) -> Option<Arc<Outgoing>> {
+    pub(super) fn connect(&self, ep: u64) -> Option<Arc<Outgoing>> {
         let registry = self.registry.get()?;
         let fd = ns::socket(
             AddressFamily::Unix,
@@ -535,123 +207,15 @@ impl Local {
         }))
     }
 
-    /// Drops the route answers that are past their time and were not used since the
-    /// last look (the progress thread, now and then): the next send to those QPNs looks
-    /// them up again. A route in use is kept (see [`ROUTE_FOR`]).
-    pub(crate) fn expire(&self) {
-        let now = Instant::now();
-        let mut routes = self.routes.lock();
-        routes.by_qpn.retain(|_, r| {
-            if r.until > now {
-                return true;
-            }
-            if r.sticky && std::mem::take(&mut r.used) {
-                r.until = now + ROUTE_FOR;
-                return true;
-            }
-            false
-        });
-    }
-
-    /// Receives up to `want` packets from the rings into `batch` (from slot 0), taking
-    /// the rings in turn, and into `acks` the ACKs their boxes hold (see
-    /// [`Local::ack`]); how many packets came, and how many entries were malformed.
-    pub(crate) fn recv(
-        &self,
-        batch: &mut RecvBatch,
-        want: usize,
-        acks: &mut Vec<(u32, u32)>,
-    ) -> (usize, usize) {
-        let mut g = self.incoming.lock();
-        let (rings, turn) = &mut *g;
-        let (mut got, mut bad) = (0, 0);
-        let n = rings.len();
-        // Rings to drop: those found empty after their connection went, and broken ones
-        // (whose connections are then closed, below).
-        let mut done = false;
-        let mut broken = Vec::new();
-        // The ring to start at turns with each call, so that none starves the others; a
-        // division once per call, not per ring (this runs on every empty poll).
-        let mut i = if n > 1 { *turn % n } else { 0 };
-        for _ in 0..n {
-            if got == want {
-                break;
-            }
-            let r = &mut rings[i];
-            i = if i + 1 == n { 0 } else { i + 1 };
-            match r.ring.recv(batch, got, want - got) {
-                Ok((g, b)) => {
-                    got += g;
-                    bad += b;
-                    // Behind the entries just read, the ACKs left since.
-                    r.ring.acks(acks);
-                    done |= r.closing && g + b == 0;
-                }
-                Err(e) => {
-                    eprintln!("softrdma: {}: dropping a same-host ring: {e}", self.addr);
-                    broken.push((r.token, r.conn));
-                    r.closing = true;
-                    done = true;
-                }
-            }
-        }
-        *turn = turn.wrapping_add(1);
-        if done {
-            let registry = self.registry.get();
-            rings.retain(|r| {
-                let keep =
-                    !r.closing || (r.ring.pending() && !broken.iter().any(|b| b.0 == r.token));
-                if !keep && let Some(reg) = registry {
-                    let _ = reg.deregister(&mut mio::unix::SourceFd(&r.ring.wake_fd()));
-                }
-                keep
-            });
-            self.any_in.store(!rings.is_empty(), Ordering::Relaxed);
-        }
-        drop(g);
-        for (token, fd) in broken {
-            self.hang_up(token, fd);
-        }
-        (got, bad)
-    }
-
     /// Ends connection `token` (descriptor `fd`) on purpose: says bye, so the peer does not
     /// take it for a crash, and shuts it down; the hang-up that follows tears it down.
-    fn hang_up(&self, token: usize, fd: std::os::fd::RawFd) {
+    pub(super) fn hang_up(&self, token: usize, fd: std::os::fd::RawFd) {
         let mut conns = self.conns.lock();
         if let Some(Conn::In { bye, .. } | Conn::Out { bye, .. }) = conns.get_mut(&token) {
             *bye = Ending::Bye;
             let _ = share::send(fd, &Msg::Bye, &[]);
             let _ = ns::shutdown(fd, ns::Shutdown::Both);
         }
-    }
-
-    /// Before the progress thread sleeps: asks every ring for a wake-up; true if a
-    /// packet already waits.
-    pub(crate) fn arm(&self) -> bool {
-        let g = self.incoming.lock();
-        let mut any = false;
-        for r in &g.0 {
-            any |= r.ring.arm();
-        }
-        any
-    }
-
-    /// Whether WRITEs may be placed (`DeviceOptions::cma`).
-    pub(crate) fn cma(&self) -> bool {
-        self.cma
-    }
-
-    /// Whether any route to a peer's ring exists (a send looks for a grant only then).
-    #[inline]
-    pub(crate) fn has_routes(&self) -> bool {
-        self.cma && self.any_out.load(Ordering::Relaxed)
-    }
-
-    /// Whether any ring is open (the receive path looks at them only then).
-    #[inline]
-    pub(crate) fn has_rings(&self) -> bool {
-        self.any_in.load(Ordering::Relaxed)
     }
 
     /// Handles a poll event of the same-host path (`token` is [`LISTEN`] or at least
@@ -827,101 +391,6 @@ impl Local {
         happened
     }
 
-    /// The placement table for the peer on connection `token`, made on its first ask.
-    pub(crate) fn table_for(&self, token: usize) -> Option<Arc<Table>> {
-        let mut conns = self.conns.lock();
-        let Some(Conn::In { pid, table, .. }) = conns.get_mut(&token) else {
-            return None;
-        };
-        if table.is_none() {
-            *table = Table::create(*pid);
-        }
-        table.clone()
-    }
-
-    /// Answers the ask for (`qpn`, `rkey`) on connection `token` with `grant` (made in
-    /// `table`), or with a refusal. A grant that can no longer be said (the connection
-    /// went meanwhile) is revoked.
-    pub(crate) fn answer(
-        &self,
-        token: usize,
-        qpn: u32,
-        rkey: u32,
-        grant: Option<Grant>,
-        table: &Arc<Table>,
-        memfd: Option<std::os::fd::RawFd>,
-    ) {
-        let conns = self.conns.lock();
-        let m = Msg::Placed {
-            qpn,
-            rkey,
-            grant: grant.unwrap_or(Grant::REFUSED),
-        };
-        let said = match conns.get(&token) {
-            Some(Conn::In { fd, .. }) => {
-                // The table, and the region's memory when it is shareable.
-                let fds: Vec<_> = match grant {
-                    Some(_) => std::iter::once(table.shm.fd()).chain(memfd).collect(),
-                    None => Vec::new(),
-                };
-                share::send(fd.as_raw_fd(), &m, &fds).is_ok()
-            }
-            _ => false,
-        };
-        drop(conns);
-        if !said && grant.is_some() {
-            self.granted.revoke_table(table);
-        }
-    }
-
-    /// Places a WRITE of the `local` pieces at `remote_addr` of QPN `qpn`'s process
-    /// through `rkey`, under the grant `p` it holds for them ([`Local::granted`]): a plain
-    /// copy into a mapped region, a cross-memory copy otherwise (see [`super::place`]).
-    /// Anything but `Done` (the grant was revoked, the range is outside it, or the kernel
-    /// refused): the WRITE then takes the ring.
-    pub(crate) fn place(
-        &self,
-        p: &place::Placement,
-        qpn: u32,
-        rkey: u32,
-        remote_addr: u64,
-        local: &[(*const u8, usize)],
-    ) -> place::Placed {
-        place::write(&self.placements, p, qpn, rkey, remote_addr, local)
-    }
-
-    /// The grant to place WRITEs to QPN `qpn` through `rkey`, if one is held (none when
-    /// placement is off). If none is, one is asked for (once in a while).
-    pub(crate) fn granted(&self, qpn: u32, rkey: u32) -> Option<Arc<place::Placement>> {
-        if !self.cma {
-            return None;
-        }
-        let held = self.placements.lock().held(qpn, rkey);
-        if held.is_none() {
-            self.ask(qpn, rkey);
-        }
-        held
-    }
-
-    /// Asks QPN `qpn`'s process for a grant through `rkey`, if a ring reaches it and it
-    /// was not asked lately.
-    fn ask(&self, qpn: u32, rkey: u32) {
-        let out = {
-            let routes = self.routes.lock();
-            routes.by_qpn.get(&qpn).and_then(|r| r.ring.clone())
-        };
-        let Some(out) = out else {
-            return;
-        };
-        if !self.placements.lock().should_ask(qpn, rkey) {
-            return;
-        }
-        let conns = self.conns.lock();
-        if let Some(Conn::Out { fd, .. }) = conns.get(&out.token) {
-            let _ = share::send(fd.as_raw_fd(), &Msg::Place { qpn, rkey }, &[]);
-        }
-    }
-
     /// What this process says when it refuses a peer's ring or record.
     fn refusal(&self) -> Msg {
         Msg::Refused {
@@ -1077,6 +546,7 @@ impl Local {
 mod tests {
     use super::*;
     use crate::{Context, DeviceOptions, Mtu};
+    use std::time::{Duration, Instant};
 
     /// A connection to the endpoint of the device opened at `127.0.78.last`, as a peer
     /// process would make it (with a 10 s bound on each read), and the device.
