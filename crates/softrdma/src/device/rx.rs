@@ -201,40 +201,37 @@ impl Device {
         now: Instant,
         ringed: bool,
     ) {
-        if let Some(s) = &self.share
-            && let Some((index, nonce)) = share::steer::parse_probe(data)
-        {
-            // The device's owner asks which socket of the group this is.
-            if s.saw_probe(index, nonce) {
-                self.wake();
+        if let Some(s) = &self.share {
+            match share::classify(data, ringed) {
+                share::Kind::Probe { index, nonce } => {
+                    // The device's owner asks which socket of the group this is.
+                    if s.saw_probe(index, nonce) {
+                        self.wake();
+                    }
+                    return;
+                }
+                // Another process's MAD that the group gave this member: its owner routes
+                // it.
+                share::Kind::Mad if s.misdelivered_mad(data) && s.hand_back(data, from) => {
+                    self.counters.add(Counter::HandedBackPkts, 1);
+                    return;
+                }
+                // A ring's packets are this process's: their producer found the QPN's
+                // holder before it wrote them (see `local`).
+                share::Kind::Mad | share::Kind::Qp(_) if s.forwarding() => {
+                    if let Some(sent) = s.forward(data, from) {
+                        // Another process's QP: it gets the datagram as it came.
+                        let c = if sent {
+                            Counter::ForwardedPkts
+                        } else {
+                            Counter::ForwardErr
+                        };
+                        self.counters.add(c, 1);
+                        return;
+                    }
+                }
+                _ => {}
             }
-            return;
-        }
-        if !ringed
-            && let Some(s) = &self.share
-            && share::dest_qpn(data) == Some(softrdma_wire::cm::GSI_QPN)
-            && s.misdelivered_mad(data)
-            && s.hand_back(data, from)
-        {
-            // Another process's MAD that the group gave this member: its owner routes it.
-            self.counters.add(Counter::HandedBackPkts, 1);
-            return;
-        }
-        // A ring's packets are this process's: their producer found the QPN's holder
-        // before it wrote them (see `local`).
-        if !ringed
-            && let Some(s) = &self.share
-            && s.forwarding()
-            && let Some(sent) = s.forward(data, from)
-        {
-            // Another process's QP: it gets the datagram as it came.
-            let c = if sent {
-                Counter::ForwardedPkts
-            } else {
-                Counter::ForwardErr
-            };
-            self.counters.add(c, 1);
-            return;
         }
         if ringed {
             rx.datagram_from_memory(self, now, self.addr, from.ip(), from.port(), data);

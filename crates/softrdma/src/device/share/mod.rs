@@ -46,6 +46,8 @@
 //!   returns actions, and is tested and fuzzed without processes.
 //! - `owner`: the owner's loop, which feeds it its members' records and carries out its
 //!   actions; `member`: joining, slots, and carrying on when the owner goes.
+//! - `classify`: what a received datagram is (a probe, a ring's packet, a MAD, another
+//!   QPN's), from its bytes alone.
 //! - `forward`: what the receive path forwards, holds or hands back, and the routing
 //!   tables it reads; `sock`: the sockets and records between the processes;
 //!   [`msg`]: the records' codec; [`steer`]: the kernel's steering program.
@@ -63,6 +65,7 @@
 //! received datagram. A probe the receive path sees goes into `probes` (a mutex taken for
 //! probes only), and the progress thread reports it under the control lock.
 
+mod classify;
 mod control;
 mod forward;
 mod member;
@@ -75,6 +78,7 @@ use crate::datapath::socket::Forgotten;
 use crate::datapath::udp::{PortBind, RxPort};
 pub(crate) use crate::error::ShareError;
 use crate::sync::{Guard, Lock, Rank, RwLock};
+pub(crate) use classify::{Kind, classify};
 use control::{Control, MemberId};
 pub(crate) use forward::dest_qpn;
 use member::{Slots, slot_join};
