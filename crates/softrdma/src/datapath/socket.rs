@@ -589,3 +589,25 @@ impl Drop for Forgotten {
         }
     }
 }
+
+/// The interface an IPv6 device at `addr` sends and joins its multicast groups on: its
+/// scope for a link-local address, else the interface that holds the address (`::1` is on
+/// `lo`), so that a group never follows the default route off the host; 0 (the kernel's
+/// choice) when no interface holds it.
+pub(crate) fn v6_interface(addr: std::net::Ipv6Addr, scope_id: u32) -> u32 {
+    if scope_id != 0 {
+        return scope_id;
+    }
+    let Ok(ifaces) = nix::ifaddrs::getifaddrs() else {
+        return 0;
+    };
+    ifaces
+        .filter(|i| {
+            i.address
+                .as_ref()
+                .and_then(|a| a.as_sockaddr_in6())
+                .is_some_and(|a| a.ip() == addr)
+        })
+        .find_map(|i| nix::net::if_::if_nametoindex(i.interface_name.as_str()).ok())
+        .unwrap_or(0)
+}

@@ -245,7 +245,7 @@ impl TxPath {
         };
         // Looked up once: the learner binds a socket for each destination it connects.
         let mcast_if = match ip {
-            IpAddr::V6(v6) => super::udp::v6_interface(v6, scope_id),
+            IpAddr::V6(v6) => super::socket::v6_interface(v6, scope_id),
             IpAddr::V4(_) => 0,
         };
         let plain = std::net::UdpSocket::from(new_socket(bind, mcast_if)?);
@@ -273,7 +273,7 @@ impl TxPath {
     }
 
     /// The interface an IPv6 path's multicast leaves and its groups are joined on (see
-    /// `udp::v6_interface`); 0 for IPv4, whose groups go by the device's address.
+    /// `socket::v6_interface`); 0 for IPv4, whose groups go by the device's address.
     pub(crate) fn multicast_if(&self) -> u32 {
         self.shared.mcast_if
     }
