@@ -48,7 +48,6 @@
 //! so it may be called under a QP's lock. [`Placements`] is the sender's cache, taken
 //! once per placed WRITE (to clone a grant) and by the progress thread to add or drop one.
 
-use super::regions::MrInner;
 use crate::datapath::shm::{GRANTS, GrantTable, SharedMem};
 use crate::sync::{Lock, Rank};
 use softrdma_proto::endpoint::check::KeyHasher;
@@ -94,7 +93,20 @@ struct Issued {
     slot: u32,
     /// Keeps an owned region's buffer alive until the grant is revoked, whatever order a
     /// deregistration takes.
-    _mr: Arc<MrInner>,
+    _mr: Arc<dyn Grantable>,
+}
+
+/// A memory region as a grant sees it (the region table's regions are these): where it
+/// is, in the peer's terms and in this process's, and, held by the grant, alive until
+/// the grant is revoked. A trait, so that grants need not know the region table, whose
+/// deregistrations revoke them (it is the one that calls down here).
+pub(crate) trait Grantable: Send + Sync {
+    /// The address peers and SGEs name.
+    fn iova(&self) -> u64;
+    /// Its length in bytes.
+    fn len(&self) -> u64;
+    /// Where its bytes are in this process.
+    fn vaddr(&self) -> u64;
 }
 
 pub(crate) use super::share::msg::Grant;
@@ -161,7 +173,7 @@ impl Granted {
         table: &Arc<Table>,
         qpn: u32,
         key: u32,
-        mr: impl FnOnce() -> Option<Arc<MrInner>>,
+        mr: impl FnOnce() -> Option<Arc<dyn Grantable>>,
     ) -> Option<Grant> {
         let mut issued = self.issued.lock();
         let mr = mr()?;
@@ -171,8 +183,8 @@ impl Granted {
         let g = Grant {
             slot,
             stamp,
-            iova: mr.addr,
-            len: mr.len,
+            iova: mr.iova(),
+            len: mr.len(),
             vaddr: mr.vaddr(),
         };
         issued.push(Issued {

@@ -99,6 +99,20 @@ impl MrInner {
     }
 }
 
+impl super::place::Grantable for MrInner {
+    fn iova(&self) -> u64 {
+        self.addr
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn vaddr(&self) -> u64 {
+        MrInner::vaddr(self)
+    }
+}
+
 impl crate::datapath::batch::LentRegion for MrInner {
     fn key(&self) -> u32 {
         self.key

@@ -307,7 +307,9 @@ impl Device {
                 region = self.mrs.get(rkey).filter(|m| {
                     m.pd == pd && m.access.contains(softrdma_proto::AccessFlags::REMOTE_WRITE)
                 });
-                region.clone()
+                region
+                    .clone()
+                    .map(|m| m as Arc<dyn super::place::Grantable>)
             })?;
             shared.granted.store(true, Ordering::Relaxed);
             Some(g)
