@@ -35,11 +35,38 @@
 //! # Threads and locks
 //! Any thread may call any verb, as with rdma-core. The objects wrap the Rust verbs
 //! objects (`softrdma::QueuePair` and the others), which are `Send + Sync` and take the
-//! device's locks in the order `softrdma`'s crate docs give. This crate adds one lock on a
-//! hot path, none: `post_send`, `post_recv` and `poll_cq` go straight to the Rust objects.
-//! Its own locks are leaves, taken for object creation and lookup only: the device table's
-//! per-device open state, a context's QPN → QP map (for async events), and a QP's
-//! `ibv_wr_*` builder (which the application must not share between threads anyway).
+//! device's locks in the order `softrdma`'s crate docs give. `post_send`, `post_recv` and
+//! `poll_cq` take no lock of this crate: they go straight to the Rust objects. The
+//! extended CQ's poll (`ibv_start_poll` and the `ibv_wc_read_*` calls) takes the CQ's
+//! cursor, and `ibv_post_srq_recv` the SRQ's attributes, uncontended unless the
+//! application shares the CQ or SRQ between threads.
+//!
+//! Every lock here is a `softrdma::sync::Lock` or `RwLock` (softrdma's one ranked lock
+//! type, public for this crate), so poisoning is handled there and debug builds check the
+//! order on every acquisition. This crate holds its locks around calls into softrdma (an
+//! open, a poll, a call on a softrdma ID, the drop of one) and softrdma never calls back
+//! into it, so its ranks come before all of softrdma's. A thread takes them in this order
+//! only, outermost first:
+//!
+//! | rank | the lock | held across |
+//! |---|---|---|
+//! | `CapiIdsLive` | `rdmacm::id::LIVE`: read while an event finds its ID, written while `rdma_destroy_id` unhooks it | the event's conversion: device opens, the library PD, the ID's locks, softrdma's CM |
+//! | `CapiIdRust` | an ID's softrdma ID (`IdC::rust`) | calls on it, and its drop |
+//! | `CapiIdAlso` | a wildcard listener's IDs on other devices (`IdC::also`) | calls on them, and their drop |
+//! | `CapiIdPeer` | what the peer's REQ offered (`IdC::peer`) | nothing |
+//! | `CapiIdGroups` | an ID's multicast joins (`IdC::groups`) | nothing |
+//! | `CapiIdAcks` | an ID's events handed out and acked (`IdC::acks`, with the condition variable `acked`) | nothing |
+//! | `CapiCmContexts` | the contexts the CM keeps open (`cm_context`'s `OPEN`) | the device list, `ibv_open_device` |
+//! | `CapiDeviceOpen` | a device's open soft device (`SoftDevice::open`) | softrdma's open and close of the device |
+//! | `CapiLibraryPds` | the CM's PD per context (`LIBRARY_PDS`) | `ibv_alloc_pd` |
+//! | `CapiDeviceLists` | the device lists per fork generation (`LISTS`) | reading the configuration |
+//! | `CapiContextQps` | a context's QPN → QP map (`SoftContext::qps`) | nothing |
+//! | `CapiContextCqs` | a context's live CQs (`SoftContext::cqs`) | each CQ's overflow check |
+//! | `CapiCqCursor` | an extended CQ's current completion (`SoftCq::cur`) | the CQ's poll |
+//! | `CapiContextSrqs` | a context's live SRQs (`SoftContext::srqs`) | each SRQ's attributes |
+//! | `CapiSrqAttr` | an SRQ's attributes (`SoftSrq::attr`) | arming or checking its limit |
+//! | `CapiQpBatch` | a QP's `ibv_wr_*` batch (`SoftQp::batch`) | nothing |
+//! | `CapiPorts` | the ports the process's IDs are bound to (`rdmacm::ports`'s `BOUND`) | nothing |
 //!
 //! One-sided operations need no call from the target: each open device has the soft
 //! device's progress thread, which applies incoming WRITE, READ and atomics to the
@@ -56,6 +83,30 @@ mod verbs;
 /// `librdmacm.so.1`. A unit test holds it to `libibverbs.map`.
 pub const ABI: &str =
     "rdma-core 44 (libibverbs.so.1 IBVERBS_1.14, IBVERBS_PRIVATE_34; librdmacm.so.1 RDMACM_1.3)";
+
+#[cfg(test)]
+mod lock_tests {
+    use softrdma::sync::Rank;
+
+    /// The crate docs' lock table lists every rank of this crate (softrdma names them
+    /// `Capi…`), in rank order.
+    #[test]
+    fn the_crate_docs_list_every_rank_of_the_drop_in_in_order() {
+        let docs = include_str!("lib.rs");
+        let docs = &docs[..docs.find("\n#[cfg(test)]").unwrap_or(docs.len())];
+        let mut at = 0;
+        for r in Rank::ALL {
+            let name = format!("`{r:?}`");
+            if !name.starts_with("`Capi") {
+                continue;
+            }
+            let found = docs[at..]
+                .find(&name)
+                .unwrap_or_else(|| panic!("lib.rs lists no {name} after the previous rank"));
+            at += found + name.len();
+        }
+    }
+}
 
 #[cfg(test)]
 mod abi_tests {

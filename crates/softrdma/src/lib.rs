@@ -48,10 +48,25 @@
 //! poisoning in one place. A thread takes locks in increasing rank only, and never two
 //! locks of one rank (never two QPs' or two CQs'): debug builds check it on every
 //! acquisition, so every test run checks the order below. `try_lock` (marked *try*) is not
-//! checked, for it cannot wait. The ranks, outermost first:
+//! checked, for it cannot wait. The drop-in C ABI (`softrdma-capi`) makes its locks of the
+//! same type (the module is public, hidden, for it alone), and they come first: it holds
+//! them around its calls into this crate, and this crate never calls it back. Its crate
+//! docs say which lock has which of its ranks. The ranks, outermost first:
 //!
 //! | rank | the locks | taken |
 //! |---|---|---|
+//! | `CapiIdsLive` | the drop-in's gate between an event and an ID's destruction | read to convert an event, write to unhook an ID |
+//! | `CapiIdRust`, `CapiIdAlso` | a drop-in ID's softrdma IDs | around a call on them, or their drop |
+//! | `CapiIdPeer`, `CapiIdGroups`, `CapiIdAcks` | a drop-in ID's REQ, groups, event counts | leaves of the drop-in's CM |
+//! | `CapiCmContexts` | the contexts the drop-in's CM keeps open | around opening one |
+//! | `CapiDeviceOpen` | a drop-in device's open soft device | around opening or closing it |
+//! | `CapiLibraryPds` | the drop-in's PDs for the CM | around allocating one |
+//! | `CapiDeviceLists` | the drop-in's device lists | around reading the configuration |
+//! | `CapiContextQps`, `CapiContextCqs` | a drop-in context's QPs and CQs | to name an async event's object |
+//! | `CapiCqCursor` | a drop-in extended CQ's current completion | around its poll |
+//! | `CapiContextSrqs`, `CapiSrqAttr` | a drop-in context's SRQs, an SRQ's attributes | to name an async event's SRQ, to arm a limit |
+//! | `CapiQpBatch` | a drop-in QP's `ibv_wr_*` batch | per builder call |
+//! | `CapiPorts` | the drop-in's bound rdma_cm ports | leaf |
 //! | `CmCores` | `cm`'s registry of agent hosts (`CORES`) | to find or start a device's CM host |
 //! | `CmAgent` | a CM host's state (`Core::st`) | by the CM thread and by ID verbs; *try* by pollers serving inline |
 //! | `CmGate` | a CM host's inline-service gate | *try* only |
@@ -146,7 +161,10 @@ mod counters;
 pub mod datapath;
 mod device;
 mod error;
-mod sync;
+/// The ranked lock type, public for the drop-in C ABI (`softrdma-capi`) alone, whose locks
+/// share softrdma's order; see the module docs.
+#[doc(hidden)]
+pub mod sync;
 pub mod verbs;
 
 #[cfg(test)]

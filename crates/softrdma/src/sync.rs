@@ -1,37 +1,47 @@
-//! The crate's one lock type: [`Lock`] (a mutex) and [`RwLock`], each made with a [`Rank`]
-//! that names its purpose and its place in the lock order of the crate docs (`lib.rs`,
-//! "Threads and locks").
+//! The project's one lock type: [`Lock`] (a mutex) and [`RwLock`], each made with a
+//! [`Rank`] that names its purpose and its place in the lock order of the crate docs
+//! (`lib.rs`, "Threads and locks"), with a [`Condvar`] to wait on a [`Lock`]'s guard.
+//!
+//! softrdma's locks and the drop-in's (`softrdma-capi`, the C ABI over this crate) share
+//! the type and one order, so that the check below sees both: the drop-in's ranks come
+//! first, for it holds its locks around its calls into softrdma, never the other way. The
+//! module is public for the drop-in alone (hidden from the docs); no other crate should
+//! build on it.
 //!
 //! # Contract
 //! - **Poisoning is handled here, once.** A thread that panicked under a lock left the
 //!   value as it was at the panic; every user of these locks takes it as it is (the
 //!   state machines inside are consistent between their steps, and a verb that panicked
-//!   has already failed its caller). Nothing else in the crate writes
+//!   has already failed its caller). Nothing else in softrdma or the drop-in writes
 //!   `unwrap_or_else(|e| e.into_inner())`.
 //! - **The order is checked in debug builds.** Each thread keeps the ranks of the locks it
 //!   holds. Taking a lock whose rank is not above every rank held panics, naming both
 //!   locks: that is a deadlock waiting for the right interleaving, found by any test that
 //!   takes the path once. Two locks of one rank are never held together (two QPs, two
 //!   CQs). `try_lock` cannot deadlock, so it is not checked, but what it takes counts as
-//!   held. Release builds keep no record: a guard is the standard guard, nothing more.
+//!   held. A [`Condvar`] wait keeps its lock's record: the thread takes nothing while it
+//!   waits, and takes the same lock back. Release builds keep no record: a guard is the
+//!   standard guard, nothing more.
+//! - Any thread may take any lock; the record is per thread, so a guard stays on the
+//!   thread that took it (the guards are not `Send`, as the standard ones are not).
 //! - The loom models of `device::handoff` use loom's own locks, so the registry there is
 //!   the one lock outside this type (its rank is listed in the crate docs all the same).
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::{
-    Mutex, MutexGuard, RwLock as StdRwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError,
+    Condvar as StdCondvar, Mutex, MutexGuard, RwLock as StdRwLock, RwLockReadGuard,
+    RwLockWriteGuard, TryLockError,
 };
 
 macro_rules! ranks {
     ($($name:ident = $n:literal, $purpose:literal;)*) => {
-        /// A lock's place in the crate's lock order: a thread takes locks in increasing
-        /// rank only. The crate docs list every rank with the locks that have it.
+        /// A lock's place in the lock order of softrdma and the drop-in: a thread takes
+        /// locks in increasing rank only. The crate docs list every rank with the locks
+        /// that have it (and the drop-in's crate docs its own).
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
         #[repr(u8)]
-        // The loopback driver's ranks serve the tests only.
-        #[cfg_attr(not(test), allow(dead_code))]
-        pub(crate) enum Rank {
+        pub enum Rank {
             $(
                 #[doc = $purpose]
                 $name = $n,
@@ -39,12 +49,11 @@ macro_rules! ranks {
         }
 
         impl Rank {
-            /// Every rank, in order.
-            #[cfg(test)]
-            pub(crate) const ALL: &[Rank] = &[$(Rank::$name),*];
+            /// Every rank, in order (for the tests that hold the docs' lists to the enum).
+            pub const ALL: &[Rank] = &[$(Rank::$name),*];
 
             /// What the locks of this rank guard.
-            pub(crate) fn purpose(self) -> &'static str {
+            pub fn purpose(self) -> &'static str {
                 match self {
                     $(Rank::$name => $purpose,)*
                 }
@@ -54,54 +63,73 @@ macro_rules! ranks {
 }
 
 ranks! {
-    CmCores = 2, "the registry of per-device CM agent hosts (`cm`'s `CORES`)";
-    CmAgent = 4, "a CM agent host's state: its agent, listeners and IDs by communication ID";
-    CmGate = 6, "the CM agent host's inline-service gate (only `try_lock`ed)";
-    CmId = 8, "an rdma_cm ID's state";
-    CmIdChannel = 10, "the event channel an rdma_cm ID reports to";
-    CmDropped = 12, "the CM agent host's IDs dropped while it was busy";
-    CmEvents = 14, "an rdma_cm event channel's queue";
-    Sweeping = 20, "the timer pass's own mark (only `try_lock`ed)";
-    Rx = 22, "a device's receive state (a drain; pollers only `try_lock` it)";
-    QpTable = 24, "a device's QP table";
-    Paths = 26, "a device's round-trip records per peer address";
-    Qp = 30, "one QP's engine";
-    QpError = 31, "the error a QP's last flush completed with";
-    LocalRoutes = 40, "the same-host path's routes, QPN to peer process";
-    ShareCtl = 42, "the device-sharing control state: role, slots, members, QPN draw";
-    ShareRoutes = 44, "the device owner's forwarding table, QPN to member socket";
-    ShareCm = 46, "the device owner's CM routes: listeners and communication IDs";
-    ShareHeldReqs = 48, "the REQs the owner remembers holding for a listener";
-    ShareWaitingReqs = 50, "the REQs the owner holds until their listener comes";
-    ShareProbes = 52, "the steering probes in flight";
-    LocalConns = 54, "the same-host path's ring connections, by peer process";
-    LocalRing = 56, "one same-host ring's producer end";
-    LocalIncoming = 58, "the same-host rings a process receives on";
-    LocalPlacements = 60, "the same-host placement grants a process holds from its peers";
-    PlaceIssued = 62, "the placement grants a process has issued";
-    PlaceFree = 64, "the free placement-grant slots";
-    Cq = 70, "one CQ's state";
-    CqReady = 72, "a completion channel's list of CQs with events";
-    CqPollers = 74, "the devices a completion channel's CQs poll for progress";
-    AsyncSubs = 76, "a device's async-event subscribers";
-    AsyncQueue = 78, "one async-event queue";
-    Timers = 80, "a device's timer queue";
-    Deferred = 82, "a device's deferred-ACK batch";
-    Retired = 84, "the counters of destroyed QPs";
-    Groups = 86, "a device's multicast groups";
-    Faults = 90, "the fault injector's held packets";
-    Pcap = 92, "the capture file";
-    TxConns = 94, "the send path's connected sockets, by destination";
-    TxConn = 96, "one connected socket, for its send call";
-    Learner = 98, "the send path's queue to its IPv4-ID learner";
-    UdpHandbacks = 100, "the UDP driver's sockets handed back by the owner";
-    UdpKeep = 102, "the UDP driver's sockets kept open for a forked child";
-    UdpGroups = 104, "the UDP driver's multicast sockets";
-    Loopback = 106, "the loopback fabric's queues (tests)";
-    LoopbackIdent = 108, "the loopback driver's IPv4 IDs (tests)";
-    ResFields = 110, "a published object's `res show` fields";
-    ResLists = 112, "the lists of objects `res show` publishes";
-    VerbsOwned = 120, "a QP's buffers posted by value";
+    // The drop-in's (softrdma-capi) first: it holds them around its calls into softrdma.
+    CapiIdsLive = 2, "the drop-in's gate between an event's lookup of its rdma_cm ID and the ID's destruction (`LIVE`)";
+    CapiIdRust = 4, "a drop-in rdma_cm ID's softrdma ID";
+    CapiIdAlso = 6, "a drop-in wildcard listener's softrdma IDs on the other devices";
+    CapiIdPeer = 8, "what the peer's REQ offered, for a drop-in ID's accept";
+    CapiIdGroups = 10, "a drop-in ID's multicast groups and each join's context";
+    CapiIdAcks = 12, "a drop-in ID's events handed out and acked";
+    CapiCmContexts = 14, "the contexts the drop-in's connection manager keeps open";
+    CapiDeviceOpen = 16, "a drop-in device's open soft device and its count of contexts";
+    CapiLibraryPds = 18, "the PDs the drop-in keeps on each context for the connection manager";
+    CapiDeviceLists = 20, "the drop-in's device lists, one per process generation";
+    CapiContextQps = 22, "a drop-in context's QPN to QP map";
+    CapiContextCqs = 24, "a drop-in context's live CQs";
+    CapiCqCursor = 26, "a drop-in extended CQ's current completion";
+    CapiContextSrqs = 28, "a drop-in context's live SRQs";
+    CapiSrqAttr = 30, "a drop-in SRQ's attributes";
+    CapiQpBatch = 32, "a drop-in QP's `ibv_wr_*` batch being built";
+    CapiPorts = 34, "the ports the drop-in's rdma_cm IDs are bound to";
+    // softrdma's own.
+    CmCores = 42, "the registry of per-device CM agent hosts (`cm`'s `CORES`)";
+    CmAgent = 44, "a CM agent host's state: its agent, listeners and IDs by communication ID";
+    CmGate = 46, "the CM agent host's inline-service gate (only `try_lock`ed)";
+    CmId = 48, "an rdma_cm ID's state";
+    CmIdChannel = 50, "the event channel an rdma_cm ID reports to";
+    CmDropped = 52, "the CM agent host's IDs dropped while it was busy";
+    CmEvents = 54, "an rdma_cm event channel's queue";
+    Sweeping = 60, "the timer pass's own mark (only `try_lock`ed)";
+    Rx = 62, "a device's receive state (a drain; pollers only `try_lock` it)";
+    QpTable = 64, "a device's QP table";
+    Paths = 66, "a device's round-trip records per peer address";
+    Qp = 70, "one QP's engine";
+    QpError = 71, "the error a QP's last flush completed with";
+    LocalRoutes = 80, "the same-host path's routes, QPN to peer process";
+    ShareCtl = 82, "the device-sharing control state: role, slots, members, QPN draw";
+    ShareRoutes = 84, "the device owner's forwarding table, QPN to member socket";
+    ShareCm = 86, "the device owner's CM routes: listeners and communication IDs";
+    ShareHeldReqs = 88, "the REQs the owner remembers holding for a listener";
+    ShareWaitingReqs = 90, "the REQs the owner holds until their listener comes";
+    ShareProbes = 92, "the steering probes in flight";
+    LocalConns = 94, "the same-host path's ring connections, by peer process";
+    LocalRing = 96, "one same-host ring's producer end";
+    LocalIncoming = 98, "the same-host rings a process receives on";
+    LocalPlacements = 100, "the same-host placement grants a process holds from its peers";
+    PlaceIssued = 102, "the placement grants a process has issued";
+    PlaceFree = 104, "the free placement-grant slots";
+    Cq = 110, "one CQ's state";
+    CqReady = 112, "a completion channel's list of CQs with events";
+    CqPollers = 114, "the devices a completion channel's CQs poll for progress";
+    AsyncSubs = 116, "a device's async-event subscribers";
+    AsyncQueue = 118, "one async-event queue";
+    Timers = 120, "a device's timer queue";
+    Deferred = 122, "a device's deferred-ACK batch";
+    Retired = 124, "the counters of destroyed QPs";
+    Groups = 126, "a device's multicast groups";
+    Faults = 130, "the fault injector's held packets";
+    Pcap = 132, "the capture file";
+    TxConns = 134, "the send path's connected sockets, by destination";
+    TxConn = 136, "one connected socket, for its send call";
+    Learner = 138, "the send path's queue to its IPv4-ID learner";
+    UdpHandbacks = 140, "the UDP driver's sockets handed back by the owner";
+    UdpKeep = 142, "the UDP driver's sockets kept open for a forked child";
+    UdpGroups = 144, "the UDP driver's multicast sockets";
+    Loopback = 146, "the loopback fabric's queues (tests)";
+    LoopbackIdent = 148, "the loopback driver's IPv4 IDs (tests)";
+    ResFields = 150, "a published object's `res show` fields";
+    ResLists = 152, "the lists of objects `res show` publishes";
+    VerbsOwned = 160, "a QP's buffers posted by value";
 }
 
 impl fmt::Display for Rank {
@@ -197,20 +225,20 @@ impl Drop for Held {
 }
 
 /// A mutex with a [`Rank`]; see the module docs.
-pub(crate) struct Lock<T: ?Sized> {
+pub struct Lock<T: ?Sized> {
     rank: Rank,
     inner: Mutex<T>,
 }
 
 /// The guard of a [`Lock`].
-pub(crate) struct Guard<'a, T: ?Sized> {
+pub struct Guard<'a, T: ?Sized> {
     inner: MutexGuard<'a, T>,
     _held: Held,
 }
 
 impl<T> Lock<T> {
     /// A lock of `rank` around `value`.
-    pub(crate) const fn new(rank: Rank, value: T) -> Self {
+    pub const fn new(rank: Rank, value: T) -> Self {
         Self {
             rank,
             inner: Mutex::new(value),
@@ -225,7 +253,7 @@ impl<T: ?Sized> Lock<T> {
 
     /// Takes the lock, waiting for it; a poisoned lock is taken as it is.
     #[inline]
-    pub(crate) fn lock(&self) -> Guard<'_, T> {
+    pub fn lock(&self) -> Guard<'_, T> {
         Held::check(self.rank);
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         Guard {
@@ -236,7 +264,7 @@ impl<T: ?Sized> Lock<T> {
 
     /// Takes the lock if no one holds it.
     #[inline]
-    pub(crate) fn try_lock(&self) -> Option<Guard<'_, T>> {
+    pub fn try_lock(&self) -> Option<Guard<'_, T>> {
         let inner = match self.inner.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
@@ -249,8 +277,34 @@ impl<T: ?Sized> Lock<T> {
     }
 
     /// The value, through exclusive access (no locking).
-    pub(crate) fn get_mut(&mut self) -> &mut T {
+    pub fn get_mut(&mut self) -> &mut T {
         self.inner.get_mut().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A condition variable to wait on with a [`Lock`]'s guard; poisoning is ignored, as the
+/// lock's is.
+#[derive(Debug, Default)]
+pub struct Condvar(StdCondvar);
+
+impl Condvar {
+    /// A condition variable no one waits on.
+    pub const fn new() -> Self {
+        Self(StdCondvar::new())
+    }
+
+    /// Releases `guard`'s lock until the condition variable is notified (or a spurious
+    /// wake-up), then takes it back. The thread's record keeps the lock as held meanwhile:
+    /// it takes nothing else while it waits.
+    pub fn wait<'a, T>(&self, guard: Guard<'a, T>) -> Guard<'a, T> {
+        let Guard { inner, _held } = guard;
+        let inner = self.0.wait(inner).unwrap_or_else(|e| e.into_inner());
+        Guard { inner, _held }
+    }
+
+    /// Wakes every thread waiting on it.
+    pub fn notify_all(&self) {
+        self.0.notify_all();
     }
 }
 
@@ -278,26 +332,26 @@ impl<T: ?Sized> DerefMut for Guard<'_, T> {
 /// A readers-writer lock with a [`Rank`]; see the module docs. Readers count as holders
 /// for the order: a thread never takes a read lock under another lock of its rank or
 /// above, for a writer may be waiting between them.
-pub(crate) struct RwLock<T: ?Sized> {
+pub struct RwLock<T: ?Sized> {
     rank: Rank,
     inner: StdRwLock<T>,
 }
 
 /// A read guard of a [`RwLock`].
-pub(crate) struct ReadGuard<'a, T: ?Sized> {
+pub struct ReadGuard<'a, T: ?Sized> {
     inner: RwLockReadGuard<'a, T>,
     _held: Held,
 }
 
 /// A write guard of a [`RwLock`].
-pub(crate) struct WriteGuard<'a, T: ?Sized> {
+pub struct WriteGuard<'a, T: ?Sized> {
     inner: RwLockWriteGuard<'a, T>,
     _held: Held,
 }
 
 impl<T> RwLock<T> {
     /// A lock of `rank` around `value`.
-    pub(crate) const fn new(rank: Rank, value: T) -> Self {
+    pub const fn new(rank: Rank, value: T) -> Self {
         Self {
             rank,
             inner: StdRwLock::new(value),
@@ -312,7 +366,7 @@ impl<T: ?Sized> RwLock<T> {
 
     /// Takes the lock to read, waiting for a writer; poisoning is ignored.
     #[inline]
-    pub(crate) fn read(&self) -> ReadGuard<'_, T> {
+    pub fn read(&self) -> ReadGuard<'_, T> {
         Held::check(self.rank);
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         ReadGuard {
@@ -323,7 +377,7 @@ impl<T: ?Sized> RwLock<T> {
 
     /// Takes the lock to write, waiting for readers and writers; poisoning is ignored.
     #[inline]
-    pub(crate) fn write(&self) -> WriteGuard<'_, T> {
+    pub fn write(&self) -> WriteGuard<'_, T> {
         Held::check(self.rank);
         let inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         WriteGuard {
@@ -434,6 +488,25 @@ mod tests {
         .join();
         assert_eq!(*l.lock(), 6);
         assert_eq!(*l.try_lock().unwrap(), 6);
+    }
+
+    #[test]
+    fn a_condvar_wait_gives_the_lock_back() {
+        let pair = std::sync::Arc::new((Lock::new(Rank::Qp, false), Condvar::new()));
+        let p2 = pair.clone();
+        let t = std::thread::spawn(move || {
+            *p2.0.lock() = true;
+            p2.1.notify_all();
+        });
+        let mut g = pair.0.lock();
+        while !*g {
+            g = pair.1.wait(g);
+        }
+        drop(g);
+        t.join().unwrap();
+        // Released after the wait, the record is clear: a lower rank may be taken.
+        let lower = Lock::new(Rank::QpTable, ());
+        drop(lower.lock());
     }
 
     /// The crate docs' lock table lists every rank, in rank order.

@@ -4,9 +4,7 @@
 
 use super::device::{cm_context, loopback_device, route_source_device};
 use super::event::complete;
-use super::id::{
-    ChanC, IdC, ack_own_event, apply_options, fill_route, lock, made, port_space, rust_id,
-};
+use super::id::{ChanC, IdC, ack_own_event, apply_options, fill_route, made, port_space, rust_id};
 use crate::abi::*;
 use crate::ffi::{Failed, Object, Ret, Verb, copy_bytes, entry, from_sockaddr};
 use crate::verbs::context::SoftContext;
@@ -27,7 +25,7 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::so
         };
         // A loopback address no device has binds to a device on loopback, and the ID
         // takes that device's address (the one its peers reach it at).
-        if lock(&c.rust).is_none()
+        if c.rust.lock().is_none()
             && let Some(ip) = loopback_device(a.ip())
         {
             a.set_ip(ip);
@@ -105,7 +103,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         };
         // A loopback source no device has is a device on loopback, as for a bind.
         if let Some(a) = &mut s
-            && lock(&c.rust).is_none()
+            && c.rust.lock().is_none()
             && let Some(ip) = loopback_device(a.ip())
         {
             a.set_ip(ip);
@@ -113,7 +111,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         // Without a source (and unbound), the device is the one on the route to the
         // destination, as the kernel's rdma_cm finds it, and ENODEV when none is.
         let mut src = s.map(|s| s.ip()).filter(|ip| !ip.is_unspecified());
-        if src.is_none() && lock(&c.rust).is_none() {
+        if src.is_none() && c.rust.lock().is_none() {
             src = route_source_device(d.ip());
             v.ensure(
                 src.is_some(),
@@ -163,7 +161,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
         let c = unsafe { IdC::from_ptr_mut(id) };
         // An ID never bound listens on 0.0.0.0, as rdma_cm binds it, on a port of its
         // choosing.
-        if lock(&c.rust).is_none() {
+        if c.rust.lock().is_none() {
             c.wildcard = Some(false);
         }
         let r = rust_id(v, c, Some(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)))?;
@@ -248,7 +246,7 @@ fn listen_elsewhere(
             }
         }
     }
-    *lock(&c.also) = also;
+    *c.also.lock() = also;
     Ok(())
 }
 
@@ -342,7 +340,7 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
     entry("rdma_accept", Ret::MINUS_ONE, |v| {
         // SAFETY: per the contract.
         let c = unsafe { IdC::from_ptr_mut(id) };
-        let peer = *lock(&c.peer);
+        let peer = *c.peer.lock();
         // SAFETY: per the contract.
         let p = unsafe { conn_param(v, param, peer) }?;
         v.check(made(v, c)?.accept(&p))?;
@@ -543,7 +541,7 @@ pub unsafe extern "C" fn rdma_set_option(
                     c.ack_timeout = Some(b);
                 }
                 // An ID not on a device yet gets them when it is (see rust_id).
-                if let Some(r) = lock(&c.rust).as_ref() {
+                if let Some(r) = c.rust.lock().as_ref() {
                     v.check(apply_options(c, r))?;
                 }
                 Ok(0)
@@ -602,7 +600,6 @@ unsafe fn port_of(id: *mut rdma_cm_id, addr: fn(&CmId) -> Option<SocketAddr>) ->
     let c = unsafe { IdC::from_ptr(id) };
     c.rust
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
         .as_ref()
         .and_then(addr)
         .map_or(0, |a| a.port().to_be())

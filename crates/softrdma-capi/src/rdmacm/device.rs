@@ -5,17 +5,17 @@
 use crate::abi::*;
 use crate::ffi::{Ret, entry, null_terminated};
 use softrdma::cm::CmId;
+use softrdma::sync::{Lock, Rank};
 use std::ffi::c_int;
 use std::net::{IpAddr, Ipv6Addr};
 use std::ptr::null_mut;
-use std::sync::Mutex;
 
 /// The context the CM keeps open for device `index` (opened on first use, never
 /// closed: librdmacm keeps its devices open too).
 pub(super) fn cm_context(index: usize) -> *mut ibv_context {
-    static OPEN: Mutex<Vec<(u32, usize, usize)>> = Mutex::new(Vec::new());
+    static OPEN: Lock<Vec<(u32, usize, usize)>> = Lock::new(Rank::CapiCmContexts, Vec::new());
     let generation = crate::verbs::fork::generation();
-    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut open = OPEN.lock();
     if let Some((_, _, c)) = open
         .iter()
         .find(|(g, i, _)| *g == generation && *i == index)

@@ -5,7 +5,7 @@
 
 use super::conn::{rdma_bind_addr, rdma_resolve_addr, rdma_resolve_route};
 use super::event::next_event;
-use super::id::{ChanC, IdC, ack_own_event, lock, rdma_create_id, rdma_destroy_id};
+use super::id::{ChanC, IdC, ack_own_event, rdma_create_id, rdma_destroy_id};
 use super::qp::{rdma_create_qp, rdma_destroy_qp, rdma_destroy_srq};
 use crate::abi::*;
 use crate::ffi::{Failed, Object, Ret, copy_bytes, entry};
@@ -210,10 +210,10 @@ pub unsafe extern "C" fn rdma_migrate_id(
         };
         // SAFETY: a ChanC of this library.
         let target = unsafe { ChanC::from_ptr(ch) };
-        if let Some(r) = lock(&c.rust).as_ref() {
+        if let Some(r) = c.rust.lock().as_ref() {
             r.migrate(&target.rust);
         }
-        for r in lock(&c.also).iter() {
+        for r in c.also.lock().iter() {
             r.migrate(&target.rust);
         }
         ack_own_event(c);

@@ -3,7 +3,7 @@
 //! synchronous ID's wait for the event its verb brings.
 
 use super::device::{context_of, default_pd};
-use super::id::{ChanC, EventC, IdC, LIVE, ack, ack_own_event, fill_route, lock};
+use super::id::{ChanC, EventC, IdC, LIVE, ack, ack_own_event, fill_route};
 use crate::abi::*;
 use crate::ffi::{Failed, Object, Ret, Verb, entry};
 use crate::verbs::context::SoftContext;
@@ -100,7 +100,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
 
 /// The C event for `ev`, or `None` when its ID was destroyed.
 fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
-    let _live = LIVE.read().unwrap_or_else(|e| e.into_inner());
+    let _live = LIVE.read();
     let (kind, status) = match &ev.kind {
         CmEventKind::AddrResolved => (RDMA_CM_EVENT_ADDR_RESOLVED, 0),
         CmEventKind::RouteResolved => (RDMA_CM_EVENT_ROUTE_RESOLVED, 0),
@@ -150,8 +150,8 @@ fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
         let c = IdC::boxed(raw, own_chan);
         // SAFETY: just made.
         unsafe {
-            *lock(&(*c).rust) = Some(ev.id.clone());
-            *lock(&(*c).peer) = ev.peer;
+            *(*c).rust.lock() = Some(ev.id.clone());
+            *(*c).peer.lock() = ev.peer;
         }
         ev.id.set_user(c as usize);
         // SAFETY: just made.
@@ -197,7 +197,7 @@ fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
             // As librdmacm: the join's context in place of private data.
             CmEventKind::MulticastJoin { group } => {
                 // SAFETY: `id` is a live IdC.
-                let joins = lock(unsafe { &IdC::from_ptr(id).groups });
+                let joins = unsafe { IdC::from_ptr(id) }.groups.lock();
                 let context = joins.iter().find(|(g, _)| *g == group).map_or(0, |j| j.1);
                 (Some(group), context as *const c_void, 0)
             }
@@ -216,7 +216,7 @@ fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
         };
     }
     // SAFETY: a live IdC (LIVE is held), whose destruction now waits for this ack.
-    lock(unsafe { &(*e.owner).acks }).reported += 1;
+    unsafe { &(*e.owner).acks }.lock().reported += 1;
     let raw = Box::into_raw(e);
     // SAFETY: `id` is a live IdC; its current event, as librdmacm keeps it.
     unsafe { (*id).event = raw.cast() };

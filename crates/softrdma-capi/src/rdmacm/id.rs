@@ -9,10 +9,10 @@ use crate::ffi::{Failed, Object, Ret, Verb, entry, to_sockaddr};
 use crate::verbs::context::SoftContext;
 use crate::verbs::context::gid_of_ip;
 use softrdma::cm::{CmId, EventChannel, PeerParam, PortSpace};
+use softrdma::sync::{Condvar, Lock, Rank, RwLock};
 use std::ffi::{c_int, c_void};
 use std::net::IpAddr;
 use std::ptr::null_mut;
-use std::sync::Mutex;
 
 /// A channel: the public struct, then softrdma's.
 #[repr(C)]
@@ -43,10 +43,10 @@ unsafe impl Object for ChanC {
 pub(super) struct IdC {
     pub(super) id: rdma_cm_id,
     /// Made once the device is known (bind or resolve).
-    pub(super) rust: Mutex<Option<CmId>>,
+    pub(super) rust: Lock<Option<CmId>>,
     /// What the peer's REQ said (a connect request's ID), for an `rdma_accept` without
     /// parameters.
-    pub(super) peer: Mutex<Option<PeerParam>>,
+    pub(super) peer: Lock<Option<PeerParam>>,
     /// The channel made for an ID created without one: librdmacm's synchronous IDs, whose
     /// verbs wait for their own event (see [`super::event::complete`]).
     pub(super) own_chan: Option<Box<ChanC>>,
@@ -62,7 +62,7 @@ pub(super) struct IdC {
     pub(super) connect_data: Vec<u8>,
     /// The multicast groups joined, with each join's context (a MULTICAST_JOIN event's
     /// `param.ud.private_data`).
-    pub(super) groups: Mutex<Vec<(IpAddr, usize)>>,
+    pub(super) groups: Lock<Vec<(IpAddr, usize)>>,
     /// Bound to an unspecified address: whether an IPv6 one (see `listen_elsewhere` in
     /// [`super::conn`]).
     pub(super) wildcard: Option<bool>,
@@ -73,13 +73,13 @@ pub(super) struct IdC {
     /// RDMA_OPTION_ID_REUSEADDR.
     pub(super) reuseaddr: bool,
     /// A wildcard listen's listeners on the devices other than the ID's own.
-    pub(super) also: Mutex<Vec<CmId>>,
+    pub(super) also: Lock<Vec<CmId>>,
     /// RDMA_OPTION_ID_TOS and _ACK_TIMEOUT, kept for an ID not on a device yet.
     pub(super) tos: Option<u8>,
     pub(super) ack_timeout: Option<u8>,
     /// Its events handed out and acked, and the wait for the last ack.
-    pub(super) acks: Mutex<Acks>,
-    pub(super) acked: std::sync::Condvar,
+    pub(super) acks: Lock<Acks>,
+    pub(super) acked: Condvar,
 }
 
 impl IdC {
@@ -87,23 +87,23 @@ impl IdC {
     pub(super) fn boxed(raw: rdma_cm_id, own_chan: Option<Box<ChanC>>) -> *mut IdC {
         Box::into_raw(Box::new(IdC {
             id: raw,
-            rust: Mutex::new(None),
-            peer: Mutex::new(None),
+            rust: Lock::new(Rank::CapiIdRust, None),
+            peer: Lock::new(Rank::CapiIdPeer, None),
             own_chan,
             own_cqs: Vec::new(),
             own_cq_chans: Vec::new(),
             ep_attr: None,
             connect_data: Vec::new(),
-            groups: Mutex::new(Vec::new()),
+            groups: Lock::new(Rank::CapiIdGroups, Vec::new()),
             wildcard: None,
             afonly: false,
             afonly_set: false,
             reuseaddr: false,
-            also: Mutex::new(Vec::new()),
+            also: Lock::new(Rank::CapiIdAlso, Vec::new()),
             tos: None,
             ack_timeout: None,
-            acks: Mutex::new(Acks::default()),
-            acked: std::sync::Condvar::new(),
+            acks: Lock::new(Rank::CapiIdAcks, Acks::default()),
+            acked: Condvar::new(),
         }))
     }
 }
@@ -142,7 +142,7 @@ pub(super) struct Acks {
 /// Held for reading while an event's ID is looked up and counted, for writing while
 /// `rdma_destroy_id` unhooks one: an event either counts against a live ID, which then
 /// waits for its ack, or finds it gone and is dropped.
-pub(super) static LIVE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+pub(super) static LIVE: RwLock<()> = RwLock::new(Rank::CapiIdsLive, ());
 
 pub(super) fn port_space(ps: c_int) -> Option<PortSpace> {
     match ps {
@@ -153,14 +153,9 @@ pub(super) fn port_space(ps: c_int) -> Option<PortSpace> {
     }
 }
 
-/// A mutex's guard, whether or not a panic poisoned it.
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// The ID's Rust side, made on the device of `ip` if it has none yet.
 pub(super) fn rust_id(v: Verb, c: &mut IdC, ip: Option<IpAddr>) -> Result<CmId, Failed> {
-    if let Some(r) = lock(&c.rust).clone() {
+    if let Some(r) = c.rust.lock().clone() {
         return Ok(r);
     }
     let Some(index) = device_for(ip) else {
@@ -186,13 +181,13 @@ pub(super) fn rust_id(v: Verb, c: &mut IdC, ip: Option<IpAddr>) -> Result<CmId, 
     if c.id.pd.is_null() {
         c.id.pd = default_pd(ctx);
     }
-    *lock(&c.rust) = Some(r.clone());
+    *c.rust.lock() = Some(r.clone());
     Ok(r)
 }
 
 /// The ID's Rust side, which must exist.
 pub(super) fn made(v: Verb, c: &IdC) -> Result<CmId, Failed> {
-    let r = c.rust.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let r = c.rust.lock().clone();
     r.ok_or_else(|| {
         v.fail(
             libc::EINVAL,
@@ -259,7 +254,7 @@ pub(super) unsafe fn ack(event: *mut rdma_cm_event) {
     let e = unsafe { EventC::free(event) };
     // SAFETY: the owner is live: its destruction waits for this ack.
     let owner = unsafe { &*e.owner };
-    lock(&owner.acks).completed += 1;
+    owner.acks.lock().completed += 1;
     owner.acked.notify_all();
 }
 
@@ -339,13 +334,13 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         v.ensure(!id.is_null(), libc::EINVAL, &"NULL id")?;
         {
             // No event finds the ID from here on (see LIVE).
-            let _unhook = LIVE.write().unwrap_or_else(|e| e.into_inner());
+            let _unhook = LIVE.write();
             // SAFETY: a live IdC of this library.
             let c = unsafe { IdC::from_ptr(id) };
-            if let Some(r) = lock(&c.rust).as_ref() {
+            if let Some(r) = c.rust.lock().as_ref() {
                 r.set_user(0);
             }
-            for r in lock(&c.also).iter() {
+            for r in c.also.lock().iter() {
                 r.set_user(0);
             }
         }
@@ -354,9 +349,9 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
         {
             // SAFETY: a live IdC: it is freed only below.
             let c = unsafe { IdC::from_ptr(id) };
-            let mut a = lock(&c.acks);
+            let mut a = c.acks.lock();
             while a.completed < a.reported {
-                a = c.acked.wait(a).unwrap_or_else(|e| e.into_inner());
+                a = c.acked.wait(a);
             }
         }
         super::ports::release(id as usize);
@@ -366,8 +361,8 @@ pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
             destroy_own_cqs(&mut c);
         }
         // The connection ends as its Rust side drops (a DREQ, or a REJ).
-        lock(&c.rust).take();
-        lock(&c.also).clear();
+        c.rust.lock().take();
+        c.also.lock().clear();
         Ok(0)
     })
 }

@@ -2,7 +2,7 @@
 //! `rdma_leave_multicast`.
 
 use super::event::complete;
-use super::id::{IdC, lock, made};
+use super::id::{IdC, made};
 use crate::abi::*;
 use crate::ffi::{Failed, Object, Ret, Verb, entry, from_sockaddr};
 use std::ffi::{c_int, c_void};
@@ -86,9 +86,9 @@ unsafe fn join(
     let r = made(v, c)?;
     let group = a.ip().to_canonical();
     // Known before the event can be converted on another thread.
-    lock(&c.groups).push((group, context as usize));
+    c.groups.lock().push((group, context as usize));
     if let Err(f) = v.check(r.join_multicast(group, send_only)) {
-        lock(&c.groups).retain(|(g, _)| *g != group);
+        c.groups.lock().retain(|(g, _)| *g != group);
         return Err(f);
     }
     complete(v, c)?;
@@ -113,7 +113,7 @@ pub unsafe extern "C" fn rdma_leave_multicast(
         let r = made(v, c)?;
         let group = a.ip().to_canonical();
         v.check(r.leave_multicast(group))?;
-        lock(&c.groups).retain(|(g, _)| *g != group);
+        c.groups.lock().retain(|(g, _)| *g != group);
         Ok(0)
     })
 }

@@ -13,9 +13,9 @@
 //! Processes sharing a device meet each other's ports when they listen (the device's QP1
 //! knows its listeners), as before; this table is the process's own, behind one leaf lock.
 
+use softrdma::sync::{Lock, Rank};
 use std::ffi::c_int;
 use std::net::SocketAddr;
-use std::sync::Mutex;
 
 /// A bound ID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +32,7 @@ pub(crate) struct Binding {
     pub reuseaddr: bool,
 }
 
-static BOUND: Mutex<Vec<Binding>> = Mutex::new(Vec::new());
+static BOUND: Lock<Vec<Binding>> = Lock::new(Rank::CapiPorts, Vec::new());
 
 /// The errno a bind of `new` gets among `bound`, or `None` if it may bind.
 pub(crate) fn conflict(bound: &[Binding], new: &Binding) -> Option<c_int> {
@@ -58,7 +58,7 @@ pub(crate) fn conflict(bound: &[Binding], new: &Binding) -> Option<c_int> {
 
 /// Records `new` unless it conflicts (then the errno).
 pub(crate) fn claim(new: Binding) -> Result<(), c_int> {
-    let mut b = BOUND.lock().unwrap_or_else(|e| e.into_inner());
+    let mut b = BOUND.lock();
     if let Some(e) = conflict(&b, &new) {
         return Err(e);
     }
@@ -69,10 +69,7 @@ pub(crate) fn claim(new: Binding) -> Result<(), c_int> {
 
 /// Forgets ID `id`'s port (its destruction).
 pub(crate) fn release(id: usize) {
-    BOUND
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .retain(|x| x.id != id);
+    BOUND.lock().retain(|x| x.id != id);
 }
 
 /// Whether an ID binding `addr` takes its own family only: the program's choice

@@ -3,7 +3,7 @@
 //! moves a QP of its own.
 
 use super::device::default_pd;
-use super::id::{IdC, destroy_own_cqs, lock, made};
+use super::id::{IdC, destroy_own_cqs, made};
 use crate::abi::*;
 use crate::ffi::{Failed, Object, Ret, Verb, entry};
 use crate::verbs::context::SoftContext;
@@ -142,7 +142,7 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
     entry("rdma_destroy_qp", Ret::VOID, |_| {
         // SAFETY: per the contract.
         let c = unsafe { IdC::from_ptr_mut(id) };
-        if let Some(r) = lock(&c.rust).as_ref() {
+        if let Some(r) = c.rust.lock().as_ref() {
             r.detach_qp();
         }
         if !c.id.qp.is_null() {

@@ -14,11 +14,11 @@ use super::fork::generation;
 use crate::abi::*;
 use crate::ffi::{Failed, Object, Verb, copy_cstr};
 use softrdma::config::DeviceInfo;
+use softrdma::sync::{Lock, Rank};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::net::{IpAddr, Ipv6Addr};
 use std::ptr::null_mut;
-use std::sync::Mutex;
 
 /// One device of the list: the public `ibv_device`, the NULL word where rdma-core keeps
 /// its driver ops (`VERBS_DEVICE_OPS_OFFSET`), then softrdma's own state.
@@ -29,7 +29,7 @@ pub(crate) struct SoftDevice {
     pub info: DeviceInfo,
     pub index: usize,
     /// The open soft device and how many contexts use it.
-    pub(super) open: Mutex<Option<(softrdma::Context, usize)>>,
+    pub(super) open: Lock<Option<(softrdma::Context, usize)>>,
 }
 
 // SAFETY: the raw pointers in `dev` are the NULL reserved words, never dereferenced; the
@@ -42,16 +42,12 @@ const _: () = assert!(std::mem::offset_of!(SoftDevice, verbs_ops) == VERBS_DEVIC
 
 /// The device lists of this process, one per generation, each leaked: a parent's
 /// `ibv_device` pointers stay valid in a child.
-static LISTS: Mutex<Vec<(u32, &'static [SoftDevice])>> = Mutex::new(Vec::new());
+static LISTS: Lock<Vec<(u32, &'static [SoftDevice])>> =
+    Lock::new(Rank::CapiDeviceLists, Vec::new());
 
 /// Every device of every generation.
 fn all_devices() -> impl Iterator<Item = &'static SoftDevice> {
-    let lists: Vec<&'static [SoftDevice]> = LISTS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .map(|(_, l)| *l)
-        .collect();
+    let lists: Vec<&'static [SoftDevice]> = LISTS.lock().iter().map(|(_, l)| *l).collect();
     lists.into_iter().flatten()
 }
 
@@ -59,7 +55,7 @@ fn all_devices() -> impl Iterator<Item = &'static SoftDevice> {
 pub(crate) fn devices() -> &'static [SoftDevice] {
     super::fork::watch();
     let now = generation();
-    let mut lists = LISTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut lists = LISTS.lock();
     if let Some((_, l)) = lists.iter().find(|(g, _)| *g == now) {
         return l;
     }
@@ -97,7 +93,7 @@ fn make_devices() -> Vec<SoftDevice> {
                 verbs_ops: null_mut(),
                 info,
                 index,
-                open: Mutex::new(None),
+                open: Lock::new(Rank::CapiDeviceOpen, None),
             }
         })
         .collect()
@@ -121,12 +117,12 @@ pub(crate) struct SoftContext {
     pub events: std::sync::Arc<softrdma::AsyncEventQueue>,
     pub dev: &'static SoftDevice,
     /// QPN → the `SoftQp` (as an address), to name the QP of an async event.
-    pub qps: Mutex<HashMap<u32, usize>>,
+    pub qps: Lock<HashMap<u32, usize>>,
     /// The live CQs and SRQs (as addresses), to name the object of a CQ error or an SRQ
     /// limit event, whose engine events do not say which.
-    pub cqs: Mutex<Vec<usize>>,
+    pub cqs: Lock<Vec<usize>>,
     /// See `cqs`.
-    pub srqs: Mutex<Vec<usize>>,
+    pub srqs: Lock<Vec<usize>>,
     /// The process generation that opened it (see [`own`]).
     pub generation: u32,
 }

@@ -10,10 +10,10 @@ use super::context::{SoftContext, live, own, to_destroy};
 use super::objects::{SoftChannel, SoftCq, next_handle};
 use crate::abi::*;
 use crate::ffi::{Failed, Object, Ret, Users, Verb, entry};
+use softrdma::sync::{Lock, Rank};
 use softrdma::{Completion, WcFlags};
 use std::ffi::{c_int, c_uint, c_void};
 use std::ptr::null_mut;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `ibv_create_comp_channel`.
@@ -117,7 +117,7 @@ fn new_cq(v: Verb, ctx: *mut ibv_context, n: NewCq) -> Result<*mut ibv_cq, Faile
     let cq = SoftCq {
         cq: ex,
         inner,
-        cur: Mutex::new(None),
+        cur: Lock::new(Rank::CapiCqCursor, None),
         stamps: wc_flags & ((1 << 7) | (1 << 11)) != 0,
         users: Users::default(),
         error_reported: AtomicBool::new(false),
@@ -128,17 +128,14 @@ fn new_cq(v: Verb, ctx: *mut ibv_context, n: NewCq) -> Result<*mut ibv_cq, Faile
     let s = unsafe { SoftCq::from_ptr(cq) };
     // The CQ's word names it for ibv_get_cq_event.
     s.inner.set_user_data(cq as u64);
-    soft.cqs
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(cq as usize);
+    soft.cqs.lock().push(cq as usize);
     Ok(cq)
 }
 
 /// The CQ whose overflow an `IBV_EVENT_CQ_ERR` reports: the first that overflowed and
 /// was not reported yet (the engine's event does not say which).
 pub(crate) fn cq_that_overflowed(soft: &SoftContext) -> *mut ibv_cq {
-    let cqs = soft.cqs.lock().unwrap_or_else(|e| e.into_inner());
+    let cqs = soft.cqs.lock();
     for &p in cqs.iter() {
         // SAFETY: a live CQ of this context (destroy removes it from the list first).
         let c = unsafe { SoftCq::from_ptr(p as *mut ibv_cq) };
@@ -251,7 +248,6 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         unsafe { SoftContext::from_ptr(s.cq.cq.context) }
             .cqs
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .retain(|&c| c != cq as usize);
         // SAFETY: from new_cq's box, freed once.
         drop(unsafe { SoftCq::free(cq) });
@@ -412,7 +408,7 @@ fn ex<'a>(cq: *mut ibv_cq_ex) -> &'a SoftCq {
 /// when there is none.
 fn load_next(cq: *mut ibv_cq_ex) -> c_int {
     let s = ex(cq);
-    let mut cur = s.cur.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cur = s.cur.lock();
     *cur = s.inner.poll_one().map(|c| {
         if s.stamps {
             (
@@ -455,7 +451,7 @@ unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
 
 unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
     entry("ibv_end_poll", Ret::VOID, |_| {
-        *ex(cq).cur.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *ex(cq).cur.lock() = None;
         Ok(())
     })
 }
@@ -464,7 +460,7 @@ fn read<T: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&ibv_wc) -> T) -> T {
     let ret = Ret::new(|_| T::default(), T::default());
     entry("ibv_read_*", ret, |_| {
         let s = ex(cq);
-        let cur = s.cur.lock().unwrap_or_else(|e| e.into_inner());
+        let cur = s.cur.lock();
         Ok(cur
             .as_ref()
             .map(|(c, _, _)| f(&to_wc(c, s.grh_sl)))
@@ -474,7 +470,7 @@ fn read<T: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&ibv_wc) -> T) -> T {
 
 fn stamp(cq: *mut ibv_cq_ex, wall: bool) -> u64 {
     entry("ibv_wc_read_completion_ts", Ret::new(|_| 0, 0), |_| {
-        let cur = ex(cq).cur.lock().unwrap_or_else(|e| e.into_inner());
+        let cur = ex(cq).cur.lock();
         Ok(cur
             .as_ref()
             .map_or(0, |&(_, mono, real)| if wall { real } else { mono }))

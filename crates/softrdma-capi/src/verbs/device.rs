@@ -6,9 +6,9 @@ use super::context::{SoftContext, device, devices, to_destroy};
 use super::fork::generation;
 use crate::abi::*;
 use crate::ffi::{Object, Ret, entry, null_terminated, set_errno};
+use softrdma::sync::{Lock, Rank};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::Mutex;
 
 /// `ibv_get_device_list`: a NULL-terminated array, freed by `ibv_free_device_list`.
 pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
@@ -71,7 +71,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             return v.err(libc::EINVAL, &"not a device of this library");
         };
         let ctx = {
-            let mut open = d.open.lock().unwrap_or_else(|e| e.into_inner());
+            let mut open = d.open.lock();
             match &mut *open {
                 Some((ctx, n)) => {
                     *n += 1;
@@ -104,9 +104,9 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_conte
             ctx,
             events,
             dev: d,
-            qps: Mutex::new(HashMap::new()),
-            cqs: Mutex::new(Vec::new()),
-            srqs: Mutex::new(Vec::new()),
+            qps: Lock::new(Rank::CapiContextQps, HashMap::new()),
+            cqs: Lock::new(Rank::CapiContextCqs, Vec::new()),
+            srqs: Lock::new(Rank::CapiContextSrqs, Vec::new()),
             generation: generation(),
         };
         Ok(soft.into_c())
@@ -154,7 +154,7 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
             // SAFETY: the context's own descriptor, closed once.
             unsafe { libc::close(soft.vctx.context.cmd_fd) };
         }
-        let mut open = soft.dev.open.lock().unwrap_or_else(|e| e.into_inner());
+        let mut open = soft.dev.open.lock();
         if let Some((_, n)) = &mut *open {
             *n -= 1;
             if *n == 0 {

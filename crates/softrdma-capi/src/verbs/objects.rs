@@ -7,12 +7,12 @@
 use super::context::OfContext;
 use crate::abi::*;
 use crate::ffi::{Object, Users};
+use softrdma::sync::Lock;
 use softrdma::{
     AddressHandle, Completion, CompletionChannel, CompletionQueue, MemoryRegion, ProtectionDomain,
     SendWr, SharedReceiveQueue,
 };
 use std::ffi::c_int;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 /// Handles for the objects' `handle` fields (unique per process; nothing reads them but
@@ -97,7 +97,7 @@ pub(crate) struct SoftCq {
     pub inner: CompletionQueue,
     /// The completion an extended poll is on, with its timestamps (monotonic and wall
     /// clock, nanoseconds) when the CQ reports them.
-    pub cur: Mutex<Option<(Completion, u64, u64)>>,
+    pub cur: Lock<Option<(Completion, u64, u64)>>,
     /// Whether the CQ reports timestamps (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP*`).
     pub stamps: bool,
     /// QPs that complete into it.
@@ -128,7 +128,7 @@ pub(crate) struct SoftQp {
     pub caps: ibv_qp_cap,
     pub sq_sig_all: bool,
     /// The WRs an `ibv_wr_start` ... `ibv_wr_complete` batch has built, and the first error.
-    pub batch: Mutex<(Vec<SendWr>, c_int)>,
+    pub batch: Lock<(Vec<SendWr>, c_int)>,
 }
 
 // SAFETY: repr(C), the public struct first (an `ibv_qp_ex`, which begins with the
@@ -146,7 +146,9 @@ unsafe impl OfContext for SoftQp {}
 pub(crate) struct SoftSrq {
     pub srq: ibv_srq,
     pub inner: SharedReceiveQueue,
-    pub attr: Mutex<ibv_srq_attr>,
+    /// What `ibv_query_srq` reports. Its lock is held while a limit is armed in the
+    /// engine and while the limit's event resets it to 0, so that the two do not cross.
+    pub attr: Lock<ibv_srq_attr>,
     /// QPs that take receives from it.
     pub users: Users,
 }

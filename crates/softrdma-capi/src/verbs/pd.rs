@@ -5,9 +5,9 @@ use super::context::{SoftContext, live, to_destroy};
 use super::objects::{SoftPd, next_handle};
 use crate::abi::*;
 use crate::ffi::{Object, Ret, Users, entry};
+use softrdma::sync::{Lock, Rank};
 use std::ffi::c_int;
 use std::ptr::null_mut;
-use std::sync::Mutex;
 
 /// `ibv_alloc_pd`.
 pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
@@ -27,8 +27,8 @@ pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
 }
 
 /// The PDs the library allocates for itself, one per context: (context, PD) as
-/// addresses. Behind a leaf lock.
-static LIBRARY_PDS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+/// addresses. Its lock is held across the allocation, so that two threads make one PD.
+static LIBRARY_PDS: Lock<Vec<(usize, usize)>> = Lock::new(Rank::CapiLibraryPds, Vec::new());
 
 /// The library's own PD on context `ctx` (allocated on first use; NULL if that fails),
 /// which lives as long as the library, as librdmacm's `cma_dev->pd`: the connection
@@ -37,7 +37,7 @@ pub(crate) fn library_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     if ctx.is_null() {
         return null_mut();
     }
-    let mut pds = LIBRARY_PDS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut pds = LIBRARY_PDS.lock();
     if let Some((_, pd)) = pds.iter().find(|(c, _)| *c == ctx as usize) {
         return *pd as *mut ibv_pd;
     }
@@ -51,11 +51,7 @@ pub(crate) fn library_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
 
 /// Whether `pd` is one of [`library_pd`]'s, which `ibv_dealloc_pd` leaves be.
 fn is_library_pd(pd: *mut ibv_pd) -> bool {
-    LIBRARY_PDS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .any(|(_, p)| *p == pd as usize)
+    LIBRARY_PDS.lock().iter().any(|(_, p)| *p == pd as usize)
 }
 
 /// `ibv_dealloc_pd`: EBUSY while objects made in it are alive.

@@ -287,7 +287,7 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
     entry("ibv_post_srq_recv", Ret::ERRNO, |v| {
         // SAFETY: an SRQ the caller got from this library, and its out-pointer.
         let s = unsafe { poster::<SoftSrq, _>(v, srq, wr, bad) }?;
-        let max = s.attr.lock().unwrap_or_else(|e| e.into_inner()).max_sge;
+        let max = s.attr.lock().max_sge;
         // SAFETY: as the C API requires.
         unsafe { post_recv_chain(v, max, wr, bad, |w| s.inner.post_recv(w)) }
     })

@@ -6,10 +6,10 @@ use super::objects::{SoftCq, SoftPd, SoftQp, SoftSrq, next_handle};
 use super::qp_ex::set_builders;
 use crate::abi::*;
 use crate::ffi::{Failed, Object, Ret, Verb, entry};
+use softrdma::sync::{Lock, Rank};
 use softrdma::{QpCaps, QpInitAttr, QpType};
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
-use std::sync::Mutex;
 
 fn qp_type(t: c_int) -> Option<QpType> {
     match t {
@@ -107,15 +107,12 @@ fn create(v: Verb, c: Create) -> Result<*mut SoftQp, Failed> {
         inner,
         caps: actual,
         sq_sig_all: c.sq_sig_all,
-        batch: Mutex::new((Vec::new(), 0)),
+        batch: Lock::new(Rank::CapiQpBatch, (Vec::new(), 0)),
     }
     .into_c();
     // SAFETY: live context.
     let sc = unsafe { SoftContext::from_ptr(ctx) };
-    sc.qps
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(qpn, soft as usize);
+    sc.qps.lock().insert(qpn, soft as usize);
     Ok(soft.cast())
 }
 
@@ -231,7 +228,6 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             SoftContext::from_ptr(b.context)
                 .qps
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
                 .remove(&b.qp_num);
             SoftPd::from_ptr(b.pd).users.remove();
             SoftCq::from_ptr(b.send_cq).users.remove();
@@ -249,7 +245,6 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 pub(crate) fn qp_by_num(soft: &SoftContext, qpn: u32) -> *mut ibv_qp {
     soft.qps
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
         .get(&qpn)
         .map_or(null_mut(), |p| *p as *mut ibv_qp)
 }

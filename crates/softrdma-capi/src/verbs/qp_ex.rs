@@ -27,14 +27,14 @@ fn push(qp: *mut ibv_qp_ex, op: SendOp) {
             flags: SendFlags::from_bits_truncate(q.qp.wr_flags & 0xf),
             ud: None,
         };
-        q.batch.lock().unwrap_or_else(|e| e.into_inner()).0.push(wr);
+        q.batch.lock().0.push(wr);
         Ok(())
     })
 }
 
 fn edit(qp: *mut ibv_qp_ex, f: impl FnOnce(&mut SendWr)) {
     entry("ibv_wr_set_*", Ret::VOID, |_| {
-        let mut b = qpx(qp).batch.lock().unwrap_or_else(|e| e.into_inner());
+        let mut b = qpx(qp).batch.lock();
         let (wrs, err) = &mut *b;
         match wrs.last_mut() {
             Some(w) => f(w),
@@ -46,7 +46,7 @@ fn edit(qp: *mut ibv_qp_ex, f: impl FnOnce(&mut SendWr)) {
 
 unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
     entry("ibv_wr_start", Ret::VOID, |_| {
-        *qpx(qp).batch.lock().unwrap_or_else(|e| e.into_inner()) = (Vec::new(), 0);
+        *qpx(qp).batch.lock() = (Vec::new(), 0);
         Ok(())
     })
 }
@@ -55,7 +55,7 @@ unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
     entry("ibv_wr_complete", Ret::ERRNO, |v| {
         // SAFETY: a QP the caller got from this library.
         let q = unsafe { own::<SoftQp>(v, qp.cast()) }?;
-        let (wrs, err) = std::mem::take(&mut *q.batch.lock().unwrap_or_else(|e| e.into_inner()));
+        let (wrs, err) = std::mem::take(&mut *q.batch.lock());
         v.ensure(err == 0, err, &"a builder call had no WR to apply to")?;
         q.inner.post_send_list(wrs).map_err(|(_, e)| v.error(&e))?;
         Ok(0)
@@ -132,7 +132,7 @@ unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length
 /// Fails the batch being built (its `ibv_wr_complete` returns EINVAL).
 fn refuse_in_batch(qp: *mut ibv_qp_ex) {
     entry("ibv_wr_set_*", Ret::VOID, |_| {
-        qpx(qp).batch.lock().unwrap_or_else(|e| e.into_inner()).1 = libc::EINVAL;
+        qpx(qp).batch.lock().1 = libc::EINVAL;
         Ok(())
     })
 }

@@ -5,9 +5,9 @@ use super::context::{SoftContext, live, own, to_destroy};
 use super::objects::{SoftPd, SoftSrq, next_handle};
 use crate::abi::*;
 use crate::ffi::{Failed, Object, Ret, Users, Verb, entry};
+use softrdma::sync::{Lock, Rank};
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
-use std::sync::Mutex;
 
 fn new_srq(
     v: Verb,
@@ -35,7 +35,7 @@ fn new_srq(
     let p = SoftSrq {
         srq: s,
         inner,
-        attr: Mutex::new(*attr),
+        attr: Lock::new(Rank::CapiSrqAttr, *attr),
         users: Users::default(),
     }
     .into_c();
@@ -43,7 +43,6 @@ fn new_srq(
     unsafe { SoftContext::from_ptr(ctx) }
         .srqs
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
         .push(p as usize);
     Ok(p)
 }
@@ -113,7 +112,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
             &"resizing an SRQ is not implemented",
         )?;
         if mask & IBV_SRQ_LIMIT != 0 {
-            let mut mine = s.attr.lock().unwrap_or_else(|e| e.into_inner());
+            let mut mine = s.attr.lock();
             v.ensure(
                 a.srq_limit <= mine.max_wr,
                 libc::EINVAL,
@@ -135,12 +134,7 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
             &"NULL argument",
         )?;
         // SAFETY: live SRQ; the caller's attr.
-        unsafe {
-            *attr = *SoftSrq::from_ptr(srq)
-                .attr
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-        };
+        unsafe { *attr = *SoftSrq::from_ptr(srq).attr.lock() };
         Ok(0)
     })
 }
@@ -157,7 +151,6 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         unsafe { SoftContext::from_ptr(s.srq.context) }
             .srqs
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .retain(|&x| x != srq as usize);
         // SAFETY: from new_srq's box, freed once; its PD is alive (counted).
         let s = unsafe { SoftSrq::free(srq) };
@@ -171,11 +164,11 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
 /// disarmed since (the engine disarms a limit as it raises its event). Its limit then
 /// reads 0, as IBTA 11.5.2.4 has it after the event.
 pub(crate) fn srq_that_reached_its_limit(soft: &SoftContext) -> *mut ibv_srq {
-    let srqs = soft.srqs.lock().unwrap_or_else(|e| e.into_inner());
+    let srqs = soft.srqs.lock();
     for &p in srqs.iter() {
         // SAFETY: a live SRQ of this context (destroy removes it from the list first).
         let s = unsafe { SoftSrq::from_ptr(p as *mut ibv_srq) };
-        let mut a = s.attr.lock().unwrap_or_else(|e| e.into_inner());
+        let mut a = s.attr.lock();
         if a.srq_limit > 0 && !s.inner.limit_armed() {
             a.srq_limit = 0;
             return p as *mut ibv_srq;
