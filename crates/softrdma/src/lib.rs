@@ -39,10 +39,11 @@
 //! across a system call that can block (every socket is non-blocking; the probes that wait
 //! run on the learner thread, holding nothing). The one exception is a capture
 //! (`SOFTRDMA_PCAP`, a debugging aid): its records go to a buffered file under the
-//! capture's lock, and a full buffer is written out there. A known breach, not yet
-//! mended: a QP's first packet to a QPN of another process on the same host asks the
-//! device's owner for the route (a request that waits up to 2 s, then a Unix `connect`)
-//! under the QP's, `LocalRoutes` and `ShareCtl` locks.
+//! capture's lock, and a full buffer is written out there. A route to a QPN of
+//! another process on the same host, which needs the device's owner (a request that waits
+//! up to 2 s, then a Unix `connect`), is looked up on a resolver thread of its own that
+//! holds no lock of the send path (`device::resolver`): a send that finds no route takes
+//! the UDP path meanwhile.
 //!
 //! Every lock is a `sync::Lock` or `sync::RwLock` made with a `sync::Rank`, which handles
 //! poisoning in one place. A thread takes locks in increasing rank only, and never two
@@ -80,7 +81,9 @@
 //! | `Paths` | round-trip records per peer | when a QP is connected |
 //! | `Qp` | one QP's engine | to post, to handle its packets, for its timers |
 //! | `QpError` | the status a QP's last flush completed with | under its QP's |
-//! | `LocalRoutes` | the same-host path's routes | to divert a QP's packets |
+//! | `LocalLookup` | one lookup of a QPN's process at a time | by the resolver thread, around asking the owner and connecting |
+//! | `LocalRoutes` | the same-host path's routes | to divert a QP's packets; briefly by a lookup |
+//! | `LocalWanted` | QPNs to look up | under the routes', when a send finds none |
 //! | `ShareCtl` | the sharing control state (role, slots, QPN draw) | to ask or serve the owner |
 //! | `ShareRoutes` | the owner's QPN forwarding table | read per forwarded datagram |
 //! | `ShareCm` | the owner's CM routes | read per CM datagram |

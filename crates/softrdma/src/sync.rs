@@ -95,7 +95,9 @@ ranks! {
     Paths = 66, "a device's round-trip records per peer address";
     Qp = 70, "one QP's engine";
     QpError = 71, "the error a QP's last flush completed with";
+    LocalLookup = 78, "the same-host path's one lookup at a time of a QPN's process";
     LocalRoutes = 80, "the same-host path's routes, QPN to peer process";
+    LocalWanted = 81, "the QPNs a send found no same-host route for, to look up";
     ShareCtl = 82, "the device-sharing control state: role, slots, members, QPN draw";
     ShareRoutes = 84, "the device owner's forwarding table, QPN to member socket";
     ShareCm = 86, "the device owner's CM routes: listeners and communication IDs";

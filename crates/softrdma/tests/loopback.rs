@@ -1860,3 +1860,73 @@ fn writes_take_the_ring_where_the_kernel_refuses_cross_memory_attach() {
     // The target's shareable memory is placed into regardless.
     write_until_placed(&a, &b.mr, 0x1000, &pattern(40, 65536));
 }
+
+/// A member whose owner is slow to say which process holds a QPN (every lookup held back
+/// 1 s) keeps its QPs moving: the lookup runs on the device's resolver thread with no lock
+/// of the send path held, so the connect returns at once and the pair's round trips take
+/// the UDP path (through the owner) while the lookup waits; once it is done, the pair
+/// moves to its ring (no more system calls per send), its data whole throughout.
+#[test]
+fn a_slow_route_lookup_holds_up_no_qp() {
+    let _machine = beside();
+    let _owner = ctx(141);
+    let slow = DeviceOptions {
+        route_lookup_delay: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let (a, b) = (end_opts(141, QpType::Rc, 4096, slow), end(141, QpType::Rc));
+    let calls = || a.ctx.counters().get(Counter::SendCalls);
+    let round = |i: u64| {
+        let data = pattern(i as u8, 512);
+        a.mr.write(0, &data).unwrap();
+        a.qp.post_send(signaled(i, write_to(&b, 4096), a.mr.sge(0, 512)))
+            .unwrap();
+        let wc = wait(&a.cq, 1);
+        assert_eq!((wc[0].wr_id, wc[0].status), (i, WcStatus::Success));
+        let mut got = vec![0; 512];
+        b.mr.read(4096, &mut got).unwrap();
+        assert_eq!(got, data, "round {i}");
+    };
+    let t0 = Instant::now();
+    // Giving the QP its destination asks for the route: the lookup takes 1 s from now.
+    connect(&a, &b, ConnectAttr::default());
+    let connected = t0.elapsed();
+    let before = calls();
+    for i in 0..20 {
+        round(i);
+    }
+    let rounds = t0.elapsed();
+    assert!(
+        calls() > before,
+        "the round trips took no system call: the lookup was not held back, and the test \
+         shows nothing"
+    );
+    assert!(
+        connected < Duration::from_millis(300) && rounds < Duration::from_millis(700),
+        "the connect took {connected:?} and 20 round trips {rounds:?}, while the lookup \
+         takes 1 s"
+    );
+    // Once the lookup is done the pair's packets go into its ring: a round trip takes no
+    // system call.
+    let mut i = 20;
+    let moved = loop {
+        let before = calls();
+        round(i);
+        i += 1;
+        if calls() == before {
+            break t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the pair never moved to its ring"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        moved >= Duration::from_secs(1),
+        "moved to the ring after {moved:?}"
+    );
+    for j in i..i + 20 {
+        round(j);
+    }
+}

@@ -59,6 +59,10 @@ pub struct DeviceOptions {
     /// device's owner (on by default; `SOFTRDMA_STEER=0` keeps them forwarded, for
     /// measurements).
     pub steer: bool,
+    /// For tests: how long the same-host path waits before each lookup of a QPN's
+    /// process, as a slow device owner would make it (zero; no variable sets it).
+    #[doc(hidden)]
+    pub route_lookup_delay: std::time::Duration,
 }
 
 impl Default for DeviceOptions {
@@ -74,6 +78,7 @@ impl Default for DeviceOptions {
             shm: true,
             cma: true,
             steer: true,
+            route_lookup_delay: std::time::Duration::ZERO,
         }
     }
 }
@@ -92,6 +97,7 @@ impl DeviceOptions {
             shm: std::env::var("SOFTRDMA_SHM").map_or(true, |v| v != "0"),
             cma: std::env::var("SOFTRDMA_CMA").map_or(true, |v| v != "0"),
             steer: std::env::var("SOFTRDMA_STEER").map_or(true, |v| v != "0"),
+            route_lookup_delay: std::time::Duration::ZERO,
             faults: match std::env::var("SOFTRDMA_FAULTS") {
                 Ok(s) => Some(LinkFaults::parse(&s).map_err(|e| Error::Faults {
                     spec: s.clone(),

@@ -52,6 +52,7 @@ mod progress;
 pub(crate) mod qp;
 pub(crate) mod regions;
 pub(crate) mod res;
+mod resolver;
 mod rx;
 pub(crate) mod share;
 pub mod stats;

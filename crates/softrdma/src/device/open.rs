@@ -51,7 +51,10 @@ impl Device {
         let bind = |how| Udp::bind_port(addr, scope_id, opts.gso, how);
         let mrs = Arc::new(MrTable::new(opts.zero_copy));
         let local = (opts.share && opts.shm && opts.faults.is_none() && opts.pcap.is_none())
-            .then(|| local::Local::bind(addr, scope_id, opts.cma, mrs.granted.clone()))
+            .then(|| {
+                let granted = mrs.granted.clone();
+                local::Local::bind(addr, scope_id, opts.cma, granted, opts.route_lookup_delay)
+            })
             .flatten();
         let ep = local.as_ref().map_or(0, |l| l.ep);
         let share = share::Share::attach(addr, scope_id, !opts.share, opts.steer, ep, &bind)?;

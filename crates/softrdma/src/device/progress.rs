@@ -7,7 +7,8 @@
 //! pollers ([`PollerWatch`]) and its poll's tokens. May call: everything below the device
 //! that the loop drives: the receive path ([`super::rx`]), the timers, the send batches,
 //! the multicast groups ([`super::mcast`]), the sharing ([`super::share`]), the same-host
-//! path ([`super::local`]), the counter and resource files.
+//! path ([`super::local`]) and its resolver thread ([`super::resolver`], which it starts),
+//! the counter and resource files.
 //!
 //! Threads and locks: the progress thread only (`progress_pass` too, and tests). A pass
 //! takes `Rx` to drain, then what the timers and the flush take, one after the other;
@@ -68,6 +69,12 @@ pub(super) fn progress(dev: Arc<Device>, mut poll: Poll, mut socket_registered: 
         if dev.progress_paused.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(1));
             continue;
+        }
+        // QPNs that sends found no same-host route for: looked up off this thread.
+        if let Some(l) = &dev.local
+            && l.wants_lookup()
+        {
+            super::resolver::kick(&dev);
         }
         // Publish the counters at most once a second while they change.
         let activity = dev.counters.get(Counter::SentPkts) + dev.counters.get(Counter::RcvdPkts);

@@ -73,10 +73,14 @@ impl Device {
             if b.is_empty() {
                 return;
             }
-            if let (Some(l), Some(s)) = (&self.local, &self.share) {
-                let (sent, dropped) = l.divert(b, s);
+            if let Some(l) = &self.local {
+                let (sent, dropped) = l.divert(b);
                 self.counters.add(Counter::SentPkts, sent as u64);
                 self.counters.add(Counter::SendErr, dropped as u64);
+                if l.wants_lookup() {
+                    // A QPN with no route yet: the progress thread starts its lookup.
+                    self.wake();
+                }
                 if b.is_empty() {
                     return;
                 }
@@ -321,6 +325,14 @@ impl Device {
     /// After `ibv_modify_qp` on `shared` (QPN `qpn`): grants to it are revoked unless it
     /// still takes WRITEs with the same rights.
     pub(crate) fn modified(&self, shared: &QpShared, qpn: u32, attr: &softrdma_proto::QpAttr) {
+        // A QP given a destination on this host: its route is looked up now, so that its
+        // first packet finds it (the lookup runs on the resolver thread; see `local`).
+        if let (Some(l), Some(q), Some(av)) = (&self.local, attr.dest_qpn, attr.av)
+            && l.is_local(SocketAddr::new(av.dst, ROCE_V2_PORT))
+        {
+            l.want(q.value());
+            self.wake();
+        }
         if !shared.granted.load(Ordering::Relaxed) {
             return;
         }

@@ -5,12 +5,19 @@
 //! # The design
 //! Each process that shares a device listens on an abstract `SOCK_SEQPACKET` socket of
 //! its own, `@softrdma/UID/IP/ep/ID`, where `ID` is a random 64-bit endpoint it states in
-//! its hello to the owner. When a thread first sends to a QPN on the device's own
-//! address, [`Local::divert`] asks the owner which endpoint holds that QPN
-//! ([`super::share::Share::holder`]), connects there, checks the peer's uid, creates a
-//! ring and passes its memfd and eventfd ([`Msg::Ring`](super::share::msg::Msg::Ring)). From then on every packet to a
-//! QPN of that process goes into that ring, in the order it was built; the UDP path is
-//! never used for it again, so the two paths cannot reorder one QP's packets. The other
+//! its hello to the owner. When a QP is given a destination QPN on the device's own
+//! address (or a send finds a QPN with no route), the resolver thread
+//! ([`super::resolver`], through [`Local::resolve`]) asks the owner which endpoint holds
+//! that QPN ([`super::share::Share::holder`]), connects there, checks the peer's uid,
+//! creates a ring and passes its memfd and eventfd
+//! ([`Msg::Ring`](super::share::msg::Msg::Ring)). From then on every packet to a QPN of
+//! that process goes into that ring, in the order it was built, and the UDP path is never
+//! used for it again. Packets sent before the route exists (a UD QP's first, or any if
+//! the lookup is slow) take the UDP path, through the owner: no send waits for the owner.
+//! A QP's route is asked for when the QP is given its destination, well before its first
+//! packet, so that only a lookup slower than the program's own exchange of QPNs can
+//! leave a QP's first packets on the other path (RC then resends what arrives out of
+//! order). The other
 //! process's progress thread accepts the connection, checks the ring, and its receive
 //! path drains the ring as it drains the socket: each entry is copied out and handed to
 //! the same receive checks a datagram gets. So the process that owns a memory region is
@@ -36,8 +43,10 @@
 //! # Threads and locks
 //! `routes` is taken per send batch that goes to the device's own address (by whichever
 //! thread flushes it); a route's ring has its own lock, taken per packet under `routes`.
-//! A first send to a QPN resolves it under `routes`: a request to the owner (at most
-//! [`super::share::ANSWER_TIMEOUT`]) and a connect. `incoming` is taken by the thread that
+//! A send that finds no route takes `wanted` under `routes`, and goes on by UDP; the
+//! resolver thread's lookup takes `lookup`, and under it, one at a time, `routes`, the
+//! owner (a request of at most [`super::share::ANSWER_TIMEOUT`] under share's control
+//! lock), `conns` (a connect) and `routes` again. `incoming` is taken by the thread that
 //! holds the device's receive state, and by the progress thread to add or drop a ring.
 //! `conns` is the progress thread's, and the sender's for the moment it adds a
 //! connection. No QP lock is taken under any of them.
@@ -88,6 +97,16 @@ pub(crate) struct Local {
     sport: AtomicU16,
     registry: OnceLock<mio::Registry>,
     routes: Lock<Routes>,
+    /// One lookup at a time (see `Local::resolve`): taken around asking the owner and
+    /// connecting, with no lock of the send path held.
+    lookup: Lock<()>,
+    /// The QPNs sends found no route for, for the resolver thread (see
+    /// `device::resolver`), and whether that thread runs; `any_wanted`: there are some.
+    wanted: Lock<routes::Wanted>,
+    any_wanted: AtomicBool,
+    /// For tests: how long each lookup waits before it asks, as a slow owner would make it
+    /// (`DeviceOptions::route_lookup_delay`).
+    lookup_delay: std::time::Duration,
     incoming: Lock<(Vec<Incoming>, usize)>,
     /// Whether `incoming` has any (read on every poll, without the lock).
     any_in: AtomicBool,
@@ -112,6 +131,7 @@ impl Local {
         scope_id: u32,
         cma: bool,
         granted: Arc<Granted>,
+        lookup_delay: std::time::Duration,
     ) -> Option<Local> {
         let l = ns::socket(
             AddressFamily::Unix,
@@ -140,6 +160,10 @@ impl Local {
             sport: AtomicU16::new(0),
             registry: OnceLock::new(),
             routes: Lock::new(Rank::LocalRoutes, Routes::default()),
+            lookup: Lock::new(Rank::LocalLookup, ()),
+            wanted: Lock::new(Rank::LocalWanted, routes::Wanted::default()),
+            any_wanted: AtomicBool::new(false),
+            lookup_delay,
             incoming: Lock::new(Rank::LocalIncoming, (Vec::new(), 0)),
             any_in: AtomicBool::new(false),
             any_out: AtomicBool::new(false),

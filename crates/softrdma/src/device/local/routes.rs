@@ -1,14 +1,20 @@
 //! The routes from destination QPNs to the rings that reach their processes, and the
 //! sending over them: a send batch's packets to this device's own address are diverted
 //! into rings ([`Local::divert`]), and a responder's positive ACKs go in the rings' ACK
-//! boxes ([`Local::ack`]). A first send to a QPN asks the device's owner which endpoint
-//! holds it ([`super::super::share::Share::holder`]) and connects there (see `conn`).
+//! boxes ([`Local::ack`]). A QPN with no route yet is looked up by the resolver thread
+//! (`device::resolver`): [`Local::resolve`] asks the device's owner which endpoint holds
+//! it ([`super::super::share::Share::holder`]) and connects there (see `conn`); its
+//! packets take the UDP path until then. A QP's own destination is looked up as soon as
+//! the QP is given it (`Device::modified`), before its first packet.
 //!
 //! May call: the sharing (the owner, for a QPN's holder) and the rings' producer ends.
 //!
 //! Threads and locks: any thread that flushes a batch, under `LocalRoutes`, then a
-//! ring's `LocalRing` per packet; a first send to a QPN asks the owner (`ShareCtl`) and
-//! connects (`LocalConns`) under `LocalRoutes`. The progress thread expires routes.
+//! ring's `LocalRing` per packet, or `LocalWanted` for a QPN with no route; no send waits
+//! for a lookup. The resolver thread takes `LocalLookup` around a lookup, and under it,
+//! one after the other, `LocalRoutes`, the owner's `ShareCtl` (a request of up to
+//! [`super::super::share::ANSWER_TIMEOUT`]), `LocalConns` (a connect), then `LocalRoutes`
+//! again to add the route. The progress thread expires routes.
 
 use super::super::share::{self, Holder, Share};
 use super::Local;
@@ -77,6 +83,14 @@ pub(super) struct Route {
     sticky: bool,
 }
 
+/// The QPNs sends found no route for, waiting for the resolver thread.
+#[derive(Default)]
+pub(crate) struct Wanted {
+    qpns: Vec<u32>,
+    /// Whether a resolver thread runs (it takes them until none is left).
+    running: bool,
+}
+
 /// Where a send to the device's own address goes, by destination QPN and by peer
 /// endpoint (behind `LocalRoutes`).
 #[derive(Default)]
@@ -93,7 +107,7 @@ impl Local {
     /// Takes out of `batch` every packet whose QPN lives in a process of this host that
     /// a ring reaches, and puts it in that ring; the rest stay for UDP. Returns how many
     /// went into rings and how many were dropped (a ring that stayed full).
-    pub(crate) fn divert(&self, batch: &mut SendBatch, share: &Share) -> (usize, usize) {
+    pub(crate) fn divert(&self, batch: &mut SendBatch) -> (usize, usize) {
         if self.registry.get().is_none() {
             return (0, 0);
         }
@@ -111,7 +125,7 @@ impl Local {
             let Some(qpn) = share::dest_qpn(h) else {
                 return false;
             };
-            let Some(out) = self.route(&mut routes, share, qpn) else {
+            let Some(out) = self.route(&mut routes, qpn) else {
                 return false;
             };
             // The thread that drains this process's rings waits in vain for room in its
@@ -179,41 +193,113 @@ impl Local {
         true
     }
 
-    /// The ring to QPN `qpn`'s process, looked up (and connected) if need be.
-    fn route(&self, routes: &mut Routes, share: &Share, qpn: u32) -> Option<Arc<Outgoing>> {
-        if let Some(r) = routes.by_qpn.get_mut(&qpn) {
-            r.used = true;
-            return r.ring.clone();
+    /// The ring to QPN `qpn`'s process, if a lookup found one; a QPN never looked up is
+    /// asked for (see [`Local::want`]) and its packets take UDP meanwhile.
+    fn route(&self, routes: &mut Routes, qpn: u32) -> Option<Arc<Outgoing>> {
+        match routes.by_qpn.get_mut(&qpn) {
+            Some(r) => {
+                r.used = true;
+                r.ring.clone()
+            }
+            None => {
+                self.want(qpn);
+                None
+            }
+        }
+    }
+
+    /// Asks for QPN `qpn`'s process to be looked up (by the resolver thread, which the
+    /// progress thread starts when [`Local::wants_lookup`] says so).
+    pub(crate) fn want(&self, qpn: u32) {
+        let mut w = self.wanted.lock();
+        if !w.qpns.contains(&qpn) {
+            w.qpns.push(qpn);
+        }
+        self.any_wanted.store(!w.running, Ordering::Release);
+    }
+
+    /// Whether QPNs wait for a lookup and no resolver thread runs (read per progress
+    /// turn, without a lock).
+    #[inline]
+    pub(crate) fn wants_lookup(&self) -> bool {
+        self.any_wanted.load(Ordering::Acquire)
+    }
+
+    /// Marks the resolver thread as running, if QPNs wait and none runs; false if it
+    /// need not be started.
+    pub(crate) fn start_resolving(&self) -> bool {
+        let mut w = self.wanted.lock();
+        self.any_wanted.store(false, Ordering::Release);
+        if w.running || w.qpns.is_empty() {
+            return false;
+        }
+        w.running = true;
+        true
+    }
+
+    /// The next QPN for the resolver thread; `None` (and the thread is marked as
+    /// stopped, so that the next want starts another) when none waits.
+    pub(crate) fn next_wanted(&self) -> Option<u32> {
+        let mut w = self.wanted.lock();
+        let q = w.qpns.pop();
+        if q.is_none() {
+            w.running = false;
+        }
+        q
+    }
+
+    /// Looks up QPN `qpn`'s process and connects a ring there if it has an endpoint, with
+    /// no lock of the send path held while it asks the owner and connects; then routes
+    /// `qpn` (see the module docs). A QPN already routed is left as it is.
+    pub(crate) fn resolve(&self, share: &Share, qpn: u32) {
+        if self.registry.get().is_none() {
+            return;
+        }
+        let _one = self.lookup.lock();
+        if self.routes.lock().by_qpn.contains_key(&qpn) {
+            return;
+        }
+        if !self.lookup_delay.is_zero() {
+            std::thread::sleep(self.lookup_delay);
         }
         let now = Instant::now();
-        // An owner that cannot answer is going (or just went): this packet takes UDP, and
-        // nothing is cached, so the next one asks again (the progress thread, which would
-        // carry on as owner, may be this thread: waiting here could not help).
+        // An owner that cannot answer is going (or just went): nothing is cached, so the
+        // next send asks again, by which time another owner answers.
         let (ep, sticky) = match share.holder(qpn) {
-            Ok(Holder::At(ep)) if !routes.refused.contains(&ep) => (Some(ep), true),
-            Ok(Holder::At(_) | Holder::NoEndpoint) => (None, true),
+            Ok(Holder::At(ep)) => (Some(ep), true),
+            Ok(Holder::NoEndpoint) => (None, true),
             Ok(Holder::Nobody) => (None, false),
-            Err(()) => return None,
+            Err(()) => return,
         };
-        let out = ep.and_then(|ep| match routes.by_ep.get(&ep) {
-            Some(o) => Some(o.clone()),
-            None => {
-                let o = self.connect(ep)?;
-                routes.by_ep.insert(ep, o.clone());
-                Some(o)
+        let (ep, known) = {
+            let routes = self.routes.lock();
+            let ep = ep.filter(|ep| !routes.refused.contains(ep));
+            (ep, ep.and_then(|ep| routes.by_ep.get(&ep).cloned()))
+        };
+        let out = match (ep, known) {
+            (_, Some(o)) => Some(o),
+            (Some(ep), None) => self.connect(ep),
+            (None, None) => None,
+        };
+        let mut routes = self.routes.lock();
+        if let Some(o) = &out {
+            // The ring may have hung up (or been refused) since: its connection's end
+            // took the routes to it away already, or will after this, under this lock.
+            if !self.conns.lock().contains_key(&o.token) {
+                return;
             }
-        });
+            routes.by_ep.entry(o.ep).or_insert_with(|| o.clone());
+        }
         let hold = if sticky { ROUTE_FOR } else { NO_ROUTE_FOR };
         routes.by_qpn.insert(
             qpn,
             Route {
-                ring: out.clone(),
+                ring: out,
                 until: now + hold,
                 used: false,
                 sticky,
             },
         );
-        out
     }
 
     /// Drops the route answers that are past their time and were not used since the
