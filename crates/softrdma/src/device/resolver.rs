@@ -44,7 +44,7 @@ fn run(dev: &Weak<Device>) {
             return;
         };
         if let Some(s) = &dev.share {
-            l.resolve(s, qpn);
+            l.look_up(s, qpn);
         }
     }
 }

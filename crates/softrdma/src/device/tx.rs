@@ -73,8 +73,8 @@ impl Device {
             if b.is_empty() {
                 return;
             }
-            if let Some(l) = &self.local {
-                let (sent, dropped) = l.divert(b);
+            if let (Some(l), Some(s)) = (&self.local, &self.share) {
+                let (sent, dropped) = l.divert(b, s);
                 self.counters.add(Counter::SentPkts, sent as u64);
                 self.counters.add(Counter::SendErr, dropped as u64);
                 if l.wants_lookup() {
@@ -327,10 +327,12 @@ impl Device {
     pub(crate) fn modified(&self, shared: &QpShared, qpn: u32, attr: &softrdma_proto::QpAttr) {
         // A QP given a destination on this host: its route is looked up now, so that its
         // first packet finds it (the lookup runs on the resolver thread; see `local`).
-        if let (Some(l), Some(q), Some(av)) = (&self.local, attr.dest_qpn, attr.av)
+        if let (Some(l), Some(s), Some(q), Some(av)) =
+            (&self.local, &self.share, attr.dest_qpn, attr.av)
             && l.is_local(SocketAddr::new(av.dst, ROCE_V2_PORT))
+            && let Some(w) = l.wanted_for(s, q.value())
         {
-            l.want(q.value());
+            l.want(w);
             self.wake();
         }
         if !shared.granted.load(Ordering::Relaxed) {

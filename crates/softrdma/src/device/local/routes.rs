@@ -1,11 +1,13 @@
 //! The routes from destination QPNs to the rings that reach their processes, and the
 //! sending over them: a send batch's packets to this device's own address are diverted
 //! into rings ([`Local::divert`]), and a responder's positive ACKs go in the rings' ACK
-//! boxes ([`Local::ack`]). A QPN with no route yet is looked up by the resolver thread
-//! (`device::resolver`): [`Local::resolve`] asks the device's owner which endpoint holds
-//! it ([`super::super::share::Share::holder`]) and connects there (see `conn`); its
-//! packets take the UDP path until then. A QP's own destination is looked up as soon as
-//! the QP is given it (`Device::modified`), before its first packet.
+//! boxes ([`Local::ack`]). A QPN of another process with no route yet is looked up by the
+//! resolver thread (`device::resolver`): [`Local::resolve`] asks the device's owner which
+//! endpoint holds it ([`super::super::share::Share::holder`]) and connects there (see
+//! `conn`); its packets take the UDP path until then. This process's own QPNs need no
+//! lookup: they take the ring to this process, which the resolver thread connects once.
+//! A QP's destination is looked up as soon as the QP is given it (`Device::modified`),
+//! before its first packet; an idle QP connected to one of its own process keeps no route.
 //!
 //! May call: the sharing (the owner, for a QPN's holder) and the rings' producer ends.
 //!
@@ -83,10 +85,20 @@ pub(super) struct Route {
     sticky: bool,
 }
 
-/// The QPNs sends found no route for, waiting for the resolver thread.
+/// A lookup for the resolver thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Want {
+    /// Which process holds this QPN, and a ring there.
+    Qpn(u32),
+    /// The ring to this process itself, for its own QPs' packets to each other.
+    OwnRing,
+}
+
+/// The lookups waiting for the resolver thread.
 #[derive(Default)]
 pub(crate) struct Wanted {
     qpns: Vec<u32>,
+    own_ring: bool,
     /// Whether a resolver thread runs (it takes them until none is left).
     running: bool,
 }
@@ -107,7 +119,7 @@ impl Local {
     /// Takes out of `batch` every packet whose QPN lives in a process of this host that
     /// a ring reaches, and puts it in that ring; the rest stay for UDP. Returns how many
     /// went into rings and how many were dropped (a ring that stayed full).
-    pub(crate) fn divert(&self, batch: &mut SendBatch) -> (usize, usize) {
+    pub(crate) fn divert(&self, batch: &mut SendBatch, share: &Share) -> (usize, usize) {
         if self.registry.get().is_none() {
             return (0, 0);
         }
@@ -125,7 +137,7 @@ impl Local {
             let Some(qpn) = share::dest_qpn(h) else {
                 return false;
             };
-            let Some(out) = self.route(&mut routes, qpn) else {
+            let Some(out) = self.route(&mut routes, share, qpn) else {
                 return false;
             };
             // The thread that drains this process's rings waits in vain for room in its
@@ -193,59 +205,122 @@ impl Local {
         true
     }
 
-    /// The ring to QPN `qpn`'s process, if a lookup found one; a QPN never looked up is
-    /// asked for (see [`Local::want`]) and its packets take UDP meanwhile.
-    fn route(&self, routes: &mut Routes, qpn: u32) -> Option<Arc<Outgoing>> {
-        match routes.by_qpn.get_mut(&qpn) {
-            Some(r) => {
-                r.used = true;
-                r.ring.clone()
-            }
-            None => {
-                self.want(qpn);
-                None
-            }
+    /// The ring to QPN `qpn`'s process, if a lookup found one. A QPN of this process goes
+    /// into the ring to itself, once that ring exists (no lookup: the sharing knows its
+    /// own QPNs); another QPN never looked up is asked for (see [`Local::want`]). Either
+    /// way, its packets take UDP meanwhile.
+    fn route(&self, routes: &mut Routes, share: &Share, qpn: u32) -> Option<Arc<Outgoing>> {
+        if let Some(r) = routes.by_qpn.get_mut(&qpn) {
+            r.used = true;
+            return r.ring.clone();
         }
+        if !share.is_mine(qpn) {
+            self.want(Want::Qpn(qpn));
+            return None;
+        }
+        let Some(own) = routes.by_ep.get(&self.ep).cloned() else {
+            self.want(Want::OwnRing);
+            return None;
+        };
+        routes.by_qpn.insert(
+            qpn,
+            Route {
+                ring: Some(own.clone()),
+                until: Instant::now() + ROUTE_FOR,
+                used: false,
+                sticky: true,
+            },
+        );
+        Some(own)
     }
 
-    /// Asks for QPN `qpn`'s process to be looked up (by the resolver thread, which the
-    /// progress thread starts when [`Local::wants_lookup`] says so).
-    pub(crate) fn want(&self, qpn: u32) {
-        let mut w = self.wanted.lock();
-        if !w.qpns.contains(&qpn) {
-            w.qpns.push(qpn);
+    /// Asks for `w` to be looked up (by the resolver thread, which the progress thread
+    /// starts when [`Local::wants_lookup`] says so).
+    pub(crate) fn want(&self, w: Want) {
+        let mut wanted = self.wanted.lock();
+        match w {
+            Want::OwnRing => wanted.own_ring = true,
+            Want::Qpn(q) if !wanted.qpns.contains(&q) => wanted.qpns.push(q),
+            Want::Qpn(_) => {}
         }
-        self.any_wanted.store(!w.running, Ordering::Release);
+        self.any_wanted.store(!wanted.running, Ordering::Release);
     }
 
-    /// Whether QPNs wait for a lookup and no resolver thread runs (read per progress
-    /// turn, without a lock).
+    /// What to look up for a QP whose destination is QPN `qpn` on this device's own
+    /// address (a QP given its destination, before its first packet): the ring to this
+    /// process if `qpn` is its own, else `qpn`'s route; `None` if that exists already.
+    pub(crate) fn wanted_for(&self, share: &Share, qpn: u32) -> Option<Want> {
+        let routes = self.routes.lock();
+        if routes.by_qpn.contains_key(&qpn) {
+            return None;
+        }
+        if !share.is_mine(qpn) {
+            return Some(Want::Qpn(qpn));
+        }
+        (!routes.by_ep.contains_key(&self.ep)).then_some(Want::OwnRing)
+    }
+
+    /// Whether lookups wait and no resolver thread runs (read per progress turn, without
+    /// a lock).
     #[inline]
     pub(crate) fn wants_lookup(&self) -> bool {
         self.any_wanted.load(Ordering::Acquire)
     }
 
-    /// Marks the resolver thread as running, if QPNs wait and none runs; false if it
+    /// Marks the resolver thread as running, if lookups wait and none runs; false if it
     /// need not be started.
     pub(crate) fn start_resolving(&self) -> bool {
         let mut w = self.wanted.lock();
         self.any_wanted.store(false, Ordering::Release);
-        if w.running || w.qpns.is_empty() {
+        if w.running || (w.qpns.is_empty() && !w.own_ring) {
             return false;
         }
         w.running = true;
         true
     }
 
-    /// The next QPN for the resolver thread; `None` (and the thread is marked as
+    /// The next lookup for the resolver thread; `None` (and the thread is marked as
     /// stopped, so that the next want starts another) when none waits.
-    pub(crate) fn next_wanted(&self) -> Option<u32> {
+    pub(crate) fn next_wanted(&self) -> Option<Want> {
         let mut w = self.wanted.lock();
-        let q = w.qpns.pop();
-        if q.is_none() {
+        let next = if std::mem::take(&mut w.own_ring) {
+            Some(Want::OwnRing)
+        } else {
+            w.qpns.pop().map(Want::Qpn)
+        };
+        if next.is_none() {
             w.running = false;
         }
-        q
+        next
+    }
+
+    /// Carries out lookup `w` (the resolver thread's work): see [`Local::resolve`].
+    pub(crate) fn look_up(&self, share: &Share, w: Want) {
+        match w {
+            Want::Qpn(q) => self.resolve(share, q),
+            Want::OwnRing => {
+                let _one = self.lookup.lock();
+                if self.routes.lock().by_ep.contains_key(&self.ep) {
+                    return;
+                }
+                if let Some(o) = self.connect(self.ep) {
+                    self.add_ring(o);
+                }
+            }
+        }
+    }
+
+    /// Adds ring `o` to the routes by endpoint, if its connection still stands: it may
+    /// have hung up (or been refused) since it was made, and its connection's end then
+    /// took the routes to it away already, or will after this, under the routes' lock.
+    /// Returns the routes, locked, and whether it was added.
+    fn add_ring(&self, o: Arc<Outgoing>) -> (crate::sync::Guard<'_, Routes>, bool) {
+        let mut routes = self.routes.lock();
+        if !self.conns.lock().contains_key(&o.token) {
+            return (routes, false);
+        }
+        routes.by_ep.entry(o.ep).or_insert(o);
+        (routes, true)
     }
 
     /// Looks up QPN `qpn`'s process and connects a ring there if it has an endpoint, with
@@ -281,15 +356,13 @@ impl Local {
             (Some(ep), None) => self.connect(ep),
             (None, None) => None,
         };
-        let mut routes = self.routes.lock();
-        if let Some(o) = &out {
-            // The ring may have hung up (or been refused) since: its connection's end
-            // took the routes to it away already, or will after this, under this lock.
-            if !self.conns.lock().contains_key(&o.token) {
-                return;
-            }
-            routes.by_ep.entry(o.ep).or_insert_with(|| o.clone());
-        }
+        let mut routes = match &out {
+            Some(o) => match self.add_ring(o.clone()) {
+                (routes, true) => routes,
+                (_, false) => return,
+            },
+            None => self.routes.lock(),
+        };
         let hold = if sticky { ROUTE_FOR } else { NO_ROUTE_FOR };
         routes.by_qpn.insert(
             qpn,

@@ -187,6 +187,11 @@ impl Control {
         self.mine.iter().copied().collect()
     }
 
+    /// Whether QPN `q` is this process's.
+    pub(crate) fn is_mine(&self, q: u32) -> bool {
+        self.mine.contains(&q)
+    }
+
     /// The CM services this process listens on.
     pub(crate) fn my_listens(&self) -> Vec<u64> {
         self.my_listens.iter().copied().collect()

@@ -553,6 +553,11 @@ impl Share {
         }
     }
 
+    /// Whether QPN `qpn` is this process's (no request: every process knows its own).
+    pub(crate) fn is_mine(&self, qpn: u32) -> bool {
+        self.ctl.lock().core.is_mine(qpn)
+    }
+
     /// Quarantines QPNs that a process which went held (a dead owner's, which no member
     /// registers again), so that none is drawn anew while its remote peers still retry.
     pub(crate) fn quarantine(&self, qpns: &[u32]) -> usize {
