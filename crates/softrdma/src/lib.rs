@@ -168,6 +168,18 @@ mod error;
 /// share softrdma's order; see the module docs.
 #[doc(hidden)]
 pub mod sync;
+
+/// Entry points for the fuzzers (`fuzz/`), not part of the API.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Drives a shared device's control plane (the owner's) with the events `data` makes
+    /// (members that connect, send records raw or well formed, and hang up; this
+    /// process's own draws and listens; time passing), checking its invariants after
+    /// each; panics on the first that fails.
+    pub fn share_control(data: &[u8]) {
+        crate::device::share::fuzz_control(data);
+    }
+}
 pub mod verbs;
 
 #[cfg(test)]

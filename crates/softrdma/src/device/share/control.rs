@@ -725,6 +725,7 @@ impl Control {
     }
 }
 
+pub(crate) mod fuzz;
 mod steering;
 #[cfg(test)]
 mod tests;

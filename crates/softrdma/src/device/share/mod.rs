@@ -79,6 +79,7 @@ use crate::datapath::udp::{PortBind, RxPort};
 pub(crate) use crate::error::ShareError;
 use crate::sync::{Guard, Lock, Rank, RwLock};
 pub(crate) use classify::{Kind, classify};
+pub(crate) use control::fuzz::drive as fuzz_control;
 use control::{Control, MemberId};
 pub(crate) use forward::dest_qpn;
 use member::{Slots, slot_join};
