@@ -89,6 +89,16 @@ impl Verb {
     pub(crate) fn ensure(self, ok: bool, errno: c_int, why: &dyn Display) -> Result<(), Failed> {
         if ok { Ok(()) } else { self.err(errno, why) }
     }
+
+    /// EINVAL ("NULL argument") if any of the caller's pointers `ptrs` is NULL: every
+    /// verb checks its object and attribute pointers so before it reads them.
+    pub(crate) fn non_null(self, ptrs: &[*const libc::c_void]) -> Result<(), Failed> {
+        self.ensure(
+            ptrs.iter().all(|p| !p.is_null()),
+            libc::EINVAL,
+            &"NULL argument",
+        )
+    }
 }
 
 /// What a verb returns to its C caller when it fails (errno set) and when it panicked

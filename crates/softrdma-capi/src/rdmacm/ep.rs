@@ -28,11 +28,7 @@ pub unsafe extern "C" fn rdma_create_ep(
     qp_init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
     entry("rdma_create_ep", Ret::MINUS_ONE, |v| {
-        v.ensure(
-            !id.is_null() && !res.is_null(),
-            libc::EINVAL,
-            &"NULL argument",
-        )?;
+        v.non_null(&[id.cast(), res.cast()])?;
         // SAFETY: the caller's addrinfo.
         let r = unsafe { &*res };
         let mut cm: *mut rdma_cm_id = null_mut();
@@ -140,11 +136,7 @@ pub unsafe extern "C" fn rdma_get_request(
     id: *mut *mut rdma_cm_id,
 ) -> c_int {
     entry("rdma_get_request", Ret::MINUS_ONE, |v| {
-        v.ensure(
-            !listen.is_null() && !id.is_null(),
-            libc::EINVAL,
-            &"NULL argument",
-        )?;
+        v.non_null(&[listen.cast(), id.cast()])?;
         // SAFETY: per the contract.
         let l = unsafe { IdC::from_ptr_mut(listen) };
         v.ensure(

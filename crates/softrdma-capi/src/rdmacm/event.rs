@@ -76,11 +76,7 @@ pub unsafe extern "C" fn rdma_get_cm_event(
     event: *mut *mut rdma_cm_event,
 ) -> c_int {
     entry("rdma_get_cm_event", Ret::MINUS_ONE, |v| {
-        v.ensure(
-            !ch.is_null() && !event.is_null(),
-            libc::EINVAL,
-            &"NULL argument",
-        )?;
+        v.non_null(&[ch.cast(), event.cast()])?;
         // SAFETY: a ChanC this library made.
         let chan = unsafe { ChanC::from_ptr(ch) };
         // SAFETY: fcntl on the channel's own descriptor (the program may have changed its

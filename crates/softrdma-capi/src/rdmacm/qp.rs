@@ -287,11 +287,7 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     mask: *mut c_int,
 ) -> c_int {
     entry("rdma_init_qp_attr", Ret::MINUS_ONE, |v| {
-        v.ensure(
-            !id.is_null() && !qp_attr.is_null() && !mask.is_null(),
-            libc::EINVAL,
-            &"NULL argument",
-        )?;
+        v.non_null(&[id.cast(), qp_attr.cast(), mask.cast()])?;
         // SAFETY: per the contract.
         let c = unsafe { IdC::from_ptr(id) };
         let r = made(v, c)?;

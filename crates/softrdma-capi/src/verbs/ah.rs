@@ -54,11 +54,7 @@ pub(crate) fn ah_path(
 /// `ibv_create_ah`.
 pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
     entry("ibv_create_ah", Ret::NULL, |v| {
-        v.ensure(
-            !pd.is_null() && !attr.is_null(),
-            libc::EINVAL,
-            &"NULL argument",
-        )?;
+        v.non_null(&[pd.cast(), attr.cast()])?;
         // SAFETY: a PD the caller got from this library.
         let spd = unsafe { own::<SoftPd>(v, pd) }?;
         // SAFETY: the caller's attr.
@@ -107,11 +103,7 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
     attr: *mut ibv_ah_attr,
 ) -> c_int {
     entry("ibv_init_ah_from_wc", Ret::MINUS_ONE, |v| {
-        v.ensure(
-            !ctx.is_null() && !wc.is_null() && !grh.is_null() && !attr.is_null(),
-            libc::EINVAL,
-            &"NULL argument",
-        )?;
+        v.non_null(&[ctx.cast(), wc.cast(), grh.cast(), attr.cast()])?;
         // SAFETY: the caller's wc and GRH (the first 40 bytes of the receive buffer).
         let (wc, grh) = unsafe { (&*wc, &*grh) };
         v.ensure(

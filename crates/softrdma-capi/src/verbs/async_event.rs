@@ -17,11 +17,7 @@ pub unsafe extern "C" fn ibv_get_async_event(
     event: *mut ibv_async_event,
 ) -> c_int {
     entry("ibv_get_async_event", Ret::MINUS_ONE, |v| {
-        v.ensure(
-            !ctx.is_null() && !event.is_null(),
-            libc::EINVAL,
-            &"NULL argument",
-        )?;
+        v.non_null(&[ctx.cast(), event.cast()])?;
         // SAFETY: a context the caller got from this library.
         let soft = unsafe { own::<SoftContext>(v, ctx) }?;
         let fd = soft.vctx.context.async_fd;

@@ -359,11 +359,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     cq_context: *mut *mut c_void,
 ) -> c_int {
     entry("ibv_get_cq_event", Ret::MINUS_ONE, |v| {
-        v.ensure(
-            !ch.is_null() && !cq.is_null() && !cq_context.is_null(),
-            libc::EINVAL,
-            &"NULL argument",
-        )?;
+        v.non_null(&[ch.cast(), cq.cast(), cq_context.cast()])?;
         // SAFETY: a channel the caller got from this library.
         let c = unsafe { own::<SoftChannel>(v, ch) }?;
         // SAFETY: fcntl on our own descriptor.

@@ -9,11 +9,7 @@ use std::ffi::c_int;
 /// `ibv_attach_mcast` and `ibv_detach_mcast`: `lid` is the group's MLID, which RoCE does
 /// not use (the GID names the group).
 fn mcast(v: Verb, qp: *mut ibv_qp, gid: *const ibv_gid, attach: bool) -> Result<c_int, Failed> {
-    v.ensure(
-        !qp.is_null() && !gid.is_null(),
-        libc::EINVAL,
-        &"NULL argument",
-    )?;
+    v.non_null(&[qp.cast(), gid.cast()])?;
     // SAFETY: a QP the caller got from this library.
     let q = unsafe { own::<SoftQp>(v, qp) }?;
     // SAFETY: the caller's GID.

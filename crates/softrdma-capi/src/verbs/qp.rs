@@ -153,11 +153,7 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
     attr: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
     entry("ibv_create_qp_ex", Ret::NULL, |v| {
-        v.ensure(
-            !ctx.is_null() && !attr.is_null(),
-            libc::EINVAL,
-            &"NULL argument",
-        )?;
+        v.non_null(&[ctx.cast(), attr.cast()])?;
         // SAFETY: a context the caller got from this library.
         unsafe { own::<SoftContext>(v, ctx) }?;
         // SAFETY: the caller's attr.

@@ -63,11 +63,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
     mask: c_int,
 ) -> c_int {
     entry("ibv_modify_qp", Ret::ERRNO, |v| {
-        v.ensure(
-            !qp.is_null() && !attr.is_null(),
-            libc::EINVAL,
-            &"NULL argument",
-        )?;
+        v.non_null(&[qp.cast(), attr.cast()])?;
         // SAFETY: a QP the caller got from this library.
         let q = unsafe { own::<SoftQp>(v, qp) }?;
         // SAFETY: the caller's attr.
@@ -182,11 +178,7 @@ pub unsafe extern "C" fn ibv_query_qp(
     init: *mut ibv_qp_init_attr,
 ) -> c_int {
     entry("ibv_query_qp", Ret::ERRNO, |v| {
-        v.ensure(
-            !qp.is_null() && !attr.is_null() && !init.is_null(),
-            libc::EINVAL,
-            &"NULL argument",
-        )?;
+        v.non_null(&[qp.cast(), attr.cast(), init.cast()])?;
         // As rdma-core's ibv_cmd_query_qp: IBV_QP_RATE_LIMIT and later bits cannot be
         // queried (their fields may lie past the caller's struct).
         v.ensure(

@@ -56,11 +56,7 @@ pub unsafe extern "C" fn ibv_query_device(
     attr: *mut ibv_device_attr,
 ) -> c_int {
     entry("ibv_query_device", Ret::ERRNO, |v| {
-        v.ensure(
-            !ctx.is_null() && !attr.is_null(),
-            libc::EINVAL,
-            &"NULL argument",
-        )?;
+        v.non_null(&[ctx.cast(), attr.cast()])?;
         // SAFETY: live context; `attr` is the caller's writable struct.
         unsafe { fill_device_attr(SoftContext::from_ptr(ctx), &mut *attr) };
         Ok(0)
@@ -113,11 +109,7 @@ pub(super) unsafe extern "C" fn query_rt_values(
     values: *mut ibv_values_ex,
 ) -> c_int {
     entry("ibv_query_rt_values_ex", Ret::ERRNO, |v| {
-        v.ensure(
-            !ctx.is_null() && !values.is_null(),
-            libc::EINVAL,
-            &"NULL argument",
-        )?;
+        v.non_null(&[ctx.cast(), values.cast()])?;
         // SAFETY: the caller's struct.
         let values = unsafe { &mut *values };
         // Only IBV_VALUES_MASK_RAW_CLOCK exists.
@@ -163,11 +155,7 @@ pub(super) unsafe extern "C" fn query_port_ex(
     len: usize,
 ) -> c_int {
     entry("ibv_query_port", Ret::ERRNO, |v| {
-        v.ensure(
-            !ctx.is_null() && !attr.is_null(),
-            libc::EINVAL,
-            &"NULL argument",
-        )?;
+        v.non_null(&[ctx.cast(), attr.cast()])?;
         v.ensure(
             port == 1,
             libc::EINVAL,

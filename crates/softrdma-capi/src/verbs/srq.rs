@@ -97,11 +97,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
     mask: c_int,
 ) -> c_int {
     entry("ibv_modify_srq", Ret::ERRNO, |v| {
-        v.ensure(
-            !srq.is_null() && !attr.is_null(),
-            libc::EINVAL,
-            &"NULL argument",
-        )?;
+        v.non_null(&[srq.cast(), attr.cast()])?;
         // SAFETY: an SRQ the caller got from this library.
         let s = unsafe { own::<SoftSrq>(v, srq) }?;
         // SAFETY: the caller's attr.
@@ -128,11 +124,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
 /// `ibv_query_srq`.
 pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
     entry("ibv_query_srq", Ret::ERRNO, |v| {
-        v.ensure(
-            !srq.is_null() && !attr.is_null(),
-            libc::EINVAL,
-            &"NULL argument",
-        )?;
+        v.non_null(&[srq.cast(), attr.cast()])?;
         // SAFETY: live SRQ; the caller's attr.
         unsafe { *attr = *SoftSrq::from_ptr(srq).attr.lock() };
         Ok(0)
