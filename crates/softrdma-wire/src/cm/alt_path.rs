@@ -3,9 +3,9 @@
 //!
 //! Owns the LAP and APR layouts and the APR status codes; builds on [`super::fields`].
 
-use super::fields::{INFO_LEN, Info, PathRepr, PrivateData, bad, gid};
-use super::{DATA_LEN, private_len};
-use crate::error::{Error, Layer, Result};
+use super::fields::{INFO_LEN, Info, PathRepr, PrivateData, bad, blank, blank_with_ids, gid, ids};
+use super::private_len;
+use crate::error::Result;
 use crate::macros::be;
 
 /// LoadAlternatePath (IBTA 12.6.12, table 115). Parsed so that it can be answered: this
@@ -30,10 +30,10 @@ pub struct LapRepr {
 impl LapRepr {
     /// Parses a LAP's 232 bytes.
     pub fn parse(d: &[u8]) -> Result<Self> {
-        Error::check_len(Layer::Cm, DATA_LEN, d.len())?;
+        let (local_comm_id, remote_comm_id) = ids(d)?;
         Ok(Self {
-            local_comm_id: be::u32(d, 0),
-            remote_comm_id: be::u32(d, 4),
+            local_comm_id,
+            remote_comm_id,
             remote_qpn: be::u24(d, 12),
             remote_cm_response_timeout: d[15] >> 3,
             alternate: PathRepr {
@@ -55,8 +55,7 @@ impl LapRepr {
 
     /// Writes the LAP into the first 232 bytes of `d`.
     pub fn emit(&self, d: &mut [u8]) {
-        let d = &mut d[..DATA_LEN];
-        d.fill(0);
+        let d = blank(d);
         let a = &self.alternate;
         be::set_u32(d, 0, self.local_comm_id);
         be::set_u32(d, 4, self.remote_comm_id);
@@ -108,14 +107,14 @@ pub struct AprRepr {
 impl AprRepr {
     /// Parses an APR's 232 bytes.
     pub fn parse(d: &[u8]) -> Result<Self> {
-        Error::check_len(Layer::Cm, DATA_LEN, d.len())?;
+        let (local_comm_id, remote_comm_id) = ids(d)?;
         let len = d[8];
         if usize::from(len) > INFO_LEN {
             return Err(bad("APR additional information length", u64::from(len)));
         }
         Ok(Self {
-            local_comm_id: be::u32(d, 0),
-            remote_comm_id: be::u32(d, 4),
+            local_comm_id,
+            remote_comm_id,
             status: d[9],
             info: Info {
                 len,
@@ -127,10 +126,7 @@ impl AprRepr {
 
     /// Writes the APR into the first 232 bytes of `d`.
     pub fn emit(&self, d: &mut [u8]) {
-        let d = &mut d[..DATA_LEN];
-        d.fill(0);
-        be::set_u32(d, 0, self.local_comm_id);
-        be::set_u32(d, 4, self.remote_comm_id);
+        let d = blank_with_ids(d, self.local_comm_id, self.remote_comm_id);
         d[8] = self.info.len.min(INFO_LEN as u8);
         d[9] = self.status;
         d[12..84].copy_from_slice(&self.info.data.0);

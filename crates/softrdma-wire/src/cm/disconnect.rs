@@ -2,9 +2,9 @@
 //!
 //! Owns the DREQ layout and the DREP alias; builds on [`super::fields`].
 
-use super::fields::{IdsRepr, PrivateData};
-use super::{DATA_LEN, private_len};
-use crate::error::{Error, Layer, Result};
+use super::fields::{IdsRepr, PrivateData, blank_with_ids, ids};
+use super::private_len;
+use crate::error::Result;
 use crate::macros::be;
 
 /// DisconnectReply.
@@ -26,10 +26,10 @@ pub struct DreqRepr {
 impl DreqRepr {
     /// Parses a DREQ's 232 bytes.
     pub fn parse(d: &[u8]) -> Result<Self> {
-        Error::check_len(Layer::Cm, DATA_LEN, d.len())?;
+        let (local_comm_id, remote_comm_id) = ids(d)?;
         Ok(Self {
-            local_comm_id: be::u32(d, 0),
-            remote_comm_id: be::u32(d, 4),
+            local_comm_id,
+            remote_comm_id,
             remote_qpn: be::u24(d, 8),
             private_data: PrivateData::read(d, 12),
         })
@@ -37,10 +37,7 @@ impl DreqRepr {
 
     /// Writes the DREQ into the first 232 bytes of `d`.
     pub fn emit(&self, d: &mut [u8]) {
-        let d = &mut d[..DATA_LEN];
-        d.fill(0);
-        be::set_u32(d, 0, self.local_comm_id);
-        be::set_u32(d, 4, self.remote_comm_id);
+        let d = blank_with_ids(d, self.local_comm_id, self.remote_comm_id);
         be::set_u24(d, 8, self.remote_qpn);
         d[12..].copy_from_slice(&self.private_data.0);
     }

@@ -3,7 +3,9 @@
 //!
 //! Owns the REQ and REP layouts and the RTU alias; builds on [`super::fields`].
 
-use super::fields::{IdsRepr, PathRepr, PrivateData, TransportService, bad};
+use super::fields::{
+    IdsRepr, PathRepr, PrivateData, TransportService, bad, blank, blank_with_ids, ids,
+};
 use super::{DATA_LEN, private_len};
 use crate::error::{Error, Layer, Result};
 use crate::macros::be;
@@ -118,8 +120,7 @@ impl ReqRepr {
 
     /// Writes the REQ into the first 232 bytes of `d` (reserved bits zero).
     pub fn emit(&self, d: &mut [u8]) {
-        let d = &mut d[..DATA_LEN];
-        d.fill(0);
+        let d = blank(d);
         let (ts, ext) = self.transport.code();
         be::set_u32(d, 0, self.local_comm_id);
         be::set_u64(d, 8, self.service_id);
@@ -189,14 +190,14 @@ pub struct RepRepr {
 impl RepRepr {
     /// Parses a REP's 232 bytes.
     pub fn parse(d: &[u8]) -> Result<Self> {
-        Error::check_len(Layer::Cm, DATA_LEN, d.len())?;
+        let (local_comm_id, remote_comm_id) = ids(d)?;
         let failover = (d[26] >> 1) & 0x3;
         if failover == 3 {
             return Err(bad("REP failover accepted", 3));
         }
         Ok(Self {
-            local_comm_id: be::u32(d, 0),
-            remote_comm_id: be::u32(d, 4),
+            local_comm_id,
+            remote_comm_id,
             local_qkey: be::u32(d, 8),
             local_qpn: be::u24(d, 12),
             local_eecn: be::u24(d, 16),
@@ -215,10 +216,7 @@ impl RepRepr {
 
     /// Writes the REP into the first 232 bytes of `d`.
     pub fn emit(&self, d: &mut [u8]) {
-        let d = &mut d[..DATA_LEN];
-        d.fill(0);
-        be::set_u32(d, 0, self.local_comm_id);
-        be::set_u32(d, 4, self.remote_comm_id);
+        let d = blank_with_ids(d, self.local_comm_id, self.remote_comm_id);
         be::set_u32(d, 8, self.local_qkey);
         be::set_u24(d, 12, self.local_qpn);
         be::set_u24(d, 16, self.local_eecn);

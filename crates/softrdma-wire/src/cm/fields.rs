@@ -185,23 +185,43 @@ pub struct IdsRepr<const N: usize> {
     pub private_data: PrivateData<N>,
 }
 
+/// The communication IDs that open a message of `d`, after its length is checked: the
+/// sender's, then the receiver's (every message but the REQ and the SIDR pair starts so,
+/// IBTA 12.6).
+pub(super) fn ids(d: &[u8]) -> Result<(u32, u32)> {
+    Error::check_len(Layer::Cm, DATA_LEN, d.len())?;
+    Ok((be::u32(d, 0), be::u32(d, 4)))
+}
+
+/// The first 232 bytes of `d`, zeroed, for a message to be written into.
+pub(super) fn blank(d: &mut [u8]) -> &mut [u8] {
+    let d = &mut d[..DATA_LEN];
+    d.fill(0);
+    d
+}
+
+/// [`blank`], opened with the communication IDs `local` and `remote` (see [`ids`]).
+pub(super) fn blank_with_ids(d: &mut [u8], local: u32, remote: u32) -> &mut [u8] {
+    let d = blank(d);
+    be::set_u32(d, 0, local);
+    be::set_u32(d, 4, remote);
+    d
+}
+
 impl<const N: usize> IdsRepr<N> {
     /// Parses the message's 232 bytes.
     pub fn parse(d: &[u8]) -> Result<Self> {
-        Error::check_len(Layer::Cm, DATA_LEN, d.len())?;
+        let (local_comm_id, remote_comm_id) = ids(d)?;
         Ok(Self {
-            local_comm_id: be::u32(d, 0),
-            remote_comm_id: be::u32(d, 4),
+            local_comm_id,
+            remote_comm_id,
             private_data: PrivateData::read(d, 8),
         })
     }
 
     /// Writes the message into the first 232 bytes of `d`.
     pub fn emit(&self, d: &mut [u8]) {
-        let d = &mut d[..DATA_LEN];
-        d.fill(0);
-        be::set_u32(d, 0, self.local_comm_id);
-        be::set_u32(d, 4, self.remote_comm_id);
+        let d = blank_with_ids(d, self.local_comm_id, self.remote_comm_id);
         d[8..8 + N].copy_from_slice(&self.private_data.0);
     }
 }

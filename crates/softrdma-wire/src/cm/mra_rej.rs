@@ -4,9 +4,9 @@
 //!
 //! Owns the MRA and REJ layouts; builds on [`super::fields`].
 
-use super::fields::{INFO_LEN, Info, PrivateData, bad};
-use super::{DATA_LEN, private_len};
-use crate::error::{Error, Layer, Result};
+use super::fields::{INFO_LEN, Info, PrivateData, bad, blank_with_ids, ids};
+use super::private_len;
+use crate::error::Result;
 use crate::macros::be;
 
 /// Which message an MRA or REJ refers to (IBTA 12.6.6 and 12.6.7: 2 bits; MRA: 0 REQ, 1
@@ -59,10 +59,10 @@ pub struct MraRepr {
 impl MraRepr {
     /// Parses an MRA's 232 bytes.
     pub fn parse(d: &[u8]) -> Result<Self> {
-        Error::check_len(Layer::Cm, DATA_LEN, d.len())?;
+        let (local_comm_id, remote_comm_id) = ids(d)?;
         Ok(Self {
-            local_comm_id: be::u32(d, 0),
-            remote_comm_id: be::u32(d, 4),
+            local_comm_id,
+            remote_comm_id,
             message: MessageRef::parse("MRA message MRAed", d[8])?,
             service_timeout: d[9] >> 3,
             private_data: PrivateData::read(d, 10),
@@ -71,10 +71,7 @@ impl MraRepr {
 
     /// Writes the MRA into the first 232 bytes of `d`.
     pub fn emit(&self, d: &mut [u8]) {
-        let d = &mut d[..DATA_LEN];
-        d.fill(0);
-        be::set_u32(d, 0, self.local_comm_id);
-        be::set_u32(d, 4, self.remote_comm_id);
+        let d = blank_with_ids(d, self.local_comm_id, self.remote_comm_id);
         d[8] = self.message.code() << 6;
         d[9] = (self.service_timeout & 0x1F) << 3;
         d[10..].copy_from_slice(&self.private_data.0);
@@ -163,14 +160,14 @@ pub struct RejRepr {
 impl RejRepr {
     /// Parses a REJ's 232 bytes.
     pub fn parse(d: &[u8]) -> Result<Self> {
-        Error::check_len(Layer::Cm, DATA_LEN, d.len())?;
+        let (local_comm_id, remote_comm_id) = ids(d)?;
         let len = d[9] >> 1;
         if usize::from(len) > INFO_LEN {
             return Err(bad("REJ reject info length", u64::from(len)));
         }
         Ok(Self {
-            local_comm_id: be::u32(d, 0),
-            remote_comm_id: be::u32(d, 4),
+            local_comm_id,
+            remote_comm_id,
             message: MessageRef::parse("REJ message rejected", d[8])?,
             reason: be::u16(d, 10),
             ari: Info {
@@ -183,10 +180,7 @@ impl RejRepr {
 
     /// Writes the REJ into the first 232 bytes of `d`.
     pub fn emit(&self, d: &mut [u8]) {
-        let d = &mut d[..DATA_LEN];
-        d.fill(0);
-        be::set_u32(d, 0, self.local_comm_id);
-        be::set_u32(d, 4, self.remote_comm_id);
+        let d = blank_with_ids(d, self.local_comm_id, self.remote_comm_id);
         d[8] = self.message.code() << 6;
         d[9] = self.ari.len.min(INFO_LEN as u8) << 1;
         be::set_u16(d, 10, self.reason);

@@ -3,7 +3,7 @@
 //! Owns the SIDR_REQ and SIDR_REP layouts and the SIDR status codes; builds on
 //! [`super::fields`].
 
-use super::fields::{INFO_LEN, Info, PrivateData, bad};
+use super::fields::{INFO_LEN, Info, PrivateData, bad, blank};
 use super::{DATA_LEN, private_len};
 use crate::error::{Error, Layer, Result};
 use crate::macros::be;
@@ -35,8 +35,7 @@ impl SidrReqRepr {
 
     /// Writes the SIDR_REQ into the first 232 bytes of `d`.
     pub fn emit(&self, d: &mut [u8]) {
-        let d = &mut d[..DATA_LEN];
-        d.fill(0);
+        let d = blank(d);
         be::set_u32(d, 0, self.request_id);
         be::set_u16(d, 4, self.pkey);
         be::set_u64(d, 8, self.service_id);
@@ -106,8 +105,7 @@ impl SidrRepRepr {
 
     /// Writes the SIDR_REP into the first 232 bytes of `d`.
     pub fn emit(&self, d: &mut [u8]) {
-        let d = &mut d[..DATA_LEN];
-        d.fill(0);
+        let d = blank(d);
         be::set_u32(d, 0, self.request_id);
         d[4] = self.status;
         d[5] = self.info.len.min(INFO_LEN as u8);
