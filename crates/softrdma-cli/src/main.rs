@@ -17,6 +17,7 @@ mod dropin;
 mod error;
 mod libdir;
 mod manual;
+mod oob;
 mod pcap;
 mod perf;
 mod pingpong;

@@ -14,7 +14,7 @@ use softrdma::{
     RecvWr, SendFlags, SendOp, SendWr, UdDest, WcStatus,
 };
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv6Addr, TcpStream};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -89,20 +89,13 @@ impl Dest {
     }
 
     fn parse(m: &[u8; 52]) -> Result<Self, CliError> {
-        let s = std::str::from_utf8(&m[..51])
-            .map_err(|_| CliError::Peer("remote address is not text".into()))?;
-        let f: Vec<&str> = s.trim_end_matches('\0').split(':').collect();
+        let (s, f) = crate::oob::fields(&m[..51], "remote address")?;
         if f.len() != 4 || f[3].len() != 32 {
             return Err(CliError::Peer(format!(
                 "remote address {s:?} is not LID:QPN:PSN:GID"
             )));
         }
-        let num = |x: &str| {
-            u32::from_str_radix(x, 16).map_err(|source| CliError::ParseInt {
-                text: x.into(),
-                source,
-            })
-        };
+        let num = crate::oob::hex32;
         let mut g = [0u8; 16];
         for (i, b) in g.iter_mut().enumerate() {
             *b = u8::from_str_radix(&f[3][2 * i..2 * i + 2], 16).map_err(CliError::PeerGid)?;
@@ -154,12 +147,7 @@ fn exchange(
             Ok((rem, peer_ip))
         }
         None => {
-            let l = TcpListener::bind(SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), a.port))
-                .or_else(|_| TcpListener::bind(("0.0.0.0", a.port)))
-                .map_err(|source| CliError::Io {
-                    what: format!("Couldn't listen to port {}", a.port),
-                    source,
-                })?;
+            let l = crate::oob::listen(a.port)?;
             let (mut s, peer) = l.accept().map_err(|source| CliError::Io {
                 what: "accept() failed".into(),
                 source,

@@ -16,7 +16,7 @@ use super::args::PerfArgs;
 use super::stats::Row;
 use crate::error::CliError;
 use std::io::{Read, Write};
-use std::net::{Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::time::Duration;
 
 /// The 108-byte key message.
@@ -57,21 +57,14 @@ impl Keys {
     }
 
     fn parse(m: &[u8; 108]) -> Result<Self, CliError> {
-        let text =
-            std::str::from_utf8(m).map_err(|_| CliError::Peer("key message is not text".into()))?;
-        let f: Vec<&str> = text.trim_end_matches('\0').split(':').collect();
+        let (text, f) = crate::oob::fields(m, "key message")?;
         if f.len() < 23 {
             return Err(CliError::Peer(format!(
                 "key message {text:?} has {} fields",
                 f.len()
             )));
         }
-        let h = |x: &str| {
-            u64::from_str_radix(x, 16).map_err(|source| CliError::ParseInt {
-                text: x.into(),
-                source,
-            })
-        };
+        let h = crate::oob::hex;
         let mut gid = [0u8; 16];
         for (i, g) in gid.iter_mut().enumerate() {
             *g = h(f[6 + i])? as u8;
@@ -134,12 +127,7 @@ impl Oob {
                 Ok(Self::new(s, true))
             }
             None => {
-                let l = TcpListener::bind(SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), a.port))
-                    .or_else(|_| TcpListener::bind(("0.0.0.0", a.port)))
-                    .map_err(|source| CliError::Io {
-                        what: format!("Couldn't listen to port {}", a.port),
-                        source,
-                    })?;
+                let l = crate::oob::listen(a.port)?;
                 println!("\n************************************");
                 println!("* Waiting for client to connect... *");
                 println!("************************************");
