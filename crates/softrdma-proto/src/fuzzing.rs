@@ -535,9 +535,7 @@ pub fn requester(data: &[u8]) -> Vec<(u64, WcStatus)> {
 /// * 5: the agent's last MAD comes back to it as if the peer had sent it (a duplicate).
 pub fn cm_agent(data: &[u8]) {
     use crate::cm::{CmAgent, CmConfig, CmEvent, CmState, CommId};
-    use softrdma_wire::cm::{
-        CmMad, PathRepr, PrivateData, RepRepr, ReqRepr, TransportService, ip_service_id, port_space,
-    };
+    use softrdma_wire::cm::{CmMad, RepRepr, ReqRepr, ip_service_id, port_space};
     let mut agent: CmAgent<u8> = CmAgent::new(
         CmConfig {
             ca_guid: 0xA,
@@ -550,31 +548,19 @@ pub fn cm_agent(data: &[u8]) {
     let mut last: Option<[u8; 256]> = None;
     let service = |b: u8| ip_service_id(port_space::TCP, u16::from(b % 4));
     let req = |b: u8| ReqRepr {
-        local_comm_id: 0,
         service_id: service(b),
-        local_ca_guid: 0,
-        local_qkey: 0,
         local_qpn: 0x100 + u32::from(b),
         responder_resources: 1,
-        local_eecn: 0,
         initiator_depth: 1,
-        remote_eecn: 0,
         remote_cm_response_timeout: b % 20,
-        transport: TransportService::Rc,
-        end_to_end_flow_control: false,
         starting_psn: 1,
         local_cm_response_timeout: b % 20,
         retry_count: 7,
         pkey: 0xFFFF,
         path_mtu: 3,
-        rdc_exists: false,
         rnr_retry_count: 7,
         max_cm_retries: b % 16,
-        srq: false,
-        primary: PathRepr::default(),
-        alternate: PathRepr::default(),
-        sap_supported: false,
-        private_data: PrivateData::default(),
+        ..ReqRepr::default()
     };
     let drain = |agent: &mut CmAgent<u8>, ids: &mut Vec<CommId>, last: &mut Option<[u8; 256]>| {
         while let Some((_, mad)) = agent.poll_transmit() {
@@ -633,21 +619,13 @@ pub fn cm_agent(data: &[u8]) {
                     continue;
                 };
                 let rep = RepRepr {
-                    local_comm_id: 0,
-                    remote_comm_id: 0,
-                    local_qkey: 0,
                     local_qpn: 0x200,
-                    local_eecn: 0,
                     starting_psn: 2,
                     responder_resources: 1,
                     initiator_depth: 1,
                     target_ack_delay: 15,
-                    failover_accepted: 0,
-                    end_to_end_flow_control: false,
                     rnr_retry_count: 7,
-                    srq: false,
-                    local_ca_guid: 0,
-                    private_data: PrivateData::default(),
+                    ..RepRepr::default()
                 };
                 // Misuse is refused with an error, never a panic.
                 let _ = match verb % 7 {

@@ -12,7 +12,7 @@ use softrdma_proto::cm::{
 };
 use softrdma_wire::cm::{
     Addressee, CmMad, CmMessage, IpCmHeader, PathRepr, PrivateData, RepRepr, ReqRepr, SidrRepRepr,
-    SidrReqRepr, TransportService, ap_status, ip_service_id, port_space, rej_reason, sidr_status,
+    SidrReqRepr, ap_status, ip_service_id, port_space, rej_reason, sidr_status,
 };
 use std::time::Duration;
 
@@ -21,52 +21,33 @@ const LATENCY: Duration = Duration::from_micros(10);
 
 fn req(qpn: u32) -> ReqRepr {
     ReqRepr {
-        local_comm_id: 0,
         service_id: SERVICE,
-        local_ca_guid: 0,
-        local_qkey: 0,
         local_qpn: qpn,
         responder_resources: 1,
-        local_eecn: 0,
         initiator_depth: 1,
-        remote_eecn: 0,
         // 4.096 µs × 2^10 = 4 ms: tests run on simulated time anyway.
         remote_cm_response_timeout: 10,
-        transport: TransportService::Rc,
-        end_to_end_flow_control: false,
         starting_psn: 0x123456,
         local_cm_response_timeout: 10,
         retry_count: 7,
         pkey: 0xFFFF,
         path_mtu: 3,
-        rdc_exists: false,
         rnr_retry_count: 7,
         max_cm_retries: 15,
-        srq: false,
-        primary: PathRepr::default(),
-        alternate: PathRepr::default(),
-        sap_supported: false,
         private_data: PrivateData::from_slice(b"hello").unwrap(),
+        ..ReqRepr::default()
     }
 }
 
 fn rep(qpn: u32) -> RepRepr {
     RepRepr {
-        local_comm_id: 0,
-        remote_comm_id: 0,
-        local_qkey: 0,
         local_qpn: qpn,
-        local_eecn: 0,
         starting_psn: 0x654321,
         responder_resources: 1,
         initiator_depth: 1,
         target_ack_delay: 15,
-        failover_accepted: 0,
-        end_to_end_flow_control: false,
         rnr_retry_count: 7,
-        srq: false,
-        local_ca_guid: 0,
-        private_data: PrivateData::default(),
+        ..RepRepr::default()
     }
 }
 

@@ -220,40 +220,21 @@ pub fn gid_of(ip: IpAddr) -> Ipv6Addr {
 mod tests {
     use super::*;
 
-    use softrdma_wire::cm::{PrivateData, TransportService};
-
     fn req() -> ReqRepr {
         ReqRepr {
-            local_comm_id: 1,
-            service_id: 0x0106_0000_0000_1C06,
-            local_ca_guid: 0,
-            local_qkey: 0,
             local_qpn: 0x11,
             responder_resources: 4,
-            local_eecn: 0,
             initiator_depth: 2,
-            remote_eecn: 0,
-            remote_cm_response_timeout: 20,
-            transport: TransportService::Rc,
-            end_to_end_flow_control: false,
             starting_psn: 100,
-            local_cm_response_timeout: 20,
             retry_count: 5,
-            pkey: 0xFFFF,
             path_mtu: Mtu::M1024 as u8,
-            rdc_exists: false,
-            rnr_retry_count: 7,
-            max_cm_retries: 15,
-            srq: false,
             primary: path(
                 "10.0.0.1".parse().unwrap(),
                 "10.0.0.2".parse().unwrap(),
                 0x20,
                 Some(16),
             ),
-            alternate: PathRepr::default(),
-            sap_supported: false,
-            private_data: PrivateData::default(),
+            ..ReqRepr::default()
         }
     }
 
@@ -271,21 +252,11 @@ mod tests {
     fn both_sides_agree_on_the_connection() {
         let req = req();
         let rep = RepRepr {
-            local_comm_id: 2,
-            remote_comm_id: 1,
-            local_qkey: 0,
             local_qpn: 0x22,
-            local_eecn: 0,
             starting_psn: 200,
             responder_resources: 3,
-            initiator_depth: 3,
-            target_ack_delay: 15,
-            failover_accepted: 0,
-            end_to_end_flow_control: false,
             rnr_retry_count: 7,
-            srq: false,
-            local_ca_guid: 0,
-            private_data: PrivateData::default(),
+            ..RepRepr::default()
         };
         let a = active_conn(&req, &rep, &OFFER, Mtu::M4096);
         let p = passive_conn(&req, &OFFER, 200, None, Mtu::M4096);

@@ -13,8 +13,9 @@ use crate::macros::be;
 /// The largest IBTA path MTU code (4096 bytes); 0 is reserved.
 const MTU_CODES: core::ops::RangeInclusive<u8> = 1..=5;
 
-/// ConnectRequest (IBTA 12.6.5, table 106).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// ConnectRequest (IBTA 12.6.5, table 106). Its default is all zeros (an RC REQ with no
+/// path), for building one field by field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct ReqRepr {
     /// The sender's communication ID.
     pub local_comm_id: u32,
@@ -148,8 +149,9 @@ impl ReqRepr {
     }
 }
 
-/// ConnectReply (IBTA 12.6.8, table 110).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// ConnectReply (IBTA 12.6.8, table 110). Its default is all zeros, for building one
+/// field by field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct RepRepr {
     /// The sender's communication ID.
     pub local_comm_id: u32,

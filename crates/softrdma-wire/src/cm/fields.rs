@@ -74,9 +74,10 @@ impl Info {
 
 /// What a REQ asks for (IBTA 12.6.5, transport service type, with the extended transport
 /// type of the XRC annex).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum TransportService {
     /// Reliable connection.
+    #[default]
     Rc,
     /// Unreliable connection.
     Uc,

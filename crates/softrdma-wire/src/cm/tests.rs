@@ -49,9 +49,7 @@ fn every_message_round_trips_through_a_mad() {
         CmMessage::Rep(RepRepr {
             local_comm_id: 1,
             remote_comm_id: 2,
-            local_qkey: 0,
             local_qpn: 0xABCDEF,
-            local_eecn: 0,
             starting_psn: 0x123456,
             responder_resources: 4,
             initiator_depth: 3,
@@ -62,6 +60,7 @@ fn every_message_round_trips_through_a_mad() {
             srq: true,
             local_ca_guid: 9,
             private_data: PrivateData::from_slice(b"hello").unwrap(),
+            ..RepRepr::default()
         }),
         CmMessage::Rej(RejRepr {
             local_comm_id: 1,
