@@ -149,6 +149,11 @@ impl Share {
                     return;
                 }
             };
+            // A listen finds its service free if the member that held it is gone, though
+            // its hang-up is not served yet (see `Control::evict_listen`).
+            if let Ok(super::msg::Msg::CmListen(sid)) = super::msg::Msg::decode(&rec) {
+                self.evict_dead_listener(ctl, sid);
+            }
             let acts = ctl.core.record(now, &mut rng, t, &rec, fds.len());
             self.apply(ctl, Some(r), acts, fds);
         }
