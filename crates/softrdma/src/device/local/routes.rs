@@ -218,20 +218,26 @@ impl Local {
             self.want(Want::Qpn(qpn));
             return None;
         }
-        let Some(own) = routes.by_ep.get(&self.ep).cloned() else {
-            self.want(Want::OwnRing);
-            return None;
+        // A ring to itself that could not be made leaves its QPNs on UDP, as any refused
+        // ring does.
+        let own = match routes.by_ep.get(&self.ep) {
+            Some(o) => Some(o.clone()),
+            None if routes.refused.contains(&self.ep) => None,
+            None => {
+                self.want(Want::OwnRing);
+                return None;
+            }
         };
         routes.by_qpn.insert(
             qpn,
             Route {
-                ring: Some(own.clone()),
+                ring: own.clone(),
                 until: Instant::now() + ROUTE_FOR,
                 used: false,
                 sticky: true,
             },
         );
-        Some(own)
+        own
     }
 
     /// Asks for `w` to be looked up (by the resolver thread, which the progress thread
@@ -303,8 +309,9 @@ impl Local {
                 if self.routes.lock().by_ep.contains_key(&self.ep) {
                     return;
                 }
-                if let Some(o) = self.connect(self.ep) {
-                    self.add_ring(o);
+                match self.connect(self.ep) {
+                    Some(o) => drop(self.add_ring(o)),
+                    None => drop(self.routes.lock().refused.insert(self.ep)),
                 }
             }
         }
@@ -338,13 +345,13 @@ impl Local {
             std::thread::sleep(self.lookup_delay);
         }
         let now = Instant::now();
-        // An owner that cannot answer is going (or just went): nothing is cached, so the
-        // next send asks again, by which time another owner answers.
+        // An owner that cannot answer is going (or just went): the answer "UDP" is kept as
+        // briefly as "nobody" is, so that sends meanwhile ask no lookup each, and the next
+        // lookup finds the owner that follows.
         let (ep, sticky) = match share.holder(qpn) {
             Ok(Holder::At(ep)) => (Some(ep), true),
             Ok(Holder::NoEndpoint) => (None, true),
-            Ok(Holder::Nobody) => (None, false),
-            Err(()) => return,
+            Ok(Holder::Nobody) | Err(()) => (None, false),
         };
         let (ep, known) = {
             let routes = self.routes.lock();
