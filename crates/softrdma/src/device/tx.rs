@@ -10,9 +10,10 @@
 //! ([`super::cq`]) and the region table.
 //!
 //! Threads and locks: any thread. `service` and `post_send` run with the QP's lock held
-//! and take a CQ's lock per completion and `LocalRoutes` (under it a ring's) to divert; a
-//! flush takes `Deferred` to send the held ACKs with its batch, then what the datapath
-//! takes. The batches are thread-local: no lock.
+//! and take a CQ's lock per completion and `LocalRoutes` to divert (under it a ring's, or,
+//! for a QPN with no route yet, share's control lock and `LocalWanted`: no lookup runs
+//! here, see `device::resolver`); a flush takes `Deferred` to send the held ACKs with its
+//! batch, then what the datapath takes. The batches are thread-local: no lock.
 
 use super::Device;
 use super::cq::CqInner;
