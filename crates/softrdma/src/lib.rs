@@ -41,9 +41,10 @@
 //! (`SOFTRDMA_PCAP`, a debugging aid): its records go to a buffered file under the
 //! capture's lock, and a full buffer is written out there. A route to a QPN of
 //! another process on the same host, which needs the device's owner (a request that waits
-//! up to 2 s, then a Unix `connect`), is looked up on a resolver thread of its own that
-//! holds no lock of the send path (`device::resolver`): a send that finds no route takes
-//! the UDP path meanwhile.
+//! up to 2 s, then a Unix `connect`), is looked up when a QP is given that destination, by
+//! the modifying thread with no lock held (or, under the CM's lock, by a resolver thread,
+//! `device::resolver`); a send never looks one up: one that finds no route takes the UDP
+//! path meanwhile.
 //!
 //! Every lock is a `sync::Lock` or `sync::RwLock` made with a `sync::Rank`, which handles
 //! poisoning in one place. A thread takes locks in increasing rank only, and never two

@@ -1862,12 +1862,12 @@ fn writes_take_the_ring_where_the_kernel_refuses_cross_memory_attach() {
 }
 
 /// A member whose owner is slow to say which process holds a QPN (every lookup held back
-/// 1 s) keeps its QPs moving: the lookup runs on the device's resolver thread with no lock
-/// of the send path held, so the connect returns at once and the pair's round trips take
-/// the UDP path (through the owner) while the lookup waits; once it is done, the pair
-/// moves to its ring (no more system calls per send), its data whole throughout.
+/// 1 s) keeps its other QPs moving: a QP's route is looked up when the QP is given its
+/// destination, by the thread that modifies it, with no lock held, so an established pair
+/// does 20 round trips meanwhile; and every packet of either QP takes its ring, from the
+/// first (no system call per send), its data whole.
 #[test]
-fn a_slow_route_lookup_holds_up_no_qp() {
+fn a_slow_route_lookup_holds_up_no_other_qp() {
     let _machine = beside();
     let _owner = ctx(141);
     let slow = DeviceOptions {
@@ -1888,45 +1888,58 @@ fn a_slow_route_lookup_holds_up_no_qp() {
         assert_eq!(got, data, "round {i}");
     };
     let t0 = Instant::now();
-    // Giving the QP its destination asks for the route: the lookup takes 1 s from now.
     connect(&a, &b, ConnectAttr::default());
-    let connected = t0.elapsed();
+    assert!(
+        t0.elapsed() >= Duration::from_secs(1),
+        "the lookup was not held back"
+    );
     let before = calls();
-    for i in 0..20 {
-        round(i);
-    }
-    let rounds = t0.elapsed();
-    assert!(
-        calls() > before,
-        "the round trips took no system call: the lookup was not held back, and the test \
-         shows nothing"
-    );
-    assert!(
-        connected < Duration::from_millis(300) && rounds < Duration::from_millis(700),
-        "the connect took {connected:?} and 20 round trips {rounds:?}, while the lookup \
-         takes 1 s"
-    );
-    // Once the lookup is done the pair's packets go into its ring: a round trip takes no
-    // system call.
-    let mut i = 20;
-    let moved = loop {
-        let before = calls();
-        round(i);
-        i += 1;
-        if calls() == before {
-            break t0.elapsed();
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "the pair never moved to its ring"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    round(0);
+    assert_eq!(calls(), before, "the pair's first packet took UDP");
+
+    // A second QP of the same process, to a peer in a third process: its lookup takes 1 s,
+    // on the thread that connects it.
+    let c = end(141, QpType::Rc);
+    let cq2 = a.ctx.create_cq(16, None).unwrap();
+    let a2 = a._pd.create_qp(QpInitAttr::new(QpType::Rc, &cq2)).unwrap();
+    let (pa, pc) = (Psn::new(7), Psn::new(9));
+    let to_c = Peer {
+        addr: c.ctx.addr(),
+        qpn: c.qp.qp_num(),
+        psn: pc,
     };
+    let t1 = Instant::now();
+    let (connected, rounds) = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            a2.connect(pa, &to_c, &ConnectAttr::default()).unwrap();
+            t1.elapsed()
+        });
+        for i in 1..=20 {
+            round(i);
+        }
+        let rounds = t1.elapsed();
+        (h.join().unwrap(), rounds)
+    });
     assert!(
-        moved >= Duration::from_secs(1),
-        "moved to the ring after {moved:?}"
+        rounds < Duration::from_millis(700) && connected >= Duration::from_secs(1),
+        "20 round trips of another QP took {rounds:?} while the connect's lookup took \
+         {connected:?}"
     );
-    for j in i..i + 20 {
-        round(j);
-    }
+    assert_eq!(calls(), before, "a round trip took UDP");
+    let to_a2 = Peer {
+        addr: a.ctx.addr(),
+        qpn: a2.qp_num(),
+        psn: pa,
+    };
+    c.qp.connect(pc, &to_a2, &ConnectAttr::default()).unwrap();
+    let data = pattern(200, 2048);
+    a.mr.write(8192, &data).unwrap();
+    a2.post_send(signaled(99, write_to(&c, 0), a.mr.sge(8192, 2048)))
+        .unwrap();
+    let wc = wait(&cq2, 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (99, WcStatus::Success));
+    let mut got = vec![0; 2048];
+    c.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+    assert_eq!(calls(), before, "the new QP's first packet took UDP");
 }

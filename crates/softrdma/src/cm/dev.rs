@@ -94,3 +94,10 @@ pub(crate) fn publish(ctx: &Context, entry: &ResLine, line: String) {
     *entry.fields.lock() = line;
     ctx.dev().res_changed();
 }
+
+/// While the returned guard lives, a QP this thread moves has its same-host route looked
+/// up by the device's resolver thread instead of this one: the CM moves an active QP to
+/// RTS on the peer's REP under its agent's lock, which no lookup may wait under.
+pub(crate) fn lookups_elsewhere() -> crate::device::local::NoWait {
+    crate::device::local::NoWait::enter()
+}

@@ -5,6 +5,7 @@
 //! Runs under `CmAgent` (from `Core::flush`); takes `CmId`, then `CmIdChannel` and
 //! `CmEvents`, and a QP's `Qp` through the verbs for the move to RTS.
 
+use super::dev;
 use super::objects::{CmEvent, CmId, Core, CoreSt, IdInner, IdRecord, QpRef};
 use super::qp_attr::{active_conn, random_psn, to_rts};
 use super::types::{CmEventKind, PeerParam};
@@ -71,6 +72,7 @@ impl Core {
                     );
                     return;
                 };
+                let _elsewhere = dev::lookups_elsewhere();
                 let r = to_rts(
                     &qp,
                     self.ctx.addr(),

@@ -1,7 +1,8 @@
 //! The same-host path's resolver: a thread that looks up the processes that hold the QPNs
-//! sends found no route for (a member asks its owner: a request that can wait up to
-//! `share::ANSWER_TIMEOUT`) and connects rings to them ([`super::local::Local::resolve`]),
-//! so that no send waits for that under a QP's lock or the device's routes.
+//! sends found no route for, and those of QPs moved by a thread that may not wait (a
+//! member asks its owner: a request that can wait up to `share::ANSWER_TIMEOUT`), and
+//! connects rings to them ([`super::local::Local::resolve`]), so that no send waits for
+//! that under a QP's lock or the device's routes.
 //!
 //! # Threads and locks
 //! The progress thread starts it ([`kick`]) when QPNs wait and it does not run; it takes

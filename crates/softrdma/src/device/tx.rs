@@ -327,14 +327,21 @@ impl Device {
     /// still takes WRITEs with the same rights.
     pub(crate) fn modified(&self, shared: &QpShared, qpn: u32, attr: &softrdma_proto::QpAttr) {
         // A QP given a destination on this host: its route is looked up now, so that its
-        // first packet finds it (the lookup runs on the resolver thread; see `local`).
+        // first packet finds it and never takes another path than the ones after it. The
+        // verb waits for the lookup, holding no lock (the QP's is released), as the kernel's
+        // modify resolves a RoCE destination's neighbour; a thread that holds a lock of its
+        // own (the CM's, see `local::NoWait`) leaves it to the resolver thread instead.
         if let (Some(l), Some(s), Some(q), Some(av)) =
             (&self.local, &self.share, attr.dest_qpn, attr.av)
             && l.is_local(SocketAddr::new(av.dst, ROCE_V2_PORT))
             && let Some(w) = l.wanted_for(s, q.value())
         {
-            l.want(w);
-            self.wake();
+            if local::NoWait::may_wait() {
+                l.look_up(s, w);
+            } else {
+                l.want(w);
+                self.wake();
+            }
         }
         if !shared.granted.load(Ordering::Relaxed) {
             return;

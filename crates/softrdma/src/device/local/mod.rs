@@ -6,18 +6,17 @@
 //! Each process that shares a device listens on an abstract `SOCK_SEQPACKET` socket of
 //! its own, `@softrdma/UID/IP/ep/ID`, where `ID` is a random 64-bit endpoint it states in
 //! its hello to the owner. When a QP is given a destination QPN on the device's own
-//! address (or a send finds a QPN with no route), the resolver thread
-//! ([`super::resolver`], through [`Local::resolve`]) asks the owner which endpoint holds
-//! that QPN ([`super::share::Share::holder`]), connects there, checks the peer's uid,
-//! creates a ring and passes its memfd and eventfd
-//! ([`Msg::Ring`](super::share::msg::Msg::Ring)). From then on every packet to a QPN of
-//! that process goes into that ring, in the order it was built, and the UDP path is never
-//! used for it again. Packets sent before the route exists (a UD QP's first, or any if
-//! the lookup is slow) take the UDP path, through the owner: no send waits for the owner.
-//! A QP's route is asked for when the QP is given its destination, well before its first
-//! packet, so that only a lookup slower than the program's own exchange of QPNs can
-//! leave a QP's first packets on the other path (RC then resends what arrives out of
-//! order). The other
+//! address, the thread that modifies it ([`Local::look_up`], from `Device::modified`, with
+//! no lock held) asks the owner which endpoint holds that QPN
+//! ([`super::share::Share::holder`]), connects there, checks the peer's uid, creates a
+//! ring and passes its memfd and eventfd ([`Msg::Ring`](super::share::msg::Msg::Ring)),
+//! as the kernel's modify resolves a RoCE destination's neighbour. From then on every
+//! packet to a QPN of that process goes into that ring, in the order it was built, from
+//! the QP's first: the UDP path is never used for it, so the two paths cannot reorder one
+//! QP's packets. No send waits for the owner: a send that finds no route (a UD QP's
+//! first datagrams to a new peer, or a QP the CM moved under its own lock, whose lookup
+//! the resolver thread makes, [`super::resolver`]) takes the UDP path through the owner
+//! meanwhile. The other
 //! process's progress thread accepts the connection, checks the ring, and its receive
 //! path drains the ring as it drains the socket: each entry is copied out and handed to
 //! the same receive checks a datagram gets. So the process that owns a memory region is
@@ -69,7 +68,7 @@ mod incoming;
 mod routes;
 
 pub(crate) use conn::{BASE, LISTEN};
-pub(crate) use routes::Draining;
+pub(crate) use routes::{Draining, NoWait};
 
 use super::place::{Granted, Placements};
 use crate::datapath::socket::Forgotten;

@@ -6,14 +6,16 @@
 //! endpoint holds it ([`super::super::share::Share::holder`]) and connects there (see
 //! `conn`); its packets take the UDP path until then. This process's own QPNs need no
 //! lookup: they take the ring to this process, which the resolver thread connects once.
-//! A QP's destination is looked up as soon as the QP is given it (`Device::modified`),
-//! before its first packet; an idle QP connected to one of its own process keeps no route.
+//! A QP's destination is looked up when the QP is given it (`Device::modified`), by the
+//! thread that modifies it unless that thread may not wait ([`NoWait`]), before its first
+//! packet; an idle QP connected to one of its own process keeps no route.
 //!
 //! May call: the sharing (the owner, for a QPN's holder) and the rings' producer ends.
 //!
 //! Threads and locks: any thread that flushes a batch, under `LocalRoutes`, then a
 //! ring's `LocalRing` per packet, or `LocalWanted` for a QPN with no route; no send waits
-//! for a lookup. The resolver thread takes `LocalLookup` around a lookup, and under it,
+//! for a lookup. A lookup (the modifying thread's, or the resolver thread's) takes
+//! `LocalLookup` around it, and under it,
 //! one after the other, `LocalRoutes`, the owner's `ShareCtl` (a request of up to
 //! [`super::super::share::ANSWER_TIMEOUT`]), `LocalConns` (a connect), then `LocalRoutes`
 //! again to add the route. The progress thread expires routes.
@@ -46,6 +48,31 @@ thread_local! {
     /// Whether this thread holds its device's receive state now (see [`Draining`]): the
     /// only thread that could drain a ring to its own process.
     static DRAINS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether this thread may not wait for a route lookup now (see [`NoWait`]).
+    static NO_WAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the current thread as one that holds a lock of its own (the CM's, as it moves a
+/// QP on a peer's reply) and so may not wait for a route lookup, until dropped: a QP it
+/// gives a destination has its route looked up by the resolver thread instead.
+pub(crate) struct NoWait(bool);
+
+impl NoWait {
+    /// The current thread may not wait for a lookup from now on.
+    pub(crate) fn enter() -> Self {
+        Self(NO_WAIT.replace(true))
+    }
+
+    /// Whether the current thread may wait for a lookup.
+    pub(crate) fn may_wait() -> bool {
+        !NO_WAIT.get()
+    }
+}
+
+impl Drop for NoWait {
+    fn drop(&mut self) {
+        NO_WAIT.set(self.0);
+    }
 }
 
 /// Marks the current thread as the one that drains the device's rings, until dropped.
