@@ -171,6 +171,31 @@ fn misuse_is_refused_with_the_verb_named() {
     assert!(e.to_string().contains("no connection request"), "{e}");
 }
 
+/// The verbs keep the kernel's order of an ID's states (`cma_comp_exch`): a second bind,
+/// a route resolved twice, and a listen on a resolved ID each fail with EINVAL, naming
+/// the state; the ID is left as it was, and the next verb in order works.
+#[test]
+fn verbs_out_of_their_state_are_refused_with_einval() {
+    let c = ctx("127.0.0.79");
+    let chan = EventChannel::new().unwrap();
+    let id = CmId::new(&chan, &c, PortSpace::Tcp).unwrap();
+    id.bind_addr("127.0.0.79:0".parse().unwrap()).unwrap();
+    let e = id.bind_addr("127.0.0.79:0".parse().unwrap()).unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL, "{e}");
+    assert!(e.to_string().contains("ADDR_BOUND"), "{e}");
+    id.resolve_addr(None, "127.0.0.79:7479".parse().unwrap())
+        .unwrap();
+    expect(&chan, CmEventKind::AddrResolved);
+    let e = id.listen(1).unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL, "{e}");
+    assert!(e.to_string().starts_with("rdma_listen:"), "{e}");
+    id.resolve_route().unwrap();
+    expect(&chan, CmEventKind::RouteResolved);
+    let e = id.resolve_route().unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL, "{e}");
+    assert!(e.to_string().contains("ROUTE_RESOLVED"), "{e}");
+}
+
 /// Multicast through the CM, its rules (rdma_cm's): a UD ID whose address is bound or
 /// resolved joins a group of its device's family once, and the MULTICAST_JOIN event gives
 /// the QPN and Q_Key a send to it takes; a TCP ID, a unicast address, a group of the other
