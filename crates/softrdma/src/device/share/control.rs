@@ -243,10 +243,23 @@ impl Control {
         rec: &[u8],
         fds: usize,
     ) -> Vec<Action> {
+        self.decoded(now, rng, t, Msg::decode(rec), fds)
+    }
+
+    /// [`Control::record`] for a record the caller decoded already (`msg`: what
+    /// [`Msg::decode`] made of it).
+    pub(crate) fn decoded(
+        &mut self,
+        now: Instant,
+        rng: &mut impl Rng,
+        t: MemberId,
+        msg: Result<Msg, super::msg::MsgError>,
+        fds: usize,
+    ) -> Vec<Action> {
         let Some(m) = self.members.get(&t) else {
             return Vec::new();
         };
-        let msg = match Msg::decode(rec) {
+        let msg = match msg {
             Ok(msg) => msg,
             Err(e) => {
                 let why = format!("dropping member pid {}: {e}", m.pid);

@@ -149,12 +149,13 @@ impl Share {
                     return;
                 }
             };
+            let msg = super::msg::Msg::decode(&rec);
             // A listen finds its service free if the member that held it is gone, though
             // its hang-up is not served yet (see `Control::evict_listen`).
-            if let Ok(super::msg::Msg::CmListen(sid)) = super::msg::Msg::decode(&rec) {
+            if let Ok(super::msg::Msg::CmListen(sid)) = msg {
                 self.evict_dead_listener(ctl, sid);
             }
-            let acts = ctl.core.record(now, &mut rng, t, &rec, fds.len());
+            let acts = ctl.core.decoded(now, &mut rng, t, msg, fds.len());
             self.apply(ctl, Some(r), acts, fds);
         }
     }
