@@ -28,25 +28,19 @@ impl Core {
                     return;
                 };
                 let from = SocketAddr::new(from, ip.src_port);
-                let conn = CmId::passive(cs, &l, from, id, |st| {
+                let peer = PeerParam {
+                    responder_resources: req.responder_resources,
+                    initiator_depth: req.initiator_depth,
+                    retry_count: req.retry_count,
+                    rnr_retry_count: req.rnr_retry_count,
+                    srq: req.srq,
+                    qp_num: req.local_qpn,
+                };
+                let asked = (&req.private_data.as_bytes()[..], Some(peer));
+                CmId::passive(cs, l, (from, id), asked, |st| {
                     st.req = Some(req.clone());
                     st.rq_psn = random_psn();
                     st.passive = true;
-                });
-                conn.inner.chan().push(CmEvent {
-                    kind: CmEventKind::ConnectRequest,
-                    id: conn.clone(),
-                    listen_id: Some(CmId { inner: l }),
-                    private_data: req.private_data.as_bytes()[IpCmHeader::LEN..].to_vec(),
-                    ud: None,
-                    peer: Some(PeerParam {
-                        responder_resources: req.responder_resources,
-                        initiator_depth: req.initiator_depth,
-                        retry_count: req.retry_count,
-                        rnr_retry_count: req.rnr_retry_count,
-                        srq: req.srq,
-                        qp_num: req.local_qpn,
-                    }),
                 });
             }
             AgentEvent::RepReceived { id, rep } => {
@@ -159,15 +153,17 @@ impl Core {
 }
 
 impl CmId {
-    /// The passive ID a REQ or SIDR_REQ makes for listener `l` (connection `id`, the peer
-    /// at `from`), in the agent's table from now on; `fill` adds what the request brings.
+    /// The passive ID a REQ or SIDR_REQ makes for listener `l` (from the peer at `from`,
+    /// connection `id`), in the agent's table from now on, and its CONNECT_REQUEST event:
+    /// `asked` is the request's private data (its IP CM header first, which the event
+    /// leaves out) and what the peer offered; `fill` adds what the request brings.
     pub(super) fn passive(
         cs: &mut CoreSt,
-        l: &Arc<IdInner>,
-        from: SocketAddr,
-        id: CommId,
+        l: Arc<IdInner>,
+        (from, id): (SocketAddr, CommId),
+        (private_data, peer): (&[u8], Option<PeerParam>),
         fill: impl FnOnce(&mut IdRecord),
-    ) -> CmId {
+    ) {
         let local = l.st.lock().local;
         let conn = CmId::with_core(l.chan(), l.ctx.clone(), l.core.clone(), l.ps);
         {
@@ -179,6 +175,13 @@ impl CmId {
         }
         conn.moved(IdStep::Requested);
         cs.ids.insert(id, Arc::downgrade(&conn.inner));
-        conn
+        conn.inner.chan().push(CmEvent {
+            kind: CmEventKind::ConnectRequest,
+            id: conn.clone(),
+            listen_id: Some(CmId { inner: l }),
+            private_data: private_data[IpCmHeader::LEN..].to_vec(),
+            ud: None,
+            peer,
+        });
     }
 }

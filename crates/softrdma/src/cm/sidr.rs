@@ -130,15 +130,8 @@ impl Core {
             return;
         };
         let from = SocketAddr::new(from, ip.src_port);
-        let conn = CmId::passive(cs, &l, from, id, |st| st.sidr = Some(req.clone()));
-        conn.inner.chan().push(CmEvent {
-            kind: CmEventKind::ConnectRequest,
-            id: conn.clone(),
-            listen_id: Some(CmId { inner: l }),
-            private_data: req.private_data.as_bytes()[IpCmHeader::LEN..].to_vec(),
-            peer: None,
-            ud: None,
-        });
+        let asked = (&req.private_data.as_bytes()[..], None);
+        CmId::passive(cs, l, (from, id), asked, |st| st.sidr = Some(req.clone()));
     }
 
     /// The peer's SIDR_REP: the active UD ID is established with the peer's QP and Q_Key, or
