@@ -418,6 +418,12 @@ impl<T: ?Sized> DerefMut for WriteGuard<'_, T> {
     }
 }
 
+/// The entries of `list` that are still alive, taken out of the list's lock so that the
+/// caller can use them without holding it.
+pub(crate) fn upgraded<T: ?Sized>(list: &[std::sync::Weak<T>]) -> Vec<std::sync::Arc<T>> {
+    list.iter().filter_map(std::sync::Weak::upgrade).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

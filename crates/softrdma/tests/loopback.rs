@@ -1,5 +1,8 @@
 //! End to end over real UDP sockets on loopback, in one process: two devices on 127.0.0.x.
 
+mod common;
+
+use common::signaled;
 use softrdma::*;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
@@ -93,6 +96,14 @@ fn connect(a: &End, b: &End, attr: ConnectAttr) {
 
 /// Two more processes' worth of a device at `127.0.77.last` (members, when something owns
 /// it already): one QP of type `t` each, opened with `opts`, connected to each other.
+/// Two ends of type `t` on 127.0.77.`lasts.0` and `.1` (the same address: one shared
+/// device), connected with the default attributes.
+fn connected(lasts: (u8, u8), t: QpType) -> (End, End) {
+    let (a, b) = (end(lasts.0, t), end(lasts.1, t));
+    connect(&a, &b, ConnectAttr::default());
+    (a, b)
+}
+
 fn members(last: u8, t: QpType, opts: DeviceOptions) -> (End, End) {
     let (a, b) = (
         end_opts(last, t, 4096, opts.clone()),
@@ -125,20 +136,50 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
 }
 
 /// A WRITE to `to`'s region at `offset`.
+/// Posts a receive WR `wr_id` for `len` bytes at `offset` of `e`'s region.
+fn recv_into(e: &End, wr_id: u64, offset: u64, len: u32) {
+    e.qp.post_recv(RecvWr {
+        wr_id,
+        sg_list: softrdma_proto::sg![e.mr.sge(offset, len)],
+    })
+    .unwrap();
+}
+
+/// Where `a`'s SENDs go when the QPs are UD (`b`'s QP, with the tests' Q_Key); nothing for
+/// connected QPs.
+fn ud_dest(a: &End, b: &End, qp_type: QpType) -> Option<UdDest> {
+    (qp_type == QpType::Ud).then_some(UdDest {
+        src: a.ctx.addr(),
+        ip: b.ctx.addr(),
+        qpn: b.qp.qp_num(),
+        qkey: 0x1111_1111,
+        traffic_class: 0,
+    })
+}
+
+/// WRITEs `len` bytes of pattern `seed` from the start of `from`'s region to `at` in `to`'s,
+/// as WR `wr_id`, waits for its completion and checks that they landed.
+fn write_and_check(from: &End, to: &End, wr_id: u64, seed: u8, len: usize, at: u64) {
+    let data = pattern(seed, len);
+    from.mr.write(0, &data).unwrap();
+    from.qp
+        .post_send(signaled(
+            wr_id,
+            write_to(to, at),
+            from.mr.sge(0, len as u32),
+        ))
+        .unwrap();
+    let wc = wait(&from.cq, 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (wr_id, WcStatus::Success));
+    let mut got = vec![0; len];
+    to.mr.read(at as usize, &mut got).unwrap();
+    assert_eq!(got, data, "WR {wr_id}: pattern {seed}");
+}
+
 fn write_to(to: &End, offset: u64) -> SendOp {
     SendOp::Write {
         remote_addr: to.mr.addr() + offset,
         rkey: to.mr.rkey(),
-    }
-}
-
-fn signaled(wr_id: u64, op: SendOp, sge: Sge) -> SendWr {
-    SendWr {
-        wr_id,
-        op,
-        payload: Payload::Sges(softrdma_proto::sg![sge]),
-        flags: SendFlags::SIGNALED,
-        ud: None,
     }
 }
 
@@ -169,11 +210,7 @@ fn rc_every_operation(a: End, b: End) {
     a.mr.write(0, &data).unwrap();
     b.mr.write(0x80000, &pattern(2, 70_000)).unwrap();
     b.mr.write(0xF0000, &5u64.to_ne_bytes()).unwrap();
-    b.qp.post_recv(RecvWr {
-        wr_id: 50,
-        sg_list: softrdma_proto::sg![b.mr.sge(0x40000, 100_000)],
-    })
-    .unwrap();
+    recv_into(&b, 50, 0x40000, 100_000);
     let ops = [
         SendOp::SendWithImm(0xabc),
         write_to(&b, 0),
@@ -230,8 +267,7 @@ fn rc_every_operation(a: End, b: End) {
 #[test]
 fn wrong_rkey_is_rem_access_err() {
     let _machine = beside();
-    let (a, b) = (end(3, QpType::Rc), end(4, QpType::Rc));
-    connect(&a, &b, ConnectAttr::default());
+    let (a, b) = connected((3, 4), QpType::Rc);
     a.qp.post_send(signaled(
         1,
         SendOp::Write {
@@ -282,11 +318,7 @@ fn vanished_peer_gives_retry_exc_err_then_flushes() {
     );
     // A receive posted to the QP in ERROR completes at once, flushed: the one post of a
     // receive that has the device hand anything out.
-    a.qp.post_recv(RecvWr {
-        wr_id: 9,
-        sg_list: softrdma_proto::sg![a.mr.sge(0, 64)],
-    })
-    .unwrap();
+    recv_into(&a, 9, 0, 64);
     let r = wait(&a.cq, 1);
     assert_eq!((r[0].wr_id, r[0].status), (9, WcStatus::WrFlushErr));
 }
@@ -295,23 +327,12 @@ fn vanished_peer_gives_retry_exc_err_then_flushes() {
 fn uc_and_ud_over_udp() {
     let _machine = beside();
     for (qp_type, ip) in [(QpType::Uc, 7), (QpType::Ud, 9)] {
-        let (a, b) = (end(ip, qp_type), end(ip + 1, qp_type));
-        connect(&a, &b, ConnectAttr::default());
+        let (a, b) = connected((ip, ip + 1), qp_type);
         let data = pattern(3, 1000);
         a.mr.write(0, &data).unwrap();
-        b.qp.post_recv(RecvWr {
-            wr_id: 7,
-            sg_list: softrdma_proto::sg![b.mr.sge(0, 2000)],
-        })
-        .unwrap();
+        recv_into(&b, 7, 0, 2000);
         let mut wr = signaled(1, SendOp::Send, a.mr.sge(0, 1000));
-        wr.ud = (qp_type == QpType::Ud).then_some(UdDest {
-            src: a.ctx.addr(),
-            ip: b.ctx.addr(),
-            qpn: b.qp.qp_num(),
-            qkey: 0x1111_1111,
-            traffic_class: 0,
-        });
+        wr.ud = ud_dest(&a, &b, qp_type);
         a.qp.post_send(wr).unwrap();
         assert_eq!(wait(&a.cq, 1)[0].status, WcStatus::Success);
         let r = wait(&b.cq, 1);
@@ -324,8 +345,7 @@ fn uc_and_ud_over_udp() {
 #[test]
 fn garbage_at_port_4791_is_counted_and_dropped() {
     let _machine = beside();
-    let (a, b) = (end(11, QpType::Rc), end(12, QpType::Rc));
-    connect(&a, &b, ConnectAttr::default());
+    let (a, b) = connected((11, 12), QpType::Rc);
     let s = std::net::UdpSocket::bind("127.0.77.13:0").unwrap();
     let target = (b.ctx.addr(), 4791);
     s.send_to(b"random bytes", target).unwrap();
@@ -434,11 +454,7 @@ fn rc_every_operation_under_faults(a: End, b: End) {
     let slot = 4096u64;
     b.mr.write(0xC0000, &pattern(77, 4096 * 4)).unwrap();
     for i in 0..n {
-        b.qp.post_recv(RecvWr {
-            wr_id: i,
-            sg_list: softrdma_proto::sg![b.mr.sge(0x80000 + (i % 16) * slot, 4096)],
-        })
-        .unwrap();
+        recv_into(&b, i, 0x80000 + (i % 16) * slot, 4096);
     }
     let mut counter = 0u64;
     let mut expect = Vec::new();
@@ -542,11 +558,7 @@ fn uc_and_ud_under_faults_deliver_only_whole_messages() {
         connect(&a, &b, ConnectAttr::default());
         let n = 300u64;
         for i in 0..n {
-            b.qp.post_recv(RecvWr {
-                wr_id: i,
-                sg_list: softrdma_proto::sg![b.mr.sge(i * 2048, 2048)],
-            })
-            .unwrap();
+            recv_into(&b, i, i * 2048, 2048);
         }
         for i in 0..n {
             // Each message says which it is in its first bytes.
@@ -557,13 +569,7 @@ fn uc_and_ud_under_faults_deliver_only_whole_messages() {
             let off = 0x80000 + (i % 8) * 4096;
             a.mr.write(off as usize, &m).unwrap();
             let mut wr = signaled(i, SendOp::Send, a.mr.sge(off, len as u32));
-            wr.ud = (qp_type == QpType::Ud).then_some(UdDest {
-                src: a.ctx.addr(),
-                ip: b.ctx.addr(),
-                qpn: b.qp.qp_num(),
-                qkey: 0x1111_1111,
-                traffic_class: 0,
-            });
+            wr.ud = ud_dest(&a, &b, qp_type);
             a.qp.post_send(wr).unwrap();
             assert_eq!(wait(&a.cq, 1)[0].status, WcStatus::Success);
         }
@@ -764,14 +770,8 @@ fn an_idle_device_does_not_spin() {
 #[test]
 fn an_idle_shared_device_with_open_rings_does_not_spin() {
     let _machine = beside();
-    let owner = ctx(42);
-    let (a, b) = members(42, QpType::Rc, DeviceOptions::default());
-    write_until_placed(&a, &b.mr, 0, &pattern(1, 65536));
-    b.qp.post_recv(RecvWr {
-        wr_id: 1,
-        sg_list: softrdma_proto::sg![b.mr.sge(0, 64)],
-    })
-    .unwrap();
+    let (owner, a, b) = placed_members(42);
+    recv_into(&b, 1, 0, 64);
     a.qp.post_send(signaled(2, SendOp::Send, a.mr.sge(0, 64)))
         .unwrap();
     assert_eq!(wait(&a.cq, 1)[0].status, WcStatus::Success);
@@ -788,8 +788,7 @@ fn an_idle_shared_device_with_open_rings_does_not_spin() {
 #[test]
 fn a_posted_chain_leaves_together_and_its_acks_coalesce() {
     let _machine = beside();
-    let (a, b) = (end(44, QpType::Rc), end(45, QpType::Rc));
-    connect(&a, &b, ConnectAttr::default());
+    let (a, b) = connected((44, 45), QpType::Rc);
     let n = 100u64;
     for i in 0..n {
         a.mr.write(i as usize * 8, &i.to_le_bytes()).unwrap();
@@ -824,8 +823,7 @@ fn a_posted_chain_leaves_together_and_its_acks_coalesce() {
 #[test]
 fn a_chain_with_a_bad_wr_reports_how_many_were_posted() {
     let _machine = beside();
-    let (a, b) = (end(46, QpType::Rc), end(47, QpType::Rc));
-    connect(&a, &b, ConnectAttr::default());
+    let (a, b) = connected((46, 47), QpType::Rc);
     let write = write_to(&b, 0);
     let good = |i: u64| signaled(i, write, a.mr.sge(0, 8));
     // More SGEs than the QP was created with: refused at post time, as ibv_post_send does.
@@ -860,8 +858,7 @@ fn await_value(e: &End, v: u64) {
 #[test]
 fn a_pollers_acks_leave_with_its_answers() {
     let _machine = alone();
-    let (a, b) = (end(48, QpType::Rc), end(49, QpType::Rc));
-    connect(&a, &b, ConnectAttr::default());
+    let (a, b) = connected((48, 49), QpType::Rc);
     const ROUNDS: u64 = 2000;
     // perftest's WRITE ping-pong: wait for the peer's count, WRITE one's own, wait for the
     // WRITE's completion (its ACK). Both sides poll, so their devices defer each ACK until
@@ -953,8 +950,7 @@ fn an_ack_deferred_by_a_poller_that_stops_still_leaves() {
 #[test]
 fn connected_sockets_number_packets_and_every_icrc_holds() {
     let _machine = alone();
-    let (a, b) = (end(52, QpType::Rc), end(53, QpType::Rc));
-    connect(&a, &b, ConnectAttr::default());
+    let (a, b) = connected((52, 53), QpType::Rc);
     let count = |e: &End, name: &str| {
         let v = e.ctx.counters().snapshot();
         v.iter().find(|c| c.0 == name).unwrap().1
@@ -1028,19 +1024,9 @@ fn posting_inside_a_lending_poll_does_not_deadlock() {
         a.qp = a._pd.create_qp(QpInitAttr::new(qp_type, &a.cq)).unwrap();
         let b = end(ip + 1, qp_type);
         connect(&a, &b, ConnectAttr::default());
-        let ud = (qp_type == QpType::Ud).then_some(UdDest {
-            src: a.ctx.addr(),
-            ip: b.ctx.addr(),
-            qpn: b.qp.qp_num(),
-            qkey: 0x1111_1111,
-            traffic_class: 0,
-        });
+        let ud = ud_dest(&a, &b, qp_type);
         for i in 0..64 {
-            b.qp.post_recv(RecvWr {
-                wr_id: i,
-                sg_list: softrdma_proto::sg![b.mr.sge(i * 1024, 1024)],
-            })
-            .unwrap();
+            recv_into(&b, i, i * 1024, 1024);
         }
         let (tx, rx) = std::sync::mpsc::channel();
         let worker = std::thread::spawn(move || {
@@ -1297,19 +1283,8 @@ fn opens_of_one_device_share_its_port() {
 fn members_carry_on_when_the_owner_goes() {
     let _machine = beside();
     let owner = ctx(111);
-    let (a, b) = (end(111, QpType::Rc), end(111, QpType::Rc));
-    connect(&a, &b, ConnectAttr::default());
-    let round = |i: u64| {
-        let data = pattern(i as u8, 4096);
-        a.mr.write(0, &data).unwrap();
-        a.qp.post_send(signaled(i, write_to(&b, 8192), a.mr.sge(0, 4096)))
-            .unwrap();
-        let wc = wait(&a.cq, 1);
-        assert_eq!((wc[0].wr_id, wc[0].status), (i, WcStatus::Success));
-        let mut got = vec![0; 4096];
-        b.mr.read(8192, &mut got).unwrap();
-        assert_eq!(got, data, "round {i}");
-    };
+    let (a, b) = connected((111, 111), QpType::Rc);
+    let round = |i: u64| write_and_check(&a, &b, i, i as u8, 4096, 8192);
     for i in 0..20 {
         round(i);
     }
@@ -1413,15 +1388,7 @@ fn steered_members_keep_their_streams_when_one_leaves() {
         .collect();
     let round = |pairs: &[(End, End)], i: u64| {
         for (k, (m, r)) in pairs.iter().enumerate() {
-            let data = pattern((i as u8) ^ (k as u8) << 4, 4096);
-            m.mr.write(0, &data).unwrap();
-            m.qp.post_send(signaled(i, write_to(r, 8192), m.mr.sge(0, 4096)))
-                .unwrap();
-            let wc = wait(&m.cq, 1);
-            assert_eq!((wc[0].wr_id, wc[0].status), (i, WcStatus::Success));
-            let mut got = vec![0; 4096];
-            r.mr.read(8192, &mut got).unwrap();
-            assert_eq!(got, data, "round {i}, pair {k}");
+            write_and_check(m, r, i, (i as u8) ^ (k as u8) << 4, 4096, 8192);
         }
     };
     for i in 0..20 {
@@ -1441,6 +1408,15 @@ fn placed(c: &Context) -> u64 {
 /// Posts signaled WRITEs of `len` bytes of `data` from `a` to `b`'s region `mr` at
 /// `off`, waiting for each, until one is placed (the first ones take the ring while the
 /// grant is asked for); each WRITE's bytes are checked where they landed.
+/// A shared device's owner on 127.0.77.`last` and two RC members, connected, whose ring
+/// is open and grant in place (a 64 KiB WRITE of pattern 1 has been placed).
+fn placed_members(last: u8) -> (Context, End, End) {
+    let owner = ctx(last);
+    let (a, b) = members(last, QpType::Rc, DeviceOptions::default());
+    write_until_placed(&a, &b.mr, 0, &pattern(1, 65536));
+    (owner, a, b)
+}
+
 fn write_until_placed(a: &End, mr: &MemoryRegion, off: u64, data: &[u8]) {
     a.mr.write(0, data).unwrap();
     let before = placed(&a.ctx);
@@ -1556,14 +1532,8 @@ fn writes_are_placed_only_inside_live_grants() {
 #[test]
 fn a_held_write_behind_a_send_is_placed_in_turn_and_uc_places_none() {
     let _machine = beside();
-    let _owner = ctx(116);
-    let (a, b) = members(116, QpType::Rc, DeviceOptions::default());
-    write_until_placed(&a, &b.mr, 0, &pattern(1, 65536));
-    b.qp.post_recv(RecvWr {
-        wr_id: 5,
-        sg_list: softrdma_proto::sg![b.mr.sge(0x80000, 64)],
-    })
-    .unwrap();
+    let (_owner, a, b) = placed_members(116);
+    recv_into(&b, 5, 0x80000, 64);
     let data = pattern(2, 65536);
     a.mr.write(0x20000, &data).unwrap();
     let before = placed(&a.ctx);
@@ -1691,21 +1661,12 @@ fn hw(c: &Context, name: &str) -> u64 {
 #[test]
 fn same_host_acks_travel_in_memory() {
     let _machine = beside();
-    let (a, b) = (end(136, QpType::Rc), end(136, QpType::Rc));
-    connect(&a, &b, ConnectAttr::default());
+    let (a, b) = connected((136, 136), QpType::Rc);
     let turns = 200;
     let before = (hw(&a.ctx, "sent_pkts"), hw(&b.ctx, "sent_pkts"));
     for i in 0..turns {
-        b.qp.post_recv(RecvWr {
-            wr_id: i,
-            sg_list: softrdma_proto::sg![b.mr.sge(0x40000, 64)],
-        })
-        .unwrap();
-        a.qp.post_recv(RecvWr {
-            wr_id: i,
-            sg_list: softrdma_proto::sg![a.mr.sge(0x40000, 64)],
-        })
-        .unwrap();
+        recv_into(&b, i, 0x40000, 64);
+        recv_into(&a, i, 0x40000, 64);
         a.qp.post_send(signaled(i, SendOp::Send, a.mr.sge(0, 8)))
             .unwrap();
         wait(&b.cq, 1);
@@ -1734,16 +1695,11 @@ fn same_host_acks_travel_in_memory() {
 #[test]
 fn acks_in_memory_never_overtake_the_read_responses_before_them() {
     let _machine = alone();
-    let (a, b) = (end(137, QpType::Rc), end(137, QpType::Rc));
-    connect(&a, &b, ConnectAttr::default());
+    let (a, b) = connected((137, 137), QpType::Rc);
     let data = pattern(3, 65536);
     b.mr.write(0x80000, &data).unwrap();
     for i in 0..50 {
-        b.qp.post_recv(RecvWr {
-            wr_id: i,
-            sg_list: softrdma_proto::sg![b.mr.sge(0x40000, 64)],
-        })
-        .unwrap();
+        recv_into(&b, i, 0x40000, 64);
         let read = SendOp::Read {
             remote_addr: b.mr.addr() + 0x80000,
             rkey: b.mr.rkey(),
@@ -1876,17 +1832,7 @@ fn a_slow_route_lookup_holds_up_no_other_qp() {
     };
     let (a, b) = (end_opts(141, QpType::Rc, 4096, slow), end(141, QpType::Rc));
     let calls = || a.ctx.counters().get(Counter::SendCalls);
-    let round = |i: u64| {
-        let data = pattern(i as u8, 512);
-        a.mr.write(0, &data).unwrap();
-        a.qp.post_send(signaled(i, write_to(&b, 4096), a.mr.sge(0, 512)))
-            .unwrap();
-        let wc = wait(&a.cq, 1);
-        assert_eq!((wc[0].wr_id, wc[0].status), (i, WcStatus::Success));
-        let mut got = vec![0; 512];
-        b.mr.read(4096, &mut got).unwrap();
-        assert_eq!(got, data, "round {i}");
-    };
+    let round = |i: u64| write_and_check(&a, &b, i, i as u8, 512, 4096);
     let t0 = Instant::now();
     connect(&a, &b, ConnectAttr::default());
     assert!(

@@ -2,6 +2,9 @@
 //! itself as the peer (`peer_process`, active only when `SOFTRDMA_E2E_PEER` is set), so both
 //! ends are real processes with their own device, talking on loopback.
 
+mod common;
+
+use common::signaled;
 use softrdma::*;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr};
@@ -268,14 +271,12 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn wr(wr_id: u64, op: SendOp, sge: Sge) -> SendWr {
-    SendWr {
-        wr_id,
-        op,
-        payload: Payload::Sges(softrdma_proto::sg![sge]),
-        flags: SendFlags::SIGNALED,
-        ud: None,
-    }
+/// Posts `op` from `sge` as the next WR after `id` and waits for its successful
+/// completion.
+fn done(m: &Me, id: &mut u64, op: SendOp, sge: Sge) {
+    *id += 1;
+    m.qp.post_send(signaled(*id, op, sge)).unwrap();
+    assert_eq!(wait(&m.cq, *id).status, WcStatus::Success, "WR {id}");
 }
 
 /// RC: WRITE, READ back, SEND (checked by READing the peer's receive buffer), FETCH_ADD and
@@ -297,28 +298,24 @@ fn rc_round(faults: Option<&str>, last: u8, peer_env: &[(&str, &str)]) {
         let data = pattern(round, len);
         m.mr.write(0, &data).unwrap();
         let remote = p.addr + 0x40000 + (round % 8) * 16384;
-        id += 1;
-        m.qp.post_send(wr(
-            id,
+        done(
+            &m,
+            &mut id,
             SendOp::Write {
                 remote_addr: remote,
                 rkey: p.rkey,
             },
             m.mr.sge(0, len as u32),
-        ))
-        .unwrap();
-        assert_eq!(wait(&m.cq, id).status, WcStatus::Success);
-        id += 1;
-        m.qp.post_send(wr(
-            id,
+        );
+        done(
+            &m,
+            &mut id,
             SendOp::Read {
                 remote_addr: remote,
                 rkey: p.rkey,
             },
             m.mr.sge(0x20000, len as u32),
-        ))
-        .unwrap();
-        assert_eq!(wait(&m.cq, id).status, WcStatus::Success);
+        );
         assert_eq!(
             &m.mr.to_vec()[0x20000..0x20000 + len],
             &data[..],
@@ -326,43 +323,36 @@ fn rc_round(faults: Option<&str>, last: u8, peer_env: &[(&str, &str)]) {
         );
         // SEND lands in the peer's receive WR `round` (2048 bytes at round * 2048).
         let slen = (1 + (round as usize * 37) % 2048).min(len);
-        id += 1;
-        m.qp.post_send(wr(id, SendOp::Send, m.mr.sge(0, slen as u32)))
-            .unwrap();
-        assert_eq!(wait(&m.cq, id).status, WcStatus::Success);
-        id += 1;
-        m.qp.post_send(wr(
-            id,
+        done(&m, &mut id, SendOp::Send, m.mr.sge(0, slen as u32));
+        done(
+            &m,
+            &mut id,
             SendOp::Read {
                 remote_addr: p.addr + round * 2048,
                 rkey: p.rkey,
             },
             m.mr.sge(0x30000, slen as u32),
-        ))
-        .unwrap();
-        assert_eq!(wait(&m.cq, id).status, WcStatus::Success);
+        );
         assert_eq!(
             &m.mr.to_vec()[0x30000..0x30000 + slen],
             &data[..slen],
             "round {round}: SEND"
         );
-        id += 1;
-        m.qp.post_send(wr(
-            id,
+        done(
+            &m,
+            &mut id,
             SendOp::FetchAdd {
                 remote_addr: p.addr + 0xF0000,
                 rkey: p.rkey,
                 add: round + 1,
             },
             m.mr.sge(0xF0000, 8),
-        ))
-        .unwrap();
-        assert_eq!(wait(&m.cq, id).status, WcStatus::Success);
+        );
         assert_eq!(m.mr.to_vec()[0xF0000..0xF0008], counter.to_ne_bytes());
         counter += round + 1;
-        id += 1;
-        m.qp.post_send(wr(
-            id,
+        done(
+            &m,
+            &mut id,
             SendOp::CompareSwap {
                 remote_addr: p.addr + 0xF0000,
                 rkey: p.rkey,
@@ -370,9 +360,7 @@ fn rc_round(faults: Option<&str>, last: u8, peer_env: &[(&str, &str)]) {
                 swap: counter * 2,
             },
             m.mr.sge(0xF0008, 8),
-        ))
-        .unwrap();
-        assert_eq!(wait(&m.cq, id).status, WcStatus::Success);
+        );
         assert_eq!(m.mr.to_vec()[0xF0008..0xF0010], counter.to_ne_bytes());
         counter *= 2;
     }
@@ -414,7 +402,7 @@ fn echo_round(t: &str, faults: Option<&str>, last: u8) {
         let mut data = pattern(i, 900);
         data[..8].copy_from_slice(&i.to_le_bytes());
         m.mr.write(0, &data).unwrap();
-        let mut w = wr(i, SendOp::Send, m.mr.sge(0, 900));
+        let mut w = signaled(i, SendOp::Send, m.mr.sge(0, 900));
         w.ud = (t == "ud").then_some(UdDest {
             src: my_ip,
             ip: peer_ip,
@@ -476,7 +464,7 @@ fn killed_peer_gives_retry_exc_err_then_flushes() {
     let m = me("rc", my_ip, &mut p, peer_ip, DeviceOptions::default());
     m.mr.write(0, &pattern(1, 65536)).unwrap();
     let w = |i| {
-        wr(
+        signaled(
             i,
             SendOp::Write {
                 remote_addr: p.addr,

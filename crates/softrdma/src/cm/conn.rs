@@ -5,6 +5,7 @@
 //! Calls the agent (through `host::Core`), the QP-attribute policy and the verbs (QP
 //! modify). Locks: `CmId` alone or under `CmAgent`; a QP's with neither held.
 
+use super::agent::AgentGuard;
 use super::objects::{CmId, QpRef};
 use super::qp::announced_qp;
 use super::qp_attr::{path, random_psn, to_rts};
@@ -184,15 +185,14 @@ impl CmId {
             local_ca_guid: 0,
             private_data: pd,
         };
-        let core = &self.inner.core;
-        let mut cs = core.agent();
-        cs.agent
-            .accept(core.now(), id, rep)
-            .map_err(|e| Error::cm(verb, CmError::Refused { source: e }))?;
-        self.st().param = Some(param.clone());
-        self.moved(IdStep::Accepted);
-        core.settle(&mut cs);
-        Ok(())
+        self.on_agent(
+            verb,
+            |a, now| a.accept(now, id, rep),
+            |_| {
+                self.st().param = Some(param.clone());
+                self.moved(IdStep::Accepted);
+            },
+        )
     }
 
     /// Rejects the connection request this ID was made for (`rdma_reject`), with the
@@ -255,10 +255,26 @@ impl CmId {
         let Some(id) = self.st().comm else {
             return Err(Error::cm(verb, CmError::NoConnection));
         };
+        self.on_agent(verb, |a, now| f(a, now, id), |_| {})
+    }
+
+    /// Runs `f` on the agent under its lock, then `then` (still under it, so that what
+    /// the ID records is in place before any answer can be dispatched), then sends what
+    /// the agent made. A refusal by the agent is `verb`'s, and nothing else runs.
+    pub(super) fn on_agent(
+        &self,
+        verb: &'static str,
+        f: impl FnOnce(
+            &mut CmAgent<IpAddr>,
+            Instant,
+        ) -> std::result::Result<(), softrdma_proto::cm::CmError>,
+        then: impl FnOnce(&mut AgentGuard<'_>),
+    ) -> Result<()> {
         let core = &self.inner.core;
         let mut cs = core.agent();
-        f(&mut cs.agent, core.now(), id)
+        f(&mut cs.agent, core.now())
             .map_err(|e| Error::cm(verb, CmError::Refused { source: e }))?;
+        then(&mut cs);
         core.settle(&mut cs);
         Ok(())
     }

@@ -79,21 +79,16 @@ impl Core {
                     return;
                 }
                 let _ = cs.agent.ready_to_use(id, &[]);
-                cid.inner.chan().push(CmEvent {
-                    kind: CmEventKind::Established,
-                    id: cid.clone(),
-                    listen_id: None,
-                    private_data: rep.private_data.as_bytes().to_vec(),
-                    ud: None,
-                    peer: Some(PeerParam {
-                        responder_resources: rep.responder_resources,
-                        initiator_depth: rep.initiator_depth,
-                        retry_count: 0,
-                        rnr_retry_count: rep.rnr_retry_count,
-                        srq: rep.srq,
-                        qp_num: rep.local_qpn,
-                    }),
-                });
+                let peer = PeerParam {
+                    responder_resources: rep.responder_resources,
+                    initiator_depth: rep.initiator_depth,
+                    retry_count: 0,
+                    rnr_retry_count: rep.rnr_retry_count,
+                    srq: rep.srq,
+                    qp_num: rep.local_qpn,
+                };
+                let private_data = rep.private_data.as_bytes().to_vec();
+                cid.event_with(CmEventKind::Established, private_data, Some(peer), None);
             }
             AgentEvent::Established { id, private_data } => {
                 if let Some(inner) = id_of(cs, id) {

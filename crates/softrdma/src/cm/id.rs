@@ -10,7 +10,7 @@ use super::agent::AgentGuard;
 use super::channel::EventChannel;
 use super::dev;
 use super::objects::{Chan, CmEvent, CmId, Core, Ended, IdInner, IdRecord, LastLook, QpRef};
-use super::types::{CmEventKind, PortSpace};
+use super::types::{CmEventKind, PeerParam, PortSpace, UdParam};
 use crate::error::{CmError, Error, Result};
 use crate::sync::{Lock, Rank};
 use crate::verbs::context::Context;
@@ -104,13 +104,25 @@ impl CmId {
     }
 
     pub(super) fn event(&self, kind: CmEventKind, private_data: Vec<u8>) {
+        self.event_with(kind, private_data, None, None);
+    }
+
+    /// Posts an event that carries the peer's connection parameters (an active side's
+    /// ESTABLISHED) or a UD peer's QPN and Q_Key (a resolved SIDR).
+    pub(super) fn event_with(
+        &self,
+        kind: CmEventKind,
+        private_data: Vec<u8>,
+        peer: Option<PeerParam>,
+        ud: Option<UdParam>,
+    ) {
         self.inner.chan().push(CmEvent {
             kind,
             id: self.clone(),
             listen_id: None,
             private_data,
-            peer: None,
-            ud: None,
+            peer,
+            ud,
         });
     }
 

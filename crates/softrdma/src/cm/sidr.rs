@@ -4,7 +4,7 @@
 //!
 //! Calls the host's agent. Locks: `CmAgent`, with `CmId` and `CmIdChannel` under it.
 
-use super::objects::{CmEvent, CmId, Core, CoreSt, QpRef};
+use super::objects::{CmId, Core, CoreSt, QpRef};
 use super::types::{CmEventKind, ConnParam, RDMA_UDP_QKEY, UdParam};
 use crate::error::{CmError, Error, Result};
 use softrdma_proto::Instant;
@@ -82,21 +82,21 @@ impl CmId {
             qkey: if valid { RDMA_UDP_QKEY } else { 0 },
             private_data: pd,
         };
-        let core = &self.inner.core;
-        let mut cs = core.agent();
-        cs.agent
-            .sidr_reply(core.now(), id, rep)
-            .map_err(|e| Error::cm(verb, CmError::Refused { source: e }))?;
-        // The agent keeps the answer for duplicates; the ID is done with the exchange.
-        cs.ids.remove(&id);
-        {
-            let mut st = self.st();
-            st.comm = None;
-            st.sidr = None;
-        }
-        self.moved(IdStep::Resolved { valid });
-        core.settle(&mut cs);
-        Ok(())
+        self.on_agent(
+            verb,
+            |a, now| a.sidr_reply(now, id, rep),
+            |cs| {
+                // The agent keeps the answer for duplicates; the ID is done with the
+                // exchange.
+                cs.ids.remove(&id);
+                {
+                    let mut st = self.st();
+                    st.comm = None;
+                    st.sidr = None;
+                }
+                self.moved(IdStep::Resolved { valid });
+            },
+        )
     }
 }
 
@@ -151,16 +151,14 @@ impl Core {
             return;
         }
         cid.moved(IdStep::Resolved { valid: true });
-        cid.inner.chan().push(CmEvent {
-            kind: CmEventKind::Established,
-            id: cid.clone(),
-            listen_id: None,
-            private_data: rep.private_data.as_bytes().to_vec(),
-            peer: None,
-            ud: Some(UdParam {
+        cid.event_with(
+            CmEventKind::Established,
+            rep.private_data.as_bytes().to_vec(),
+            None,
+            Some(UdParam {
                 qp_num: rep.qpn,
                 qkey: rep.qkey,
             }),
-        });
+        );
     }
 }

@@ -215,26 +215,24 @@ mod tests {
     fn files_read_as_rxe_prints_them() {
         let d = [lo()];
         let r = |p: &str| read(&d, "0-1", p);
-        assert_eq!(
-            r("/sys/class/infiniband/softrdma0/ports/1/gids/1"),
-            Some(Ok("0000:0000:0000:0000:0000:ffff:7f00:0001\n".into()))
-        );
-        assert_eq!(
-            r("/sys/class/infiniband/softrdma0/ports/1/gid_attrs/types/1"),
-            Some(Ok("RoCE v2\n".into()))
-        );
-        assert_eq!(
-            r("/sys/class/infiniband/softrdma0/ports/1/lid"),
-            Some(Ok("0x1\n".into()))
-        );
-        assert_eq!(
-            r("/sys/class/infiniband_verbs/uverbs0/ibdev"),
-            Some(Ok("softrdma0\n".into()))
-        );
-        assert_eq!(
-            r("/sys/class/infiniband/softrdma0/device/local_cpus"),
-            Some(Ok("00000003\n".into()))
-        );
+        for (path, text) in [
+            (
+                "/sys/class/infiniband/softrdma0/ports/1/gids/1",
+                "0000:0000:0000:0000:0000:ffff:7f00:0001\n",
+            ),
+            (
+                "/sys/class/infiniband/softrdma0/ports/1/gid_attrs/types/1",
+                "RoCE v2\n",
+            ),
+            ("/sys/class/infiniband/softrdma0/ports/1/lid", "0x1\n"),
+            ("/sys/class/infiniband_verbs/uverbs0/ibdev", "softrdma0\n"),
+            (
+                "/sys/class/infiniband/softrdma0/device/local_cpus",
+                "00000003\n",
+            ),
+        ] {
+            assert_eq!(r(path), Some(Ok(text.into())), "{path}");
+        }
         // Empty slots read as zero GIDs, but have no type, as rxe's.
         assert!(r("/sys/class/infiniband/softrdma0/ports/1/gids/1023").is_some_and(|t| t.is_ok()));
         assert_eq!(

@@ -512,22 +512,23 @@ mod tests {
         }
     }
 
+    /// A path on 127.0.77.`last` that connects its destinations, with or without GSO,
+    /// and a socket to send to beside it.
+    fn connecting(last: u8, gso: bool) -> (TxPath, std::net::UdpSocket) {
+        let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 77, last));
+        let options = TxOptions {
+            connect: true,
+            gso,
+            gso_everywhere: false,
+        };
+        let tx = TxPath::new(Default::default(), ip, 0, options).unwrap();
+        (tx, std::net::UdpSocket::bind((ip, 0)).unwrap())
+    }
+
     /// Without GSO (`SOFTRDMA_NO_GSO`), two single probes are enough to connect.
     #[test]
     fn without_gso_a_destination_still_connects() {
-        let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 77, 66));
-        let tx = TxPath::new(
-            Default::default(),
-            ip,
-            0,
-            TxOptions {
-                connect: true,
-                gso: false,
-                gso_everywhere: false,
-            },
-        )
-        .unwrap();
-        let sink = std::net::UdpSocket::bind((ip, 0)).unwrap();
+        let (tx, sink) = connecting(66, false);
         assert!(tx.conn_settled(sink.local_addr().unwrap()).is_some());
         assert_eq!(tx.shared.counters.get(Counter::IpIdProbes), 2);
     }
@@ -536,19 +537,7 @@ mod tests {
     /// packets leave with are the ones planned, single and GSO sends alike.
     #[test]
     fn planned_ids_match_what_the_kernel_sends() {
-        let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 77, 60));
-        let tx = TxPath::new(
-            Default::default(),
-            ip,
-            0,
-            TxOptions {
-                connect: true,
-                gso: true,
-                gso_everywhere: false,
-            },
-        )
-        .unwrap();
-        let sink = std::net::UdpSocket::bind((ip, 0)).unwrap();
+        let (tx, sink) = connecting(60, true);
         let dst = sink.local_addr().unwrap();
         // The first use hands the destination to the learner and sends unconnected.
         assert!(tx.conn(dst).is_none());

@@ -231,13 +231,7 @@ pub(crate) fn render(dev: &Device) -> String {
             + mrs.iter().filter(|m| m.pd.0 == pdn).count();
         let _ = writeln!(s, "pd pdn {pdn} users {users}");
     }
-    let ids: Vec<Arc<CmIdEntry>> = dev
-        .res
-        .cm_ids
-        .lock()
-        .iter()
-        .filter_map(Weak::upgrade)
-        .collect();
+    let ids: Vec<Arc<CmIdEntry>> = crate::sync::upgraded(&dev.res.cm_ids.lock());
     for e in ids {
         let f = e.fields.lock().clone();
         let _ = writeln!(s, "cm_id cm-idn {} {f}", e.idn);

@@ -362,13 +362,7 @@ impl CompletionChannel {
                 // This thread stops polling until the event: the ACKs it deferred leave
                 // now, and a device whose socket it cannot watch hands it to its progress
                 // thread at once.
-                let devs: Vec<_> = self
-                    .inner
-                    .devices
-                    .lock()
-                    .iter()
-                    .filter_map(Weak::upgrade)
-                    .collect();
+                let devs = crate::sync::upgraded(&self.inner.devices.lock());
                 // And wait on the devices' sockets too: a datagram wakes this thread,
                 // which receives it and makes the completion it waits for itself, instead
                 // of waiting for the progress thread to wake and then wake it (one

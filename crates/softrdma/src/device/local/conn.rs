@@ -22,7 +22,7 @@ use crate::sync::{Lock, Rank};
 use nix::sys::socket::{self as ns, AddressFamily, MsgFlags, SockFlag, SockType};
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -281,11 +281,10 @@ impl Local {
                         .lock()
                         .answer(*ep, *pid, qpn, rkey, grant, fds);
                     if let Err(e) = r {
-                        eprintln!(
-                            "softrdma: {}: closing a same-host connection: {e}",
-                            self.addr
+                        self.refuse(
+                            fd_raw(conn),
+                            format_args!("closing a same-host connection: {e}"),
                         );
-                        let _ = share::send(fd_raw(conn), &self.refusal(), &[]);
                         gone = true;
                         break;
                     }
@@ -314,24 +313,22 @@ impl Local {
                             ));
                         }
                         Err(e) => {
-                            eprintln!(
-                                "softrdma: {}: refused a same-host ring from pid {pid}: {e}",
-                                self.addr
-                            );
                             // Said, so that the sender takes the UDP path instead of
                             // taking the hang-up for this process's death.
-                            let _ = share::send(fd, &self.refusal(), &[]);
+                            self.refuse(
+                                fd,
+                                format_args!("refused a same-host ring from pid {pid}: {e}"),
+                            );
                             gone = true;
                             break;
                         }
                     }
                 }
                 (_, m) => {
-                    eprintln!(
-                        "softrdma: {}: closing a same-host connection: unexpected {m:?}",
-                        self.addr
+                    self.refuse(
+                        fd,
+                        format_args!("closing a same-host connection: unexpected {m:?}"),
                     );
-                    let _ = share::send(fd, &self.refusal(), &[]);
                     gone = true;
                     break;
                 }
@@ -389,6 +386,14 @@ impl Local {
         ));
         happened.died = (ending == Ending::Open).then_some((ep, lost));
         happened
+    }
+
+    /// Says why on stderr, then tells the peer on `fd` that this process refuses its
+    /// ring or record; the caller closes the connection. The peer may be gone already,
+    /// so a failed send is no error.
+    fn refuse(&self, fd: RawFd, why: std::fmt::Arguments<'_>) {
+        eprintln!("softrdma: {}: {why}", self.addr);
+        let _ = share::send(fd, &self.refusal(), &[]);
     }
 
     /// What this process says when it refuses a peer's ring or record.

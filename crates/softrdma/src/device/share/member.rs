@@ -8,7 +8,7 @@
 //! asking the new owner with timed requests ([`ANSWER_TIMEOUT`] each).
 
 use super::msg::{MAX_QPNS, Msg};
-use super::sock::{Joined, await_probe, join, listen, request, send};
+use super::sock::{Joined, await_probe, join, listen, request, send, watch};
 use super::{ANSWER_TIMEOUT, BindPort, Change, Ctl, LISTEN, OWNER, Role, SPILL, Share, log};
 use crate::datapath::socket::{self as sys, Forgotten};
 use crate::datapath::udp::PortBind;
@@ -120,11 +120,7 @@ impl Share {
                             );
                         }
                     }
-                    let _ = r.register(
-                        &mut mio::unix::SourceFd(&conn.as_raw_fd()),
-                        OWNER,
-                        mio::Interest::READABLE,
-                    );
+                    let _ = watch(r, conn.as_raw_fd(), OWNER);
                     log(format_args!(
                         "{}: owner pid {old_owner} went; pid {} joined owner pid {owner_pid}",
                         self.addr,
@@ -152,11 +148,7 @@ impl Share {
                     if kept {
                         let raw = data.raw();
                         self.rx.set_spill(Some(data), slot);
-                        let _ = r.register(
-                            &mut mio::unix::SourceFd(&raw),
-                            SPILL,
-                            mio::Interest::READABLE,
-                        );
+                        let _ = watch(r, raw, SPILL);
                     } else {
                         if let Some(fd) = ctl.steering.take() {
                             sys::hollow(fd);
@@ -189,11 +181,7 @@ impl Share {
                     ctl.port = Some(port);
                     return Change::None;
                 }
-                let _ = r.register(
-                    &mut mio::unix::SourceFd(&listener.raw()),
-                    LISTEN,
-                    mio::Interest::READABLE,
-                );
+                let _ = watch(r, listener.raw(), LISTEN);
                 log(format_args!(
                     "{}: owner pid {old_owner} went; pid {} owns the device",
                     self.addr,

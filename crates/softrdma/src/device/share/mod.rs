@@ -85,7 +85,7 @@ pub(crate) use forward::dest_qpn;
 use member::{Slots, slot_join};
 use msg::Msg;
 use nix::sys::socket::{self as ns, Backlog};
-use sock::{Joined, io, join, listen, request};
+use sock::{Joined, io, join, listen, request, watch};
 pub(crate) use sock::{recv, same_user, send};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -370,24 +370,12 @@ impl Share {
         let ctl = self.ctl.lock();
         match &ctl.role {
             Role::Alone => Ok(()),
-            Role::Owner { listener, .. } => r.register(
-                &mut mio::unix::SourceFd(&listener.raw()),
-                LISTEN,
-                mio::Interest::READABLE,
-            ),
+            Role::Owner { listener, .. } => watch(r, listener.raw(), LISTEN),
             Role::Member { conn, .. } => {
                 if let Some(fd) = self.rx.spill() {
-                    r.register(
-                        &mut mio::unix::SourceFd(&fd),
-                        SPILL,
-                        mio::Interest::READABLE,
-                    )?;
+                    watch(r, fd, SPILL)?;
                 }
-                r.register(
-                    &mut mio::unix::SourceFd(&conn.as_raw_fd()),
-                    OWNER,
-                    mio::Interest::READABLE,
-                )
+                watch(r, conn.as_raw_fd(), OWNER)
             }
         }
     }

@@ -11,7 +11,7 @@
 
 use super::control::{Action, MemberId, OWN};
 use super::forward::CmListen;
-use super::sock::{recv, same_user, send};
+use super::sock::{recv, same_user, send, watch};
 use super::{Change, Conn, Ctl, FORWARD_BUF, HANDBACK_BASE, LISTEN, MEMBER_BASE, OWNER, Role};
 use super::{SPILL, Share, log, steer};
 use crate::datapath::socket as sys;
@@ -101,13 +101,7 @@ impl Share {
             };
             let t = MEMBER_BASE + *next;
             *next += 1;
-            if r.register(
-                &mut mio::unix::SourceFd(&fd.as_raw_fd()),
-                mio::Token(t),
-                mio::Interest::READABLE,
-            )
-            .is_err()
-            {
+            if watch(r, fd.as_raw_fd(), mio::Token(t)).is_err() {
                 continue;
             }
             conns.insert(
@@ -290,10 +284,10 @@ impl Share {
         }
         let data = Arc::new(data);
         // What the member hands back comes in on its pair.
-        if r.register(
-            &mut mio::unix::SourceFd(&data.as_raw_fd()),
+        if watch(
+            r,
+            data.as_raw_fd(),
             mio::Token(HANDBACK_BASE + to - MEMBER_BASE),
-            mio::Interest::READABLE,
         )
         .is_ok()
         {

@@ -16,6 +16,15 @@ use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
+/// Has the progress thread's poll wake when `fd` is readable, as `token`.
+pub(super) fn watch(r: &mio::Registry, fd: RawFd, token: mio::Token) -> std::io::Result<()> {
+    r.register(
+        &mut mio::unix::SourceFd(&fd),
+        token,
+        mio::Interest::READABLE,
+    )
+}
+
 /// Names the system call that failed.
 pub(super) fn io(what: &'static str) -> impl Fn(nix::Error) -> ShareError {
     move |e| ShareError::Io {
