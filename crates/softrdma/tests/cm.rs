@@ -38,6 +38,28 @@ fn active(
     (id, pd, cq)
 }
 
+/// An event channel for each side.
+fn channels() -> (EventChannel, EventChannel) {
+    (EventChannel::new().unwrap(), EventChannel::new().unwrap())
+}
+
+/// An ID of `space` on `ctx` that listens on `port` of every address, its events on `chan`.
+fn listening(chan: &EventChannel, ctx: &Context, space: PortSpace, port: u16) -> CmId {
+    let id = CmId::new(chan, ctx, space).unwrap();
+    id.bind_addr(SocketAddr::from(([0, 0, 0, 0], port)))
+        .unwrap();
+    id.listen(8).unwrap();
+    id
+}
+
+/// Connection parameters that carry `private_data` and the defaults.
+fn param(private_data: &[u8]) -> ConnParam {
+    ConnParam {
+        private_data: private_data.to_vec(),
+        ..Default::default()
+    }
+}
+
 fn wait_wc(cq: &CompletionQueue) -> Completion {
     let end = std::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -52,18 +74,11 @@ fn wait_wc(cq: &CompletionQueue) -> Completion {
 #[test]
 fn two_devices_connect_by_address_exchange_a_send_and_disconnect() {
     let (sctx, cctx) = (ctx("127.0.0.71"), ctx("127.0.0.72"));
-    let (schan, cchan) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
-    let listener = CmId::new(&schan, &sctx, PortSpace::Tcp).unwrap();
-    listener.bind_addr("0.0.0.0:7471".parse().unwrap()).unwrap();
-    listener.listen(8).unwrap();
+    let (schan, cchan) = channels();
+    let _listener = listening(&schan, &sctx, PortSpace::Tcp, 7471);
 
     let (client, cpd, ccq) = active(&cctx, &cchan, "127.0.0.71:7471".parse().unwrap());
-    client
-        .connect(&ConnParam {
-            private_data: b"from the client".to_vec(),
-            ..Default::default()
-        })
-        .unwrap();
+    client.connect(&param(b"from the client")).unwrap();
 
     let req = expect(&schan, CmEventKind::ConnectRequest);
     assert!(req.private_data.starts_with(b"from the client"));
@@ -84,11 +99,7 @@ fn two_devices_connect_by_address_exchange_a_send_and_disconnect() {
         .create_qp(&spd, QpInitAttr::new(QpType::Rc, &scq))
         .unwrap();
     sqp.post_recv_owned(1, vec![0; 64]).unwrap();
-    conn.accept(&ConnParam {
-        private_data: b"welcome".to_vec(),
-        ..Default::default()
-    })
-    .unwrap();
+    conn.accept(&param(b"welcome")).unwrap();
 
     let est = expect(&cchan, CmEventKind::Established);
     assert!(est.private_data.starts_with(b"welcome"));
@@ -277,10 +288,8 @@ fn an_ipv6_loopback_device_refuses_multicast_joins_with_eopnotsupp() {
 #[test]
 fn ud_ids_find_each_others_qps_through_sidr() {
     let (sctx, cctx) = (ctx("127.0.0.78"), ctx("127.0.0.79"));
-    let (schan, cchan) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
-    let listener = CmId::new(&schan, &sctx, PortSpace::Udp).unwrap();
-    listener.bind_addr("0.0.0.0:7474".parse().unwrap()).unwrap();
-    listener.listen(8).unwrap();
+    let (schan, cchan) = channels();
+    let _listener = listening(&schan, &sctx, PortSpace::Udp, 7474);
     let resolve = |port: u16| {
         let id = CmId::new(&cchan, &cctx, PortSpace::Udp).unwrap();
         id.resolve_addr(None, SocketAddr::new([127, 0, 0, 78].into(), port))
@@ -301,12 +310,7 @@ fn ud_ids_find_each_others_qps_through_sidr() {
         .create_qp(&cpd, QpInitAttr::new(QpType::Ud, &ccq))
         .unwrap();
     assert_eq!(cqp.query().state, Some(QpState::Rts));
-    client
-        .connect(&ConnParam {
-            private_data: b"which QP?".to_vec(),
-            ..Default::default()
-        })
-        .unwrap();
+    client.connect(&param(b"which QP?")).unwrap();
 
     let req = expect(&schan, CmEventKind::ConnectRequest);
     assert!(req.private_data.starts_with(b"which QP?"));
@@ -321,12 +325,7 @@ fn ud_ids_find_each_others_qps_through_sidr() {
         .create_qp(&spd, QpInitAttr::new(QpType::Ud, &scq))
         .unwrap();
     sqp.post_recv_owned(1, vec![0; 40 + 64]).unwrap();
-    req.id
-        .accept(&ConnParam {
-            private_data: b"this one".to_vec(),
-            ..Default::default()
-        })
-        .unwrap();
+    req.id.accept(&param(b"this one")).unwrap();
 
     let est = expect(&cchan, CmEventKind::Established);
     assert!(est.private_data.starts_with(b"this one"));
@@ -377,10 +376,8 @@ fn ud_ids_find_each_others_qps_through_sidr() {
 #[test]
 fn init_qp_attr_gives_the_connections_parameters() {
     let (sctx, cctx) = (ctx("127.0.0.80"), ctx("127.0.0.81"));
-    let (schan, cchan) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
-    let listener = CmId::new(&schan, &sctx, PortSpace::Tcp).unwrap();
-    listener.bind_addr("0.0.0.0:7476".parse().unwrap()).unwrap();
-    listener.listen(8).unwrap();
+    let (schan, cchan) = channels();
+    let _listener = listening(&schan, &sctx, PortSpace::Tcp, 7476);
     let (client, _cpd, _ccq) = active(&cctx, &cchan, "127.0.0.80:7476".parse().unwrap());
     let init = client.init_qp_attr(QpState::Init).unwrap();
     assert_eq!(init.state, Some(QpState::Init));
@@ -488,10 +485,8 @@ fn connections_form_through_lost_duplicated_and_reordered_mads() {
         Context::open_with(a, a.parse().unwrap(), Mtu::M1024, opts).unwrap()
     };
     let (sctx, cctx) = (faulty("127.0.0.84"), faulty("127.0.0.85"));
-    let (schan, cchan) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
-    let listener = CmId::new(&schan, &sctx, PortSpace::Tcp).unwrap();
-    listener.bind_addr("0.0.0.0:7478".parse().unwrap()).unwrap();
-    listener.listen(8).unwrap();
+    let (schan, cchan) = channels();
+    let _listener = listening(&schan, &sctx, PortSpace::Tcp, 7478);
     for _ in 0..5 {
         one_cycle(
             (&sctx, &schan),
@@ -508,10 +503,8 @@ fn connections_form_through_lost_duplicated_and_reordered_mads() {
 #[test]
 fn ten_thousand_connect_disconnect_cycles_leave_nothing_behind() {
     let (sctx, cctx) = (ctx("127.0.0.86"), ctx("127.0.0.87"));
-    let (schan, cchan) = (EventChannel::new().unwrap(), EventChannel::new().unwrap());
-    let listener = CmId::new(&schan, &sctx, PortSpace::Tcp).unwrap();
-    listener.bind_addr("0.0.0.0:7479".parse().unwrap()).unwrap();
-    listener.listen(8).unwrap();
+    let (schan, cchan) = channels();
+    let _listener = listening(&schan, &sctx, PortSpace::Tcp, 7479);
     let ids = |addr: &str| {
         softrdma::stats::resources(&softrdma::stats::key(addr, addr.parse().unwrap()))
             .0
