@@ -209,6 +209,15 @@ impl Held {
         }
     }
 
+    /// Checks the order, then waits in `take` for the lock at `addr` (whatever kind of
+    /// guard it gives), then records it as held.
+    #[inline]
+    fn wait_for<G>(rank: Rank, addr: usize, take: impl FnOnce() -> G) -> (G, Self) {
+        Held::check(rank);
+        let guard = take();
+        (guard, Held::take(rank, addr))
+    }
+
     /// Checks the order before a blocking acquisition.
     #[inline]
     fn check(rank: Rank) {
@@ -224,6 +233,11 @@ impl Drop for Held {
     fn drop(&mut self) {
         order::pop(self.addr);
     }
+}
+
+/// Where `inner` lives: what names a lock while it is held.
+fn addr_of<T: ?Sized>(inner: &T) -> usize {
+    std::ptr::from_ref(inner).cast::<u8>() as usize
 }
 
 /// A mutex with a [`Rank`]; see the module docs.
@@ -249,19 +263,18 @@ impl<T> Lock<T> {
 }
 
 impl<T: ?Sized> Lock<T> {
+    /// Names this lock in the thread's record of what it holds.
     fn addr(&self) -> usize {
-        std::ptr::from_ref(&self.inner).cast::<u8>() as usize
+        addr_of(&self.inner)
     }
 
     /// Takes the lock, waiting for it; a poisoned lock is taken as it is.
     #[inline]
     pub fn lock(&self) -> Guard<'_, T> {
-        Held::check(self.rank);
-        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        Guard {
-            inner,
-            _held: Held::take(self.rank, self.addr()),
-        }
+        let (inner, _held) = Held::wait_for(self.rank, self.addr(), || {
+            self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        });
+        Guard { inner, _held }
     }
 
     /// Takes the lock if no one holds it.
@@ -316,21 +329,6 @@ impl<T: ?Sized> fmt::Debug for Lock<T> {
     }
 }
 
-impl<T: ?Sized> Deref for Guard<'_, T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        &self.inner
-    }
-}
-
-impl<T: ?Sized> DerefMut for Guard<'_, T> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.inner
-    }
-}
-
 /// A readers-writer lock with a [`Rank`]; see the module docs. Readers count as holders
 /// for the order: a thread never takes a read lock under another lock of its rank or
 /// above, for a writer may be waiting between them.
@@ -362,30 +360,27 @@ impl<T> RwLock<T> {
 }
 
 impl<T: ?Sized> RwLock<T> {
+    /// Names this lock in the thread's record of what it holds.
     fn addr(&self) -> usize {
-        std::ptr::from_ref(&self.inner).cast::<u8>() as usize
+        addr_of(&self.inner)
     }
 
     /// Takes the lock to read, waiting for a writer; poisoning is ignored.
     #[inline]
     pub fn read(&self) -> ReadGuard<'_, T> {
-        Held::check(self.rank);
-        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        ReadGuard {
-            inner,
-            _held: Held::take(self.rank, self.addr()),
-        }
+        let (inner, _held) = Held::wait_for(self.rank, self.addr(), || {
+            self.inner.read().unwrap_or_else(|e| e.into_inner())
+        });
+        ReadGuard { inner, _held }
     }
 
     /// Takes the lock to write, waiting for readers and writers; poisoning is ignored.
     #[inline]
     pub fn write(&self) -> WriteGuard<'_, T> {
-        Held::check(self.rank);
-        let inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
-        WriteGuard {
-            inner,
-            _held: Held::take(self.rank, self.addr()),
-        }
+        let (inner, _held) = Held::wait_for(self.rank, self.addr(), || {
+            self.inner.write().unwrap_or_else(|e| e.into_inner())
+        });
+        WriteGuard { inner, _held }
     }
 }
 
@@ -395,28 +390,29 @@ impl<T: ?Sized> fmt::Debug for RwLock<T> {
     }
 }
 
-impl<T: ?Sized> Deref for ReadGuard<'_, T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        &self.inner
-    }
+/// A guard reads (and, where it may, writes) through to the value it guards.
+macro_rules! guard_deref {
+    ($guard:ident $(, $mut:ident)?) => {
+        impl<T: ?Sized> Deref for $guard<'_, T> {
+            type Target = T;
+            #[inline]
+            fn deref(&self) -> &T {
+                &self.inner
+            }
+        }
+        $(
+            impl<T: ?Sized> $mut for $guard<'_, T> {
+                #[inline]
+                fn deref_mut(&mut self) -> &mut T {
+                    &mut self.inner
+                }
+            }
+        )?
+    };
 }
-
-impl<T: ?Sized> Deref for WriteGuard<'_, T> {
-    type Target = T;
-    #[inline]
-    fn deref(&self) -> &T {
-        &self.inner
-    }
-}
-
-impl<T: ?Sized> DerefMut for WriteGuard<'_, T> {
-    #[inline]
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.inner
-    }
-}
+guard_deref!(Guard, DerefMut);
+guard_deref!(ReadGuard);
+guard_deref!(WriteGuard, DerefMut);
 
 /// The entries of `list` that are still alive, taken out of the list's lock so that the
 /// caller can use them without holding it.
@@ -443,15 +439,21 @@ mod tests {
         assert_eq!(*b2.lock(), 4);
     }
 
+    /// Takes `second` while holding `first`; the panic, if the order check makes one.
+    #[cfg(debug_assertions)]
+    fn nested(first: &Lock<()>, second: &Lock<()>) -> std::thread::Result<()> {
+        std::panic::catch_unwind(|| {
+            let _g = first.lock();
+            let _h = second.lock();
+        })
+    }
+
     #[cfg(debug_assertions)]
     #[test]
     fn a_lock_taken_out_of_order_panics_naming_both() {
         let outer = Lock::new(Rank::Cq, ());
         let inner = Lock::new(Rank::Qp, ());
-        let r = std::panic::catch_unwind(|| {
-            let _g = outer.lock();
-            let _h = inner.lock();
-        });
+        let r = nested(&outer, &inner);
         let msg = *r.unwrap_err().downcast::<String>().unwrap();
         assert!(
             msg.contains("taking Qp") && msg.contains("holding Cq"),
@@ -467,10 +469,7 @@ mod tests {
     fn two_locks_of_one_rank_panic() {
         let a = Lock::new(Rank::Qp, ());
         let b = Lock::new(Rank::Qp, ());
-        let r = std::panic::catch_unwind(|| {
-            let _g = a.lock();
-            let _h = b.lock();
-        });
+        let r = nested(&a, &b);
         assert!(r.is_err());
     }
 

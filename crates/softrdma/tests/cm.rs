@@ -52,6 +52,19 @@ fn listening(chan: &EventChannel, ctx: &Context, space: PortSpace, port: u16) ->
     id
 }
 
+/// A server's and a client's device on `addrs`, an event channel each, and a listener of
+/// `space` on the server's `port`.
+fn served(
+    addrs: (&str, &str),
+    space: PortSpace,
+    port: u16,
+) -> (Context, Context, EventChannel, EventChannel, CmId) {
+    let (sctx, cctx) = (ctx(addrs.0), ctx(addrs.1));
+    let (schan, cchan) = channels();
+    let listener = listening(&schan, &sctx, space, port);
+    (sctx, cctx, schan, cchan, listener)
+}
+
 /// Connection parameters that carry `private_data` and the defaults.
 fn param(private_data: &[u8]) -> ConnParam {
     ConnParam {
@@ -73,9 +86,8 @@ fn wait_wc(cq: &CompletionQueue) -> Completion {
 
 #[test]
 fn two_devices_connect_by_address_exchange_a_send_and_disconnect() {
-    let (sctx, cctx) = (ctx("127.0.0.71"), ctx("127.0.0.72"));
-    let (schan, cchan) = channels();
-    let _listener = listening(&schan, &sctx, PortSpace::Tcp, 7471);
+    let (sctx, cctx, schan, cchan, _listener) =
+        served(("127.0.0.71", "127.0.0.72"), PortSpace::Tcp, 7471);
 
     let (client, cpd, ccq) = active(&cctx, &cchan, "127.0.0.71:7471".parse().unwrap());
     client.connect(&param(b"from the client")).unwrap();
@@ -287,9 +299,8 @@ fn an_ipv6_loopback_device_refuses_multicast_joins_with_eopnotsupp() {
 /// status 2 comes through the same way.
 #[test]
 fn ud_ids_find_each_others_qps_through_sidr() {
-    let (sctx, cctx) = (ctx("127.0.0.78"), ctx("127.0.0.79"));
-    let (schan, cchan) = channels();
-    let _listener = listening(&schan, &sctx, PortSpace::Udp, 7474);
+    let (sctx, cctx, schan, cchan, _listener) =
+        served(("127.0.0.78", "127.0.0.79"), PortSpace::Udp, 7474);
     let resolve = |port: u16| {
         let id = CmId::new(&cchan, &cctx, PortSpace::Udp).unwrap();
         id.resolve_addr(None, SocketAddr::new([127, 0, 0, 78].into(), port))
@@ -375,9 +386,8 @@ fn ud_ids_find_each_others_qps_through_sidr() {
 /// known, with the verb named.
 #[test]
 fn init_qp_attr_gives_the_connections_parameters() {
-    let (sctx, cctx) = (ctx("127.0.0.80"), ctx("127.0.0.81"));
-    let (schan, cchan) = channels();
-    let _listener = listening(&schan, &sctx, PortSpace::Tcp, 7476);
+    let (sctx, cctx, schan, cchan, _listener) =
+        served(("127.0.0.80", "127.0.0.81"), PortSpace::Tcp, 7476);
     let (client, _cpd, _ccq) = active(&cctx, &cchan, "127.0.0.80:7476".parse().unwrap());
     let init = client.init_qp_attr(QpState::Init).unwrap();
     assert_eq!(init.state, Some(QpState::Init));
@@ -502,9 +512,8 @@ fn connections_form_through_lost_duplicated_and_reordered_mads() {
 /// ended, the CM IDs that `res show cm_id` lists come back to the listener alone.
 #[test]
 fn ten_thousand_connect_disconnect_cycles_leave_nothing_behind() {
-    let (sctx, cctx) = (ctx("127.0.0.86"), ctx("127.0.0.87"));
-    let (schan, cchan) = channels();
-    let _listener = listening(&schan, &sctx, PortSpace::Tcp, 7479);
+    let (sctx, cctx, schan, cchan, _listener) =
+        served(("127.0.0.86", "127.0.0.87"), PortSpace::Tcp, 7479);
     let ids = |addr: &str| {
         softrdma::stats::resources(&softrdma::stats::key(addr, addr.parse().unwrap()))
             .0
