@@ -165,6 +165,7 @@ mod counters;
 pub mod datapath;
 mod device;
 mod error;
+mod eventfd;
 /// The ranked lock type, public for the drop-in C ABI (`softrdma-capi`) alone, whose locks
 /// share softrdma's order; see the module docs.
 #[doc(hidden)]

@@ -6,10 +6,11 @@
 //! Locks: `CmEvents` (the queue; a leaf), and, while spinning, whatever a receive pass of
 //! the device takes (with none of the CM's held).
 
-use super::fd::{drain_eventfd, eventfd, wait_readable, write_eventfd};
 use super::objects::{Chan, CmEvent};
 use super::registry::{cm_devices, release_pollers};
+use crate::error::Error;
 use crate::error::Result;
+use crate::eventfd;
 use crate::sync::{Lock, Rank};
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
@@ -29,7 +30,7 @@ impl Chan {
         q.push_back(ev);
         self.queued.store(q.len(), Ordering::Release);
         drop(q);
-        write_eventfd(&self.efd);
+        eventfd::signal(self.efd.as_raw_fd());
     }
 }
 
@@ -51,10 +52,10 @@ impl EventChannel {
         };
         // SAFETY: one valid pollfd, no wait.
         if unsafe { libc::poll(&mut p, 1, 0) } == 1 {
-            drain_eventfd(fd);
+            eventfd::drain(fd);
         }
         if !q.is_empty() {
-            write_eventfd(&self.inner.efd);
+            eventfd::signal(self.inner.efd.as_raw_fd());
         }
         ev
     }
@@ -69,7 +70,7 @@ impl EventChannel {
                 // rdma_get_cm_event not to wait sets O_NONBLOCK itself (libfabric does),
                 // and the C layer reads that flag. Drained only when poll says it is
                 // readable (see `pop`).
-                efd: eventfd("rdma_create_event_channel", 0)?,
+                efd: eventfd::new(false).map_err(Error::io("rdma_create_event_channel"))?,
             }),
         })
     }
@@ -102,7 +103,7 @@ impl EventChannel {
                 }
                 release_pollers();
             }
-            wait_readable(&[self.fd()], left);
+            eventfd::wait_readable(&[self.fd()], left);
         }
     }
 }

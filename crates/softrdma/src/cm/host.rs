@@ -11,12 +11,12 @@
 use super::agent::AgentGuard;
 use super::dev;
 use super::exit::at_exit;
-use super::fd::{eventfd, write_eventfd};
 use super::gsi::{GSI_BUF, GSI_RECVS, SEND_WR_BASE, post_gsi_recv};
 use super::objects::{Core, CoreSt, Ended};
 use super::registry::{CORES, CoreEntry};
 use super::thread::{inline_service, serve};
 use crate::error::{CmError, Error, Result};
+use crate::eventfd;
 use crate::sync::{Lock, Rank};
 use crate::verbs::context::Context;
 use crate::verbs::qp::QpInitAttr;
@@ -25,6 +25,7 @@ use softrdma_proto::{AccessFlags, Instant, QpCaps, QpType};
 use softrdma_wire::cm::{self as wire, GSI_QKEY, GSI_QPN};
 use softrdma_wire::{Psn, Qpn};
 use std::collections::HashMap;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -166,7 +167,7 @@ impl Core {
                 },
             ),
             dropped: Lock::new(Rank::CmDropped, Vec::new()),
-            wake: Arc::new(eventfd("rdma_create_id", libc::EFD_NONBLOCK)?),
+            wake: Arc::new(eventfd::new(true).map_err(Error::io("rdma_create_id"))?),
             gate: Arc::new(Lock::new(Rank::CmGate, true)),
             timer: nix::sys::timerfd::TimerFd::new(
                 nix::sys::timerfd::ClockId::CLOCK_MONOTONIC,
@@ -196,7 +197,7 @@ impl Core {
     }
 
     pub(super) fn wake(&self) {
-        write_eventfd(&self.wake);
+        eventfd::signal(self.wake.as_raw_fd());
     }
 
     /// Sends what the agent produced and hands out its events ([`Core::flush`]), and

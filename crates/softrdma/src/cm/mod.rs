@@ -99,7 +99,6 @@ mod conn;
 mod dev;
 mod dispatch;
 mod exit;
-mod fd;
 mod gsi;
 mod host;
 mod id;

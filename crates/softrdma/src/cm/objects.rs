@@ -10,8 +10,8 @@
 //! `CmEvents` (`Chan::q`).
 
 use super::dev::ResLine;
-use super::fd::write_eventfd;
 use super::types::{CmEventKind, ConnParam, PeerParam, PortSpace, UdParam};
+use crate::eventfd;
 use crate::sync::Lock;
 use crate::verbs::context::Context;
 use crate::verbs::cq::{CompletionChannel, CompletionQueue};
@@ -21,6 +21,7 @@ use softrdma_proto::cma::IdState;
 use softrdma_wire::cm::{RepRepr, ReqRepr, SidrReqRepr};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Weak};
@@ -78,7 +79,7 @@ impl LastLook {
 impl Drop for LastLook {
     fn drop(&mut self) {
         if self.core.strong_count() <= 1 {
-            write_eventfd(&self.wake);
+            eventfd::signal(self.wake.as_raw_fd());
         }
     }
 }

@@ -6,9 +6,9 @@
 //! Locks: `CmGate` (*try* inline; taken by the thread as it leaves, under `CmCores`),
 //! `CmAgent` (*try* inline), and what running the agent takes (see `host`).
 
-use super::fd::{drain_eventfd, wait_readable, write_eventfd};
 use super::objects::Core;
 use super::registry::CORES;
+use crate::eventfd;
 use crate::sync::Lock;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, Weak};
@@ -45,7 +45,7 @@ pub(super) fn inline_service(core: &Weak<Core>, gate: &Lock<bool>, wake: &OwnedF
     if core.strong_count() <= 1 {
         // The IDs went while this thread held the core: the thread's look at who holds it
         // found this hold (see `LastLook`).
-        write_eventfd(wake);
+        eventfd::signal(wake.as_raw_fd());
     }
     drop(serving);
     ran
@@ -59,9 +59,9 @@ pub(super) fn serve(c: Arc<Core>, own: usize) {
     let timer_fd = c.timer.as_fd().as_raw_fd();
     let mut alone_since: Option<std::time::Instant> = None;
     loop {
-        drain_eventfd(wake_fd);
+        eventfd::drain(wake_fd);
         // A timerfd reads as an eventfd does: 8 bytes, the expiry count.
-        drain_eventfd(timer_fd);
+        eventfd::drain(timer_fd);
         // The channel's event is consumed so that its descriptor rearms.
         let _ = c.chan.get_cq_event(Some(Duration::ZERO));
         {
@@ -94,7 +94,7 @@ pub(super) fn serve(c: Arc<Core>, own: usize) {
         } else {
             alone_since = None;
         }
-        wait_readable(&[cq_fd, wake_fd, timer_fd], next);
+        eventfd::wait_readable(&[cq_fd, wake_fd, timer_fd], next);
     }
 }
 

@@ -244,13 +244,10 @@ fn map_peers(memfd: &OwnedFd, len: usize) -> Result<Map, RingError> {
 
 /// A new eventfd, non-blocking.
 fn eventfd() -> Result<OwnedFd, RingError> {
-    // SAFETY: no pointers; a new descriptor or -1.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if fd < 0 {
-        return Err(last_os("eventfd"));
-    }
-    // SAFETY: a new descriptor nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    crate::eventfd::new(true).map_err(|source| RingError::Io {
+        what: "eventfd",
+        source,
+    })
 }
 
 /// The producing side of a ring.
@@ -366,10 +363,7 @@ impl Producer {
         fence(Ordering::SeqCst);
         let armed = self.map.word32(ARMED);
         if armed.load(Ordering::Relaxed) != 0 && armed.swap(0, Ordering::Relaxed) != 0 {
-            let one = 1u64.to_ne_bytes();
-            // SAFETY: writes 8 bytes from a live buffer to our eventfd. A full counter
-            // (EAGAIN) means the consumer has a wake-up pending already.
-            unsafe { libc::write(self.wake.as_raw_fd(), one.as_ptr().cast(), 8) };
+            crate::eventfd::signal(self.wake.as_raw_fd());
         }
     }
 }
@@ -421,9 +415,8 @@ impl Consumer {
 
     /// Empties the eventfd after a wake-up.
     pub(crate) fn clear_wake(&self) {
-        let mut b = [0u8; 8];
-        // SAFETY: reads at most 8 bytes into a live buffer; the descriptor is non-blocking.
-        unsafe { libc::read(self.wake.as_raw_fd(), b.as_mut_ptr().cast(), 8) };
+        // Non-blocking: an empty counter reads nothing.
+        crate::eventfd::drain(self.wake.as_raw_fd());
     }
 
     /// Whether an entry or an ACK waits.
@@ -768,10 +761,7 @@ mod tests {
         assert!(push(&mut p, b"x", 1));
         p.wake();
         p.wake();
-        let mut v = [0u8; 8];
-        // SAFETY: reads 8 bytes into a live buffer.
-        let n = unsafe { libc::read(c.wake_fd(), v.as_mut_ptr().cast(), 8) };
-        assert_eq!((n, u64::from_ne_bytes(v)), (8, 1));
+        assert_eq!(crate::eventfd::drain(c.wake_fd()), 1);
         assert!(c.arm(), "an entry waits: the consumer must not sleep");
     }
 

@@ -231,15 +231,7 @@ impl ChannelInner {
 
     pub(crate) fn signal(&self, cq: Weak<CqInner>) {
         self.ready.lock().push_back(cq);
-        let one: u64 = 1;
-        // SAFETY: writing 8 bytes from a valid u64 to an eventfd we own.
-        unsafe {
-            libc::write(
-                self.fd.as_raw_fd(),
-                (&one as *const u64).cast(),
-                std::mem::size_of::<u64>(),
-            )
-        };
+        crate::eventfd::signal(self.fd.as_raw_fd());
     }
 }
 
@@ -298,7 +290,7 @@ mod tests {
     }
 
     fn readable(ch: &ChannelInner) -> bool {
-        super::super::events::readable(ch.fd.as_raw_fd())
+        crate::eventfd::readable(ch.fd.as_raw_fd())
     }
 
     /// A channel with an inline consumer that counts its runs and answers `can`.

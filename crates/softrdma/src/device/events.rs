@@ -14,10 +14,11 @@
 //! list's lock is taken before any queue's; the eventfd is written and read without a
 //! queue's lock held.
 
+use crate::eventfd;
 use crate::sync::{Lock, Rank};
 use softrdma_proto::AsyncEvent;
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Weak};
 
 /// The most events a queue keeps: a program that never reads its events (the Rust API's
@@ -94,14 +95,11 @@ impl AsyncEventQueue {
     /// An empty queue. Without an eventfd (the process is out of descriptors) events are
     /// still queued; only the descriptor is missing, and `fd` says so.
     pub(crate) fn new() -> Self {
-        // SAFETY: eventfd takes no pointers; the result is checked before use.
-        // Blocking, as a kernel device's async_fd is (C callers set O_NONBLOCK themselves
-        // if they want it); `pop` reads it only when poll says it is readable.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         Self {
             queue: Lock::new(Rank::AsyncQueue, VecDeque::new()),
-            // SAFETY: `fd` is a new descriptor that nothing else owns.
-            fd: (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) }),
+            // Blocking, as a kernel device's async_fd is; `pop` reads it only when poll
+            // says it is readable.
+            fd: eventfd::new(false).ok(),
         }
     }
 
@@ -126,11 +124,8 @@ impl AsyncEventQueue {
         // Drain the counter under the lock, then set it again if events remain: a push
         // that races this takes the lock after us and signals anew.
         if let Some(fd) = self.fd() {
-            if readable(fd) {
-                let mut v: u64 = 0;
-                // SAFETY: reading 8 bytes into a valid u64 from our eventfd, which is
-                // readable, so this does not block.
-                unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+            if eventfd::readable(fd) {
+                eventfd::drain(fd);
             }
         }
         let more = !q.is_empty();
@@ -148,28 +143,16 @@ impl AsyncEventQueue {
     }
 
     fn signal(&self) {
-        if let Some(fd) = &self.fd {
-            let one: u64 = 1;
-            // SAFETY: writing 8 bytes from a valid u64 to our eventfd.
-            unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        if let Some(fd) = self.fd() {
+            eventfd::signal(fd);
         }
     }
-}
-
-/// Whether `fd` can be read without blocking.
-pub(crate) fn readable(fd: RawFd) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, no wait.
-    unsafe { libc::poll(&mut p, 1, 0) == 1 }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::eventfd::readable;
 
     #[test]
     fn the_descriptor_is_readable_exactly_while_events_wait() {

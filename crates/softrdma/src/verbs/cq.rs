@@ -6,7 +6,7 @@ use crate::sync::{Lock, Rank};
 use crate::verbs::context::Context;
 use softrdma_proto::Completion;
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -267,20 +267,15 @@ impl std::fmt::Debug for CompletionChannel {
 
 impl CompletionChannel {
     pub(crate) fn new() -> Result<Self> {
-        // SAFETY: eventfd takes no pointers; the result is checked before use.
-        // Blocking, as a kernel channel's descriptor is: C callers that want otherwise set
-        // O_NONBLOCK themselves, and `get_cq_event` reads only after poll says readable.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(Error::Io {
-                verb: "ibv_create_comp_channel",
-                source: std::io::Error::last_os_error(),
-            });
-        }
+        // Blocking, as a kernel channel's descriptor is: `get_cq_event` reads only after
+        // poll says readable.
+        let fd = crate::eventfd::new(false).map_err(|source| Error::Io {
+            verb: "ibv_create_comp_channel",
+            source,
+        })?;
         Ok(Self {
             inner: Arc::new(ChannelInner {
-                // SAFETY: `fd` is a new descriptor that nothing else owns.
-                fd: unsafe { OwnedFd::from_raw_fd(fd) },
+                fd,
                 ready: Lock::new(Rank::CqReady, VecDeque::new()),
                 devices: Lock::new(Rank::CqPollers, Vec::new()),
                 inline: std::sync::OnceLock::new(),
@@ -405,16 +400,8 @@ impl CompletionChannel {
                 }
             }
             if pfds[0].revents != 0 {
-                let mut v: u64 = 0;
-                // SAFETY: reading 8 bytes into a valid u64 from our eventfd, which is
-                // readable (a blocking read cannot block).
-                unsafe {
-                    libc::read(
-                        self.fd(),
-                        (&mut v as *mut u64).cast(),
-                        std::mem::size_of::<u64>(),
-                    )
-                };
+                // Readable, so the blocking read cannot block.
+                crate::eventfd::drain(self.fd());
             }
         }
     }
