@@ -43,8 +43,9 @@
 //! another process on the same host, which needs the device's owner (a request that waits
 //! up to 2 s, then a Unix `connect`), is looked up when a QP is given that destination, by
 //! the modifying thread with no lock held (or, under the CM's lock, by a resolver thread,
-//! `device::resolver`); a send never looks one up: one that finds no route takes the UDP
-//! path meanwhile.
+//! `device::resolver`, and the active side's ESTABLISHED waits for it, so that its QP's
+//! first packet finds the route); a send never looks one up: one that finds no route
+//! takes the UDP path meanwhile.
 //!
 //! Every lock is a `sync::Lock` or `sync::RwLock` made with a `sync::Rank`, which handles
 //! poisoning in one place. A thread takes locks in increasing rank only, and never two

@@ -551,3 +551,53 @@ fn ten_thousand_connect_disconnect_cycles_leave_nothing_behind() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// On a shared device, the CM moves an active side's QP to RTS under its agent's lock,
+/// where no same-host route lookup may wait, so the device's resolver thread looks the
+/// route up; ESTABLISHED waits for it. The QP's first SEND then takes the ring, never the
+/// UDP path first and a ring after (a UC message would be lost at the switch). The
+/// client's lookups are held back 300 ms, so that without the wait the SEND would come
+/// first.
+#[test]
+fn an_active_sides_established_waits_for_its_same_host_route() {
+    let addr = "127.0.0.90";
+    let (_owner, sctx) = (ctx(addr), ctx(addr));
+    let slow = DeviceOptions {
+        route_lookup_delay: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let cctx = Context::open_with(addr, addr.parse().unwrap(), Mtu::M1024, slow).unwrap();
+    let (schan, cchan) = channels();
+    let _listener = listening(&schan, &sctx, PortSpace::Tcp, 7480);
+    let (client, _cpd, ccq) = active(&cctx, &cchan, "127.0.0.90:7480".parse().unwrap());
+    client.connect(&ConnParam::default()).unwrap();
+    let req = expect(&schan, CmEventKind::ConnectRequest);
+    let (spd, scq) = (sctx.alloc_pd(), sctx.create_cq(64, None).unwrap());
+    let sqp = req
+        .id
+        .create_qp(&spd, QpInitAttr::new(QpType::Rc, &scq))
+        .unwrap();
+    sqp.post_recv_owned(1, vec![0; 64]).unwrap();
+    req.id.accept(&ConnParam::default()).unwrap();
+    expect(&cchan, CmEventKind::Established);
+
+    let udp_sends = || cctx.counters().get(Counter::SendCalls);
+    let before = udp_sends();
+    let cqp = client.qp().unwrap();
+    cqp.post_send_owned(
+        2,
+        SendOp::Send,
+        SendFlags::SIGNALED,
+        None,
+        b"first".to_vec(),
+    )
+    .unwrap();
+    assert_eq!(wait_wc(&ccq).status, WcStatus::Success);
+    assert_eq!(wait_wc(&scq).status, WcStatus::Success);
+    assert!(sqp.reclaim(1).unwrap().starts_with(b"first"));
+    assert_eq!(
+        udp_sends(),
+        before,
+        "the QP's first packet took the UDP path"
+    );
+}

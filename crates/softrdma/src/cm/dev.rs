@@ -3,11 +3,12 @@
 //! no other file of `cm` names `crate::device`. It covers the device's identity (one CM
 //! host per device), the CM glue of a shared device (the listener registry and the tag of
 //! this process's communication IDs), QP1's inline consumer, a receive pass and the
-//! pollers' hand-back for a thread that waits for a CM event, and an ID's `res show` line.
+//! pollers' hand-back for a thread that waits for a CM event, an ID's `res show` line,
+//! and the same-host route of a QP that the CM moves under its lock.
 //!
 //! Locks: none of its own. What each call takes is the device's: `ShareCtl` (listen,
 //! unlisten, tag), `Rx` (*try*, a receive pass), `ResLists` then `ResFields` (an ID's
-//! line).
+//! line), `LocalRoutes` then `LocalWanted` (a route, or a lookup asked for).
 
 use crate::device::Device;
 use crate::device::cq::{InlineConsumer, Poller};
@@ -15,6 +16,7 @@ use crate::device::res::CmIdEntry;
 use crate::error::Result;
 use crate::verbs::context::Context;
 use crate::verbs::cq::CompletionChannel;
+use crate::verbs::qp::QueuePair;
 use std::sync::{Arc, Weak};
 
 /// A device the CM runs on, held up.
@@ -93,6 +95,17 @@ pub(crate) fn add_res_line(ctx: &Context) -> Arc<ResLine> {
 pub(crate) fn publish(ctx: &Context, entry: &ResLine, line: String) {
     *entry.fields.lock() = line;
     ctx.dev().res_changed();
+}
+
+/// Runs `then` once `qp` (given its destination) would send over its same-host route: at
+/// once if it needs none or has it, else on the device's resolver thread after the lookup,
+/// with no lock held (see `Device::when_routed`).
+pub(crate) fn when_routed(ctx: &Context, qp: &QueuePair, then: Box<dyn FnOnce() + Send>) {
+    let q = qp.query();
+    match (q.dest_qpn, q.av) {
+        (Some(dest), Some(av)) => ctx.dev().when_routed(av.dst, dest.value(), then),
+        _ => then(),
+    }
 }
 
 /// While the returned guard lives, a QP this thread moves has its same-host route looked

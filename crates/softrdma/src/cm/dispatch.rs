@@ -3,7 +3,9 @@
 //! DREQ or TIMEWAIT's end moves the ID on. SIDR's events are `sidr`'s.
 //!
 //! Runs under `CmAgent` (from `Core::flush`); takes `CmId`, then `CmIdChannel` and
-//! `CmEvents`, and a QP's `Qp` through the verbs for the move to RTS.
+//! `CmEvents`, and a QP's `Qp` through the verbs for the move to RTS. An active side's
+//! ESTABLISHED on a shared device may be posted later, by the device's resolver thread
+//! with no lock held, once its QP's same-host route is looked up.
 
 use super::dev;
 use super::objects::{CmEvent, CmId, Core, CoreSt, IdInner, IdRecord, QpRef};
@@ -88,7 +90,12 @@ impl Core {
                     qp_num: rep.local_qpn,
                 };
                 let private_data = rep.private_data.as_bytes().to_vec();
-                cid.event_with(CmEventKind::Established, private_data, Some(peer), None);
+                // The program sends from the event on: its QP's first packet must find
+                // the same-host route, which is looked up elsewhere (see above).
+                let established = move || {
+                    cid.event_with(CmEventKind::Established, private_data, Some(peer), None);
+                };
+                dev::when_routed(&self.ctx, &qp, Box::new(established));
             }
             AgentEvent::Established { id, private_data } => {
                 if let Some(inner) = id_of(cs, id) {

@@ -6,7 +6,8 @@
 //!
 //! # Threads and locks
 //! The progress thread starts it ([`kick`]) when QPNs wait and it does not run; it takes
-//! them one at a time and ends when none is left, so that a device whose QPNs are all
+//! them one at a time, runs what waited for each (see `Local::want_then`), and ends when
+//! none is left, so that a device whose QPNs are all
 //! looked up has no thread for it, and a forked child starts its own. It holds a weak
 //! reference to the device, upgraded per QPN, and no lock of its own (see `local` for
 //! those a lookup takes).
@@ -27,8 +28,8 @@ pub(super) fn kick(dev: &Arc<Device>) {
         .name(format!("softrdma-{}-routes", dev.name))
         .spawn(move || run(&weak));
     if spawned.is_err() {
-        // No thread now: the QPNs wait for the next kick (their packets take UDP).
-        while l.next_wanted().is_some() {}
+        // No thread now: the QPNs wait for the next want (their packets take UDP).
+        l.give_up_lookups();
     }
 }
 
@@ -41,11 +42,12 @@ fn run(dev: &Weak<Device>) {
         let Some(l) = &dev.local else {
             return;
         };
-        let Some(qpn) = l.next_wanted() else {
+        let Some(w) = l.next_wanted() else {
             return;
         };
         if let Some(s) = &dev.share {
-            l.look_up(s, qpn);
+            l.look_up(s, w);
         }
+        l.looked_up(w);
     }
 }

@@ -18,6 +18,7 @@
 use super::Device;
 use super::cq::CqInner;
 use super::qp::QpShared;
+use super::share::Share;
 use super::{local, place};
 use crate::datapath::Sent;
 use crate::datapath::batch::SendBatch;
@@ -331,10 +332,8 @@ impl Device {
         // verb waits for the lookup, holding no lock (the QP's is released), as the kernel's
         // modify resolves a RoCE destination's neighbour; a thread that holds a lock of its
         // own (the CM's, see `local::NoWait`) leaves it to the resolver thread instead.
-        if let (Some(l), Some(s), Some(q), Some(av)) =
-            (&self.local, &self.share, attr.dest_qpn, attr.av)
-            && l.is_local(SocketAddr::new(av.dst, ROCE_V2_PORT))
-            && let Some(w) = l.wanted_for(s, q.value())
+        if let (Some(q), Some(av)) = (attr.dest_qpn, attr.av)
+            && let Some((l, s, w)) = self.route_wanted(av.dst, q.value())
         {
             if local::NoWait::may_wait() {
                 l.look_up(s, w);
@@ -350,6 +349,32 @@ impl Device {
         if attr.access_flags.is_some() || !receives(state) {
             shared.granted.store(false, Ordering::Relaxed);
             self.mrs.granted.revoke_qpn(qpn);
+        }
+    }
+
+    /// The same-host lookup that QPN `qpn` at `dst` still needs, with what makes it;
+    /// `None` if `dst` is not this device's shared address or the route exists.
+    fn route_wanted(&self, dst: IpAddr, qpn: u32) -> Option<(&local::Local, &Share, local::Want)> {
+        let (l, s) = (self.local.as_ref()?, self.share.as_ref()?);
+        if !l.is_local(SocketAddr::new(dst, ROCE_V2_PORT)) {
+            return None;
+        }
+        Some((l, s, l.wanted_for(s, qpn)?))
+    }
+
+    /// Runs `then` once a send to QPN `qpn` at `dst` would take its same-host route: now if
+    /// it needs none or has it, else on the resolver thread after the lookup (which this
+    /// asks for), whatever it found. For a thread that may not wait for the lookup (see
+    /// `local::NoWait`) but must not let a QP send before it: the CM holds an active
+    /// side's ESTABLISHED until then, so that no packet of the QP takes the UDP path
+    /// before its route exists and then a ring (a UC message would be lost at the switch).
+    pub(crate) fn when_routed(&self, dst: IpAddr, qpn: u32, then: local::Then) {
+        match self.route_wanted(dst, qpn) {
+            Some((l, _, w)) => {
+                l.want_then(w, then);
+                self.wake();
+            }
+            None => then(),
         }
     }
 }

@@ -68,7 +68,7 @@ mod incoming;
 mod routes;
 
 pub(crate) use conn::{BASE, LISTEN};
-pub(crate) use routes::{Draining, NoWait};
+pub(crate) use routes::{Draining, NoWait, Then, Want};
 
 use super::place::{Granted, Placements};
 use crate::datapath::socket::Forgotten;

@@ -121,11 +121,16 @@ pub(crate) enum Want {
     OwnRing,
 }
 
+/// What runs once a lookup is done (see [`Local::want_then`]).
+pub(crate) type Then = Box<dyn FnOnce() + Send>;
+
 /// The lookups waiting for the resolver thread.
 #[derive(Default)]
 pub(crate) struct Wanted {
     qpns: Vec<u32>,
     own_ring: bool,
+    /// What waits for a lookup to be done, whatever it found.
+    then: Vec<(Want, Then)>,
     /// Whether a resolver thread runs (it takes them until none is left).
     running: bool,
 }
@@ -277,6 +282,38 @@ impl Local {
             Want::Qpn(_) => {}
         }
         self.any_wanted.store(!wanted.running, Ordering::Release);
+    }
+
+    /// As [`Local::want`], and runs `then` on the resolver thread once that lookup is
+    /// done, whatever it found (a route, a refusal, nobody), with no lock held.
+    pub(crate) fn want_then(&self, w: Want, then: Then) {
+        self.wanted.lock().then.push((w, then));
+        self.want(w);
+    }
+
+    /// Runs what waited for lookup `w`; the resolver thread calls it after each lookup.
+    pub(crate) fn looked_up(&self, w: Want) {
+        let done: Vec<Then> = {
+            let mut wanted = self.wanted.lock();
+            let (done, waiting) = std::mem::take(&mut wanted.then)
+                .into_iter()
+                .partition(|(x, _)| *x == w);
+            wanted.then = waiting;
+            done.into_iter().map(|(_, t)| t).collect()
+        };
+        for then in done {
+            then();
+        }
+    }
+
+    /// Gives up every lookup that waits (no thread can make them: their packets take
+    /// UDP until the next want); what waited for them runs now.
+    pub(crate) fn give_up_lookups(&self) {
+        while self.next_wanted().is_some() {}
+        let done = std::mem::take(&mut self.wanted.lock().then);
+        for (_, then) in done {
+            then();
+        }
     }
 
     /// What to look up for a QP whose destination is QPN `qpn` on this device's own
