@@ -73,6 +73,22 @@ fn param(private_data: &[u8]) -> ConnParam {
     }
 }
 
+/// The passive side's QP of `qp_type` for `id` on `ctx` (with its PD and CQ), a receive of
+/// `recv` bytes posted on it as WR 1 when `recv` is not 0.
+fn passive_qp(
+    id: &CmId,
+    ctx: &Context,
+    qp_type: QpType,
+    recv: usize,
+) -> (ProtectionDomain, CompletionQueue, std::sync::Arc<QueuePair>) {
+    let (pd, cq) = (ctx.alloc_pd(), ctx.create_cq(64, None).unwrap());
+    let qp = id.create_qp(&pd, QpInitAttr::new(qp_type, &cq)).unwrap();
+    if recv != 0 {
+        qp.post_recv_owned(1, vec![0; recv]).unwrap();
+    }
+    (pd, cq, qp)
+}
+
 fn wait_wc(cq: &CompletionQueue) -> Completion {
     let end = std::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -105,12 +121,7 @@ fn two_devices_connect_by_address_exchange_a_send_and_disconnect() {
         Some(IpAddr::from([127, 0, 0, 72]))
     );
     assert_eq!(conn.local_addr().map(|a| a.port()), Some(7471));
-    let spd = sctx.alloc_pd();
-    let scq = sctx.create_cq(64, None).unwrap();
-    let sqp = conn
-        .create_qp(&spd, QpInitAttr::new(QpType::Rc, &scq))
-        .unwrap();
-    sqp.post_recv_owned(1, vec![0; 64]).unwrap();
+    let (_spd, scq, sqp) = passive_qp(&conn, &sctx, QpType::Rc, 64);
     conn.accept(&param(b"welcome")).unwrap();
 
     let est = expect(&cchan, CmEventKind::Established);
@@ -330,12 +341,7 @@ fn ud_ids_find_each_others_qps_through_sidr() {
         216 - 36,
         "a SIDR_REQ's less the header"
     );
-    let (spd, scq) = (sctx.alloc_pd(), sctx.create_cq(64, None).unwrap());
-    let sqp = req
-        .id
-        .create_qp(&spd, QpInitAttr::new(QpType::Ud, &scq))
-        .unwrap();
-    sqp.post_recv_owned(1, vec![0; 40 + 64]).unwrap();
+    let (_spd, scq, sqp) = passive_qp(&req.id, &sctx, QpType::Ud, 40 + 64);
     req.id.accept(&param(b"this one")).unwrap();
 
     let est = expect(&cchan, CmEventKind::Established);
@@ -415,11 +421,7 @@ fn init_qp_attr_gives_the_connections_parameters() {
     let rts = req.id.init_qp_attr(QpState::Rts).unwrap();
     assert!(rts.sq_psn.is_some());
     assert_eq!(rts.timeout, Some(18));
-    let (spd, scq) = (sctx.alloc_pd(), sctx.create_cq(64, None).unwrap());
-    let sqp = req
-        .id
-        .create_qp(&spd, QpInitAttr::new(QpType::Rc, &scq))
-        .unwrap();
+    let (_spd, _scq, sqp) = passive_qp(&req.id, &sctx, QpType::Rc, 0);
     req.id.accept(&ConnParam::default()).unwrap();
     expect(&cchan, CmEventKind::Established);
     // The QP went to RTR with what init_qp_attr said, and the client's RTS sends from it.
@@ -461,13 +463,7 @@ fn one_cycle(
     client.connect(&ConnParam::default()).unwrap();
     let req = next_live(schan, within);
     assert_eq!(req.kind, CmEventKind::ConnectRequest, "{req:?}");
-    let spd = sctx.alloc_pd();
-    let scq = sctx.create_cq(8, None).unwrap();
-    let sqp = req
-        .id
-        .create_qp(&spd, QpInitAttr::new(QpType::Rc, &scq))
-        .unwrap();
-    sqp.post_recv_owned(1, vec![0; 16]).unwrap();
+    let (_spd, scq, _sqp) = passive_qp(&req.id, sctx, QpType::Rc, 16);
     req.id.accept(&ConnParam::default()).unwrap();
     assert_eq!(next_live(cchan, within).kind, CmEventKind::Established);
     assert_eq!(next_live(schan, within).kind, CmEventKind::Established);
@@ -572,12 +568,7 @@ fn an_active_sides_established_waits_for_its_same_host_route() {
     let (client, _cpd, ccq) = active(&cctx, &cchan, "127.0.0.90:7480".parse().unwrap());
     client.connect(&ConnParam::default()).unwrap();
     let req = expect(&schan, CmEventKind::ConnectRequest);
-    let (spd, scq) = (sctx.alloc_pd(), sctx.create_cq(64, None).unwrap());
-    let sqp = req
-        .id
-        .create_qp(&spd, QpInitAttr::new(QpType::Rc, &scq))
-        .unwrap();
-    sqp.post_recv_owned(1, vec![0; 64]).unwrap();
+    let (_spd, scq, sqp) = passive_qp(&req.id, &sctx, QpType::Rc, 64);
     req.id.accept(&ConnParam::default()).unwrap();
     expect(&cchan, CmEventKind::Established);
 
