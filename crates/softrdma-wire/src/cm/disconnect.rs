@@ -1,11 +1,31 @@
 //! Disconnection: DisconnectRequest and DisconnectReply (IBTA 12.6.10, 12.6.11).
 //!
-//! Owns the DREQ layout and the DREP alias; builds on [`super::fields`].
+//! Owns the DREQ layout and that of the messages that are only two communication IDs
+//! (the DREP, and the RTU of `establish.rs`); builds on [`super::fields`].
 
-use super::fields::{IdsRepr, PrivateData, blank_with_ids, ids};
+use super::codec::{Be, Bytes};
+use super::fields::PrivateData;
 use super::private_len;
-use crate::error::Result;
-use crate::macros::be;
+
+/// The messages that are two communication IDs and private data: RTU (IBTA 12.6.9, table
+/// 111) and DREP (12.6.11, table 113).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IdsRepr<const N: usize> {
+    /// The sender's communication ID.
+    pub local_comm_id: u32,
+    /// The receiver's communication ID.
+    pub remote_comm_id: u32,
+    /// Private data.
+    pub private_data: PrivateData<N>,
+}
+
+impl<const N: usize> IdsRepr<N> {
+    cm_layout!("the message" {
+        local_comm_id: Be::<4>(0),
+        remote_comm_id: Be::<4>(4),
+        private_data: Bytes(8),
+    });
+}
 
 /// DisconnectReply.
 pub type DrepRepr = IdsRepr<{ private_len::DREP }>;
@@ -24,21 +44,10 @@ pub struct DreqRepr {
 }
 
 impl DreqRepr {
-    /// Parses a DREQ's 232 bytes.
-    pub fn parse(d: &[u8]) -> Result<Self> {
-        let (local_comm_id, remote_comm_id) = ids(d)?;
-        Ok(Self {
-            local_comm_id,
-            remote_comm_id,
-            remote_qpn: be::u24(d, 8),
-            private_data: PrivateData::read(d, 12),
-        })
-    }
-
-    /// Writes the DREQ into the first 232 bytes of `d`.
-    pub fn emit(&self, d: &mut [u8]) {
-        let d = blank_with_ids(d, self.local_comm_id, self.remote_comm_id);
-        be::set_u24(d, 8, self.remote_qpn);
-        d[12..].copy_from_slice(&self.private_data.0);
-    }
+    cm_layout!("a DREQ" {
+        local_comm_id: Be::<4>(0),
+        remote_comm_id: Be::<4>(4),
+        remote_qpn: Be::<3>(8),
+        private_data: Bytes(12),
+    });
 }

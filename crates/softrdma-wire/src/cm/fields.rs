@@ -1,13 +1,11 @@
 //! The fields several CM messages share: private data, additional information, the
-//! transport service, a path, and the shape of the messages that are only two
-//! communication IDs (RTU, DREP).
+//! transport service and a path.
 //!
 //! Owns the encodings the message files build on; calls only the byte helpers of
 //! [`crate::macros`] and the crate's error type.
 
 use super::DATA_LEN;
-use crate::error::{Error, Layer, Result};
-use crate::macros::be;
+use crate::error::{Error, Layer};
 
 /// The longest additional reject or response information (REJ ARI, APR and SIDR_REP
 /// additional information: 72 bytes).
@@ -29,12 +27,6 @@ impl<const N: usize> PrivateData<N> {
     /// The field's bytes.
     pub fn as_bytes(&self) -> &[u8; N] {
         &self.0
-    }
-
-    pub(super) fn read(d: &[u8], at: usize) -> Self {
-        let mut a = [0u8; N];
-        a.copy_from_slice(&d[at..at + N]);
-        Self(a)
     }
 }
 
@@ -124,45 +116,12 @@ pub struct PathRepr {
     pub local_ack_timeout: u8,
 }
 
-impl PathRepr {
-    /// Parses the 44 bytes of a REQ's path at `at` (the LAP orders its fields otherwise).
-    pub(super) fn read_req(d: &[u8], at: usize) -> Self {
-        Self {
-            local_lid: be::u16(d, at),
-            remote_lid: be::u16(d, at + 2),
-            local_gid: gid(d, at + 4),
-            remote_gid: gid(d, at + 20),
-            flow_label: be::u32(d, at + 36) >> 12,
-            packet_rate: d[at + 39] & 0x3F,
-            traffic_class: d[at + 40],
-            hop_limit: d[at + 41],
-            sl: d[at + 42] >> 4,
-            subnet_local: d[at + 42] & 0x08 != 0,
-            local_ack_timeout: d[at + 43] >> 3,
-        }
-    }
-
-    pub(super) fn write_req(&self, d: &mut [u8], at: usize) {
-        be::set_u16(d, at, self.local_lid);
-        be::set_u16(d, at + 2, self.remote_lid);
-        d[at + 4..at + 20].copy_from_slice(&self.local_gid);
-        d[at + 20..at + 36].copy_from_slice(&self.remote_gid);
-        be::set_u32(
-            d,
-            at + 36,
-            (self.flow_label & 0xF_FFFF) << 12 | u32::from(self.packet_rate & 0x3F),
-        );
-        d[at + 40] = self.traffic_class;
-        d[at + 41] = self.hop_limit;
-        d[at + 42] = (self.sl & 0xF) << 4 | u8::from(self.subnet_local) << 3;
-        d[at + 43] = (d[at + 43] & 0x07) | (self.local_ack_timeout & 0x1F) << 3;
-    }
-}
-
-pub(super) fn gid(d: &[u8], at: usize) -> [u8; 16] {
-    let mut g = [0u8; 16];
-    g.copy_from_slice(&d[at..at + 16]);
-    g
+/// The `N` bytes of `d` at `at`.
+#[inline]
+pub(super) fn array<const N: usize>(d: &[u8], at: usize) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&d[at..at + N]);
+    a
 }
 
 /// A field whose value the spec reserves.
@@ -174,55 +133,10 @@ pub(super) fn bad(field: &'static str, value: u64) -> Error {
     }
 }
 
-/// The messages that are two communication IDs and private data: RTU (IBTA 12.6.9, table
-/// 111) and DREP (12.6.11, table 113).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct IdsRepr<const N: usize> {
-    /// The sender's communication ID.
-    pub local_comm_id: u32,
-    /// The receiver's communication ID.
-    pub remote_comm_id: u32,
-    /// Private data.
-    pub private_data: PrivateData<N>,
-}
-
-/// The communication IDs that open a message of `d`, after its length is checked: the
-/// sender's, then the receiver's (every message but the REQ and the SIDR pair starts so,
-/// IBTA 12.6).
-pub(super) fn ids(d: &[u8]) -> Result<(u32, u32)> {
-    Error::check_len(Layer::Cm, DATA_LEN, d.len())?;
-    Ok((be::u32(d, 0), be::u32(d, 4)))
-}
-
 /// The first 232 bytes of `d`, zeroed, for a message to be written into.
+#[inline]
 pub(super) fn blank(d: &mut [u8]) -> &mut [u8] {
     let d = &mut d[..DATA_LEN];
     d.fill(0);
     d
-}
-
-/// [`blank`], opened with the communication IDs `local` and `remote` (see [`ids`]).
-pub(super) fn blank_with_ids(d: &mut [u8], local: u32, remote: u32) -> &mut [u8] {
-    let d = blank(d);
-    be::set_u32(d, 0, local);
-    be::set_u32(d, 4, remote);
-    d
-}
-
-impl<const N: usize> IdsRepr<N> {
-    /// Parses the message's 232 bytes.
-    pub fn parse(d: &[u8]) -> Result<Self> {
-        let (local_comm_id, remote_comm_id) = ids(d)?;
-        Ok(Self {
-            local_comm_id,
-            remote_comm_id,
-            private_data: PrivateData::read(d, 8),
-        })
-    }
-
-    /// Writes the message into the first 232 bytes of `d`.
-    pub fn emit(&self, d: &mut [u8]) {
-        let d = blank_with_ids(d, self.local_comm_id, self.remote_comm_id);
-        d[8..8 + N].copy_from_slice(&self.private_data.0);
-    }
 }

@@ -3,7 +3,7 @@
 //!
 //! Owns those encodings; builds on [`super::fields`].
 
-use super::fields::{bad, gid};
+use super::fields::{array, bad};
 use crate::error::{Error, Layer, Result};
 use crate::macros::be;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -62,7 +62,7 @@ impl IpCmHeader {
             return Err(bad("IP CM major version", u64::from(version >> 4)));
         }
         let addr = |at: usize| -> IpAddr {
-            let a = gid(pd, at);
+            let a = array::<16>(pd, at);
             match pd[1] >> 4 {
                 4 => IpAddr::V4(Ipv4Addr::new(a[12], a[13], a[14], a[15])),
                 _ => IpAddr::V6(Ipv6Addr::from(a)),

@@ -20,9 +20,14 @@
 //! # Layout
 //! One file per group of messages, each owning its layouts: `establish.rs` (REQ, REP,
 //! RTU), `mra_rej.rs` (MRA, REJ), `disconnect.rs` (DREQ, DREP), `alt_path.rs` (LAP, APR)
-//! and `sidr.rs` (SIDR_REQ, SIDR_REP), over the shared fields of `fields.rs`.
+//! and `sidr.rs` (SIDR_REQ, SIDR_REP), over the shared fields of `fields.rs` and the
+//! field encodings of `codec.rs`, in which each message states its layout once.
 //! `message.rs` ties them to attribute IDs and the MAD header; `ip.rs` is Annex A11. This
 //! file holds the constants all of them use and re-exports everything as `cm::*`.
+
+// First, so that the messages' files below can use its `cm_layout!`.
+#[macro_use]
+mod codec;
 
 mod alt_path;
 mod disconnect;
@@ -34,9 +39,9 @@ mod mra_rej;
 mod sidr;
 
 pub use alt_path::{AprRepr, LapRepr, ap_status};
-pub use disconnect::{DrepRepr, DreqRepr};
+pub use disconnect::{DrepRepr, DreqRepr, IdsRepr};
 pub use establish::{RepRepr, ReqRepr, RtuRepr};
-pub use fields::{INFO_LEN, IdsRepr, Info, PathRepr, PrivateData, TransportService};
+pub use fields::{INFO_LEN, Info, PathRepr, PrivateData, TransportService};
 pub use ip::{IP_SERVICE_PREFIX, IpCmHeader, ip_service_id, parse_ip_service_id, port_space};
 pub use message::{Addressee, CmMad, CmMessage};
 pub use mra_rej::{MessageRef, MraRepr, RejRepr, rej_reason};

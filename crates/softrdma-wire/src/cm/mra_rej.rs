@@ -4,10 +4,10 @@
 //!
 //! Owns the MRA and REJ layouts; builds on [`super::fields`].
 
-use super::fields::{INFO_LEN, Info, PrivateData, bad, blank_with_ids, ids};
+use super::codec::{Be, Bits, Bytes, Codec, InfoAt};
+use super::fields::{Info, PrivateData, bad};
 use super::private_len;
 use crate::error::Result;
-use crate::macros::be;
 
 /// Which message an MRA or REJ refers to (IBTA 12.6.6 and 12.6.7: 2 bits; MRA: 0 REQ, 1
 /// REP, 2 LAP; REJ: 0 REQ, 1 REP, 2 other).
@@ -22,7 +22,7 @@ pub enum MessageRef {
 }
 
 impl MessageRef {
-    pub(super) fn parse(field: &'static str, b: u8) -> Result<Self> {
+    fn parse(field: &'static str, b: u8) -> Result<Self> {
         match b >> 6 {
             0 => Ok(MessageRef::Req),
             1 => Ok(MessageRef::Rep),
@@ -31,12 +31,25 @@ impl MessageRef {
         }
     }
 
-    pub(super) fn code(self) -> u8 {
+    fn code(self) -> u8 {
         match self {
             MessageRef::Req => 0,
             MessageRef::Rep => 1,
             MessageRef::Other => 2,
         }
+    }
+}
+
+/// The message an MRA or REJ refers to, in the top two bits of byte `.0`; `.1` names
+/// the field in errors.
+struct RefAt(usize, &'static str);
+
+impl Codec<MessageRef> for RefAt {
+    fn get(&self, d: &[u8]) -> Result<MessageRef> {
+        MessageRef::parse(self.1, d[self.0])
+    }
+    fn put(&self, d: &mut [u8], v: &MessageRef) {
+        d[self.0] = (d[self.0] & 0x3F) | v.code() << 6;
     }
 }
 
@@ -57,25 +70,13 @@ pub struct MraRepr {
 }
 
 impl MraRepr {
-    /// Parses an MRA's 232 bytes.
-    pub fn parse(d: &[u8]) -> Result<Self> {
-        let (local_comm_id, remote_comm_id) = ids(d)?;
-        Ok(Self {
-            local_comm_id,
-            remote_comm_id,
-            message: MessageRef::parse("MRA message MRAed", d[8])?,
-            service_timeout: d[9] >> 3,
-            private_data: PrivateData::read(d, 10),
-        })
-    }
-
-    /// Writes the MRA into the first 232 bytes of `d`.
-    pub fn emit(&self, d: &mut [u8]) {
-        let d = blank_with_ids(d, self.local_comm_id, self.remote_comm_id);
-        d[8] = self.message.code() << 6;
-        d[9] = (self.service_timeout & 0x1F) << 3;
-        d[10..].copy_from_slice(&self.private_data.0);
-    }
+    cm_layout!("an MRA" {
+        local_comm_id: Be::<4>(0),
+        remote_comm_id: Be::<4>(4),
+        message: RefAt(8, "MRA message MRAed"),
+        service_timeout: Bits(9, 3, 5),
+        private_data: Bytes(10),
+    });
 }
 
 /// Reject reasons (IBTA 12.6.7.2, table 109) that this stack sends or acts on; any other
@@ -158,33 +159,18 @@ pub struct RejRepr {
 }
 
 impl RejRepr {
-    /// Parses a REJ's 232 bytes.
-    pub fn parse(d: &[u8]) -> Result<Self> {
-        let (local_comm_id, remote_comm_id) = ids(d)?;
-        let len = d[9] >> 1;
-        if usize::from(len) > INFO_LEN {
-            return Err(bad("REJ reject info length", u64::from(len)));
-        }
-        Ok(Self {
-            local_comm_id,
-            remote_comm_id,
-            message: MessageRef::parse("REJ message rejected", d[8])?,
-            reason: be::u16(d, 10),
-            ari: Info {
-                len,
-                data: PrivateData::read(d, 12),
-            },
-            private_data: PrivateData::read(d, 84),
-        })
-    }
-
-    /// Writes the REJ into the first 232 bytes of `d`.
-    pub fn emit(&self, d: &mut [u8]) {
-        let d = blank_with_ids(d, self.local_comm_id, self.remote_comm_id);
-        d[8] = self.message.code() << 6;
-        d[9] = self.ari.len.min(INFO_LEN as u8) << 1;
-        be::set_u16(d, 10, self.reason);
-        d[12..84].copy_from_slice(&self.ari.data.0);
-        d[84..].copy_from_slice(&self.private_data.0);
-    }
+    // Listed in the order parsing checks them: the ARI length before the message
+    // rejected, which fields come first in the struct.
+    cm_layout!("a REJ" {
+        local_comm_id: Be::<4>(0),
+        remote_comm_id: Be::<4>(4),
+        ari: InfoAt {
+            len: Bits(9, 1, 7),
+            data: 12,
+            name: "REJ reject info length",
+        },
+        message: RefAt(8, "REJ message rejected"),
+        reason: Be::<2>(10),
+        private_data: Bytes(84),
+    });
 }

@@ -3,10 +3,9 @@
 //! Owns the SIDR_REQ and SIDR_REP layouts and the SIDR status codes; builds on
 //! [`super::fields`].
 
-use super::fields::{INFO_LEN, Info, PrivateData, bad, blank};
-use super::{DATA_LEN, private_len};
-use crate::error::{Error, Layer, Result};
-use crate::macros::be;
+use super::codec::{Be, Bits, Bytes, InfoAt};
+use super::fields::{Info, PrivateData};
+use super::private_len;
 
 /// ServiceIDResReq: resolve a service ID to a UD QPN and Q_Key (IBTA 12.11.1, table 119).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -22,25 +21,12 @@ pub struct SidrReqRepr {
 }
 
 impl SidrReqRepr {
-    /// Parses a SIDR_REQ's 232 bytes.
-    pub fn parse(d: &[u8]) -> Result<Self> {
-        Error::check_len(Layer::Cm, DATA_LEN, d.len())?;
-        Ok(Self {
-            request_id: be::u32(d, 0),
-            pkey: be::u16(d, 4),
-            service_id: be::u64(d, 8),
-            private_data: PrivateData::read(d, 16),
-        })
-    }
-
-    /// Writes the SIDR_REQ into the first 232 bytes of `d`.
-    pub fn emit(&self, d: &mut [u8]) {
-        let d = blank(d);
-        be::set_u32(d, 0, self.request_id);
-        be::set_u16(d, 4, self.pkey);
-        be::set_u64(d, 8, self.service_id);
-        d[16..].copy_from_slice(&self.private_data.0);
-    }
+    cm_layout!("a SIDR_REQ" {
+        request_id: Be::<4>(0),
+        pkey: Be::<2>(4),
+        service_id: Be::<8>(8),
+        private_data: Bytes(16),
+    });
 }
 
 /// SIDR_REP status codes (IBTA 12.11.2, table 121).
@@ -79,40 +65,17 @@ pub struct SidrRepRepr {
 }
 
 impl SidrRepRepr {
-    /// Parses a SIDR_REP's 232 bytes.
-    pub fn parse(d: &[u8]) -> Result<Self> {
-        Error::check_len(Layer::Cm, DATA_LEN, d.len())?;
-        let len = d[5];
-        if usize::from(len) > INFO_LEN {
-            return Err(bad(
-                "SIDR_REP additional information length",
-                u64::from(len),
-            ));
-        }
-        Ok(Self {
-            request_id: be::u32(d, 0),
-            status: d[4],
-            info: Info {
-                len,
-                data: PrivateData::read(d, 24),
-            },
-            qpn: be::u24(d, 8),
-            service_id: be::u64(d, 12),
-            qkey: be::u32(d, 20),
-            private_data: PrivateData::read(d, 96),
-        })
-    }
-
-    /// Writes the SIDR_REP into the first 232 bytes of `d`.
-    pub fn emit(&self, d: &mut [u8]) {
-        let d = blank(d);
-        be::set_u32(d, 0, self.request_id);
-        d[4] = self.status;
-        d[5] = self.info.len.min(INFO_LEN as u8);
-        be::set_u24(d, 8, self.qpn);
-        be::set_u64(d, 12, self.service_id);
-        be::set_u32(d, 20, self.qkey);
-        d[24..96].copy_from_slice(&self.info.data.0);
-        d[96..].copy_from_slice(&self.private_data.0);
-    }
+    cm_layout!("a SIDR_REP" {
+        request_id: Be::<4>(0),
+        status: Be::<1>(4),
+        info: InfoAt {
+            len: Bits(5, 0, 8),
+            data: 24,
+            name: "SIDR_REP additional information length",
+        },
+        qpn: Be::<3>(8),
+        service_id: Be::<8>(12),
+        qkey: Be::<4>(20),
+        private_data: Bytes(96),
+    });
 }
