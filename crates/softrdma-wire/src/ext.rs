@@ -59,37 +59,19 @@ header_view!(
     Layer::Reth
 );
 
-impl<T: AsRef<[u8]>> Reth<T> {
+be_accessors!(Reth {
     /// Virtual address.
-    pub fn va(&self) -> u64 {
-        be::u64(self.buffer.as_ref(), reth_field::VA.start)
-    }
+    va / set_va: u64 = reth_field::VA;
     /// Remote key.
-    pub fn rkey(&self) -> u32 {
-        be::u32(self.buffer.as_ref(), reth_field::RKEY.start)
-    }
+    rkey / set_rkey: u32 = reth_field::RKEY;
     /// DMA length of the whole message.
-    pub fn len(&self) -> u32 {
-        be::u32(self.buffer.as_ref(), reth_field::LEN.start)
-    }
+    len / set_len: u32 = reth_field::LEN;
+});
+
+impl<T: AsRef<[u8]>> Reth<T> {
     /// True when the DMA length is zero.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Reth<T> {
-    /// Sets the virtual address.
-    pub fn set_va(&mut self, v: u64) {
-        be::set_u64(self.buffer.as_mut(), reth_field::VA.start, v)
-    }
-    /// Sets the remote key.
-    pub fn set_rkey(&mut self, v: u32) {
-        be::set_u32(self.buffer.as_mut(), reth_field::RKEY.start, v)
-    }
-    /// Sets the DMA length.
-    pub fn set_len(&mut self, v: u32) {
-        be::set_u32(self.buffer.as_mut(), reth_field::LEN.start, v)
     }
 }
 
@@ -259,43 +241,16 @@ header_view!(
     Layer::AtomicEth
 );
 
-impl<T: AsRef<[u8]>> AtomicEth<T> {
+be_accessors!(AtomicEth {
     /// Virtual address (8-byte aligned for a valid request).
-    pub fn va(&self) -> u64 {
-        be::u64(self.buffer.as_ref(), atomic_field::VA.start)
-    }
+    va / set_va: u64 = atomic_field::VA;
     /// Remote key.
-    pub fn rkey(&self) -> u32 {
-        be::u32(self.buffer.as_ref(), atomic_field::RKEY.start)
-    }
+    rkey / set_rkey: u32 = atomic_field::RKEY;
     /// Swap or add data.
-    pub fn swap_add(&self) -> u64 {
-        be::u64(self.buffer.as_ref(), atomic_field::SWAP_ADD.start)
-    }
+    swap_add / set_swap_add: u64 = atomic_field::SWAP_ADD;
     /// Compare data.
-    pub fn compare(&self) -> u64 {
-        be::u64(self.buffer.as_ref(), atomic_field::COMPARE.start)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> AtomicEth<T> {
-    /// Sets the virtual address.
-    pub fn set_va(&mut self, v: u64) {
-        be::set_u64(self.buffer.as_mut(), atomic_field::VA.start, v)
-    }
-    /// Sets the remote key.
-    pub fn set_rkey(&mut self, v: u32) {
-        be::set_u32(self.buffer.as_mut(), atomic_field::RKEY.start, v)
-    }
-    /// Sets the swap or add data.
-    pub fn set_swap_add(&mut self, v: u64) {
-        be::set_u64(self.buffer.as_mut(), atomic_field::SWAP_ADD.start, v)
-    }
-    /// Sets the compare data.
-    pub fn set_compare(&mut self, v: u64) {
-        be::set_u64(self.buffer.as_mut(), atomic_field::COMPARE.start, v)
-    }
-}
+    compare / set_compare: u64 = atomic_field::COMPARE;
+});
 
 /// The fields of an AtomicETH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -331,19 +286,10 @@ header_view!(
     Layer::AtomicAckEth
 );
 
-impl<T: AsRef<[u8]>> AtomicAckEth<T> {
+be_accessors!(AtomicAckEth {
     /// The remote value before the atomic operation.
-    pub fn orig(&self) -> u64 {
-        be::u64(self.buffer.as_ref(), atomic_ack_field::ORIG.start)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> AtomicAckEth<T> {
-    /// Sets the original remote value.
-    pub fn set_orig(&mut self, v: u64) {
-        be::set_u64(self.buffer.as_mut(), atomic_ack_field::ORIG.start, v)
-    }
-}
+    orig / set_orig: u64 = atomic_ack_field::ORIG;
+});
 
 /// The fields of an AtomicAckETH.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

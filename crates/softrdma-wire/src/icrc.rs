@@ -106,9 +106,16 @@ pub fn compute_for(
     src_port: u16,
     ib: &[u8],
 ) -> Result<u32> {
+    with_prefix(ib, |len| prefix_crc(src, dst, src_port, len))
+}
+
+/// The ICRC of `ib` (BTH through pad) after the CRC that `prefix` gives of what comes
+/// before a BTH of a packet of its length: the one tail of [`compute_for`] and
+/// [`IcrcPrefixes::compute_for`], whichever way they come by the prefix.
+#[inline]
+fn with_prefix(ib: &[u8], prefix: impl FnOnce(usize) -> Result<u32>) -> Result<u32> {
     Error::check_len(Layer::Bth, bth_field::LEN, ib.len())?;
-    let prefix = prefix_crc(src, dst, src_port, ib.len())?;
-    Ok(finish(prefix, ib))
+    Ok(finish(prefix(ib.len())?, ib))
 }
 
 /// The CRC of what the ICRC covers before the BTH (LRH stand-in, masked IP and UDP headers)
@@ -212,9 +219,7 @@ impl IcrcPrefixes {
         src_port: u16,
         ib: &[u8],
     ) -> Result<u32> {
-        Error::check_len(Layer::Bth, bth_field::LEN, ib.len())?;
-        let prefix = self.prefix(src, dst, src_port, ib.len())?;
-        Ok(finish(prefix, ib))
+        with_prefix(ib, |len| self.prefix(src, dst, src_port, len))
     }
 
     /// [`IcrcPrefixes::compute_for`] of a packet whose InfiniBand part is not in one piece:

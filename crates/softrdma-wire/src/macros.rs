@@ -48,6 +48,32 @@ macro_rules! header_view {
     };
 }
 
+/// Declares a view's getters, and setters where named, of big-endian integer fields, each
+/// at the start of its byte range: one line a field instead of a function each way.
+macro_rules! be_accessors {
+    ($view:ident { $($(#[$doc:meta])* $get:ident $(/ $set:ident)?: $ty:ty = $range:expr;)* }) => {
+        impl<T: AsRef<[u8]>> $view<T> {
+            $(
+                $(#[$doc])*
+                #[inline]
+                pub fn $get(&self) -> $ty {
+                    <$ty as $crate::macros::be::Int>::read(self.buffer.as_ref(), $range.start)
+                }
+            )*
+        }
+
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> $view<T> {
+            $($(
+                #[doc = concat!("Sets [`", stringify!($get), "`](Self::", stringify!($get), ").")]
+                #[inline]
+                pub fn $set(&mut self, v: $ty) {
+                    <$ty as $crate::macros::be::Int>::write(self.buffer.as_mut(), $range.start, v)
+                }
+            )?)*
+        }
+    };
+}
+
 pub(crate) mod be {
     //! Big-endian reads and writes at a byte offset. Callers have checked the length.
 
@@ -84,5 +110,34 @@ pub(crate) mod be {
     #[inline]
     pub fn set_u64(b: &mut [u8], at: usize, v: u64) {
         b[at..at + 8].copy_from_slice(&v.to_be_bytes());
+    }
+
+    /// The integer widths a field can have, for code generic over them ([`be_accessors!`]).
+    pub trait Int: Sized {
+        /// Reads the integer at `at`.
+        fn read(b: &[u8], at: usize) -> Self;
+        /// Writes the integer at `at`.
+        fn write(b: &mut [u8], at: usize, v: Self);
+    }
+
+    macro_rules! int {
+        ($($t:ty = $get:ident / $set:ident;)*) => {$(
+            impl Int for $t {
+                #[inline]
+                fn read(b: &[u8], at: usize) -> Self {
+                    $get(b, at)
+                }
+                #[inline]
+                fn write(b: &mut [u8], at: usize, v: Self) {
+                    $set(b, at, v)
+                }
+            }
+        )*};
+    }
+
+    int! {
+        u16 = u16 / set_u16;
+        u32 = u32 / set_u32;
+        u64 = u64 / set_u64;
     }
 }

@@ -117,8 +117,11 @@ impl<T: AsRef<[u8]>> IbPacket<T> {
     }
 }
 
-macro_rules! ext_getter {
-    ($($name:ident: $view:ident = $h:ident;)*) => {
+/// One table of the extension headers for all that goes header by header: the packet's
+/// getters, and [`ExtHeaders`]' parsing (in the table's order, which is wire order),
+/// presence test and emitting.
+macro_rules! ext_headers {
+    ($($name:ident: $view:ident / $repr:ident = $h:ident;)*) => {
         impl<T: AsRef<[u8]>> IbPacket<T> {
             $(
                 #[doc = concat!("The ", stringify!($view), ", if the opcode carries one.")]
@@ -127,93 +130,52 @@ macro_rules! ext_getter {
                 }
             )*
         }
+
+        /// The extension headers of a packet; exactly those its opcode calls for are `Some`.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+        pub struct ExtHeaders {
+            $(
+                #[doc = concat!("The ", stringify!($view), ".")]
+                pub $name: Option<$repr>,
+            )*
+        }
+
+        impl ExtHeaders {
+            /// Parses the headers `packet` carries.
+            fn parse<T: AsRef<[u8]>>(packet: &IbPacket<T>) -> Result<Self> {
+                Ok(Self {
+                    $($name: packet.$name().map(|v| $repr::parse(&v)).transpose()?,)*
+                })
+            }
+
+            fn has(&self, h: Header) -> bool {
+                match h {
+                    $(Header::$h => self.$name.is_some(),)*
+                }
+            }
+
+            fn count(&self) -> usize {
+                [$(self.$name.is_some()),*].into_iter().filter(|&b| b).count()
+            }
+
+            fn emit_one(&self, h: Header, b: &mut [u8]) {
+                match h {
+                    $(Header::$h => emit_opt(&self.$name, b, $repr::emit, $view::new_unchecked),)*
+                }
+            }
+        }
     };
 }
 
-ext_getter! {
-    reth: Reth = Reth;
-    aeth: Aeth = Aeth;
-    atomic_eth: AtomicEth = AtomicEth;
-    atomic_ack_eth: AtomicAckEth = AtomicAckEth;
-    deth: Deth = Deth;
-    imm_dt: ImmDt = ImmDt;
-    ieth: Ieth = Ieth;
-    feth: Feth = Feth;
-}
-
-/// The extension headers of a packet; exactly those its opcode calls for are `Some`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct ExtHeaders {
-    /// RETH.
-    pub reth: Option<RethRepr>,
-    /// AETH.
-    pub aeth: Option<AethRepr>,
-    /// AtomicETH.
-    pub atomic_eth: Option<AtomicEthRepr>,
-    /// AtomicAckETH.
-    pub atomic_ack_eth: Option<AtomicAckEthRepr>,
-    /// DETH.
-    pub deth: Option<DethRepr>,
-    /// Immediate data.
-    pub imm_dt: Option<ImmDtRepr>,
-    /// IETH.
-    pub ieth: Option<IethRepr>,
-    /// FETH.
-    pub feth: Option<FethRepr>,
-}
-
-impl ExtHeaders {
-    fn has(&self, h: Header) -> bool {
-        match h {
-            Header::Reth => self.reth.is_some(),
-            Header::Aeth => self.aeth.is_some(),
-            Header::AtomicEth => self.atomic_eth.is_some(),
-            Header::AtomicAckEth => self.atomic_ack_eth.is_some(),
-            Header::Deth => self.deth.is_some(),
-            Header::ImmDt => self.imm_dt.is_some(),
-            Header::Ieth => self.ieth.is_some(),
-            Header::Feth => self.feth.is_some(),
-        }
-    }
-
-    fn count(&self) -> usize {
-        [
-            Header::Reth,
-            Header::Aeth,
-            Header::AtomicEth,
-            Header::AtomicAckEth,
-            Header::Deth,
-            Header::ImmDt,
-            Header::Ieth,
-            Header::Feth,
-        ]
-        .into_iter()
-        .filter(|&h| self.has(h))
-        .count()
-    }
-
-    fn emit_one(&self, h: Header, b: &mut [u8]) {
-        match h {
-            Header::Reth => emit_opt(&self.reth, b, RethRepr::emit, Reth::new_unchecked),
-            Header::Aeth => emit_opt(&self.aeth, b, AethRepr::emit, Aeth::new_unchecked),
-            Header::AtomicEth => emit_opt(
-                &self.atomic_eth,
-                b,
-                AtomicEthRepr::emit,
-                AtomicEth::new_unchecked,
-            ),
-            Header::AtomicAckEth => emit_opt(
-                &self.atomic_ack_eth,
-                b,
-                AtomicAckEthRepr::emit,
-                AtomicAckEth::new_unchecked,
-            ),
-            Header::Deth => emit_opt(&self.deth, b, DethRepr::emit, Deth::new_unchecked),
-            Header::ImmDt => emit_opt(&self.imm_dt, b, ImmDtRepr::emit, ImmDt::new_unchecked),
-            Header::Ieth => emit_opt(&self.ieth, b, IethRepr::emit, Ieth::new_unchecked),
-            Header::Feth => emit_opt(&self.feth, b, FethRepr::emit, Feth::new_unchecked),
-        }
-    }
+ext_headers! {
+    reth: Reth / RethRepr = Reth;
+    aeth: Aeth / AethRepr = Aeth;
+    atomic_eth: AtomicEth / AtomicEthRepr = AtomicEth;
+    atomic_ack_eth: AtomicAckEth / AtomicAckEthRepr = AtomicAckEth;
+    deth: Deth / DethRepr = Deth;
+    imm_dt: ImmDt / ImmDtRepr = ImmDt;
+    ieth: Ieth / IethRepr = Ieth;
+    feth: Feth / FethRepr = Feth;
 }
 
 fn emit_opt<'b, R, V>(
@@ -251,31 +213,7 @@ impl<'a> IbRepr<'a> {
     /// Reads a checked packet.
     pub fn parse<T: AsRef<[u8]> + ?Sized>(packet: &'a IbPacket<&'a T>) -> Result<Self> {
         let bth = BthRepr::parse(&packet.bth())?;
-        let mut ext = ExtHeaders::default();
-        if let Some(v) = packet.reth() {
-            ext.reth = Some(RethRepr::parse(&v)?);
-        }
-        if let Some(v) = packet.aeth() {
-            ext.aeth = Some(AethRepr::parse(&v)?);
-        }
-        if let Some(v) = packet.atomic_eth() {
-            ext.atomic_eth = Some(AtomicEthRepr::parse(&v)?);
-        }
-        if let Some(v) = packet.atomic_ack_eth() {
-            ext.atomic_ack_eth = Some(AtomicAckEthRepr::parse(&v)?);
-        }
-        if let Some(v) = packet.deth() {
-            ext.deth = Some(DethRepr::parse(&v)?);
-        }
-        if let Some(v) = packet.imm_dt() {
-            ext.imm_dt = Some(ImmDtRepr::parse(&v)?);
-        }
-        if let Some(v) = packet.ieth() {
-            ext.ieth = Some(IethRepr::parse(&v)?);
-        }
-        if let Some(v) = packet.feth() {
-            ext.feth = Some(FethRepr::parse(&v)?);
-        }
+        let ext = ExtHeaders::parse(packet)?;
         let b = packet.buffer.as_ref();
         let end = b.len() - ICRC_LEN - usize::from(packet.bth().pad_count());
         Ok(Self {

@@ -29,26 +29,21 @@ header_view!(
     Layer::Udp
 );
 
-impl<T: AsRef<[u8]>> UdpHeader<T> {
+be_accessors!(UdpHeader {
     /// Source port.
-    pub fn src_port(&self) -> u16 {
-        be::u16(self.buffer.as_ref(), field::SRC_PORT.start)
-    }
+    src_port: u16 = field::SRC_PORT;
     /// Destination port.
-    pub fn dst_port(&self) -> u16 {
-        be::u16(self.buffer.as_ref(), field::DST_PORT.start)
-    }
+    dst_port: u16 = field::DST_PORT;
     /// Length of header and payload.
-    pub fn len(&self) -> u16 {
-        be::u16(self.buffer.as_ref(), field::LEN.start)
-    }
+    len: u16 = field::LEN;
+    /// Checksum.
+    checksum: u16 = field::CHECKSUM;
+});
+
+impl<T: AsRef<[u8]>> UdpHeader<T> {
     /// True when the length field is zero (always malformed).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-    /// Checksum.
-    pub fn checksum(&self) -> u16 {
-        be::u16(self.buffer.as_ref(), field::CHECKSUM.start)
     }
 
     /// Checks the length field against `datagram`, the IP payload, and returns the UDP payload.

@@ -7,34 +7,25 @@ use super::codec::{Be, Bits, Bytes, InfoAt, Path};
 use super::fields::{Info, PathRepr, PrivateData};
 use super::private_len;
 
-/// LoadAlternatePath (IBTA 12.6.12, table 115). Parsed so that it can be answered: this
-/// stack does not migrate paths.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LapRepr {
-    /// The sender's communication ID.
-    pub local_comm_id: u32,
-    /// The receiver's communication ID.
-    pub remote_comm_id: u32,
-    /// The receiver's QPN (24 bits).
-    pub remote_qpn: u32,
-    /// How long the sender may take to answer (5 bits).
-    pub remote_cm_response_timeout: u8,
-    /// The alternate path offered (only its LIDs, GIDs, flow label, traffic class, hop
-    /// limit, packet rate, SL, subnet-local bit and ACK timeout).
-    pub alternate: PathRepr,
-    /// Private data.
-    pub private_data: PrivateData<{ private_len::LAP }>,
-}
-
-impl LapRepr {
-    cm_layout!("a LAP" {
-        local_comm_id: Be::<4>(0),
-        remote_comm_id: Be::<4>(4),
-        remote_qpn: Be::<3>(12),
-        remote_cm_response_timeout: Bits(15, 3, 5),
-        alternate: Path::lap(20),
-        private_data: Bytes(64),
-    });
+cm_message! {
+    /// LoadAlternatePath (IBTA 12.6.12, table 115). Parsed so that it can be answered: this
+    /// stack does not migrate paths.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct LapRepr("a LAP") {
+        /// The sender's communication ID.
+        local_comm_id: u32 = Be::<4>(0),
+        /// The receiver's communication ID.
+        remote_comm_id: u32 = Be::<4>(4),
+        /// The receiver's QPN (24 bits).
+        remote_qpn: u32 = Be::<3>(12),
+        /// How long the sender may take to answer (5 bits).
+        remote_cm_response_timeout: u8 = Bits(15, 3, 5),
+        /// The alternate path offered (only its LIDs, GIDs, flow label, traffic class, hop
+        /// limit, packet rate, SL, subnet-local bit and ACK timeout).
+        alternate: PathRepr = Path::lap(20),
+        /// Private data.
+        private_data: PrivateData<{ private_len::LAP }> = Bytes(64),
+    }
 }
 
 /// APR status codes (IBTA 12.6.13, table 117) this stack sends.
@@ -50,31 +41,23 @@ pub mod ap_status {
     pub const REJECTED: u8 = 3;
 }
 
-/// AlternatePathResponse (IBTA 12.6.13, table 116).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct AprRepr {
-    /// The sender's communication ID.
-    pub local_comm_id: u32,
-    /// The receiver's communication ID.
-    pub remote_comm_id: u32,
-    /// The status (see [`ap_status`]).
-    pub status: u8,
-    /// Additional information.
-    pub info: Info,
-    /// Private data.
-    pub private_data: PrivateData<{ private_len::APR }>,
-}
-
-impl AprRepr {
-    cm_layout!("an APR" {
-        local_comm_id: Be::<4>(0),
-        remote_comm_id: Be::<4>(4),
-        status: Be::<1>(9),
-        info: InfoAt {
+cm_message! {
+    /// AlternatePathResponse (IBTA 12.6.13, table 116).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct AprRepr("an APR") {
+        /// The sender's communication ID.
+        local_comm_id: u32 = Be::<4>(0),
+        /// The receiver's communication ID.
+        remote_comm_id: u32 = Be::<4>(4),
+        /// The status (see [`ap_status`]).
+        status: u8 = Be::<1>(9),
+        /// Additional information.
+        info: Info = InfoAt {
             len: Bits(8, 0, 8),
             data: 12,
             name: "APR additional information length",
         },
-        private_data: Bytes(84),
-    });
+        /// Private data.
+        private_data: PrivateData<{ private_len::APR }> = Bytes(84),
+    }
 }

@@ -47,6 +47,27 @@ macro_rules! cm_layout {
     };
 }
 
+/// Declares a message's struct and makes its `parse` and `emit` ([`cm_layout!`]) from
+/// the same table: each field's name, type and place are written once, and parsing reads
+/// the fields in the order declared.
+macro_rules! cm_message {
+    (
+        $(#[$attr:meta])*
+        pub struct $name:ident($what:literal) {
+            $($(#[$fattr:meta])* $field:ident: $ty:ty = $codec:expr),* $(,)?
+        }
+    ) => {
+        $(#[$attr])*
+        pub struct $name {
+            $($(#[$fattr])* pub $field: $ty,)*
+        }
+
+        impl $name {
+            cm_layout!($what { $($field: $codec),* });
+        }
+    };
+}
+
 /// A big-endian integer of `N` bytes at a byte offset.
 pub(super) struct Be<const N: usize>(pub usize);
 

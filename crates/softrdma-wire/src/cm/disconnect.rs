@@ -30,24 +30,17 @@ impl<const N: usize> IdsRepr<N> {
 /// DisconnectReply.
 pub type DrepRepr = IdsRepr<{ private_len::DREP }>;
 
-/// DisconnectRequest (IBTA 12.6.10, table 112).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct DreqRepr {
-    /// The sender's communication ID.
-    pub local_comm_id: u32,
-    /// The receiver's communication ID.
-    pub remote_comm_id: u32,
-    /// The receiver's QPN (24 bits).
-    pub remote_qpn: u32,
-    /// Private data.
-    pub private_data: PrivateData<{ private_len::DREQ }>,
-}
-
-impl DreqRepr {
-    cm_layout!("a DREQ" {
-        local_comm_id: Be::<4>(0),
-        remote_comm_id: Be::<4>(4),
-        remote_qpn: Be::<3>(8),
-        private_data: Bytes(12),
-    });
+cm_message! {
+    /// DisconnectRequest (IBTA 12.6.10, table 112).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct DreqRepr("a DREQ") {
+        /// The sender's communication ID.
+        local_comm_id: u32 = Be::<4>(0),
+        /// The receiver's communication ID.
+        remote_comm_id: u32 = Be::<4>(4),
+        /// The receiver's QPN (24 bits).
+        remote_qpn: u32 = Be::<3>(8),
+        /// Private data.
+        private_data: PrivateData<{ private_len::DREQ }> = Bytes(12),
+    }
 }

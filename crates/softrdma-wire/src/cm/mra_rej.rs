@@ -53,30 +53,22 @@ impl Codec<MessageRef> for RefAt {
     }
 }
 
-/// MsgRcptAck: "I got your message; my answer will take longer" (IBTA 12.6.6, table 107).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct MraRepr {
-    /// The sender's communication ID.
-    pub local_comm_id: u32,
-    /// The receiver's communication ID.
-    pub remote_comm_id: u32,
-    /// The message acknowledged.
-    pub message: MessageRef,
-    /// How much longer the answer may take (5 bits, 4.096 µs × 2^n), on top of the packet
-    /// lifetime.
-    pub service_timeout: u8,
-    /// Private data.
-    pub private_data: PrivateData<{ private_len::MRA }>,
-}
-
-impl MraRepr {
-    cm_layout!("an MRA" {
-        local_comm_id: Be::<4>(0),
-        remote_comm_id: Be::<4>(4),
-        message: RefAt(8, "MRA message MRAed"),
-        service_timeout: Bits(9, 3, 5),
-        private_data: Bytes(10),
-    });
+cm_message! {
+    /// MsgRcptAck: "I got your message; my answer will take longer" (IBTA 12.6.6, table 107).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct MraRepr("an MRA") {
+        /// The sender's communication ID.
+        local_comm_id: u32 = Be::<4>(0),
+        /// The receiver's communication ID.
+        remote_comm_id: u32 = Be::<4>(4),
+        /// The message acknowledged.
+        message: MessageRef = RefAt(8, "MRA message MRAed"),
+        /// How much longer the answer may take (5 bits, 4.096 µs × 2^n), on top of the packet
+        /// lifetime.
+        service_timeout: u8 = Bits(9, 3, 5),
+        /// Private data.
+        private_data: PrivateData<{ private_len::MRA }> = Bytes(10),
+    }
 }
 
 /// Reject reasons (IBTA 12.6.7.2, table 109) that this stack sends or acts on; any other

@@ -7,26 +7,19 @@ use super::codec::{Be, Bits, Bytes, InfoAt};
 use super::fields::{Info, PrivateData};
 use super::private_len;
 
-/// ServiceIDResReq: resolve a service ID to a UD QPN and Q_Key (IBTA 12.11.1, table 119).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SidrReqRepr {
-    /// The requester's ID for this request.
-    pub request_id: u32,
-    /// Partition key.
-    pub pkey: u16,
-    /// The service asked for.
-    pub service_id: u64,
-    /// Private data (with rdma_cm's IP CM header first).
-    pub private_data: PrivateData<{ private_len::SIDR_REQ }>,
-}
-
-impl SidrReqRepr {
-    cm_layout!("a SIDR_REQ" {
-        request_id: Be::<4>(0),
-        pkey: Be::<2>(4),
-        service_id: Be::<8>(8),
-        private_data: Bytes(16),
-    });
+cm_message! {
+    /// ServiceIDResReq: resolve a service ID to a UD QPN and Q_Key (IBTA 12.11.1, table 119).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct SidrReqRepr("a SIDR_REQ") {
+        /// The requester's ID for this request.
+        request_id: u32 = Be::<4>(0),
+        /// Partition key.
+        pkey: u16 = Be::<2>(4),
+        /// The service asked for.
+        service_id: u64 = Be::<8>(8),
+        /// Private data (with rdma_cm's IP CM header first).
+        private_data: PrivateData<{ private_len::SIDR_REQ }> = Bytes(16),
+    }
 }
 
 /// SIDR_REP status codes (IBTA 12.11.2, table 121).
@@ -45,37 +38,27 @@ pub mod sidr_status {
     pub const UNSUPPORTED_VERSION: u8 = 5;
 }
 
-/// ServiceIDResReqResp (IBTA 12.11.2, table 120).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SidrRepRepr {
-    /// The request answered.
-    pub request_id: u32,
-    /// The status (see [`sidr_status`]).
-    pub status: u8,
-    /// Additional information.
-    pub info: Info,
-    /// The UD QPN serving the service (24 bits).
-    pub qpn: u32,
-    /// The service ID.
-    pub service_id: u64,
-    /// The Q_Key to send to the QP with.
-    pub qkey: u32,
-    /// Private data.
-    pub private_data: PrivateData<{ private_len::SIDR_REP }>,
-}
-
-impl SidrRepRepr {
-    cm_layout!("a SIDR_REP" {
-        request_id: Be::<4>(0),
-        status: Be::<1>(4),
-        info: InfoAt {
+cm_message! {
+    /// ServiceIDResReqResp (IBTA 12.11.2, table 120).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct SidrRepRepr("a SIDR_REP") {
+        /// The request answered.
+        request_id: u32 = Be::<4>(0),
+        /// The status (see [`sidr_status`]).
+        status: u8 = Be::<1>(4),
+        /// Additional information.
+        info: Info = InfoAt {
             len: Bits(5, 0, 8),
             data: 24,
             name: "SIDR_REP additional information length",
         },
-        qpn: Be::<3>(8),
-        service_id: Be::<8>(12),
-        qkey: Be::<4>(20),
-        private_data: Bytes(96),
-    });
+        /// The UD QPN serving the service (24 bits).
+        qpn: u32 = Be::<3>(8),
+        /// The service ID.
+        service_id: u64 = Be::<8>(12),
+        /// The Q_Key to send to the QP with.
+        qkey: u32 = Be::<4>(20),
+        /// Private data.
+        private_data: PrivateData<{ private_len::SIDR_REP }> = Bytes(96),
+    }
 }
