@@ -132,8 +132,8 @@ fn ip_pair() -> impl Strategy<Value = (IpAddr, IpAddr)> {
     ]
 }
 
-macro_rules! header_round_trip {
-    ($name:ident, $strategy:expr, $view:ident, $repr:ident) => {
+macro_rules! header_round_trips {
+    ($($name:ident: $strategy:expr => $view:ident / $repr:ident;)*) => {$(
         proptest! {
             #[test]
             fn $name(repr in $strategy) {
@@ -144,38 +144,21 @@ macro_rules! header_round_trip {
                 prop_assert!($view::new_checked(&buf[..buf.len() - 1]).is_err());
             }
         }
-    };
+    )*};
 }
 
-header_round_trip!(
-    bth_round_trips,
-    (0u8..=255).prop_flat_map(bth_for),
-    Bth,
-    BthRepr
-);
-header_round_trip!(reth_round_trips, reth(), Reth, RethRepr);
-header_round_trip!(aeth_round_trips, aeth(), Aeth, AethRepr);
-header_round_trip!(atomic_eth_round_trips, atomic(), AtomicEth, AtomicEthRepr);
-header_round_trip!(
-    atomic_ack_eth_round_trips,
-    any::<u64>().prop_map(|orig| AtomicAckEthRepr { orig }),
-    AtomicAckEth,
-    AtomicAckEthRepr
-);
-header_round_trip!(deth_round_trips, deth(), Deth, DethRepr);
-header_round_trip!(
-    imm_round_trips,
-    any::<u32>().prop_map(|imm| ImmDtRepr { imm }),
-    ImmDt,
-    ImmDtRepr
-);
-header_round_trip!(
-    ieth_round_trips,
-    any::<u32>().prop_map(|rkey| IethRepr { rkey }),
-    Ieth,
-    IethRepr
-);
-header_round_trip!(feth_round_trips, feth(), Feth, FethRepr);
+header_round_trips! {
+    bth_round_trips: (0u8..=255).prop_flat_map(bth_for) => Bth / BthRepr;
+    reth_round_trips: reth() => Reth / RethRepr;
+    aeth_round_trips: aeth() => Aeth / AethRepr;
+    atomic_eth_round_trips: atomic() => AtomicEth / AtomicEthRepr;
+    atomic_ack_eth_round_trips:
+        any::<u64>().prop_map(|orig| AtomicAckEthRepr { orig }) => AtomicAckEth / AtomicAckEthRepr;
+    deth_round_trips: deth() => Deth / DethRepr;
+    imm_round_trips: any::<u32>().prop_map(|imm| ImmDtRepr { imm }) => ImmDt / ImmDtRepr;
+    ieth_round_trips: any::<u32>().prop_map(|rkey| IethRepr { rkey }) => Ieth / IethRepr;
+    feth_round_trips: feth() => Feth / FethRepr;
+}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]

@@ -60,56 +60,41 @@ pub const GSI_QPN: u32 = 1;
 /// The Q_Key of QP1 (IBTA 10.2.5: the well-known GSI Q_Key).
 pub const GSI_QKEY: u32 = 0x8001_0000;
 
-/// Attribute IDs of the CM messages (IBTA vol. 1, 12.6.2, table 104).
-pub mod attr {
-    /// ConnectRequest.
-    pub const REQ: u16 = 0x0010;
-    /// MsgRcptAck.
-    pub const MRA: u16 = 0x0011;
-    /// ConnectReject.
-    pub const REJ: u16 = 0x0012;
-    /// ConnectReply.
-    pub const REP: u16 = 0x0013;
-    /// ReadyToUse.
-    pub const RTU: u16 = 0x0014;
-    /// DisconnectRequest.
-    pub const DREQ: u16 = 0x0015;
-    /// DisconnectReply.
-    pub const DREP: u16 = 0x0016;
-    /// ServiceIDResReq.
-    pub const SIDR_REQ: u16 = 0x0017;
-    /// ServiceIDResReqResp.
-    pub const SIDR_REP: u16 = 0x0018;
-    /// LoadAlternatePath.
-    pub const LAP: u16 = 0x0019;
-    /// AlternatePathResponse.
-    pub const APR: u16 = 0x001A;
+/// Declares, from one row a message, the CM messages' attribute IDs ([`attr`]) and the
+/// bytes of private data each carries ([`private_len`]).
+macro_rules! cm_messages {
+    ($($name:ident = $id:literal, $private:literal, $long:literal;)*) => {
+        /// Attribute IDs of the CM messages (IBTA vol. 1, 12.6.2, table 104).
+        pub mod attr {
+            $(
+                #[doc = concat!($long, ".")]
+                pub const $name: u16 = $id;
+            )*
+        }
+
+        /// The bytes of private data each message carries (IBTA vol. 1, 12.6, tables
+        /// 106-120).
+        pub mod private_len {
+            $(
+                #[doc = concat!(stringify!($name), ".")]
+                pub const $name: usize = $private;
+            )*
+        }
+    };
 }
 
-/// The bytes of private data each message carries (IBTA vol. 1, 12.6, tables 106-120).
-pub mod private_len {
-    /// REQ.
-    pub const REQ: usize = 92;
-    /// MRA.
-    pub const MRA: usize = 222;
-    /// REJ.
-    pub const REJ: usize = 148;
-    /// REP.
-    pub const REP: usize = 196;
-    /// RTU.
-    pub const RTU: usize = 224;
-    /// DREQ.
-    pub const DREQ: usize = 220;
-    /// DREP.
-    pub const DREP: usize = 224;
-    /// LAP.
-    pub const LAP: usize = 168;
-    /// APR.
-    pub const APR: usize = 148;
-    /// SIDR_REQ.
-    pub const SIDR_REQ: usize = 216;
-    /// SIDR_REP.
-    pub const SIDR_REP: usize = 136;
+cm_messages! {
+    REQ = 0x0010, 92, "ConnectRequest";
+    MRA = 0x0011, 222, "MsgRcptAck";
+    REJ = 0x0012, 148, "ConnectReject";
+    REP = 0x0013, 196, "ConnectReply";
+    RTU = 0x0014, 224, "ReadyToUse";
+    DREQ = 0x0015, 220, "DisconnectRequest";
+    DREP = 0x0016, 224, "DisconnectReply";
+    SIDR_REQ = 0x0017, 216, "ServiceIDResReq";
+    SIDR_REP = 0x0018, 136, "ServiceIDResReqResp";
+    LAP = 0x0019, 168, "LoadAlternatePath";
+    APR = 0x001A, 148, "AlternatePathResponse";
 }
 
 #[cfg(test)]
