@@ -121,10 +121,10 @@ impl<T: AsRef<[u8]>> IbPacket<T> {
 /// getters, and [`ExtHeaders`]' parsing (in the table's order, which is wire order),
 /// presence test and emitting.
 macro_rules! ext_headers {
-    ($($name:ident: $view:ident / $repr:ident = $h:ident;)*) => {
+    ($($name:ident: $view:ident / $repr:ident = $h:ident, $doc:literal;)*) => {
         impl<T: AsRef<[u8]>> IbPacket<T> {
             $(
-                #[doc = concat!("The ", stringify!($view), ", if the opcode carries one.")]
+                #[doc = concat!("The ", $doc, ", if the opcode carries one.")]
                 pub fn $name(&self) -> Option<$view<&[u8]>> {
                     self.header(Header::$h).map($view::new_unchecked)
                 }
@@ -135,7 +135,7 @@ macro_rules! ext_headers {
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
         pub struct ExtHeaders {
             $(
-                #[doc = concat!("The ", stringify!($view), ".")]
+                #[doc = concat!("The ", $doc, ".")]
                 pub $name: Option<$repr>,
             )*
         }
@@ -168,14 +168,14 @@ macro_rules! ext_headers {
 }
 
 ext_headers! {
-    reth: Reth / RethRepr = Reth;
-    aeth: Aeth / AethRepr = Aeth;
-    atomic_eth: AtomicEth / AtomicEthRepr = AtomicEth;
-    atomic_ack_eth: AtomicAckEth / AtomicAckEthRepr = AtomicAckEth;
-    deth: Deth / DethRepr = Deth;
-    imm_dt: ImmDt / ImmDtRepr = ImmDt;
-    ieth: Ieth / IethRepr = Ieth;
-    feth: Feth / FethRepr = Feth;
+    reth: Reth / RethRepr = Reth, "RETH (RDMA extended transport header)";
+    aeth: Aeth / AethRepr = Aeth, "AETH (ACK extended transport header)";
+    atomic_eth: AtomicEth / AtomicEthRepr = AtomicEth, "AtomicETH (atomic extended transport header)";
+    atomic_ack_eth: AtomicAckEth / AtomicAckEthRepr = AtomicAckEth, "AtomicAckETH (atomic ACK extended transport header)";
+    deth: Deth / DethRepr = Deth, "DETH (datagram extended transport header)";
+    imm_dt: ImmDt / ImmDtRepr = ImmDt, "ImmDt (immediate data)";
+    ieth: Ieth / IethRepr = Ieth, "IETH (invalidate extended transport header)";
+    feth: Feth / FethRepr = Feth, "FETH (flush extended transport header)";
 }
 
 fn emit_opt<'b, R, V>(
