@@ -12,6 +12,20 @@
 
 #![allow(non_camel_case_types, missing_docs)]
 
+/// Asserts at compile time the size of each struct (`= size`, where c-abi.md gives it)
+/// and the offsets of the fields callers touch (`{ field: offset }`, a nested field as
+/// `outer.inner`), as a table: one line of figures per struct, read against c-abi.md.
+macro_rules! assert_layout {
+    ($($t:ident $(= $size:literal)? $({ $($($f:ident).+: $off:literal),* $(,)? })?;)*) => {
+        const _: () = {
+            $(
+                $(assert!(::std::mem::size_of::<$t>() == $size);)?
+                $($(assert!(::std::mem::offset_of!($t, $($f).+) == $off);)*)?
+            )*
+        };
+    };
+}
+
 pub mod consts;
 pub mod rdmacm;
 pub mod verbs;

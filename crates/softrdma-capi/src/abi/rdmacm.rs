@@ -3,7 +3,6 @@
 
 use super::verbs::{ibv_ah_attr, ibv_context, ibv_gid, ibv_pd, ibv_qp};
 use std::ffi::{c_char, c_int, c_void};
-use std::mem::{offset_of, size_of};
 
 /// `struct rdma_event_channel`.
 #[repr(C)]
@@ -131,24 +130,13 @@ pub struct rdma_cm_join_mc_attr_ex {
 
 // The figures of rdma-core 44 on x86_64 (c-abi.md §5); `super::tests` checks them again
 // against the installed headers.
-const _: () = {
-    assert!(size_of::<rdma_event_channel>() == 4);
-    assert!(size_of::<rdma_route>() == 312);
-    assert!(size_of::<rdma_cm_id>() == 416);
-    assert!(offset_of!(rdma_cm_id, route) == 32);
-    assert!(offset_of!(rdma_cm_id, ps) == 344);
-    assert!(offset_of!(rdma_cm_id, port_num) == 348);
-    assert!(offset_of!(rdma_cm_id, event) == 352);
-    assert!(offset_of!(rdma_cm_id, pd) == 400);
-    assert!(offset_of!(rdma_cm_id, qp_type) == 408);
-    assert!(size_of::<rdma_conn_param>() == 24);
-    assert!(offset_of!(rdma_conn_param, qp_num) == 16);
-    assert!(offset_of!(rdma_ud_param, ah_attr) == 16);
-    assert!(offset_of!(rdma_ud_param, qp_num) == 48);
-    assert!(size_of::<rdma_cm_event>() == 80);
-    assert!(offset_of!(rdma_cm_event, param) == 24);
-    assert!(size_of::<rdma_addrinfo>() == 96);
-    assert!(offset_of!(rdma_addrinfo, ai_route) == 64);
-    assert!(offset_of!(rdma_addrinfo, ai_next) == 88);
-    assert!(size_of::<rdma_cm_join_mc_attr_ex>() == 16);
-};
+assert_layout! {
+    rdma_event_channel = 4;
+    rdma_route = 312;
+    rdma_cm_id = 416 { route: 32, ps: 344, port_num: 348, event: 352, pd: 400, qp_type: 408 };
+    rdma_conn_param = 24 { qp_num: 16 };
+    rdma_ud_param { ah_attr: 16, qp_num: 48 };
+    rdma_cm_event = 80 { param: 24 };
+    rdma_addrinfo = 96 { ai_route: 64, ai_next: 88 };
+    rdma_cm_join_mc_attr_ex = 16;
+}

@@ -1,7 +1,6 @@
 //! `<infiniband/verbs.h>`: the structs of libibverbs that cross the boundary.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::mem::{offset_of, size_of};
 
 /// `union ibv_gid`: 16 bytes, network order.
 #[repr(C, align(8))]
@@ -617,112 +616,56 @@ pub const VERBS_DEVICE_OPS_OFFSET: usize = 664;
 
 // The figures of rdma-core 44 on x86_64 (c-abi.md §2); `super::tests` checks them again
 // against the installed headers.
-const _: () = {
-    assert!(size_of::<ibv_gid>() == 16);
-    assert!(size_of::<ibv_device>() == 664);
-    assert!(offset_of!(ibv_device, node_type) == 16);
-    assert!(offset_of!(ibv_device, name) == 24);
-    assert!(offset_of!(ibv_device, dev_name) == 88);
-    assert!(offset_of!(ibv_device, dev_path) == 152);
-    assert!(offset_of!(ibv_device, ibdev_path) == 408);
-    assert!(size_of::<ibv_context_ops>() == 256);
-    assert!(size_of::<ibv_context>() == 328);
-    assert!(offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, alloc_mw) == 64);
-    assert!(offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, dealloc_mw) == 80);
-    assert!(offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, poll_cq) == 96);
-    assert!(offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, req_notify_cq) == 104);
-    assert!(offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, post_srq_recv) == 168);
-    assert!(offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, post_send) == 208);
-    assert!(offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, post_recv) == 216);
-    assert!(offset_of!(ibv_context, cmd_fd) == 264);
-    assert!(offset_of!(ibv_context, async_fd) == 268);
-    assert!(offset_of!(ibv_context, num_comp_vectors) == 272);
-    assert!(offset_of!(ibv_context, mutex) == 280);
-    assert!(offset_of!(ibv_context, abi_compat) == 320);
-    assert!(size_of::<verbs_context>() == 648);
-    assert!(offset_of!(verbs_context, advise_mr) == 8);
-    assert!(offset_of!(verbs_context, create_cq_ex) == 200);
-    assert!(offset_of!(verbs_context, priv_) == 208);
-    assert!(offset_of!(verbs_context, query_device_ex) == 216);
-    assert!(offset_of!(verbs_context, create_qp_ex) == 264);
-    assert!(offset_of!(verbs_context, get_srq_num) == 272);
-    assert!(offset_of!(verbs_context, create_srq_ex) == 280);
-    assert!(offset_of!(verbs_context, sz) == 312);
-    assert!(offset_of!(verbs_context, context) == 320);
-    assert!(size_of::<ibv_device_attr>() == 232);
-    assert!(offset_of!(ibv_device_attr, vendor_id) == 96);
-    assert!(offset_of!(ibv_device_attr, max_qp) == 108);
-    assert!(offset_of!(ibv_device_attr, atomic_cap) == 164);
-    assert!(offset_of!(ibv_device_attr, max_pkeys) == 224);
-    assert!(offset_of!(ibv_device_attr, phys_port_cnt) == 227);
-    assert!(size_of::<ibv_device_attr_ex>() == 400);
-    assert!(offset_of!(ibv_device_attr_ex, odp_general_caps) == 240);
-    assert!(offset_of!(ibv_device_attr_ex, odp_ud_caps) == 256);
-    assert!(offset_of!(ibv_device_attr_ex, phys_port_cnt_ex) == 396);
-    assert!(offset_of!(ibv_device_attr_ex, completion_timestamp_mask) == 264);
-    assert!(offset_of!(ibv_device_attr_ex, hca_core_clock) == 272);
-    assert!(offset_of!(verbs_context, query_rt_values) == 192);
-    assert!(size_of::<ibv_values_ex>() == 24);
-    assert!(size_of::<ibv_port_attr>() == 52);
-    assert!(offset_of!(ibv_port_attr, pkey_tbl_len) == 32);
-    assert!(offset_of!(ibv_port_attr, active_width) == 43);
-    assert!(offset_of!(ibv_port_attr, link_layer) == 46);
-    assert!(offset_of!(ibv_port_attr, port_cap_flags2) == 48);
-    assert!(size_of::<ibv_gid_entry>() == 32);
-    assert!(size_of::<ibv_pd>() == 16);
-    assert!(size_of::<ibv_mr>() == 48);
-    assert!(offset_of!(ibv_mr, lkey) == 36);
-    assert!(offset_of!(ibv_mr, rkey) == 40);
-    assert!(size_of::<ibv_comp_channel>() == 16);
-    assert!(offset_of!(ibv_comp_channel, fd) == 8);
-    assert!(size_of::<ibv_cq>() == 128);
-    assert!(offset_of!(ibv_cq, cqe) == 28);
-    assert!(offset_of!(ibv_cq, comp_events_completed) == 120);
-    assert!(size_of::<ibv_cq_ex>() == 288);
-    assert!(offset_of!(ibv_cq_ex, status) == 132);
-    assert!(offset_of!(ibv_cq_ex, wr_id) == 136);
-    assert!(offset_of!(ibv_cq_ex, start_poll) == 144);
-    assert!(offset_of!(ibv_cq_ex, read_completion_wallclock_ns) == 280);
-    assert!(size_of::<ibv_cq_init_attr_ex>() == 56);
-    assert!(size_of::<ibv_wc>() == 48);
-    assert!(offset_of!(ibv_wc, qp_num) == 28);
-    assert!(offset_of!(ibv_wc, wc_flags) == 36);
-    assert!(offset_of!(ibv_wc, dlid_path_bits) == 45);
-    assert!(size_of::<ibv_sge>() == 16);
-    assert!(size_of::<ibv_global_route>() == 24);
-    assert!(size_of::<ibv_ah_attr>() == 32);
-    assert!(size_of::<ibv_ah>() == 24);
-    assert!(size_of::<ibv_grh>() == 40);
-    assert!(size_of::<ibv_srq>() == 128);
-    assert!(offset_of!(ibv_srq, events_completed) == 120);
-    assert!(size_of::<ibv_qp_cap>() == 20);
-    assert!(size_of::<ibv_qp_init_attr>() == 64);
-    assert!(size_of::<ibv_qp_init_attr_ex>() == 136);
-    assert!(offset_of!(ibv_qp_init_attr_ex, comp_mask) == 60);
-    assert!(offset_of!(ibv_qp_init_attr_ex, pd) == 64);
-    assert!(offset_of!(ibv_qp_init_attr_ex, send_ops_flags) == 128);
-    assert!(size_of::<ibv_qp_attr>() == 144);
-    assert!(offset_of!(ibv_qp_attr, dest_qp_num) == 28);
-    assert!(offset_of!(ibv_qp_attr, ah_attr) == 56);
-    assert!(offset_of!(ibv_qp_attr, alt_ah_attr) == 88);
-    assert!(offset_of!(ibv_qp_attr, port_num) == 129);
-    assert!(offset_of!(ibv_qp_attr, rnr_retry) == 132);
-    assert!(offset_of!(ibv_qp_attr, rate_limit) == 136);
-    assert!(size_of::<ibv_qp>() == 160);
-    assert!(offset_of!(ibv_qp, qp_num) == 52);
-    assert!(offset_of!(ibv_qp, events_completed) == 152);
-    assert!(size_of::<ibv_qp_ex>() == 352);
-    assert!(offset_of!(ibv_qp_ex, wr_flags) == 176);
-    assert!(offset_of!(ibv_qp_ex, wr_send) == 240);
-    assert!(offset_of!(ibv_qp_ex, wr_set_sge) == 304);
-    assert!(offset_of!(ibv_qp_ex, wr_start) == 320);
-    assert!(offset_of!(ibv_qp_ex, wr_atomic_write) == 344);
-    assert!(size_of::<ibv_send_wr>() == 128);
-    assert!(offset_of!(ibv_send_wr, imm_data) == 36);
-    assert!(offset_of!(ibv_send_wr, wr) == 40);
-    assert!(offset_of!(ibv_send_wr, xrc_remote_srqn) == 72);
-    assert!(size_of::<ibv_recv_wr>() == 32);
-    assert!(size_of::<ibv_async_event>() == 16);
-    assert!(size_of::<ibv_srq_init_attr>() == 24);
-    assert!(size_of::<ibv_ece>() == 12);
-};
+assert_layout! {
+    ibv_gid = 16;
+    ibv_device = 664 { node_type: 16, name: 24, dev_name: 88, dev_path: 152, ibdev_path: 408 };
+    ibv_context_ops = 256;
+    ibv_context = 328 {
+        ops.alloc_mw: 64, ops.dealloc_mw: 80, ops.poll_cq: 96, ops.req_notify_cq: 104,
+        ops.post_srq_recv: 168, ops.post_send: 208, ops.post_recv: 216,
+        cmd_fd: 264, async_fd: 268, num_comp_vectors: 272, mutex: 280, abi_compat: 320,
+    };
+    verbs_context = 648 {
+        advise_mr: 8, create_cq_ex: 200, priv_: 208, query_device_ex: 216, create_qp_ex: 264,
+        get_srq_num: 272, create_srq_ex: 280, sz: 312, context: 320, query_rt_values: 192,
+    };
+    ibv_device_attr = 232 {
+        vendor_id: 96, max_qp: 108, atomic_cap: 164, max_pkeys: 224, phys_port_cnt: 227,
+    };
+    ibv_device_attr_ex = 400 {
+        odp_general_caps: 240, odp_ud_caps: 256, phys_port_cnt_ex: 396,
+        completion_timestamp_mask: 264, hca_core_clock: 272,
+    };
+    ibv_values_ex = 24;
+    ibv_port_attr = 52 { pkey_tbl_len: 32, active_width: 43, link_layer: 46, port_cap_flags2: 48 };
+    ibv_gid_entry = 32;
+    ibv_pd = 16;
+    ibv_mr = 48 { lkey: 36, rkey: 40 };
+    ibv_comp_channel = 16 { fd: 8 };
+    ibv_cq = 128 { cqe: 28, comp_events_completed: 120 };
+    ibv_cq_ex = 288 { status: 132, wr_id: 136, start_poll: 144, read_completion_wallclock_ns: 280 };
+    ibv_cq_init_attr_ex = 56;
+    ibv_wc = 48 { qp_num: 28, wc_flags: 36, dlid_path_bits: 45 };
+    ibv_sge = 16;
+    ibv_global_route = 24;
+    ibv_ah_attr = 32;
+    ibv_ah = 24;
+    ibv_grh = 40;
+    ibv_srq = 128 { events_completed: 120 };
+    ibv_qp_cap = 20;
+    ibv_qp_init_attr = 64;
+    ibv_qp_init_attr_ex = 136 { comp_mask: 60, pd: 64, send_ops_flags: 128 };
+    ibv_qp_attr = 144 {
+        dest_qp_num: 28, ah_attr: 56, alt_ah_attr: 88, port_num: 129, rnr_retry: 132,
+        rate_limit: 136,
+    };
+    ibv_qp = 160 { qp_num: 52, events_completed: 152 };
+    ibv_qp_ex = 352 {
+        wr_flags: 176, wr_send: 240, wr_set_sge: 304, wr_start: 320, wr_atomic_write: 344,
+    };
+    ibv_send_wr = 128 { imm_data: 36, wr: 40, xrc_remote_srqn: 72 };
+    ibv_recv_wr = 32;
+    ibv_async_event = 16;
+    ibv_srq_init_attr = 24;
+    ibv_ece = 12;
+}
