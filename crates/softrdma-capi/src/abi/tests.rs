@@ -3,14 +3,26 @@
 use super::*;
 use std::mem::{offset_of, size_of};
 
-/// Rust's size and offsets of each struct, as `(C type, C field or "", value)`.
-fn figures() -> Vec<(&'static str, &'static str, usize)> {
-    macro_rules! s {
-        ($v:ident, $c:literal, $t:ty $(, $f:ident)*) => {
-            $v.push(($c, "", size_of::<$t>()));
-            $($v.push(($c, stringify!($f), offset_of!($t, $f)));)*
-        };
-    }
+/// Sizes and offsets, as `(C type, C field or "", value)`.
+type Figures = Vec<(&'static str, &'static str, usize)>;
+
+/// Pushes onto `$v` the size of the C type `$c` (Rust's `$t`), then the offset of each
+/// field named, which has the same name in C.
+macro_rules! s {
+    ($v:ident, $c:literal, $t:ty $(, $f:ident)*) => {
+        $v.push(($c, "", size_of::<$t>()));
+        $($v.push(($c, stringify!($f), offset_of!($t, $f)));)*
+    };
+}
+
+/// Pushes onto `v` the offsets of fields of the C type `c` that Rust names otherwise
+/// (the members of C's nested structs and unions, flattened or reached through one).
+fn renamed(v: &mut Figures, c: &'static str, fields: &[(&'static str, usize)]) {
+    v.extend(fields.iter().map(|&(field, offset)| (c, field, offset)));
+}
+
+/// Rust's size and offsets of each struct.
+fn figures() -> Figures {
     let mut v = Vec::new();
     s!(
         v,
@@ -119,26 +131,28 @@ fn figures() -> Vec<(&'static str, &'static str, usize)> {
         device_cap_flags_ex,
         phys_port_cnt_ex
     );
-    v.push((
+    renamed(
+        &mut v,
         "struct ibv_device_attr_ex",
-        "odp_caps.general_caps",
-        offset_of!(ibv_device_attr_ex, odp_general_caps),
-    ));
-    v.push((
-        "struct ibv_device_attr_ex",
-        "odp_caps.per_transport_caps.rc_odp_caps",
-        offset_of!(ibv_device_attr_ex, odp_rc_caps),
-    ));
-    v.push((
-        "struct ibv_device_attr_ex",
-        "odp_caps.per_transport_caps.uc_odp_caps",
-        offset_of!(ibv_device_attr_ex, odp_uc_caps),
-    ));
-    v.push((
-        "struct ibv_device_attr_ex",
-        "odp_caps.per_transport_caps.ud_odp_caps",
-        offset_of!(ibv_device_attr_ex, odp_ud_caps),
-    ));
+        &[
+            (
+                "odp_caps.general_caps",
+                offset_of!(ibv_device_attr_ex, odp_general_caps),
+            ),
+            (
+                "odp_caps.per_transport_caps.rc_odp_caps",
+                offset_of!(ibv_device_attr_ex, odp_rc_caps),
+            ),
+            (
+                "odp_caps.per_transport_caps.uc_odp_caps",
+                offset_of!(ibv_device_attr_ex, odp_uc_caps),
+            ),
+            (
+                "odp_caps.per_transport_caps.ud_odp_caps",
+                offset_of!(ibv_device_attr_ex, odp_ud_caps),
+            ),
+        ],
+    );
     s!(
         v,
         "struct ibv_values_ex",
@@ -486,41 +500,26 @@ fn figures() -> Vec<(&'static str, &'static str, usize)> {
         imm_data,
         wr
     );
-    v.push((
+    let wr = offset_of!(ibv_send_wr, wr);
+    renamed(
+        &mut v,
         "struct ibv_send_wr",
-        "wr.rdma.rkey",
-        offset_of!(ibv_send_wr, wr) + offset_of!(ibv_rdma, rkey),
-    ));
-    v.push((
-        "struct ibv_send_wr",
-        "wr.atomic.compare_add",
-        offset_of!(ibv_send_wr, wr) + offset_of!(ibv_atomic, compare_add),
-    ));
-    v.push((
-        "struct ibv_send_wr",
-        "wr.atomic.swap",
-        offset_of!(ibv_send_wr, wr) + offset_of!(ibv_atomic, swap),
-    ));
-    v.push((
-        "struct ibv_send_wr",
-        "wr.atomic.rkey",
-        offset_of!(ibv_send_wr, wr) + offset_of!(ibv_atomic, rkey),
-    ));
-    v.push((
-        "struct ibv_send_wr",
-        "wr.ud.remote_qpn",
-        offset_of!(ibv_send_wr, wr) + offset_of!(ibv_ud, remote_qpn),
-    ));
-    v.push((
-        "struct ibv_send_wr",
-        "wr.ud.remote_qkey",
-        offset_of!(ibv_send_wr, wr) + offset_of!(ibv_ud, remote_qkey),
-    ));
-    v.push((
-        "struct ibv_send_wr",
-        "qp_type.xrc.remote_srqn",
-        offset_of!(ibv_send_wr, xrc_remote_srqn),
-    ));
+        &[
+            ("wr.rdma.rkey", wr + offset_of!(ibv_rdma, rkey)),
+            (
+                "wr.atomic.compare_add",
+                wr + offset_of!(ibv_atomic, compare_add),
+            ),
+            ("wr.atomic.swap", wr + offset_of!(ibv_atomic, swap)),
+            ("wr.atomic.rkey", wr + offset_of!(ibv_atomic, rkey)),
+            ("wr.ud.remote_qpn", wr + offset_of!(ibv_ud, remote_qpn)),
+            ("wr.ud.remote_qkey", wr + offset_of!(ibv_ud, remote_qkey)),
+            (
+                "qp_type.xrc.remote_srqn",
+                offset_of!(ibv_send_wr, xrc_remote_srqn),
+            ),
+        ],
+    );
     s!(
         v,
         "struct ibv_recv_wr",
@@ -543,29 +542,29 @@ fn figures() -> Vec<(&'static str, &'static str, usize)> {
 }
 
 /// [`figures`] of `<rdma/rdma_cma.h>`.
-fn rdmacm_figures(v: &mut Vec<(&'static str, &'static str, usize)>) {
-    macro_rules! s {
-        ($c:literal, $t:ty $(, $f:ident)*) => {
-            v.push(($c, "", size_of::<$t>()));
-            $(v.push(($c, stringify!($f), offset_of!($t, $f)));)*
-        };
-    }
-    s!("struct rdma_event_channel", rdma_event_channel, fd);
-    s!("struct rdma_ib_addr", rdma_ib_addr, sgid, dgid, pkey);
-    s!("struct rdma_addr", rdma_addr);
-    v.push((
+fn rdmacm_figures(v: &mut Figures) {
+    s!(v, "struct rdma_event_channel", rdma_event_channel, fd);
+    s!(v, "struct rdma_ib_addr", rdma_ib_addr, sgid, dgid, pkey);
+    s!(v, "struct rdma_addr", rdma_addr);
+    renamed(
+        v,
         "struct rdma_addr",
-        "src_storage",
-        offset_of!(rdma_addr, src),
-    ));
-    v.push((
-        "struct rdma_addr",
-        "dst_storage",
-        offset_of!(rdma_addr, dst),
-    ));
-    v.push(("struct rdma_addr", "addr.ibaddr", offset_of!(rdma_addr, ib)));
-    s!("struct rdma_route", rdma_route, addr, path_rec, num_paths);
+        &[
+            ("src_storage", offset_of!(rdma_addr, src)),
+            ("dst_storage", offset_of!(rdma_addr, dst)),
+            ("addr.ibaddr", offset_of!(rdma_addr, ib)),
+        ],
+    );
     s!(
+        v,
+        "struct rdma_route",
+        rdma_route,
+        addr,
+        path_rec,
+        num_paths
+    );
+    s!(
+        v,
         "struct rdma_cm_id",
         rdma_cm_id,
         verbs,
@@ -585,6 +584,7 @@ fn rdmacm_figures(v: &mut Vec<(&'static str, &'static str, usize)>) {
         qp_type
     );
     s!(
+        v,
         "struct rdma_conn_param",
         rdma_conn_param,
         private_data,
@@ -598,6 +598,7 @@ fn rdmacm_figures(v: &mut Vec<(&'static str, &'static str, usize)>) {
         qp_num
     );
     s!(
+        v,
         "struct rdma_ud_param",
         rdma_ud_param,
         private_data,
@@ -607,6 +608,7 @@ fn rdmacm_figures(v: &mut Vec<(&'static str, &'static str, usize)>) {
         qkey
     );
     s!(
+        v,
         "struct rdma_cm_event",
         rdma_cm_event,
         id,
@@ -616,6 +618,7 @@ fn rdmacm_figures(v: &mut Vec<(&'static str, &'static str, usize)>) {
         param
     );
     s!(
+        v,
         "struct rdma_addrinfo",
         rdma_addrinfo,
         ai_flags,
@@ -635,6 +638,7 @@ fn rdmacm_figures(v: &mut Vec<(&'static str, &'static str, usize)>) {
         ai_next
     );
     s!(
+        v,
         "struct rdma_cm_join_mc_attr_ex",
         rdma_cm_join_mc_attr_ex,
         comp_mask,
