@@ -3,9 +3,9 @@
 //! - [`entry`]: the panic guard around a verb's body, the verb's name said once, and its
 //!   failure convention ([`Ret`]); the body fails with `?` on a [`Failed`], which the
 //!   [`Verb`] records (errno, and the reason under `SOFTRDMA_DEBUG=1`);
-//! - [`Object`]: a C object as a box whose first field is the public struct the caller
-//!   holds (from the caller's pointer, into it, and freed), and [`Users`], the count of
-//!   what depends on one;
+//! - [`Object`] (implemented through [`c_object!`]): a C object as a box whose first field
+//!   is the public struct the caller holds (from the caller's pointer, into it, and
+//!   freed), and [`Users`], the count of what depends on one;
 //! - C strings, NULL-terminated arrays, byte buffers and socket addresses from and to C.
 
 use std::ffi::{c_char, c_int, c_void};
@@ -223,6 +223,23 @@ pub(crate) unsafe trait Object: Sized {
         unsafe { Box::from_raw(p.cast::<Self>()) }
     }
 }
+
+/// Implements [`Object`] for `$obj`, named `$what` in messages, whose field `$first` (a
+/// path, where the public struct begins a larger one) is the public struct `$c`. What the
+/// trait's defaults rely on is checked at compile time: that field is a `$c`, at offset 0.
+macro_rules! c_object {
+    ($obj:ty, $($first:ident).+: $c:ty, $what:literal) => {
+        const _: () = assert!(::std::mem::offset_of!($obj, $($first).+) == 0);
+        const _: fn(&$obj) -> &$c = |o| &o.$($first).+;
+        // SAFETY: the public struct begins the object (both asserted just above), as the
+        // trait's defaults take it to.
+        unsafe impl $crate::ffi::Object for $obj {
+            type C = $c;
+            const WHAT: &'static str = $what;
+        }
+    };
+}
+pub(crate) use c_object;
 
 /// How many live objects depend on a C object (the QPs and MRs of a PD, the CQs of a
 /// channel, ...): its destroy verb refuses with EBUSY while any is alive.

@@ -5,7 +5,7 @@
 
 use super::device::{cm_context, default_pd, device_for};
 use crate::abi::*;
-use crate::ffi::{Failed, Object, Ret, Verb, entry, to_sockaddr};
+use crate::ffi::{Failed, Object, Ret, Verb, c_object, entry, to_sockaddr};
 use crate::verbs::context::SoftContext;
 use crate::verbs::context::gid_of_ip;
 use softrdma::cm::{CmId, EventChannel, PeerParam, PortSpace};
@@ -32,11 +32,7 @@ impl ChanC {
     }
 }
 
-// SAFETY: repr(C), the public struct first.
-unsafe impl Object for ChanC {
-    type C = rdma_event_channel;
-    const WHAT: &'static str = "channel";
-}
+c_object!(ChanC, ch: rdma_event_channel, "channel");
 
 /// An ID: the public struct, then softrdma's.
 #[repr(C)]
@@ -108,11 +104,7 @@ impl IdC {
     }
 }
 
-// SAFETY: repr(C), the public struct first.
-unsafe impl Object for IdC {
-    type C = rdma_cm_id;
-    const WHAT: &'static str = "ID";
-}
+c_object!(IdC, id: rdma_cm_id, "ID");
 
 /// An event: the public struct, then the private data it points at.
 #[repr(C)]
@@ -123,11 +115,7 @@ pub(super) struct EventC {
     pub(super) owner: *const IdC,
 }
 
-// SAFETY: repr(C), the public struct first.
-unsafe impl Object for EventC {
-    type C = rdma_cm_event;
-    const WHAT: &'static str = "event";
-}
+c_object!(EventC, ev: rdma_cm_event, "event");
 
 /// How many of an ID's events were handed out and how many acked: `rdma_destroy_id`
 /// waits until all are acked, as librdmacm's does, so that a thread still handling one

@@ -6,7 +6,7 @@
 
 use super::context::OfContext;
 use crate::abi::*;
-use crate::ffi::{Object, Users};
+use crate::ffi::{Users, c_object};
 use softrdma::sync::Lock;
 use softrdma::{
     AddressHandle, Completion, CompletionChannel, CompletionQueue, MemoryRegion, ProtectionDomain,
@@ -14,6 +14,18 @@ use softrdma::{
 };
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+/// [`c_object!`] for a verbs object, and [`OfContext`]: its public struct begins with its
+/// context's pointer (checked at compile time too).
+macro_rules! verbs_object {
+    ($obj:ty, $($first:ident).+: $c:ty, $what:literal) => {
+        c_object!($obj, $($first).+: $c, $what);
+        const _: () = assert!(::std::mem::offset_of!($c, context) == 0);
+        const _: fn(&$c) -> &*mut ibv_context = |c| &c.context;
+        // SAFETY: the public struct begins with its context's pointer (asserted above).
+        unsafe impl OfContext for $obj {}
+    };
+}
 
 /// Handles for the objects' `handle` fields (unique per process; nothing reads them but
 /// tools that print them).
@@ -31,14 +43,7 @@ pub(crate) struct SoftPd {
     pub users: Users,
 }
 
-// SAFETY: repr(C), the public struct first.
-unsafe impl Object for SoftPd {
-    type C = ibv_pd;
-    const WHAT: &'static str = "PD";
-}
-
-// SAFETY: `ibv_pd` begins with its context.
-unsafe impl OfContext for SoftPd {}
+verbs_object!(SoftPd, pd: ibv_pd, "PD");
 
 /// An MR: the public `ibv_mr`, then softrdma's region (dropping it deregisters).
 #[repr(C)]
@@ -47,14 +52,7 @@ pub(crate) struct SoftMr {
     pub inner: MemoryRegion,
 }
 
-// SAFETY: repr(C), the public struct first.
-unsafe impl Object for SoftMr {
-    type C = ibv_mr;
-    const WHAT: &'static str = "MR";
-}
-
-// SAFETY: `ibv_mr` begins with its context.
-unsafe impl OfContext for SoftMr {}
+verbs_object!(SoftMr, mr: ibv_mr, "MR");
 
 /// An AH: the public `ibv_ah`, then softrdma's.
 #[repr(C)]
@@ -63,14 +61,7 @@ pub(crate) struct SoftAh {
     pub inner: AddressHandle,
 }
 
-// SAFETY: repr(C), the public struct first.
-unsafe impl Object for SoftAh {
-    type C = ibv_ah;
-    const WHAT: &'static str = "AH";
-}
-
-// SAFETY: `ibv_ah` begins with its context.
-unsafe impl OfContext for SoftAh {}
+verbs_object!(SoftAh, ah: ibv_ah, "AH");
 
 /// A completion channel: the public struct, then softrdma's channel (an eventfd).
 #[repr(C)]
@@ -81,14 +72,7 @@ pub(crate) struct SoftChannel {
     pub users: Users,
 }
 
-// SAFETY: repr(C), the public struct first.
-unsafe impl Object for SoftChannel {
-    type C = ibv_comp_channel;
-    const WHAT: &'static str = "channel";
-}
-
-// SAFETY: `ibv_comp_channel` begins with its context.
-unsafe impl OfContext for SoftChannel {}
+verbs_object!(SoftChannel, ch: ibv_comp_channel, "channel");
 
 /// A CQ: the public `ibv_cq_ex`, then softrdma's.
 #[repr(C)]
@@ -108,15 +92,7 @@ pub(crate) struct SoftCq {
     pub grh_sl: u8,
 }
 
-// SAFETY: repr(C), the public struct first (an `ibv_cq_ex`, which begins with the
-// `ibv_cq`).
-unsafe impl Object for SoftCq {
-    type C = ibv_cq;
-    const WHAT: &'static str = "CQ";
-}
-
-// SAFETY: `ibv_cq` begins with its context.
-unsafe impl OfContext for SoftCq {}
+verbs_object!(SoftCq, cq.cq: ibv_cq, "CQ");
 
 /// A QP: the public `ibv_qp_ex` (whose prefix is the `ibv_qp`), then softrdma's.
 #[repr(C)]
@@ -131,15 +107,7 @@ pub(crate) struct SoftQp {
     pub batch: Lock<(Vec<SendWr>, c_int)>,
 }
 
-// SAFETY: repr(C), the public struct first (an `ibv_qp_ex`, which begins with the
-// `ibv_qp`).
-unsafe impl Object for SoftQp {
-    type C = ibv_qp;
-    const WHAT: &'static str = "QP";
-}
-
-// SAFETY: `ibv_qp` begins with its context.
-unsafe impl OfContext for SoftQp {}
+verbs_object!(SoftQp, qp.qp_base: ibv_qp, "QP");
 
 /// An SRQ: the public struct, then softrdma's.
 #[repr(C)]
@@ -153,11 +121,4 @@ pub(crate) struct SoftSrq {
     pub users: Users,
 }
 
-// SAFETY: repr(C), the public struct first.
-unsafe impl Object for SoftSrq {
-    type C = ibv_srq;
-    const WHAT: &'static str = "SRQ";
-}
-
-// SAFETY: `ibv_srq` begins with its context.
-unsafe impl OfContext for SoftSrq {}
+verbs_object!(SoftSrq, srq: ibv_srq, "SRQ");
