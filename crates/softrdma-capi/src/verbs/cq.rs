@@ -102,16 +102,7 @@ fn new_cq(v: Verb, ctx: *mut ibv_context, n: NewCq) -> Result<*mut ibv_cq, Faile
     ex.start_poll = Some(start_poll);
     ex.next_poll = Some(next_poll);
     ex.end_poll = Some(end_poll);
-    ex.read_opcode = Some(read_opcode);
-    ex.read_vendor_err = Some(read_vendor_err);
-    ex.read_byte_len = Some(read_byte_len);
-    ex.read_imm_data = Some(read_imm_data);
-    ex.read_qp_num = Some(read_qp_num);
-    ex.read_src_qp = Some(read_src_qp);
-    ex.read_wc_flags = Some(read_wc_flags);
-    ex.read_slid = Some(read_slid);
-    ex.read_sl = Some(read_sl);
-    ex.read_dlid_path_bits = Some(read_dlid_path_bits);
+    set_readers(&mut ex);
     ex.read_completion_ts = Some(read_completion_ts);
     ex.read_completion_wallclock_ns = Some(read_completion_wallclock_ns);
     let cq = SoftCq {
@@ -480,33 +471,27 @@ unsafe extern "C" fn read_completion_wallclock_ns(cq: *mut ibv_cq_ex) -> u64 {
     stamp(cq, true)
 }
 
-unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> c_int {
-    read(cq, |w| w.opcode)
-}
-unsafe extern "C" fn read_vendor_err(cq: *mut ibv_cq_ex) -> u32 {
-    read(cq, |w| w.vendor_err)
-}
-unsafe extern "C" fn read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
-    read(cq, |w| w.byte_len)
-}
-unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> u32 {
-    read(cq, |w| w.imm_data)
-}
-unsafe extern "C" fn read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
-    read(cq, |w| w.qp_num)
-}
-unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
-    read(cq, |w| w.src_qp)
-}
-unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> c_uint {
-    read(cq, |w| w.wc_flags)
-}
-unsafe extern "C" fn read_slid(cq: *mut ibv_cq_ex) -> u32 {
-    read(cq, |w| u32::from(w.slid))
-}
-unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
-    read(cq, |w| w.sl)
-}
-unsafe extern "C" fn read_dlid_path_bits(cq: *mut ibv_cq_ex) -> u8 {
-    read(cq, |w| w.dlid_path_bits)
+/// Installs the `read_*` functions of `ex` that read a field of the current completion
+/// as an `ibv_wc` has it: each a [`read`] of its field.
+fn set_readers(ex: &mut ibv_cq_ex) {
+    macro_rules! readers {
+        ($($name:ident -> $t:ty: |$w:ident| $field:expr;)*) => {$(
+            unsafe extern "C" fn $name(cq: *mut ibv_cq_ex) -> $t {
+                read(cq, |$w| $field)
+            }
+            ex.$name = Some($name);
+        )*};
+    }
+    readers! {
+        read_opcode -> c_int: |w| w.opcode;
+        read_vendor_err -> u32: |w| w.vendor_err;
+        read_byte_len -> u32: |w| w.byte_len;
+        read_imm_data -> u32: |w| w.imm_data;
+        read_qp_num -> u32: |w| w.qp_num;
+        read_src_qp -> u32: |w| w.src_qp;
+        read_wc_flags -> c_uint: |w| w.wc_flags;
+        read_slid -> u32: |w| u32::from(w.slid);
+        read_sl -> u8: |w| w.sl;
+        read_dlid_path_bits -> u8: |w| w.dlid_path_bits;
+    }
 }

@@ -9,7 +9,6 @@ use std::ffi::{c_int, c_void};
 
 fn fill_device_attr(soft: &SoftContext, out: &mut ibv_device_attr) {
     let a = soft.ctx.query_device();
-    let i = |v: u32| v.min(i32::MAX as u32) as c_int;
     // SAFETY: plain data, all-zero valid.
     *out = unsafe { std::mem::zeroed() };
     copy_cstr(&mut out.fw_ver, &a.fw_ver);
@@ -20,26 +19,17 @@ fn fill_device_attr(soft: &SoftContext, out: &mut ibv_device_attr) {
     out.vendor_id = a.vendor_id;
     out.vendor_part_id = a.vendor_part_id;
     out.hw_ver = a.hw_ver;
-    out.max_qp = i(a.max_qp);
-    out.max_qp_wr = i(a.max_qp_wr);
     out.device_cap_flags = DEVICE_CAP_FLAGS;
-    out.max_sge = i(a.max_sge);
-    out.max_sge_rd = i(a.max_sge_rd);
-    out.max_cq = i(a.max_cq);
-    out.max_cqe = i(a.max_cqe);
-    out.max_mr = i(a.max_mr);
-    out.max_pd = i(a.max_pd);
-    out.max_qp_rd_atom = i(a.max_qp_rd_atom);
-    out.max_res_rd_atom = i(a.max_res_rd_atom);
-    out.max_qp_init_rd_atom = i(a.max_qp_init_rd_atom);
     out.atomic_cap = 1; // IBV_ATOMIC_HCA
-    out.max_ah = i(a.max_ah);
-    out.max_mcast_grp = i(a.max_mcast_grp);
-    out.max_mcast_qp_attach = i(a.max_mcast_qp_attach);
-    out.max_total_mcast_qp_attach = i(a.max_total_mcast_qp_attach);
-    out.max_srq = i(a.max_srq);
-    out.max_srq_wr = i(a.max_srq_wr);
-    out.max_srq_sge = i(a.max_srq_sge);
+    // The counts, which C has as ints: clamped to the largest int.
+    macro_rules! ints {
+        ($($f:ident)*) => { $(out.$f = a.$f.min(i32::MAX as u32) as c_int;)* };
+    }
+    ints!(
+        max_qp max_qp_wr max_sge max_sge_rd max_cq max_cqe max_mr max_pd max_qp_rd_atom
+        max_res_rd_atom max_qp_init_rd_atom max_ah max_mcast_grp max_mcast_qp_attach
+        max_total_mcast_qp_attach max_srq max_srq_wr max_srq_sge
+    );
     out.max_pkeys = a.max_pkeys as u16;
     out.local_ca_ack_delay = a.local_ca_ack_delay as u8;
     out.phys_port_cnt = a.phys_port_cnt;
