@@ -440,6 +440,21 @@ pub struct ibv_qp_init_attr_ex {
     pub send_ops_flags: u64,
 }
 
+impl ibv_qp_init_attr_ex {
+    /// The attributes that `ibv_qp_init_attr` has too, which begin this struct.
+    pub fn basic(&self) -> ibv_qp_init_attr {
+        ibv_qp_init_attr {
+            qp_context: self.qp_context,
+            send_cq: self.send_cq,
+            recv_cq: self.recv_cq,
+            srq: self.srq,
+            cap: self.cap,
+            qp_type: self.qp_type,
+            sq_sig_all: self.sq_sig_all,
+        }
+    }
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct ibv_qp_attr {

@@ -8,7 +8,7 @@ use crate::abi::*;
 use crate::ffi::{Failed, Object, Ret, Verb, entry};
 use softrdma::sync::{Lock, Rank};
 use softrdma::{QpCaps, QpInitAttr, QpType};
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::ptr::null_mut;
 
 fn qp_type(t: c_int) -> Option<QpType> {
@@ -20,25 +20,16 @@ fn qp_type(t: c_int) -> Option<QpType> {
     }
 }
 
-struct Create {
-    pd: *mut ibv_pd,
-    qp_context: *mut c_void,
-    send_cq: *mut ibv_cq,
-    recv_cq: *mut ibv_cq,
-    srq: *mut ibv_srq,
-    cap: ibv_qp_cap,
-    qp_type: c_int,
-    sq_sig_all: bool,
-}
-
-fn create(v: Verb, c: Create) -> Result<*mut SoftQp, Failed> {
+/// A QP on `pd` with the attributes `c` (of `ibv_create_qp`, or those of
+/// `ibv_create_qp_ex` that it has too).
+fn create(v: Verb, pd_ptr: *mut ibv_pd, c: &ibv_qp_init_attr) -> Result<*mut SoftQp, Failed> {
     v.ensure(
-        !c.pd.is_null() && !c.send_cq.is_null() && !c.recv_cq.is_null(),
+        !pd_ptr.is_null() && !c.send_cq.is_null() && !c.recv_cq.is_null(),
         libc::EINVAL,
         &"NULL PD or CQ",
     )?;
     // SAFETY: a PD the caller got from this library.
-    let pd = unsafe { own::<SoftPd>(v, c.pd) }?;
+    let pd = unsafe { own::<SoftPd>(v, pd_ptr) }?;
     let Some(t) = qp_type(c.qp_type) else {
         return v.err(
             libc::EOPNOTSUPP,
@@ -66,7 +57,7 @@ fn create(v: Verb, c: Create) -> Result<*mut SoftQp, Failed> {
         send_cq: scq.inner.clone(),
         recv_cq: rcq.inner.clone(),
         cap: caps,
-        sq_sig_all: c.sq_sig_all,
+        sq_sig_all: c.sq_sig_all != 0,
         srq: srq.map(|s| s.inner.clone()),
     };
     let inner = std::sync::Arc::new(v.check(pd.inner.create_qp(init))?);
@@ -91,7 +82,7 @@ fn create(v: Verb, c: Create) -> Result<*mut SoftQp, Failed> {
     let b = &mut q.qp_base;
     b.context = ctx;
     b.qp_context = c.qp_context;
-    b.pd = c.pd;
+    b.pd = pd_ptr;
     b.send_cq = c.send_cq;
     b.recv_cq = c.recv_cq;
     b.srq = c.srq;
@@ -106,7 +97,7 @@ fn create(v: Verb, c: Create) -> Result<*mut SoftQp, Failed> {
         qp: q,
         inner,
         caps: actual,
-        sq_sig_all: c.sq_sig_all,
+        sq_sig_all: c.sq_sig_all != 0,
         batch: Lock::new(Rank::CapiQpBatch, (Vec::new(), 0)),
     }
     .into_c();
@@ -125,17 +116,7 @@ pub unsafe extern "C" fn ibv_create_qp(
         v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attr")?;
         // SAFETY: the caller's attr.
         let a = unsafe { &mut *attr };
-        let c = Create {
-            pd,
-            qp_context: a.qp_context,
-            send_cq: a.send_cq,
-            recv_cq: a.recv_cq,
-            srq: a.srq,
-            cap: a.cap,
-            qp_type: a.qp_type,
-            sq_sig_all: a.sq_sig_all != 0,
-        };
-        let q = create(v, c)?;
+        let q = create(v, pd, a)?;
         // SAFETY: just created.
         a.cap = unsafe { (*q).caps };
         Ok(q.cast())
@@ -184,17 +165,7 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
             libc::EOPNOTSUPP,
             &format_args!("send_ops_flags {:#x}", a.send_ops_flags),
         )?;
-        let c = Create {
-            pd: a.pd,
-            qp_context: a.qp_context,
-            send_cq: a.send_cq,
-            recv_cq: a.recv_cq,
-            srq: a.srq,
-            cap: a.cap,
-            qp_type: a.qp_type,
-            sq_sig_all: a.sq_sig_all != 0,
-        };
-        let q = create(v, c)?;
+        let q = create(v, a.pd, &a.basic())?;
         // SAFETY: just created.
         unsafe {
             a.cap = (*q).caps;
