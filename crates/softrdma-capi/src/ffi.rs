@@ -90,6 +90,20 @@ impl Verb {
         if ok { Ok(()) } else { self.err(errno, why) }
     }
 
+    /// The caller's struct at `p` (its attributes, most often), or EINVAL ("NULL
+    /// {what}") when `p` is NULL.
+    ///
+    /// # Safety
+    /// `p` is NULL or points to a `T` that the verb may read and write while it holds the
+    /// reference.
+    pub(crate) unsafe fn arg<'a, T>(self, p: *mut T, what: &str) -> Result<&'a mut T, Failed> {
+        // SAFETY: per the contract.
+        match unsafe { p.as_mut() } {
+            Some(r) => Ok(r),
+            None => self.err(libc::EINVAL, &format_args!("NULL {what}")),
+        }
+    }
+
     /// EINVAL ("NULL argument") if any of the caller's pointers `ptrs` is NULL: every
     /// verb checks its object and attribute pointers so before it reads them.
     pub(crate) fn non_null(self, ptrs: &[*const libc::c_void]) -> Result<(), Failed> {

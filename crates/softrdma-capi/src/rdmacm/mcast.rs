@@ -35,9 +35,8 @@ pub unsafe extern "C" fn rdma_join_multicast_ex(
     context: *mut c_void,
 ) -> c_int {
     entry("rdma_join_multicast_ex", Ret::MINUS_ONE, |v| {
-        v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attributes")?;
         // SAFETY: the caller's attributes.
-        let a = unsafe { &*attr };
+        let a = unsafe { v.arg(attr, "attributes") }?;
         v.ensure(
             a.comp_mask < RDMA_CM_JOIN_MC_ATTR_RESERVED,
             libc::EOPNOTSUPP,

@@ -110,9 +110,8 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
     attr: *mut ibv_qp_init_attr_ex,
 ) -> c_int {
     entry("rdma_create_qp_ex", Ret::MINUS_ONE, |v| {
-        v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attr")?;
         // SAFETY: the caller's attributes.
-        let a = unsafe { &mut *attr };
+        let a = unsafe { v.arg(attr, "attr") }?;
         let mut init = a.basic();
         let pd = if a.comp_mask & IBV_QP_INIT_ATTR_PD != 0 {
             a.pd
@@ -169,9 +168,8 @@ pub unsafe extern "C" fn rdma_create_srq(
     attr: *mut ibv_srq_init_attr,
 ) -> c_int {
     entry("rdma_create_srq", Ret::MINUS_ONE, |v| {
-        v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attributes")?;
         // SAFETY: per the contract.
-        unsafe { create_srq(v, id, pd, &mut *attr) }
+        unsafe { create_srq(v, id, pd, v.arg(attr, "attributes")?) }
     })
 }
 
@@ -185,9 +183,8 @@ pub unsafe extern "C" fn rdma_create_srq_ex(
     attr: *mut ibv_srq_init_attr_ex,
 ) -> c_int {
     entry("rdma_create_srq_ex", Ret::MINUS_ONE, |v| {
-        v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attributes")?;
         // SAFETY: the caller's attributes.
-        let a = unsafe { &mut *attr };
+        let a = unsafe { v.arg(attr, "attributes") }?;
         v.ensure(
             a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0,
             libc::EINVAL,

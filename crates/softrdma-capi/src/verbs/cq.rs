@@ -190,9 +190,8 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
     attr: *mut ibv_cq_init_attr_ex,
 ) -> *mut ibv_cq_ex {
     entry("ibv_create_cq_ex", Ret::NULL, |v| {
-        v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attr")?;
         // SAFETY: the caller's attr.
-        let a = unsafe { &*attr };
+        let a = unsafe { v.arg(attr, "attr") }?;
         v.ensure(
             a.wc_flags & !WC_EX_SUPPORTED == 0,
             libc::EOPNOTSUPP,

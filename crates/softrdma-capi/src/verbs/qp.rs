@@ -113,9 +113,8 @@ pub unsafe extern "C" fn ibv_create_qp(
     attr: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
     entry("ibv_create_qp", Ret::NULL, |v| {
-        v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attr")?;
         // SAFETY: the caller's attr.
-        let a = unsafe { &mut *attr };
+        let a = unsafe { v.arg(attr, "attr") }?;
         let q = create(v, pd, a)?;
         // SAFETY: just created.
         a.cap = unsafe { (*q).caps };

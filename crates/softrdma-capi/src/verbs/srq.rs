@@ -53,9 +53,8 @@ pub unsafe extern "C" fn ibv_create_srq(
     attr: *mut ibv_srq_init_attr,
 ) -> *mut ibv_srq {
     entry("ibv_create_srq", Ret::NULL, |v| {
-        v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attr")?;
         // SAFETY: the caller's attr.
-        let a = unsafe { &mut *attr };
+        let a = unsafe { v.arg(attr, "attr") }?;
         new_srq(v, pd, a.srq_context, &mut a.attr)
     })
 }
@@ -66,9 +65,8 @@ pub(crate) unsafe extern "C" fn create_srq_ex(
     attr: *mut ibv_srq_init_attr_ex,
 ) -> *mut ibv_srq {
     entry("ibv_create_srq_ex", Ret::NULL, |v| {
-        v.ensure(!attr.is_null(), libc::EINVAL, &"NULL attr")?;
         // SAFETY: the caller's attr.
-        let a = unsafe { &mut *attr };
+        let a = unsafe { v.arg(attr, "attr") }?;
         const TYPE: u32 = IBV_SRQ_INIT_ATTR_TYPE;
         const PD: u32 = IBV_SRQ_INIT_ATTR_PD;
         v.ensure(
