@@ -81,28 +81,33 @@ pub unsafe extern "C" fn ibv_modify_qp(
             ),
         )?;
         let bad = |what: &str| v.fail(libc::EINVAL, &format_args!("invalid {what}"));
-        let mut r = QpAttr::default();
+        // The attributes taken as they are (a PSN or QPN cut to its 24 bits).
+        let mut r = QpAttr {
+            en_sqd_async_notify: has(IBV_QP_EN_SQD_ASYNC_NOTIFY)
+                .then_some(a.en_sqd_async_notify != 0),
+            pkey_index: has(IBV_QP_PKEY_INDEX).then_some(a.pkey_index),
+            port: has(IBV_QP_PORT).then_some(a.port_num),
+            qkey: has(IBV_QP_QKEY).then_some(a.qkey),
+            timeout: has(IBV_QP_TIMEOUT).then_some(a.timeout),
+            retry_cnt: has(IBV_QP_RETRY_CNT).then_some(a.retry_cnt),
+            rnr_retry: has(IBV_QP_RNR_RETRY).then_some(a.rnr_retry),
+            rq_psn: has(IBV_QP_RQ_PSN).then_some(Psn::new(a.rq_psn & 0xff_ffff)),
+            max_rd_atomic: has(IBV_QP_MAX_QP_RD_ATOMIC).then_some(a.max_rd_atomic),
+            min_rnr_timer: has(IBV_QP_MIN_RNR_TIMER).then_some(a.min_rnr_timer),
+            sq_psn: has(IBV_QP_SQ_PSN).then_some(Psn::new(a.sq_psn & 0xff_ffff)),
+            max_dest_rd_atomic: has(IBV_QP_MAX_DEST_RD_ATOMIC).then_some(a.max_dest_rd_atomic),
+            dest_qpn: has(IBV_QP_DEST_QPN).then_some(Qpn::new(a.dest_qp_num & 0xff_ffff)),
+            ..QpAttr::default()
+        };
         if has(IBV_QP_STATE) {
             r.state = Some(qp_state(a.qp_state).ok_or_else(|| bad("qp_state"))?);
         }
         if has(IBV_QP_CUR_STATE) {
             r.cur_state = Some(qp_state(a.cur_qp_state).ok_or_else(|| bad("cur_qp_state"))?);
         }
-        if has(IBV_QP_EN_SQD_ASYNC_NOTIFY) {
-            r.en_sqd_async_notify = Some(a.en_sqd_async_notify != 0);
-        }
         if has(IBV_QP_ACCESS_FLAGS) {
             let f = AccessFlags::from_bits(a.qp_access_flags & 0xf);
             r.access_flags = Some(f.ok_or_else(|| bad("qp_access_flags"))?);
-        }
-        if has(IBV_QP_PKEY_INDEX) {
-            r.pkey_index = Some(a.pkey_index);
-        }
-        if has(IBV_QP_PORT) {
-            r.port = Some(a.port_num);
-        }
-        if has(IBV_QP_QKEY) {
-            r.qkey = Some(a.qkey);
         }
         if has(IBV_QP_AV) {
             // SAFETY: the QP's live context.
@@ -119,40 +124,13 @@ pub unsafe extern "C" fn ibv_modify_qp(
         if has(IBV_QP_PATH_MTU) {
             r.path_mtu = Some(mtu(a.path_mtu).ok_or_else(|| bad("path_mtu"))?);
         }
-        if has(IBV_QP_TIMEOUT) {
-            r.timeout = Some(a.timeout);
-        }
-        if has(IBV_QP_RETRY_CNT) {
-            r.retry_cnt = Some(a.retry_cnt);
-        }
-        if has(IBV_QP_RNR_RETRY) {
-            r.rnr_retry = Some(a.rnr_retry);
-        }
-        if has(IBV_QP_RQ_PSN) {
-            r.rq_psn = Some(Psn::new(a.rq_psn & 0xff_ffff));
-        }
-        if has(IBV_QP_MAX_QP_RD_ATOMIC) {
-            r.max_rd_atomic = Some(a.max_rd_atomic);
-        }
         v.ensure(
             !has(IBV_QP_ALT_PATH) && !has(IBV_QP_PATH_MIG_STATE),
             libc::EINVAL,
             &"alternate paths and path migration are not supported on RoCE",
         )?;
-        if has(IBV_QP_MIN_RNR_TIMER) {
-            r.min_rnr_timer = Some(a.min_rnr_timer);
-        }
-        if has(IBV_QP_SQ_PSN) {
-            r.sq_psn = Some(Psn::new(a.sq_psn & 0xff_ffff));
-        }
-        if has(IBV_QP_MAX_DEST_RD_ATOMIC) {
-            r.max_dest_rd_atomic = Some(a.max_dest_rd_atomic);
-        }
         if has(IBV_QP_CAP) {
             return Err(bad("IBV_QP_CAP (the caps are fixed at creation)"));
-        }
-        if has(IBV_QP_DEST_QPN) {
-            r.dest_qpn = Some(Qpn::new(a.dest_qp_num & 0xff_ffff));
         }
         v.check(q.inner.modify(&r))?;
         if let Some(s) = r.state {
