@@ -125,32 +125,77 @@ const RATES: &[(c_int, c_int)] = &[
     (0, 637500),
 ];
 
-fn rate(r: c_int) -> Option<(c_int, c_int)> {
-    usize::try_from(r).ok().and_then(|i| RATES.get(i)).copied()
+/// A column of [`RATES`]: the multiple ([`MULT`]) or the Mb/s ([`MBPS`]).
+type Column = fn(&(c_int, c_int)) -> c_int;
+const MULT: Column = |&(mult, _)| mult;
+const MBPS: Column = |&(_, mbps)| mbps;
+
+/// The rate `r`'s value in `col`; -1 for a rate that is not in the table or has none
+/// there (0).
+fn rate_to(col: Column, r: c_int) -> c_int {
+    usize::try_from(r)
+        .ok()
+        .and_then(|i| RATES.get(i))
+        .map(col)
+        .filter(|&x| x != 0)
+        .unwrap_or(-1)
+}
+
+/// The rate whose value in `col` is `x`; 0 (`IBV_RATE_MAX`) for none.
+fn rate_of(col: Column, x: c_int) -> c_int {
+    RATES
+        .iter()
+        .position(|e| x != 0 && col(e) == x)
+        .map_or(0, |i| i as c_int)
 }
 
 /// `ibv_rate_to_mult`.
 pub extern "C" fn ibv_rate_to_mult(r: c_int) -> c_int {
-    rate(r).map_or(-1, |(m, _)| if m == 0 { -1 } else { m })
+    rate_to(MULT, r)
 }
 
 /// `mult_to_ibv_rate`.
 pub extern "C" fn mult_to_ibv_rate(mult: c_int) -> c_int {
-    RATES
-        .iter()
-        .position(|&(m, _)| m == mult && m != 0)
-        .map_or(0, |i| i as c_int)
+    rate_of(MULT, mult)
 }
 
 /// `ibv_rate_to_mbps`.
 pub extern "C" fn ibv_rate_to_mbps(r: c_int) -> c_int {
-    rate(r).map_or(-1, |(_, mbps)| if mbps == 0 { -1 } else { mbps })
+    rate_to(MBPS, r)
 }
 
 /// `mbps_to_ibv_rate`.
 pub extern "C" fn mbps_to_ibv_rate(mbps: c_int) -> c_int {
-    RATES
-        .iter()
-        .position(|&(_, m)| m == mbps && m != 0)
-        .map_or(0, |i| i as c_int)
+    rate_of(MBPS, mbps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_convert_both_ways_and_answer_none_outside_the_table() {
+        // IBV_RATE_10_GBPS (3) and IBV_RATE_14_GBPS (11), which has no multiple.
+        assert_eq!(ibv_rate_to_mult(3), 4);
+        assert_eq!(ibv_rate_to_mbps(3), 10000);
+        assert_eq!(mult_to_ibv_rate(4), 3);
+        assert_eq!(mbps_to_ibv_rate(10000), 3);
+        assert_eq!(ibv_rate_to_mult(11), -1);
+        assert_eq!(ibv_rate_to_mbps(11), 14062);
+        assert_eq!(mbps_to_ibv_rate(14062), 11);
+        for r in [-1, 0, 1, 23, 100] {
+            assert_eq!(
+                (ibv_rate_to_mult(r), ibv_rate_to_mbps(r)),
+                (-1, -1),
+                "rate {r}"
+            );
+        }
+        for x in [0, 3, 14061] {
+            assert_eq!(
+                (mult_to_ibv_rate(x), mbps_to_ibv_rate(x)),
+                (0, 0),
+                "value {x}"
+            );
+        }
+    }
 }
