@@ -53,37 +53,37 @@ pub unsafe extern "C" fn ibv_get_async_event(
 /// context of the device (each context's queue sees the whole device's events; the
 /// kernel sends a context only its own objects' and the port's).
 fn to_c(soft: &SoftContext, e: AsyncEvent) -> Option<ibv_async_event> {
-    let qp = |n: softrdma::Qpn, ty| {
-        let p = qp_by_num(soft, n.value());
-        (!p.is_null()).then_some(ibv_async_event {
-            element: ibv_event_element { qp: p },
-            event_type: ty,
+    // The event about `element`, if its object is still there (`live`).
+    let about = |live: bool, element, event_type| {
+        live.then_some(ibv_async_event {
+            element,
+            event_type,
         })
+    };
+    let qp = |n: softrdma::Qpn, ty| {
+        let qp = qp_by_num(soft, n.value());
+        about(!qp.is_null(), ibv_event_element { qp }, ty)
     };
     match e {
         AsyncEvent::CqError => {
             let cq = cq_that_overflowed(soft);
-            (!cq.is_null()).then_some(ibv_async_event {
-                element: ibv_event_element { cq },
-                event_type: IBV_EVENT_CQ_ERR,
-            })
+            about(!cq.is_null(), ibv_event_element { cq }, IBV_EVENT_CQ_ERR)
         }
         AsyncEvent::QpFatal(n) => qp(n, IBV_EVENT_QP_FATAL),
         AsyncEvent::QpRequestError(n) => qp(n, IBV_EVENT_QP_REQ_ERR),
         AsyncEvent::QpAccessError(n) => qp(n, IBV_EVENT_QP_ACCESS_ERR),
         AsyncEvent::SqDrained(n) => qp(n, IBV_EVENT_SQ_DRAINED),
-        AsyncEvent::PortActive(p) => Some(ibv_async_event {
-            element: ibv_event_element {
-                port_num: c_int::from(p),
-            },
-            event_type: IBV_EVENT_PORT_ACTIVE,
-        }),
+        AsyncEvent::PortActive(p) => {
+            let port_num = c_int::from(p);
+            about(true, ibv_event_element { port_num }, IBV_EVENT_PORT_ACTIVE)
+        }
         AsyncEvent::SrqLimitReached => {
             let srq = srq_that_reached_its_limit(soft);
-            (!srq.is_null()).then_some(ibv_async_event {
-                element: ibv_event_element { srq },
-                event_type: IBV_EVENT_SRQ_LIMIT_REACHED,
-            })
+            about(
+                !srq.is_null(),
+                ibv_event_element { srq },
+                IBV_EVENT_SRQ_LIMIT_REACHED,
+            )
         }
         AsyncEvent::LastWqeReached(n) => qp(n, IBV_EVENT_QP_LAST_WQE_REACHED),
     }
