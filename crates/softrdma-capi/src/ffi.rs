@@ -275,6 +275,11 @@ impl Users {
     pub(crate) fn count(&self) -> usize {
         self.0.load(Ordering::Acquire)
     }
+
+    /// EBUSY (`why`) while any depends on it: what a destroy verb checks first.
+    pub(crate) fn ensure_none(&self, v: Verb, why: &str) -> Result<(), Failed> {
+        v.ensure(self.count() == 0, libc::EBUSY, &why)
+    }
 }
 
 /// Copies `s` into a fixed C string field, truncated and NUL-terminated.

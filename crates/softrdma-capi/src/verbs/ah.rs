@@ -1,8 +1,8 @@
 //! Address handles: `ibv_create_ah`, and the AH attributes that answer a UD receive
 //! (`ibv_init_ah_from_wc`, `ibv_create_ah_from_wc`).
 
-use super::context::{SoftContext, own, to_destroy};
-use super::objects::{SoftAh, SoftPd, next_handle};
+use super::context::{SoftContext, own};
+use super::objects::{SoftAh, SoftPd, destroy_in_pd, next_handle};
 use crate::abi::*;
 use crate::ffi::{Failed, Object, Ret, Verb, entry};
 use std::ffi::c_int;
@@ -80,15 +80,9 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) 
 /// `ibv_destroy_ah`.
 pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
     entry("ibv_destroy_ah", Ret::ERRNO, |v| {
-        // SAFETY: NULL or an AH the caller got from this library.
-        if unsafe { to_destroy::<SoftAh>(v, ah) }?.is_none() {
-            return Ok(0);
-        }
-        // SAFETY: from ibv_create_ah's box, freed once; its PD is alive (counted).
-        let a = unsafe { SoftAh::free(ah) };
-        // SAFETY: as above.
-        unsafe { SoftPd::from_ptr(a.ah.pd) }.users.remove();
-        Ok(0)
+        // SAFETY: NULL or an AH the caller got from this library (ibv_create_ah's box),
+        // counted by its PD.
+        unsafe { destroy_in_pd::<SoftAh>(v, ah, |a| a.ah.pd) }
     })
 }
 

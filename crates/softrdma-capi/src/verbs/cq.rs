@@ -42,11 +42,7 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> 
         let Some(c) = unsafe { to_destroy::<SoftChannel>(v, ch) }? else {
             return Ok(0);
         };
-        v.ensure(
-            c.users.count() == 0,
-            libc::EBUSY,
-            &"CQs still use the channel",
-        )?;
+        c.users.ensure_none(v, "CQs still use the channel")?;
         // SAFETY: from ibv_create_comp_channel's box, freed once.
         drop(unsafe { SoftChannel::free(ch) });
         Ok(0)
@@ -223,11 +219,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         let Some(s) = unsafe { to_destroy::<SoftCq>(v, cq) }? else {
             return Ok(0);
         };
-        v.ensure(
-            s.users.count() == 0,
-            libc::EBUSY,
-            &"QPs still complete into the CQ",
-        )?;
+        s.users.ensure_none(v, "QPs still complete into the CQ")?;
         // SAFETY: NULL or the live channel the CQ was made with (it cannot be destroyed
         // before the CQ: it counts the CQ).
         if let Some(c) = unsafe { SoftChannel::from_nullable(s.cq.cq.channel) } {

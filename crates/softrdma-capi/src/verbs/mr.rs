@@ -5,8 +5,8 @@
 //! last, which latency tests spin on). Its PD counts it, so that `ibv_dealloc_pd` can
 //! refuse with EBUSY while it is alive.
 
-use super::context::{live, to_destroy};
-use super::objects::{SoftMr, SoftPd, next_handle};
+use super::context::live;
+use super::objects::{SoftMr, SoftPd, destroy_in_pd, next_handle};
 use crate::abi::*;
 use crate::ffi::{Failed, Object, Ret, Verb, entry};
 use softrdma::AccessFlags;
@@ -129,17 +129,9 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 /// `ibv_dereg_mr`.
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     entry("ibv_dereg_mr", Ret::ERRNO, |v| {
-        // SAFETY: NULL or an MR the caller got from this library.
-        if unsafe { to_destroy::<SoftMr>(v, mr) }?.is_none() {
-            return Ok(0);
-        }
-        // SAFETY: the MR came from reg_mr's box and is freed once; its PD outlives it
-        // (dealloc_pd refuses while it is counted).
-        let m = unsafe { SoftMr::free(mr) };
-        // SAFETY: live PD, as above.
-        unsafe { SoftPd::from_ptr(m.mr.pd) }.users.remove();
-        drop(m);
-        Ok(0)
+        // SAFETY: NULL or an MR the caller got from this library (reg_mr's box), counted
+        // by its PD.
+        unsafe { destroy_in_pd::<SoftMr>(v, mr, |m| m.mr.pd) }
     })
 }
 

@@ -4,9 +4,9 @@
 //! object. A PD, a channel, a CQ and an SRQ count what depends on them (`users`): their
 //! destroy verbs refuse with EBUSY while any is alive.
 
-use super::context::OfContext;
+use super::context::{OfContext, to_destroy};
 use crate::abi::*;
-use crate::ffi::{Users, c_object};
+use crate::ffi::{Failed, Object, Users, Verb, c_object};
 use softrdma::sync::Lock;
 use softrdma::{
     AddressHandle, Completion, CompletionChannel, CompletionQueue, MemoryRegion, ProtectionDomain,
@@ -122,3 +122,27 @@ pub(crate) struct SoftSrq {
 }
 
 verbs_object!(SoftSrq, srq: ibv_srq, "SRQ");
+
+/// The destroy verb of an object that its PD counts (an MR, an AH): frees `p` and
+/// uncounts it, or leaves it be when it is a parent's (see [`to_destroy`]).
+///
+/// # Safety
+/// `p` is NULL or a live object of this library, from its own [`Object::into_c`] box and
+/// freed only here; `pd_of` names its PD, which is alive while it counts the object.
+pub(crate) unsafe fn destroy_in_pd<O: OfContext>(
+    v: Verb,
+    p: *mut O::C,
+    pd_of: fn(&O) -> *mut ibv_pd,
+) -> Result<c_int, Failed> {
+    // SAFETY: per the contract.
+    if unsafe { to_destroy::<O>(v, p) }?.is_none() {
+        return Ok(0);
+    }
+    // SAFETY: per the contract: the object's box, freed once.
+    let o = unsafe { O::free(p) };
+    // SAFETY: per the contract: its PD is alive.
+    unsafe { SoftPd::from_ptr(pd_of(&o)) }.users.remove();
+    // Dropped last, once its PD no longer counts it (an MR's drop deregisters it).
+    drop(o);
+    Ok(0)
+}

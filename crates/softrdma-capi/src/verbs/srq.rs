@@ -136,7 +136,7 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         let Some(s) = unsafe { to_destroy::<SoftSrq>(v, srq) }? else {
             return Ok(0);
         };
-        v.ensure(s.users.count() == 0, libc::EBUSY, &"QPs still use the SRQ")?;
+        s.users.ensure_none(v, "QPs still use the SRQ")?;
         // SAFETY: the SRQ's live context.
         unsafe { SoftContext::from_ptr(s.srq.context) }
             .srqs
