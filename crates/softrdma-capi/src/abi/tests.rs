@@ -374,29 +374,17 @@ fn figures() -> Figures {
         max_recv_sge,
         max_inline_data
     );
-    s!(
-        v,
-        "struct ibv_qp_init_attr",
-        ibv_qp_init_attr,
-        qp_context,
-        send_cq,
-        recv_cq,
-        srq,
-        cap,
-        qp_type,
-        sq_sig_all
-    );
-    s!(
-        v,
+    // `ibv_qp_init_attr_ex` begins with the fields of `ibv_qp_init_attr` (which
+    // `ibv_qp_init_attr_ex::basic` copies), at the same offsets.
+    macro_rules! qp_init_attr {
+        ($c:literal, $t:ty $(, $f:ident)*) => {
+            s!(v, $c, $t, qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all $(, $f)*)
+        };
+    }
+    qp_init_attr!("struct ibv_qp_init_attr", ibv_qp_init_attr);
+    qp_init_attr!(
         "struct ibv_qp_init_attr_ex",
         ibv_qp_init_attr_ex,
-        qp_context,
-        send_cq,
-        recv_cq,
-        srq,
-        cap,
-        qp_type,
-        sq_sig_all,
         comp_mask,
         pd,
         xrcd,
