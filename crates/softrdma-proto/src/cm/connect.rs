@@ -16,11 +16,7 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         req.local_ca_guid = self.config.ca_guid;
         // IBTA 13.4.6.4: the requester picks a transaction ID unique among its own.
         let tid = u64::from(self.rng.random::<u32>()) << 32 | u64::from(id);
-        let mad = CmMad {
-            tid,
-            attr_mod: 0,
-            msg: CmMessage::Req(req),
-        };
+        let mad = mad(tid, CmMessage::Req(req));
         let timeout = self.wait_for(req.remote_cm_response_timeout);
         self.conns.insert(
             id,
@@ -57,17 +53,8 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         rep.remote_comm_id = c.remote_comm_id;
         rep.local_ca_guid = guid;
         c.local_qpn = rep.local_qpn;
-        let mad = CmMad {
-            tid: c.tid,
-            attr_mod: 0,
-            msg: CmMessage::Rep(rep),
-        };
         c.state = CmState::RepSent;
-        c.last = Some(mad);
-        c.retries_left = c.max_retries;
-        let (peer, timeout) = (c.peer, c.timeout);
-        self.send(peer, mad);
-        self.arm(id, Some(now.add(timeout)));
+        self.send_awaiting(now, id, CmMessage::Rep(rep));
         Ok(())
     }
 
@@ -97,14 +84,7 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
             private_data: pd,
         };
         let (peer, tid) = (c.peer, c.tid);
-        self.send(
-            peer,
-            CmMad {
-                tid,
-                attr_mod: 0,
-                msg: CmMessage::Rej(rej),
-            },
-        );
+        self.send(peer, mad(tid, CmMessage::Rej(rej)));
         if message == MessageRef::Rep {
             self.enter_timewait(now, id);
         } else {
@@ -120,20 +100,14 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         if !matches!(c.state, CmState::RepRcvd | CmState::MraRepSent) {
             return Err(Self::wrong(id, c.state, "ready_to_use"));
         }
-        let mad = CmMad {
-            tid: c.tid,
-            attr_mod: 0,
-            msg: CmMessage::Rtu(IdsRepr {
-                local_comm_id: id,
-                remote_comm_id: c.remote_comm_id,
-                private_data: pd,
-            }),
-        };
+        let rtu = CmMessage::Rtu(IdsRepr {
+            local_comm_id: id,
+            remote_comm_id: c.remote_comm_id,
+            private_data: pd,
+        });
         c.state = CmState::Established;
         // Kept to answer a duplicate REP (our RTU was lost).
-        c.last = Some(mad);
-        let peer = c.peer;
-        self.send(peer, mad);
+        self.send_kept(id, rtu);
         self.arm(id, None);
         Ok(())
     }
@@ -144,12 +118,11 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         let c = self.conn(id)?;
         match c.state {
             CmState::RepSent | CmState::MraRepRcvd => {
-                c.state = CmState::Established;
-                self.arm(id, None);
-                self.events.push_back(CmEvent::Established {
+                let event = CmEvent::Established {
                     id,
                     private_data: Box::new([]),
-                });
+                };
+                self.advance(id, CmState::Established, event);
                 Ok(())
             }
             CmState::Established => Ok(()),
@@ -166,21 +139,15 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
             CmState::RepRcvd | CmState::MraRepSent => (MessageRef::Rep, CmState::MraRepSent),
             s => return Err(Self::wrong(id, s, "mra")),
         };
-        let mad = CmMad {
-            tid: c.tid,
-            attr_mod: 0,
-            msg: CmMessage::Mra(MraRepr {
-                local_comm_id: id,
-                remote_comm_id: c.remote_comm_id,
-                message,
-                service_timeout,
-                private_data: PrivateData::default(),
-            }),
-        };
+        let mra = CmMessage::Mra(MraRepr {
+            local_comm_id: id,
+            remote_comm_id: c.remote_comm_id,
+            message,
+            service_timeout,
+            private_data: PrivateData::default(),
+        });
         c.state = next;
-        c.last = Some(mad);
-        let peer = c.peer;
-        self.send(peer, mad);
+        self.send_kept(id, mra);
         Ok(())
     }
 
@@ -225,19 +192,15 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
                 return;
             }
             // IBTA 12.6.7.2: nobody serves the service ID.
-            let mad = CmMad {
-                tid,
-                attr_mod: 0,
-                msg: CmMessage::Rej(RejRepr {
-                    local_comm_id: 0,
-                    remote_comm_id: req.local_comm_id,
-                    message: MessageRef::Req,
-                    reason: rej_reason::INVALID_SERVICE_ID,
-                    ari: Default::default(),
-                    private_data: PrivateData::default(),
-                }),
+            let rej = RejRepr {
+                local_comm_id: 0,
+                remote_comm_id: req.local_comm_id,
+                message: MessageRef::Req,
+                reason: rej_reason::INVALID_SERVICE_ID,
+                ari: Default::default(),
+                private_data: PrivateData::default(),
             };
-            self.send(from, mad);
+            self.send(from, mad(tid, CmMessage::Rej(rej)));
             return;
         }
         let id = self.new_id();
@@ -275,17 +238,16 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         let c = self.conns.get_mut(&id).expect("mine checked it");
         match c.state {
             CmState::ReqSent | CmState::MraReqRcvd => {
-                c.state = CmState::RepRcvd;
                 c.remote_comm_id = rep.local_comm_id;
                 c.remote_ca_guid = rep.local_ca_guid;
                 c.remote_qpn = rep.local_qpn;
                 self.by_remote
                     .insert((rep.local_ca_guid, rep.local_comm_id), id);
-                self.arm(id, None);
-                self.events.push_back(CmEvent::RepReceived {
+                let event = CmEvent::RepReceived {
                     id,
                     rep: Box::new(rep),
-                });
+                };
+                self.advance(id, CmState::RepRcvd, event);
             }
             // Our RTU (or MRA) was lost: send it again.
             CmState::Established | CmState::MraRepSent if c.remote_comm_id == rep.local_comm_id => {
@@ -307,12 +269,11 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         let c = self.conns.get_mut(&id).expect("mine checked it");
         match c.state {
             CmState::RepSent | CmState::MraRepRcvd => {
-                c.state = CmState::Established;
-                self.arm(id, None);
-                self.events.push_back(CmEvent::Established {
+                let event = CmEvent::Established {
                     id,
                     private_data: Box::new(rtu.private_data.0),
-                });
+                };
+                self.advance(id, CmState::Established, event);
             }
             CmState::Established => self.counters.duplicates += 1,
             _ => self.counters.unexpected += 1,
@@ -411,18 +372,14 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         } else {
             ap_status::REJECTED
         };
-        let mad = CmMad {
-            tid,
-            attr_mod: 0,
-            msg: CmMessage::Apr(cm::AprRepr {
-                local_comm_id: id,
-                remote_comm_id: c.remote_comm_id,
-                status,
-                info: Default::default(),
-                private_data: PrivateData::default(),
-            }),
+        let apr = cm::AprRepr {
+            local_comm_id: id,
+            remote_comm_id: c.remote_comm_id,
+            status,
+            info: Default::default(),
+            private_data: PrivateData::default(),
         };
         let peer = c.peer;
-        self.send(peer, mad);
+        self.send(peer, mad(tid, CmMessage::Apr(apr)));
     }
 }

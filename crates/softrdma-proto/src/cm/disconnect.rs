@@ -20,37 +20,23 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         match c.state {
             // The RTU was lost: the peer may use the QP already.
             CmState::Established | CmState::RepSent | CmState::MraRepRcvd => {
-                let mad = CmMad {
-                    tid: c.tid,
-                    attr_mod: 0,
-                    msg: CmMessage::Dreq(DreqRepr {
-                        local_comm_id: id,
-                        remote_comm_id: c.remote_comm_id,
-                        remote_qpn: c.remote_qpn,
-                        private_data: private(private_data, "DREQ")?,
-                    }),
-                };
+                let dreq = CmMessage::Dreq(DreqRepr {
+                    local_comm_id: id,
+                    remote_comm_id: c.remote_comm_id,
+                    remote_qpn: c.remote_qpn,
+                    private_data: private(private_data, "DREQ")?,
+                });
                 c.state = CmState::DreqSent;
-                c.last = Some(mad);
-                c.retries_left = c.max_retries;
-                let (peer, timeout) = (c.peer, c.timeout);
-                self.send(peer, mad);
-                self.arm(id, Some(now.add(timeout)));
+                self.send_awaiting(now, id, dreq);
                 Ok(())
             }
             CmState::DreqRcvd => {
-                let mad = CmMad {
-                    tid: c.tid,
-                    attr_mod: 0,
-                    msg: CmMessage::Drep(IdsRepr {
-                        local_comm_id: id,
-                        remote_comm_id: c.remote_comm_id,
-                        private_data: private(private_data, "DREP")?,
-                    }),
-                };
-                c.last = Some(mad);
-                let peer = c.peer;
-                self.send(peer, mad);
+                let drep = CmMessage::Drep(IdsRepr {
+                    local_comm_id: id,
+                    remote_comm_id: c.remote_comm_id,
+                    private_data: private(private_data, "DREP")?,
+                });
+                self.send_kept(id, drep);
                 self.enter_timewait(now, id);
                 Ok(())
             }
@@ -145,16 +131,12 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
             // IBTA 12.9.6.4: a DREQ for a connection we no longer have is answered, so
             // that the peer leaves DREQ_SENT at once.
             if !self.conns.contains_key(&dreq.remote_comm_id) {
-                let mad = CmMad {
-                    tid,
-                    attr_mod: 0,
-                    msg: CmMessage::Drep(IdsRepr {
-                        local_comm_id: dreq.remote_comm_id,
-                        remote_comm_id: dreq.local_comm_id,
-                        private_data: PrivateData::default(),
-                    }),
+                let drep = IdsRepr {
+                    local_comm_id: dreq.remote_comm_id,
+                    remote_comm_id: dreq.local_comm_id,
+                    private_data: PrivateData::default(),
                 };
-                self.send(from, mad);
+                self.send(from, mad(tid, CmMessage::Drep(drep)));
             }
             return;
         };
@@ -166,12 +148,11 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         }
         match c.state {
             CmState::Established | CmState::RepSent | CmState::MraRepRcvd => {
-                c.state = CmState::DreqRcvd;
-                self.arm(id, None);
-                self.events.push_back(CmEvent::DreqReceived {
+                let event = CmEvent::DreqReceived {
                     id,
                     private_data: Box::new(dreq.private_data.0),
-                });
+                };
+                self.advance(id, CmState::DreqRcvd, event);
             }
             // Both ends disconnected at once: answer, and the DREP we wait for is moot.
             CmState::DreqSent => {

@@ -227,6 +227,40 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         self.out.push_back((to, mad));
     }
 
+    /// Sends `msg` to connection `id`'s peer in its transaction, and keeps it as the last
+    /// message sent, which a duplicate of the message it answers (or a timeout) sends again.
+    fn send_kept(&mut self, id: CommId, msg: CmMessage) {
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        let m = mad(c.tid, msg);
+        c.last = Some(m);
+        let peer = c.peer;
+        self.send(peer, m);
+    }
+
+    /// Moves connection `id` to `state` on a message it waited for (or one that stands in
+    /// for it): its resend timer stops, and the consumer hears `event`.
+    fn advance(&mut self, id: CommId, state: CmState, event: CmEvent<A>) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.state = state;
+        }
+        self.arm(id, None);
+        self.events.push_back(event);
+    }
+
+    /// [`Self::send_kept`], and waits for the answer: the timer sends it again, up to the
+    /// connection's retries.
+    fn send_awaiting(&mut self, now: Instant, id: CommId, msg: CmMessage) {
+        self.send_kept(id, msg);
+        let Some(c) = self.conns.get_mut(&id) else {
+            return;
+        };
+        c.retries_left = c.max_retries;
+        let timeout = c.timeout;
+        self.arm(id, Some(now.add(timeout)));
+    }
+
     fn conn(&mut self, id: CommId) -> Result<&mut Conn<A>, CmError> {
         self.conns.get_mut(&id).ok_or(CmError::UnknownId(id))
     }
@@ -250,10 +284,9 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
             ari.len = 8;
             ari.data.0[..8].copy_from_slice(&self.config.ca_guid.to_be_bytes());
         }
-        CmMad {
-            tid: c.tid,
-            attr_mod: 0,
-            msg: CmMessage::Rej(RejRepr {
+        mad(
+            c.tid,
+            CmMessage::Rej(RejRepr {
                 local_comm_id: if c.state == CmState::ReqRcvd { 0 } else { id },
                 remote_comm_id: c.remote_comm_id,
                 message,
@@ -261,7 +294,7 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
                 ari,
                 private_data: PrivateData::default(),
             }),
-        }
+        )
     }
 
     fn forget(&mut self, id: CommId) {
@@ -324,14 +357,22 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
 
 /// A DREP with no private data for connection `id`, in its transaction.
 fn bare_drep<A>(c: &Conn<A>, id: CommId) -> CmMad {
-    CmMad {
-        tid: c.tid,
-        attr_mod: 0,
-        msg: CmMessage::Drep(IdsRepr {
+    mad(
+        c.tid,
+        CmMessage::Drep(IdsRepr {
             local_comm_id: id,
             remote_comm_id: c.remote_comm_id,
             private_data: PrivateData::default(),
         }),
+    )
+}
+
+/// `msg` in transaction `tid`, with the attribute modifier 0 that every CM message has.
+fn mad(tid: u64, msg: CmMessage) -> CmMad {
+    CmMad {
+        tid,
+        attr_mod: 0,
+        msg,
     }
 }
 

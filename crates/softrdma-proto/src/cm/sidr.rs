@@ -12,11 +12,7 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         let id = self.new_id();
         req.request_id = id;
         let tid = u64::from(self.rng.random::<u32>()) << 32 | u64::from(id);
-        let mad = CmMad {
-            tid,
-            attr_mod: 0,
-            msg: CmMessage::SidrReq(req),
-        };
+        let mad = mad(tid, CmMessage::SidrReq(req));
         self.sidrs.insert(
             id,
             Sidr {
@@ -53,11 +49,7 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         };
         rep.request_id = s.request_id;
         rep.service_id = req.service_id;
-        s.last = CmMad {
-            tid: s.last.tid,
-            attr_mod: 0,
-            msg: CmMessage::SidrRep(rep),
-        };
+        s.last = mad(s.last.tid, CmMessage::SidrRep(rep));
         let (peer, mad) = (s.peer, s.last);
         self.send(peer, mad);
         self.arm(id, Some(now.add(wait)));
@@ -75,20 +67,16 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         }
         if !self.listening.contains(&req.service_id) {
             self.counters.unexpected += 1;
-            let mad = CmMad {
-                tid,
-                attr_mod: 0,
-                msg: CmMessage::SidrRep(SidrRepRepr {
-                    request_id: req.request_id,
-                    status: sidr_status::SERVICE_ID_NOT_SUPPORTED,
-                    info: Default::default(),
-                    qpn: 0,
-                    service_id: req.service_id,
-                    qkey: 0,
-                    private_data: PrivateData::default(),
-                }),
+            let rep = SidrRepRepr {
+                request_id: req.request_id,
+                status: sidr_status::SERVICE_ID_NOT_SUPPORTED,
+                info: Default::default(),
+                qpn: 0,
+                service_id: req.service_id,
+                qkey: 0,
+                private_data: PrivateData::default(),
             };
-            self.send(from, mad);
+            self.send(from, mad(tid, CmMessage::SidrRep(rep)));
             return;
         }
         let id = self.new_id();
@@ -98,11 +86,7 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
                 peer: from,
                 active: false,
                 request_id: req.request_id,
-                last: CmMad {
-                    tid,
-                    attr_mod: 0,
-                    msg: CmMessage::SidrReq(req),
-                },
+                last: mad(tid, CmMessage::SidrReq(req)),
                 deadline: None,
                 retries_left: 0,
             },
