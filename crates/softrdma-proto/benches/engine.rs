@@ -6,6 +6,7 @@
 #![allow(missing_docs)] // criterion_group! generates an undocumented function
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use softrdma_proto::sim::ConnectOpts;
 use softrdma_proto::*;
 use softrdma_wire::{IbPacket, Psn, Qpn};
 use std::hint::black_box;
@@ -46,60 +47,33 @@ const IP_A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
 const IP_B: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
 
 fn qp(qpn: u32, peer: u32, src: IpAddr, dst: IpAddr, mtu: Mtu) -> QueuePair {
-    let mut q = QueuePair::new(
-        QpConfig {
-            qpn: Qpn::new(qpn),
-            qp_type: QpType::Rc,
-            pd: Pd(1),
-            caps: QpCaps {
-                max_send_wr: 4096,
-                max_recv_wr: 4096,
-                ..QpCaps::default()
-            },
-            sq_sig_all: true,
-            srq: None,
-            port_mtu: mtu,
-            udp_sport: None,
+    let opts = ConnectOpts {
+        mtu,
+        min_rnr_timer: 12,
+        access: AccessFlags::all(),
+        caps: QpCaps {
+            max_send_wr: 4096,
+            max_recv_wr: 4096,
+            ..QpCaps::default()
         },
+        ..ConnectOpts::default()
+    };
+    let mut cfg = opts.qp_config(Qpn::new(qpn));
+    cfg.sq_sig_all = true;
+    let av = AddressVector {
+        src,
+        dst,
+        flow_label: 0,
+        traffic_class: 0,
+    };
+    opts.rts_qp(
+        cfg,
         Arc::new(NullMemory),
-    );
-    let attrs = [
-        QpAttr {
-            state: Some(QpState::Init),
-            pkey_index: Some(0),
-            port: Some(1),
-            access_flags: Some(AccessFlags::all()),
-            ..Default::default()
-        },
-        QpAttr {
-            state: Some(QpState::Rtr),
-            av: Some(AddressVector {
-                src,
-                dst,
-                flow_label: 0,
-                traffic_class: 0,
-            }),
-            path_mtu: Some(mtu),
-            dest_qpn: Some(Qpn::new(peer)),
-            rq_psn: Some(Psn::new(0)),
-            max_dest_rd_atomic: Some(16),
-            min_rnr_timer: Some(12),
-            ..Default::default()
-        },
-        QpAttr {
-            state: Some(QpState::Rts),
-            sq_psn: Some(Psn::new(0)),
-            timeout: Some(14),
-            retry_cnt: Some(7),
-            rnr_retry: Some(7),
-            max_rd_atomic: Some(16),
-            ..Default::default()
-        },
-    ];
-    for a in &attrs {
-        q.modify(a).unwrap();
-    }
-    q
+        av,
+        Qpn::new(peer),
+        Psn::new(0),
+        Psn::new(0),
+    )
 }
 
 /// Moves every pending packet of `from` into `to`; returns how many.

@@ -13,8 +13,8 @@
 //! domain, is never changed; and everything the QP sends parses, with a valid ICRC.
 
 use crate::memory::{Access, AtomicOp, MemError, Memory, Pd, SimMemory};
-use crate::qp::{QpConfig, QueuePair, icrc_for};
-use crate::state::QpAttr;
+use crate::qp::{QueuePair, icrc_for};
+use crate::sim::ConnectOpts;
 use crate::types::*;
 use softrdma_wire::{IbPacket, Psn, Qpn};
 use std::net::{IpAddr, Ipv4Addr};
@@ -169,60 +169,28 @@ fn fuzzed_qp(
     rq_psn: Psn,
     sq_psn: Psn,
 ) -> QueuePair {
-    let mut qp = QueuePair::new(
-        QpConfig {
-            qpn: Qpn::new(0x11),
-            qp_type,
-            pd: Pd(1),
-            caps: crate::QpCaps::default(),
-            sq_sig_all,
-            srq: None,
-            port_mtu: Mtu::M256,
-            udp_sport: None,
-        },
-        mem,
-    );
-    let ud = qp_type == QpType::Ud;
-    let rc = qp_type == QpType::Rc;
-    let attrs = [
-        QpAttr {
-            state: Some(QpState::Init),
-            pkey_index: Some(0),
-            port: Some(1),
-            access_flags: (!ud).then_some(AccessFlags::all()),
-            qkey: ud.then_some(0x1111_1111),
-            ..Default::default()
-        },
-        QpAttr {
-            state: Some(QpState::Rtr),
-            av: (!ud).then_some(AddressVector {
-                src: ME,
-                dst: PEER,
-                flow_label: 0,
-                traffic_class: 0,
-            }),
-            path_mtu: (!ud).then_some(Mtu::M256),
-            dest_qpn: (!ud).then_some(Qpn::new(0x22)),
-            rq_psn: (!ud).then_some(rq_psn),
-            max_dest_rd_atomic: rc.then_some(4),
-            min_rnr_timer: rc.then_some(1),
-            ..Default::default()
-        },
-        QpAttr {
-            state: Some(QpState::Rts),
-            sq_psn: Some(sq_psn),
-            timeout: rc.then_some(1),
-            retry_cnt: rc.then_some(2),
-            rnr_retry: rc.then_some(2),
-            max_rd_atomic: rc.then_some(4),
-            ..Default::default()
-        },
-    ];
-    for a in &attrs {
-        qp.modify(a)
-            .expect("the fuzz set-up follows the modify rules");
-    }
-    qp
+    let opts = ConnectOpts {
+        qp_type,
+        mtu: Mtu::M256,
+        timeout: 1,
+        retry_cnt: 2,
+        rnr_retry: 2,
+        min_rnr_timer: 1,
+        max_rd_atomic: 4,
+        sq_psn: 0,
+        qkey: 0x1111_1111,
+        access: AccessFlags::all(),
+        caps: crate::QpCaps::default(),
+    };
+    let mut cfg = opts.qp_config(Qpn::new(0x11));
+    cfg.sq_sig_all = sq_sig_all;
+    let av = AddressVector {
+        src: ME,
+        dst: PEER,
+        flow_label: 0,
+        traffic_class: 0,
+    };
+    opts.rts_qp(cfg, mem, av, Qpn::new(0x22), rq_psn, sq_psn)
 }
 
 /// What a QP sent, checked: it parses and its ICRC is right.

@@ -12,13 +12,15 @@
 
 use crate::endpoint::{Endpoint, RxOutcome};
 use crate::memory::SimMemory;
+use crate::qp::QpConfig;
 use crate::qp::rtt::PathRtt;
 use crate::qp::{QueuePair, same_ip};
-use crate::types::Instant;
+use crate::state::QpAttr;
+use crate::types::{AddressVector, Instant, QpState, QpType};
 use core::time::Duration;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use softrdma_wire::IbPacket;
+use softrdma_wire::{IbPacket, Psn, Qpn};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::IpAddr;
@@ -432,6 +434,79 @@ impl Default for ConnectOpts {
     }
 }
 
+impl ConnectOpts {
+    /// What a QP of these options is created with: number `qpn`, protection domain 1, its
+    /// own receive queue, and a completion only for the WRs that ask for one.
+    pub fn qp_config(&self, qpn: Qpn) -> QpConfig {
+        QpConfig {
+            qpn,
+            qp_type: self.qp_type,
+            pd: crate::Pd(1),
+            caps: self.caps,
+            sq_sig_all: false,
+            srq: None,
+            port_mtu: self.mtu,
+            udp_sport: None,
+        }
+    }
+
+    /// The modify steps from RESET to RTS of a QP of these options, as `ibv_modify_qp`
+    /// takes them: RC and UC connected to QP `dest` along `av`, expecting `rq_psn`; UD
+    /// with its Q_Key only; every transport sending from `sq_psn`, and RC alone with the
+    /// timers, retries and READ/atomic depths.
+    pub fn ladder(&self, av: AddressVector, dest: Qpn, rq_psn: Psn, sq_psn: Psn) -> [QpAttr; 3] {
+        let ud = self.qp_type == QpType::Ud;
+        let rc = self.qp_type == QpType::Rc;
+        [
+            QpAttr {
+                state: Some(QpState::Init),
+                pkey_index: Some(0),
+                port: Some(1),
+                access_flags: (!ud).then_some(self.access),
+                qkey: ud.then_some(self.qkey),
+                ..Default::default()
+            },
+            QpAttr {
+                state: Some(QpState::Rtr),
+                av: (!ud).then_some(av),
+                path_mtu: (!ud).then_some(self.mtu),
+                dest_qpn: (!ud).then_some(dest),
+                rq_psn: (!ud).then_some(rq_psn),
+                max_dest_rd_atomic: rc.then_some(self.max_rd_atomic),
+                min_rnr_timer: rc.then_some(self.min_rnr_timer),
+                ..Default::default()
+            },
+            QpAttr {
+                state: Some(QpState::Rts),
+                sq_psn: Some(sq_psn),
+                timeout: rc.then_some(self.timeout),
+                retry_cnt: rc.then_some(self.retry_cnt),
+                rnr_retry: rc.then_some(self.rnr_retry),
+                max_rd_atomic: rc.then_some(self.max_rd_atomic),
+                ..Default::default()
+            },
+        ]
+    }
+
+    /// A QP created with `cfg` over `mem` and taken to RTS by [`ConnectOpts::ladder`].
+    pub fn rts_qp(
+        &self,
+        cfg: QpConfig,
+        mem: Arc<dyn crate::Memory>,
+        av: AddressVector,
+        dest: Qpn,
+        rq_psn: Psn,
+        sq_psn: Psn,
+    ) -> QueuePair {
+        let mut qp = QueuePair::new(cfg, mem);
+        for step in &self.ladder(av, dest, rq_psn, sq_psn) {
+            qp.modify(step)
+                .expect("the ladder follows the modify rules");
+        }
+        qp
+    }
+}
+
 impl Sim {
     /// Creates QP `qpn_a` on endpoint `a` and `qpn_b` on endpoint `b`, in protection domain
     /// 1 of each, and brings both to RTS connected to each other (UD: to RTS, unconnected).
@@ -449,84 +524,30 @@ impl Sim {
         o: ConnectOpts,
         srq_b: Option<crate::Srq>,
     ) {
-        use crate::{QpAttr, QpConfig, QpState};
-        use softrdma_wire::{Psn, Qpn};
         let ends = [
             (a, qpn_a, b, qpn_b, o.sq_psn, o.sq_psn + 0x1000),
             (b, qpn_b, a, qpn_a, o.sq_psn + 0x1000, o.sq_psn),
         ];
         for (me, qpn, peer, peer_qpn, sq_psn, rq_psn) in ends {
-            let cfg = QpConfig {
-                qpn: Qpn::new(qpn),
-                qp_type: o.qp_type,
-                pd: crate::Pd(1),
-                caps: o.caps,
-                sq_sig_all: false,
-                srq: if me == b && qpn == qpn_b {
-                    srq_b.clone()
-                } else {
-                    None
-                },
-                port_mtu: o.mtu,
-                udp_sport: None,
+            let mut cfg = o.qp_config(Qpn::new(qpn));
+            if me == b && qpn == qpn_b {
+                cfg.srq = srq_b.clone();
+            }
+            let av = crate::AddressVector {
+                src: self.endpoints[me].ep.ip,
+                dst: self.endpoints[peer].ep.ip,
+                flow_label: 0,
+                traffic_class: 0,
             };
             let mem: Arc<dyn crate::Memory> = self.endpoints[me].mem.clone();
-            let mut qp = QueuePair::new(cfg, mem);
-            let ud = o.qp_type == crate::QpType::Ud;
-            let steps = [
-                QpAttr {
-                    state: Some(QpState::Init),
-                    pkey_index: Some(0),
-                    port: Some(1),
-                    access_flags: (!ud).then_some(o.access),
-                    qkey: ud.then_some(o.qkey),
-                    ..Default::default()
-                },
-                if ud {
-                    QpAttr {
-                        state: Some(QpState::Rtr),
-                        ..Default::default()
-                    }
-                } else {
-                    QpAttr {
-                        state: Some(QpState::Rtr),
-                        av: Some(crate::AddressVector {
-                            src: self.endpoints[me].ep.ip,
-                            dst: self.endpoints[peer].ep.ip,
-                            flow_label: 0,
-                            traffic_class: 0,
-                        }),
-                        path_mtu: Some(o.mtu),
-                        dest_qpn: Some(Qpn::new(peer_qpn)),
-                        rq_psn: Some(Psn::new(rq_psn)),
-                        max_dest_rd_atomic: (o.qp_type == crate::QpType::Rc)
-                            .then_some(o.max_rd_atomic),
-                        min_rnr_timer: (o.qp_type == crate::QpType::Rc).then_some(o.min_rnr_timer),
-                        ..Default::default()
-                    }
-                },
-                if o.qp_type == crate::QpType::Rc {
-                    QpAttr {
-                        state: Some(QpState::Rts),
-                        sq_psn: Some(Psn::new(sq_psn)),
-                        timeout: Some(o.timeout),
-                        retry_cnt: Some(o.retry_cnt),
-                        rnr_retry: Some(o.rnr_retry),
-                        max_rd_atomic: Some(o.max_rd_atomic),
-                        ..Default::default()
-                    }
-                } else {
-                    QpAttr {
-                        state: Some(QpState::Rts),
-                        sq_psn: Some(Psn::new(sq_psn)),
-                        ..Default::default()
-                    }
-                },
-            ];
-            for s in &steps {
-                qp.modify(s)
-                    .expect("the connect sequence follows the modify rules");
-            }
+            let mut qp = o.rts_qp(
+                cfg,
+                mem,
+                av,
+                Qpn::new(peer_qpn),
+                Psn::new(rq_psn),
+                Psn::new(sq_psn),
+            );
             let path = self.paths.entry((me, peer)).or_default();
             qp.share_path_rtt(path.clone());
             self.endpoints[me].ep.insert(qp);

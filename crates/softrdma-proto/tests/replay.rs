@@ -9,6 +9,7 @@
 //! with DF sends 0), and with it the ICRC on the wire: our ICRC is recomputed over the
 //! capture's own IP and UDP headers and must then equal rxe's.
 
+use softrdma_proto::sim::ConnectOpts;
 use softrdma_proto::*;
 use softrdma_wire::ethernet::EthernetRepr;
 use softrdma_wire::pcap::PcapReader;
@@ -104,60 +105,26 @@ fn rc_qp(
     rq: Psn,
     sq: Psn,
 ) -> QueuePair {
-    let mut qp = QueuePair::new(
-        QpConfig {
-            qpn,
-            qp_type: QpType::Rc,
-            pd: Pd(1),
-            caps: QpCaps {
-                max_send_wr: 4096,
-                max_recv_wr: 4096,
-                ..QpCaps::default()
-            },
-            sq_sig_all: true,
-            srq: None,
-            port_mtu: MTU,
-            udp_sport: None,
+    let opts = ConnectOpts {
+        mtu: MTU,
+        min_rnr_timer: 12,
+        access: all_access(),
+        caps: QpCaps {
+            max_send_wr: 4096,
+            max_recv_wr: 4096,
+            ..QpCaps::default()
         },
-        mem,
-    );
-    let steps = [
-        QpAttr {
-            state: Some(QpState::Init),
-            pkey_index: Some(0),
-            port: Some(1),
-            access_flags: Some(all_access()),
-            ..Default::default()
-        },
-        QpAttr {
-            state: Some(QpState::Rtr),
-            av: Some(AddressVector {
-                src,
-                dst,
-                flow_label,
-                traffic_class: 0,
-            }),
-            path_mtu: Some(MTU),
-            dest_qpn: Some(dest),
-            rq_psn: Some(rq),
-            max_dest_rd_atomic: Some(16),
-            min_rnr_timer: Some(12),
-            ..Default::default()
-        },
-        QpAttr {
-            state: Some(QpState::Rts),
-            sq_psn: Some(sq),
-            timeout: Some(14),
-            retry_cnt: Some(7),
-            rnr_retry: Some(7),
-            max_rd_atomic: Some(16),
-            ..Default::default()
-        },
-    ];
-    for s in &steps {
-        qp.modify(s).unwrap();
-    }
-    qp
+        ..ConnectOpts::default()
+    };
+    let mut cfg = opts.qp_config(qpn);
+    cfg.sq_sig_all = true;
+    let av = AddressVector {
+        src,
+        dst,
+        flow_label,
+        traffic_class: 0,
+    };
+    opts.rts_qp(cfg, mem, av, dest, rq, sq)
 }
 
 /// A conversation in which `x` sends requests to `y`.
