@@ -5,14 +5,26 @@ use common::*;
 use softrdma_proto::sim::{ConnectOpts, LinkFaults, Verdict};
 use softrdma_proto::*;
 use softrdma_wire::{Opcode, Operation};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 fn opts() -> ConnectOpts {
     ConnectOpts::default()
 }
 
+/// A pair connected with `o` over faultless links.
+fn pair_with(o: ConnectOpts) -> Pair {
+    pair(o, LinkFaults::default())
+}
+
 fn statuses(wcs: &[Completion]) -> Vec<(u64, WcStatus)> {
     wcs.iter().map(|w| (w.wr_id, w.status)).collect()
+}
+
+/// Posts receive WR `id` of `len` bytes at B's `BUF + off`.
+fn recv_b(p: &mut Pair, id: u64, off: u64, len: u32) {
+    let kb = p.key_b;
+    p.qb().post_recv(recv(id, BUF + off, len, kb)).unwrap();
 }
 
 fn send(p: &mut Pair, id: u64, len: u32) {
@@ -22,31 +34,38 @@ fn send(p: &mut Pair, id: u64, len: u32) {
         .unwrap();
 }
 
+/// A signaled WRITE of A's first `len` bytes to B's `BUF + off`.
+fn write_wr(p: &Pair, id: u64, off: u64, len: u32) -> SendWr {
+    let op = SendOp::Write {
+        remote_addr: BUF + off,
+        rkey: p.key_b,
+    };
+    wr(id, op, sge(BUF, len, p.key_a))
+}
+
 fn write(p: &mut Pair, id: u64, off: u64, len: u32) {
-    let (ka, kb) = (p.key_a, p.key_b);
-    p.qa()
-        .post_send(wr(
-            id,
-            SendOp::Write {
-                remote_addr: BUF + off,
-                rkey: kb,
-            },
-            sge(BUF, len, ka),
-        ))
-        .unwrap();
+    let w = write_wr(p, id, off, len);
+    p.qa().post_send(w).unwrap();
+}
+
+/// Posts a signaled READ of `len` bytes at B's `BUF + remote` into A's `BUF + local`.
+fn read(p: &mut Pair, id: u64, remote: u64, local: u64, len: u32) {
+    let op = SendOp::Read {
+        remote_addr: BUF + remote,
+        rkey: p.key_b,
+    };
+    let w = wr(id, op, sge(BUF + local, len, p.key_a));
+    p.qa().post_send(w).unwrap();
 }
 
 // ---------------------------------------------------------------- RNR
 
 fn rnr_run(rnr_retry: u8) -> Pair {
-    let mut p = pair(
-        ConnectOpts {
-            rnr_retry,
-            min_rnr_timer: 1, // 10 us
-            ..opts()
-        },
-        LinkFaults::default(),
-    );
+    let mut p = pair_with(ConnectOpts {
+        rnr_retry,
+        min_rnr_timer: 1, // 10 us
+        ..opts()
+    });
     send(&mut p, 1, 100);
     p
 }
@@ -78,8 +97,7 @@ fn rnr_retry_7_waits_forever_until_a_receive_is_posted() {
         .run_until(|s| s.qp(A, QA).counters().rnr_naks_rcvd >= 20)
         .unwrap();
     assert!(p.completions(A).is_empty());
-    let kb = p.key_b;
-    p.qb().post_recv(recv(9, BUF, 4096, kb)).unwrap();
+    recv_b(&mut p, 9, 0, 4096);
     p.run();
     assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
     assert_eq!(statuses(&p.completions(B)), [(9, WcStatus::Success)]);
@@ -90,15 +108,14 @@ fn rnr_retry_7_waits_forever_until_a_receive_is_posted() {
 /// Ten WRITEs of four packets, each losing its second packet once, to a responder that keeps
 /// the packets after a gap (softrdma's) or drops them (rxe's). Returns A's and B's counters.
 fn second_packets_lost(keep_ahead: bool) -> (QpCounters, QpCounters) {
-    let mut p = pair(opts(), LinkFaults::default());
+    let mut p = pair_with(opts());
     p.qb().set_keep_ahead(keep_ahead);
     let mut seen = std::collections::HashSet::new();
     // Each WRITE's second packet (PSN 1, 5, 9, ... after the first), its first time only.
-    p.sim.set_script(Box::new(move |m| {
+    p.script_when(Verdict::Drop, move |m| {
         let psn = m.packet.bth().psn().value();
-        let lose = m.from == A && psn.wrapping_sub(0x10_0000) % 4 == 1 && seen.insert(psn);
-        if lose { Verdict::Drop } else { Verdict::Pass }
-    }));
+        m.from == A && psn.wrapping_sub(0x10_0000) % 4 == 1 && seen.insert(psn)
+    });
     let data = pattern(5, 4000);
     p.fill_a(0, &data);
     for i in 0..10u64 {
@@ -143,10 +160,13 @@ fn a_responder_that_drops_what_follows_a_gap_gets_go_back_n() {
 
 // ---------------------------------------------------------------- access errors
 
-fn access_error(op: SendOp, local: Payload, want: WcStatus, event: AsyncEvent) {
+/// WR 1, the `op` made on the pair (given its keys and memory) with A's first `len` bytes,
+/// fails with `want` at A and `event` at B, and both QPs end in the error state.
+fn access_error(op: impl FnOnce(&Pair) -> SendOp, len: u32, want: WcStatus, event: AsyncEvent) {
     let mut p = pair(opts(), LinkFaults::default());
     let ka = p.key_a;
-    p.qa().post_send(wr(1, op, local)).unwrap();
+    let op = op(&p);
+    p.qa().post_send(wr(1, op, sge(BUF, len, ka))).unwrap();
     p.qa()
         .post_send(wr(2, SendOp::Send, sge(BUF, 8, ka)))
         .unwrap();
@@ -161,76 +181,66 @@ fn access_error(op: SendOp, local: Payload, want: WcStatus, event: AsyncEvent) {
     assert_eq!(p.qb().poll_event(), Some(event));
 }
 
+/// [`access_error`] where B's answer is a remote access error.
+fn remote_access_error(op: impl FnOnce(&Pair) -> SendOp, len: u32) {
+    let event = AsyncEvent::QpAccessError(softrdma_wire::Qpn::new(QB));
+    access_error(op, len, WcStatus::RemAccessErr, event);
+}
+
 #[test]
 fn bad_rkey_is_a_remote_access_error() {
-    let p = pair(opts(), LinkFaults::default());
-    let (ka, kb) = (p.key_a, p.key_b);
-    access_error(
-        SendOp::Write {
+    remote_access_error(
+        |p| SendOp::Write {
             remote_addr: BUF,
-            rkey: kb ^ 0x100,
+            rkey: p.key_b ^ 0x100,
         },
-        sge(BUF, 64, ka),
-        WcStatus::RemAccessErr,
-        AsyncEvent::QpAccessError(softrdma_wire::Qpn::new(QB)),
+        64,
     );
 }
 
 #[test]
 fn out_of_bounds_is_a_remote_access_error() {
-    let p = pair(opts(), LinkFaults::default());
-    let (ka, kb) = (p.key_a, p.key_b);
-    access_error(
-        SendOp::Read {
-            remote_addr: BUF + BUF_LEN as u64 - 10,
-            rkey: kb,
+    let end = BUF + BUF_LEN as u64;
+    remote_access_error(
+        |p| SendOp::Read {
+            remote_addr: end - 10,
+            rkey: p.key_b,
         },
-        sge(BUF, 100, ka),
-        WcStatus::RemAccessErr,
-        AsyncEvent::QpAccessError(softrdma_wire::Qpn::new(QB)),
+        100,
     );
 }
 
 #[test]
 fn missing_access_flag_is_a_remote_access_error() {
-    let p = pair(opts(), LinkFaults::default());
     // A region B registered for reading only.
-    let ro = p
-        .mem_b
-        .register(Pd(1), 0x900_0000, 4096, AccessFlags::REMOTE_READ);
-    let ka = p.key_a;
-    access_error(
-        SendOp::Write {
+    let read_only = |p: &Pair| {
+        p.mem_b
+            .register(Pd(1), 0x900_0000, 4096, AccessFlags::REMOTE_READ)
+    };
+    remote_access_error(
+        |p| SendOp::Write {
             remote_addr: 0x900_0000,
-            rkey: ro,
+            rkey: read_only(p),
         },
-        sge(BUF, 64, ka),
-        WcStatus::RemAccessErr,
-        AsyncEvent::QpAccessError(softrdma_wire::Qpn::new(QB)),
+        64,
     );
 }
 
 #[test]
 fn misaligned_atomic_is_an_invalid_request() {
-    let p = pair(opts(), LinkFaults::default());
-    let (ka, kb) = (p.key_a, p.key_b);
-    access_error(
-        SendOp::FetchAdd {
-            remote_addr: BUF + 4,
-            rkey: kb,
-            add: 1,
-        },
-        sge(BUF, 8, ka),
-        WcStatus::RemInvReqErr,
-        AsyncEvent::QpRequestError(softrdma_wire::Qpn::new(QB)),
-    );
+    let event = AsyncEvent::QpRequestError(softrdma_wire::Qpn::new(QB));
+    let op = |p: &Pair| SendOp::FetchAdd {
+        remote_addr: BUF + 4,
+        rkey: p.key_b,
+        add: 1,
+    };
+    access_error(op, 8, WcStatus::RemInvReqErr, event);
 }
 
 #[test]
 fn message_longer_than_the_receive_buffer_is_an_invalid_request() {
-    let mut p = pair(opts(), LinkFaults::default());
-    let kb = p.key_b;
-    p.qb().post_recv(recv(7, BUF, 100, kb)).unwrap();
+    let mut p = pair_with(opts());
+    recv_b(&mut p, 7, 0, 100);
     send(&mut p, 1, 200);
     p.run();
     assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::RemInvReqErr)]);
@@ -241,21 +251,12 @@ fn message_longer_than_the_receive_buffer_is_an_invalid_request() {
 
 #[test]
 fn retry_exhaustion_fails_with_retry_exc_err() {
-    let mut p = pair(
-        ConnectOpts {
-            retry_cnt: 3,
-            timeout: 8, // 1.05 ms
-            ..opts()
-        },
-        LinkFaults::default(),
-    );
-    p.sim.set_script(Box::new(|m| {
-        if m.from == A {
-            Verdict::Drop
-        } else {
-            Verdict::Pass
-        }
-    }));
+    let mut p = pair_with(ConnectOpts {
+        retry_cnt: 3,
+        timeout: 8, // 1.05 ms
+        ..opts()
+    });
+    p.script_when(Verdict::Drop, |m| m.from == A);
     send(&mut p, 1, 10);
     send(&mut p, 2, 10);
     p.run();
@@ -274,34 +275,16 @@ fn retry_exhaustion_fails_with_retry_exc_err() {
 
 #[test]
 fn duplicate_read_is_executed_again() {
-    let mut p = pair(opts(), LinkFaults::default());
+    let mut p = pair_with(opts());
     let src = pattern(3, 3000);
     p.fill_b(0x5000, &src);
     // Lose the middle READ response the first time: the requester asks again for the rest.
-    let dropped = Arc::new(Mutex::new(false));
-    let d = dropped.clone();
-    p.sim.set_script(Box::new(move |m| {
-        let mut d = d.lock().unwrap();
-        if m.packet.bth().opcode() == Opcode::RC_RDMA_READ_RESPONSE_MIDDLE && !*d {
-            *d = true;
-            Verdict::Drop
-        } else {
-            Verdict::Pass
-        }
-    }));
-    let (ka, kb) = (p.key_a, p.key_b);
-    p.qa()
-        .post_send(wr(
-            1,
-            SendOp::Read {
-                remote_addr: BUF + 0x5000,
-                rkey: kb,
-            },
-            sge(BUF + 0x8000, 3000, ka),
-        ))
-        .unwrap();
+    let dropped = p.script_once(Verdict::Drop, |m| {
+        m.packet.bth().opcode() == Opcode::RC_RDMA_READ_RESPONSE_MIDDLE
+    });
+    read(&mut p, 1, 0x5000, 0x8000, 3000);
     p.run();
-    assert!(*dropped.lock().unwrap());
+    assert!(dropped.load(Ordering::Relaxed));
     assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
     assert_eq!(p.read_a(0x8000, 3000), src);
     assert_eq!(p.qb().counters().duplicate_requests, 1);
@@ -309,26 +292,12 @@ fn duplicate_read_is_executed_again() {
 
 #[test]
 fn duplicated_read_request_is_answered_twice_and_completes_once() {
-    let mut p = pair(opts(), LinkFaults::default());
+    let mut p = pair_with(opts());
     p.fill_b(0x5000, &pattern(4, 2000));
-    p.sim.set_script(Box::new(|m| {
-        if m.packet.info().operation == Operation::ReadRequest {
-            Verdict::Duplicate
-        } else {
-            Verdict::Pass
-        }
-    }));
-    let (ka, kb) = (p.key_a, p.key_b);
-    p.qa()
-        .post_send(wr(
-            1,
-            SendOp::Read {
-                remote_addr: BUF + 0x5000,
-                rkey: kb,
-            },
-            sge(BUF, 2000, ka),
-        ))
-        .unwrap();
+    p.script_when(Verdict::Duplicate, |m| {
+        m.packet.info().operation == Operation::ReadRequest
+    });
+    read(&mut p, 1, 0x5000, 0, 2000);
     p.run();
     assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
     assert_eq!(p.read_a(0, 2000), pattern(4, 2000));
@@ -339,26 +308,17 @@ fn duplicated_read_request_is_answered_twice_and_completes_once() {
 #[test]
 fn duplicate_atomic_is_answered_from_the_saved_result() {
     for verdict in [Verdict::Drop, Verdict::Duplicate] {
-        let mut p = pair(opts(), LinkFaults::default());
+        let mut p = pair_with(opts());
         p.fill_b(0x100, &40u64.to_ne_bytes());
-        let first = Arc::new(Mutex::new(true));
-        let f = first.clone();
-        p.sim.set_script(Box::new(move |m| {
+        p.script_once(verdict, move |m| {
             let op = m.packet.info().operation;
-            let mut f = f.lock().unwrap();
             // Drop: lose the atomic ACK once, so the request is retransmitted.
             // Duplicate: deliver the request twice.
-            let hit = match verdict {
+            match verdict {
                 Verdict::Drop => op == Operation::AtomicAcknowledge,
                 _ => op == Operation::FetchAdd,
-            };
-            if hit && *f {
-                *f = false;
-                verdict
-            } else {
-                Verdict::Pass
             }
-        }));
+        });
         let (ka, kb) = (p.key_a, p.key_b);
         p.qa()
             .post_send(wr(
@@ -385,17 +345,10 @@ fn duplicate_atomic_is_answered_from_the_saved_result() {
 
 #[test]
 fn duplicate_send_is_acknowledged_again_not_delivered_again() {
-    let mut p = pair(opts(), LinkFaults::default());
-    p.sim.set_script(Box::new(|m| {
-        if m.from == A {
-            Verdict::Duplicate
-        } else {
-            Verdict::Pass
-        }
-    }));
-    let kb = p.key_b;
-    p.qb().post_recv(recv(1, BUF, 100, kb)).unwrap();
-    p.qb().post_recv(recv(2, BUF + 100, 100, kb)).unwrap();
+    let mut p = pair_with(opts());
+    p.script_when(Verdict::Duplicate, |m| m.from == A);
+    recv_b(&mut p, 1, 0, 100);
+    recv_b(&mut p, 2, 100, 100);
     send(&mut p, 10, 50);
     p.run();
     assert_eq!(statuses(&p.completions(A)), [(10, WcStatus::Success)]);
@@ -406,43 +359,22 @@ fn duplicate_send_is_acknowledged_again_not_delivered_again() {
 
 #[test]
 fn psns_wrap_at_2_24() {
-    let mut p = pair(
-        ConnectOpts {
-            sq_psn: (1 << 24) - 3,
-            mtu: Mtu::M256,
-            ..opts()
-        },
-        LinkFaults::default(),
-    );
+    let mut p = pair_with(ConnectOpts {
+        sq_psn: (1 << 24) - 3,
+        mtu: Mtu::M256,
+        ..opts()
+    });
     // Lose the packet with PSN 0 once: the NAK and go-back-N cross the wrap.
-    let once = Arc::new(Mutex::new(true));
-    let o = once.clone();
-    p.sim.set_script(Box::new(move |m| {
-        let mut o = o.lock().unwrap();
-        if m.from == A && m.packet.bth().psn().value() == 0 && *o {
-            *o = false;
-            Verdict::Drop
-        } else {
-            Verdict::Pass
-        }
-    }));
+    let lost = p.script_once(Verdict::Drop, |m| {
+        m.from == A && m.packet.bth().psn().value() == 0
+    });
     let data = pattern(8, 2000);
     p.fill_a(0, &data);
     write(&mut p, 1, 0x2000, 2000); // 8 packets: 2^24-3 .. 4
-    let (ka, kb) = (p.key_a, p.key_b);
     p.fill_b(0x9000, &pattern(9, 600));
-    p.qa()
-        .post_send(wr(
-            2,
-            SendOp::Read {
-                remote_addr: BUF + 0x9000,
-                rkey: kb,
-            },
-            sge(BUF + 0x4000, 600, ka),
-        ))
-        .unwrap();
+    read(&mut p, 2, 0x9000, 0x4000, 600);
     p.run();
-    assert!(!*once.lock().unwrap());
+    assert!(lost.load(Ordering::Relaxed));
     assert_eq!(
         statuses(&p.completions(A)),
         [(1, WcStatus::Success), (2, WcStatus::Success)]
@@ -457,13 +389,10 @@ fn psns_wrap_at_2_24() {
 
 #[test]
 fn ack_req_on_last_packet_and_every_64() {
-    let mut p = pair(
-        ConnectOpts {
-            mtu: Mtu::M256,
-            ..opts()
-        },
-        LinkFaults::default(),
-    );
+    let mut p = pair_with(ConnectOpts {
+        mtu: Mtu::M256,
+        ..opts()
+    });
     let acks = Arc::new(Mutex::new(Vec::new()));
     let a = acks.clone();
     p.sim.set_script(Box::new(move |m| {
@@ -484,10 +413,9 @@ fn ack_req_on_last_packet_and_every_64() {
 fn acks_are_coalesced() {
     // Drive the QPs by hand: B handles ten SENDs before it is polled, and answers with one
     // ACK for the last.
-    let mut p = pair(opts(), LinkFaults::default());
-    let kb = p.key_b;
+    let mut p = pair_with(opts());
     for i in 0..10 {
-        p.qb().post_recv(recv(i, BUF + i * 100, 100, kb)).unwrap();
+        recv_b(&mut p, i, i * 100, 100);
         send(&mut p, i, 10);
     }
     let now = Instant::ZERO;
@@ -521,7 +449,7 @@ fn acks_are_coalesced() {
 // ---------------------------------------------------------------- fence
 
 fn fence_order(fence: bool) -> (u64, u64) {
-    let mut p = pair(opts(), LinkFaults::default());
+    let mut p = pair_with(opts());
     let seen = Arc::new(Mutex::new((0u64, 0u64)));
     let s = seen.clone();
     p.sim.set_script(Box::new(move |m| {
@@ -533,25 +461,8 @@ fn fence_order(fence: bool) -> (u64, u64) {
         }
         Verdict::Pass
     }));
-    let (ka, kb) = (p.key_a, p.key_b);
-    p.qa()
-        .post_send(wr(
-            1,
-            SendOp::Read {
-                remote_addr: BUF,
-                rkey: kb,
-            },
-            sge(BUF + 0x1000, 4000, ka),
-        ))
-        .unwrap();
-    let mut w = wr(
-        2,
-        SendOp::Write {
-            remote_addr: BUF + 0x8000,
-            rkey: kb,
-        },
-        sge(BUF, 64, ka),
-    );
+    read(&mut p, 1, 0, 0x1000, 4000);
+    let mut w = write_wr(&p, 2, 0x8000, 64);
     if fence {
         w.flags |= SendFlags::FENCE;
     }
@@ -580,13 +491,10 @@ fn fence_waits_for_the_read() {
 
 #[test]
 fn max_rd_atomic_limits_outstanding_reads() {
-    let mut p = pair(
-        ConnectOpts {
-            max_rd_atomic: 2,
-            ..opts()
-        },
-        LinkFaults::default(),
-    );
+    let mut p = pair_with(ConnectOpts {
+        max_rd_atomic: 2,
+        ..opts()
+    });
     let in_flight = Arc::new(Mutex::new((0i32, 0i32)));
     let f = in_flight.clone();
     p.sim.set_script(Box::new(move |m| {
@@ -599,18 +507,8 @@ fn max_rd_atomic_limits_outstanding_reads() {
         f.1 = f.1.max(f.0);
         Verdict::Pass
     }));
-    let (ka, kb) = (p.key_a, p.key_b);
     for i in 0..6 {
-        p.qa()
-            .post_send(wr(
-                i,
-                SendOp::Read {
-                    remote_addr: BUF,
-                    rkey: kb,
-                },
-                sge(BUF + 0x1000 + i * 64, 64, ka),
-            ))
-            .unwrap();
+        read(&mut p, i, 0, 0x1000 + i * 64, 64);
     }
     p.run();
     assert_eq!(p.completions(A).len(), 6);
@@ -619,24 +517,20 @@ fn max_rd_atomic_limits_outstanding_reads() {
 
 // ---------------------------------------------------------------- UC and UD
 
+/// A UC pair whose link loses A's second packet.
+fn uc_losing_the_second_packet() -> Pair {
+    let mut p = pair_with(ConnectOpts {
+        qp_type: QpType::Uc,
+        ..opts()
+    });
+    p.script_when(Verdict::Drop, |m| m.from == A && m.index == 1);
+    p
+}
+
 #[test]
 fn uc_message_missing_a_packet_is_dropped_whole() {
-    let mut p = pair(
-        ConnectOpts {
-            qp_type: QpType::Uc,
-            ..opts()
-        },
-        LinkFaults::default(),
-    );
-    p.sim.set_script(Box::new(|m| {
-        if m.from == A && m.index == 1 {
-            Verdict::Drop
-        } else {
-            Verdict::Pass
-        }
-    }));
-    let kb = p.key_b;
-    p.qb().post_recv(recv(5, BUF, 4096, kb)).unwrap();
+    let mut p = uc_losing_the_second_packet();
+    recv_b(&mut p, 5, 0, 4096);
     p.fill_a(0, &pattern(1, 3000));
     send(&mut p, 1, 3000); // 3 packets, the middle one lost
     write(&mut p, 2, 0x10_000, 3000); // 3 packets, all arrive
@@ -659,20 +553,7 @@ fn uc_message_missing_a_packet_is_dropped_whole() {
 
 #[test]
 fn uc_write_missing_a_packet_leaves_memory_untouched() {
-    let mut p = pair(
-        ConnectOpts {
-            qp_type: QpType::Uc,
-            ..opts()
-        },
-        LinkFaults::default(),
-    );
-    p.sim.set_script(Box::new(|m| {
-        if m.from == A && m.index == 1 {
-            Verdict::Drop
-        } else {
-            Verdict::Pass
-        }
-    }));
+    let mut p = uc_losing_the_second_packet();
     p.fill_a(0, &pattern(2, 3000));
     write(&mut p, 1, 0x10_000, 3000);
     p.run();
@@ -688,8 +569,8 @@ fn ud_qkey_mismatch_is_dropped() {
         ..opts()
     };
     let mut p = pair(o, LinkFaults::default());
-    let (ka, kb) = (p.key_a, p.key_b);
-    p.qb().post_recv(recv(1, BUF, 4096, kb)).unwrap();
+    let ka = p.key_a;
+    recv_b(&mut p, 1, 0, 4096);
     for (id, qkey) in [(1, o.qkey ^ 1), (2, o.qkey), (3, 0x8000_0000)] {
         let mut w = wr(id, SendOp::Send, sge(BUF, 64, ka));
         w.ud = Some(UdDest {
@@ -701,7 +582,7 @@ fn ud_qkey_mismatch_is_dropped() {
         });
         p.qa().post_send(w).unwrap();
     }
-    p.qb().post_recv(recv(2, BUF + 4096, 4096, kb)).unwrap();
+    recv_b(&mut p, 2, 4096, 4096);
     p.run();
     assert_eq!(p.completions(A).len(), 3, "UD sends complete on the wire");
     // The wrong Q_Key is dropped; the right one and the QP's own (high bit) arrive.
@@ -716,7 +597,7 @@ fn ud_qkey_mismatch_is_dropped() {
 
 #[test]
 fn posts_are_checked() {
-    let mut p = pair(opts(), LinkFaults::default());
+    let mut p = pair_with(opts());
     let ka = p.key_a;
     let e = p
         .qa()
@@ -734,13 +615,10 @@ fn posts_are_checked() {
         e.to_string(),
         "post_send: invalid sg_list: an atomic needs one 8-byte SGE"
     );
-    let mut u = pair(
-        ConnectOpts {
-            qp_type: QpType::Uc,
-            ..opts()
-        },
-        LinkFaults::default(),
-    );
+    let mut u = pair_with(ConnectOpts {
+        qp_type: QpType::Uc,
+        ..opts()
+    });
     let e = u
         .qa()
         .post_send(wr(
@@ -787,17 +665,16 @@ fn posts_are_checked() {
 
 #[test]
 fn errors_flush_receives_and_later_posts() {
-    let mut p = pair(opts(), LinkFaults::default());
-    let kb = p.key_b;
-    p.qb().post_recv(recv(1, BUF, 64, kb)).unwrap();
-    p.qb().post_recv(recv(2, BUF, 64, kb)).unwrap();
+    let mut p = pair_with(opts());
+    recv_b(&mut p, 1, 0, 64);
+    recv_b(&mut p, 2, 0, 64);
     p.qb()
         .modify(&QpAttr {
             state: Some(QpState::Error),
             ..Default::default()
         })
         .unwrap();
-    p.qb().post_recv(recv(3, BUF, 64, kb)).unwrap();
+    recv_b(&mut p, 3, 0, 64);
     assert_eq!(
         statuses(&p.completions(B)),
         [
@@ -810,35 +687,25 @@ fn errors_flush_receives_and_later_posts() {
 
 #[test]
 fn unsignaled_wrs_complete_silently_but_errors_always_show() {
-    let mut p = pair(opts(), LinkFaults::default());
+    let mut p = pair_with(opts());
     let (ka, kb) = (p.key_a, p.key_b);
-    let mut w = wr(
-        1,
-        SendOp::Write {
+    // The first WRITE succeeds, the second names a key B does not have.
+    for (id, rkey) in [(1, kb), (2, kb ^ 0x100)] {
+        let op = SendOp::Write {
             remote_addr: BUF,
-            rkey: kb,
-        },
-        sge(BUF, 8, ka),
-    );
-    w.flags = SendFlags::empty();
-    p.qa().post_send(w).unwrap();
-    let mut w = wr(
-        2,
-        SendOp::Write {
-            remote_addr: BUF,
-            rkey: kb ^ 0x100,
-        },
-        sge(BUF, 8, ka),
-    );
-    w.flags = SendFlags::empty();
-    p.qa().post_send(w).unwrap();
+            rkey,
+        };
+        let mut w = wr(id, op, sge(BUF, 8, ka));
+        w.flags = SendFlags::empty();
+        p.qa().post_send(w).unwrap();
+    }
     p.run();
     assert_eq!(statuses(&p.completions(A)), [(2, WcStatus::RemAccessErr)]);
 }
 
 #[test]
 fn srq_feeds_receives_and_fires_its_limit() {
-    let mut p = pair(opts(), LinkFaults::default());
+    let mut p = pair_with(opts());
     // A second pair of QPs whose B side receives from an SRQ.
     let srq = Srq::new(16, 1);
     let (ka, kb) = (p.key_a, p.key_b);
@@ -874,13 +741,10 @@ fn srq_feeds_receives_and_fires_its_limit() {
 
 #[test]
 fn scatter_gather_lists_span_packets() {
-    let mut p = pair(
-        ConnectOpts {
-            mtu: Mtu::M256,
-            ..opts()
-        },
-        LinkFaults::default(),
-    );
+    let mut p = pair_with(ConnectOpts {
+        mtu: Mtu::M256,
+        ..opts()
+    });
     let (ka, kb) = (p.key_a, p.key_b);
     let data = pattern(11, 1000);
     // Three uneven pieces on A, gathered into four packets.
@@ -935,14 +799,11 @@ fn scatter_gather_lists_span_packets() {
 #[test]
 fn faults_can_differ_per_link() {
     // Only B -> A loses everything: A's requests arrive, but no ACK ever comes back.
-    let mut p = pair(
-        ConnectOpts {
-            retry_cnt: 1,
-            timeout: 5,
-            ..opts()
-        },
-        LinkFaults::default(),
-    );
+    let mut p = pair_with(ConnectOpts {
+        retry_cnt: 1,
+        timeout: 5,
+        ..opts()
+    });
     p.sim.links.insert(
         (B, A),
         LinkFaults {
@@ -964,7 +825,7 @@ fn faults_can_differ_per_link() {
 
 #[test]
 fn sqd_drains_then_resumes() {
-    let mut p = pair(opts(), LinkFaults::default());
+    let mut p = pair_with(opts());
     write(&mut p, 1, 0, 3000);
     // Hand out the first packet, then ask for SQD with notification.
     let mut buf = Vec::new();
@@ -1003,8 +864,8 @@ fn sqd_drains_then_resumes() {
 fn packets_built_in_place_equal_packets_built_alone() {
     // Two identical pairs send the same WRITE: one builds its packets alone, the other
     // builds them back to back after a prefix, in a buffer longer than it needs.
-    let mut alone = pair(opts(), LinkFaults::default());
-    let mut in_place = pair(opts(), LinkFaults::default());
+    let mut alone = pair_with(opts());
+    let mut in_place = pair_with(opts());
     write(&mut alone, 1, 0, 10_000);
     write(&mut in_place, 1, 0, 10_000);
     let now = Instant::ZERO;

@@ -2,9 +2,10 @@
 //! pair of QPs in the simulator.
 #![allow(dead_code)]
 
-use softrdma_proto::sim::{ConnectOpts, LinkFaults, Sim};
+use softrdma_proto::sim::{ConnectOpts, LinkFaults, PacketMeta, Sim, Verdict};
 use softrdma_proto::*;
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, MutexGuard};
 
 pub const A: usize = 0;
@@ -97,6 +98,32 @@ impl Pair {
         self.qa()
             .post_send(wr(id, op, sge(BUF + off, len, ka)))
             .unwrap();
+    }
+    /// Gives `verdict` to every packet `pick` chooses; the others pass.
+    pub fn script_when(
+        &mut self,
+        verdict: Verdict,
+        mut pick: impl FnMut(&PacketMeta<'_>) -> bool + Send + 'static,
+    ) {
+        self.sim.set_script(Box::new(
+            move |m| {
+                if pick(m) { verdict } else { Verdict::Pass }
+            },
+        ));
+    }
+    /// Gives `verdict` to the first packet `pick` chooses, and to no other; the flag it
+    /// returns says whether that packet came.
+    pub fn script_once(
+        &mut self,
+        verdict: Verdict,
+        mut pick: impl FnMut(&PacketMeta<'_>) -> bool + Send + 'static,
+    ) -> Arc<AtomicBool> {
+        let fired = Arc::new(AtomicBool::new(false));
+        let f = fired.clone();
+        self.script_when(verdict, move |m| {
+            !f.load(Ordering::Relaxed) && pick(m) && !f.swap(true, Ordering::Relaxed)
+        });
+        fired
     }
     pub fn fill_a(&self, offset: usize, data: &[u8]) {
         self.mem_a.fill(self.key_a, offset, data);
