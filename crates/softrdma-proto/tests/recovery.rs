@@ -51,17 +51,29 @@ fn drop_where(
     mut pick: impl FnMut(u64, &softrdma_wire::IbPacket<&[u8]>) -> bool + Send + 'static,
 ) {
     let mut n = 0;
-    p.sim.set_script(Box::new(move |m| {
+    p.script_when(Verdict::Drop, move |m| {
         if m.from != from {
-            return Verdict::Pass;
+            return false;
         }
         n += 1;
-        if pick(n - 1, m.packet) {
-            Verdict::Drop
-        } else {
-            Verdict::Pass
-        }
-    }));
+        pick(n - 1, m.packet)
+    });
+}
+
+/// A pair whose requester gives up after `retry_cnt` retries of 1 ms timeouts, once its
+/// first WRITE (ID 100) has gone through.
+fn short_retries(retry_cnt: u8) -> Pair {
+    let mut p = pair(
+        ConnectOpts {
+            retry_cnt,
+            timeout: 8,
+            ..ConnectOpts::default()
+        },
+        LinkFaults::default(),
+    );
+    write(&mut p, 100, 0, 8);
+    p.run();
+    p
 }
 
 fn check_write(p: &mut Pair, off: u64, len: usize) {
@@ -116,24 +128,17 @@ fn a_lost_nak_is_probed() {
     // A's third packet is lost, and so is B's NAK for it.
     let mut naks = 0;
     let mut n_a = 0;
-    p.sim.set_script(Box::new(move |m| {
+    p.script_when(Verdict::Drop, move |m| {
         if m.from == A {
             n_a += 1;
-            return if n_a == 3 {
-                Verdict::Drop
-            } else {
-                Verdict::Pass
-            };
+            return n_a == 3;
         }
         let nak = m.packet.aeth().is_some_and(|a| !a.syndrome().is_ack());
         if nak {
             naks += 1;
-            if naks == 1 {
-                return Verdict::Drop;
-            }
         }
-        Verdict::Pass
-    }));
+        nak && naks == 1
+    });
     write(&mut p, 1, 0x1000, 8 * MTU);
     let us = run_us(&mut p);
     check_write(&mut p, 0x1000, 8 * MTU as usize);
@@ -178,15 +183,13 @@ fn a_lost_middle_read_response_is_asked_for_again_at_once() {
         .unwrap();
     // The READ's third response is lost, once.
     let mut middles = 0;
-    p.sim.set_script(Box::new(move |m| {
-        if m.from == B && m.packet.bth().opcode() == Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
+    p.script_when(Verdict::Drop, move |m| {
+        let middle = m.from == B && m.packet.bth().opcode() == Opcode::RC_RDMA_READ_RESPONSE_MIDDLE;
+        if middle {
             middles += 1;
-            if middles == 2 {
-                return Verdict::Drop;
-            }
         }
-        Verdict::Pass
-    }));
+        middle && middles == 2
+    });
     let us = run_us(&mut p);
     assert_eq!(p.completions(A)[0].status, WcStatus::Success);
     assert_eq!(p.read_a(0x2000, data.len()), data);
@@ -217,14 +220,9 @@ fn a_lost_atomic_ack_is_answered_from_the_saved_result() {
         ))
         .unwrap();
     // Let the first atomic ACK go missing, then let everything pass.
-    let mut first = true;
-    p.sim.set_script(Box::new(move |m| {
-        if m.from == B && m.packet.info().operation == Operation::AtomicAcknowledge && first {
-            first = false;
-            return Verdict::Drop;
-        }
-        Verdict::Pass
-    }));
+    p.script_once(Verdict::Drop, |m| {
+        m.from == B && m.packet.info().operation == Operation::AtomicAcknowledge
+    });
     let us = run_us(&mut p);
     assert_eq!(p.completions(A)[0].status, WcStatus::Success);
     assert_eq!(
@@ -290,13 +288,7 @@ fn a_window_smaller_than_the_ack_interval_never_stalls() {
     // packets of the AckReq interval, and its resend is the first to pass.
     let lost = Arc::new(Mutex::new(true));
     let l = lost.clone();
-    p.sim.set_script(Box::new(move |m| {
-        if m.from == A && *l.lock().unwrap() {
-            Verdict::Drop
-        } else {
-            Verdict::Pass
-        }
-    }));
+    p.script_when(Verdict::Drop, move |m| m.from == A && *l.lock().unwrap());
     let len = 100 * MTU;
     p.fill_a(0, &pattern(6, len as usize));
     write(&mut p, 1, 0, len);
@@ -318,24 +310,9 @@ fn a_window_smaller_than_the_ack_interval_never_stalls() {
 
 #[test]
 fn a_vanished_peer_still_ends_after_retry_cnt_timeouts() {
-    let mut p = pair(
-        ConnectOpts {
-            retry_cnt: 3,
-            timeout: 8,
-            ..ConnectOpts::default()
-        },
-        LinkFaults::default(),
-    );
-    write(&mut p, 1, 0, 8);
-    p.run();
+    let mut p = short_retries(3);
     // Now B is gone.
-    p.sim.set_script(Box::new(|m| {
-        if m.from == B {
-            Verdict::Drop
-        } else {
-            Verdict::Pass
-        }
-    }));
+    p.script_when(Verdict::Drop, |m| m.from == B);
     write(&mut p, 2, 0, 3000);
     write(&mut p, 3, 0, 8);
     p.run();
@@ -359,32 +336,19 @@ fn a_vanished_peer_still_ends_after_retry_cnt_timeouts() {
 #[test]
 fn a_farewell_ack_completes_a_peer_whose_last_ack_was_lost() {
     for farewell in [false, true] {
-        let mut p = pair(
-            ConnectOpts {
-                retry_cnt: 2,
-                timeout: 8,
-                ..ConnectOpts::default()
-            },
-            LinkFaults::default(),
-        );
-        write(&mut p, 100, 0, 8);
-        p.run();
+        let mut p = short_retries(2);
         p.completions(A);
         // From now on B answers nothing but its farewell, and hears nothing after the WRITE.
         let (mut from_a, mut from_b) = (0, 0);
-        p.sim.set_script(Box::new(move |m| {
+        p.script_when(Verdict::Drop, move |m| {
             let n = if m.from == A {
                 &mut from_a
             } else {
                 &mut from_b
             };
             *n += 1;
-            if *n == 1 && m.from == B || *n > 1 && m.from == A {
-                Verdict::Drop
-            } else {
-                Verdict::Pass
-            }
-        }));
+            *n == 1 && m.from == B || *n > 1 && m.from == A
+        });
         let before = p.qb().counters().rcvd_packets;
         write(&mut p, 1, 0, 8);
         let got = p
