@@ -4,6 +4,8 @@
 //!
 //! `CM_FUZZ_CASES=N` runs N streams instead of 1000.
 
+mod common;
+use common::{cases, replay_corpus};
 use proptest::prelude::*;
 use softrdma_proto::fuzzing::cm_agent;
 
@@ -25,7 +27,7 @@ fn step() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(std::env::var("CM_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000)))]
+    #![proptest_config(ProptestConfig::with_cases(cases("CM_FUZZ_CASES", 1000)))]
 
     #[test]
     fn the_agent_holds_its_invariants(steps in prop::collection::vec(step(), 0..60)) {
@@ -40,11 +42,5 @@ proptest! {
 
 #[test]
 fn fuzz_corpus_holds_the_invariants() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/corpus/cm_agent");
-    let mut n = 0;
-    for e in std::fs::read_dir(dir).expect("the corpus is committed") {
-        cm_agent(&std::fs::read(e.unwrap().path()).unwrap());
-        n += 1;
-    }
-    assert!(n >= 10, "{n} inputs");
+    replay_corpus("cm_agent", cm_agent);
 }

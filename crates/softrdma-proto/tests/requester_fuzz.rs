@@ -5,6 +5,8 @@
 //! `REQ_FUZZ_CASES=N` runs N structured streams instead of 2000: a longer campaign on
 //! stable Rust, where `cargo fuzz` (nightly) is not at hand.
 
+mod common;
+use common::{cases, replay_corpus};
 use proptest::prelude::*;
 use softrdma_proto::fuzzing::requester;
 
@@ -38,7 +40,7 @@ fn stream() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(std::env::var("REQ_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(2000)))]
+    #![proptest_config(ProptestConfig::with_cases(cases("REQ_FUZZ_CASES", 2000)))]
 
     #[test]
     fn requester_holds_its_invariants(data in stream()) {
@@ -53,15 +55,11 @@ proptest! {
 
 #[test]
 fn fuzz_corpus_holds_the_invariants() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/corpus/requester");
-    let mut n = 0;
     let mut statuses = std::collections::BTreeSet::new();
-    for e in std::fs::read_dir(dir).expect("the corpus is committed") {
-        let got = requester(&std::fs::read(e.unwrap().path()).unwrap());
+    replay_corpus("requester", |data| {
+        let got = requester(data);
         statuses.extend(got.into_iter().map(|(_, s)| format!("{s:?}")));
-        n += 1;
-    }
-    assert!(n >= 10, "{n} inputs");
+    });
     // The corpus reaches success and each way a requester ends, or the check proves little.
     for s in [
         "Success",

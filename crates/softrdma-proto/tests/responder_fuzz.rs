@@ -1,6 +1,8 @@
 //! The responder fuzz check, over structured random packets (which reach far deeper than
 //! noise) and over the fuzz target's committed corpus.
 
+mod common;
+use common::replay_corpus;
 use proptest::prelude::*;
 use softrdma_proto::QpType;
 use softrdma_proto::fuzzing::{encode, responder};
@@ -103,11 +105,5 @@ proptest! {
 
 #[test]
 fn fuzz_corpus_holds_the_invariants() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/corpus/responder");
-    let mut n = 0;
-    for e in std::fs::read_dir(dir).expect("the corpus is committed") {
-        responder(&std::fs::read(e.unwrap().path()).unwrap());
-        n += 1;
-    }
-    assert!(n >= 10, "{n} inputs");
+    replay_corpus("responder", responder);
 }

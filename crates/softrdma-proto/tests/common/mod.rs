@@ -149,3 +149,24 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// Runs `check` on every input of fuzz target `target`'s committed corpus (the fuzz targets
+/// need nightly; these tests keep the corpus checked on stable), and asserts there are at
+/// least ten.
+pub fn replay_corpus(target: &str, mut check: impl FnMut(&[u8])) {
+    let dir = format!("{}/../../fuzz/corpus/{target}", env!("CARGO_MANIFEST_DIR"));
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).expect("the corpus is committed") {
+        check(&std::fs::read(e.unwrap().path()).unwrap());
+        n += 1;
+    }
+    assert!(n >= 10, "{n} inputs");
+}
+
+/// Proptest cases to run: `var` from the environment (a longer campaign), else `default`.
+pub fn cases(var: &str, default: u32) -> u32 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
