@@ -95,17 +95,12 @@ fn pump(
 
 /// A signaled send WR of `len` bytes from the first region.
 fn signaled(op: SendOp, len: u32) -> SendWr {
-    SendWr {
-        wr_id: 1,
-        op,
-        payload: Payload::Sges(softrdma_proto::sg![Sge {
-            addr: 0x1000,
-            length: len,
-            lkey: 1,
-        }]),
-        flags: SendFlags::SIGNALED,
-        ud: None,
-    }
+    let local = Sge {
+        addr: 0x1000,
+        length: len,
+        lkey: 1,
+    };
+    SendWr::signaled(1, op, Payload::Sges(softrdma_proto::sg![local]))
 }
 
 /// A WRITE into the second region.

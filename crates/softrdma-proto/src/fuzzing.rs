@@ -320,13 +320,7 @@ fn template(i: u8, wr_id: u64) -> SendWr {
             local(0x1D00, 100),
         ),
     };
-    SendWr {
-        wr_id,
-        op,
-        payload,
-        flags: SendFlags::SIGNALED,
-        ud: None,
-    }
+    SendWr::signaled(wr_id, op, payload)
 }
 
 /// Runs the stream in `data` into an RC requester and checks the invariants; panics on a

@@ -444,6 +444,19 @@ pub struct SendWr {
     pub ud: Option<UdDest>,
 }
 
+impl SendWr {
+    /// A WR that asks for a completion, with no UD destination: what most posts are.
+    pub fn signaled(wr_id: u64, op: SendOp, payload: Payload) -> Self {
+        Self {
+            wr_id,
+            op,
+            payload,
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        }
+    }
+}
+
 /// A receive work request (`struct ibv_recv_wr`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RecvWr {

@@ -38,18 +38,14 @@ pub fn pair() -> (Vec<Host>, u32, u32) {
 
 /// Turn `i`'s signaled 8-byte WRITE from A's region to B's.
 pub fn write(i: u64, ka: u32, kb: u32) -> SendWr {
-    SendWr {
-        wr_id: i,
-        op: SendOp::Write {
-            remote_addr: 0x1000,
-            rkey: kb,
-        },
-        payload: Payload::Sges(softrdma_proto::sg![Sge {
-            addr: 0x1000,
-            length: 8,
-            lkey: ka,
-        }]),
-        flags: SendFlags::SIGNALED,
-        ud: None,
-    }
+    let op = SendOp::Write {
+        remote_addr: 0x1000,
+        rkey: kb,
+    };
+    let local = Sge {
+        addr: 0x1000,
+        length: 8,
+        lkey: ka,
+    };
+    SendWr::signaled(i, op, Payload::Sges(softrdma_proto::sg![local]))
 }

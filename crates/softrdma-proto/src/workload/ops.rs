@@ -108,10 +108,6 @@ pub(super) fn make_wr(
         ),
     };
     SendWr {
-        wr_id: k as u64,
-        op: op_,
-        payload,
-        flags: SendFlags::SIGNALED,
         ud: (cfg.transport == QpType::Ud).then_some(UdDest {
             src: IP_A,
             ip: IP_B,
@@ -119,6 +115,7 @@ pub(super) fn make_wr(
             qkey: ConnectOpts::default().qkey,
             traffic_class: 0,
         }),
+        ..SendWr::signaled(k as u64, op_, payload)
     }
 }
 

@@ -57,13 +57,7 @@ pub fn sge(addr: u64, length: u32, lkey: u32) -> Payload {
 }
 
 pub fn wr(wr_id: u64, op: SendOp, payload: Payload) -> SendWr {
-    SendWr {
-        wr_id,
-        op,
-        payload,
-        flags: SendFlags::SIGNALED,
-        ud: None,
-    }
+    SendWr::signaled(wr_id, op, payload)
 }
 
 pub fn recv(wr_id: u64, addr: u64, length: u32, lkey: u32) -> RecvWr {
