@@ -33,7 +33,7 @@ pub(crate) fn gather(
     mem: &dyn Memory,
     pd: Pd,
     payload: &Payload,
-    mut offset: u64,
+    offset: u64,
     out: &mut [u8],
 ) -> Result<(), MemError> {
     match payload {
@@ -43,27 +43,9 @@ pub(crate) fn gather(
             Ok(())
         }
         Payload::Sges(sges) => {
-            let mut at = 0;
-            for s in sges {
-                if at == out.len() {
-                    break;
-                }
-                let l = u64::from(s.length);
-                if offset >= l {
-                    offset -= l;
-                    continue;
-                }
-                let n = ((l - offset) as usize).min(out.len() - at);
-                mem.read(
-                    pd,
-                    s.lkey,
-                    s.addr + offset,
-                    &mut out[at..at + n],
-                    Access::LocalRead,
-                )?;
-                at += n;
-                offset = 0;
-            }
+            pieces(sges, offset, out.len(), |lkey, addr, range| {
+                mem.read(pd, lkey, addr, &mut out[range], Access::LocalRead)
+            })?;
             Ok(())
         }
     }
@@ -83,12 +65,33 @@ pub(crate) fn scatter(
     mem: &dyn Memory,
     pd: Pd,
     sges: &[Sge],
-    mut offset: u64,
+    offset: u64,
     data: &[u8],
 ) -> Result<(), ScatterError> {
+    let placed = pieces(sges, offset, data.len(), |lkey, addr, range| {
+        mem.write(pd, lkey, addr, &data[range], Access::LocalWrite)
+    })
+    .map_err(ScatterError::Mem)?;
+    if placed < data.len() {
+        Err(ScatterError::TooLong)
+    } else {
+        Ok(())
+    }
+}
+
+/// Walks the SGEs for `len` bytes of their data from byte `offset` of the list, handing
+/// `each` one piece at a time: its key, its address, and where it falls in the `len`
+/// bytes. Returns how many of the `len` bytes the list held (fewer when it ends first).
+#[inline(always)]
+fn pieces<E>(
+    sges: &[Sge],
+    mut offset: u64,
+    len: usize,
+    mut each: impl FnMut(u32, u64, core::ops::Range<usize>) -> Result<(), E>,
+) -> Result<usize, E> {
     let mut at = 0;
     for s in sges {
-        if at == data.len() {
+        if at == len {
             break;
         }
         let l = u64::from(s.length);
@@ -96,21 +99,10 @@ pub(crate) fn scatter(
             offset -= l;
             continue;
         }
-        let n = ((l - offset) as usize).min(data.len() - at);
-        mem.write(
-            pd,
-            s.lkey,
-            s.addr + offset,
-            &data[at..at + n],
-            Access::LocalWrite,
-        )
-        .map_err(ScatterError::Mem)?;
+        let n = ((l - offset) as usize).min(len - at);
+        each(s.lkey, s.addr + offset, at..at + n)?;
         at += n;
         offset = 0;
     }
-    if at < data.len() {
-        Err(ScatterError::TooLong)
-    } else {
-        Ok(())
-    }
+    Ok(at)
 }

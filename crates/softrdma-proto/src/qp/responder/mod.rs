@@ -422,6 +422,24 @@ impl QueuePair {
         )
     }
 
+    /// Opens the WRITE whose first packet is `pkt` at its target, checked by
+    /// [`Self::write_target`] (whose `None` and NAK code this passes on), with its payload
+    /// collected in a buffer when `buffer` (UC: memory changes only for a whole message).
+    #[inline]
+    fn open_write(&mut self, pkt: &IbPacket<&[u8]>, buffer: bool) -> Option<Result<(), NakCode>> {
+        let target = self.write_target(pkt)?;
+        Some(target.map(|(va, rkey, len)| {
+            self.resp.written = true;
+            self.resp.cur = Some(InMsg::Write {
+                va,
+                rkey,
+                len,
+                done: 0,
+                buffered: buffer.then(|| Vec::with_capacity(len as usize)),
+            });
+        }))
+    }
+
     pub(crate) fn responder_transmit(&mut self, buf: &mut Vec<u8>, at: usize) -> Option<Transmit> {
         let front = self.resp.responses.front_mut()?;
         let (src, dst, dqpn) = (self.attrs.av.src, self.attrs.av.dst, self.attrs.dest_qpn);

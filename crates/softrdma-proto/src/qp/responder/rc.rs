@@ -100,24 +100,14 @@ impl QueuePair {
         let info = pkt.info();
         let data = pkt.payload();
         if info.starts_message() {
-            let Some(target) = self.write_target(pkt) else {
-                return;
-            };
-            let (va, rkey, len) = match target {
-                Ok(t) => t,
-                Err(code) => {
+            match self.open_write(pkt, false) {
+                None => return,
+                Some(Err(code)) => {
                     self.nak_fatal(p, code);
                     return;
                 }
-            };
-            self.resp.written = true;
-            self.resp.cur = Some(InMsg::Write {
-                va,
-                rkey,
-                len,
-                done: 0,
-                buffered: None,
-            });
+                Some(Ok(())) => {}
+            }
         }
         // WRITE with immediate consumes a receive WR (IBTA vol. 1, 9.4.3): find it before
         // touching memory, so that an RNR NAK leaves nothing half-done.
@@ -198,19 +188,32 @@ impl QueuePair {
         }
         let mtu = self.attrs.mtu.bytes() as u64;
         let npkts = len.div_ceil(mtu).max(1) as u32;
+        let msn = self.accept_rd(p, npkts, None);
+        self.respond_read(p, va, rkey, len, msn);
+    }
+
+    /// Takes the READ or atomic at PSN `first`, of `npkts` PSNs: kept (with the atomic's
+    /// original value) to answer its duplicates, and counted as a message. Returns its MSN.
+    #[inline]
+    fn accept_rd(&mut self, first: Psn, npkts: u32, atomic_orig: Option<u64>) -> Msn {
         self.resp.remember(
             RdResource {
-                first: p,
-                last: p.add(npkts - 1),
-                atomic_orig: None,
+                first,
+                last: first.add(npkts - 1),
+                atomic_orig,
             },
             self.attrs.max_dest_rd_atomic,
         );
-        self.resp.epsn = p.add(npkts);
+        self.resp.epsn = first.add(npkts);
         self.resp.msn = self.resp.msn.next();
-        let msn = self.resp.msn;
+        self.resp.msn
+    }
+
+    /// Queues the responses to the READ at PSN `psn` of `len` bytes at `va`.
+    #[inline]
+    fn respond_read(&mut self, psn: Psn, va: u64, rkey: u32, len: u64, msn: Msn) {
         self.resp.responses.push_back(Resp::Read {
-            psn: p,
+            psn,
             va,
             rkey,
             len,
@@ -249,17 +252,7 @@ impl QueuePair {
                 return;
             }
         };
-        self.resp.remember(
-            RdResource {
-                first: p,
-                last: p,
-                atomic_orig: Some(orig),
-            },
-            self.attrs.max_dest_rd_atomic,
-        );
-        self.resp.epsn = p.next();
-        self.resp.msn = self.resp.msn.next();
-        let msn = self.resp.msn;
+        let msn = self.accept_rd(p, 1, Some(orig));
         self.resp
             .responses
             .push_back(Resp::Atomic { psn: p, orig, msn });
@@ -290,14 +283,7 @@ impl QueuePair {
                 let Some(reth) = pkt.reth() else { return };
                 let (va, rkey, len) = (reth.va(), reth.rkey(), u64::from(reth.len()));
                 if self.remote_ok(rkey, va, len, Access::RemoteRead) {
-                    self.resp.responses.push_back(Resp::Read {
-                        psn: p,
-                        va,
-                        rkey,
-                        len,
-                        sent: 0,
-                        msn,
-                    });
+                    self.respond_read(p, va, rkey, len, msn);
                 }
             }
             (Operation::CompareSwap | Operation::FetchAdd, Some(orig)) if r.first == p => {

@@ -63,22 +63,15 @@ impl QueuePair {
         let info = pkt.info();
         let data = pkt.payload();
         if info.starts_message() {
-            let Some(target) = self.write_target(pkt) else {
-                return;
-            };
-            let Ok((va, rkey, len)) = target else {
-                self.resp.uc_drop = !info.ends_message();
-                self.counters.dropped += 1;
-                return;
-            };
-            self.resp.written = true;
-            self.resp.cur = Some(InMsg::Write {
-                va,
-                rkey,
-                len,
-                done: 0,
-                buffered: Some(Vec::with_capacity(len as usize)),
-            });
+            match self.open_write(pkt, true) {
+                None => return,
+                Some(Err(_)) => {
+                    self.resp.uc_drop = !info.ends_message();
+                    self.counters.dropped += 1;
+                    return;
+                }
+                Some(Ok(())) => {}
+            }
         }
         let Some(InMsg::Write { len, buffered, .. }) = &mut self.resp.cur else {
             return;
