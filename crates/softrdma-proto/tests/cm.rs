@@ -576,19 +576,25 @@ fn rxe_s_req_is_answered_as_rxe_answered_it() {
     assert_eq!(us.counters().unexpected, 0);
 }
 
+/// Agent 0 connects to agent 1, which does not listen: 1 ms later nothing has answered;
+/// once agent 1 listens, the REQ's resend connects.
+fn connects_once_listened(p: &mut Pair) {
+    let id = p.a[0].connect(p.now, 1, req(0x100));
+    p.run(p.after(Duration::from_millis(1)));
+    assert!(p.events[0].is_empty(), "{:?}", p.events[0]);
+    p.a[1].listen(SERVICE).unwrap();
+    p.run(p.after(Duration::from_secs(1)));
+    assert_eq!(p.a[0].state(id), Some(CmState::Established));
+}
+
 /// A REQ for a service whose listener has just gone is dropped (its resend finds the
 /// next listener, as perftest's `-R` needs); once the grace is over, it is rejected.
 #[test]
 fn a_req_just_after_the_listener_went_waits_for_the_next_one() {
     let mut p = Pair::new(8);
     p.a[1].unlisten(p.now, SERVICE);
-    let id = p.a[0].connect(p.now, 1, req(0x100));
     // Within the grace: no REJ; the listener is back before the REQ's resend.
-    p.run(p.after(Duration::from_millis(1)));
-    assert!(p.events[0].is_empty(), "{:?}", p.events[0]);
-    p.a[1].listen(SERVICE).unwrap();
-    p.run(p.after(Duration::from_secs(1)));
-    assert_eq!(p.a[0].state(id), Some(CmState::Established));
+    connects_once_listened(&mut p);
 
     // Long after a listener went: rejected (after the requester's cold resends).
     let mut p = Pair::new(9);
@@ -719,12 +725,7 @@ fn a_req_for_a_bound_port_waits_for_its_listen() {
     let mut p = Pair::new(13);
     p.a[1] = agent(0xB, 98);
     p.a[1].bind(SERVICE);
-    let id = p.a[0].connect(p.now, 1, req(0x100));
-    p.run(p.after(Duration::from_millis(1)));
-    assert!(p.events[0].is_empty(), "{:?}", p.events[0]);
-    p.a[1].listen(SERVICE).unwrap();
-    p.run(p.after(Duration::from_secs(1)));
-    assert_eq!(p.a[0].state(id), Some(CmState::Established));
+    connects_once_listened(&mut p);
 
     let mut q = Pair::new(14);
     q.a[1] = agent(0xB, 97);

@@ -166,25 +166,24 @@ mod tests {
     /// each allowed at every step; the kernel's refusals are refused.
     #[test]
     fn the_usual_paths_are_allowed_and_the_kernels_refusals_refused() {
-        let mut s = IdState::Idle;
-        for (verb, step) in [
+        // Each verb allowed in the state the steps before it left.
+        let walk = |path: &[(IdVerb, IdStep)]| {
+            path.iter().fold(IdState::Idle, |s, &(verb, step)| {
+                assert!(s.allows(verb), "{s} refuses {verb:?}");
+                s.after(step)
+            })
+        };
+        let client = walk(&[
             (IdVerb::ResolveAddr, IdStep::AddrResolved),
             (IdVerb::ResolveRoute, IdStep::RouteResolved),
             (IdVerb::Connect, IdStep::Connecting),
-        ] {
-            assert!(s.allows(verb), "{s} refuses {verb:?}");
-            s = s.after(step);
-        }
-        assert_eq!(s.after(IdStep::Disconnected), IdState::Disconnect);
-        let mut s = IdState::Idle;
-        for (verb, step) in [
+        ]);
+        assert_eq!(client.after(IdStep::Disconnected), IdState::Disconnect);
+        walk(&[
             (IdVerb::Bind, IdStep::Bound),
             (IdVerb::Listen, IdStep::Listening),
             (IdVerb::Listen, IdStep::Listening),
-        ] {
-            assert!(s.allows(verb), "{s} refuses {verb:?}");
-            s = s.after(step);
-        }
+        ]);
         let passive = IdState::Idle.after(IdStep::Requested);
         assert!(passive.allows(IdVerb::Accept));
         for s in ALL {
