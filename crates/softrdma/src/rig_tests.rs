@@ -110,13 +110,7 @@ impl Rig {
 }
 
 fn wr(id: u64, op: SendOp, e: &End, len: u32) -> SendWr {
-    SendWr {
-        wr_id: id,
-        op,
-        payload: Payload::Sges(softrdma_proto::sg![e.mr.sge(0, len)]),
-        flags: SendFlags::SIGNALED,
-        ud: None,
-    }
+    SendWr::signaled(id, op, Payload::Sges(softrdma_proto::sg![e.mr.sge(0, len)]))
 }
 
 fn recv(e: &End, id: u64) {

@@ -4,11 +4,5 @@ use softrdma::*;
 
 /// A signaled WR of `op` that gathers from the one `sge`.
 pub fn signaled(wr_id: u64, op: SendOp, sge: Sge) -> SendWr {
-    SendWr {
-        wr_id,
-        op,
-        payload: Payload::Sges(softrdma_proto::sg![sge]),
-        flags: SendFlags::SIGNALED,
-        ud: None,
-    }
+    SendWr::signaled(wr_id, op, Payload::Sges(softrdma_proto::sg![sge]))
 }
