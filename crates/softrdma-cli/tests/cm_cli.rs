@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::DeviceConfig;
+use common::{DeviceConfig, text};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -55,14 +55,6 @@ impl Drop for Running {
     }
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// Waits until `res show cm_id` on `addr`'s device shows a listener on `port`; gives the
 /// line.
 fn listening(addr: &str, port: u16) -> String {
@@ -90,13 +82,10 @@ fn listening_on(res_show: impl Fn() -> Command, what: &str) -> String {
 }
 
 fn server(addr: &str, port: &str, size: &str) -> Running {
-    Running::new(
-        softrdma(addr, &["rping", "-s", "-v", "-S", size, "-p", port])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    )
+    piped(&mut softrdma(
+        addr,
+        &["rping", "-s", "-v", "-S", size, "-p", port],
+    ))
 }
 
 /// `softrdma service` on `addr`, its stderr read line by line, killed when dropped.
@@ -156,6 +145,21 @@ impl Drop for Service {
     }
 }
 
+/// The arguments of a verbose rping client that sends `count` pings of `size` bytes,
+/// checking each, to `to`'s `port`.
+fn rping_client<'a>(count: &'a str, size: &'a str, to: &'a str, port: &'a str) -> [&'a str; 12] {
+    [
+        "rping", "-c", "-v", "-V", "-C", count, "-S", size, "-a", to, "-p", port,
+    ]
+}
+
+/// An rping client's output: it succeeded (its server's output shown when not) and got
+/// `n` pings through.
+fn assert_pinged(cli: &Output, srv: &Output, n: usize) {
+    assert!(cli.status.success(), "{}\n{}", text(cli), text(srv));
+    assert_eq!(text(cli).matches("ping data: rdma-ping-").count(), n);
+}
+
 /// `c` started with its output read (see [`Running`]).
 fn piped(c: &mut Command) -> Running {
     Running::new(
@@ -178,28 +182,11 @@ fn rping_between_two_processes_checks_every_ping() {
                 && line.contains(" comm softrdma"),
             "{line}"
         );
-        let cli = softrdma(
+        let cli = piped(&mut softrdma(
             "127.0.0.92",
-            &[
-                "rping",
-                "-c",
-                "-v",
-                "-V",
-                "-C",
-                "10",
-                "-S",
-                size,
-                "-a",
-                "127.0.0.91",
-                "-p",
-                &port.to_string(),
-            ],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-        let cli = Running::new(cli).finish(Duration::from_secs(60));
+            &rping_client("10", size, "127.0.0.91", &port.to_string()),
+        ))
+        .finish(Duration::from_secs(60));
         let srv = srv.finish(Duration::from_secs(60));
         let short = |o: &Output| text(o).chars().take(2000).collect::<String>();
         assert!(
@@ -250,6 +237,21 @@ fn exec(addr: &str, program: &[&str]) -> Command {
     softrdma(addr, &a)
 }
 
+/// Whether every one of `programs` is installed; says which are not when not (the test
+/// then skips its part: scripts/test installs them).
+fn have_all(programs: &[&str]) -> bool {
+    let missing: Vec<&&str> = programs.iter().filter(|p| !have(p)).collect();
+    if !missing.is_empty() {
+        eprintln!("{missing:?} missing: skipped (scripts/test installs them)");
+    }
+    missing.is_empty()
+}
+
+/// Asserts that a [`dropin_pair`]'s client said `client` and its server `server`.
+fn both_say((c, s): (String, String), client: &str, server: &str) {
+    assert!(c.contains(client) && s.contains(server), "{c}\n{s}");
+}
+
 fn have(program: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {program}")])
@@ -266,7 +268,7 @@ fn dropin_pair(n: u8, server: &[&str], client: &[&str], port: u16) -> (String, S
 }
 
 /// [`dropin_pair`] with the server on `saddr`'s device and the client on `caddr`'s (the
-/// same device, when they are equal).
+/// same device, when they are equal); `ADDR` in either's arguments stands for `saddr`.
 fn dropin_pair_on(
     saddr: &str,
     caddr: &str,
@@ -274,32 +276,61 @@ fn dropin_pair_on(
     client: &[&str],
     port: u16,
 ) -> (String, String) {
-    eprintln!("{server:?} against {client:?}");
-    let srv = Running::new(
-        exec(saddr, server)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let fill = |v: &[&str]| -> Vec<String> { v.iter().map(|x| x.replace("ADDR", saddr)).collect() };
+    let (sv, cv) = (fill(server), fill(client));
+    let server: Vec<&str> = sv.iter().map(String::as_str).collect();
+    let client: Vec<&str> = cv.iter().map(String::as_str).collect();
+    let what = format!("{server:?} against {client:?}");
+    eprintln!("{what}");
+    let srv = piped(&mut exec(saddr, &server));
     listening(saddr, port);
-    let cli = Running::new(
-        exec(caddr, client)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    )
-    .finish(Duration::from_secs(60));
+    let cli = piped(&mut exec(caddr, &client)).finish(Duration::from_secs(60));
     let srv = srv.finish(Duration::from_secs(60));
-    let (c, s) = (text(&cli), text(&srv));
-    assert!(
-        cli.status.success() && srv.status.success(),
-        "{client:?}: {:?}\n{c}\n{server:?}: {:?}\n{s}",
-        cli.status,
-        srv.status
-    );
+    let (s, c) = common::both_succeeded(&what, &srv, &cli);
     (c, s)
+}
+
+/// rdma-core's rping, ucmatose (four connections), udaddy and rdma_server/rdma_client,
+/// unmodified, each server and client through `pair` (see [`dropin_pair`]) on device
+/// `n` and the three after it, with ports from `port`; udaddy's arguments end with
+/// `udaddy`.
+fn rdma_cm_programs(
+    pair: impl Fn(u8, &[&str], &[&str], u16) -> (String, String),
+    n: u8,
+    port: u16,
+    udaddy: &[&str],
+) {
+    let p = |i: u16| (port + i).to_string();
+    let (c, s) = pair(
+        n,
+        &["rping", "-s", "-v", "-C", "10", "-a", "ADDR", "-p", &p(0)],
+        &rping_client("10", "64", "ADDR", &p(0)),
+        port,
+    );
+    assert_eq!(c.matches("ping data: rdma-ping-").count(), 10, "{c}");
+    assert_eq!(s.matches("server ping data: rdma-ping-").count(), 10, "{s}");
+
+    let p1 = p(1);
+    let ucmatose = |role| ["ucmatose", role, "ADDR", "-p", &p1, "-c", "4", "-C", "10"];
+    let ucm = pair(n + 1, &ucmatose("-b"), &ucmatose("-s"), port + 1);
+    both_say(ucm, "return status 0", "return status 0");
+
+    // udaddy: UD QPs found through SIDR (no connection), then messages both ways, each
+    // reply addressed from the request's GRH. Its port is fixed (7174).
+    let udaddy_as = |role| [&["udaddy", role, "ADDR", "-C", "10"][..], udaddy].concat();
+    let ud = pair(n + 2, &udaddy_as("-b"), &udaddy_as("-s"), 7174);
+    both_say(ud, "data transfers complete", "data transfers complete");
+
+    // rdma_server and rdma_client: synchronous IDs (no event channel) made by
+    // rdma_create_ep, a request taken by rdma_get_request with its QP made from the
+    // listener's attributes, and rdma_verbs.h's helpers on the CQs rdma_create_qp made.
+    let rs = pair(
+        n + 3,
+        &["rdma_server", "-s", "ADDR", "-p", &p(3)],
+        &["rdma_client", "-s", "ADDR", "-p", &p(3)],
+        port + 3,
+    );
+    both_say(rs, "rdma_client: end 0", "rdma_server: end 0");
 }
 
 /// rdma-core's rping, ucmatose (four connections), udaddy (two UD IDs through SIDR),
@@ -308,128 +339,15 @@ fn dropin_pair_on(
 /// tool with `-R` (its connections made by rdma_cm), unmodified, as two processes.
 #[test]
 fn unmodified_rdma_cm_programs_connect_through_the_dropin() {
-    if !have("rping") || !have("ib_send_bw") || !have("qperf") {
-        eprintln!("rdmacm-utils, perftest or qperf missing: skipped (scripts/test installs them)");
+    if !have_all(&["rping", "ib_send_bw", "qperf"]) {
         return;
     }
-    let (c, s) = dropin_pair(
-        1,
-        &[
-            "rping",
-            "-s",
-            "-v",
-            "-C",
-            "10",
-            "-a",
-            "127.0.1.1",
-            "-p",
-            "7420",
-        ],
-        &[
-            "rping",
-            "-c",
-            "-v",
-            "-V",
-            "-C",
-            "10",
-            "-S",
-            "64",
-            "-a",
-            "127.0.1.1",
-            "-p",
-            "7420",
-        ],
-        7420,
-    );
-    assert_eq!(c.matches("ping data: rdma-ping-").count(), 10, "{c}");
-    assert_eq!(s.matches("server ping data: rdma-ping-").count(), 10, "{s}");
-
-    let (c, s) = dropin_pair(
-        2,
-        &[
-            "ucmatose",
-            "-b",
-            "127.0.1.2",
-            "-p",
-            "7421",
-            "-c",
-            "4",
-            "-C",
-            "10",
-        ],
-        &[
-            "ucmatose",
-            "-s",
-            "127.0.1.2",
-            "-p",
-            "7421",
-            "-c",
-            "4",
-            "-C",
-            "10",
-        ],
-        7421,
-    );
-    assert!(
-        c.contains("return status 0") && s.contains("return status 0"),
-        "{c}\n{s}"
-    );
-
-    // udaddy: UD QPs found through SIDR (no connection), then messages both ways, each
-    // reply addressed from the request's GRH; two IDs at once. Its port is fixed (7174).
-    let (c, s) = dropin_pair(
-        4,
-        &["udaddy", "-b", "127.0.1.4", "-c", "2", "-C", "10"],
-        &["udaddy", "-s", "127.0.1.4", "-c", "2", "-C", "10"],
-        7174,
-    );
-    assert!(
-        c.contains("data transfers complete") && s.contains("data transfers complete"),
-        "{c}\n{s}"
-    );
-
-    // rdma_server and rdma_client: synchronous IDs (no event channel) made by
-    // rdma_create_ep, a request taken by rdma_get_request with its QP made from the
-    // listener's attributes, and rdma_verbs.h's helpers on the CQs rdma_create_qp made.
-    let (c, s) = dropin_pair(
-        5,
-        &["rdma_server", "-s", "127.0.1.5", "-p", "7424"],
-        &["rdma_client", "-s", "127.0.1.5", "-p", "7424"],
-        7424,
-    );
-    assert!(
-        c.contains("rdma_client: end 0") && s.contains("rdma_server: end 0"),
-        "{c}\n{s}"
-    );
+    // udaddy with two IDs at once.
+    rdma_cm_programs(dropin_pair, 1, 7420, &["-c", "2"]);
     qperf_cm("127.0.1.6", "127.0.2.6", 19870);
 
-    // cmtime: 1,000 connections made and torn down step by step, each step timed; its
-    // server serves until it is stopped.
-    let srv = Running::new(
-        exec(
-            "127.0.1.3",
-            &["cmtime", "-b", "127.0.1.3", "-p", "7422", "-c", "1000"],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap(),
-    );
-    listening("127.0.1.3", 7422);
-    let cli = Running::new(
-        exec(
-            "127.0.2.3",
-            &["cmtime", "-s", "127.0.1.3", "-p", "7422", "-c", "1000"],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap(),
-    )
-    .finish(Duration::from_secs(60));
-    drop(srv);
-    let c = text(&cli);
-    assert!(cli.status.success() && c.contains("connect      :"), "{c}");
+    // cmtime: 1,000 connections made and torn down step by step, each step timed.
+    let c = cmtime("127.0.1.5", "127.0.2.5", 7425, "1000");
     // Every connection's connect step was timed (a failed one shows no minimum).
     let connect = c.lines().find(|l| l.starts_with("connect")).unwrap();
     assert!(!connect.contains("1000000000"), "{c}");
@@ -457,6 +375,27 @@ fn unmodified_rdma_cm_programs_connect_through_the_dropin() {
     }
 }
 
+/// cmtime's server on `saddr`'s device (it serves until it is stopped) and its client,
+/// `n` connections to `port`, on `caddr`'s. The client must succeed and time the connect
+/// step; gives its output.
+fn cmtime(saddr: &str, caddr: &str, port: u16, n: &str) -> String {
+    let p = port.to_string();
+    let srv = piped(&mut exec(
+        saddr,
+        &["cmtime", "-b", saddr, "-p", &p, "-c", n],
+    ));
+    listening(saddr, port);
+    let cli = piped(&mut exec(
+        caddr,
+        &["cmtime", "-s", saddr, "-p", &p, "-c", n],
+    ))
+    .finish(Duration::from_secs(60));
+    drop(srv);
+    let c = text(&cli);
+    assert!(cli.status.success() && c.contains("connect      :"), "{c}");
+    c
+}
+
 /// qperf's twelve RC tests with `-cm1` (connections made by rdma_cm; its server forks a
 /// process per test, which tells the client its port before it listens, and exits
 /// without `rdma_disconnect`), the server on `saddr`'s device and the client on
@@ -477,13 +416,7 @@ fn qperf_cm(saddr: &str, caddr: &str, lp: u16) {
         "ver_rc_fetch_add",
     ];
     let lp = lp.to_string();
-    let srv = Running::new(
-        exec(saddr, &["qperf", "-lp", &lp])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let srv = piped(&mut exec(saddr, &["qperf", "-lp", &lp]));
     let end = Instant::now() + Duration::from_secs(20);
     let at: std::net::SocketAddr = format!("{saddr}:{lp}").parse().unwrap();
     while std::net::TcpStream::connect_timeout(&at, Duration::from_millis(100)).is_err() {
@@ -492,14 +425,7 @@ fn qperf_cm(saddr: &str, caddr: &str, lp: u16) {
     }
     let mut args = vec!["qperf", "-lp", &lp, "-cm1", "-t", "1", saddr];
     args.extend(TESTS);
-    let cli = Running::new(
-        exec(caddr, &args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    )
-    .finish(Duration::from_secs(120));
+    let cli = piped(&mut exec(caddr, &args)).finish(Duration::from_secs(120));
     drop(srv);
     let c = text(&cli);
     assert!(cli.status.success(), "{c}");
@@ -520,28 +446,11 @@ fn qperf_cm(saddr: &str, caddr: &str, lp: u16) {
 fn rping_between_two_processes_on_one_shared_device() {
     let addr = "127.0.3.21";
     let rping = |port: u16, n: &str| {
-        let cli = softrdma(
+        piped(&mut softrdma(
             addr,
-            &[
-                "rping",
-                "-c",
-                "-v",
-                "-V",
-                "-C",
-                n,
-                "-S",
-                "1000",
-                "-a",
-                addr,
-                "-p",
-                &port.to_string(),
-            ],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-        Running::new(cli).finish(Duration::from_secs(60))
+            &rping_client(n, "1000", addr, &port.to_string()),
+        ))
+        .finish(Duration::from_secs(60))
     };
     // The server owns the device; the client is its member.
     let srv = server(addr, "7450", "1000");
@@ -557,8 +466,7 @@ fn rping_between_two_processes_on_one_shared_device() {
     );
     let cli = rping(7450, "20");
     let srv = srv.finish(Duration::from_secs(60));
-    assert!(cli.status.success(), "{}\n{}", text(&cli), text(&srv));
-    assert_eq!(text(&cli).matches("ping data: rdma-ping-").count(), 20);
+    assert_pinged(&cli, &srv, 20);
     assert!(srv.status.success(), "{}", text(&srv));
 
     // Now a service owns the device, and both ends are its members.
@@ -567,8 +475,7 @@ fn rping_between_two_processes_on_one_shared_device() {
     listening(addr, 7451);
     let cli = rping(7451, "5");
     let srv = srv.finish(Duration::from_secs(60));
-    assert!(cli.status.success(), "{}\n{}", text(&cli), text(&srv));
-    assert_eq!(text(&cli).matches("ping data: rdma-ping-").count(), 5);
+    assert_pinged(&cli, &srv, 5);
     // Nobody listens on 7452: the service's agent rejects, no timeout is waited for.
     let t = Instant::now();
     let cli = rping(7452, "1");
@@ -607,8 +514,7 @@ fn a_req_that_comes_before_its_listener_is_handed_to_it() {
     assert!(handed.ends_with(": true"), "{handed}");
     let cli = cli.finish(Duration::from_secs(60));
     let srv = srv.finish(Duration::from_secs(60));
-    assert!(cli.status.success(), "{}\n{}", text(&cli), text(&srv));
-    assert_eq!(text(&cli).matches("ping data: rdma-ping-").count(), 5);
+    assert_pinged(&cli, &srv, 5);
 }
 
 /// Unmodified rping, ucmatose, udaddy, rdma_server/rdma_client, qperf `-cm1` (its twelve
@@ -617,97 +523,29 @@ fn a_req_that_comes_before_its_listener_is_handed_to_it() {
 /// on one shared device through the drop-in.
 #[test]
 fn unmodified_rdma_cm_programs_share_one_device() {
-    if !have("rping") || !have("ib_send_bw") || !have("qperf") {
-        eprintln!("rdmacm-utils, perftest or qperf missing: skipped (scripts/test installs them)");
+    if !have_all(&["rping", "ib_send_bw", "qperf"]) {
         return;
     }
     let on = |n: u8, server: &[&str], client: &[&str], port: u16| {
         let a = format!("127.0.3.{n}");
-        let fill =
-            |v: &[&str]| -> Vec<String> { v.iter().map(|x| x.replace("ADDR", &a)).collect() };
-        let (sv, cv) = (fill(server), fill(client));
-        let sv: Vec<&str> = sv.iter().map(String::as_str).collect();
-        let cv: Vec<&str> = cv.iter().map(String::as_str).collect();
-        dropin_pair_on(&a, &a, &sv, &cv, port)
+        dropin_pair_on(&a, &a, server, client, port)
     };
-    let (c, s) = on(
-        31,
-        &["rping", "-s", "-v", "-C", "10", "-a", "ADDR", "-p", "7460"],
-        &[
-            "rping", "-c", "-v", "-V", "-C", "10", "-S", "64", "-a", "ADDR", "-p", "7460",
-        ],
-        7460,
-    );
-    assert_eq!(c.matches("ping data: rdma-ping-").count(), 10, "{c}");
-    assert_eq!(s.matches("server ping data: rdma-ping-").count(), 10, "{s}");
-    let (c, s) = on(
-        32,
-        &[
-            "ucmatose", "-b", "ADDR", "-p", "7461", "-c", "4", "-C", "10",
-        ],
-        &[
-            "ucmatose", "-s", "ADDR", "-p", "7461", "-c", "4", "-C", "10",
-        ],
-        7461,
-    );
-    assert!(
-        c.contains("return status 0") && s.contains("return status 0"),
-        "{c}\n{s}"
-    );
-    let (c, s) = on(
-        38,
-        &["rdma_server", "-s", "ADDR", "-p", "7467"],
-        &["rdma_client", "-s", "ADDR", "-p", "7467"],
-        7467,
-    );
-    assert!(
-        c.contains("rdma_client: end 0") && s.contains("rdma_server: end 0"),
-        "{c}\n{s}"
-    );
+    rdma_cm_programs(on, 31, 7460, &[]);
     qperf_cm("127.0.3.39", "127.0.3.39", 19871);
-    let (c, s) = on(
-        37,
-        &["udaddy", "-b", "ADDR", "-C", "10"],
-        &["udaddy", "-s", "ADDR", "-C", "10"],
-        7174,
-    );
-    assert!(
-        c.contains("data transfers complete") && s.contains("data transfers complete"),
-        "{c}\n{s}"
-    );
     for (i, t) in ["ib_write_bw", "ib_send_lat", "ib_atomic_bw"]
         .iter()
         .enumerate()
     {
         let port = 7462 + i as u16;
         let (c, _) = on(
-            33 + i as u8,
+            35 + i as u8,
             &[t, "-R", "-n", "50", "-p", &port.to_string()],
             &[t, "-R", "-n", "50", "-p", &port.to_string(), "ADDR"],
             port,
         );
         assert!(c.contains("#bytes"), "{t}: {c}");
     }
-    let addr = "127.0.3.36";
-    let srv = Running::new(
-        exec(addr, &["cmtime", "-b", addr, "-p", "7466", "-c", "200"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    listening(addr, 7466);
-    let cli = Running::new(
-        exec(addr, &["cmtime", "-s", addr, "-p", "7466", "-c", "200"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    )
-    .finish(Duration::from_secs(60));
-    drop(srv);
-    let c = text(&cli);
-    assert!(cli.status.success() && c.contains("connect      :"), "{c}");
+    let c = cmtime("127.0.3.38", "127.0.3.38", 7466, "200");
     // No REQ or REP waited for a resend (half a second): the burst of 200 fits QP1's
     // receive queue and the forwarding.
     let max_ms: f64 = c
@@ -772,35 +610,24 @@ fn a_client_killed_mid_handshake_leaves_the_server_a_timeout() {
 /// on `::1`'s one device.
 #[test]
 fn rdma_cm_works_on_ipv6_loopback() {
-    let srv = Running::new(
-        softrdma("::1", &["rping", "-s", "-V", "-a", "::1", "-p", "7480"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let srv = piped(&mut softrdma(
+        "::1",
+        &["rping", "-s", "-V", "-a", "::1", "-p", "7480"],
+    ));
     let line = listening("::1", 7480);
     assert!(line.contains("::1"), "{line}");
-    let cli = Running::new(
-        softrdma(
-            "::1",
-            &[
-                "rping", "-c", "-v", "-V", "-C", "10", "-a", "::1", "-p", "7480",
-            ],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap(),
-    )
+    let cli = piped(&mut softrdma(
+        "::1",
+        &[
+            "rping", "-c", "-v", "-V", "-C", "10", "-a", "::1", "-p", "7480",
+        ],
+    ))
     .finish(Duration::from_secs(60));
     let srv = srv.finish(Duration::from_secs(60));
-    assert!(cli.status.success(), "{}\n{}", text(&cli), text(&srv));
-    assert_eq!(text(&cli).matches("ping data: rdma-ping-").count(), 10);
+    assert_pinged(&cli, &srv, 10);
     assert!(srv.status.success(), "{}", text(&srv));
 
-    if !have("rping") || !have("udaddy") {
-        eprintln!("rdmacm-utils missing: the drop-in half skipped (scripts/test installs it)");
+    if !have_all(&["rping", "udaddy"]) {
         return;
     }
     let (c, _) = dropin_pair_on(
@@ -813,17 +640,17 @@ fn rdma_cm_works_on_ipv6_loopback() {
         7481,
     );
     assert_eq!(c.matches("ping data: rdma-ping-").count(), 10, "{c}");
-    let (c, s) = dropin_pair_on(
-        "::1",
-        "::1",
-        // udaddy's port is fixed (its -p is the port space).
-        &["udaddy", "-b", "::1"],
-        &["udaddy", "-s", "::1"],
-        7174,
-    );
-    assert!(
-        c.contains("test complete") && s.contains("test complete"),
-        "{c}\n{s}"
+    both_say(
+        dropin_pair_on(
+            "::1",
+            "::1",
+            // udaddy's port is fixed (its -p is the port space).
+            &["udaddy", "-b", "::1"],
+            &["udaddy", "-s", "::1"],
+            7174,
+        ),
+        "test complete",
+        "test complete",
     );
 }
 
@@ -832,54 +659,23 @@ fn rdma_cm_works_on_ipv6_loopback() {
 /// IPv4 destination goes out on `lo`, where its second device (127.0.3.2) is.
 #[test]
 fn resolve_addr_without_a_source_takes_the_device_on_the_route() {
-    if !have("rping") {
-        eprintln!("rdmacm-utils missing: skipped (scripts/test installs it)");
+    if !have_all(&["rping"]) {
         return;
     }
     let conf = DeviceConfig::new("route", "sr6 addr ::1\nsr4 addr 127.0.3.2\n");
-    let srv = Running::new(
-        exec(
-            "127.0.3.1",
-            &[
-                "rping",
-                "-s",
-                "-V",
-                "-C",
-                "5",
-                "-a",
-                "127.0.3.1",
-                "-p",
-                "7490",
-            ],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap(),
-    );
-    listening("127.0.3.1", 7490);
+    let (to, port) = ("127.0.3.1", "7490");
+    let srv = piped(&mut exec(
+        to,
+        &["rping", "-s", "-V", "-C", "5", "-a", to, "-p", port],
+    ));
+    listening(to, 7490);
     let mut c = exec(
         "unused",
-        &[
-            "rping",
-            "-c",
-            "-v",
-            "-V",
-            "-C",
-            "5",
-            "-a",
-            "127.0.3.1",
-            "-p",
-            "7490",
-        ],
+        &["rping", "-c", "-v", "-V", "-C", "5", "-a", to, "-p", port],
     );
-    conf.apply(&mut c)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let cli = Running::new(c.spawn().unwrap()).finish(Duration::from_secs(60));
+    let cli = piped(conf.apply(&mut c)).finish(Duration::from_secs(60));
     let srv = srv.finish(Duration::from_secs(60));
-    assert!(cli.status.success(), "{}\n{}", text(&cli), text(&srv));
-    assert_eq!(text(&cli).matches("ping data: rdma-ping-").count(), 5);
+    assert_pinged(&cli, &srv, 5);
     assert!(srv.status.success(), "{}", text(&srv));
 
     // With no device on the route (only an IPv6 one), the resolve fails at once with the
@@ -900,15 +696,8 @@ fn resolve_addr_without_a_source_takes_the_device_on_the_route() {
         let started = Instant::now();
         let mut args = vec!["rping", "-c", "-C", "1", "-a", "127.0.3.1", "-p", "7491"];
         args.extend(extra);
-        let cli = Running::new(
-            exec("::1", &args)
-                .env("SOFTRDMA_DEBUG", "1")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        )
-        .finish(Duration::from_secs(30));
+        let cli = piped(exec("::1", &args).env("SOFTRDMA_DEBUG", "1"))
+            .finish(Duration::from_secs(30));
         assert!(!cli.status.success(), "{}", text(&cli));
         assert!(
             text(&cli).contains(says) && text(&cli).contains(errno),
@@ -931,8 +720,7 @@ fn resolve_addr_without_a_source_takes_the_device_on_the_route() {
 /// the group's traffic, though it never leaves loopback, touches nothing of the host's.
 #[test]
 fn mckey_joins_a_group_and_every_member_receives() {
-    if !have("mckey") || !have("unshare") || !have("stdbuf") {
-        eprintln!("rdmacm-utils or coreutils missing: skipped (scripts/test installs them)");
+    if !have_all(&["mckey", "unshare", "stdbuf"]) {
         return;
     }
     let dir = std::env::temp_dir().join(format!("softrdma-mckey-{}", std::process::id()));
@@ -962,10 +750,8 @@ fn mckey_joins_a_group_and_every_member_receives() {
     c.args(["--net", "--", "sh", "-c", script])
         .arg(env!("CARGO_BIN_EXE_softrdma"))
         .arg(&dir)
-        .env_remove("SOFTRDMA_ADDR")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let o = Running::new(c.spawn().unwrap()).finish(Duration::from_secs(60));
+        .env_remove("SOFTRDMA_ADDR");
+    let o = piped(&mut c).finish(Duration::from_secs(60));
     let log = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
     let (r1, r2, s) = (log("r1"), log("r2"), log("s"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -987,16 +773,12 @@ fn mckey_joins_a_group_and_every_member_receives() {
 /// to the first device's address and one that connects to the second's.
 #[test]
 fn a_wildcard_listener_takes_requests_on_every_device() {
-    if !have("ucmatose") {
-        eprintln!("rdmacm-utils missing: skipped (scripts/test installs it)");
+    if !have_all(&["ucmatose"]) {
         return;
     }
     let conf = DeviceConfig::new("any", "sa0 addr 127.0.6.1\nsa1 addr 127.0.6.2\n");
     let mut s = exec("unused", &["ucmatose", "-c", "2", "-C", "5", "-p", "7496"]);
-    conf.apply(&mut s)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let srv = Running::new(s.spawn().unwrap());
+    let srv = piped(conf.apply(&mut s));
     let res_show = || {
         let mut c = softrdma("unused", &["res", "show", "cm_id"]);
         conf.apply(&mut c);
@@ -1007,16 +789,10 @@ fn a_wildcard_listener_takes_requests_on_every_device() {
     let clients: Vec<Running> = [("127.0.6.3", "127.0.6.1"), ("127.0.6.4", "127.0.6.2")]
         .iter()
         .map(|(me, to)| {
-            Running::new(
-                exec(
-                    me,
-                    &["ucmatose", "-s", to, "-c", "1", "-C", "5", "-p", "7496"],
-                )
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap(),
-            )
+            piped(&mut exec(
+                me,
+                &["ucmatose", "-s", to, "-c", "1", "-C", "5", "-p", "7496"],
+            ))
         })
         .collect();
     let outs: Vec<Output> = clients

@@ -188,8 +188,12 @@ pub fn pair_at(
 
 /// Waits for `server` after its `client` ended; both must have succeeded. Their outputs.
 pub fn both_ok(what: &str, server: Server, client: Output) -> (String, String) {
-    let s = server.wait(what);
-    let (st, ct) = (text(&s), text(&client));
+    both_succeeded(what, &server.wait(what), &client)
+}
+
+/// A server's and its client's outputs, once both must have succeeded.
+pub fn both_succeeded(what: &str, s: &Output, client: &Output) -> (String, String) {
+    let (st, ct) = (text(s), text(client));
     assert!(
         s.status.success() && client.status.success(),
         "{what}: server {:?}, client {:?}\n--- server\n{st}\n--- client\n{ct}",
