@@ -696,8 +696,8 @@ fn resolve_addr_without_a_source_takes_the_device_on_the_route() {
         let started = Instant::now();
         let mut args = vec!["rping", "-c", "-C", "1", "-a", "127.0.3.1", "-p", "7491"];
         args.extend(extra);
-        let cli = piped(exec("::1", &args).env("SOFTRDMA_DEBUG", "1"))
-            .finish(Duration::from_secs(30));
+        let cli =
+            piped(exec("::1", &args).env("SOFTRDMA_DEBUG", "1")).finish(Duration::from_secs(30));
         assert!(!cli.status.success(), "{}", text(&cli));
         assert!(
             text(&cli).contains(says) && text(&cli).contains(errno),
