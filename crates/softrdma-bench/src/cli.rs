@@ -2,9 +2,9 @@
 //!
 //! `bench/compare.sh` and `bench/loss.sh` call these subcommands, and `compare` calls the
 //! baseline ones on itself: their names, flags and help stay as they are. Owns only the
-//! definitions; the ping-pong's own flags (`Turn`) live with the ping-pong in `floor`.
+//! definitions; the ping-pong's own flags (`Ends`) live with the ping-pong in `floor`.
 
-use crate::floor::Turn;
+use crate::floor::Ends;
 use clap::{Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -44,30 +44,9 @@ pub(crate) enum Cmd {
         rounds: usize,
     },
     /// Raw UDP ping-pong, echo side: prints "ready", then echoes until `iters` came back.
-    UdpPingpongServer {
-        #[arg(long)]
-        addr: SocketAddr,
-        /// The client's address, which this end connects to.
-        #[arg(long)]
-        peer: SocketAddr,
-        /// Round trips (at least one).
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-        iters: u64,
-        #[command(flatten)]
-        how: Turn,
-    },
+    UdpPingpongServer(Ends),
     /// Raw UDP ping-pong, timing side: prints `{"half_rtt_p50_us": ...}`.
-    UdpPingpongClient {
-        #[arg(long)]
-        addr: SocketAddr,
-        #[arg(long)]
-        peer: SocketAddr,
-        /// Round trips (at least one).
-        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-        iters: u64,
-        #[command(flatten)]
-        how: Turn,
-    },
+    UdpPingpongClient(Ends),
     /// GSO+GRO blaster, receiving side: prints "ready", then `{"bytes_per_sec": ...}`.
     UdpBlastRecv {
         #[arg(long)]

@@ -42,18 +42,8 @@ fn main() -> std::process::ExitCode {
             println!("{md}");
             Ok(())
         }),
-        Cmd::UdpPingpongServer {
-            addr,
-            peer,
-            iters,
-            how,
-        } => udp_pingpong_server(addr, peer, iters, how),
-        Cmd::UdpPingpongClient {
-            addr,
-            peer,
-            iters,
-            how,
-        } => udp_pingpong_client(addr, peer, iters, how),
+        Cmd::UdpPingpongServer(ends) => udp_pingpong_server(ends),
+        Cmd::UdpPingpongClient(ends) => udp_pingpong_client(ends),
         Cmd::UdpBlastRecv { addr, roce } => udp_blast_recv(addr, roce),
         Cmd::UdpBlastSend {
             addr,

@@ -12,4 +12,4 @@ mod pingpong;
 mod spin;
 
 pub(crate) use blast::{udp_blast_recv, udp_blast_send};
-pub(crate) use pingpong::{Turn, udp_pingpong_client, udp_pingpong_server};
+pub(crate) use pingpong::{Ends, udp_pingpong_client, udp_pingpong_server};

@@ -2,7 +2,7 @@
 //! connected, the client timing each round trip; with `--roce` (and `--ack`), sent and
 //! received the way softrdma's device does, the floor under its UC (and RC) latency.
 //!
-//! Owns the ping-pong's flags ([`Turn`]); calls `spin` to receive.
+//! Owns the ping-pong's flags ([`Ends`], [`Turn`]); calls `spin` to receive.
 
 use super::spin::{spin_recv, spin_recv_roce};
 use crate::error::{BenchError, io, sys};
@@ -91,51 +91,59 @@ impl Turn {
 /// An RC ACK: BTH, AETH and ICRC.
 const ACK_LEN: usize = 20;
 
-/// `udp-pingpong-server`: prints "ready", then echoes `iters` turns from `peer`.
-pub(crate) fn udp_pingpong_server(
+/// The flags both ends of the ping-pong take.
+#[derive(clap::Args)]
+pub(crate) struct Ends {
+    /// This end's address.
+    #[arg(long)]
     addr: SocketAddr,
+    /// The other end's address, which this end connects to.
+    #[arg(long)]
     peer: SocketAddr,
+    /// Round trips (at least one).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     iters: u64,
+    #[command(flatten)]
     how: Turn,
-) -> Result<(), BenchError> {
-    let s = how.socket(addr)?;
-    // Both ends connected: the kernel looks no route up per datagram, and a receive need
-    // not return the sender's address.
-    s.connect(peer).map_err(io("connect"))?;
+}
+
+impl Ends {
+    /// This end's socket, connected to the peer, with a message of `fill` bytes to send
+    /// and a buffer to receive into. Both ends connected: the kernel looks no route up per
+    /// datagram, and a receive need not return the sender's address.
+    fn open(&self, fill: u8) -> Result<(UdpSocket, Vec<u8>, Vec<u8>), BenchError> {
+        let s = self.how.socket(self.addr)?;
+        s.connect(self.peer).map_err(io("connect"))?;
+        Ok((s, vec![fill; self.how.size], vec![0u8; 65536]))
+    }
+}
+
+/// `udp-pingpong-server`: prints "ready", then echoes `iters` turns from `peer`.
+pub(crate) fn udp_pingpong_server(e: Ends) -> Result<(), BenchError> {
+    let (s, msg, mut buf) = e.open(9)?;
     println!("ready");
-    let mut buf = vec![0u8; 65536];
-    let msg = vec![9u8; how.size];
-    for _ in 0..iters {
-        how.recv(&s, &mut buf)?;
-        how.send(&s, &msg)?;
+    for _ in 0..e.iters {
+        e.how.recv(&s, &mut buf)?;
+        e.how.send(&s, &msg)?;
     }
     Ok(())
 }
 
 /// `udp-pingpong-client`: sends `iters` turns to `peer`, and prints the median half
 /// round trip as JSON.
-pub(crate) fn udp_pingpong_client(
-    addr: SocketAddr,
-    peer: SocketAddr,
-    iters: u64,
-    how: Turn,
-) -> Result<(), BenchError> {
-    let s = how.socket(addr)?;
-    s.connect(peer).map_err(io("connect"))?;
-
-    let msg = vec![7u8; how.size];
-    let mut buf = vec![0u8; 65536];
-    let mut half = Vec::with_capacity(iters as usize);
-    for _ in 0..iters {
+pub(crate) fn udp_pingpong_client(e: Ends) -> Result<(), BenchError> {
+    let (s, msg, mut buf) = e.open(7)?;
+    let mut half = Vec::with_capacity(e.iters as usize);
+    for _ in 0..e.iters {
         let t = Instant::now();
-        how.send(&s, &msg)?;
-        how.recv(&s, &mut buf)?;
+        e.how.send(&s, &msg)?;
+        e.how.recv(&s, &mut buf)?;
         half.push(t.elapsed().as_secs_f64() * 1e6 / 2.0);
     }
     half.sort_by(f64::total_cmp);
     println!(
         "{}",
-        json!({ "half_rtt_p50_us": half[half.len() / 2], "iterations": iters })
+        json!({ "half_rtt_p50_us": half[half.len() / 2], "iterations": e.iters })
     );
     Ok(())
 }
