@@ -15,14 +15,7 @@
 #include <string.h>
 #include <rdma/rdma_cma.h>
 
-#define CHECK(c)                                                                    \
-	do {                                                                        \
-		if (!(c)) {                                                         \
-			fprintf(stderr, "line %d: %s: failed (errno %d: %s)\n",     \
-				__LINE__, #c, errno, strerror(errno));              \
-			exit(1);                                                    \
-		}                                                                   \
-	} while (0)
+#include "check.h"
 
 static struct sockaddr_in6 any6(int port) {
 	struct sockaddr_in6 a = {0};

@@ -18,14 +18,7 @@
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
-#define CHECK(c)                                                                  \
-	do {                                                                      \
-		if (!(c)) {                                                       \
-			fprintf(stderr, "line %d: %s: failed (errno %d)\n", __LINE__, \
-				#c, errno);                                       \
-			exit(1);                                                  \
-		}                                                                 \
-	} while (0)
+#include "check.h"
 
 /* The channel's next event, which must be `type` and come within five seconds. */
 static struct rdma_cm_event *expect(struct rdma_event_channel *ch, enum rdma_cm_event_type type)

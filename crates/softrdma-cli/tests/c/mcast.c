@@ -15,14 +15,7 @@
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
-#define CHECK(c)                                                                  \
-	do {                                                                      \
-		if (!(c)) {                                                       \
-			fprintf(stderr, "line %d: %s: failed (errno %d)\n", __LINE__, \
-				#c, errno);                                       \
-			exit(1);                                                  \
-		}                                                                 \
-	} while (0)
+#include "check.h"
 
 #define QKEY 0x11111111
 #define SLOT 128
