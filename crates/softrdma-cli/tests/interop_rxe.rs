@@ -15,6 +15,7 @@
 
 mod common;
 
+use common::{spawn, text, wait_for};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -33,29 +34,7 @@ fn peer_dir() -> PathBuf {
 /// Runs a command with a time limit; returns its output.
 fn run(cmd: &mut Command, limit: Duration) -> Output {
     let what = format!("{cmd:?}");
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let pid = child.id();
-    std::thread::spawn(move || tx.send(child.wait_with_output()));
-    match rx.recv_timeout(limit) {
-        Ok(o) => o.unwrap(),
-        Err(_) => {
-            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-            panic!("{what} ran longer than {limit:?}");
-        }
-    }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    wait_for(spawn(cmd), &what, limit)
 }
 
 struct Vm {
@@ -200,19 +179,10 @@ fn perf_case_env(vm: &Vm, test: &str, flags: &[&str], env: &[(&str, &str)]) {
     );
 
     // softrdma serves, perftest connects.
-    let server = ours(HOST_IP, env, &args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let server = spawn(&mut ours(HOST_IP, env, &args));
     wait_listen(18515);
     let cli = vm.exec(&format!("{ib} {HOST_IP}"));
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || tx.send(server.wait_with_output()));
-    let srv = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("softrdma perf server ends")
-        .unwrap();
+    let srv = wait_for(server, "softrdma perf server", Duration::from_secs(60));
     let (c, s) = (text(&cli), text(&srv));
     assert!(
         cli.status.success() && srv.status.success(),
@@ -282,11 +252,7 @@ fn case(vm: &Vm, c: Case<'_>) -> String {
     // softrdma serves, rxe connects.
     let mut args = vec![cmd.as_str(), "--timeout", "60"];
     args.extend(&flags);
-    let server = ours(addr, &[], &args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let server = spawn(&mut ours(addr, &[], &args));
     wait_listen(18515);
     // Bounded below the transport's 90 s: with retry_cnt 7 rxe retries for ever.
     let cli = vm.exec(&format!("timeout 70 {ibv} {HOST_IP}"));
@@ -584,31 +550,18 @@ fn pingpong_with_linux_rxe() {
 /// side and softrdma's on the other, and the READs and WRITEs of the pings follow.
 fn rping_case(vm: &Vm, size: &str) {
     // rxe's rping as the client.
-    let srv = ours(
+    let srv = spawn(&mut ours(
         HOST_IP,
         &[],
         &["rping", "-s", "-v", "-S", size, "-p", "7174"],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("softrdma rping -s");
-    let (tx, rx) = std::sync::mpsc::channel();
-    let pid = srv.id();
-    std::thread::spawn(move || tx.send(srv.wait_with_output()));
+    ));
     // rxe's client starts once `res show cm_id` shows the server listening: a REQ before
     // then would be rejected.
     wait_cm_listen(7174);
     let cli = vm.exec(&format!(
         "timeout 60 rping -c -v -V -C 20 -S {size} -a {HOST_IP} -p 7174"
     ));
-    let srv = match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(o) => o.unwrap(),
-        Err(_) => {
-            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-            panic!("softrdma rping -s did not end")
-        }
-    };
+    let srv = wait_for(srv, "softrdma rping -s", Duration::from_secs(60));
     assert!(
         cli.status.success() && text(&cli).matches("ping data: rdma-ping-").count() == 20,
         "rxe rping -c -> softrdma, -S {size}:\n{}\nserver:\n{}",
@@ -652,6 +605,28 @@ fn rping_case(vm: &Vm, size: &str) {
     eprintln!("ok: rping -S {size} both ways");
 }
 
+/// The drop-in's client `what` against rxe's server (whose log is `srv`): it must succeed
+/// and print `want`.
+fn dropin_reached_rxe(what: &str, o: &Output, srv: &str, want: &str) {
+    assert!(
+        o.status.success() && text(o).contains(want),
+        "drop-in {what} -> rxe ({:?}):\n{}\nrxe:\n{srv}",
+        o.status,
+        text(o)
+    );
+}
+
+/// rxe's client `what` against the drop-in's server `srv`: both must succeed and the
+/// client print `want`.
+fn rxe_reached_dropin(what: &str, cli: &Output, srv: &Output, want: &str) {
+    assert!(
+        cli.status.success() && srv.status.success() && text(cli).contains(want),
+        "rxe {what} -> drop-in:\n{}\ndrop-in:\n{}",
+        text(cli),
+        text(srv)
+    );
+}
+
 /// An rdma_cm program through the drop-in on the host against the same program over the
 /// kernel's rdma_cm in the VM, both ways: `server` and `client` are its command lines,
 /// with `{me}` the side's own address and `{peer}` the other's; the server listens on
@@ -676,37 +651,18 @@ fn cm_dropin_case(vm: &Vm, server: &str, client: &str, port: u16, want: &str) {
         Duration::from_secs(90),
     );
     let srv = vm.finished("cmsrv");
-    assert!(
-        o.status.success() && text(&o).contains(want),
-        "drop-in {client} -> rxe ({:?}):\n{}\nrxe:\n{srv}",
-        o.status,
-        text(&o)
-    );
+    dropin_reached_rxe(client, &o, &srv, want);
 
     // The drop-in serves, rxe connects.
-    let server_proc = host(line(server, HOST_IP, VM_IP))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = server_proc.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || tx.send(server_proc.wait_with_output()));
+    let server_proc = spawn(&mut host(line(server, HOST_IP, VM_IP)));
     wait_cm_listen(port);
     let cli = vm.exec(&format!("timeout 60 {}", line(client, VM_IP, HOST_IP)));
-    let srv = match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(o) => o.unwrap(),
-        Err(_) => {
-            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-            panic!("the drop-in's {server} did not end")
-        }
-    };
-    assert!(
-        cli.status.success() && srv.status.success() && text(&cli).contains(want),
-        "rxe {client} -> drop-in:\n{}\ndrop-in:\n{}",
-        text(&cli),
-        text(&srv)
+    let srv = wait_for(
+        server_proc,
+        &format!("the drop-in's {server}"),
+        Duration::from_secs(60),
     );
+    rxe_reached_dropin(client, &cli, &srv, want);
     eprintln!("ok: unmodified {server} / {client} through the drop-in, both ways with rxe");
 }
 
@@ -729,7 +685,7 @@ impl HostServer {
     /// Its exit status, once it ends within `limit` (else it is killed, and the test fails).
     fn finish(mut self, limit: Duration) -> std::process::ExitStatus {
         let child = self.0.take().expect("started");
-        common::wait_for(child, "the drop-in's server", limit).status
+        wait_for(child, "the drop-in's server", limit).status
     }
 }
 
@@ -1016,17 +972,13 @@ fn two_local_processes_at_once(vm: &Vm) {
         vm.exec_ok(&format!("waitport {p}"));
     }
     // softrdma's rc-pingpong on port `p`, a client of `peer` or a server.
-    let spawn = |p: &str, peer: Option<&str>| {
+    let pingpong = |p: &str, peer: Option<&str>| {
         let mut args = vec!["rc-pingpong", "--timeout", "60", "-p", p];
         args.extend(flags);
         args.extend(peer);
-        ours(HOST_IP, &[], &args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        spawn(&mut ours(HOST_IP, &[], &args))
     };
-    let clients: Vec<_> = ports.iter().map(|p| spawn(p, Some(VM_IP))).collect();
+    let clients: Vec<_> = ports.iter().map(|p| pingpong(p, Some(VM_IP))).collect();
     for (c, p) in clients.into_iter().zip(ports) {
         let o = c.wait_with_output().unwrap();
         assert!(
@@ -1041,7 +993,7 @@ fn two_local_processes_at_once(vm: &Vm) {
         );
     }
     // Two softrdma servers at once; rxe connects to each.
-    let servers: Vec<_> = ports.iter().map(|p| spawn(p, None)).collect();
+    let servers: Vec<_> = ports.iter().map(|p| pingpong(p, None)).collect();
     for p in ports {
         wait_listen(p.parse().unwrap());
         vm.exec_ok(&format!(
@@ -1110,32 +1062,13 @@ fn dropin_case(vm: &Vm, program: &str, flags: &str, want: &str) {
     vm.exec_ok("waitport 18515");
     let o = run(&mut host(Some(VM_IP)), Duration::from_secs(90));
     let srv = vm.finished("dsrv");
-    assert!(
-        o.status.success() && text(&o).contains(want),
-        "drop-in {program} -> rxe ({:?}):\n{}\nrxe:\n{srv}",
-        o.status,
-        text(&o)
-    );
+    dropin_reached_rxe(program, &o, &srv, want);
 
     // The drop-in serves, rxe connects.
-    let server = host(None)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let server = spawn(&mut host(None));
     wait_listen(18515);
     let cli = vm.exec(&format!("{rxe} {HOST_IP}"));
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || tx.send(server.wait_with_output()));
-    let srv = rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the drop-in server ends")
-        .unwrap();
-    assert!(
-        cli.status.success() && srv.status.success() && text(&cli).contains(want),
-        "rxe {program} -> drop-in:\n{}\ndrop-in:\n{}",
-        text(&cli),
-        text(&srv)
-    );
+    let srv = wait_for(server, "the drop-in server", Duration::from_secs(60));
+    rxe_reached_dropin(program, &cli, &srv, want);
     eprintln!("ok: unmodified {program} through the drop-in, both ways with rxe");
 }

@@ -203,6 +203,16 @@ pub fn both_succeeded(what: &str, s: &Output, client: &Output) -> (String, Strin
     (st, ct)
 }
 
+/// `o`'s output, once `what` succeeded and its output has each of `want`.
+pub fn says_all(what: &str, o: &Output, want: &[&str]) -> String {
+    let t = text(o);
+    assert!(o.status.success(), "{what}: {:?}\n{t}", o.status);
+    for w in want {
+        assert!(t.contains(w), "{what} lacks {w:?}:\n{t}");
+    }
+    t
+}
+
 /// Runs `ip` (iproute2) with `args`, which must succeed (the namespace tests).
 pub fn ip(args: &[&str]) {
     let o = Command::new("ip")
