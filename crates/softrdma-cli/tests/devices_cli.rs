@@ -1,8 +1,11 @@
 //! `softrdma devinfo`, `link` and the rdma-core-compatible pingpongs, as processes.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use common::{retry_connect, spawn, wait_for};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 fn conf(tag: &str) -> PathBuf {
     let p = std::env::temp_dir().join(format!("softrdma-test-{tag}-{}.conf", std::process::id()));
@@ -10,23 +13,15 @@ fn conf(tag: &str) -> PathBuf {
     p
 }
 
-fn cmd(config: &PathBuf) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_softrdma"));
-    c.env("SOFTRDMA_CONFIG", config)
-        .env_remove("SOFTRDMA_ADDR")
-        .env(
-            "XDG_RUNTIME_DIR",
-            std::env::temp_dir().join(format!("softrdma-rt-{}", std::process::id())),
-        );
+fn cmd(config: &Path) -> Command {
+    let mut c = common::softrdma();
+    c.env("SOFTRDMA_CONFIG", config).env_remove("SOFTRDMA_ADDR");
     c
 }
 
-fn out(mut c: Command) -> Output {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || tx.send(c.output()));
-    rx.recv_timeout(Duration::from_secs(60))
-        .expect("ends within 60 s")
-        .expect("runs")
+/// `softrdma ARGS` with the devices of `config`, within 60 s.
+fn run(config: &Path, args: &[&str]) -> Output {
+    wait(spawn(cmd(config).args(args)))
 }
 
 fn stdout(o: &Output) -> String {
@@ -36,11 +31,7 @@ fn stdout(o: &Output) -> String {
 #[test]
 fn devinfo_has_ibv_devinfo_layout() {
     let c = conf("devinfo");
-    let o = out({
-        let mut x = cmd(&c);
-        x.arg("devinfo");
-        x
-    });
+    let o = run(&c, &["devinfo"]);
     assert!(o.status.success());
     let s = stdout(&o);
     assert!(
@@ -57,31 +48,19 @@ fn devinfo_has_ibv_devinfo_layout() {
     ] {
         assert!(s.contains(f), "{f} in\n{s}");
     }
-    let o = out({
-        let mut x = cmd(&c);
-        x.args(["devinfo", "-v"]);
-        x
-    });
+    let o = run(&c, &["devinfo", "-v"]);
     let s = stdout(&o);
     assert!(s.contains("\tmax_qp_rd_atom:\t\t\t128\n"), "{s}");
     assert!(s.contains("\tmax_mcast_grp:\t\t\t8192\n"), "{s}");
     assert!(s.contains("GID[  1]:\t\t::ffff:127.0.0.1, RoCE v2"), "{s}");
-    let o = out({
-        let mut x = cmd(&c);
-        x.args(["devinfo", "-d", "nope"]);
-        x
-    });
+    let o = run(&c, &["devinfo", "-d", "nope"]);
     assert!(!o.status.success());
 }
 
 #[test]
 fn link_add_show_delete() {
     let c = conf("link");
-    let run = |args: &[&str]| {
-        let mut x = cmd(&c);
-        x.args(args);
-        out(x)
-    };
+    let run = |args: &[&str]| run(&c, args);
     assert!(
         run(&["link", "add", "lo0", "netdev", "lo"])
             .status
@@ -113,19 +92,8 @@ fn link_add_show_delete() {
     assert_eq!(stdout(&run(&["devinfo", "-l"])), "1 HCA found:\n\ta5\n");
 }
 
-fn spawn(c: &mut Command) -> Child {
-    c.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-fn wait(child: Child) -> Output {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || tx.send(child.wait_with_output()));
-    rx.recv_timeout(Duration::from_secs(60))
-        .expect("ends")
-        .unwrap()
+fn wait(child: std::process::Child) -> Output {
+    wait_for(child, "softrdma", Duration::from_secs(60))
 }
 
 /// A server on 127.0.78.`a` and a client on 127.0.78.`b`, two processes.
@@ -144,20 +112,10 @@ fn pingpong(t: &str, a: u8, b: u8, extra: &[&str]) -> (Output, Output) {
     let server = spawn(cmd(&c).args(&args));
     let c2 = conf(&format!("pp{b}"));
     std::fs::write(&c2, format!("pp{b} addr 127.0.78.{b}\n")).unwrap();
-    // The server listens once its device is up; retry the client until then.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let client = loop {
-        let o = out({
-            let mut x = cmd(&c2);
-            x.args(&args).arg("127.0.0.1");
-            x
-        });
-        let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        if o.status.success() || !err.contains("Couldn't connect") || Instant::now() > deadline {
-            break o;
-        }
-        std::thread::yield_now();
-    };
+    let client = retry_connect(
+        || wait(spawn(cmd(&c2).args(&args).arg("127.0.0.1"))),
+        Duration::from_secs(20),
+    );
     (wait(server), client)
 }
 
@@ -185,11 +143,7 @@ fn pingpongs_between_two_processes_validate_data() {
 #[test]
 fn demo_checks_every_operation() {
     let c = conf("demo");
-    let o = out({
-        let mut x = cmd(&c);
-        x.arg("demo");
-        x
-    });
+    let o = run(&c, &["demo"]);
     let s = stdout(&o);
     assert!(
         o.status.success(),

@@ -1,43 +1,26 @@
 //! `softrdma perf` client against `softrdma perf` server, two processes on loopback, for every
 //! test and every transport its flags allow; `--json` is checked for shape and sanity.
 
+mod common;
+
+use common::{retry_connect, spawn, text, wait_for};
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Output};
+use std::time::Duration;
 
 fn cmd(tag: &str, addr: &str) -> Command {
     let conf =
         std::env::temp_dir().join(format!("softrdma-perf-{tag}-{}.conf", std::process::id()));
     std::fs::write(&conf, format!("perf{tag} addr {addr}\n")).unwrap();
-    let mut c = Command::new(env!("CARGO_BIN_EXE_softrdma"));
-    c.env("SOFTRDMA_CONFIG", conf)
-        .env_remove("SOFTRDMA_ADDR")
-        .env(
-            "XDG_RUNTIME_DIR",
-            std::env::temp_dir().join(format!("softrdma-rt-{}", std::process::id())),
-        );
+    let mut c = common::softrdma();
+    c.env("SOFTRDMA_CONFIG", conf).env_remove("SOFTRDMA_ADDR");
     c
 }
 
 /// Waits for `child`, killing it after 90 s.
-fn wait(mut child: Child) -> Output {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("softrdma perf did not end within 90 s");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn spawn(c: &mut Command) -> Child {
-    c.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+fn wait(child: Child) -> Output {
+    wait_for(child, "softrdma perf", Duration::from_secs(90))
 }
 
 /// Runs `softrdma perf <args>` as a server on 127.0.79.`n` and a client on 127.0.79.`n+1`,
@@ -48,30 +31,17 @@ fn perf(n: u8, args: &[&str]) -> (Output, Output) {
     all.extend(args);
     all.extend(["-p", &port, "--json"]);
     let server = spawn(cmd(&format!("s{n}"), &format!("127.0.79.{n}")).args(&all));
-    // The server listens once its device is up; retry the client until then.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let client = loop {
-        let c = spawn(
-            cmd(&format!("c{n}"), &format!("127.0.79.{}", n + 1))
-                .args(&all)
-                .arg("127.0.0.1"),
-        );
-        let o = wait(c);
-        let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        if o.status.success() || !err.contains("Couldn't connect") || Instant::now() > deadline {
-            break o;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let client = retry_connect(
+        || {
+            wait(spawn(
+                cmd(&format!("c{n}"), &format!("127.0.79.{}", n + 1))
+                    .args(&all)
+                    .arg("127.0.0.1"),
+            ))
+        },
+        Duration::from_secs(30),
+    );
     (wait(server), client)
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// The JSON line, checked for shape and sanity.

@@ -203,6 +203,20 @@ pub fn both_succeeded(what: &str, s: &Output, client: &Output) -> (String, Strin
     (st, ct)
 }
 
+/// The output of `client`, run again while it says "Couldn't connect" (a server listens
+/// only once its device is up), for at most `patience`.
+pub fn retry_connect(mut client: impl FnMut() -> Output, patience: Duration) -> Output {
+    let deadline = Instant::now() + patience;
+    loop {
+        let o = client();
+        let err = String::from_utf8_lossy(&o.stderr);
+        if o.status.success() || !err.contains("Couldn't connect") || Instant::now() > deadline {
+            return o;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// `o`'s output, once `what` succeeded and its output has each of `want`.
 pub fn says_all(what: &str, o: &Output, want: &[&str]) -> String {
     let t = text(o);
