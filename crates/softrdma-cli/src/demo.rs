@@ -66,25 +66,37 @@ fn wait(cq: &CompletionQueue) -> Result<Completion, CliError> {
     }
 }
 
-fn post(
-    e: &End,
-    wr_id: u64,
-    op: SendOp,
-    off: u64,
-    len: u32,
-    signaled: bool,
-) -> Result<(), CliError> {
+/// Posts `op` on `len` bytes of `e`'s region at `off`, signaled.
+fn post(e: &End, wr_id: u64, op: SendOp, off: u64, len: u32) -> Result<(), CliError> {
     e.qp.post_send(SendWr {
         wr_id,
         op,
         payload: Payload::Sges(softrdma_proto::sg![e.mr.sge(off, len)]),
-        flags: if signaled {
-            SendFlags::SIGNALED
-        } else {
-            SendFlags::empty()
-        },
+        flags: SendFlags::SIGNALED,
         ud: None,
     })?;
+    Ok(())
+}
+
+/// [`post`], then waits for its completion.
+fn run_op(e: &End, wr_id: u64, op: SendOp, off: u64, len: u32) -> Result<Completion, CliError> {
+    post(e, wr_id, op, off, len)?;
+    wait(&e.cq)
+}
+
+/// The 8-byte word at `off` of `mr`, as the atomics see it.
+fn word(mr: &MemoryRegion, off: usize) -> u64 {
+    u64::from_ne_bytes(mr.to_vec()[off..off + 8].try_into().unwrap_or_default())
+}
+
+/// Connects `x`'s QP, starting at `x_psn`, to `y`'s, which starts at `y_psn`.
+fn connect(x: &End, x_psn: u32, y: &End, y_psn: u32, attr: &ConnectAttr) -> Result<(), CliError> {
+    let peer = Peer {
+        addr: y.ctx.addr(),
+        qpn: y.qp.qp_num(),
+        psn: Psn::new(y_psn),
+    };
+    x.qp.connect(Psn::new(x_psn), &peer, attr)?;
     Ok(())
 }
 
@@ -116,24 +128,8 @@ fn demo() -> Result<(), CliError> {
         mtu: a.ctx.active_mtu(),
         ..ConnectAttr::default()
     };
-    a.qp.connect(
-        Psn::new(0x1000),
-        &Peer {
-            addr: b.ctx.addr(),
-            qpn: b.qp.qp_num(),
-            psn: Psn::new(0x2000),
-        },
-        &attr,
-    )?;
-    b.qp.connect(
-        Psn::new(0x2000),
-        &Peer {
-            addr: a.ctx.addr(),
-            qpn: a.qp.qp_num(),
-            psn: Psn::new(0x1000),
-        },
-        &attr,
-    )?;
+    connect(&a, 0x1000, &b, 0x2000, &attr)?;
+    connect(&b, 0x2000, &a, 0x1000, &attr)?;
     println!(
         "softrdma demo: {} (QP {:#x}) <-> {} (QP {:#x}), RC, path MTU 4096, RoCE v2 over UDP",
         a.ctx.addr(),
@@ -151,15 +147,7 @@ fn demo() -> Result<(), CliError> {
         sg_list: softrdma_proto::sg![b.mr.sge(0, 200_000)],
     })?;
     a.mr.write(0, &msg)?;
-    post(
-        &a,
-        1,
-        SendOp::SendWithImm(0xC0FFEE),
-        0,
-        msg.len() as u32,
-        true,
-    )?;
-    wait(&a.cq)?;
+    run_op(&a, 1, SendOp::SendWithImm(0xC0FFEE), 0, msg.len() as u32)?;
     let r = wait(&b.cq)?;
     check(
         "SEND",
@@ -167,7 +155,7 @@ fn demo() -> Result<(), CliError> {
         format!("{} bytes received, immediate {:#x}", r.byte_len, r.imm_data),
     )?;
     // WRITE, then READ it back.
-    post(
+    run_op(
         &a,
         2,
         SendOp::Write {
@@ -176,15 +164,13 @@ fn demo() -> Result<(), CliError> {
         },
         0,
         msg.len() as u32,
-        true,
     )?;
-    wait(&a.cq)?;
     check(
         "RDMA WRITE",
         bmem(0x100000, msg.len()) == msg,
         format!("{} bytes placed", msg.len()),
     )?;
-    post(
+    run_op(
         &a,
         3,
         SendOp::Read {
@@ -193,9 +179,7 @@ fn demo() -> Result<(), CliError> {
         },
         0x200000,
         msg.len() as u32,
-        true,
     )?;
-    wait(&a.cq)?;
     check(
         "RDMA READ",
         a.mr.to_vec()[0x200000..0x200000 + msg.len()] == msg[..],
@@ -203,7 +187,7 @@ fn demo() -> Result<(), CliError> {
     )?;
     // Atomics on a counter at B.
     b.mr.write(0x300000, &41u64.to_ne_bytes())?;
-    post(
+    run_op(
         &a,
         4,
         SendOp::FetchAdd {
@@ -213,20 +197,14 @@ fn demo() -> Result<(), CliError> {
         },
         0x300000,
         8,
-        true,
     )?;
-    wait(&a.cq)?;
-    let orig = u64::from_ne_bytes(
-        a.mr.to_vec()[0x300000..0x300008]
-            .try_into()
-            .unwrap_or_default(),
-    );
+    let orig = word(&a.mr, 0x300000);
     check(
         "FETCH_ADD",
         orig == 41,
         format!("returned {orig}, counter now 42"),
     )?;
-    post(
+    run_op(
         &a,
         5,
         SendOp::CompareSwap {
@@ -237,15 +215,8 @@ fn demo() -> Result<(), CliError> {
         },
         0x300008,
         8,
-        true,
     )?;
-    wait(&a.cq)?;
-    let orig = u64::from_ne_bytes(
-        a.mr.to_vec()[0x300008..0x300010]
-            .try_into()
-            .unwrap_or_default(),
-    );
-    let now = u64::from_ne_bytes(bmem(0x300000, 8).try_into().unwrap_or_default());
+    let (orig, now) = (word(&a.mr, 0x300008), word(&b.mr, 0x300000));
     check(
         "COMPARE_SWAP",
         orig == 42 && now == 7,
@@ -256,7 +227,7 @@ fn demo() -> Result<(), CliError> {
     let mut lat = Vec::with_capacity(2000);
     for i in 0..2000u64 {
         let t = Instant::now();
-        post(
+        run_op(
             &a,
             100 + i,
             SendOp::Write {
@@ -265,9 +236,7 @@ fn demo() -> Result<(), CliError> {
             },
             0,
             8,
-            true,
         )?;
-        wait(&a.cq)?;
         lat.push(t.elapsed());
     }
     lat.sort();
@@ -287,7 +256,6 @@ fn demo() -> Result<(), CliError> {
                 },
                 0x100000,
                 1 << 20,
-                true,
             )?;
             posted += 1;
         }
