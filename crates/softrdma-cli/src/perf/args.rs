@@ -2,9 +2,9 @@
 //! refuse, by name and before anything is opened, what a test or this implementation does
 //! not allow.
 //!
-//! Owns [`PerfArgs`] and the test, connection and atomic enums; calls nothing of the other
-//! `perf` files. Adding a doc comment to a flag changes `softrdma perf --help`, which the
-//! man page and the tests compare against.
+//! Owns [`PerfArgs`], the test, connection and atomic enums, and what a runner takes
+//! ([`Run`]); calls nothing of the other `perf` files. Adding a doc comment to a flag
+//! changes `softrdma perf --help`, which the man page and the tests compare against.
 
 use crate::error::CliError;
 use clap::{Args, ValueEnum};
@@ -246,6 +246,14 @@ pub(super) fn tx_depth(a: &PerfArgs) -> u32 {
     a.tx_depth
         .unwrap_or(if a.test.is_bw() { 128 } else { 1 })
         .clamp(1, 8192)
+}
+
+/// What every runner of one test takes: the flags, the iterations per message size (from
+/// [`bw_or_lat_defaults`]) and the progress bar.
+pub(super) struct Run<'a> {
+    pub(super) a: &'a PerfArgs,
+    pub(super) iters: u64,
+    pub(super) pb: indicatif::ProgressBar,
 }
 
 /// perftest's defaults: 65536 bytes for BW tests and 2 for latency tests; 5000 and 1000

@@ -4,7 +4,7 @@
 //! Each returns one [`Row`] per message size; calls `queue` to post and wait, `stats` to
 //! turn completion marks into a row. Runs on the caller's thread.
 
-use super::args::{Conn, PerfArgs, Test, tx_depth};
+use super::args::{Conn, Run, Test, tx_depth};
 use super::queue::{PEER_TIMEOUT, fill_recvs, op_for, wait_one, wait_recv, wr};
 use super::setup::Setup;
 use super::stats::{Row, bw_row};
@@ -20,13 +20,8 @@ const DRAIN_QUIET: Duration = Duration::from_millis(500);
 /// (completions come in order, so one signaled WR retires all before it). In a bidirectional
 /// SEND test (`-b`) it also receives the peer's messages, reposting as it goes, and ends when
 /// both directions have (perftest's `run_iter_bi`).
-pub(super) fn run_bw(
-    a: &PerfArgs,
-    s: &Setup,
-    size: u64,
-    iters: u64,
-    pb: &indicatif::ProgressBar,
-) -> Result<Row, CliError> {
+pub(super) fn run_bw(r: &Run, s: &Setup, size: u64) -> Result<Row, CliError> {
+    let (a, iters, pb) = (r.a, r.iters, &r.pb);
     let depth = u64::from(tx_depth(a));
     let cq_mod = u64::from(a.cq_mod).clamp(1, depth);
     let limit = a.duration.map(|d| Instant::now() + Duration::from_secs(d));
@@ -112,13 +107,8 @@ pub(super) fn run_bw(
 
 /// The receiving side of `send-bw`: counts `iters` messages, reposting as it goes. Over UC
 /// and UD, messages can be lost: the count ends when the sender has been quiet for a second.
-pub(super) fn run_bw_server(
-    a: &PerfArgs,
-    s: &Setup,
-    size: u64,
-    iters: u64,
-    pb: &indicatif::ProgressBar,
-) -> Result<Row, CliError> {
+pub(super) fn run_bw_server(r: &Run, s: &Setup, size: u64) -> Result<Row, CliError> {
+    let (a, iters, pb) = (r.a, r.iters, &r.pb);
     let mut marks = Vec::new();
     let mut start = None;
     let mut got = 0u64;

@@ -4,7 +4,7 @@
 //! Each returns one [`Row`] per message size; calls `queue` to post and wait. Runs on the
 //! caller's thread.
 
-use super::args::{PerfArgs, Test};
+use super::args::{Run, Test};
 use super::queue::{
     PEER_TIMEOUT, fill_recvs, op_for, poll_byte, post, recv_by, send_done_by, wait_one, wait_recv,
 };
@@ -49,13 +49,8 @@ impl<'a> RunFor<'a> {
 }
 
 /// A latency test on either side (the WRITE and SEND ping-pongs run on both).
-pub(super) fn run_lat(
-    a: &PerfArgs,
-    s: &Setup,
-    size: u64,
-    iters: u64,
-    pb: &indicatif::ProgressBar,
-) -> Result<Row, CliError> {
+pub(super) fn run_lat(r: &Run, s: &Setup, size: u64) -> Result<Row, CliError> {
+    let (a, iters, pb) = (r.a, r.iters, &r.pb);
     let client = a.host.is_some();
     // Samples come from the TSC (through quanta), as perftest's come from the cycle counter:
     // a read costs 9 ns here, against 24 for `clock_gettime`.

@@ -36,7 +36,7 @@ mod stats;
 pub use args::PerfArgs;
 
 use crate::error::CliError;
-use args::{Conn, Test, bw_or_lat_defaults, check_args};
+use args::{Conn, Run, Test, bw_or_lat_defaults, check_args};
 use bw::{run_bw, run_bw_server};
 use lat::run_lat;
 use queue::fill_recvs;
@@ -90,6 +90,7 @@ fn perf(a: &PerfArgs, out: &mut impl Write) -> Result<(), CliError> {
     } else {
         indicatif::ProgressBar::hidden()
     };
+    let r = Run { a, iters, pb };
     let mut rows = Vec::new();
     match (a.test, client) {
         // Bidirectional: both sides run, each size between barriers, and each prints the sum
@@ -97,7 +98,7 @@ fn perf(a: &PerfArgs, out: &mut impl Write) -> Result<(), CliError> {
         (Test::WriteBw | Test::ReadBw | Test::AtomicBw, _) if a.bidir => {
             for &sz in &sizes {
                 s.barrier()?;
-                let mine = run_bw(a, &s, sz, iters, &pb)?;
+                let mine = run_bw(&r, &s, sz)?;
                 if a.all {
                     s.barrier()?;
                 }
@@ -114,7 +115,7 @@ fn perf(a: &PerfArgs, out: &mut impl Write) -> Result<(), CliError> {
         }
         (Test::WriteBw | Test::ReadBw | Test::AtomicBw, true) => {
             for &sz in &sizes {
-                rows.push(run_bw(a, &s, sz, iters, &pb)?);
+                rows.push(run_bw(&r, &s, sz)?);
             }
             s.barrier()?;
             if let Some(r) = rows.last() {
@@ -129,9 +130,9 @@ fn perf(a: &PerfArgs, out: &mut impl Write) -> Result<(), CliError> {
                 }
                 s.barrier()?;
                 let row = if client || a.bidir {
-                    run_bw(a, &s, sz, iters, &pb)?
+                    run_bw(&r, &s, sz)?
                 } else {
-                    run_bw_server(a, &s, sz, iters, &pb)?
+                    run_bw_server(&r, &s, sz)?
                 };
                 // perftest's send_bw: the duplex reports (not in timed runs), then a barrier
                 // between sizes.
@@ -151,7 +152,7 @@ fn perf(a: &PerfArgs, out: &mut impl Write) -> Result<(), CliError> {
         (Test::ReadLat | Test::AtomicLat, false) => s.close()?,
         (Test::ReadLat | Test::AtomicLat, true) => {
             for &sz in &sizes {
-                rows.push(run_lat(a, &s, sz, iters, &pb)?);
+                rows.push(run_lat(&r, &s, sz)?);
             }
             s.close()?;
         }
@@ -159,13 +160,13 @@ fn perf(a: &PerfArgs, out: &mut impl Write) -> Result<(), CliError> {
             for &sz in &sizes {
                 fill_recvs(&s)?;
                 s.barrier()?;
-                rows.push(run_lat(a, &s, sz, iters, &pb)?);
+                rows.push(run_lat(&r, &s, sz)?);
             }
             s.close()?;
         }
         (Test::WriteLat, _) => {
             for &sz in &sizes {
-                rows.push(run_lat(a, &s, sz, iters, &pb)?);
+                rows.push(run_lat(&r, &s, sz)?);
             }
             // A timed run stops on each side's own clock, so the side that stops last may
             // still have a WRITE in flight to the one that stopped first: both meet here
@@ -176,7 +177,7 @@ fn perf(a: &PerfArgs, out: &mut impl Write) -> Result<(), CliError> {
             }
         }
     }
-    pb.finish_and_clear();
+    r.pb.finish_and_clear();
     if !rows.is_empty() {
         print_table(a, &rows, out).map_err(io)?;
     } else {
