@@ -1,7 +1,7 @@
 //! The command line of `softrdma-bench`: its subcommands and their flags.
 //!
 //! `bench/compare.sh` and `bench/loss.sh` call these subcommands, and `compare` calls the
-//! baseline ones on itself: their names, flags and help stay as they are. Owns only the
+//! baseline ones on itself: their names and flags stay as they are. Owns only the
 //! definitions; the ping-pong's own flags (`Ends`) live with the ping-pong in `floor`.
 
 use crate::floor::Ends;

@@ -557,12 +557,7 @@ fn ten_thousand_connect_disconnect_cycles_leave_nothing_behind() {
 #[test]
 fn an_active_sides_established_waits_for_its_same_host_route() {
     let addr = "127.0.0.90";
-    let (_owner, sctx) = (ctx(addr), ctx(addr));
-    let slow = DeviceOptions {
-        route_lookup_delay: Duration::from_millis(300),
-        ..Default::default()
-    };
-    let cctx = Context::open_with(addr, addr.parse().unwrap(), Mtu::M1024, slow).unwrap();
+    let (_owner, sctx, cctx) = slow_client(addr);
     let (schan, cchan) = channels();
     let _listener = listening(&schan, &sctx, PortSpace::Tcp, 7480);
     let (client, _cpd, ccq) = active(&cctx, &cchan, "127.0.0.90:7480".parse().unwrap());
@@ -591,4 +586,36 @@ fn an_active_sides_established_waits_for_its_same_host_route() {
         before,
         "the QP's first packet took the UDP path"
     );
+}
+
+/// Three opens of the shared device on `addr`: its owner, a server, and a client whose
+/// route lookups are each held back 300 ms.
+fn slow_client(addr: &str) -> (Context, Context, Context) {
+    let (owner, sctx) = (ctx(addr), ctx(addr));
+    let slow = DeviceOptions {
+        route_lookup_delay: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let cctx = Context::open_with(addr, addr.parse().unwrap(), Mtu::M1024, slow).unwrap();
+    (owner, sctx, cctx)
+}
+
+/// While an active side's ESTABLISHED waits for its route (above), the passive side,
+/// established by the RTU already, disconnects at once: the client still sees
+/// ESTABLISHED first, then DISCONNECTED, as rdma_cm programs expect.
+#[test]
+fn a_disconnect_while_the_route_is_looked_up_comes_after_established() {
+    let addr = "127.0.0.91";
+    let (_owner, sctx, cctx) = slow_client(addr);
+    let (schan, cchan) = channels();
+    let _listener = listening(&schan, &sctx, PortSpace::Tcp, 7481);
+    let (client, _cpd, _ccq) = active(&cctx, &cchan, "127.0.0.91:7481".parse().unwrap());
+    client.connect(&ConnParam::default()).unwrap();
+    let req = expect(&schan, CmEventKind::ConnectRequest);
+    let (_spd, _scq, _sqp) = passive_qp(&req.id, &sctx, QpType::Rc, 0);
+    req.id.accept(&ConnParam::default()).unwrap();
+    expect(&schan, CmEventKind::Established);
+    req.id.disconnect().unwrap();
+    expect(&cchan, CmEventKind::Established);
+    expect(&cchan, CmEventKind::Disconnected);
 }

@@ -94,16 +94,16 @@ fn connect(a: &End, b: &End, attr: ConnectAttr) {
     .unwrap();
 }
 
-/// Two more processes' worth of a device at `127.0.77.last` (members, when something owns
-/// it already): one QP of type `t` each, opened with `opts`, connected to each other.
-/// Two ends of type `t` on 127.0.77.`lasts.0` and `.1` (the same address: one shared
-/// device), connected with the default attributes.
+/// Two ends of type `t` on 127.0.77.`lasts.0` and `.1` (two devices, or one shared
+/// device when the two are equal), connected with the default attributes.
 fn connected(lasts: (u8, u8), t: QpType) -> (End, End) {
     let (a, b) = (end(lasts.0, t), end(lasts.1, t));
     connect(&a, &b, ConnectAttr::default());
     (a, b)
 }
 
+/// Two more processes' worth of a device at `127.0.77.last` (members, when something owns
+/// it already): one QP of type `t` each, opened with `opts`, connected to each other.
 fn members(last: u8, t: QpType, opts: DeviceOptions) -> (End, End) {
     let (a, b) = (
         end_opts(last, t, 4096, opts.clone()),
@@ -135,7 +135,6 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// A WRITE to `to`'s region at `offset`.
 /// Posts a receive WR `wr_id` for `len` bytes at `offset` of `e`'s region.
 fn recv_into(e: &End, wr_id: u64, offset: u64, len: u32) {
     e.qp.post_recv(RecvWr {
@@ -176,6 +175,7 @@ fn write_and_check(from: &End, to: &End, wr_id: u64, seed: u8, len: usize, at: u
     assert_eq!(got, data, "WR {wr_id}: pattern {seed}");
 }
 
+/// A WRITE to `to`'s region at `offset`.
 fn write_to(to: &End, offset: u64) -> SendOp {
     SendOp::Write {
         remote_addr: to.mr.addr() + offset,
@@ -1405,9 +1405,6 @@ fn placed(c: &Context) -> u64 {
     hw(c, "placed_writes")
 }
 
-/// Posts signaled WRITEs of `len` bytes of `data` from `a` to `b`'s region `mr` at
-/// `off`, waiting for each, until one is placed (the first ones take the ring while the
-/// grant is asked for); each WRITE's bytes are checked where they landed.
 /// A shared device's owner on 127.0.77.`last` and two RC members, connected, whose ring
 /// is open and grant in place (a 64 KiB WRITE of pattern 1 has been placed).
 fn placed_members(last: u8) -> (Context, End, End) {
@@ -1417,6 +1414,9 @@ fn placed_members(last: u8) -> (Context, End, End) {
     (owner, a, b)
 }
 
+/// Posts signaled WRITEs of `len` bytes of `data` from `a` to `b`'s region `mr` at
+/// `off`, waiting for each, until one is placed (the first ones take the ring while the
+/// grant is asked for); each WRITE's bytes are checked where they landed.
 fn write_until_placed(a: &End, mr: &MemoryRegion, off: u64, data: &[u8]) {
     a.mr.write(0, data).unwrap();
     let before = placed(&a.ctx);

@@ -1,8 +1,8 @@
 //! The fields several CM messages share: private data, additional information, the
 //! transport service and a path.
 //!
-//! Owns the encodings the message files build on; calls only the byte helpers of
-//! [`crate::macros`] and the crate's error type.
+//! Owns those types and their checks; their encodings are [`super::codec`]'s. Calls only
+//! the crate's error type.
 
 use super::DATA_LEN;
 use crate::error::{Error, Layer};

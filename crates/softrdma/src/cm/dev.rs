@@ -8,7 +8,8 @@
 //!
 //! Locks: none of its own. What each call takes is the device's: `ShareCtl` (listen,
 //! unlisten, tag), `Rx` (*try*, a receive pass), `ResLists` then `ResFields` (an ID's
-//! line), `LocalRoutes` then `LocalWanted` (a route, or a lookup asked for).
+//! line), the QP's `Qp` (reading a moved QP's destination), then `LocalRoutes` and
+//! `LocalWanted` (a route, or a lookup asked for).
 
 use crate::device::Device;
 use crate::device::cq::{InlineConsumer, Poller};

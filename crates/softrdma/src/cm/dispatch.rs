@@ -92,8 +92,10 @@ impl Core {
                 let private_data = rep.private_data.as_bytes().to_vec();
                 // The program sends from the event on: its QP's first packet must find
                 // the same-host route, which is looked up elsewhere (see above).
+                // Its events after this one (a DREQ that comes meanwhile) wait behind it.
+                cid.hold_events();
                 let established = move || {
-                    cid.event_with(CmEventKind::Established, private_data, Some(peer), None);
+                    cid.release_with(CmEventKind::Established, private_data, Some(peer), None);
                 };
                 dev::when_routed(&self.ctx, &qp, Box::new(established));
             }

@@ -116,14 +116,56 @@ impl CmId {
         peer: Option<PeerParam>,
         ud: Option<UdParam>,
     ) {
-        self.inner.chan().push(CmEvent {
+        let ev = self.made(kind, private_data, peer, ud);
+        // Under the ID's lock, so that an event cannot slip in between the held ones
+        // as they are let go.
+        let mut st = self.st();
+        match &mut st.held {
+            Some(held) => held.push(ev),
+            None => self.inner.chan().push(ev),
+        }
+    }
+
+    /// An event of this ID's.
+    fn made(
+        &self,
+        kind: CmEventKind,
+        private_data: Vec<u8>,
+        peer: Option<PeerParam>,
+        ud: Option<UdParam>,
+    ) -> CmEvent {
+        CmEvent {
             kind,
             id: self.clone(),
             listen_id: None,
             private_data,
             peer,
             ud,
-        });
+        }
+    }
+
+    /// Holds the ID's events back from now on, until [`CmId::release_with`].
+    pub(super) fn hold_events(&self) {
+        self.st().held.get_or_insert_with(Vec::new);
+    }
+
+    /// Posts `kind` (as [`CmId::event_with`] would), then the events held back since
+    /// [`CmId::hold_events`], in order, and stops holding them.
+    pub(super) fn release_with(
+        &self,
+        kind: CmEventKind,
+        private_data: Vec<u8>,
+        peer: Option<PeerParam>,
+        ud: Option<UdParam>,
+    ) {
+        let mut st = self.st();
+        let held = st.held.take().unwrap_or_default();
+        let chan = self.inner.chan();
+        chan.push(self.made(kind, private_data, peer, ud));
+        for ev in held {
+            chan.push(ev);
+        }
+        drop(st);
     }
 
     /// The local address (after bind, resolve or a connect request).

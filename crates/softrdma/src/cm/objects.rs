@@ -129,6 +129,10 @@ pub(super) struct IdRecord {
     pub(super) tos: u8,
     /// [`CmId::set_ack_timeout`].
     pub(super) ack_timeout: Option<u8>,
+    /// The ID's events held back while its ESTABLISHED waits for the QP's same-host route
+    /// (see `dispatch`): `Some` from then until that event is posted, so that the program
+    /// sees them in the order they happened.
+    pub(super) held: Option<Vec<CmEvent>>,
 }
 
 /// One event (`struct rdma_cm_event`).
