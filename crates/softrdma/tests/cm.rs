@@ -556,20 +556,12 @@ fn ten_thousand_connect_disconnect_cycles_leave_nothing_behind() {
 /// first.
 #[test]
 fn an_active_sides_established_waits_for_its_same_host_route() {
-    let addr = "127.0.0.90";
-    let (_owner, sctx, cctx) = slow_client(addr);
-    let (schan, cchan) = channels();
-    let _listener = listening(&schan, &sctx, PortSpace::Tcp, 7480);
-    let (client, _cpd, ccq) = active(&cctx, &cchan, "127.0.0.90:7480".parse().unwrap());
-    client.connect(&ConnParam::default()).unwrap();
-    let req = expect(&schan, CmEventKind::ConnectRequest);
-    let (_spd, scq, sqp) = passive_qp(&req.id, &sctx, QpType::Rc, 64);
-    req.id.accept(&ConnParam::default()).unwrap();
-    expect(&cchan, CmEventKind::Established);
+    let c = slowly_accepted("127.0.0.90", 7480);
+    expect(&c.cchan, CmEventKind::Established);
 
-    let udp_sends = || cctx.counters().get(Counter::SendCalls);
+    let udp_sends = || c.cctx.counters().get(Counter::SendCalls);
     let before = udp_sends();
-    let cqp = client.qp().unwrap();
+    let cqp = c.client.qp().unwrap();
     cqp.post_send_owned(
         2,
         SendOp::Send,
@@ -578,9 +570,9 @@ fn an_active_sides_established_waits_for_its_same_host_route() {
         b"first".to_vec(),
     )
     .unwrap();
-    assert_eq!(wait_wc(&ccq).status, WcStatus::Success);
-    assert_eq!(wait_wc(&scq).status, WcStatus::Success);
-    assert!(sqp.reclaim(1).unwrap().starts_with(b"first"));
+    assert_eq!(wait_wc(&c.ccq).status, WcStatus::Success);
+    assert_eq!(wait_wc(&c.scq).status, WcStatus::Success);
+    assert!(c.sqp.reclaim(1).unwrap().starts_with(b"first"));
     assert_eq!(
         udp_sends(),
         before,
@@ -588,16 +580,57 @@ fn an_active_sides_established_waits_for_its_same_host_route() {
     );
 }
 
-/// Three opens of the shared device on `addr`: its owner, a server, and a client whose
-/// route lookups are each held back 300 ms.
-fn slow_client(addr: &str) -> (Context, Context, Context) {
+/// A connection on the shared device on `addr`, accepted, whose client's route lookups
+/// are each held back 300 ms; with everything that must live as long as it does.
+struct SlowlyAccepted {
+    _owner: Context,
+    _sctx: Context,
+    cctx: Context,
+    schan: EventChannel,
+    cchan: EventChannel,
+    _listener: CmId,
+    client: CmId,
+    _cpd: ProtectionDomain,
+    ccq: CompletionQueue,
+    req: CmEvent,
+    _spd: ProtectionDomain,
+    scq: CompletionQueue,
+    sqp: std::sync::Arc<QueuePair>,
+}
+
+/// Opens the owner, a server and the slow client on `addr`, listens on `port`, connects
+/// and accepts (the server's QP has a 64-byte receive posted), and waits for nothing
+/// more.
+fn slowly_accepted(addr: &str, port: u16) -> SlowlyAccepted {
     let (owner, sctx) = (ctx(addr), ctx(addr));
     let slow = DeviceOptions {
         route_lookup_delay: Duration::from_millis(300),
         ..Default::default()
     };
     let cctx = Context::open_with(addr, addr.parse().unwrap(), Mtu::M1024, slow).unwrap();
-    (owner, sctx, cctx)
+    let (schan, cchan) = channels();
+    let listener = listening(&schan, &sctx, PortSpace::Tcp, port);
+    let dst = SocketAddr::new(addr.parse().unwrap(), port);
+    let (client, cpd, ccq) = active(&cctx, &cchan, dst);
+    client.connect(&ConnParam::default()).unwrap();
+    let req = expect(&schan, CmEventKind::ConnectRequest);
+    let (spd, scq, sqp) = passive_qp(&req.id, &sctx, QpType::Rc, 64);
+    req.id.accept(&ConnParam::default()).unwrap();
+    SlowlyAccepted {
+        _owner: owner,
+        _sctx: sctx,
+        cctx,
+        schan,
+        cchan,
+        _listener: listener,
+        client,
+        _cpd: cpd,
+        ccq,
+        req,
+        _spd: spd,
+        scq,
+        sqp,
+    }
 }
 
 /// While an active side's ESTABLISHED waits for its route (above), the passive side,
@@ -605,17 +638,9 @@ fn slow_client(addr: &str) -> (Context, Context, Context) {
 /// ESTABLISHED first, then DISCONNECTED, as rdma_cm programs expect.
 #[test]
 fn a_disconnect_while_the_route_is_looked_up_comes_after_established() {
-    let addr = "127.0.0.91";
-    let (_owner, sctx, cctx) = slow_client(addr);
-    let (schan, cchan) = channels();
-    let _listener = listening(&schan, &sctx, PortSpace::Tcp, 7481);
-    let (client, _cpd, _ccq) = active(&cctx, &cchan, "127.0.0.91:7481".parse().unwrap());
-    client.connect(&ConnParam::default()).unwrap();
-    let req = expect(&schan, CmEventKind::ConnectRequest);
-    let (_spd, _scq, _sqp) = passive_qp(&req.id, &sctx, QpType::Rc, 0);
-    req.id.accept(&ConnParam::default()).unwrap();
-    expect(&schan, CmEventKind::Established);
-    req.id.disconnect().unwrap();
-    expect(&cchan, CmEventKind::Established);
-    expect(&cchan, CmEventKind::Disconnected);
+    let c = slowly_accepted("127.0.0.91", 7481);
+    expect(&c.schan, CmEventKind::Established);
+    c.req.id.disconnect().unwrap();
+    expect(&c.cchan, CmEventKind::Established);
+    expect(&c.cchan, CmEventKind::Disconnected);
 }
