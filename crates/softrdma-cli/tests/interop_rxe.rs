@@ -15,7 +15,7 @@
 
 mod common;
 
-use common::{spawn, text, wait_for};
+use common::{drain, spawn, text, wait_for};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -179,10 +179,10 @@ fn perf_case_env(vm: &Vm, test: &str, flags: &[&str], env: &[(&str, &str)]) {
     );
 
     // softrdma serves, perftest connects.
-    let server = spawn(&mut ours(HOST_IP, env, &args));
+    let server = drain(spawn(&mut ours(HOST_IP, env, &args)));
     wait_listen(18515);
     let cli = vm.exec(&format!("{ib} {HOST_IP}"));
-    let srv = wait_for(server, "softrdma perf server", Duration::from_secs(60));
+    let srv = server.wait("softrdma perf server", Duration::from_secs(60));
     let (c, s) = (text(&cli), text(&srv));
     assert!(
         cli.status.success() && srv.status.success(),
@@ -550,18 +550,18 @@ fn pingpong_with_linux_rxe() {
 /// side and softrdma's on the other, and the READs and WRITEs of the pings follow.
 fn rping_case(vm: &Vm, size: &str) {
     // rxe's rping as the client.
-    let srv = spawn(&mut ours(
+    let srv = drain(spawn(&mut ours(
         HOST_IP,
         &[],
         &["rping", "-s", "-v", "-S", size, "-p", "7174"],
-    ));
+    )));
     // rxe's client starts once `res show cm_id` shows the server listening: a REQ before
     // then would be rejected.
     wait_cm_listen(7174);
     let cli = vm.exec(&format!(
         "timeout 60 rping -c -v -V -C 20 -S {size} -a {HOST_IP} -p 7174"
     ));
-    let srv = wait_for(srv, "softrdma rping -s", Duration::from_secs(60));
+    let srv = srv.wait("softrdma rping -s", Duration::from_secs(60));
     assert!(
         cli.status.success() && text(&cli).matches("ping data: rdma-ping-").count() == 20,
         "rxe rping -c -> softrdma, -S {size}:\n{}\nserver:\n{}",
@@ -654,14 +654,10 @@ fn cm_dropin_case(vm: &Vm, server: &str, client: &str, port: u16, want: &str) {
     dropin_reached_rxe(client, &o, &srv, want);
 
     // The drop-in serves, rxe connects.
-    let server_proc = spawn(&mut host(line(server, HOST_IP, VM_IP)));
+    let server_proc = drain(spawn(&mut host(line(server, HOST_IP, VM_IP))));
     wait_cm_listen(port);
     let cli = vm.exec(&format!("timeout 60 {}", line(client, VM_IP, HOST_IP)));
-    let srv = wait_for(
-        server_proc,
-        &format!("the drop-in's {server}"),
-        Duration::from_secs(60),
-    );
+    let srv = server_proc.wait(&format!("the drop-in's {server}"), Duration::from_secs(60));
     rxe_reached_dropin(client, &cli, &srv, want);
     eprintln!("ok: unmodified {server} / {client} through the drop-in, both ways with rxe");
 }
@@ -1065,10 +1061,10 @@ fn dropin_case(vm: &Vm, program: &str, flags: &str, want: &str) {
     dropin_reached_rxe(program, &o, &srv, want);
 
     // The drop-in serves, rxe connects.
-    let server = spawn(&mut host(None));
+    let server = drain(spawn(&mut host(None)));
     wait_listen(18515);
     let cli = vm.exec(&format!("{rxe} {HOST_IP}"));
-    let srv = wait_for(server, "the drop-in server", Duration::from_secs(60));
+    let srv = server.wait("the drop-in server", Duration::from_secs(60));
     rxe_reached_dropin(program, &cli, &srv, want);
     eprintln!("ok: unmodified {program} through the drop-in, both ways with rxe");
 }

@@ -98,15 +98,34 @@ pub fn wait(child: Child, what: &str) -> Output {
 
 /// Waits for `child` for at most `limit`, then kills it and fails.
 pub fn wait_for(child: Child, what: &str, limit: Duration) -> Output {
+    drain(child).wait(what, limit)
+}
+
+/// A child whose output is read from the moment it is handed over (see [`drain`]).
+pub struct Draining {
+    pid: u32,
+    rx: std::sync::mpsc::Receiver<std::io::Result<Output>>,
+}
+
+/// Reads `child`'s output on a thread from now on, so that a chatty child never blocks
+/// on a full pipe while the test does something else before it waits.
+pub fn drain(child: Child) -> Draining {
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || tx.send(child.wait_with_output()));
-    match rx.recv_timeout(limit) {
-        Ok(o) => o.unwrap(),
-        Err(_) => {
-            // SAFETY: kill(2) takes no pointers; `pid` is our own child's.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-            panic!("{what} ran longer than {limit:?}");
+    Draining { pid, rx }
+}
+
+impl Draining {
+    /// Waits for the child for at most `limit`, then kills it and fails.
+    pub fn wait(self, what: &str, limit: Duration) -> Output {
+        match self.rx.recv_timeout(limit) {
+            Ok(o) => o.unwrap(),
+            Err(_) => {
+                // SAFETY: kill(2) takes no pointers; `pid` is our own child's.
+                unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+                panic!("{what} ran longer than {limit:?}");
+            }
         }
     }
 }
