@@ -1,0 +1,134 @@
+//! The fabric's completion queue (`fid_cq`, `FI_CQ_FORMAT_TAGGED`): what an endpoint's
+//! operations came to, in order, with the error entries among them. Reading it drives the
+//! endpoints bound to it (manual progress, as libfabric's `FI_PROGRESS_MANUAL`): their
+//! connection events and their device completions are handled in [`CompletionQueue::read`].
+//!
+//! Threads and locks: one mutex around the entries, and one around the list of bound
+//! endpoints; an endpoint's progress takes its own lock, then the entries', never the
+//! other way round.
+
+use crate::matching::FiAddr;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// Completion flags: libfabric's values, so that a C face passes them through.
+pub mod flags {
+    /// A message (`fi_send`/`fi_recv`).
+    pub const MSG: u64 = 1 << 1;
+    /// A tagged message.
+    pub const TAGGED: u64 = 1 << 3;
+    /// A receive.
+    pub const RECV: u64 = 1 << 10;
+    /// A send.
+    pub const SEND: u64 = 1 << 11;
+    /// The entry carries the sender's remote CQ data.
+    pub const REMOTE_CQ_DATA: u64 = 1 << 17;
+}
+
+/// Error numbers of error entries: libfabric's.
+pub mod errno {
+    /// The message was longer than the buffer (`FI_ETRUNC`): `len` bytes landed of `olen`.
+    pub const ETRUNC: i32 = 265;
+    /// The operation was cancelled (`FI_ECANCELED`).
+    pub const ECANCELED: i32 = 125;
+    /// The peer could not be reached, or went (`FI_EIO`).
+    pub const EIO: i32 = 5;
+}
+
+/// One completed operation (`struct fi_cq_tagged_entry`), or an error entry
+/// (`struct fi_cq_err_entry`) when `error` is not 0.
+#[derive(Debug)]
+pub struct Completion {
+    /// The context the operation was posted with.
+    pub context: u64,
+    /// What it was ([`flags`]).
+    pub flags: u64,
+    /// Bytes received (the message's length), or sent.
+    pub len: usize,
+    /// The buffer the operation was given, back to its owner: a receive's holds the
+    /// message in its first `len` bytes.
+    pub buf: Vec<u8>,
+    /// The sender's remote CQ data, on a receive that carried some.
+    pub data: Option<u64>,
+    /// A tagged receive's tag, as the sender sent it.
+    pub tag: u64,
+    /// A receive's sender (`FI_SOURCE`); `FI_ADDR_UNSPEC` when it is not in the address
+    /// vector.
+    pub src: FiAddr,
+    /// 0, or the error ([`errno`]).
+    pub error: i32,
+    /// For `ETRUNC`, the message's whole length.
+    pub olen: usize,
+}
+
+/// An endpoint that reading a CQ drives.
+pub(crate) trait Progress: Send + Sync {
+    /// Handles what is waiting: connection events and device completions.
+    fn progress(&self);
+}
+
+/// A completion queue (`fid_cq`).
+#[derive(Default)]
+pub struct CompletionQueue {
+    entries: Mutex<VecDeque<Completion>>,
+    bound: Mutex<Vec<Weak<dyn Progress>>>,
+}
+
+impl std::fmt::Debug for CompletionQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompletionQueue").finish_non_exhaustive()
+    }
+}
+
+impl CompletionQueue {
+    /// An empty queue.
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    pub(crate) fn bind(&self, ep: Weak<dyn Progress>) {
+        self.bound
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ep);
+    }
+
+    pub(crate) fn push(&self, c: Completion) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(c);
+    }
+
+    /// Drives the bound endpoints, then takes up to `max` entries, oldest first
+    /// (`fi_cq_read`; error entries come in their place, not apart as `fi_cq_readerr`'s).
+    pub fn read(&self, max: usize) -> Vec<Completion> {
+        let eps: Vec<_> = self
+            .bound
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for ep in eps {
+            ep.progress();
+        }
+        let mut q = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let n = max.min(q.len());
+        q.drain(..n).collect()
+    }
+
+    /// Reads until `n` entries came or `within` passed (`fi_cq_sread`, spinning).
+    pub fn wait(&self, n: usize, within: Duration) -> Vec<Completion> {
+        let end = Instant::now() + within;
+        let mut got = Vec::new();
+        while got.len() < n && Instant::now() < end {
+            got.extend(self.read(n - got.len()));
+            if got.len() < n {
+                std::thread::yield_now();
+            }
+        }
+        got
+    }
+}

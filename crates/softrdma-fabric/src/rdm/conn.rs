@@ -1,0 +1,166 @@
+//! The endpoint's connections: one is made on the first send to a peer (resolve its
+//! address, then its route, then a QP with receive slots, then the request, whose private
+//! data names this endpoint so that the peer can say who its messages come from), and
+//! one is accepted from each peer that makes one. Sends wait in their connection until it
+//! is established; a connection that fails fails them, and the next send to that peer
+//! makes a new one.
+//!
+//! Runs under the endpoint's lock, from its calls and its progress.
+
+use super::{Conn, Queued, SLOT_LEN, SLOTS, State, Wr};
+use crate::addr::{from_wire, to_wire};
+use crate::error::Result;
+use softrdma::cm::{CmEvent, CmEventKind, CmId, ConnParam, PortSpace};
+use softrdma::{QpCaps, QpInitAttr, QpType};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// The READs in flight each side allows: enough for a window of rendezvous messages.
+const RD_ATOMIC: u8 = 16;
+
+impl State {
+    /// The connection to `peer`'s endpoint: the one in use, else a new one, asked for now.
+    pub(super) fn conn_to(&mut self, peer: SocketAddr) -> Result<usize> {
+        if let Some(&c) = self.by_peer.get(&peer) {
+            return Ok(c);
+        }
+        let id = CmId::new(&self.chan, &self.ctx, PortSpace::Tcp)?;
+        id.resolve_addr(None, peer)?;
+        let c = self.add(id, peer, false);
+        self.by_peer.insert(peer, c);
+        Ok(c)
+    }
+
+    fn add(&mut self, id: CmId, peer: SocketAddr, ready: bool) -> usize {
+        let c = self.conns.len();
+        id.set_user(c + 1);
+        self.conns.push(Conn {
+            _id: id,
+            qp: None,
+            peer,
+            ready,
+            failed: false,
+            queued: Default::default(),
+        });
+        c
+    }
+
+    /// The connection parameters both sides use: READs allowed, and an RNR NAK retried for
+    /// ever (a receiver out of slots is slow, not gone).
+    fn param(&self, private_data: Vec<u8>) -> ConnParam {
+        ConnParam {
+            private_data,
+            responder_resources: RD_ATOMIC,
+            initiator_depth: RD_ATOMIC,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            ..Default::default()
+        }
+    }
+
+    /// Makes connection `c`'s QP on `id` and posts its receive slots.
+    fn make_qp(&mut self, c: usize, id: &CmId) -> Result<()> {
+        let init = QpInitAttr {
+            cap: QpCaps {
+                max_send_wr: 1024,
+                max_recv_wr: SLOTS as u32,
+                ..QpCaps::default()
+            },
+            ..QpInitAttr::new(QpType::Rc, &self.vcq)
+        };
+        let qp = id.create_qp(&self.pd, init)?;
+        self.by_qpn.insert(qp.qp_num().value(), c);
+        self.conns[c].qp = Some(qp.clone());
+        for _ in 0..SLOTS {
+            let w = self.wr_id();
+            qp.post_recv_owned(w, vec![0; SLOT_LEN])?;
+            self.wrs.insert(w, Wr::Slot { conn: c });
+        }
+        Ok(())
+    }
+
+    /// Handles every connection event that waits.
+    pub(super) fn cm_events(&mut self) {
+        while let Some(ev) = self.chan.get_event(Some(Duration::ZERO)) {
+            self.cm_event(ev);
+        }
+    }
+
+    fn cm_event(&mut self, ev: CmEvent) {
+        if ev.kind == CmEventKind::ConnectRequest {
+            self.accept(&ev);
+            return;
+        }
+        let Some(c) = ev
+            .id
+            .user()
+            .checked_sub(1)
+            .filter(|&c| c < self.conns.len())
+        else {
+            return;
+        };
+        let r = match ev.kind {
+            CmEventKind::AddrResolved => ev.id.resolve_route().map_err(Into::into),
+            CmEventKind::RouteResolved => {
+                let pd = self.param(to_wire(self.me).to_vec());
+                self.make_qp(c, &ev.id)
+                    .and_then(|()| ev.id.connect(&pd).map_err(Into::into))
+            }
+            CmEventKind::Established => {
+                self.conns[c].ready = true;
+                let queued = std::mem::take(&mut self.conns[c].queued);
+                for q in queued {
+                    self.post(c, q);
+                }
+                Ok(())
+            }
+            CmEventKind::Disconnected
+            | CmEventKind::Rejected { .. }
+            | CmEventKind::Unreachable
+            | CmEventKind::Unresolved { .. } => {
+                self.lost(c);
+                Ok(())
+            }
+            _ => Ok(()),
+        };
+        if r.is_err() {
+            self.lost(c);
+        }
+    }
+
+    /// A peer's connection request: a QP, its slots, and the accept. A request whose
+    /// private data names no endpoint is rejected.
+    fn accept(&mut self, ev: &CmEvent) {
+        let Some(peer) = from_wire(&ev.private_data) else {
+            let _ = ev.id.reject(b"no endpoint address");
+            return;
+        };
+        let c = self.add(ev.id.clone(), peer, false);
+        let pd = self.param(Vec::new());
+        if self.make_qp(c, &ev.id).is_err() || ev.id.accept(&pd).is_err() {
+            self.lost(c);
+            return;
+        }
+        // A send to this peer uses its connection from now on unless it made one itself.
+        self.by_peer.entry(peer).or_insert(c);
+    }
+
+    /// Connection `c` failed or ended: what waited for it fails, and the next send to its
+    /// peer makes another.
+    pub(super) fn lost(&mut self, c: usize) {
+        let conn = &mut self.conns[c];
+        if conn.failed {
+            return;
+        }
+        conn.failed = true;
+        conn.ready = false;
+        let peer = conn.peer;
+        let queued: Vec<Queued> = conn.queued.drain(..).collect();
+        if self.by_peer.get(&peer) == Some(&c) {
+            self.by_peer.remove(&peer);
+        }
+        for q in queued {
+            self.fail(q.wr, crate::cq::errno::EIO);
+        }
+    }
+}

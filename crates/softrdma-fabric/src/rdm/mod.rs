@@ -1,0 +1,386 @@
+//! The reliable-datagram endpoint (`FI_EP_RDM`): reliable and connectionless to its user,
+//! over RC connections that it makes on the first send to a peer and keeps (through
+//! softrdma's connection manager, to the peer's IP address and port), and that peers make
+//! to it. Messages and tagged messages (`fi_send`, `fi_tsend`, `fi_inject`, with remote CQ
+//! data), matched by `matching`, speak the protocol of `wire`: eager up to
+//! [`EAGER_MAX`] bytes, by rendezvous (the receiver READs the sender's buffer, no copy on
+//! either side) above.
+//!
+//! Owns its device (a softrdma context on its address), the connections, the posted
+//! receives and the messages that came unexpected. `conn` handles the connection events,
+//! `progress` the device's completions.
+//!
+//! Threads and locks: the endpoint's state is behind one mutex, taken by each call and by
+//! the progress that a bound CQ's read drives; under it, the CQ's entry lock and
+//! softrdma's own locks (a post, a poll, a CM verb). Every call returns without waiting
+//! for the network.
+
+mod conn;
+mod progress;
+
+use crate::addr::AddressVector;
+use crate::cq::{CompletionQueue, Progress};
+use crate::error::{FabricError, Result};
+use crate::matching::{Accepts, FI_ADDR_UNSPEC, FiAddr, Matcher};
+use crate::wire::{HEADER_LEN, Header, Op};
+use softrdma::cm::{CmId, EventChannel, PortSpace};
+use softrdma::{AccessFlags, Context, MemoryRegion, ProtectionDomain, QueuePair};
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+/// The largest message sent eagerly (in the SEND that carries its header); larger ones go
+/// by rendezvous.
+pub const EAGER_MAX: usize = 8192;
+/// Receive slots posted on each connection (the sender's RNR retries wait for more).
+const SLOTS: usize = 64;
+/// A slot's size: a header and the largest eager payload.
+const SLOT_LEN: usize = HEADER_LEN + EAGER_MAX;
+
+/// A reliable-datagram endpoint (`fid_ep` of type `FI_EP_RDM`).
+pub struct Endpoint {
+    st: Arc<Mutex<State>>,
+    addr: SocketAddr,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+/// A receive posted and not yet matched.
+struct Recv {
+    context: u64,
+    buf: Vec<u8>,
+    tagged: bool,
+}
+
+/// A message that came before a receive that takes it.
+enum Arrived {
+    /// An eager message: its slot's bytes (header first).
+    Eager { hdr: Header, slot: Vec<u8> },
+    /// A rendezvous request, from connection `conn`.
+    Rts { hdr: Header, conn: usize },
+}
+
+/// What a posted device WR is, by its ID.
+enum Wr {
+    /// A receive slot of connection `conn`.
+    Slot { conn: usize },
+    /// An eager send of the user's: `buf` goes back in its completion.
+    Send {
+        context: u64,
+        flags: u64,
+        buf: Vec<u8>,
+        inject: bool,
+    },
+    /// The request to send of rendezvous message `msg_id`: its failure fails the send.
+    Rts { msg_id: u64 },
+    /// A FIN: nothing to complete.
+    Fin,
+    /// A rendezvous READ into a receive's buffer.
+    Read {
+        recv: Recv,
+        conn: usize,
+        hdr: Header,
+        src: FiAddr,
+        cap: usize,
+    },
+}
+
+/// A send waiting for its connection.
+struct Queued {
+    bytes: Vec<u8>,
+    wr: Wr,
+}
+
+/// A rendezvous send, its buffer registered for the peer's READ until the FIN.
+struct RndvOut {
+    context: u64,
+    flags: u64,
+    mr: MemoryRegion,
+}
+
+/// One RC connection to a peer endpoint.
+struct Conn {
+    /// Held: dropping it ends the connection.
+    _id: CmId,
+    qp: Option<Arc<QueuePair>>,
+    /// The peer endpoint's address (what it listens on).
+    peer: SocketAddr,
+    ready: bool,
+    failed: bool,
+    queued: VecDeque<Queued>,
+}
+
+struct State {
+    ctx: Context,
+    pd: ProtectionDomain,
+    vcq: softrdma::CompletionQueue,
+    chan: EventChannel,
+    _listener: CmId,
+    me: SocketAddr,
+    av: Arc<AddressVector>,
+    cq: Arc<CompletionQueue>,
+    conns: Vec<Conn>,
+    by_peer: HashMap<SocketAddr, usize>,
+    by_qpn: HashMap<u32, usize>,
+    matcher: Matcher<Recv, Arrived>,
+    wrs: HashMap<u64, Wr>,
+    next_wr: u64,
+    rndv_out: HashMap<u64, RndvOut>,
+    next_msg: u64,
+    /// Headers a peer sent that this endpoint could not parse (dropped).
+    bad_headers: u64,
+}
+
+/// Options of a send.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SendOpts {
+    /// Send tagged, with this tag (`fi_tsend`).
+    pub tag: Option<u64>,
+    /// Remote CQ data for the receiver's completion (`fi_senddata`).
+    pub data: Option<u64>,
+    /// No completion for this send (`fi_inject`).
+    pub inject: bool,
+}
+
+impl Endpoint {
+    /// An endpoint on `addr` (an IP address softrdma can open a device on, and a port to
+    /// listen on; port 0 picks one), its completions to `cq`, its peers in `av`.
+    pub fn open(
+        addr: SocketAddr,
+        av: Arc<AddressVector>,
+        cq: Arc<CompletionQueue>,
+    ) -> Result<Self> {
+        let ctx = Context::open_addr("fabric", addr.ip(), softrdma::Mtu::M4096)?;
+        let pd = ctx.alloc_pd();
+        let vcq = ctx.create_cq(4096, None)?;
+        let chan = EventChannel::new()?;
+        let listener = CmId::new(&chan, &ctx, PortSpace::Tcp)?;
+        listener.bind_addr(addr)?;
+        listener.listen(128)?;
+        let me = listener.local_addr().unwrap_or(addr);
+        let st = Arc::new(Mutex::new(State {
+            ctx,
+            pd,
+            vcq,
+            chan,
+            _listener: listener,
+            me,
+            av,
+            cq: cq.clone(),
+            conns: Vec::new(),
+            by_peer: HashMap::new(),
+            by_qpn: HashMap::new(),
+            matcher: Matcher::default(),
+            wrs: HashMap::new(),
+            next_wr: 1,
+            rndv_out: HashMap::new(),
+            next_msg: 1,
+            bad_headers: 0,
+        }));
+        let weak: std::sync::Weak<Mutex<State>> = Arc::downgrade(&st);
+        cq.bind(weak);
+        Ok(Self { st, addr: me })
+    }
+
+    /// The endpoint's address, for its peers' address vectors (`fi_getname`).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn st(&self) -> std::sync::MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends `buf` to `dest` (`fi_send`, `fi_tsend`, `fi_senddata`, `fi_inject` by
+    /// `opts`); its completion gives `buf` back.
+    pub fn send(&self, dest: FiAddr, buf: Vec<u8>, context: u64, opts: SendOpts) -> Result<()> {
+        self.st().send(dest, buf, context, opts)
+    }
+
+    /// Posts a receive of an untagged message into `buf` (`fi_recv`), from `src` only
+    /// unless it is `FI_ADDR_UNSPEC`.
+    pub fn recv(&self, buf: Vec<u8>, src: FiAddr, context: u64) -> Result<()> {
+        let a = Accepts {
+            tagged: false,
+            tag: 0,
+            ignore: 0,
+            src,
+        };
+        self.st().post_recv(a, buf, context)
+    }
+
+    /// Posts a receive of a tagged message whose tag agrees with `tag` outside `ignore`
+    /// (`fi_trecv`).
+    pub fn trecv(
+        &self,
+        buf: Vec<u8>,
+        src: FiAddr,
+        tag: u64,
+        ignore: u64,
+        context: u64,
+    ) -> Result<()> {
+        let a = Accepts {
+            tagged: true,
+            tag,
+            ignore,
+            src,
+        };
+        self.st().post_recv(a, buf, context)
+    }
+
+    /// Takes back the oldest posted receive with `context` (`fi_cancel`): it completes
+    /// with `ECANCELED`, its buffer back. False if none waits.
+    pub fn cancel(&self, context: u64) -> bool {
+        let mut st = self.st();
+        match st.matcher.cancel(|r| r.context == context) {
+            Some(r) => {
+                let flags = crate::cq::flags::RECV
+                    | if r.tagged {
+                        crate::cq::flags::TAGGED
+                    } else {
+                        crate::cq::flags::MSG
+                    };
+                st.complete(r.context, flags, r.buf, 0, crate::cq::errno::ECANCELED);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// How many peer headers this endpoint dropped as malformed.
+    pub fn bad_headers(&self) -> u64 {
+        self.st().bad_headers
+    }
+}
+
+impl Progress for Mutex<State> {
+    fn progress(&self) {
+        let mut st = self.lock().unwrap_or_else(|e| e.into_inner());
+        st.cm_events();
+        st.device_completions();
+    }
+}
+
+impl State {
+    fn wr_id(&mut self) -> u64 {
+        let w = self.next_wr;
+        self.next_wr += 1;
+        w
+    }
+
+    fn send(&mut self, dest: FiAddr, buf: Vec<u8>, context: u64, opts: SendOpts) -> Result<()> {
+        use crate::cq::flags;
+        let peer = self.av.lookup(dest)?;
+        let kind = if opts.tag.is_some() {
+            flags::TAGGED
+        } else {
+            flags::MSG
+        };
+        let msg_id = self.next_msg;
+        self.next_msg += 1;
+        let mut hdr = Header {
+            op: Op::Eager,
+            tagged: opts.tag.is_some(),
+            tag: opts.tag.unwrap_or(0),
+            data: opts.data,
+            len: buf.len() as u64,
+            msg_id,
+        };
+        let q = if buf.len() <= EAGER_MAX {
+            Queued {
+                bytes: hdr.with_payload(&buf),
+                wr: Wr::Send {
+                    context,
+                    flags: flags::SEND | kind,
+                    buf,
+                    inject: opts.inject,
+                },
+            }
+        } else {
+            if opts.inject {
+                return Err(FabricError::Invalid {
+                    what: "fi_inject",
+                    why: format!("{} bytes is over the inject size {EAGER_MAX}", buf.len()),
+                });
+            }
+            let mr = self.pd.register(buf, AccessFlags::REMOTE_READ)?;
+            hdr.op = Op::Rts {
+                addr: mr.addr(),
+                rkey: mr.rkey(),
+            };
+            self.rndv_out.insert(
+                msg_id,
+                RndvOut {
+                    context,
+                    flags: flags::SEND | kind,
+                    mr,
+                },
+            );
+            Queued {
+                bytes: hdr.emit().to_vec(),
+                wr: Wr::Rts { msg_id },
+            }
+        };
+        let c = self.conn_to(peer)?;
+        if self.conns[c].ready {
+            self.post(c, q);
+        } else {
+            self.conns[c].queued.push_back(q);
+        }
+        Ok(())
+    }
+
+    /// Posts `q` on connection `c`'s QP; a post that fails completes in error.
+    fn post(&mut self, c: usize, q: Queued) {
+        let w = self.wr_id();
+        let Some(qp) = self.conns[c].qp.clone() else {
+            self.fail(q.wr, crate::cq::errno::EIO);
+            return;
+        };
+        let r = qp.post_send_owned(
+            w,
+            softrdma::SendOp::Send,
+            softrdma::SendFlags::SIGNALED,
+            None,
+            q.bytes,
+        );
+        match r {
+            Ok(()) => {
+                self.wrs.insert(w, q.wr);
+            }
+            Err(_) => self.fail(q.wr, crate::cq::errno::EIO),
+        }
+    }
+
+    fn post_recv(&mut self, a: Accepts, buf: Vec<u8>, context: u64) -> Result<()> {
+        let r = Recv {
+            context,
+            buf,
+            tagged: a.tagged,
+        };
+        if let Some((r, o, m)) = self.matcher.post(a, r) {
+            self.deliver(r, o.src, m);
+        }
+        Ok(())
+    }
+
+    fn complete(&self, context: u64, flags: u64, buf: Vec<u8>, len: usize, error: i32) {
+        self.cq.push(crate::cq::Completion {
+            context,
+            flags,
+            len,
+            buf,
+            data: None,
+            tag: 0,
+            src: FI_ADDR_UNSPEC,
+            error,
+            olen: 0,
+        });
+    }
+}

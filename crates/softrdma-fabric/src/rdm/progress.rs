@@ -1,0 +1,237 @@
+//! The endpoint's device completions: a receive slot's message (parsed, matched, handed
+//! to its receive or kept as unexpected, the slot posted again), a send's completion, a
+//! rendezvous READ's end (then the FIN to the sender), and a FIN (then the sender's
+//! completion, its buffer back).
+//!
+//! Runs under the endpoint's lock, from the progress that a bound CQ's read drives.
+
+use super::{Arrived, Queued, Recv, SLOT_LEN, State, Wr};
+use crate::cq::{Completion, errno, flags};
+use crate::matching::{FiAddr, Offers};
+use crate::wire::{HEADER_LEN, Header, Op};
+use softrdma::{SendFlags, SendOp, WcStatus};
+
+impl State {
+    /// Handles every device completion that waits.
+    pub(super) fn device_completions(&mut self) {
+        loop {
+            let wcs = self.vcq.poll(64);
+            if wcs.is_empty() {
+                return;
+            }
+            for wc in wcs {
+                let Some(wr) = self.wrs.remove(&wc.wr_id) else {
+                    continue;
+                };
+                let conn = self.by_qpn.get(&wc.qp_num.value()).copied();
+                let buf = conn
+                    .and_then(|c| self.conns[c].qp.as_ref())
+                    .and_then(|qp| qp.reclaim(wc.wr_id));
+                let ok = wc.status == WcStatus::Success;
+                match wr {
+                    Wr::Slot { conn } if ok => {
+                        self.repost(conn);
+                        if let Some(mut b) = buf {
+                            b.truncate(wc.byte_len as usize);
+                            self.arrived(conn, b);
+                        }
+                    }
+                    Wr::Slot { .. } => {}
+                    Wr::Read {
+                        recv,
+                        conn,
+                        hdr,
+                        src,
+                        cap,
+                    } => {
+                        let mut b = buf.unwrap_or_default();
+                        b.resize(cap, 0);
+                        self.send_fin(conn, hdr.msg_id);
+                        let r = Recv { buf: b, ..recv };
+                        let error = if ok { 0 } else { errno::EIO };
+                        self.complete_recv(r, &hdr, src, hdr.len as usize, error);
+                    }
+                    wr if ok => self.sent(wr),
+                    wr => self.fail(wr, errno::EIO),
+                }
+            }
+        }
+    }
+
+    /// Posts a fresh slot on connection `c` in place of the one that completed.
+    fn repost(&mut self, c: usize) {
+        let Some(qp) = self.conns[c].qp.clone() else {
+            return;
+        };
+        let w = self.wr_id();
+        if qp.post_recv_owned(w, vec![0; SLOT_LEN]).is_ok() {
+            self.wrs.insert(w, Wr::Slot { conn: c });
+        }
+    }
+
+    /// A message in a slot of connection `c`.
+    fn arrived(&mut self, c: usize, slot: Vec<u8>) {
+        let hdr = match Header::parse(&slot) {
+            Ok((h, _)) => h,
+            Err(_) => {
+                self.bad_headers += 1;
+                return;
+            }
+        };
+        let src = self.av.index_of(&self.conns[c].peer);
+        let offers = Offers {
+            tagged: hdr.tagged,
+            tag: hdr.tag,
+            src,
+        };
+        let m = match hdr.op {
+            Op::Fin => {
+                if let Some(o) = self.rndv_out.remove(&hdr.msg_id) {
+                    let len = o.mr.len();
+                    let buf = o.mr.into_vec().unwrap_or_default();
+                    self.complete(o.context, o.flags, buf, len, 0);
+                }
+                return;
+            }
+            Op::Eager => Arrived::Eager { hdr, slot },
+            Op::Rts { .. } => Arrived::Rts { hdr, conn: c },
+        };
+        if let Some((r, m)) = self.matcher.arrive(offers, m) {
+            self.deliver(r, src, m);
+        }
+    }
+
+    /// Hands message `m` from `src` to receive `r`.
+    pub(super) fn deliver(&mut self, mut r: Recv, src: FiAddr, m: Arrived) {
+        match m {
+            Arrived::Eager { hdr, slot } => {
+                let payload = &slot[HEADER_LEN..];
+                let n = payload.len().min(r.buf.len());
+                r.buf[..n].copy_from_slice(&payload[..n]);
+                self.complete_recv(r, &hdr, src, payload.len(), 0);
+            }
+            Arrived::Rts { hdr, conn } => {
+                let Op::Rts { addr, rkey } = hdr.op else {
+                    unreachable!("kept as an RTS")
+                };
+                let cap = r.buf.len();
+                let want = (hdr.len as usize).min(cap);
+                let qp = self.conns[conn].qp.clone();
+                if want == 0 || qp.is_none() {
+                    self.send_fin(conn, hdr.msg_id);
+                    let error = if qp.is_none() { errno::EIO } else { 0 };
+                    self.complete_recv(r, &hdr, src, hdr.len as usize, error);
+                    return;
+                }
+                let mut buf = std::mem::take(&mut r.buf);
+                buf.truncate(want);
+                let w = self.wr_id();
+                let op = SendOp::Read {
+                    remote_addr: addr,
+                    rkey,
+                };
+                let qp = qp.expect("checked");
+                match qp.post_send_owned(w, op, SendFlags::SIGNALED, None, buf) {
+                    Ok(()) => {
+                        let wr = Wr::Read {
+                            recv: r,
+                            conn,
+                            hdr,
+                            src,
+                            cap,
+                        };
+                        self.wrs.insert(w, wr);
+                    }
+                    Err(_) => {
+                        self.send_fin(conn, hdr.msg_id);
+                        self.complete_recv(r, &hdr, src, hdr.len as usize, errno::EIO);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Tells connection `c`'s peer that its rendezvous message `msg_id` is read.
+    fn send_fin(&mut self, c: usize, msg_id: u64) {
+        let hdr = Header {
+            op: Op::Fin,
+            tagged: false,
+            tag: 0,
+            data: None,
+            len: 0,
+            msg_id,
+        };
+        let q = Queued {
+            bytes: hdr.emit().to_vec(),
+            wr: Wr::Fin,
+        };
+        if self.conns[c].ready {
+            self.post(c, q);
+        } else {
+            self.conns[c].queued.push_back(q);
+        }
+    }
+
+    /// A receive's completion: `len` is the message's whole length; what did not fit is
+    /// an `ETRUNC` error entry.
+    fn complete_recv(&self, r: Recv, hdr: &Header, src: FiAddr, len: usize, error: i32) {
+        let cap = r.buf.len();
+        let (got, error) = match error {
+            0 if len > cap => (cap, errno::ETRUNC),
+            e => (len.min(cap), e),
+        };
+        let kind = if r.tagged { flags::TAGGED } else { flags::MSG };
+        let data_flag = if hdr.data.is_some() {
+            flags::REMOTE_CQ_DATA
+        } else {
+            0
+        };
+        self.cq.push(Completion {
+            context: r.context,
+            flags: flags::RECV | kind | data_flag,
+            len: got,
+            buf: r.buf,
+            data: hdr.data,
+            tag: hdr.tag,
+            src,
+            error,
+            olen: len - got,
+        });
+    }
+
+    /// A send WR completed.
+    fn sent(&mut self, wr: Wr) {
+        if let Wr::Send {
+            context,
+            flags,
+            buf,
+            inject: false,
+        } = wr
+        {
+            let len = buf.len();
+            self.complete(context, flags, buf, len, 0);
+        }
+    }
+
+    /// What `wr` was for fails with `error` (its buffer back).
+    pub(super) fn fail(&mut self, wr: Wr, error: i32) {
+        match wr {
+            Wr::Send {
+                context,
+                flags,
+                buf,
+                inject: false,
+            } => self.complete(context, flags, buf, 0, error),
+            Wr::Rts { msg_id } => {
+                if let Some(o) = self.rndv_out.remove(&msg_id) {
+                    let buf = o.mr.into_vec().unwrap_or_default();
+                    self.complete(o.context, o.flags, buf, 0, error);
+                }
+            }
+            Wr::Read { recv, hdr, src, .. } => {
+                self.complete_recv(recv, &hdr, src, hdr.len as usize, error)
+            }
+            Wr::Send { .. } | Wr::Slot { .. } | Wr::Fin => {}
+        }
+    }
+}

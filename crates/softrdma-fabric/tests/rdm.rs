@@ -1,0 +1,180 @@
+//! Reliable-datagram endpoints end to end over real UDP sockets on loopback: two
+//! endpoints, each on its own softrdma device (127.0.66.x), that connect on first use.
+
+use softrdma_fabric::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Side {
+    ep: Endpoint,
+    cq: Arc<CompletionQueue>,
+    av: Arc<AddressVector>,
+}
+
+fn side(last: u8, port: u16) -> Side {
+    let (av, cq) = (Arc::new(AddressVector::new()), CompletionQueue::new());
+    let addr = format!("127.0.66.{last}:{port}").parse().unwrap();
+    let ep = Endpoint::open(addr, av.clone(), cq.clone()).unwrap();
+    Side { ep, cq, av }
+}
+
+/// Two sides that know each other: `(a, b, b's address in a's AV, a's in b's)`.
+fn pair(last: u8, port: u16) -> (Side, Side, FiAddr, FiAddr) {
+    let (a, b) = (side(last, port), side(last + 1, port));
+    let to_b = a.av.insert(b.ep.addr());
+    let to_a = b.av.insert(a.ep.addr());
+    (a, b, to_b, to_a)
+}
+
+/// Reads `n` entries from both sides' queues (so that both progress), within 10 s.
+fn both(a: &Side, b: &Side, n: usize) -> (Vec<Completion>, Vec<Completion>) {
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    while x.len() + y.len() < n {
+        x.extend(a.cq.read(16));
+        y.extend(b.cq.read(16));
+        assert!(
+            std::time::Instant::now() < end,
+            "{} of {n} completions: {x:?} {y:?}",
+            x.len() + y.len()
+        );
+        std::thread::yield_now();
+    }
+    (x, y)
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
+#[test]
+fn messages_go_eagerly_and_by_rendezvous_with_their_data_and_sources() {
+    let (a, b, to_b, to_a) = pair(1, 7600);
+    let big = pattern(7, 1 << 20);
+    b.ep.recv(vec![0; 64], FI_ADDR_UNSPEC, 10).unwrap();
+    b.ep.recv(vec![0; 1 << 20], FI_ADDR_UNSPEC, 11).unwrap();
+    let data = SendOpts {
+        data: Some(0xfeed),
+        ..Default::default()
+    };
+    a.ep.send(to_b, b"hello".to_vec(), 1, data).unwrap();
+    a.ep.send(to_b, big.clone(), 2, SendOpts::default())
+        .unwrap();
+    let (sent, got) = both(&a, &b, 4);
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    for s in &sent {
+        assert_eq!(s.error, 0, "{s:?}");
+        assert_ne!(s.flags & flags::SEND, 0);
+    }
+    let big_back = sent.iter().find(|s| s.context == 2).unwrap();
+    assert_eq!(
+        big_back.buf.len(),
+        1 << 20,
+        "the sender's buffer comes back"
+    );
+    assert_eq!((got[0].context, got[0].len, got[0].error), (10, 5, 0));
+    assert_eq!(&got[0].buf[..5], b"hello");
+    assert_eq!(got[0].data, Some(0xfeed));
+    assert_ne!(got[0].flags & flags::REMOTE_CQ_DATA, 0);
+    assert_eq!(
+        got[0].src, to_a,
+        "the source is the sender's index in b's AV"
+    );
+    assert_eq!((got[1].context, got[1].len, got[1].error), (11, 1 << 20, 0));
+    assert!(got[1].buf == big, "1 MiB arrived whole, by READ");
+    // And back the other way, over the connection b accepted.
+    a.ep.recv(vec![0; 16], to_b, 20).unwrap();
+    b.ep.send(to_a, b"pong".to_vec(), 21, SendOpts::default())
+        .unwrap();
+    let (got, sent) = both(&a, &b, 2);
+    assert_eq!((got[0].context, &got[0].buf[..4]), (20, &b"pong"[..]));
+    assert_eq!(sent[0].context, 21);
+}
+
+#[test]
+fn tags_match_with_ignore_masks_and_unexpected_messages_wait() {
+    let (a, b, to_b, _) = pair(3, 7601);
+    let tag = |t| SendOpts {
+        tag: Some(t),
+        ..Default::default()
+    };
+    // Both come before any receive: they wait, unexpected, and are taken by tag.
+    a.ep.send(to_b, b"first".to_vec(), 1, tag(0x100)).unwrap();
+    a.ep.send(to_b, pattern(3, 20_000), 2, tag(0x201)).unwrap();
+    a.ep.send(to_b, b"untagged".to_vec(), 3, SendOpts::default())
+        .unwrap();
+    let (sent, _) = both(&a, &b, 2);
+    assert!(sent.iter().all(|s| s.error == 0), "{sent:?}");
+    // The eager sends completed; the rendezvous one waits for its receive.
+    b.ep.trecv(vec![0; 32_000], FI_ADDR_UNSPEC, 0x200, 0xff, 11)
+        .unwrap();
+    b.ep.trecv(vec![0; 32], FI_ADDR_UNSPEC, 0x100, 0, 12)
+        .unwrap();
+    b.ep.recv(vec![0; 32], FI_ADDR_UNSPEC, 13).unwrap();
+    let (sent, got) = both(&a, &b, 4);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].context, 2);
+    let by = |c| got.iter().find(|g| g.context == c).unwrap();
+    assert_eq!((by(11).tag, by(11).len), (0x201, 20_000));
+    assert!(by(11).buf[..20_000] == pattern(3, 20_000)[..]);
+    assert_ne!(by(11).flags & flags::TAGGED, 0);
+    assert_eq!(&by(12).buf[..5], b"first");
+    assert_eq!(&by(13).buf[..8], b"untagged");
+    assert_ne!(by(13).flags & flags::MSG, 0);
+}
+
+#[test]
+fn too_long_messages_truncate_cancel_gives_the_buffer_back_and_bad_addresses_are_refused() {
+    let (a, b, to_b, _) = pair(5, 7602);
+    b.ep.recv(vec![0; 4], FI_ADDR_UNSPEC, 1).unwrap();
+    b.ep.recv(vec![0; 100], FI_ADDR_UNSPEC, 2).unwrap();
+    a.ep.send(to_b, b"too long".to_vec(), 3, SendOpts::default())
+        .unwrap();
+    a.ep.send(to_b, pattern(1, 50_000), 4, SendOpts::default())
+        .unwrap();
+    let (_, got) = both(&a, &b, 4);
+    assert_eq!(
+        (got[0].error, got[0].len, got[0].olen),
+        (errno::ETRUNC, 4, 4)
+    );
+    assert_eq!(&got[0].buf[..], b"too ");
+    assert_eq!(
+        (got[1].error, got[1].len, got[1].olen),
+        (errno::ETRUNC, 100, 49_900)
+    );
+    assert!(got[1].buf[..] == pattern(1, 50_000)[..100]);
+
+    b.ep.recv(vec![7; 8], FI_ADDR_UNSPEC, 5).unwrap();
+    assert!(b.ep.cancel(5));
+    assert!(!b.ep.cancel(5));
+    let c = b.cq.read(1);
+    assert_eq!(
+        (c[0].context, c[0].error, &c[0].buf[..]),
+        (5, errno::ECANCELED, &[7u8; 8][..])
+    );
+
+    let e = a.ep.send(99, vec![1], 6, SendOpts::default()).unwrap_err();
+    assert_eq!(e.errno(), 22, "{e}");
+    let inject = SendOpts {
+        inject: true,
+        ..Default::default()
+    };
+    let e =
+        a.ep.send(to_b, vec![0; EAGER_MAX + 1], 7, inject)
+            .unwrap_err();
+    assert!(e.to_string().contains("inject size"), "{e}");
+}
+
+#[test]
+fn a_peer_that_is_not_there_fails_the_send_with_eio() {
+    let a = side(7, 7603);
+    let nobody = a.av.insert("127.0.66.8:7603".parse().unwrap());
+    a.ep.send(nobody, b"anyone?".to_vec(), 1, SendOpts::default())
+        .unwrap();
+    let c = a.cq.wait(1, Duration::from_secs(30));
+    assert_eq!(c.len(), 1, "no completion");
+    assert_eq!((c[0].context, c[0].error), (1, errno::EIO));
+    assert_eq!(&c[0].buf[..], b"anyone?");
+}
