@@ -28,6 +28,9 @@
 mod addr;
 mod cq;
 mod error;
+/// Entry points for the fuzzers (`fuzz/`), not part of the API.
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod matching;
 mod rdm;
 pub mod wire;

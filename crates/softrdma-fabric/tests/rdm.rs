@@ -178,3 +178,24 @@ fn a_peer_that_is_not_there_fails_the_send_with_eio() {
     assert_eq!((c[0].context, c[0].error), (1, errno::EIO));
     assert_eq!(&c[0].buf[..], b"anyone?");
 }
+
+/// Progress is automatic: a sender that waits on its own CQ alone sees its 1 MiB send
+/// complete, for the receiver's endpoint accepts the connection, READs the message and
+/// says FIN without its program reading its CQ.
+#[test]
+fn progress_is_automatic_a_sender_waiting_on_its_own_cq_alone_completes() {
+    let (a, b, to_b, _) = pair(9, 7604);
+    b.ep.recv(vec![0; 1 << 20], FI_ADDR_UNSPEC, 1).unwrap();
+    a.ep.send(to_b, pattern(9, 1 << 20), 2, SendOpts::default())
+        .unwrap();
+    let sent = a.cq.wait(1, Duration::from_secs(10));
+    assert_eq!(
+        sent.len(),
+        1,
+        "the send did not complete while b's program slept"
+    );
+    assert_eq!((sent[0].context, sent[0].error), (2, 0));
+    let got = b.cq.read(1);
+    assert_eq!((got[0].context, got[0].len), (1, 1 << 20));
+    assert!(got[0].buf == pattern(9, 1 << 20));
+}

@@ -15,6 +15,7 @@
 //! softrdma's own locks (a post, a poll, a CM verb). Every call returns without waiting
 //! for the network.
 
+mod auto;
 mod conn;
 mod progress;
 
@@ -39,6 +40,8 @@ const SLOT_LEN: usize = HEADER_LEN + EAGER_MAX;
 
 /// A reliable-datagram endpoint (`fid_ep` of type `FI_EP_RDM`).
 pub struct Endpoint {
+    /// Stopped and joined first, before the state's descriptors close.
+    _auto: auto::Auto,
     st: Arc<Mutex<State>>,
     addr: SocketAddr,
 }
@@ -120,6 +123,8 @@ struct State {
     ctx: Context,
     pd: ProtectionDomain,
     vcq: softrdma::CompletionQueue,
+    /// `vcq`'s completion channel, which wakes the progress thread.
+    vchan: softrdma::CompletionChannel,
     chan: EventChannel,
     _listener: CmId,
     me: SocketAddr,
@@ -158,7 +163,9 @@ impl Endpoint {
     ) -> Result<Self> {
         let ctx = Context::open_addr("fabric", addr.ip(), softrdma::Mtu::M4096)?;
         let pd = ctx.alloc_pd();
-        let vcq = ctx.create_cq(4096, None)?;
+        let vchan = ctx.create_comp_channel()?;
+        let vcq = ctx.create_cq(4096, Some(&vchan))?;
+        vcq.req_notify(false)?;
         let chan = EventChannel::new()?;
         let listener = CmId::new(&chan, &ctx, PortSpace::Tcp)?;
         listener.bind_addr(addr)?;
@@ -168,6 +175,7 @@ impl Endpoint {
             ctx,
             pd,
             vcq,
+            vchan,
             chan,
             _listener: listener,
             me,
@@ -185,7 +193,19 @@ impl Endpoint {
         }));
         let weak: std::sync::Weak<Mutex<State>> = Arc::downgrade(&st);
         cq.bind(weak);
-        Ok(Self { st, addr: me })
+        let (cm_fd, cq_fd) = {
+            let s = st.lock().unwrap_or_else(|e| e.into_inner());
+            (s.chan.fd(), s.vchan.fd())
+        };
+        let auto = auto::Auto::start(&st, cm_fd, cq_fd).map_err(|e| FabricError::Invalid {
+            what: "fi_endpoint",
+            why: format!("no progress thread: {e}"),
+        })?;
+        Ok(Self {
+            _auto: auto,
+            st,
+            addr: me,
+        })
     }
 
     /// The endpoint's address, for its peers' address vectors (`fi_getname`).
@@ -268,6 +288,14 @@ impl Progress for Mutex<State> {
 }
 
 impl State {
+    /// Takes the device CQ's event and asks for the next, before its completions are
+    /// polled (a completion after this wakes the thread again).
+    fn rearm(&mut self) {
+        if let Ok(Some(_)) = self.vchan.get_cq_event(Some(std::time::Duration::ZERO)) {
+            let _ = self.vcq.req_notify(false);
+        }
+    }
+
     fn wr_id(&mut self) -> u64 {
         let w = self.next_wr;
         self.next_wr += 1;
