@@ -16,12 +16,20 @@ use std::time::{Duration, Instant};
 pub mod flags {
     /// A message (`fi_send`/`fi_recv`).
     pub const MSG: u64 = 1 << 1;
+    /// RMA (`fi_read`, `fi_write`).
+    pub const RMA: u64 = 1 << 2;
     /// A tagged message.
     pub const TAGGED: u64 = 1 << 3;
+    /// An RMA READ.
+    pub const READ: u64 = 1 << 8;
+    /// An RMA WRITE.
+    pub const WRITE: u64 = 1 << 9;
     /// A receive.
     pub const RECV: u64 = 1 << 10;
     /// A send.
     pub const SEND: u64 = 1 << 11;
+    /// A peer's WRITE into this endpoint's memory.
+    pub const REMOTE_WRITE: u64 = 1 << 13;
     /// The entry carries the sender's remote CQ data.
     pub const REMOTE_CQ_DATA: u64 = 1 << 17;
 }
@@ -34,6 +42,9 @@ pub mod errno {
     pub const ECANCELED: i32 = 125;
     /// The peer could not be reached, or went (`FI_EIO`).
     pub const EIO: i32 = 5;
+    /// The peer refused the access: a wrong key, or an address outside its region
+    /// (`FI_EACCES`).
+    pub const EACCES: i32 = 13;
 }
 
 /// One completed operation (`struct fi_cq_tagged_entry`), or an error entry

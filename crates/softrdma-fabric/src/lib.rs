@@ -39,4 +39,4 @@ pub use addr::AddressVector;
 pub use cq::{Completion, CompletionQueue, errno, flags};
 pub use error::{FabricError, Result};
 pub use matching::{FI_ADDR_UNSPEC, FiAddr};
-pub use rdm::{EAGER_MAX, Endpoint, SendOpts};
+pub use rdm::{Access, EAGER_MAX, Endpoint, Region, SendOpts};

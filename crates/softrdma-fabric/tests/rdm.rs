@@ -199,3 +199,43 @@ fn progress_is_automatic_a_sender_waiting_on_its_own_cq_alone_completes() {
     assert_eq!((got[0].context, got[0].len), (1, 1 << 20));
     assert!(got[0].buf == pattern(9, 1 << 20));
 }
+
+/// RMA: a WRITE (with remote CQ data, which the target's CQ reports) into a peer's
+/// region, a READ of it back, and a WRITE with the wrong key, refused with EACCES.
+#[test]
+fn writes_and_reads_reach_a_peers_region_by_its_key() {
+    let (a, b, to_b, _) = pair(11, 7605);
+    let region = b.ep.register(vec![0; 8192], Access::ReadWrite).unwrap();
+    let (addr, key) = (region.addr(), region.key());
+    let data = pattern(11, 3000);
+    a.ep.write(to_b, data.clone(), addr + 100, key, Some(0xabcd), 1)
+        .unwrap();
+    let (w, remote) = both(&a, &b, 2);
+    assert_eq!((w[0].context, w[0].error, w[0].len), (1, 0, 3000), "{w:?}");
+    assert_ne!(w[0].flags & flags::WRITE, 0);
+    assert_eq!(w[0].buf, data, "the written buffer comes back");
+    assert_eq!((remote[0].data, remote[0].len), (Some(0xabcd), 3000));
+    assert_ne!(remote[0].flags & flags::REMOTE_CQ_DATA, 0);
+    assert!(region.to_vec()[100..3100] == data[..]);
+
+    a.ep.read(to_b, vec![0; 3000], addr + 100, key, 2).unwrap();
+    let r = a.cq.wait(1, Duration::from_secs(10));
+    assert_eq!((r[0].context, r[0].error), (2, 0));
+    assert_ne!(r[0].flags & flags::READ, 0);
+    assert!(r[0].buf == data, "read back what was written");
+
+    a.ep.write(to_b, vec![1; 8], addr, key ^ 0x100, None, 3)
+        .unwrap();
+    let e = a.cq.wait(1, Duration::from_secs(10));
+    assert_eq!((e[0].context, e[0].error), (3, errno::EACCES));
+    assert!(
+        a.ep.write(to_b, vec![1], addr, 1 << 40, None, 4).is_err(),
+        "a key over 32 bits"
+    );
+    // The refused WRITE broke its connection (its QP is in the error state); the next
+    // operation makes a new one and goes through.
+    a.ep.read(to_b, vec![0; 16], addr + 100, key, 5).unwrap();
+    let r = a.cq.wait(1, Duration::from_secs(10));
+    assert_eq!((r[0].context, r[0].error), (5, 0), "{r:?}");
+    assert!(r[0].buf[..] == data[..16]);
+}

@@ -35,7 +35,7 @@ impl State {
         let c = self.conns.len();
         id.set_user(c + 1);
         self.conns.push(Conn {
-            _id: id,
+            id,
             qp: None,
             peer,
             ready,
@@ -154,13 +154,24 @@ impl State {
         }
         conn.failed = true;
         conn.ready = false;
+        // Tells the peer, which drops its side; an ID that never connected says nothing.
+        let _ = conn.id.disconnect();
         let peer = conn.peer;
         let queued: Vec<Queued> = conn.queued.drain(..).collect();
         if self.by_peer.get(&peer) == Some(&c) {
             self.by_peer.remove(&peer);
         }
         for q in queued {
-            self.fail(q.wr, crate::cq::errno::EIO);
+            // A queued RMA's buffer is its bytes; it goes back with the failure.
+            let wr = match q.wr {
+                Wr::Rma { context, flags, .. } => Wr::Rma {
+                    context,
+                    flags,
+                    buf: q.bytes,
+                },
+                wr => wr,
+            };
+            self.fail(wr, crate::cq::errno::EIO);
         }
     }
 }

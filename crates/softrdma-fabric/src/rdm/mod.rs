@@ -18,6 +18,9 @@
 mod auto;
 mod conn;
 mod progress;
+mod rma;
+
+pub use rma::{Access, Region};
 
 use crate::addr::AddressVector;
 use crate::cq::{CompletionQueue, Progress};
@@ -84,6 +87,12 @@ enum Wr {
     Rts { msg_id: u64 },
     /// A FIN: nothing to complete.
     Fin,
+    /// An RMA WRITE or READ of the user's: `buf` goes back in its completion.
+    Rma {
+        context: u64,
+        flags: u64,
+        buf: Vec<u8>,
+    },
     /// A rendezvous READ into a receive's buffer.
     Read {
         recv: Recv,
@@ -94,9 +103,11 @@ enum Wr {
     },
 }
 
-/// A send waiting for its connection.
+/// A send waiting for its connection: `bytes` go out as `op` (a SEND of the protocol's,
+/// or the user's RMA).
 struct Queued {
     bytes: Vec<u8>,
+    op: softrdma::SendOp,
     wr: Wr,
 }
 
@@ -109,8 +120,8 @@ struct RndvOut {
 
 /// One RC connection to a peer endpoint.
 struct Conn {
-    /// Held: dropping it ends the connection.
-    _id: CmId,
+    /// Its CM ID (dropping it, or `lost`, ends the connection).
+    id: CmId,
     qp: Option<Arc<QueuePair>>,
     /// The peer endpoint's address (what it listens on).
     peer: SocketAddr,
@@ -323,6 +334,7 @@ impl State {
         let q = if buf.len() <= EAGER_MAX {
             Queued {
                 bytes: hdr.with_payload(&buf),
+                op: softrdma::SendOp::Send,
                 wr: Wr::Send {
                     context,
                     flags: flags::SEND | kind,
@@ -352,9 +364,15 @@ impl State {
             );
             Queued {
                 bytes: hdr.emit().to_vec(),
+                op: softrdma::SendOp::Send,
                 wr: Wr::Rts { msg_id },
             }
         };
+        self.enqueue(peer, q)
+    }
+
+    /// Posts `q` on the connection to `peer` once it is established (now, if it is).
+    fn enqueue(&mut self, peer: SocketAddr, q: Queued) -> Result<()> {
         let c = self.conn_to(peer)?;
         if self.conns[c].ready {
             self.post(c, q);
@@ -371,13 +389,7 @@ impl State {
             self.fail(q.wr, crate::cq::errno::EIO);
             return;
         };
-        let r = qp.post_send_owned(
-            w,
-            softrdma::SendOp::Send,
-            softrdma::SendFlags::SIGNALED,
-            None,
-            q.bytes,
-        );
+        let r = qp.post_send_owned(w, q.op, softrdma::SendFlags::SIGNALED, None, q.bytes);
         match r {
             Ok(()) => {
                 self.wrs.insert(w, q.wr);

@@ -9,7 +9,7 @@ use super::{Arrived, Queued, Recv, SLOT_LEN, State, Wr};
 use crate::cq::{Completion, errno, flags};
 use crate::matching::{FiAddr, Offers};
 use crate::wire::{HEADER_LEN, Header, Op};
-use softrdma::{SendFlags, SendOp, WcStatus};
+use softrdma::{SendFlags, SendOp, WcOpcode, WcStatus};
 
 impl State {
     /// Handles every device completion that waits.
@@ -28,7 +28,19 @@ impl State {
                     .and_then(|c| self.conns[c].qp.as_ref())
                     .and_then(|qp| qp.reclaim(wc.wr_id));
                 let ok = wc.status == WcStatus::Success;
+                // An error (not a flush after one) leaves the QP in the error state: the
+                // connection is done, and the next send to its peer makes another.
+                if !ok
+                    && wc.status != WcStatus::WrFlushErr
+                    && let Some(c) = conn
+                {
+                    self.lost(c);
+                }
                 match wr {
+                    Wr::Slot { conn } if ok && wc.opcode == WcOpcode::RecvRdmaWithImm => {
+                        self.repost(conn);
+                        self.remote_write(wc.byte_len as usize, wc.imm_data);
+                    }
                     Wr::Slot { conn } if ok => {
                         self.repost(conn);
                         if let Some(mut b) = buf {
@@ -50,6 +62,15 @@ impl State {
                         let r = Recv { buf: b, ..recv };
                         let error = if ok { 0 } else { errno::EIO };
                         self.complete_recv(r, &hdr, src, hdr.len as usize, error);
+                    }
+                    Wr::Rma { context, flags, .. } => {
+                        let b = buf.unwrap_or_default();
+                        let (len, error) = match wc.status {
+                            WcStatus::Success => (b.len(), 0),
+                            WcStatus::RemAccessErr => (0, errno::EACCES),
+                            _ => (0, errno::EIO),
+                        };
+                        self.complete(context, flags, b, len, error);
                     }
                     wr if ok => self.sent(wr),
                     wr => self.fail(wr, errno::EIO),
@@ -163,6 +184,7 @@ impl State {
         };
         let q = Queued {
             bytes: hdr.emit().to_vec(),
+            op: SendOp::Send,
             wr: Wr::Fin,
         };
         if self.conns[c].ready {
@@ -221,6 +243,11 @@ impl State {
                 flags,
                 buf,
                 inject: false,
+            }
+            | Wr::Rma {
+                context,
+                flags,
+                buf,
             } => self.complete(context, flags, buf, 0, error),
             Wr::Rts { msg_id } => {
                 if let Some(o) = self.rndv_out.remove(&msg_id) {
