@@ -151,6 +151,8 @@ struct State {
     next_msg: u64,
     /// Headers a peer sent that this endpoint could not parse (dropped).
     bad_headers: u64,
+    /// When the program last read a CQ this endpoint is bound to (see `auto`).
+    app_read: std::time::Instant,
 }
 
 /// Options of a send.
@@ -201,6 +203,7 @@ impl Endpoint {
             rndv_out: HashMap::new(),
             next_msg: 1,
             bad_headers: 0,
+            app_read: std::time::Instant::now(),
         }));
         let weak: std::sync::Weak<Mutex<State>> = Arc::downgrade(&st);
         cq.bind(weak);
@@ -291,20 +294,26 @@ impl Endpoint {
 }
 
 impl Progress for Mutex<State> {
+    /// The program's own progress (its CQ read): noted, so that the progress thread
+    /// stays out of its way while it polls.
     fn progress(&self) {
         let mut st = self.lock().unwrap_or_else(|e| e.into_inner());
+        st.app_read = std::time::Instant::now();
         st.cm_events();
         st.device_completions();
     }
 }
 
 impl State {
-    /// Takes the device CQ's event and asks for the next, before its completions are
-    /// polled (a completion after this wakes the thread again).
-    fn rearm(&mut self) {
-        if let Ok(Some(_)) = self.vchan.get_cq_event(Some(std::time::Duration::ZERO)) {
-            let _ = self.vcq.req_notify(false);
-        }
+    /// Takes the device CQ's event, if one came.
+    fn take_cq_event(&mut self) {
+        let _ = self.vchan.get_cq_event(Some(std::time::Duration::ZERO));
+    }
+
+    /// Asks for the device CQ's next event, before its completions are polled (a
+    /// completion after this wakes the progress thread again).
+    fn arm(&mut self) {
+        let _ = self.vcq.req_notify(false);
     }
 
     fn wr_id(&mut self) -> u64 {
