@@ -239,3 +239,27 @@ fn writes_and_reads_reach_a_peers_region_by_its_key() {
     assert_eq!((r[0].context, r[0].error), (5, 0), "{r:?}");
     assert!(r[0].buf[..] == data[..16]);
 }
+
+/// A peer that goes while holding an unexpected rendezvous request: the send it would
+/// have read fails with EIO (its buffer back) instead of waiting for a FIN for ever.
+#[test]
+fn a_rendezvous_send_to_a_peer_that_goes_fails_with_its_buffer_back() {
+    let (a, b, to_b, _) = pair(13, 7606);
+    a.ep.send(to_b, pattern(13, 100_000), 1, SendOpts::default())
+        .unwrap();
+    // b takes the request (unexpected: no receive is posted), then goes.
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while b.ep.pending() != (0, 1) {
+        assert!(a.cq.read(1).is_empty() && b.cq.read(1).is_empty());
+        assert!(std::time::Instant::now() < end, "the request never came");
+        std::thread::yield_now();
+    }
+    drop(b);
+    let c = a.cq.wait(1, Duration::from_secs(30));
+    assert_eq!(c.len(), 1, "the send never completed");
+    assert_eq!((c[0].context, c[0].error), (1, errno::EIO));
+    assert!(
+        c[0].buf == pattern(13, 100_000),
+        "the buffer comes back whole"
+    );
+}

@@ -173,5 +173,15 @@ impl State {
             };
             self.fail(wr, crate::cq::errno::EIO);
         }
+        // Rendezvous sends whose RTS went on it get no FIN now.
+        let orphans: Vec<u64> = self
+            .rndv_out
+            .iter()
+            .filter(|(_, o)| o.conn == c)
+            .map(|(&m, _)| m)
+            .collect();
+        for msg_id in orphans {
+            self.fail(Wr::Rts { msg_id }, crate::cq::errno::EIO);
+        }
     }
 }

@@ -116,6 +116,8 @@ struct RndvOut {
     context: u64,
     flags: u64,
     mr: MemoryRegion,
+    /// The connection its RTS went on: if that connection is lost, so is the FIN.
+    conn: usize,
 }
 
 /// One RC connection to a peer endpoint.
@@ -287,6 +289,12 @@ impl Endpoint {
         }
     }
 
+    /// How many receives are posted and not yet matched, and how many messages came
+    /// before a receive that takes them and wait.
+    pub fn pending(&self) -> (usize, usize) {
+        self.st().matcher.lens()
+    }
+
     /// How many peer headers this endpoint dropped as malformed.
     pub fn bad_headers(&self) -> u64 {
         self.st().bad_headers
@@ -325,6 +333,8 @@ impl State {
     fn send(&mut self, dest: FiAddr, buf: Vec<u8>, context: u64, opts: SendOpts) -> Result<()> {
         use crate::cq::flags;
         let peer = self.av.lookup(dest)?;
+        // Before the buffer is taken: a send that cannot start gives it back unused.
+        let c = self.conn_to(peer)?;
         let kind = if opts.tag.is_some() {
             flags::TAGGED
         } else {
@@ -369,6 +379,7 @@ impl State {
                     context,
                     flags: flags::SEND | kind,
                     mr,
+                    conn: c,
                 },
             );
             Queued {
@@ -377,18 +388,17 @@ impl State {
                 wr: Wr::Rts { msg_id },
             }
         };
-        self.enqueue(peer, q)
+        self.enqueue(c, q);
+        Ok(())
     }
 
-    /// Posts `q` on the connection to `peer` once it is established (now, if it is).
-    fn enqueue(&mut self, peer: SocketAddr, q: Queued) -> Result<()> {
-        let c = self.conn_to(peer)?;
+    /// Posts `q` on connection `c` once it is established (now, if it is).
+    fn enqueue(&mut self, c: usize, q: Queued) {
         if self.conns[c].ready {
             self.post(c, q);
         } else {
             self.conns[c].queued.push_back(q);
         }
-        Ok(())
     }
 
     /// Posts `q` on connection `c`'s QP; a post that fails completes in error.

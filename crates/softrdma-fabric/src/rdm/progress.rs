@@ -187,11 +187,7 @@ impl State {
             op: SendOp::Send,
             wr: Wr::Fin,
         };
-        if self.conns[c].ready {
-            self.post(c, q);
-        } else {
-            self.conns[c].queued.push_back(q);
-        }
+        self.enqueue(c, q);
     }
 
     /// A receive's completion: `len` is the message's whole length; what did not fit is

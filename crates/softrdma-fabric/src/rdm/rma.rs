@@ -127,6 +127,7 @@ impl State {
         context: u64,
     ) -> Result<()> {
         let peer = self.av.lookup(dest)?;
+        let c = self.conn_to(peer)?;
         let q = Queued {
             bytes: buf,
             op,
@@ -136,7 +137,8 @@ impl State {
                 buf: Vec::new(),
             },
         };
-        self.enqueue(peer, q)
+        self.enqueue(c, q);
+        Ok(())
     }
 
     /// A peer's WRITE with remote CQ data landed (`len` bytes): its completion.
