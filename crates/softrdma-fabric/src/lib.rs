@@ -1,11 +1,11 @@
 //! softrdma's fabric layer: libfabric's model (address vectors, completion queues,
 //! endpoints that need no connection managed by hand) in Rust, over softrdma's verbs.
 //!
-//! This first part is the reliable-datagram endpoint ([`Endpoint`], `FI_EP_RDM`) with
-//! messages and tagged messages, eager and by rendezvous; the rest of issue 40 (domains
-//! and fabrics as objects, MSG and DGRAM endpoints, RMA, atomics, counters, multi-receive,
-//! automatic progress, and the C provider `libsoftrdma-fi.so`) builds on it. See
-//! `docs/fabric-provider.md` for what libfabric asks of a provider.
+//! This first part is the reliable-datagram endpoint ([`Endpoint`], `FI_EP_RDM`): messages
+//! and tagged messages, eager and by rendezvous, RMA, and automatic progress. The rest of
+//! issue 40 (domains and fabrics as objects, MSG and DGRAM endpoints, atomics, counters,
+//! multi-receive, a pollable CQ, and the C provider `libsoftrdma-fi.so`) builds on it.
+//! See `docs/fabric-provider.md` for what libfabric asks of a provider.
 //!
 //! ```no_run
 //! use softrdma_fabric::{AddressVector, CompletionQueue, Endpoint, SendOpts, FI_ADDR_UNSPEC};

@@ -17,6 +17,8 @@ use std::time::Duration;
 
 /// The READs in flight each side allows: enough for a window of rendezvous messages.
 const RD_ATOMIC: u8 = 16;
+/// Send WRs each connection's QP takes at once.
+const MAX_SEND_WR: u32 = 1024;
 
 impl State {
     /// The connection to `peer`'s endpoint: the one in use, else a new one, asked for now.
@@ -60,9 +62,15 @@ impl State {
 
     /// Makes connection `c`'s QP on `id` and posts its receive slots.
     fn make_qp(&mut self, c: usize, id: &CmId) -> Result<()> {
+        // The shared CQ grows with the connections: room for every slot and every send
+        // WR each may have posted, so that it cannot overflow.
+        let want = self.conns.len() * (SLOTS + MAX_SEND_WR as usize);
+        if self.vcq.capacity() < want {
+            self.vcq.resize(want)?;
+        }
         let init = QpInitAttr {
             cap: QpCaps {
-                max_send_wr: 1024,
+                max_send_wr: MAX_SEND_WR,
                 max_recv_wr: SLOTS as u32,
                 ..QpCaps::default()
             },

@@ -8,12 +8,13 @@
 //!
 //! Owns its device (a softrdma context on its address), the connections, the posted
 //! receives and the messages that came unexpected. `conn` handles the connection events,
-//! `progress` the device's completions.
+//! `progress` the device's completions, `rma` the RMA verbs and `auto` the progress
+//! thread.
 //!
-//! Threads and locks: the endpoint's state is behind one mutex, taken by each call and by
-//! the progress that a bound CQ's read drives; under it, the CQ's entry lock and
-//! softrdma's own locks (a post, a poll, a CM verb). Every call returns without waiting
-//! for the network.
+//! Threads and locks: the endpoint's state is behind one mutex, taken by each call, by
+//! the progress that a bound CQ's read drives, and by the progress thread; under it, the
+//! CQ's entry lock and softrdma's own locks (a post, a poll, a CM verb). Every call
+//! returns without waiting for the network.
 
 mod auto;
 mod conn;
