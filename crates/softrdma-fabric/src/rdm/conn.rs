@@ -39,6 +39,7 @@ impl State {
         self.conns.push(Conn {
             id,
             qp: None,
+            slots: Vec::new(),
             peer,
             ready,
             failed: false,
@@ -72,18 +73,36 @@ impl State {
             cap: QpCaps {
                 max_send_wr: MAX_SEND_WR,
                 max_recv_wr: SLOTS as u32,
+                max_inline_data: super::INLINE_MAX as u32,
                 ..QpCaps::default()
             },
             ..QpInitAttr::new(QpType::Rc, &self.vcq)
         };
         let qp = id.create_qp(&self.pd, init)?;
         self.by_qpn.insert(qp.qp_num().value(), c);
-        self.conns[c].qp = Some(qp.clone());
-        for _ in 0..SLOTS {
-            let w = self.wr_id();
-            qp.post_recv_owned(w, vec![0; SLOT_LEN])?;
-            self.wrs.insert(w, Wr::Slot { conn: c });
+        self.conns[c].qp = Some(qp);
+        for slot in 0..SLOTS {
+            let mr = self
+                .pd
+                .register_zeroed(SLOT_LEN, softrdma::AccessFlags::LOCAL_WRITE)?;
+            self.conns[c].slots.push(mr);
+            self.post_slot(c, slot)?;
         }
+        Ok(())
+    }
+
+    /// Posts receive slot `slot` of connection `c`.
+    pub(super) fn post_slot(&mut self, c: usize, slot: usize) -> Result<()> {
+        let w = self.wr_id();
+        let conn = &self.conns[c];
+        let (Some(qp), Some(mr)) = (&conn.qp, conn.slots.get(slot)) else {
+            return Ok(());
+        };
+        qp.post_recv(softrdma::RecvWr {
+            wr_id: w,
+            sg_list: softrdma_proto::sg![mr.sge(0, SLOT_LEN as u32)],
+        })?;
+        self.wrs.insert(w, Wr::Slot { conn: c, slot });
         Ok(())
     }
 
@@ -164,6 +183,9 @@ impl State {
         conn.ready = false;
         // Tells the peer, which drops its side; an ID that never connected says nothing.
         let _ = conn.id.disconnect();
+        // Its QP is in the error state and places nothing more: the slots' memory goes
+        // (their WRs still flush; a flushed slot is passed over).
+        conn.slots.clear();
         let peer = conn.peer;
         let queued: Vec<Queued> = conn.queued.drain(..).collect();
         if self.by_peer.get(&peer) == Some(&c) {

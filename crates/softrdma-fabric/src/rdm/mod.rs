@@ -41,6 +41,9 @@ pub const EAGER_MAX: usize = 8192;
 const SLOTS: usize = 64;
 /// A slot's size: a header and the largest eager payload.
 const SLOT_LEN: usize = HEADER_LEN + EAGER_MAX;
+/// SENDs up to this size (header included) go inline: copied at the post, with no
+/// registration (an RTS, a FIN, a small message).
+const INLINE_MAX: usize = 256;
 
 /// A reliable-datagram endpoint (`fid_ep` of type `FI_EP_RDM`).
 pub struct Endpoint {
@@ -75,8 +78,8 @@ enum Arrived {
 
 /// What a posted device WR is, by its ID.
 enum Wr {
-    /// A receive slot of connection `conn`.
-    Slot { conn: usize },
+    /// Receive slot `slot` of connection `conn`.
+    Slot { conn: usize, slot: usize },
     /// An eager send of the user's: `buf` goes back in its completion.
     Send {
         context: u64,
@@ -126,6 +129,8 @@ struct Conn {
     /// Its CM ID (dropping it, or `lost`, ends the connection).
     id: CmId,
     qp: Option<Arc<QueuePair>>,
+    /// Its receive slots, registered once and posted again as each is emptied.
+    slots: Vec<MemoryRegion>,
     /// The peer endpoint's address (what it listens on).
     peer: SocketAddr,
     ready: bool,
@@ -409,7 +414,17 @@ impl State {
             self.fail(q.wr, crate::cq::errno::EIO);
             return;
         };
-        let r = qp.post_send_owned(w, q.op, softrdma::SendFlags::SIGNALED, None, q.bytes);
+        let r = if matches!(q.op, softrdma::SendOp::Send) && q.bytes.len() <= INLINE_MAX {
+            qp.post_send(softrdma::SendWr {
+                wr_id: w,
+                op: q.op,
+                payload: softrdma::Payload::Inline(q.bytes),
+                flags: softrdma::SendFlags::SIGNALED | softrdma::SendFlags::INLINE,
+                ud: None,
+            })
+        } else {
+            qp.post_send_owned(w, q.op, softrdma::SendFlags::SIGNALED, None, q.bytes)
+        };
         match r {
             Ok(()) => {
                 self.wrs.insert(w, q.wr);

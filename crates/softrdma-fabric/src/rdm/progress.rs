@@ -37,14 +37,17 @@ impl State {
                     self.lost(c);
                 }
                 match wr {
-                    Wr::Slot { conn } if ok && wc.opcode == WcOpcode::RecvRdmaWithImm => {
-                        self.repost(conn);
+                    Wr::Slot { conn, slot } if ok && wc.opcode == WcOpcode::RecvRdmaWithImm => {
+                        let _ = self.post_slot(conn, slot);
                         self.remote_write(wc.byte_len as usize, wc.imm_data);
                     }
-                    Wr::Slot { conn } if ok => {
-                        self.repost(conn);
-                        if let Some(mut b) = buf {
-                            b.truncate(wc.byte_len as usize);
+                    Wr::Slot { conn, slot } if ok => {
+                        // Out of the slot (a message may wait unexpected), which goes back
+                        // at once.
+                        let mut b = vec![0; (wc.byte_len as usize).min(SLOT_LEN)];
+                        let read = self.conns[conn].slots[slot].read(0, &mut b);
+                        let _ = self.post_slot(conn, slot);
+                        if read.is_ok() {
                             self.arrived(conn, b);
                         }
                     }
@@ -76,17 +79,6 @@ impl State {
                     wr => self.fail(wr, errno::EIO),
                 }
             }
-        }
-    }
-
-    /// Posts a fresh slot on connection `c` in place of the one that completed.
-    fn repost(&mut self, c: usize) {
-        let Some(qp) = self.conns[c].qp.clone() else {
-            return;
-        };
-        let w = self.wr_id();
-        if qp.post_recv_owned(w, vec![0; SLOT_LEN]).is_ok() {
-            self.wrs.insert(w, Wr::Slot { conn: c });
         }
     }
 
