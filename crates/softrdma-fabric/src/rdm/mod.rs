@@ -307,6 +307,17 @@ impl Endpoint {
     }
 }
 
+impl Drop for Endpoint {
+    /// Closes every connection (`fi_close`), so that each peer hears of it now, by a DREQ,
+    /// instead of waiting on a connection nobody answers (a rendezvous send for its FIN).
+    fn drop(&mut self) {
+        let mut st = self.st();
+        for c in 0..st.conns.len() {
+            st.lost(c);
+        }
+    }
+}
+
 impl Progress for Mutex<State> {
     /// The program's own progress (its CQ read): noted, so that the progress thread
     /// stays out of its way while it polls.

@@ -44,10 +44,15 @@ impl State {
                     Wr::Slot { conn, slot } if ok => {
                         // Out of the slot (a message may wait unexpected), which goes back
                         // at once.
+                        // (A connection lost since has no slots: what it received last
+                        // is dropped with it.)
                         let mut b = vec![0; (wc.byte_len as usize).min(SLOT_LEN)];
-                        let read = self.conns[conn].slots[slot].read(0, &mut b);
+                        let read = self.conns[conn]
+                            .slots
+                            .get(slot)
+                            .map(|mr| mr.read(0, &mut b));
                         let _ = self.post_slot(conn, slot);
-                        if read.is_ok() {
+                        if let Some(Ok(())) = read {
                             self.arrived(conn, b);
                         }
                     }
