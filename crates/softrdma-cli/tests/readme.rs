@@ -101,6 +101,10 @@ const COMMANDS: &[(&str, How)] = &[
         Elsewhere(".ci/run (after the interop tests' release build)"),
     ),
     (
+        "cargo run --release -p softrdma-fabric --example six_steps",
+        Elsewhere(".ci/run (after the interop tests' release build)"),
+    ),
+    (
         "source <(softrdma completions bash)",
         Run("-F _softrdma softrdma"),
     ),
