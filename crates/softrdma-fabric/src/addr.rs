@@ -3,18 +3,27 @@
 //! (`FI_AV_TABLE`). Also the form an endpoint's own address takes in a connection
 //! request's private data, so that the passive side can say who a message came from.
 //!
-//! Threads and locks: one mutex around the table, held for a lookup or an insert only.
+//! Threads and locks: `FabricAv` (softrdma's ranked lock) around the table, held for a
+//! lookup or an insert only, under an endpoint's `FabricEp` or alone.
 
 use crate::error::{FabricError, Result};
 use crate::matching::{FI_ADDR_UNSPEC, FiAddr};
+use softrdma::sync::{Guard, Lock, Rank};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Mutex;
 
 /// The peers an endpoint sends to (`fid_av`, `FI_AV_TABLE`).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AddressVector {
-    table: Mutex<Table>,
+    table: Lock<Table>,
+}
+
+impl Default for AddressVector {
+    fn default() -> Self {
+        Self {
+            table: Lock::new(Rank::FabricAv, Table::default()),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -29,8 +38,8 @@ impl AddressVector {
         Self::default()
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    fn table(&self) -> Guard<'_, Table> {
+        self.table.lock()
     }
 
     /// Inserts `addr` (`fi_av_insert`): its index, the one it had if it is in already.

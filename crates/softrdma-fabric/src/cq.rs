@@ -3,13 +3,15 @@
 //! endpoints bound to it (manual progress, as libfabric's `FI_PROGRESS_MANUAL`): their
 //! connection events and their device completions are handled in [`CompletionQueue::read`].
 //!
-//! Threads and locks: one mutex around the entries, and one around the list of bound
-//! endpoints; an endpoint's progress takes its own lock, then the entries', never the
-//! other way round.
+//! Threads and locks: `FabricCqEntries` around the entries and `FabricCqBound` around the
+//! list of bound endpoints (softrdma's ranked locks, see its crate docs); an endpoint's
+//! progress takes its own lock (`FabricEp`), then the entries', never the other way round,
+//! and the list is let go before any endpoint's progress runs.
 
 use crate::matching::FiAddr;
+use softrdma::sync::{Lock, Rank};
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 /// Completion flags: libfabric's values, so that a C face passes them through.
@@ -80,10 +82,9 @@ pub(crate) trait Progress: Send + Sync {
 }
 
 /// A completion queue (`fid_cq`).
-#[derive(Default)]
 pub struct CompletionQueue {
-    entries: Mutex<VecDeque<Completion>>,
-    bound: Mutex<Vec<Weak<dyn Progress>>>,
+    entries: Lock<VecDeque<Completion>>,
+    bound: Lock<Vec<Weak<dyn Progress>>>,
 }
 
 impl std::fmt::Debug for CompletionQueue {
@@ -95,37 +96,28 @@ impl std::fmt::Debug for CompletionQueue {
 impl CompletionQueue {
     /// An empty queue.
     pub fn new() -> Arc<Self> {
-        Arc::default()
+        Arc::new(Self {
+            entries: Lock::new(Rank::FabricCqEntries, VecDeque::new()),
+            bound: Lock::new(Rank::FabricCqBound, Vec::new()),
+        })
     }
 
     pub(crate) fn bind(&self, ep: Weak<dyn Progress>) {
-        self.bound
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(ep);
+        self.bound.lock().push(ep);
     }
 
     pub(crate) fn push(&self, c: Completion) {
-        self.entries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(c);
+        self.entries.lock().push_back(c);
     }
 
     /// Drives the bound endpoints, then takes up to `max` entries, oldest first
     /// (`fi_cq_read`; error entries come in their place, not apart as `fi_cq_readerr`'s).
     pub fn read(&self, max: usize) -> Vec<Completion> {
-        let eps: Vec<_> = self
-            .bound
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter_map(Weak::upgrade)
-            .collect();
+        let eps: Vec<_> = self.bound.lock().iter().filter_map(Weak::upgrade).collect();
         for ep in eps {
             ep.progress();
         }
-        let mut q = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self.entries.lock();
         let n = max.min(q.len());
         q.drain(..n).collect()
     }

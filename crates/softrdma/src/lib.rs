@@ -52,9 +52,10 @@
 //! locks of one rank (never two QPs' or two CQs'): debug builds check it on every
 //! acquisition, so every test run checks the order below. `try_lock` (marked *try*) is not
 //! checked, for it cannot wait. The drop-in C ABI (`softrdma-capi`) makes its locks of the
-//! same type (the module is public, hidden, for it alone), and they come first: it holds
-//! them around its calls into this crate, and this crate never calls it back. Its crate
-//! docs say which lock has which of its ranks. The ranks, outermost first:
+//! same type (the module is public, hidden, for it and the fabric layer, `softrdma-fabric`),
+//! and they come first: each holds them around its calls into this crate, and this crate
+//! never calls them back. The drop-in's crate docs say which lock has which of its ranks.
+//! The ranks, outermost first:
 //!
 //! | rank | the locks | taken |
 //! |---|---|---|
@@ -70,6 +71,9 @@
 //! | `CapiContextSrqs`, `CapiSrqAttr` | a drop-in context's SRQs, an SRQ's attributes | to name an async event's SRQ, to arm a limit |
 //! | `CapiQpBatch` | a drop-in QP's `ibv_wr_*` batch | per builder call |
 //! | `CapiPorts` | the drop-in's bound rdma_cm ports | leaf |
+//! | `FabricCqBound` | the endpoints a `softrdma-fabric` CQ drives | to list them, alone |
+//! | `FabricEp` | a fabric endpoint's state | by its calls, its CQ's reads and its progress thread, around calls into this crate |
+//! | `FabricAv`, `FabricCqEntries` | a fabric address vector's table, a fabric CQ's entries | leaves, under `FabricEp` |
 //! | `CmCores` | `cm`'s registry of agent hosts (`CORES`) | to find or start a device's CM host |
 //! | `CmAgent` | a CM host's state (`Core::st`) | by the CM thread and by ID verbs; *try* by pollers serving inline |
 //! | `CmGate` | a CM host's inline-service gate | *try* only |
@@ -167,8 +171,8 @@ pub mod datapath;
 mod device;
 mod error;
 mod eventfd;
-/// The ranked lock type, public for the drop-in C ABI (`softrdma-capi`) alone, whose locks
-/// share softrdma's order; see the module docs.
+/// The ranked lock type, public for the drop-in C ABI (`softrdma-capi`) and the fabric
+/// layer (`softrdma-fabric`) alone, whose locks share softrdma's order; see the module docs.
 #[doc(hidden)]
 pub mod sync;
 

@@ -2,11 +2,11 @@
 //! [`Rank`] that names its purpose and its place in the lock order of the crate docs
 //! (`lib.rs`, "Threads and locks"), with a [`Condvar`] to wait on a [`Lock`]'s guard.
 //!
-//! softrdma's locks and the drop-in's (`softrdma-capi`, the C ABI over this crate) share
-//! the type and one order, so that the check below sees both: the drop-in's ranks come
-//! first, for it holds its locks around its calls into softrdma, never the other way. The
-//! module is public for the drop-in alone (hidden from the docs); no other crate should
-//! build on it.
+//! softrdma's locks, the drop-in's (`softrdma-capi`, the C ABI over this crate) and the
+//! fabric layer's (`softrdma-fabric`) share the type and one order, so that the check below
+//! sees them all: the other crates' ranks come first, for they hold their locks around their
+//! calls into softrdma, never the other way. The module is public for those two alone
+//! (hidden from the docs); no other crate should build on it.
 //!
 //! # Contract
 //! - **Poisoning is handled here, once.** A thread that panicked under a lock left the
@@ -81,6 +81,11 @@ ranks! {
     CapiSrqAttr = 30, "a drop-in SRQ's attributes";
     CapiQpBatch = 32, "a drop-in QP's `ibv_wr_*` batch being built";
     CapiPorts = 34, "the ports the drop-in's rdma_cm IDs are bound to";
+    // The fabric layer's (softrdma-fabric): it too holds them around its calls into softrdma.
+    FabricCqBound = 35, "the endpoints bound to a fabric completion queue";
+    FabricEp = 36, "a fabric endpoint's state: connections, receives, WRs in flight";
+    FabricAv = 37, "a fabric address vector's table";
+    FabricCqEntries = 38, "a fabric completion queue's entries";
     // softrdma's own.
     CmCores = 42, "the registry of per-device CM agent hosts (`cm`'s `CORES`)";
     CmAgent = 44, "a CM agent host's state: its agent, listeners and IDs by communication ID";

@@ -15,9 +15,10 @@
 //! stop; the endpoint joins it before its descriptors close.
 
 use super::State;
+use softrdma::sync::Lock;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -36,7 +37,7 @@ impl Auto {
     /// Starts the thread for `st`, whose connection events are readable on `cm_fd` and
     /// whose device completions on `cq_fd`.
     pub(super) fn start(
-        st: &Arc<Mutex<State>>,
+        st: &Arc<Lock<State>>,
         cm_fd: RawFd,
         cq_fd: RawFd,
     ) -> std::io::Result<Self> {
@@ -61,18 +62,14 @@ impl Drop for Auto {
     }
 }
 
-fn lock(st: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
-    st.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn run(st: &Weak<Mutex<State>>, stop: &AtomicBool, cm_fd: RawFd, cq_fd: RawFd) {
+fn run(st: &Weak<Lock<State>>, stop: &AtomicBool, cm_fd: RawFd, cq_fd: RawFd) {
     // The CQ's events are on at the start (the endpoint asked for the first).
     let mut armed = true;
     while !stop.load(Ordering::Relaxed) {
         let Some(s) = st.upgrade() else {
             return;
         };
-        let busy = lock(&s).app_read.elapsed() < BUSY;
+        let busy = s.lock().app_read.elapsed() < BUSY;
         drop(s);
         // poll(2) passes over a negative descriptor: the CQ is left out while it is off.
         let mut p = [cm_fd, if armed { cq_fd } else { -1 }].map(|fd| libc::pollfd {
@@ -90,7 +87,7 @@ fn run(st: &Weak<Mutex<State>>, stop: &AtomicBool, cm_fd: RawFd, cq_fd: RawFd) {
         let Some(s) = st.upgrade() else {
             return;
         };
-        let mut g = lock(&s);
+        let mut g = s.lock();
         if p[1].revents != 0 {
             g.take_cq_event();
             armed = false;

@@ -11,9 +11,10 @@
 //! `progress` the device's completions, `rma` the RMA verbs and `auto` the progress
 //! thread.
 //!
-//! Threads and locks: the endpoint's state is behind one mutex, taken by each call, by
-//! the progress that a bound CQ's read drives, and by the progress thread; under it, the
-//! CQ's entry lock and softrdma's own locks (a post, a poll, a CM verb). Every call
+//! Threads and locks: the endpoint's state is behind one lock (`FabricEp`, softrdma's
+//! ranked type), taken by each call, by the progress that a bound CQ's read drives, and by
+//! the progress thread; under it, the address vector's and the CQ's entries' locks and
+//! softrdma's own (a post, a poll, a CM verb), all of higher rank. Every call
 //! returns without waiting for the network.
 
 mod auto;
@@ -29,10 +30,11 @@ use crate::error::{FabricError, Result};
 use crate::matching::{Accepts, FI_ADDR_UNSPEC, FiAddr, Matcher};
 use crate::wire::{HEADER_LEN, Header, Op};
 use softrdma::cm::{CmId, EventChannel, PortSpace};
+use softrdma::sync::{Guard, Lock, Rank};
 use softrdma::{AccessFlags, Context, MemoryRegion, ProtectionDomain, QueuePair};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// The largest message sent eagerly (in the SEND that carries its header); larger ones go
 /// by rendezvous.
@@ -49,7 +51,7 @@ const INLINE_MAX: usize = 256;
 pub struct Endpoint {
     /// Stopped and joined first, before the state's descriptors close.
     _auto: auto::Auto,
-    st: Arc<Mutex<State>>,
+    st: Arc<Lock<State>>,
     addr: SocketAddr,
 }
 
@@ -192,33 +194,34 @@ impl Endpoint {
         listener.bind_addr(addr)?;
         listener.listen(128)?;
         let me = listener.local_addr().unwrap_or(addr);
-        let st = Arc::new(Mutex::new(State {
-            ctx,
-            pd,
-            vcq,
-            vchan,
-            chan,
-            _listener: listener,
-            me,
-            av,
-            cq: cq.clone(),
-            conns: Vec::new(),
-            by_peer: HashMap::new(),
-            by_qpn: HashMap::new(),
-            matcher: Matcher::default(),
-            wrs: HashMap::new(),
-            next_wr: 1,
-            rndv_out: HashMap::new(),
-            next_msg: 1,
-            bad_headers: 0,
-            app_read: std::time::Instant::now(),
-        }));
-        let weak: std::sync::Weak<Mutex<State>> = Arc::downgrade(&st);
+        // What the progress thread sleeps on; both stay open as long as the state does.
+        let (cm_fd, cq_fd) = (chan.fd(), vchan.fd());
+        let st = Arc::new(Lock::new(
+            Rank::FabricEp,
+            State {
+                ctx,
+                pd,
+                vcq,
+                vchan,
+                chan,
+                _listener: listener,
+                me,
+                av,
+                cq: cq.clone(),
+                conns: Vec::new(),
+                by_peer: HashMap::new(),
+                by_qpn: HashMap::new(),
+                matcher: Matcher::default(),
+                wrs: HashMap::new(),
+                next_wr: 1,
+                rndv_out: HashMap::new(),
+                next_msg: 1,
+                bad_headers: 0,
+                app_read: std::time::Instant::now(),
+            },
+        ));
+        let weak: std::sync::Weak<Lock<State>> = Arc::downgrade(&st);
         cq.bind(weak);
-        let (cm_fd, cq_fd) = {
-            let s = st.lock().unwrap_or_else(|e| e.into_inner());
-            (s.chan.fd(), s.vchan.fd())
-        };
         let auto = auto::Auto::start(&st, cm_fd, cq_fd).map_err(|e| FabricError::Invalid {
             what: "fi_endpoint",
             why: format!("no progress thread: {e}"),
@@ -235,8 +238,8 @@ impl Endpoint {
         self.addr
     }
 
-    fn st(&self) -> std::sync::MutexGuard<'_, State> {
-        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    fn st(&self) -> Guard<'_, State> {
+        self.st.lock()
     }
 
     /// Sends `buf` to `dest` (`fi_send`, `fi_tsend`, `fi_senddata`, `fi_inject` by
@@ -318,11 +321,11 @@ impl Drop for Endpoint {
     }
 }
 
-impl Progress for Mutex<State> {
+impl Progress for Lock<State> {
     /// The program's own progress (its CQ read): noted, so that the progress thread
     /// stays out of its way while it polls.
     fn progress(&self) {
-        let mut st = self.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.lock();
         st.app_read = std::time::Instant::now();
         st.cm_events();
         st.device_completions();
