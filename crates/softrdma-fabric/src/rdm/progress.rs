@@ -24,7 +24,10 @@ impl State {
                     continue;
                 };
                 let conn = self.by_qpn.get(&wc.qp_num.value()).copied();
+                // What was posted with an owned buffer comes back (and leaves the QP's
+                // table); a slot is registered for good, so has nothing to reclaim.
                 let buf = conn
+                    .filter(|_| !matches!(wr, Wr::Slot { .. }))
                     .and_then(|c| self.conns[c].qp.as_ref())
                     .and_then(|qp| qp.reclaim(wc.wr_id));
                 let ok = wc.status == WcStatus::Success;
