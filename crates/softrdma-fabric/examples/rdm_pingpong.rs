@@ -41,7 +41,7 @@ pub fn main() -> Result<()> {
             let mut buf = loop {
                 let c = one(&cq_b);
                 if c.flags & flags::RECV != 0 {
-                    break c.buf;
+                    break c.buf.into_vec();
                 }
             };
             buf.truncate(8);

@@ -8,7 +8,8 @@
 //! progress takes its own lock (`FabricEp`), then the entries', never the other way round,
 //! and the list is let go before any endpoint's progress runs.
 
-use crate::matching::FiAddr;
+use crate::buf::Buf;
+use crate::matching::{FI_ADDR_UNSPEC, FiAddr};
 use softrdma::sync::{Lock, Rank};
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
@@ -61,7 +62,7 @@ pub struct Completion {
     pub len: usize,
     /// The buffer the operation was given, back to its owner: a receive's holds the
     /// message in its first `len` bytes.
-    pub buf: Vec<u8>,
+    pub buf: Buf,
     /// The sender's remote CQ data, on a receive that carried some.
     pub data: Option<u64>,
     /// A tagged receive's tag, as the sender sent it.
@@ -73,6 +74,23 @@ pub struct Completion {
     pub error: i32,
     /// For `ETRUNC`, the message's whole length.
     pub olen: usize,
+}
+
+impl Completion {
+    /// An entry with no data, tag or source (a send's, an RMA's, a cancel's).
+    pub(crate) fn of(context: u64, flags: u64, buf: Buf, len: usize, error: i32) -> Self {
+        Self {
+            context,
+            flags,
+            len,
+            buf,
+            data: None,
+            tag: 0,
+            src: FI_ADDR_UNSPEC,
+            error,
+            olen: 0,
+        }
+    }
 }
 
 /// An endpoint that reading a CQ drives.
@@ -113,13 +131,54 @@ impl CompletionQueue {
     /// Drives the bound endpoints, then takes up to `max` entries, oldest first
     /// (`fi_cq_read`; error entries come in their place, not apart as `fi_cq_readerr`'s).
     pub fn read(&self, max: usize) -> Vec<Completion> {
+        self.drive();
+        let mut q = self.entries.lock();
+        let n = max.min(q.len());
+        q.drain(..n).collect()
+    }
+
+    /// Drives the bound endpoints, then takes up to `max` entries that are not errors,
+    /// oldest first, stopping at the first error entry (`fi_cq_read`); whether an error
+    /// entry is next comes with them (`-FI_EAVAIL`, for [`CompletionQueue::read_error`]).
+    pub fn read_ok(&self, max: usize) -> (Vec<Completion>, bool) {
+        self.drive();
+        let mut q = self.entries.lock();
+        let n = q.iter().take(max).take_while(|c| c.error == 0).count();
+        let got: Vec<_> = q.drain(..n).collect();
+        let error_next = q.front().is_some_and(|c| c.error != 0);
+        (got, error_next)
+    }
+
+    /// Takes the error entry at the head, if one is there (`fi_cq_readerr`).
+    pub fn read_error(&self) -> Option<Completion> {
+        let mut q = self.entries.lock();
+        if q.front().is_some_and(|c| c.error != 0) {
+            q.pop_front()
+        } else {
+            None
+        }
+    }
+
+    /// How many entries wait, without driving anything.
+    pub fn len(&self) -> usize {
+        self.entries.lock().len()
+    }
+
+    /// Whether no entry waits, without driving anything.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Adds an entry of the caller's (`fi_cq_write`, `fi_cq_writeerr`).
+    pub fn write(&self, c: Completion) {
+        self.push(c);
+    }
+
+    fn drive(&self) {
         let eps: Vec<_> = self.bound.lock().iter().filter_map(Weak::upgrade).collect();
         for ep in eps {
             ep.progress();
         }
-        let mut q = self.entries.lock();
-        let n = max.min(q.len());
-        q.drain(..n).collect()
     }
 
     /// Reads until `n` entries came or `within` passed (`fi_cq_sread`, spinning).

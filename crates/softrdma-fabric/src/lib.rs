@@ -26,6 +26,7 @@
 //! which alone calls softrdma.
 
 mod addr;
+mod buf;
 mod cq;
 mod error;
 /// Entry points for the fuzzers (`fuzz/`), not part of the API.
@@ -36,6 +37,7 @@ mod rdm;
 pub mod wire;
 
 pub use addr::AddressVector;
+pub use buf::Buf;
 pub use cq::{Completion, CompletionQueue, errno, flags};
 pub use error::{FabricError, Result};
 pub use matching::{FI_ADDR_UNSPEC, FiAddr};

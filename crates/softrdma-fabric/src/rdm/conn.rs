@@ -192,16 +192,7 @@ impl State {
             self.by_peer.remove(&peer);
         }
         for q in queued {
-            // A queued RMA's buffer is its bytes; it goes back with the failure.
-            let wr = match q.wr {
-                Wr::Rma { context, flags, .. } => Wr::Rma {
-                    context,
-                    flags,
-                    buf: q.bytes,
-                },
-                wr => wr,
-            };
-            self.fail(wr, crate::cq::errno::EIO);
+            self.fail(q.wr, crate::cq::errno::EIO);
         }
         // Rendezvous sends whose RTS went on it get no FIN now.
         let orphans: Vec<u64> = self

@@ -25,9 +25,10 @@ mod rma;
 pub use rma::{Access, Region};
 
 use crate::addr::AddressVector;
-use crate::cq::{CompletionQueue, Progress};
+use crate::buf::{Buf, Registered};
+use crate::cq::{Completion, CompletionQueue, Progress, errno};
 use crate::error::{FabricError, Result};
-use crate::matching::{Accepts, FI_ADDR_UNSPEC, FiAddr, Matcher};
+use crate::matching::{Accepts, FiAddr, Matcher};
 use crate::wire::{HEADER_LEN, Header, Op};
 use softrdma::cm::{CmId, EventChannel, PortSpace};
 use softrdma::sync::{Guard, Lock, Rank};
@@ -66,7 +67,7 @@ impl std::fmt::Debug for Endpoint {
 /// A receive posted and not yet matched.
 struct Recv {
     context: u64,
-    buf: Vec<u8>,
+    buf: Buf,
     tagged: bool,
 }
 
@@ -86,33 +87,43 @@ enum Wr {
     Send {
         context: u64,
         flags: u64,
-        buf: Vec<u8>,
+        buf: Buf,
         inject: bool,
     },
     /// The request to send of rendezvous message `msg_id`: its failure fails the send.
     Rts { msg_id: u64 },
     /// A FIN: nothing to complete.
     Fin,
-    /// An RMA WRITE or READ of the user's: `buf` goes back in its completion.
+    /// An RMA WRITE or READ of the user's, from or into `reg`, which goes back in its
+    /// completion (none with `silent`).
     Rma {
         context: u64,
         flags: u64,
-        buf: Vec<u8>,
+        reg: Registered,
+        silent: bool,
     },
-    /// A rendezvous READ into a receive's buffer.
+    /// A rendezvous READ into a receive's buffer (registered as `reg` meanwhile).
     Read {
         recv: Recv,
+        reg: Registered,
         conn: usize,
         hdr: Header,
         src: FiAddr,
-        cap: usize,
     },
 }
 
-/// A send waiting for its connection: `bytes` go out as `op` (a SEND of the protocol's,
-/// or the user's RMA).
+/// What a queued send WR carries.
+enum Out {
+    /// Bytes of the protocol's (a header, an eager message): inline or parked in the QP.
+    Bytes(Vec<u8>),
+    /// The user's memory its WR registered (an RMA).
+    Registered,
+}
+
+/// A send waiting for its connection: `out` goes as `op` (a SEND of the protocol's, or
+/// the user's RMA).
 struct Queued {
-    bytes: Vec<u8>,
+    out: Out,
     op: softrdma::SendOp,
     wr: Wr,
 }
@@ -121,7 +132,9 @@ struct Queued {
 struct RndvOut {
     context: u64,
     flags: u64,
-    mr: MemoryRegion,
+    mr: Registered,
+    /// No completion (`FI_SELECTIVE_COMPLETION` without `FI_COMPLETION`).
+    silent: bool,
     /// The connection its RTS went on: if that connection is lost, so is the FIN.
     conn: usize,
 }
@@ -150,7 +163,10 @@ struct State {
     _listener: CmId,
     me: SocketAddr,
     av: Arc<AddressVector>,
-    cq: Arc<CompletionQueue>,
+    /// Where sends and the endpoint's own RMA complete (`FI_TRANSMIT`).
+    tx_cq: Arc<CompletionQueue>,
+    /// Where receives and peers' writes with data complete (`FI_RECV`).
+    rx_cq: Arc<CompletionQueue>,
     conns: Vec<Conn>,
     by_peer: HashMap<SocketAddr, usize>,
     by_qpn: HashMap<u32, usize>,
@@ -172,7 +188,8 @@ pub struct SendOpts {
     pub tag: Option<u64>,
     /// Remote CQ data for the receiver's completion (`fi_senddata`).
     pub data: Option<u64>,
-    /// No completion for this send (`fi_inject`).
+    /// No completion for this send: `fi_inject`, or a send without `FI_COMPLETION` on an
+    /// endpoint bound with `FI_SELECTIVE_COMPLETION`. The buffer is not given back.
     pub inject: bool,
 }
 
@@ -183,6 +200,17 @@ impl Endpoint {
         addr: SocketAddr,
         av: Arc<AddressVector>,
         cq: Arc<CompletionQueue>,
+    ) -> Result<Self> {
+        Self::open_split(addr, av, cq.clone(), cq)
+    }
+
+    /// As [`Endpoint::open`], with sends completing to `tx_cq` and receives to `rx_cq`
+    /// (`fi_ep_bind` with `FI_TRANSMIT` and `FI_RECV` apart).
+    pub fn open_split(
+        addr: SocketAddr,
+        av: Arc<AddressVector>,
+        tx_cq: Arc<CompletionQueue>,
+        rx_cq: Arc<CompletionQueue>,
     ) -> Result<Self> {
         let ctx = Context::open_addr("fabric", addr.ip(), softrdma::Mtu::M4096)?;
         let pd = ctx.alloc_pd();
@@ -207,7 +235,8 @@ impl Endpoint {
                 _listener: listener,
                 me,
                 av,
-                cq: cq.clone(),
+                tx_cq: tx_cq.clone(),
+                rx_cq: rx_cq.clone(),
                 conns: Vec::new(),
                 by_peer: HashMap::new(),
                 by_qpn: HashMap::new(),
@@ -221,7 +250,10 @@ impl Endpoint {
             },
         ));
         let weak: std::sync::Weak<Lock<State>> = Arc::downgrade(&st);
-        cq.bind(weak);
+        tx_cq.bind(weak.clone());
+        if !Arc::ptr_eq(&tx_cq, &rx_cq) {
+            rx_cq.bind(weak);
+        }
         let auto = auto::Auto::start(&st, cm_fd, cq_fd).map_err(|e| FabricError::Invalid {
             what: "fi_endpoint",
             why: format!("no progress thread: {e}"),
@@ -244,27 +276,33 @@ impl Endpoint {
 
     /// Sends `buf` to `dest` (`fi_send`, `fi_tsend`, `fi_senddata`, `fi_inject` by
     /// `opts`); its completion gives `buf` back.
-    pub fn send(&self, dest: FiAddr, buf: Vec<u8>, context: u64, opts: SendOpts) -> Result<()> {
-        self.st().send(dest, buf, context, opts)
+    pub fn send(
+        &self,
+        dest: FiAddr,
+        buf: impl Into<Buf>,
+        context: u64,
+        opts: SendOpts,
+    ) -> Result<()> {
+        self.st().send(dest, buf.into(), context, opts)
     }
 
     /// Posts a receive of an untagged message into `buf` (`fi_recv`), from `src` only
     /// unless it is `FI_ADDR_UNSPEC`.
-    pub fn recv(&self, buf: Vec<u8>, src: FiAddr, context: u64) -> Result<()> {
+    pub fn recv(&self, buf: impl Into<Buf>, src: FiAddr, context: u64) -> Result<()> {
         let a = Accepts {
             tagged: false,
             tag: 0,
             ignore: 0,
             src,
         };
-        self.st().post_recv(a, buf, context)
+        self.st().post_recv(a, buf.into(), context)
     }
 
     /// Posts a receive of a tagged message whose tag agrees with `tag` outside `ignore`
     /// (`fi_trecv`).
     pub fn trecv(
         &self,
-        buf: Vec<u8>,
+        buf: impl Into<Buf>,
         src: FiAddr,
         tag: u64,
         ignore: u64,
@@ -276,7 +314,7 @@ impl Endpoint {
             ignore,
             src,
         };
-        self.st().post_recv(a, buf, context)
+        self.st().post_recv(a, buf.into(), context)
     }
 
     /// Takes back the oldest posted receive with `context` (`fi_cancel`): it completes
@@ -291,7 +329,8 @@ impl Endpoint {
                     } else {
                         crate::cq::flags::MSG
                     };
-                st.complete(r.context, flags, r.buf, 0, crate::cq::errno::ECANCELED);
+                st.rx_cq
+                    .push(Completion::of(r.context, flags, r.buf, 0, errno::ECANCELED));
                 true
             }
             None => false,
@@ -350,7 +389,7 @@ impl State {
         w
     }
 
-    fn send(&mut self, dest: FiAddr, buf: Vec<u8>, context: u64, opts: SendOpts) -> Result<()> {
+    fn send(&mut self, dest: FiAddr, buf: Buf, context: u64, opts: SendOpts) -> Result<()> {
         use crate::cq::flags;
         let peer = self.av.lookup(dest)?;
         // Before the buffer is taken: a send that cannot start gives it back unused.
@@ -372,7 +411,7 @@ impl State {
         };
         let q = if buf.len() <= EAGER_MAX {
             Queued {
-                bytes: hdr.with_payload(&buf),
+                out: Out::Bytes(hdr.with_payload(&buf)),
                 op: softrdma::SendOp::Send,
                 wr: Wr::Send {
                     context,
@@ -388,10 +427,11 @@ impl State {
                     why: format!("{} bytes is over the inject size {EAGER_MAX}", buf.len()),
                 });
             }
-            let mr = self.pd.register(buf, AccessFlags::REMOTE_READ)?;
+            let len = buf.len();
+            let mr = buf.register(&self.pd, len, AccessFlags::REMOTE_READ)?;
             hdr.op = Op::Rts {
-                addr: mr.addr(),
-                rkey: mr.rkey(),
+                addr: mr.mr.addr(),
+                rkey: mr.mr.rkey(),
             };
             self.rndv_out.insert(
                 msg_id,
@@ -399,11 +439,12 @@ impl State {
                     context,
                     flags: flags::SEND | kind,
                     mr,
+                    silent: opts.inject,
                     conn: c,
                 },
             );
             Queued {
-                bytes: hdr.emit().to_vec(),
+                out: Out::Bytes(hdr.emit().to_vec()),
                 op: softrdma::SendOp::Send,
                 wr: Wr::Rts { msg_id },
             }
@@ -428,16 +469,29 @@ impl State {
             self.fail(q.wr, crate::cq::errno::EIO);
             return;
         };
-        let r = if matches!(q.op, softrdma::SendOp::Send) && q.bytes.len() <= INLINE_MAX {
-            qp.post_send(softrdma::SendWr {
-                wr_id: w,
-                op: q.op,
-                payload: softrdma::Payload::Inline(q.bytes),
-                flags: softrdma::SendFlags::SIGNALED | softrdma::SendFlags::INLINE,
-                ud: None,
-            })
-        } else {
-            qp.post_send_owned(w, q.op, softrdma::SendFlags::SIGNALED, None, q.bytes)
+        let r = match q.out {
+            Out::Bytes(b) if matches!(q.op, softrdma::SendOp::Send) && b.len() <= INLINE_MAX => qp
+                .post_send(softrdma::SendWr {
+                    wr_id: w,
+                    op: q.op,
+                    payload: softrdma::Payload::Inline(b),
+                    flags: softrdma::SendFlags::SIGNALED | softrdma::SendFlags::INLINE,
+                    ud: None,
+                }),
+            Out::Bytes(b) => qp.post_send_owned(w, q.op, softrdma::SendFlags::SIGNALED, None, b),
+            Out::Registered => {
+                let Wr::Rma { reg, .. } = &q.wr else {
+                    unreachable!("only an RMA carries registered memory")
+                };
+                let sge = reg.mr.sge(0, reg.mr.len() as u32);
+                qp.post_send(softrdma::SendWr {
+                    wr_id: w,
+                    op: q.op,
+                    payload: softrdma::Payload::Sges(softrdma_proto::sg![sge]),
+                    flags: softrdma::SendFlags::SIGNALED,
+                    ud: None,
+                })
+            }
         };
         match r {
             Ok(()) => {
@@ -447,7 +501,7 @@ impl State {
         }
     }
 
-    fn post_recv(&mut self, a: Accepts, buf: Vec<u8>, context: u64) -> Result<()> {
+    fn post_recv(&mut self, a: Accepts, buf: Buf, context: u64) -> Result<()> {
         let r = Recv {
             context,
             buf,
@@ -459,17 +513,9 @@ impl State {
         Ok(())
     }
 
-    fn complete(&self, context: u64, flags: u64, buf: Vec<u8>, len: usize, error: i32) {
-        self.cq.push(crate::cq::Completion {
-            context,
-            flags,
-            len,
-            buf,
-            data: None,
-            tag: 0,
-            src: FI_ADDR_UNSPEC,
-            error,
-            olen: 0,
-        });
+    /// A send-side completion (a send's, an RMA's).
+    fn complete(&self, context: u64, flags: u64, buf: Buf, len: usize, error: i32) {
+        self.tx_cq
+            .push(Completion::of(context, flags, buf, len, error));
     }
 }

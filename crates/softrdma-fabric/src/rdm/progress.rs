@@ -5,11 +5,11 @@
 //!
 //! Runs under the endpoint's lock, from the progress that a bound CQ's read drives.
 
-use super::{Arrived, Queued, Recv, SLOT_LEN, State, Wr};
+use super::{Arrived, Out, Queued, Recv, SLOT_LEN, State, Wr};
 use crate::cq::{Completion, errno, flags};
 use crate::matching::{FiAddr, Offers};
 use crate::wire::{HEADER_LEN, Header, Op};
-use softrdma::{SendFlags, SendOp, WcOpcode, WcStatus};
+use softrdma::{AccessFlags, Payload, SendFlags, SendOp, SendWr, WcOpcode, WcStatus};
 
 impl State {
     /// Handles every device completion that waits.
@@ -24,12 +24,13 @@ impl State {
                     continue;
                 };
                 let conn = self.by_qpn.get(&wc.qp_num.value()).copied();
-                // What was posted with an owned buffer comes back (and leaves the QP's
-                // table); a slot is registered for good, so has nothing to reclaim.
-                let buf = conn
-                    .filter(|_| !matches!(wr, Wr::Slot { .. }))
-                    .and_then(|c| self.conns[c].qp.as_ref())
-                    .and_then(|qp| qp.reclaim(wc.wr_id));
+                // Protocol bytes posted from an owned buffer leave the QP's table; a slot,
+                // an RMA and a READ use registered memory, with nothing parked.
+                if matches!(wr, Wr::Send { .. } | Wr::Rts { .. } | Wr::Fin)
+                    && let Some(qp) = conn.and_then(|c| self.conns[c].qp.as_ref())
+                {
+                    qp.reclaim(wc.wr_id);
+                }
                 let ok = wc.status == WcStatus::Success;
                 // An error (not a flush after one) leaves the QP in the error state: the
                 // connection is done, and the next send to its peer makes another.
@@ -62,26 +63,34 @@ impl State {
                     Wr::Slot { .. } => {}
                     Wr::Read {
                         recv,
+                        reg,
                         conn,
                         hdr,
                         src,
-                        cap,
                     } => {
-                        let mut b = buf.unwrap_or_default();
-                        b.resize(cap, 0);
                         self.send_fin(conn, hdr.msg_id);
-                        let r = Recv { buf: b, ..recv };
+                        let r = Recv {
+                            buf: reg.back(),
+                            ..recv
+                        };
                         let error = if ok { 0 } else { errno::EIO };
                         self.complete_recv(r, &hdr, src, hdr.len as usize, error);
                     }
-                    Wr::Rma { context, flags, .. } => {
-                        let b = buf.unwrap_or_default();
+                    Wr::Rma {
+                        context,
+                        flags,
+                        reg,
+                        silent,
+                    } => {
+                        let len = reg.mr.len();
                         let (len, error) = match wc.status {
-                            WcStatus::Success => (b.len(), 0),
+                            WcStatus::Success => (len, 0),
                             WcStatus::RemAccessErr => (0, errno::EACCES),
                             _ => (0, errno::EIO),
                         };
-                        self.complete(context, flags, b, len, error);
+                        if !silent || error != 0 {
+                            self.complete(context, flags, reg.back(), len, error);
+                        }
                     }
                     wr if ok => self.sent(wr),
                     wr => self.fail(wr, errno::EIO),
@@ -107,10 +116,11 @@ impl State {
         };
         let m = match hdr.op {
             Op::Fin => {
-                if let Some(o) = self.rndv_out.remove(&hdr.msg_id) {
-                    let len = o.mr.len();
-                    let buf = o.mr.into_vec().unwrap_or_default();
-                    self.complete(o.context, o.flags, buf, len, 0);
+                if let Some(o) = self.rndv_out.remove(&hdr.msg_id)
+                    && !o.silent
+                {
+                    let len = o.mr.mr.len();
+                    self.complete(o.context, o.flags, o.mr.back(), len, 0);
                 }
                 return;
             }
@@ -135,38 +145,47 @@ impl State {
                 let Op::Rts { addr, rkey } = hdr.op else {
                     unreachable!("kept as an RTS")
                 };
-                let cap = r.buf.len();
-                let want = (hdr.len as usize).min(cap);
+                let want = (hdr.len as usize).min(r.buf.len());
                 let qp = self.conns[conn].qp.clone();
-                if want == 0 || qp.is_none() {
+                let (Some(qp), 1..) = (qp, want) else {
                     self.send_fin(conn, hdr.msg_id);
-                    let error = if qp.is_none() { errno::EIO } else { 0 };
+                    let error = if want == 0 { 0 } else { errno::EIO };
                     self.complete_recv(r, &hdr, src, hdr.len as usize, error);
                     return;
-                }
-                let mut buf = std::mem::take(&mut r.buf);
-                buf.truncate(want);
-                let w = self.wr_id();
-                let op = SendOp::Read {
-                    remote_addr: addr,
-                    rkey,
                 };
-                let qp = qp.expect("checked");
-                match qp.post_send_owned(w, op, SendFlags::SIGNALED, None, buf) {
-                    Ok(()) => {
-                        let wr = Wr::Read {
-                            recv: r,
-                            conn,
-                            hdr,
-                            src,
-                            cap,
-                        };
-                        self.wrs.insert(w, wr);
-                    }
+                let buf = std::mem::replace(&mut r.buf, Vec::new().into());
+                let reg = match buf.register(&self.pd, want, AccessFlags::LOCAL_WRITE) {
+                    Ok(reg) => reg,
                     Err(_) => {
                         self.send_fin(conn, hdr.msg_id);
                         self.complete_recv(r, &hdr, src, hdr.len as usize, errno::EIO);
+                        return;
                     }
+                };
+                let w = self.wr_id();
+                let posted = qp.post_send(SendWr {
+                    wr_id: w,
+                    op: SendOp::Read {
+                        remote_addr: addr,
+                        rkey,
+                    },
+                    payload: Payload::Sges(softrdma_proto::sg![reg.mr.sge(0, want as u32)]),
+                    flags: SendFlags::SIGNALED,
+                    ud: None,
+                });
+                if posted.is_ok() {
+                    let wr = Wr::Read {
+                        recv: r,
+                        reg,
+                        conn,
+                        hdr,
+                        src,
+                    };
+                    self.wrs.insert(w, wr);
+                } else {
+                    r.buf = reg.back();
+                    self.send_fin(conn, hdr.msg_id);
+                    self.complete_recv(r, &hdr, src, hdr.len as usize, errno::EIO);
                 }
             }
         }
@@ -183,7 +202,7 @@ impl State {
             msg_id,
         };
         let q = Queued {
-            bytes: hdr.emit().to_vec(),
+            out: Out::Bytes(hdr.emit().to_vec()),
             op: SendOp::Send,
             wr: Wr::Fin,
         };
@@ -204,7 +223,7 @@ impl State {
         } else {
             0
         };
-        self.cq.push(Completion {
+        self.rx_cq.push(Completion {
             context: r.context,
             flags: flags::RECV | kind | data_flag,
             len: got,
@@ -238,23 +257,30 @@ impl State {
                 context,
                 flags,
                 buf,
-                inject: false,
-            }
-            | Wr::Rma {
+                ..
+            } => self.complete(context, flags, buf, 0, error),
+            Wr::Rma {
                 context,
                 flags,
-                buf,
-            } => self.complete(context, flags, buf, 0, error),
+                reg,
+                ..
+            } => self.complete(context, flags, reg.back(), 0, error),
             Wr::Rts { msg_id } => {
                 if let Some(o) = self.rndv_out.remove(&msg_id) {
-                    let buf = o.mr.into_vec().unwrap_or_default();
-                    self.complete(o.context, o.flags, buf, 0, error);
+                    self.complete(o.context, o.flags, o.mr.back(), 0, error);
                 }
             }
-            Wr::Read { recv, hdr, src, .. } => {
+            Wr::Read {
+                mut recv,
+                reg,
+                hdr,
+                src,
+                ..
+            } => {
+                recv.buf = reg.back();
                 self.complete_recv(recv, &hdr, src, hdr.len as usize, error)
             }
-            Wr::Send { .. } | Wr::Slot { .. } | Wr::Fin => {}
+            Wr::Slot { .. } | Wr::Fin => {}
         }
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! Runs under the endpoint's lock, from its calls and its progress.
 
-use super::{Endpoint, Queued, State, Wr};
+use super::{Endpoint, Out, Queued, State, Wr};
+use crate::buf::Buf;
 use crate::cq::{Completion, flags};
 use crate::error::Result;
 use crate::matching::{FI_ADDR_UNSPEC, FiAddr};
@@ -21,6 +22,16 @@ pub enum Access {
     Write,
     /// Both.
     ReadWrite,
+}
+
+impl Access {
+    fn flags(self) -> AccessFlags {
+        match self {
+            Access::Read => AccessFlags::REMOTE_READ,
+            Access::Write => AccessFlags::REMOTE_WRITE,
+            Access::ReadWrite => AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+        }
+    }
 }
 
 /// Memory that peers of the endpoint read or write (`fid_mr`), by [`Region::key`] and
@@ -53,13 +64,19 @@ impl Region {
 impl Endpoint {
     /// Registers `buf` for peers to reach with `access` (`fi_mr_reg`).
     pub fn register(&self, buf: Vec<u8>, access: Access) -> Result<Region> {
-        let a = AccessFlags::LOCAL_WRITE
-            | match access {
-                Access::Read => AccessFlags::REMOTE_READ,
-                Access::Write => AccessFlags::REMOTE_WRITE,
-                Access::ReadWrite => AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
-            };
+        let a = AccessFlags::LOCAL_WRITE | access.flags();
         Ok(Region(self.st().pd.register(buf, a)?))
+    }
+
+    /// Registers the caller's memory for peers to reach with `access` (`fi_mr_reg` on the
+    /// C face).
+    ///
+    /// # Safety
+    /// As [`Buf::raw`], until the region is dropped.
+    pub unsafe fn register_raw(&self, ptr: *mut u8, len: usize, access: Access) -> Result<Region> {
+        let a = AccessFlags::LOCAL_WRITE | access.flags();
+        // SAFETY: forwarded from this function's contract.
+        Ok(Region(unsafe { self.st().pd.register_raw(ptr, len, a)? }))
     }
 
     /// Writes `buf` at `addr` of `dest`'s region `key` (`fi_write`; with `data`,
@@ -68,7 +85,7 @@ impl Endpoint {
     pub fn write(
         &self,
         dest: FiAddr,
-        buf: Vec<u8>,
+        buf: impl Into<Buf>,
         addr: u64,
         key: u64,
         data: Option<u32>,
@@ -87,7 +104,7 @@ impl Endpoint {
             },
         };
         self.st()
-            .rma(dest, buf, op, flags::RMA | flags::WRITE, context)
+            .rma(dest, buf.into(), op, flags::RMA | flags::WRITE, context)
     }
 
     /// Reads `buf.len()` bytes at `addr` of `dest`'s region `key` into `buf` (`fi_read`);
@@ -95,7 +112,7 @@ impl Endpoint {
     pub fn read(
         &self,
         dest: FiAddr,
-        buf: Vec<u8>,
+        buf: impl Into<Buf>,
         addr: u64,
         key: u64,
         context: u64,
@@ -105,7 +122,7 @@ impl Endpoint {
             rkey: rkey(key)?,
         };
         self.st()
-            .rma(dest, buf, op, flags::RMA | flags::READ, context)
+            .rma(dest, buf.into(), op, flags::RMA | flags::READ, context)
     }
 }
 
@@ -118,23 +135,19 @@ fn rkey(key: u64) -> Result<u32> {
 }
 
 impl State {
-    fn rma(
-        &mut self,
-        dest: FiAddr,
-        buf: Vec<u8>,
-        op: SendOp,
-        flags: u64,
-        context: u64,
-    ) -> Result<()> {
+    fn rma(&mut self, dest: FiAddr, buf: Buf, op: SendOp, flags: u64, context: u64) -> Result<()> {
         let peer = self.av.lookup(dest)?;
         let c = self.conn_to(peer)?;
+        let len = buf.len();
+        let reg = buf.register(&self.pd, len, AccessFlags::LOCAL_WRITE)?;
         let q = Queued {
-            bytes: buf,
+            out: Out::Registered,
             op,
             wr: Wr::Rma {
                 context,
                 flags,
-                buf: Vec::new(),
+                reg,
+                silent: false,
             },
         };
         self.enqueue(c, q);
@@ -143,11 +156,11 @@ impl State {
 
     /// A peer's WRITE with remote CQ data landed (`len` bytes): its completion.
     pub(super) fn remote_write(&self, len: usize, imm: u32) {
-        self.cq.push(Completion {
+        self.rx_cq.push(Completion {
             context: 0,
             flags: flags::RMA | flags::REMOTE_WRITE | flags::REMOTE_CQ_DATA,
             len,
-            buf: Vec::new(),
+            buf: Vec::new().into(),
             data: Some(u64::from(imm)),
             tag: 0,
             src: FI_ADDR_UNSPEC,
