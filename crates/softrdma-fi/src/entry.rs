@@ -1,0 +1,115 @@
+//! What every entry point shares: the panic guard and error return, the registry of live
+//! objects that tells this provider's fids from freed or foreign ones, and the stubs that
+//! fill the ops slots this provider does not implement.
+//!
+//! Threads and locks: the registry is behind `FiObjects` (softrdma's ranked lock), taken
+//! alone for an insert, a lookup or a removal.
+
+use crate::abi::{FI_EINVAL, FI_ENOSYS, FI_EOPNOTSUPP, FI_EOTHER, fid};
+use softrdma::sync::{Lock, Rank};
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::sync::LazyLock;
+
+/// A call's refusal: the libfabric error number (positive) it returns negated.
+pub type Errno = c_int;
+
+/// Runs an entry point's body: its value, or its error negated; a panic (a bug) becomes
+/// `-FI_EOTHER` instead of unwinding into C.
+pub fn guard(f: impl FnOnce() -> Result<isize, Errno>) -> isize {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => -(e as isize),
+        Err(_) => -(FI_EOTHER as isize),
+    }
+}
+
+/// As [`guard`], for the entry points that return `int`.
+pub fn guard_int(f: impl FnOnce() -> Result<c_int, Errno>) -> c_int {
+    guard(|| f().map(|v| v as isize)) as c_int
+}
+
+/// The live objects, by address: each with its class.
+static LIVE: LazyLock<Lock<HashMap<usize, usize>>> =
+    LazyLock::new(|| Lock::new(Rank::FiObjects, HashMap::new()));
+
+/// An object of this provider: a `#[repr(C)]` struct whose first field is its public
+/// struct, which begins with its `fid`.
+///
+/// # Safety
+/// The type must be `#[repr(C)]` with a `fid` at offset 0.
+pub unsafe trait Object: Sized + Send + Sync {
+    /// Its `FI_CLASS_*`.
+    const CLASS: usize;
+}
+
+/// Gives `obj` to C: its fid, live until [`close`].
+pub fn open<T: Object>(obj: T) -> *mut T {
+    let p = Box::into_raw(Box::new(obj));
+    LIVE.lock().insert(p as usize, T::CLASS);
+    p
+}
+
+/// The object behind `f`, if `f` is a live object of this provider of `T`'s class.
+pub fn get<'a, T: Object>(f: *const fid) -> Result<&'a T, Errno> {
+    if LIVE.lock().get(&(f as usize)) != Some(&T::CLASS) {
+        return Err(FI_EINVAL);
+    }
+    // SAFETY: the registry holds only pointers `open` made from a `Box<T>` of this class,
+    // removed before the box is freed; `T: Object` has its fid at offset 0. An object
+    // closed while another thread uses it is the caller's error, as in libfabric.
+    Ok(unsafe { &*(f as *const T) })
+}
+
+/// Takes the object behind `f` back from C (`fi_close`).
+pub fn close<T: Object>(f: *mut fid) -> Result<Box<T>, Errno> {
+    let mut live = LIVE.lock();
+    if live.get(&(f as usize)) != Some(&T::CLASS) {
+        return Err(FI_EINVAL);
+    }
+    live.remove(&(f as usize));
+    // SAFETY: as in `get`; removed from the registry first, so no later call finds it.
+    Ok(unsafe { Box::from_raw(f as *mut T) })
+}
+
+/// The class of a live object of this provider, if `f` is one.
+pub fn class_of(f: *const fid) -> Option<usize> {
+    LIVE.lock().get(&(f as usize)).copied()
+}
+
+/// Fills an ops slot this provider does not implement: `-FI_ENOSYS`, whatever the slot's
+/// arguments.
+///
+/// Every slot it fills returns `int` or `ssize_t`; under the x86_64 System V ABI the
+/// caller passes arguments in registers and cleans up, so a function that takes none
+/// may stand for any such signature (libfabric's own `fi_no_*` stubs are one per
+/// signature only because C has no other way to type them).
+pub extern "C" fn enosys() -> isize {
+    -(FI_ENOSYS as isize)
+}
+
+/// As [`enosys`], for the operations the API says to refuse with `-FI_EOPNOTSUPP`.
+pub extern "C" fn eopnotsupp() -> isize {
+    -(FI_EOPNOTSUPP as isize)
+}
+
+/// Writes `s` and a NUL into `buf` (of `len` bytes), cut to fit; `buf` back.
+///
+/// # Safety
+/// `buf` must be valid for `len` bytes of writes, or null.
+pub unsafe fn c_string_into(
+    s: &str,
+    buf: *mut std::ffi::c_char,
+    len: usize,
+) -> *const std::ffi::c_char {
+    if buf.is_null() || len == 0 {
+        return std::ptr::null();
+    }
+    let n = s.len().min(len - 1);
+    // SAFETY: `n + 1 <= len` bytes of `buf`, by this function's contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast(), n);
+        *buf.add(n) = 0;
+    }
+    buf
+}

@@ -1,0 +1,358 @@
+//! The reliable-datagram endpoint (`fid_ep`, `FI_EP_RDM`): its bindings (an AV, a CQ for
+//! each direction, with or without `FI_SELECTIVE_COMPLETION`), its enabling, which opens
+//! the fabric layer's [`Endpoint`] on the domain's device, and its control, name and
+//! cancel. The data operations are in `xfer`.
+//!
+//! Threads and locks: the bindings are behind `FiEpSetup`, taken alone; once enabled, the
+//! fabric layer's endpoint is read without a lock here (it has its own).
+
+use crate::abi::*;
+use crate::av::{Av, copy_name};
+use crate::cq::Cq;
+use crate::entry::{self, Errno, Object, enosys, guard, guard_int};
+use crate::fabric::Domain;
+use crate::xfer;
+use softrdma::sync::{Lock, Rank};
+use softrdma_fabric::{AddressVector, CompletionQueue, Endpoint};
+use std::ffi::{c_int, c_void};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// A CQ binding: the queue, and whether only operations with `FI_COMPLETION` report.
+#[derive(Clone)]
+struct Binding {
+    cq: Arc<CompletionQueue>,
+    selective: bool,
+}
+
+/// What is bound before the endpoint is enabled.
+#[derive(Default)]
+struct Setup {
+    av: Option<Arc<AddressVector>>,
+    tx: Option<Binding>,
+    rx: Option<Binding>,
+}
+
+/// An endpoint.
+#[repr(C)]
+pub struct Ep {
+    fid: fid_ep,
+    setup: Lock<Setup>,
+    live: OnceLock<Endpoint>,
+    /// Where it listens: the domain's device, the port the info asked for.
+    src: SocketAddr,
+    /// Its capabilities (from its info).
+    pub caps: u64,
+    /// The default flags of sends and receives (`FI_SETOPSFLAG` changes them).
+    tx_flags: AtomicU64,
+    rx_flags: AtomicU64,
+    /// Whether its sends report only with `FI_COMPLETION` (set at enable).
+    tx_selective: OnceLock<bool>,
+    /// The largest inject.
+    pub inject_size: usize,
+}
+
+// SAFETY: `#[repr(C)]`, its `fid_ep` first.
+unsafe impl Object for Ep {
+    const CLASS: usize = FI_CLASS_EP;
+}
+// SAFETY: its C half is written once, at open; the rest is behind locks or atomic.
+unsafe impl Send for Ep {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Ep {}
+
+impl Ep {
+    /// The enabled endpoint, or `-FI_EOPBADSTATE`.
+    pub fn live(&self) -> Result<&Endpoint, Errno> {
+        self.live.get().ok_or(FI_EOPBADSTATE)
+    }
+
+    /// Whether a send with `flags` reports a completion.
+    pub fn reports(&self, flags: u64) -> bool {
+        !self.tx_selective.get().copied().unwrap_or(false) || flags & FI_COMPLETION != 0
+    }
+
+    /// The default send flags.
+    pub fn tx_flags(&self) -> u64 {
+        self.tx_flags.load(Ordering::Relaxed)
+    }
+}
+
+static EP_FI_OPS: Ops<fi_ops> = Ops(fi_ops {
+    size: size_of::<fi_ops>(),
+    close: ep_close as Slot,
+    bind: ep_bind as Slot,
+    control: ep_control as Slot,
+    ops_open: enosys as Slot,
+    tostr: enosys as Slot,
+    ops_set: enosys as Slot,
+});
+
+static EP_OPS: Ops<fi_ops_ep> = Ops(fi_ops_ep {
+    size: size_of::<fi_ops_ep>(),
+    cancel: ep_cancel as Slot,
+    getopt: ep_getopt as Slot,
+    setopt: ep_setopt as Slot,
+    tx_ctx: enosys as Slot,
+    rx_ctx: enosys as Slot,
+    rx_size_left: enosys as Slot,
+    tx_size_left: enosys as Slot,
+});
+
+static CM_OPS: Ops<fi_ops_cm> = Ops(fi_ops_cm {
+    size: size_of::<fi_ops_cm>(),
+    setname: enosys as Slot,
+    getname: ep_getname as Slot,
+    getpeer: enosys as Slot,
+    connect: enosys as Slot,
+    listen: enosys as Slot,
+    accept: enosys as Slot,
+    reject: enosys as Slot,
+    shutdown: enosys as Slot,
+    join: enosys as Slot,
+});
+
+static RMA_OPS: Ops<fi_ops_xfer> = Ops(fi_ops_xfer {
+    size: size_of::<fi_ops_xfer>(),
+    slots: [enosys as Slot; 9],
+});
+
+static ATOMIC_OPS: Ops<fi_ops_atomic> = Ops(fi_ops_atomic {
+    size: size_of::<fi_ops_atomic>(),
+    slots: [enosys as Slot; 13],
+});
+
+static COLLECTIVE_OPS: Ops<fi_ops_collective> = Ops(fi_ops_collective {
+    size: size_of::<fi_ops_collective>(),
+    slots: [enosys as Slot; 11],
+});
+
+/// `fi_endpoint`.
+pub unsafe extern "C" fn ep_open(
+    domain: *mut fid_domain,
+    info: *mut fi_info,
+    ep: *mut *mut fid_ep,
+    context: *mut c_void,
+) -> c_int {
+    guard_int(|| {
+        let d = entry::get::<Domain>(domain.cast())?;
+        // SAFETY: libfabric's info, valid or null, and its attrs.
+        let (info, ep_attr, tx) = unsafe {
+            let i = info.as_ref().ok_or(FI_EINVAL)?;
+            (i, i.ep_attr.as_ref(), i.tx_attr.as_ref())
+        };
+        if ep.is_null() {
+            return Err(FI_EINVAL);
+        }
+        if ep_attr.is_some_and(|a| ![FI_EP_UNSPEC, FI_EP_RDM].contains(&a.type_)) {
+            return Err(FI_ENOSYS);
+        }
+        if info.caps & !crate::info::RDM_CAPS != 0 {
+            return Err(FI_ENODATA);
+        }
+        // SAFETY: the info's source address, valid for its length.
+        let src = unsafe { crate::sockaddr::from_c(info.src_addr, info.src_addrlen) }
+            .filter(|s| s.ip() == d.dev.ip)
+            .unwrap_or(SocketAddr::new(d.dev.ip, 0));
+        // SAFETY: libfabric's rx attr, valid or null.
+        let rx_flags = unsafe { info.rx_attr.as_ref() }.map_or(0, |r| r.op_flags);
+        let e = entry::open(Ep {
+            fid: fid_ep {
+                fid: fid {
+                    fclass: FI_CLASS_EP,
+                    context,
+                    ops: &EP_FI_OPS.0,
+                },
+                ops: &EP_OPS.0,
+                cm: &CM_OPS.0,
+                msg: &xfer::MSG_OPS.0,
+                rma: &RMA_OPS.0,
+                tagged: &xfer::TAGGED_OPS.0,
+                atomic: &ATOMIC_OPS.0,
+                collective: &COLLECTIVE_OPS.0,
+            },
+            setup: Lock::new(Rank::FiEpSetup, Setup::default()),
+            live: OnceLock::new(),
+            src,
+            caps: if info.caps == 0 {
+                crate::info::RDM_CAPS
+            } else {
+                info.caps
+            },
+            tx_flags: AtomicU64::new(tx.map_or(0, |t| t.op_flags)),
+            rx_flags: AtomicU64::new(rx_flags),
+            tx_selective: OnceLock::new(),
+            inject_size: tx
+                .map_or(crate::info::INJECT, |t| t.inject_size)
+                .min(crate::info::INJECT),
+        });
+        // SAFETY: `ep` is writable, checked non-null.
+        unsafe { *ep = e.cast() };
+        Ok(0)
+    })
+}
+
+/// `fi_endpoint2`: no flags are offered.
+pub unsafe extern "C" fn ep_open2(
+    domain: *mut fid_domain,
+    info: *mut fi_info,
+    ep: *mut *mut fid_ep,
+    flags: u64,
+    context: *mut c_void,
+) -> c_int {
+    if flags != 0 {
+        return -FI_EBADFLAGS;
+    }
+    // SAFETY: forwarded from libfabric.
+    unsafe { ep_open(domain, info, ep, context) }
+}
+
+unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
+    guard_int(|| entry::close::<Ep>(f).map(|_| 0))
+}
+
+unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
+    guard_int(|| {
+        let e = entry::get::<Ep>(f)?;
+        if e.live.get().is_some() {
+            return Err(FI_EOPBADSTATE);
+        }
+        // The bound object is looked up first: the registry's lock is never taken under
+        // the bindings'.
+        match entry::class_of(bfid) {
+            Some(FI_CLASS_AV) => {
+                let av = entry::get::<Av>(bfid)?.av.clone();
+                e.setup.lock().av = Some(av);
+            }
+            Some(FI_CLASS_CQ) => {
+                let cq = entry::get::<Cq>(bfid)?.cq.clone();
+                if flags & !(FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION) != 0 {
+                    return Err(FI_EBADFLAGS);
+                }
+                let b = Binding {
+                    cq,
+                    selective: flags & FI_SELECTIVE_COMPLETION != 0,
+                };
+                let mut s = e.setup.lock();
+                if flags & FI_TRANSMIT != 0 {
+                    s.tx = Some(b.clone());
+                }
+                if flags & FI_RECV != 0 {
+                    s.rx = Some(b);
+                }
+            }
+            // An RDM endpoint reports no connection events: an EQ may be bound, and
+            // stays silent.
+            Some(FI_CLASS_EQ) => {}
+            Some(_) => return Err(FI_ENOSYS),
+            None => return Err(FI_EINVAL),
+        }
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn ep_control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int {
+    guard_int(|| {
+        let e = entry::get::<Ep>(f)?;
+        match command {
+            FI_ENABLE => enable(e).map(|()| 0),
+            FI_GETOPSFLAG | FI_SETOPSFLAG => {
+                if arg.is_null() {
+                    return Err(FI_EINVAL);
+                }
+                // SAFETY: the caller's flag word.
+                let word = unsafe { &mut *arg.cast::<u64>() };
+                let which = match *word & (FI_TRANSMIT | FI_RECV) {
+                    FI_TRANSMIT => &e.tx_flags,
+                    FI_RECV => &e.rx_flags,
+                    _ => return Err(FI_EINVAL),
+                };
+                if command == FI_GETOPSFLAG {
+                    *word = which.load(Ordering::Relaxed);
+                } else {
+                    which.store(*word & !(FI_TRANSMIT | FI_RECV), Ordering::Relaxed);
+                }
+                Ok(0)
+            }
+            _ => Err(FI_ENOSYS),
+        }
+    })
+}
+
+/// Opens the fabric layer's endpoint with what is bound.
+fn enable(e: &Ep) -> Result<(), Errno> {
+    if e.live.get().is_some() {
+        return Ok(());
+    }
+    let s = e.setup.lock();
+    let av = s.av.clone().ok_or(FI_ENOAV)?;
+    let (tx, rx) = match (s.tx.clone(), s.rx.clone()) {
+        (None, None) => return Err(FI_ENOCQ),
+        // A direction with no CQ reports into one nobody reads (an endpoint that only
+        // sends, or only receives, may leave the other unbound).
+        (t, r) => (
+            t.unwrap_or_else(|| Binding {
+                cq: CompletionQueue::new(),
+                selective: true,
+            }),
+            r.unwrap_or_else(|| Binding {
+                cq: CompletionQueue::new(),
+                selective: true,
+            }),
+        ),
+    };
+    drop(s);
+    let ep = Endpoint::open_split(e.src, av, tx.cq, rx.cq).map_err(|err| err.errno())?;
+    let _ = e.tx_selective.set(tx.selective);
+    let _ = e.live.set(ep);
+    Ok(())
+}
+
+unsafe extern "C" fn ep_getname(f: *mut fid, addr: *mut c_void, addrlen: *mut usize) -> c_int {
+    guard_int(|| {
+        let e = entry::get::<Ep>(f)?;
+        if addrlen.is_null() {
+            return Err(FI_EINVAL);
+        }
+        let name = e.live.get().map_or(e.src, Endpoint::addr);
+        copy_name(name, addr, addrlen)
+    })
+}
+
+unsafe extern "C" fn ep_cancel(f: *mut fid, context: *mut c_void) -> isize {
+    guard(|| {
+        let e = entry::get::<Ep>(f)?;
+        if e.live()?.cancel(context as u64) {
+            Ok(0)
+        } else {
+            Err(libc::ENOENT)
+        }
+    })
+}
+
+unsafe extern "C" fn ep_getopt(
+    f: *mut fid,
+    _level: c_int,
+    _optname: c_int,
+    _optval: *mut c_void,
+    _optlen: *mut usize,
+) -> c_int {
+    guard_int(|| {
+        entry::get::<Ep>(f)?;
+        Err(FI_ENOPROTOOPT)
+    })
+}
+
+unsafe extern "C" fn ep_setopt(
+    f: *mut fid,
+    _level: c_int,
+    _optname: c_int,
+    _optval: *const c_void,
+    _optlen: usize,
+) -> c_int {
+    guard_int(|| {
+        entry::get::<Ep>(f)?;
+        Err(FI_ENOPROTOOPT)
+    })
+}

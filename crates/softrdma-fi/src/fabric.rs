@@ -1,0 +1,413 @@
+//! The fabric (`fid_fabric`, every softrdma device), its domains (`fid_domain`, one
+//! device each, by the name and address of its info) and event queues (`fid_eq`).
+//!
+//! A domain opens nothing by itself: each endpoint opens the device at the domain's
+//! address when it is enabled. An event queue holds what the application writes to it;
+//! reliable-datagram endpoints report no connection events.
+//!
+//! Threads and locks: an EQ's events are behind `FiEq`, taken alone.
+
+use crate::abi::*;
+use crate::entry::{self, Errno, Object, enosys, eopnotsupp, guard_int};
+use crate::info::{self, Device};
+use softrdma::sync::{Lock, Rank};
+use std::collections::VecDeque;
+use std::ffi::{c_char, c_int, c_void};
+use std::time::{Duration, Instant};
+
+/// The fabric.
+#[repr(C)]
+pub struct Fabric {
+    fid: fid_fabric,
+}
+
+// SAFETY: `#[repr(C)]`, its `fid_fabric` (which begins with its fid) first.
+unsafe impl Object for Fabric {
+    const CLASS: usize = FI_CLASS_FABRIC;
+}
+// SAFETY: its C half is written once, at open, and read only after.
+unsafe impl Send for Fabric {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Fabric {}
+
+static FABRIC_FI_OPS: Ops<fi_ops> = Ops(fi_ops {
+    size: size_of::<fi_ops>(),
+    close: fabric_close as Slot,
+    bind: enosys as Slot,
+    control: enosys as Slot,
+    ops_open: enosys as Slot,
+    tostr: enosys as Slot,
+    ops_set: enosys as Slot,
+});
+
+static FABRIC_OPS: Ops<fi_ops_fabric> = Ops(fi_ops_fabric {
+    size: size_of::<fi_ops_fabric>(),
+    domain: domain_open as Slot,
+    passive_ep: enosys as Slot,
+    eq_open: eq_open as Slot,
+    wait_open: enosys as Slot,
+    trywait: trywait as Slot,
+    domain2: domain2_open as Slot,
+});
+
+/// The provider's `fabric` (`fi_fabric`).
+///
+/// # Safety
+/// libfabric's arguments: `attr` readable, `fabric` writable.
+pub unsafe extern "C" fn fabric_open(
+    attr: *const fi_fabric_attr,
+    fabric: *mut *mut fid_fabric,
+    context: *mut c_void,
+) -> c_int {
+    guard_int(|| {
+        // SAFETY: libfabric's attr, valid or null.
+        let attr = unsafe { attr.as_ref() }.ok_or(FI_EINVAL)?;
+        if fabric.is_null() || attr.name.is_null() {
+            return Err(FI_EINVAL);
+        }
+        // SAFETY: a fabric name is a C string.
+        let name = unsafe { std::ffi::CStr::from_ptr(attr.name) };
+        if name.to_bytes() != info::FABRIC_NAME.as_bytes() {
+            return Err(FI_ENODATA);
+        }
+        let f = entry::open(Fabric {
+            fid: fid_fabric {
+                fid: fid {
+                    fclass: FI_CLASS_FABRIC,
+                    context,
+                    ops: &FABRIC_FI_OPS.0,
+                },
+                ops: &FABRIC_OPS.0,
+                api_version: attr.api_version,
+            },
+        });
+        // SAFETY: `fabric` is writable, checked non-null.
+        unsafe { *fabric = f.cast() };
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn fabric_close(f: *mut fid) -> c_int {
+    guard_int(|| entry::close::<Fabric>(f).map(|_| 0))
+}
+
+unsafe extern "C" fn trywait(_f: *mut fid_fabric, _fids: *mut *mut fid, _count: c_int) -> c_int {
+    // Nothing here waits on a descriptor: a read never blocks, so there is always
+    // something worth trying.
+    0
+}
+
+/// A domain: one softrdma device.
+#[repr(C)]
+pub struct Domain {
+    fid: fid_domain,
+    /// The device.
+    pub dev: Device,
+    /// The API version the application asked for.
+    pub api_version: u32,
+}
+
+// SAFETY: `#[repr(C)]`, its `fid_domain` first.
+unsafe impl Object for Domain {
+    const CLASS: usize = FI_CLASS_DOMAIN;
+}
+// SAFETY: its C half is written once, at open, and read only after.
+unsafe impl Send for Domain {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Domain {}
+
+static DOMAIN_FI_OPS: Ops<fi_ops> = Ops(fi_ops {
+    size: size_of::<fi_ops>(),
+    close: domain_close as Slot,
+    bind: enosys as Slot,
+    control: enosys as Slot,
+    ops_open: enosys as Slot,
+    tostr: enosys as Slot,
+    ops_set: enosys as Slot,
+});
+
+static DOMAIN_OPS: Ops<fi_ops_domain> = Ops(fi_ops_domain {
+    size: size_of::<fi_ops_domain>(),
+    av_open: crate::av::av_open as Slot,
+    cq_open: crate::cq::cq_open as Slot,
+    endpoint: crate::ep::ep_open as Slot,
+    scalable_ep: enosys as Slot,
+    cntr_open: enosys as Slot,
+    poll_open: enosys as Slot,
+    stx_ctx: enosys as Slot,
+    srx_ctx: enosys as Slot,
+    query_atomic: eopnotsupp as Slot,
+    query_collective: enosys as Slot,
+    endpoint2: crate::ep::ep_open2 as Slot,
+});
+
+static MR_OPS: Ops<fi_ops_mr> = Ops(fi_ops_mr {
+    size: size_of::<fi_ops_mr>(),
+    reg: crate::mr::mr_reg as Slot,
+    regv: crate::mr::mr_regv as Slot,
+    regattr: crate::mr::mr_regattr as Slot,
+});
+
+unsafe extern "C" fn domain_open(
+    fabric: *mut fid_fabric,
+    info: *mut fi_info,
+    dom: *mut *mut fid_domain,
+    context: *mut c_void,
+) -> c_int {
+    guard_int(|| {
+        let f = entry::get::<Fabric>(fabric.cast())?;
+        // SAFETY: libfabric's info, valid or null.
+        let info = unsafe { info.as_ref() }.ok_or(FI_EINVAL)?;
+        if dom.is_null() {
+            return Err(FI_EINVAL);
+        }
+        let dev = device_of(info)?;
+        let d = entry::open(Domain {
+            fid: fid_domain {
+                fid: fid {
+                    fclass: FI_CLASS_DOMAIN,
+                    context,
+                    ops: &DOMAIN_FI_OPS.0,
+                },
+                ops: &DOMAIN_OPS.0,
+                mr: &MR_OPS.0,
+            },
+            dev,
+            api_version: f.fid.api_version,
+        });
+        // SAFETY: `dom` is writable, checked non-null.
+        unsafe { *dom = d.cast() };
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn domain2_open(
+    fabric: *mut fid_fabric,
+    info: *mut fi_info,
+    dom: *mut *mut fid_domain,
+    flags: u64,
+    context: *mut c_void,
+) -> c_int {
+    if flags != 0 {
+        return -FI_EBADFLAGS;
+    }
+    // SAFETY: forwarded from libfabric.
+    unsafe { domain_open(fabric, info, dom, context) }
+}
+
+/// The device an info names: by its domain name, else by its source address.
+fn device_of(info: &fi_info) -> Result<Device, Errno> {
+    // SAFETY: libfabric's info: its attrs valid or null, names C strings.
+    let name = unsafe {
+        info.domain_attr
+            .as_ref()
+            .filter(|d| !d.name.is_null())
+            .map(|d| {
+                std::ffi::CStr::from_ptr(d.name)
+                    .to_string_lossy()
+                    .into_owned()
+            })
+    };
+    // SAFETY: as above; the source address valid for its length.
+    let src = unsafe { crate::sockaddr::from_c(info.src_addr, info.src_addrlen) };
+    info::devices()
+        .into_iter()
+        .find(|d| match (&name, src) {
+            (Some(n), _) => *n == d.name,
+            (None, Some(s)) => s.ip() == d.ip,
+            (None, None) => true,
+        })
+        .ok_or(FI_ENODATA)
+}
+
+unsafe extern "C" fn domain_close(f: *mut fid) -> c_int {
+    guard_int(|| entry::close::<Domain>(f).map(|_| 0))
+}
+
+/// An event queue.
+#[repr(C)]
+pub struct Eq {
+    fid: fid_eq,
+    events: Lock<VecDeque<(u32, Vec<u8>)>>,
+}
+
+// SAFETY: `#[repr(C)]`, its `fid_eq` first.
+unsafe impl Object for Eq {
+    const CLASS: usize = FI_CLASS_EQ;
+}
+// SAFETY: its C half is written once, at open; its events are behind a lock.
+unsafe impl Send for Eq {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Eq {}
+
+static EQ_FI_OPS: Ops<fi_ops> = Ops(fi_ops {
+    size: size_of::<fi_ops>(),
+    close: eq_close as Slot,
+    bind: enosys as Slot,
+    control: enosys as Slot,
+    ops_open: enosys as Slot,
+    tostr: enosys as Slot,
+    ops_set: enosys as Slot,
+});
+
+static EQ_OPS: Ops<fi_ops_eq> = Ops(fi_ops_eq {
+    size: size_of::<fi_ops_eq>(),
+    read: eq_read as Slot,
+    readerr: eq_readerr as Slot,
+    write: eq_write as Slot,
+    sread: eq_sread as Slot,
+    strerror: crate::cq::strerror as Slot,
+});
+
+unsafe extern "C" fn eq_open(
+    fabric: *mut fid_fabric,
+    attr: *mut fi_eq_attr,
+    eq: *mut *mut fid_eq,
+    context: *mut c_void,
+) -> c_int {
+    guard_int(|| {
+        entry::get::<Fabric>(fabric.cast())?;
+        // SAFETY: libfabric's attr, valid or null.
+        let attr = unsafe { attr.as_ref() }.ok_or(FI_EINVAL)?;
+        if eq.is_null() {
+            return Err(FI_EINVAL);
+        }
+        if ![FI_WAIT_NONE, FI_WAIT_UNSPEC, FI_WAIT_YIELD].contains(&attr.wait_obj) {
+            return Err(FI_ENOSYS);
+        }
+        let e = entry::open(Eq {
+            fid: fid_eq {
+                fid: fid {
+                    fclass: FI_CLASS_EQ,
+                    context,
+                    ops: &EQ_FI_OPS.0,
+                },
+                ops: &EQ_OPS.0,
+            },
+            events: Lock::new(Rank::FiEq, VecDeque::new()),
+        });
+        // SAFETY: `eq` is writable, checked non-null.
+        unsafe { *eq = e.cast() };
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn eq_close(f: *mut fid) -> c_int {
+    guard_int(|| entry::close::<Eq>(f).map(|_| 0))
+}
+
+/// `FI_PEEK` as an EQ read flag.
+const EQ_PEEK: u64 = FI_PEEK;
+
+unsafe extern "C" fn eq_read(
+    eq: *mut fid_eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    flags: u64,
+) -> isize {
+    entry::guard(|| {
+        let e = entry::get::<Eq>(eq.cast())?;
+        let mut q = e.events.lock();
+        let Some((ev, data)) = q.front() else {
+            return Err(FI_EAGAIN);
+        };
+        if len < data.len() || (buf.is_null() && !data.is_empty()) {
+            return Err(FI_ETOOSMALL);
+        }
+        // SAFETY: `event` is the caller's, writable if not null; `buf` holds `len` bytes.
+        unsafe {
+            if !event.is_null() {
+                *event = *ev;
+            }
+            std::ptr::copy_nonoverlapping(data.as_ptr(), buf.cast(), data.len());
+        }
+        let n = data.len() as isize;
+        if flags & EQ_PEEK == 0 {
+            q.pop_front();
+        }
+        Ok(n)
+    })
+}
+
+unsafe extern "C" fn eq_readerr(
+    _eq: *mut fid_eq,
+    _buf: *mut fi_eq_err_entry,
+    _flags: u64,
+) -> isize {
+    // No error event is ever queued.
+    -(FI_EAGAIN as isize)
+}
+
+unsafe extern "C" fn eq_write(
+    eq: *mut fid_eq,
+    event: u32,
+    buf: *const c_void,
+    len: usize,
+    _flags: u64,
+) -> isize {
+    entry::guard(|| {
+        let e = entry::get::<Eq>(eq.cast())?;
+        if buf.is_null() && len != 0 {
+            return Err(FI_EINVAL);
+        }
+        let data = if len == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: the caller's `len` bytes at `buf`.
+            unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len).to_vec() }
+        };
+        e.events.lock().push_back((event, data));
+        Ok(len as isize)
+    })
+}
+
+unsafe extern "C" fn eq_sread(
+    eq: *mut fid_eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    timeout: c_int,
+    flags: u64,
+) -> isize {
+    wait_for(timeout, || {
+        // SAFETY: forwarded from libfabric.
+        unsafe { eq_read(eq, event, buf, len, flags) }
+    })
+}
+
+/// Runs `read` until it returns something other than `-FI_EAGAIN`, or `timeout`
+/// milliseconds pass (a negative one never does): then `-FI_EAGAIN`. Spins, then
+/// sleeps briefly between tries, so a long wait costs little CPU.
+pub fn wait_for(timeout: c_int, mut read: impl FnMut() -> isize) -> isize {
+    let end = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
+    let start = Instant::now();
+    loop {
+        let r = read();
+        if r != -(FI_EAGAIN as isize) {
+            return r;
+        }
+        if end.is_some_and(|e| Instant::now() >= e) {
+            return r;
+        }
+        if start.elapsed() < Duration::from_millis(1) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// `buf` holding `s`, or a static copy when the caller gave none.
+///
+/// # Safety
+/// `buf` must be valid for `len` bytes of writes, or null.
+pub unsafe fn error_string(s: &str, buf: *mut c_char, len: usize) -> *const c_char {
+    // SAFETY: forwarded from this function's contract.
+    let p = unsafe { entry::c_string_into(s, buf, len) };
+    if p.is_null() {
+        c"softrdma: operation failed".as_ptr()
+    } else {
+        p
+    }
+}

@@ -1,0 +1,69 @@
+//! softrdma's native libfabric provider, `libsoftrdma-fi.so`: libfabric 1.17 loads it from
+//! `FI_PROVIDER_PATH` (`softrdma exec` sets it) and calls [`fi_prov_ini`]. Its name is
+//! `softrdma`; it offers the reliable-datagram endpoint (`FI_EP_RDM`) of the fabric layer
+//! (`softrdma-fabric`) on each softrdma device, with messages and tagged messages.
+//!
+//! The provider ABI, and what libfabric, `fi_pingpong` and Open MPI ask of it, are in
+//! `docs/fabric-provider.md`. Layers, lowest first: `abi` (the C structs and constants,
+//! their layouts checked at compile time) and `sockaddr` (names); `entry` (the panic
+//! guard, the registry of live objects, the stubs); `info` (`fi_getinfo`); the objects,
+//! `fabric` (fabric, domain, EQ), `av`, `cq`, `mr`, `ep`, whose data operations are in
+//! `xfer`.
+//!
+//! Every entry point checks its fid against the registry, so a freed or foreign fid
+//! gets `-FI_EINVAL` instead of a crash (where libfabric's inline wrapper reached the
+//! provider at all), and catches panics (`-FI_EOTHER`). No libfabric function is
+//! called: the infos are built with `malloc`, so the library needs no link to
+//! `libfabric.so.1` and loads under any libfabric of the 1.x ABI.
+//!
+//! Threads and locks: any thread may call any entry point. The provider's own locks
+//! (`FiObjects`, `FiEpSetup`, `FiEq`) are each taken alone; the fabric layer's endpoints
+//! run their own progress threads.
+
+mod abi;
+mod av;
+mod cq;
+mod entry;
+mod ep;
+mod fabric;
+mod info;
+mod mr;
+mod sockaddr;
+mod xfer;
+
+use abi::{Slot, fi_context, fi_provider, fi_version};
+use std::cell::UnsafeCell;
+
+/// The provider's own version (`fi_info -l` prints it): softrdma's minor and patch.
+pub const PROVIDER_VERSION: u32 = fi_version(0, 1);
+/// The libfabric API it implements.
+const API_VERSION: u32 = fi_version(1, 17);
+
+/// The provider: in writable memory, because libfabric's core writes its `context`.
+struct Provider(UnsafeCell<fi_provider>);
+
+// SAFETY: libfabric reads and writes the struct during its single-threaded
+// initialisation only (under its own init lock); this crate never touches it after.
+unsafe impl Sync for Provider {}
+
+static PROVIDER: Provider = Provider(UnsafeCell::new(fi_provider {
+    version: PROVIDER_VERSION,
+    fi_version: API_VERSION,
+    context: fi_context {
+        internal: [std::ptr::null_mut(); 4],
+    },
+    name: c"softrdma".as_ptr(),
+    getinfo: info::getinfo as Slot,
+    fabric: fabric::fabric_open as Slot,
+    cleanup: cleanup as Slot,
+}));
+
+/// libfabric's entry point for an external provider (`man fi_provider`).
+#[unsafe(no_mangle)]
+pub extern "C" fn fi_prov_ini() -> *mut fi_provider {
+    PROVIDER.0.get()
+}
+
+/// Called by libfabric at exit (then it `dlclose`s the library, which `-z nodelete`
+/// keeps mapped): nothing to release that the process's end does not.
+extern "C" fn cleanup() {}
