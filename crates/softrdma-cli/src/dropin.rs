@@ -1,6 +1,7 @@
 //! `softrdma exec` and `softrdma env`: run unmodified RDMA programs on softrdma through the
 //! drop-in libraries (`softrdma-capi`: `libibverbs.so.1`, which is `librdmacm.so.1` too, and
-//! the stub `libmlx5.so.1` and `libefa.so.1`).
+//! the stub `libmlx5.so.1` and `libefa.so.1`), and libfabric programs on its native
+//! provider too (`softrdma-fi`, found through `FI_PROVIDER_PATH`).
 //!
 //! Where the libraries come from (an installed package, the build tree, or this binary
 //! itself) is [`crate::libdir`]'s business.
@@ -20,15 +21,50 @@ fn library_path(dir: &Path) -> OsString {
     v
 }
 
+/// libfabric's own folder of providers, which `FI_PROVIDER_PATH` replaces when set.
+#[cfg(target_arch = "aarch64")]
+const LIBFABRIC_DEFAULT: &str = "/usr/lib/aarch64-linux-gnu/libfabric";
+#[cfg(not(target_arch = "aarch64"))]
+const LIBFABRIC_DEFAULT: &str = "/usr/lib/x86_64-linux-gnu/libfabric";
+
+/// `FI_PROVIDER_PATH` with the native provider's folder first: before the caller's own
+/// value, or before libfabric's default folder, which setting the variable would
+/// otherwise drop. A leading `@` (libfabric's "register in this order") stays first.
+fn provider_path(dir: &Path) -> OsString {
+    let ours = dir.join(crate::libdir::FABRIC_PROVIDER);
+    let ours = ours.parent().unwrap_or(dir).as_os_str().to_owned();
+    let old = std::env::var_os("FI_PROVIDER_PATH").filter(|o| !o.is_empty());
+    let (at, rest) = match old.as_ref().and_then(|o| o.to_str()) {
+        Some(o) if o.starts_with('@') => ("@", OsString::from(&o[1..])),
+        Some(o) => ("", OsString::from(o)),
+        None => match old {
+            Some(o) => ("", o),
+            None => ("", OsString::from(LIBFABRIC_DEFAULT)),
+        },
+    };
+    let mut v = OsString::from(at);
+    v.push(ours);
+    if !rest.is_empty() {
+        v.push(":");
+        v.push(rest);
+    }
+    v
+}
+
+/// A shell `export` of `name` as `value`, quoted.
+fn export(name: &str, value: &OsString) -> String {
+    format!(
+        "export {name}='{}'",
+        value.to_string_lossy().replace('\'', r"'\''")
+    )
+}
+
 /// `softrdma env`: the shell lines that make the programs of this shell use softrdma.
 pub fn env() -> ExitCode {
     match lib_dir() {
         Ok(dir) => {
-            let p = library_path(&dir);
-            println!(
-                "export LD_LIBRARY_PATH='{}'",
-                p.to_string_lossy().replace('\'', r"'\''")
-            );
+            println!("{}", export("LD_LIBRARY_PATH", &library_path(&dir)));
+            println!("{}", export("FI_PROVIDER_PATH", &provider_path(&dir)));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -70,6 +106,7 @@ pub fn exec(program: &[OsString], view: bool) -> ExitCode {
     let err = std::process::Command::new(prog)
         .args(args)
         .env("LD_LIBRARY_PATH", library_path(&dir))
+        .env("FI_PROVIDER_PATH", provider_path(&dir))
         .exec();
     eprintln!("softrdma exec: {}: {err}", Path::new(prog).display());
     ExitCode::from(if err.kind() == std::io::ErrorKind::NotFound {

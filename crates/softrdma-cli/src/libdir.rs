@@ -3,8 +3,10 @@
 //!
 //! The folder holds one file per SONAME: `libibverbs.so.1` (which is `librdmacm.so.1`
 //! too: that name is a symlink to it, and glibc maps the library once, matching the second
-//! name by SONAME and inode) and the stub providers `libmlx5.so.1` and `libefa.so.1`. It
-//! is the first of:
+//! name by SONAME and inode) and the stub providers `libmlx5.so.1` and `libefa.so.1`; and
+//! a folder `fabric/` with the native libfabric provider, `libsoftrdma-fi.so`, alone
+//! (libfabric loads every `*fi.so` of a folder on `FI_PROVIDER_PATH`). It is the first
+//! of:
 //!
 //! 1. **An installed package's private folder**, `../lib/softrdma/` beside the binary
 //!    (`/usr/lib/softrdma` for `/usr/bin/softrdma`). It is never written to.
@@ -35,7 +37,11 @@ const LIBS: &[(&str, &str)] = &[
     ("librdmacm.so.1", "libsoftrdma_capi.so"),
     ("libmlx5.so.1", "libsoftrdma_stub_mlx5.so"),
     ("libefa.so.1", "libsoftrdma_stub_efa.so"),
+    (FABRIC_PROVIDER, "libsoftrdma_fi.so"),
 ];
+
+/// The native libfabric provider, in its own folder.
+pub const FABRIC_PROVIDER: &str = "fabric/libsoftrdma-fi.so";
 
 /// The libraries this binary carries, by cargo file name.
 #[cfg(softrdma_embed)]
@@ -57,6 +63,10 @@ const EMBEDDED: &[(&str, &[u8])] = &[
             env!("SOFTRDMA_DEPS_DIR"),
             "/libsoftrdma_stub_efa.so"
         )),
+    ),
+    (
+        "libsoftrdma_fi.so",
+        include_bytes!(concat!(env!("SOFTRDMA_DEPS_DIR"), "/libsoftrdma_fi.so")),
     ),
 ];
 /// A debug build carries none: it runs from its build tree.
@@ -148,12 +158,24 @@ fn build_tree(bin: &Path) -> Result<Option<PathBuf>, LibDirError> {
         if std::fs::read_link(&link).is_ok_and(|t| t == target) {
             continue;
         }
-        let tmp = dir.join(format!(".{soname}.{}", std::process::id()));
+        let (parent, name) = split(&link);
+        std::fs::create_dir_all(parent).map_err(io(parent))?;
+        let tmp = parent.join(format!(".{name}.{}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
         std::os::unix::fs::symlink(&target, &tmp).map_err(io(&tmp))?;
         std::fs::rename(&tmp, &link).map_err(io(&link))?;
     }
     Ok(Some(dir))
+}
+
+/// A path's folder and file name.
+fn split(p: &Path) -> (&Path, String) {
+    (
+        p.parent().unwrap_or(Path::new("/")),
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    )
 }
 
 /// The folder the embedded libraries are written into, one per version and contents.
@@ -261,6 +283,9 @@ fn fill(dir: &Path, libs: &[(&str, &[u8])]) -> Result<(), LibDirError> {
     let mut written: Vec<(&str, &str)> = Vec::new();
     for (soname, file) in LIBS {
         let path = dir.join(soname);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
+        }
         if let Some((first, _)) = written.iter().find(|(_, f)| f == file) {
             std::os::unix::fs::symlink(first, &path).map_err(io(&path))?;
             continue;

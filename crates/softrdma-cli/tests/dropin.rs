@@ -465,6 +465,24 @@ fn softrdma_env_names_the_drop_in_directory() {
     ] {
         assert!(Path::new(dir).join(lib).exists(), "{dir}/{lib} is missing");
     }
+    // The native libfabric provider, alone in a folder that comes first on
+    // FI_PROVIDER_PATH, before libfabric's own.
+    let fi = t
+        .lines()
+        .find_map(|l| l.strip_prefix("export FI_PROVIDER_PATH='"))
+        .unwrap_or_else(|| panic!("no FI_PROVIDER_PATH: {t}"));
+    let first = fi.split([':', '\'']).next().unwrap();
+    assert_eq!(Path::new(first), Path::new(dir).join("fabric"), "{t}");
+    let only: Vec<_> = std::fs::read_dir(first)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with("fi.so"))
+        .collect();
+    assert_eq!(only, ["libsoftrdma-fi.so"], "{first}");
+    assert!(
+        fi.contains(":/usr/lib/"),
+        "libfabric's own folder stays: {t}"
+    );
 }
 
 /// `softrdma exec` passes the program's exit status through, and says when there is no

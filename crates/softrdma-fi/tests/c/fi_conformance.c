@@ -1,0 +1,741 @@
+/*
+ * Conformance tests of the `softrdma` libfabric provider, through libfabric's own C API
+ * (libfabric 1.17), in the shape of fabtests: unit tests of each object, functional
+ * tests of data transfer between two endpoints of one process, and negative tests.
+ *
+ *   fi_conformance TEST
+ *
+ * Runs one test; prints "ok TEST" and exits 0 when it passes, or a line "FAIL ..." naming
+ * the check that failed. tests/conformance.rs builds it and runs each test in its own
+ * process, with FI_PROVIDER_PATH naming the provider under test.
+ */
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *current;
+
+#define FAIL(...)                                                                          \
+	do {                                                                               \
+		fprintf(stderr, "FAIL %s line %d: ", current, __LINE__);                   \
+		fprintf(stderr, __VA_ARGS__);                                              \
+		fputc('\n', stderr);                                                       \
+		exit(1);                                                                   \
+	} while (0)
+#define CHECK(cond, ...)                                                                   \
+	do {                                                                               \
+		if (!(cond)) {                                                             \
+			fprintf(stderr, "FAIL %s line %d: %s ", current, __LINE__, #cond); \
+			fprintf(stderr, "" __VA_ARGS__);                                   \
+			fputc('\n', stderr);                                               \
+			exit(1);                                                           \
+		}                                                                          \
+	} while (0)
+#define RC(call, want)                                                                     \
+	do {                                                                               \
+		long r_ = (long)(call);                                                    \
+		if (r_ != (long)(want))                                                    \
+			FAIL("%s = %ld (%s), want %ld", #call, r_, fi_strerror((int)-r_),  \
+			     (long)(want));                                                \
+	} while (0)
+
+#define VERSION FI_VERSION(1, 17)
+
+static struct fi_info *hints_rdm(uint64_t caps)
+{
+	struct fi_info *h = fi_allocinfo();
+	CHECK(h, "fi_allocinfo");
+	h->ep_attr->type = FI_EP_RDM;
+	h->caps = caps;
+	h->mode = FI_CONTEXT;
+	h->fabric_attr->prov_name = strdup("softrdma");
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	return h;
+}
+
+static struct fi_info *getinfo(struct fi_info *hints)
+{
+	struct fi_info *info = NULL;
+	RC(fi_getinfo(VERSION, NULL, NULL, 0, hints, &info), 0);
+	CHECK(!strcmp(info->fabric_attr->prov_name, "softrdma"), "got %s",
+	      info->fabric_attr->prov_name);
+	return info;
+}
+
+/* One endpoint with all it needs. */
+struct node {
+	struct fi_info *info;
+	struct fid_fabric *fabric;
+	struct fid_domain *domain;
+	struct fid_av *av;
+	struct fid_cq *txcq, *rxcq;
+	struct fid_ep *ep;
+	char name[64];
+	size_t namelen;
+};
+
+static void open_node(struct node *n, struct fi_info *info, uint64_t tx_bind)
+{
+	struct fi_cq_attr cq = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE};
+	struct fi_av_attr av = {.type = FI_AV_TABLE};
+	memset(n, 0, sizeof *n);
+	n->info = fi_dupinfo(info);
+	RC(fi_fabric(info->fabric_attr, &n->fabric, NULL), 0);
+	RC(fi_domain(n->fabric, info, &n->domain, NULL), 0);
+	RC(fi_av_open(n->domain, &av, &n->av, NULL), 0);
+	RC(fi_cq_open(n->domain, &cq, &n->txcq, NULL), 0);
+	RC(fi_cq_open(n->domain, &cq, &n->rxcq, NULL), 0);
+	RC(fi_endpoint(n->domain, info, &n->ep, NULL), 0);
+	RC(fi_ep_bind(n->ep, &n->av->fid, 0), 0);
+	RC(fi_ep_bind(n->ep, &n->txcq->fid, FI_TRANSMIT | tx_bind), 0);
+	RC(fi_ep_bind(n->ep, &n->rxcq->fid, FI_RECV), 0);
+	RC(fi_enable(n->ep), 0);
+	n->namelen = sizeof n->name;
+	RC(fi_getname(&n->ep->fid, n->name, &n->namelen), 0);
+}
+
+static void close_node(struct node *n)
+{
+	RC(fi_close(&n->ep->fid), 0);
+	RC(fi_close(&n->rxcq->fid), 0);
+	RC(fi_close(&n->txcq->fid), 0);
+	RC(fi_close(&n->av->fid), 0);
+	RC(fi_close(&n->domain->fid), 0);
+	RC(fi_close(&n->fabric->fid), 0);
+	fi_freeinfo(n->info);
+}
+
+/* Inserts b's name into a's AV: its fi_addr. */
+static fi_addr_t insert(struct node *a, struct node *b)
+{
+	fi_addr_t f = FI_ADDR_NOTAVAIL;
+	RC(fi_av_insert(a->av, b->name, 1, &f, 0, NULL), 1);
+	CHECK(f != FI_ADDR_NOTAVAIL, "an address");
+	return f;
+}
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Reads one entry from cq within 10 s; an error entry fails the test. */
+static struct fi_cq_tagged_entry one(struct fid_cq *cq)
+{
+	struct fi_cq_tagged_entry e;
+	double end = now() + 10;
+	for (;;) {
+		ssize_t r = fi_cq_read(cq, &e, 1);
+		if (r == 1)
+			return e;
+		if (r == -FI_EAVAIL) {
+			struct fi_cq_err_entry err = {0};
+			fi_cq_readerr(cq, &err, 0);
+			FAIL("error entry: %s (context %p)", fi_strerror(err.err), err.op_context);
+		}
+		CHECK(r == -FI_EAGAIN, "fi_cq_read = %zd", r);
+		CHECK(now() < end, "no completion within 10 s");
+	}
+}
+
+/* Reads the error entry that must come within 10 s. */
+static struct fi_cq_err_entry one_error(struct fid_cq *cq)
+{
+	struct fi_cq_err_entry err = {0};
+	struct fi_cq_tagged_entry e;
+	double end = now() + 10;
+	for (;;) {
+		ssize_t r = fi_cq_read(cq, &e, 1);
+		if (r == -FI_EAVAIL) {
+			RC(fi_cq_readerr(cq, &err, 0), 1);
+			return err;
+		}
+		CHECK(r == -FI_EAGAIN, "fi_cq_read = %zd, want an error entry", r);
+		CHECK(now() < end, "no error entry within 10 s");
+	}
+}
+
+/* Nothing comes on cq for 200 ms. */
+static void none(struct fid_cq *cq)
+{
+	struct fi_cq_tagged_entry e;
+	double end = now() + 0.2;
+	while (now() < end)
+		RC(fi_cq_read(cq, &e, 1), -FI_EAGAIN);
+}
+
+static void fill(char *b, size_t n, int seed)
+{
+	for (size_t i = 0; i < n; i++)
+		b[i] = (char)(i * 7 + seed);
+}
+
+static int same(const char *b, size_t n, int seed)
+{
+	for (size_t i = 0; i < n; i++)
+		if (b[i] != (char)(i * 7 + seed))
+			return 0;
+	return 1;
+}
+
+struct pair {
+	struct fi_info *info;
+	struct node a, b;
+	fi_addr_t a_to_b, b_to_a;
+};
+
+static void open_pair(struct pair *p, uint64_t caps, uint64_t tx_bind)
+{
+	struct fi_info *h = hints_rdm(caps);
+	p->info = getinfo(h);
+	fi_freeinfo(h);
+	open_node(&p->a, p->info, tx_bind);
+	open_node(&p->b, p->info, tx_bind);
+	p->a_to_b = insert(&p->a, &p->b);
+	p->b_to_a = insert(&p->b, &p->a);
+}
+
+static void close_pair(struct pair *p)
+{
+	close_node(&p->a);
+	close_node(&p->b);
+	fi_freeinfo(p->info);
+}
+
+/* ---- unit: getinfo ---------------------------------------------------------------- */
+
+static void getinfo_rdm(void)
+{
+	struct fi_info *h = hints_rdm(FI_MSG | FI_TAGGED), *i = getinfo(h);
+	CHECK(i->ep_attr->type == FI_EP_RDM);
+	CHECK((i->caps & (FI_MSG | FI_TAGGED)) == (FI_MSG | FI_TAGGED));
+	CHECK(i->addr_format == FI_SOCKADDR_IN || i->addr_format == FI_SOCKADDR_IN6);
+	CHECK(!(i->domain_attr->mr_mode & FI_MR_LOCAL), "no registration for messages");
+	CHECK(!strcmp(i->fabric_attr->name, "softrdma"));
+	CHECK(i->domain_attr->name && !strncmp(i->domain_attr->name, "softrdma", 8));
+	CHECK(i->tx_attr->inject_size >= 64 && i->ep_attr->max_msg_size >= (1 << 20));
+	CHECK(i->ep_attr->mem_tag_format >> 63, "bit 63 of the tag format");
+	CHECK(i->domain_attr->cq_data_size >= 4);
+	CHECK(i->src_addr && i->src_addrlen == sizeof(struct sockaddr_in));
+	CHECK(((struct sockaddr_in *)i->src_addr)->sin_addr.s_addr != 0, "a routable source");
+	fi_freeinfo(i);
+	fi_freeinfo(h);
+}
+
+/* Open MPI 4.1's hints, at its API version 1.5 and mr_mode 0. */
+static void getinfo_ompi(void)
+{
+	struct fi_info *h = fi_allocinfo(), *i = NULL;
+	h->mode = FI_CONTEXT | FI_CONTEXT2;
+	h->ep_attr->type = FI_EP_RDM;
+	h->caps = FI_TAGGED | FI_LOCAL_COMM | FI_REMOTE_COMM | FI_DIRECTED_RECV;
+	h->tx_attr->msg_order = h->rx_attr->msg_order = FI_ORDER_SAS;
+	h->tx_attr->op_flags = h->rx_attr->op_flags = FI_COMPLETION;
+	h->domain_attr->threading = FI_THREAD_DOMAIN;
+	h->domain_attr->cq_data_size = 4;
+	h->domain_attr->av_type = FI_AV_MAP;
+	h->domain_attr->resource_mgmt = FI_RM_ENABLED;
+	h->fabric_attr->prov_name = strdup("softrdma");
+	RC(fi_getinfo(FI_VERSION(1, 5), NULL, NULL, 0, h, &i), 0);
+	CHECK(i->caps & FI_DIRECTED_RECV);
+	CHECK(i->domain_attr->mr_mode == 0);
+	CHECK(i->domain_attr->av_type == FI_AV_MAP, "the hint's AV type");
+	CHECK(i->domain_attr->threading == FI_THREAD_DOMAIN, "the hint's threading");
+	CHECK(i->tx_attr->op_flags == FI_COMPLETION, "the hint's op flags");
+	fi_freeinfo(i);
+	fi_freeinfo(h);
+}
+
+static void getinfo_node_service(void)
+{
+	struct fi_info *h = hints_rdm(FI_MSG), *i = NULL;
+	RC(fi_getinfo(VERSION, "127.0.0.1", "7655", FI_SOURCE, h, &i), 0);
+	CHECK(ntohs(((struct sockaddr_in *)i->src_addr)->sin_port) == 7655, "the service");
+	fi_freeinfo(i);
+	i = NULL;
+	RC(fi_getinfo(VERSION, "127.0.0.9", "7656", 0, h, &i), 0);
+	CHECK(i->dest_addr && ntohs(((struct sockaddr_in *)i->dest_addr)->sin_port) == 7656);
+	fi_freeinfo(i);
+	fi_freeinfo(h);
+}
+
+/* Every request softrdma cannot meet gets -FI_ENODATA. */
+static void getinfo_negative(void)
+{
+	struct fi_info *i = NULL, *h;
+#define NODATA(set)                                                                        \
+	do {                                                                               \
+		h = hints_rdm(FI_MSG);                                                     \
+		set;                                                                       \
+		RC(fi_getinfo(VERSION, NULL, NULL, 0, h, &i), -FI_ENODATA);                \
+		fi_freeinfo(h);                                                            \
+	} while (0)
+	NODATA(h->caps |= FI_ATOMIC);
+	NODATA(h->caps |= FI_MULTICAST);
+	NODATA(h->addr_format = FI_SOCKADDR_IB);
+	NODATA(h->tx_attr->size = 1 << 30);
+	NODATA(h->tx_attr->inject_size = 1 << 20);
+	NODATA(h->tx_attr->iov_limit = 64);
+	NODATA(h->ep_attr->max_msg_size = (size_t)1 << 40);
+	NODATA(h->domain_attr->cq_data_size = 16);
+	NODATA(h->domain_attr->name = strdup("no-such-device"));
+	NODATA(free(h->fabric_attr->name); h->fabric_attr->name = strdup("no-such-fabric"));
+	NODATA(h->ep_attr->tx_ctx_cnt = FI_SHARED_CONTEXT);
+	NODATA(h->rx_attr->total_buffered_recv = 1 << 20);
+#undef NODATA
+}
+
+/* ---- unit: fabric, domain, AV, CQ, EQ, MR, endpoint -------------------------------- */
+
+static void fabric_domain(void)
+{
+	struct fi_info *h = hints_rdm(FI_MSG), *i = getinfo(h);
+	struct fid_fabric *f;
+	struct fid_domain *d;
+	RC(fi_fabric(i->fabric_attr, &f, NULL), 0);
+	RC(fi_domain(f, i, &d, NULL), 0);
+	RC(fi_close(&d->fid), 0);
+	RC(fi_close(&f->fid), 0);
+	struct fi_fabric_attr bad = *i->fabric_attr;
+	bad.name = "no-such-fabric";
+	bad.prov_name = "softrdma";
+	RC(fi_fabric(&bad, &f, NULL), -FI_ENODATA);
+	fi_freeinfo(i);
+	fi_freeinfo(h);
+}
+
+static void av(void)
+{
+	struct pair p;
+	open_pair(&p, FI_MSG, 0);
+	/* Three names at once, the middle one not a name at all. */
+	char names[3 * 16];
+	memcpy(names, p.a.name, 16);
+	memset(names + 16, 0xee, 16);
+	memcpy(names + 32, p.b.name, 16);
+	fi_addr_t f[3];
+	RC(fi_av_insert(p.a.av, names, 3, f, 0, NULL), 2);
+	CHECK(f[1] == FI_ADDR_NOTAVAIL && f[0] != FI_ADDR_NOTAVAIL);
+	CHECK(f[2] == p.a_to_b, "a name inserted again keeps its address");
+	char back[64];
+	size_t len = 4;
+	RC(fi_av_lookup(p.a.av, f[0], back, &len), -FI_ETOOSMALL);
+	CHECK(len == 16, "the whole length");
+	len = sizeof back;
+	RC(fi_av_lookup(p.a.av, f[0], back, &len), 0);
+	CHECK(len == 16 && !memcmp(back, p.a.name, 16));
+	char s[128];
+	len = sizeof s;
+	CHECK(fi_av_straddr(p.a.av, p.b.name, s, &len) == s && !strncmp(s, "fi_sockaddr_in://127.", 21), "%s", s);
+	fi_addr_t svc;
+	RC(fi_av_insertsvc(p.a.av, "127.0.0.200", "7000", &svc, 0, NULL), 1);
+	RC(fi_av_remove(p.a.av, &svc, 1, 0), 0);
+	len = sizeof back;
+	RC(fi_av_lookup(p.a.av, svc, back, &len), -FI_ENODATA);
+	RC(fi_av_insert(p.a.av, names, 1, f, 0x1234, NULL), -FI_EBADFLAGS);
+	close_pair(&p);
+}
+
+static void cq(void)
+{
+	struct fi_info *h = hints_rdm(FI_MSG), *i = getinfo(h);
+	struct fid_fabric *f;
+	struct fid_domain *d;
+	struct fid_cq *c;
+	RC(fi_fabric(i->fabric_attr, &f, NULL), 0);
+	RC(fi_domain(f, i, &d, NULL), 0);
+	int formats[] = {FI_CQ_FORMAT_UNSPEC, FI_CQ_FORMAT_CONTEXT, FI_CQ_FORMAT_MSG,
+			 FI_CQ_FORMAT_DATA, FI_CQ_FORMAT_TAGGED};
+	for (int k = 0; k < 5; k++) {
+		struct fi_cq_attr a = {.format = formats[k], .wait_obj = FI_WAIT_NONE};
+		struct fi_cq_tagged_entry e;
+		struct fi_cq_err_entry err = {0};
+		RC(fi_cq_open(d, &a, &c, NULL), 0);
+		RC(fi_cq_read(c, &e, 1), -FI_EAGAIN);
+		RC(fi_cq_readerr(c, &err, 0), -FI_EAGAIN);
+		RC(fi_cq_sread(c, &e, 1, NULL, 20), -FI_EAGAIN);
+		RC(fi_close(&c->fid), 0);
+	}
+	struct fi_cq_attr bad = {.format = 99};
+	RC(fi_cq_open(d, &bad, &c, NULL), -FI_ENOSYS);
+	RC(fi_close(&d->fid), 0);
+	RC(fi_close(&f->fid), 0);
+	fi_freeinfo(i);
+	fi_freeinfo(h);
+}
+
+static void eq(void)
+{
+	struct fi_info *h = hints_rdm(FI_MSG), *i = getinfo(h);
+	struct fid_fabric *f;
+	struct fid_eq *q;
+	struct fi_eq_attr a = {.wait_obj = FI_WAIT_UNSPEC};
+	RC(fi_fabric(i->fabric_attr, &f, NULL), 0);
+	RC(fi_eq_open(f, &a, &q, NULL), 0);
+	uint32_t ev;
+	struct fi_eq_entry in = {.context = (void *)0x77, .data = 5}, out;
+	RC(fi_eq_read(q, &ev, &out, sizeof out, 0), -FI_EAGAIN);
+	RC(fi_eq_write(q, FI_NOTIFY, &in, sizeof in, 0), sizeof in);
+	RC(fi_eq_read(q, &ev, &out, sizeof out, FI_PEEK), sizeof out);
+	RC(fi_eq_sread(q, &ev, &out, sizeof out, 100, 0), sizeof out);
+	CHECK(ev == FI_NOTIFY && out.context == (void *)0x77 && out.data == 5);
+	RC(fi_eq_sread(q, &ev, &out, sizeof out, 20, 0), -FI_EAGAIN);
+	RC(fi_close(&q->fid), 0);
+	RC(fi_close(&f->fid), 0);
+	fi_freeinfo(i);
+	fi_freeinfo(h);
+}
+
+static void mr(void)
+{
+	struct fi_info *h = hints_rdm(FI_MSG), *i = getinfo(h);
+	struct fid_fabric *f;
+	struct fid_domain *d;
+	struct fid_mr *m;
+	static char buf[4096];
+	RC(fi_fabric(i->fabric_attr, &f, NULL), 0);
+	RC(fi_domain(f, i, &d, NULL), 0);
+	RC(fi_mr_reg(d, buf, sizeof buf, FI_SEND | FI_RECV, 0, 0, 0, &m, NULL), 0);
+	CHECK(fi_mr_desc(m) == NULL, "messages need no descriptor");
+	RC(fi_close(&m->fid), 0);
+	/* No RMA is offered yet: memory for peers is refused, not half-registered. */
+	RC(fi_mr_reg(d, buf, sizeof buf, FI_REMOTE_WRITE, 0, 0, 0, &m, NULL), -FI_EOPNOTSUPP);
+	RC(fi_close(&d->fid), 0);
+	RC(fi_close(&f->fid), 0);
+	fi_freeinfo(i);
+	fi_freeinfo(h);
+}
+
+static void ep_lifecycle(void)
+{
+	struct fi_info *h = hints_rdm(FI_MSG), *i = getinfo(h);
+	struct fid_fabric *f;
+	struct fid_domain *d;
+	struct fid_ep *ep;
+	struct fid_av *av;
+	struct fid_cq *c;
+	struct fi_av_attr aa = {0};
+	struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_CONTEXT};
+	char buf[64], name[64];
+	size_t len = 0;
+	RC(fi_fabric(i->fabric_attr, &f, NULL), 0);
+	RC(fi_domain(f, i, &d, NULL), 0);
+	RC(fi_endpoint(d, i, &ep, NULL), 0);
+	RC(fi_enable(ep), -FI_ENOAV);
+	RC(fi_av_open(d, &aa, &av, NULL), 0);
+	RC(fi_ep_bind(ep, &av->fid, 0), 0);
+	RC(fi_enable(ep), -FI_ENOCQ);
+	RC(fi_send(ep, buf, 8, NULL, 0, NULL), -FI_EOPBADSTATE);
+	RC(fi_recv(ep, buf, 8, NULL, 0, NULL), -FI_EOPBADSTATE);
+	RC(fi_cq_open(d, &ca, &c, NULL), 0);
+	/* A fid that is not this provider's. */
+	struct fid fake = {.fclass = FI_CLASS_CQ};
+	RC(fi_ep_bind(ep, &fake, FI_TRANSMIT), -FI_EINVAL);
+	RC(fi_ep_bind(ep, &c->fid, FI_TRANSMIT | FI_RECV | (1ULL << 40)), -FI_EBADFLAGS);
+	RC(fi_ep_bind(ep, &c->fid, FI_TRANSMIT | FI_RECV), 0);
+	RC(fi_enable(ep), 0);
+	RC(fi_ep_bind(ep, &c->fid, FI_TRANSMIT), -FI_EOPBADSTATE);
+	RC(fi_getname(&ep->fid, NULL, &len), -FI_ETOOSMALL);
+	CHECK(len == 16, "the name's length");
+	RC(fi_getname(&ep->fid, name, &len), 0);
+	CHECK(ntohs(((struct sockaddr_in *)name)->sin_port) != 0, "a port of its own");
+	uint64_t flags = FI_TRANSMIT;
+	RC(fi_control(&ep->fid, FI_GETOPSFLAG, &flags), 0);
+	flags = FI_TRANSMIT | FI_COMPLETION;
+	RC(fi_control(&ep->fid, FI_SETOPSFLAG, &flags), 0);
+	flags = FI_TRANSMIT;
+	RC(fi_control(&ep->fid, FI_GETOPSFLAG, &flags), 0);
+	CHECK(flags == FI_COMPLETION);
+	/* Pingpong's order of closing: the endpoint first, the objects it used after. */
+	RC(fi_close(&ep->fid), 0);
+	RC(fi_close(&c->fid), 0);
+	RC(fi_close(&av->fid), 0);
+	RC(fi_close(&d->fid), 0);
+	RC(fi_close(&f->fid), 0);
+	fi_freeinfo(i);
+	fi_freeinfo(h);
+}
+
+/* ---- functional -------------------------------------------------------------------- */
+
+/* Messages of every size class, each byte checked: eager, at the eager limit, by
+ * rendezvous, zero-length. */
+static void msg(void)
+{
+	struct pair p;
+	open_pair(&p, FI_MSG, 0);
+	size_t sizes[] = {0, 1, 64, 4096, 8192, 8193, 65536, 1 << 20, 4 << 20};
+	char *tx = malloc(4 << 20), *rx = malloc(4 << 20);
+	for (unsigned k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+		size_t n = sizes[k];
+		fill(tx, n, k);
+		memset(rx, 0, n);
+		RC(fi_recv(p.b.ep, rx, n, NULL, FI_ADDR_UNSPEC, (void *)0xb0), 0);
+		RC(fi_send(p.a.ep, tx, n, NULL, p.a_to_b, (void *)0xa0), 0);
+		struct fi_cq_tagged_entry r = one(p.b.rxcq), t = one(p.a.txcq);
+		CHECK(r.op_context == (void *)0xb0 && r.len == n && r.flags == (FI_RECV | FI_MSG),
+		      "size %zu: len %zu flags %#lx", n, r.len, (unsigned long)r.flags);
+		CHECK(r.buf == rx, "the receive's buffer");
+		CHECK(same(rx, n, k), "size %zu: the bytes", n);
+		CHECK(t.op_context == (void *)0xa0 && (t.flags & (FI_SEND | FI_MSG)) == (FI_SEND | FI_MSG));
+	}
+	free(tx);
+	free(rx);
+	close_pair(&p);
+}
+
+static void inject(void)
+{
+	struct pair p;
+	open_pair(&p, FI_MSG, 0);
+	char tx[64] = "injected", rx[64];
+	RC(fi_recv(p.b.ep, rx, sizeof rx, NULL, FI_ADDR_UNSPEC, NULL), 0);
+	RC(fi_inject(p.a.ep, tx, 9, p.a_to_b), 0);
+	memset(tx, 0, sizeof tx); /* the buffer is the caller's again at once */
+	struct fi_cq_tagged_entry r = one(p.b.rxcq);
+	CHECK(r.len == 9 && !strcmp(rx, "injected"));
+	none(p.a.txcq);
+	static char big[1 << 16];
+	RC(fi_inject(p.a.ep, big, p.info->tx_attr->inject_size + 1, p.a_to_b), -FI_EMSGSIZE);
+	close_pair(&p);
+}
+
+static void tagged(void)
+{
+	struct pair p;
+	open_pair(&p, FI_TAGGED, 0);
+	char r1[32] = "", r2[32] = "", r3[32] = "";
+	/* Posted: tag 2 exactly, then anything in 0x100..0x1ff. */
+	RC(fi_trecv(p.b.ep, r1, sizeof r1, NULL, FI_ADDR_UNSPEC, 2, 0, (void *)1), 0);
+	RC(fi_trecv(p.b.ep, r2, sizeof r2, NULL, FI_ADDR_UNSPEC, 0x100, 0xff, (void *)2), 0);
+	RC(fi_tsend(p.a.ep, "to-any-1xx", 11, NULL, p.a_to_b, 0x1ab, NULL), 0);
+	RC(fi_tsend(p.a.ep, "to-two", 7, NULL, p.a_to_b, 2, NULL), 0);
+	struct fi_cq_tagged_entry x = one(p.b.rxcq), y = one(p.b.rxcq);
+	struct fi_cq_tagged_entry *e2 = x.op_context == (void *)2 ? &x : &y;
+	struct fi_cq_tagged_entry *e1 = x.op_context == (void *)1 ? &x : &y;
+	CHECK(e1->op_context == (void *)1 && e2->op_context == (void *)2);
+	CHECK(!strcmp(r1, "to-two") && e1->tag == 2 && (e1->flags & FI_TAGGED));
+	CHECK(!strcmp(r2, "to-any-1xx") && e2->tag == 0x1ab, "the sender's tag");
+	/* A tag nobody asked for waits; an untagged receive does not take it. */
+	RC(fi_tsend(p.a.ep, "later", 6, NULL, p.a_to_b, 77, NULL), 0);
+	none(p.b.rxcq);
+	RC(fi_trecv(p.b.ep, r3, sizeof r3, NULL, FI_ADDR_UNSPEC, 77, 0, (void *)3), 0);
+	CHECK(one(p.b.rxcq).op_context == (void *)3 && !strcmp(r3, "later"));
+	for (int k = 0; k < 3; k++)
+		one(p.a.txcq);
+	close_pair(&p);
+}
+
+static void cq_data(void)
+{
+	struct pair p;
+	open_pair(&p, FI_MSG | FI_TAGGED, 0);
+	char rx[32];
+	RC(fi_recv(p.b.ep, rx, sizeof rx, NULL, FI_ADDR_UNSPEC, NULL), 0);
+	RC(fi_senddata(p.a.ep, "d", 2, NULL, 0xdeadbeefcafeULL, p.a_to_b, NULL), 0);
+	struct fi_cq_tagged_entry e = one(p.b.rxcq);
+	CHECK((e.flags & FI_REMOTE_CQ_DATA) && e.data == 0xdeadbeefcafeULL, "data %#lx",
+	      (unsigned long)e.data);
+	RC(fi_trecv(p.b.ep, rx, sizeof rx, NULL, FI_ADDR_UNSPEC, 9, 0, NULL), 0);
+	RC(fi_tinjectdata(p.a.ep, "t", 2, 42, p.a_to_b, 9), 0);
+	e = one(p.b.rxcq);
+	CHECK((e.flags & FI_REMOTE_CQ_DATA) && e.data == 42 && e.tag == 9);
+	close_pair(&p);
+}
+
+/* Messages sent before any receive is posted wait, in order, whole. */
+static void unexpected(void)
+{
+	struct pair p;
+	open_pair(&p, FI_MSG, 0);
+	static char big[100000];
+	fill(big, sizeof big, 3);
+	RC(fi_send(p.a.ep, "first", 6, NULL, p.a_to_b, NULL), 0);
+	RC(fi_send(p.a.ep, big, sizeof big, NULL, p.a_to_b, NULL), 0);
+	one(p.a.txcq);
+	none(p.b.rxcq);
+	char r1[16];
+	static char r2[100000];
+	RC(fi_recv(p.b.ep, r1, sizeof r1, NULL, FI_ADDR_UNSPEC, NULL), 0);
+	RC(fi_recv(p.b.ep, r2, sizeof r2, NULL, FI_ADDR_UNSPEC, NULL), 0);
+	CHECK(one(p.b.rxcq).len == 6 && !strcmp(r1, "first"));
+	CHECK(one(p.b.rxcq).len == sizeof big && same(r2, sizeof r2, 3));
+	one(p.a.txcq);
+	close_pair(&p);
+}
+
+/* A receive from one peer takes no other peer's message; fi_cq_readfrom names the
+ * sender. */
+static void directed_recv(void)
+{
+	struct pair p;
+	open_pair(&p, FI_MSG | FI_DIRECTED_RECV | FI_SOURCE, 0);
+	struct node c;
+	open_node(&c, p.info, 0);
+	fi_addr_t c_to_b = insert(&c, &p.b), b_to_c = insert(&p.b, &c);
+	char rx[16] = "";
+	RC(fi_recv(p.b.ep, rx, sizeof rx, NULL, p.b_to_a, (void *)0xa), 0);
+	RC(fi_send(c.ep, "from-c", 7, NULL, c_to_b, NULL), 0);
+	none(p.b.rxcq);
+	RC(fi_send(p.a.ep, "from-a", 7, NULL, p.a_to_b, NULL), 0);
+	struct fi_cq_tagged_entry e;
+	fi_addr_t src = FI_ADDR_NOTAVAIL;
+	double end = now() + 10;
+	ssize_t r;
+	while ((r = fi_cq_readfrom(p.b.rxcq, &e, 1, &src)) == -FI_EAGAIN)
+		CHECK(now() < end, "no completion");
+	CHECK(r == 1 && e.op_context == (void *)0xa && !strcmp(rx, "from-a"));
+	CHECK(src == p.b_to_a, "the source is a: %lu", (unsigned long)src);
+	RC(fi_recv(p.b.ep, rx, sizeof rx, NULL, b_to_c, NULL), 0);
+	CHECK(one(p.b.rxcq).len == 7 && !strcmp(rx, "from-c"));
+	one(p.a.txcq);
+	one(c.txcq);
+	close_node(&c);
+	close_pair(&p);
+}
+
+static void cancel(void)
+{
+	struct pair p;
+	open_pair(&p, FI_MSG | FI_TAGGED, 0);
+	char rx[16];
+	RC(fi_trecv(p.b.ep, rx, sizeof rx, NULL, FI_ADDR_UNSPEC, 5, 0, (void *)0xc), 0);
+	RC(fi_cancel(&p.b.ep->fid, (void *)0xc), 0);
+	struct fi_cq_err_entry err = one_error(p.b.rxcq);
+	CHECK(err.err == FI_ECANCELED && err.op_context == (void *)0xc);
+	CHECK(err.flags & FI_TAGGED);
+	RC(fi_cancel(&p.b.ep->fid, (void *)0xc), -FI_ENOENT);
+	close_pair(&p);
+}
+
+/* A message longer than its receive: what fits lands, and an error entry says how much
+ * did not. */
+static void truncation(void)
+{
+	struct pair p;
+	open_pair(&p, FI_MSG, 0);
+	char tx[100], rx[10];
+	static char big[50000], bigrx[1000];
+	fill(tx, sizeof tx, 1);
+	fill(big, sizeof big, 2);
+	RC(fi_recv(p.b.ep, rx, sizeof rx, NULL, FI_ADDR_UNSPEC, (void *)1), 0);
+	RC(fi_send(p.a.ep, tx, sizeof tx, NULL, p.a_to_b, NULL), 0);
+	struct fi_cq_err_entry err = one_error(p.b.rxcq);
+	CHECK(err.err == FI_ETRUNC && err.len == 10 && err.olen == 90, "len %zu olen %zu",
+	      err.len, err.olen);
+	CHECK(same(rx, sizeof rx, 1), "what fits lands");
+	RC(fi_recv(p.b.ep, bigrx, sizeof bigrx, NULL, FI_ADDR_UNSPEC, (void *)2), 0);
+	RC(fi_send(p.a.ep, big, sizeof big, NULL, p.a_to_b, NULL), 0);
+	err = one_error(p.b.rxcq);
+	CHECK(err.err == FI_ETRUNC && err.len == sizeof bigrx && err.olen == sizeof big - sizeof bigrx);
+	CHECK(same(bigrx, sizeof bigrx, 2), "a rendezvous message too");
+	one(p.a.txcq);
+	one(p.a.txcq);
+	close_pair(&p);
+}
+
+/* FI_SELECTIVE_COMPLETION: only operations with FI_COMPLETION report. */
+static void selective_completion(void)
+{
+	struct pair p;
+	open_pair(&p, FI_MSG, FI_SELECTIVE_COMPLETION);
+	char rx[16];
+	RC(fi_recv(p.b.ep, rx, sizeof rx, NULL, FI_ADDR_UNSPEC, NULL), 0);
+	RC(fi_recv(p.b.ep, rx, sizeof rx, NULL, FI_ADDR_UNSPEC, NULL), 0);
+	RC(fi_send(p.a.ep, "quiet", 6, NULL, p.a_to_b, (void *)1), 0);
+	one(p.b.rxcq);
+	none(p.a.txcq);
+	struct iovec iov = {.iov_base = "loud", .iov_len = 5};
+	struct fi_msg m = {.msg_iov = &iov, .iov_count = 1, .addr = p.a_to_b, .context = (void *)2};
+	RC(fi_sendmsg(p.a.ep, &m, FI_COMPLETION), 0);
+	one(p.b.rxcq);
+	CHECK(one(p.a.txcq).op_context == (void *)2);
+	close_pair(&p);
+}
+
+/* ---- negative ---------------------------------------------------------------------- */
+
+static void bad_address(void)
+{
+	struct pair p;
+	open_pair(&p, FI_MSG, 0);
+	char b[8];
+	RC(fi_send(p.a.ep, b, 8, NULL, 999, NULL), -FI_EINVAL);
+	RC(fi_inject(p.a.ep, b, 8, FI_ADDR_NOTAVAIL), -FI_EINVAL);
+	RC(fi_send(p.a.ep, NULL, 8, NULL, p.a_to_b, NULL), -FI_EINVAL);
+	none(p.a.txcq);
+	close_pair(&p);
+}
+
+static void not_offered(void)
+{
+	struct pair p;
+	open_pair(&p, FI_MSG, 0);
+	char b[8];
+	/* An endpoint without FI_TAGGED refuses tagged operations. */
+	RC(fi_tsend(p.a.ep, b, 8, NULL, p.a_to_b, 1, NULL), -FI_EOPNOTSUPP);
+	/* RMA is not offered yet. */
+	RC(fi_write(p.a.ep, b, 8, NULL, p.a_to_b, 0, 0, NULL), -FI_ENOSYS);
+	RC(fi_recvmsg(p.a.ep, &(struct fi_msg){0}, FI_MULTI_RECV), -FI_EOPNOTSUPP);
+	close_pair(&p);
+}
+
+static const struct {
+	const char *name;
+	void (*run)(void);
+} tests[] = {
+	{"getinfo_rdm", getinfo_rdm},
+	{"getinfo_ompi", getinfo_ompi},
+	{"getinfo_node_service", getinfo_node_service},
+	{"getinfo_negative", getinfo_negative},
+	{"fabric_domain", fabric_domain},
+	{"av", av},
+	{"cq", cq},
+	{"eq", eq},
+	{"mr", mr},
+	{"ep_lifecycle", ep_lifecycle},
+	{"msg", msg},
+	{"inject", inject},
+	{"tagged", tagged},
+	{"cq_data", cq_data},
+	{"unexpected", unexpected},
+	{"directed_recv", directed_recv},
+	{"cancel", cancel},
+	{"truncation", truncation},
+	{"selective_completion", selective_completion},
+	{"bad_address", bad_address},
+	{"not_offered", not_offered},
+};
+
+int main(int argc, char **argv)
+{
+	if (argc == 2 && !strcmp(argv[1], "--list")) {
+		for (unsigned k = 0; k < sizeof tests / sizeof *tests; k++)
+			puts(tests[k].name);
+		return 0;
+	}
+	for (unsigned k = 0; argc == 2 && k < sizeof tests / sizeof *tests; k++) {
+		if (strcmp(argv[1], tests[k].name))
+			continue;
+		current = tests[k].name;
+		tests[k].run();
+		printf("ok %s\n", current);
+		return 0;
+	}
+	fprintf(stderr, "usage: fi_conformance TEST | --list\n");
+	return 2;
+}
