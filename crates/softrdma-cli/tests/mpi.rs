@@ -1,14 +1,16 @@
 //! Open MPI (Debian's 4.1) over softrdma, unmodified, with tests/c/mpi_check.c: every byte
 //! checked through point-to-point (a ring, and a sweep from 1 B to 1 MiB between ranks 0
 //! and 1), `MPI_Allreduce`, `MPI_Alltoall` and one-sided `MPI_Put`/`MPI_Get`, on 4 ranks:
-//! - over libfabric: `--mca pml cm --mca mtl ofi` with `verbs;ofi_rxm` and with
+//! - over libfabric: `--mca pml cm --mca mtl ofi` with softrdma's native provider
+//!   (`softrdma`, `softrdma-fi`), with `verbs;ofi_rxm` and with
 //!   `verbs;ofi_rxd` (there in passive-target epochs, see its test), the one-sided
 //!   operations through `osc pt2pt` over the same MTL, and
 //!   no BTL but `self`, so that nothing but libfabric can carry a byte between ranks;
 //! - over UCX: `--mca pml ucx --mca osc ucx`, UCX limited to its verbs transports;
 //! - across 4 network namespaces joined by a bridge, each a host of its own with its
 //!   device on its own address, one `mpirun` launching a rank on each through an rsh agent
-//!   that enters the namespace, over UCX and over `verbs;ofi_rxm`.
+//!   that enters the namespace, over UCX, over the native `softrdma` provider and over
+//!   `verbs;ofi_rxm`.
 
 mod common;
 
@@ -110,6 +112,21 @@ fn ofi(provider: &str) -> Vec<&str> {
     let mut v = OFI.to_vec();
     v.extend(["btl", "self", "--mca", "mtl_ofi_provider_include", provider]);
     v
+}
+
+#[test]
+fn mpi_over_libfabric_native_softrdma_on_four_devices() {
+    run("mtl ofi softrdma", "127.0.105", false, &ofi("softrdma"));
+}
+
+#[test]
+fn mpi_over_libfabric_native_softrdma_on_one_shared_device() {
+    run(
+        "mtl ofi softrdma, one device",
+        "127.0.106",
+        true,
+        &ofi("softrdma"),
+    );
 }
 
 #[test]
@@ -276,6 +293,7 @@ fn mpi_runs_across_four_hosts_in_network_namespaces() {
         return;
     };
     run_across(&h, "across hosts: pml ucx + osc ucx", &ucx());
+    run_across(&h, "across hosts: mtl ofi softrdma", &ofi("softrdma"));
     run_across(
         &h,
         "across hosts: mtl ofi verbs;ofi_rxm",

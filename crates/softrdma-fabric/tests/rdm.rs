@@ -263,3 +263,27 @@ fn a_rendezvous_send_to_a_peer_that_goes_fails_with_its_buffer_back() {
         "the buffer comes back whole"
     );
 }
+
+/// A message from a peer that is not yet in the receiver's address vector waits; once
+/// the peer is inserted, a receive directed at it takes that message first (not a later
+/// one of the same tag), and the completion names it. Open MPI's ranks insert each
+/// other at different times, and match by source and tag.
+#[test]
+fn a_message_from_a_peer_inserted_later_matches_a_receive_directed_at_it() {
+    let (a, b) = (side(17, 7607), side(18, 7607));
+    let to_b = a.av.insert(b.ep.addr());
+    let tag = SendOpts {
+        tag: Some(5),
+        ..Default::default()
+    };
+    a.ep.send(to_b, b"first".to_vec(), 1, tag).unwrap();
+    a.ep.send(to_b, b"second".to_vec(), 2, tag).unwrap();
+    let (sent, _) = both(&a, &b, 2);
+    assert!(sent.iter().all(|c| c.error == 0), "{sent:?}");
+    assert_eq!(b.ep.pending(), (0, 2), "both wait, unexpected");
+    let to_a = b.av.insert(a.ep.addr());
+    b.ep.trecv(vec![0; 16], to_a, 5, 0, 3).unwrap();
+    let (_, got) = both(&a, &b, 1);
+    assert_eq!((got[0].context, &got[0].buf[..5]), (3, &b"first"[..]));
+    assert_eq!(got[0].src, to_a, "the source, as the AV names it now");
+}

@@ -28,7 +28,7 @@ use crate::addr::AddressVector;
 use crate::buf::{Buf, Registered};
 use crate::cq::{Completion, CompletionQueue, Progress, errno};
 use crate::error::{FabricError, Result};
-use crate::matching::{Accepts, FiAddr, Matcher};
+use crate::matching::{Accepts, FI_ADDR_UNSPEC, FiAddr, Matcher};
 use crate::wire::{HEADER_LEN, Header, Op};
 use softrdma::cm::{CmId, EventChannel, PortSpace};
 use softrdma::sync::{Guard, Lock, Rank};
@@ -169,6 +169,13 @@ struct State {
     rx_cq: Arc<CompletionQueue>,
     conns: Vec<Conn>,
     by_peer: HashMap<SocketAddr, usize>,
+    /// Each peer endpoint's number, as matching knows its sources: given when a message
+    /// from it comes or a receive names it, and kept. A message is matched by who sent
+    /// it, not by its address vector entry, which may come later than the message
+    /// (Open MPI's ranks insert each other at different times): the entry is looked up
+    /// when the receive completes.
+    peer_ids: HashMap<SocketAddr, FiAddr>,
+    peer_addrs: Vec<SocketAddr>,
     by_qpn: HashMap<u32, usize>,
     matcher: Matcher<Recv, Arrived>,
     wrs: HashMap<u64, Wr>,
@@ -212,7 +219,7 @@ impl Endpoint {
         tx_cq: Arc<CompletionQueue>,
         rx_cq: Arc<CompletionQueue>,
     ) -> Result<Self> {
-        let ctx = Context::open_addr("fabric", addr.ip(), softrdma::Mtu::M4096)?;
+        let ctx = open_device(addr.ip())?;
         let pd = ctx.alloc_pd();
         let vchan = ctx.create_comp_channel()?;
         let vcq = ctx.create_cq(4096, Some(&vchan))?;
@@ -239,6 +246,8 @@ impl Endpoint {
                 rx_cq: rx_cq.clone(),
                 conns: Vec::new(),
                 by_peer: HashMap::new(),
+                peer_ids: HashMap::new(),
+                peer_addrs: Vec::new(),
                 by_qpn: HashMap::new(),
                 matcher: Matcher::default(),
                 wrs: HashMap::new(),
@@ -349,6 +358,25 @@ impl Endpoint {
     }
 }
 
+/// Opens the device on `ip`: the configured one with that address (its name, and the
+/// path MTU its interface allows), else one made for it, with the MTU of the interface
+/// that has the address (a 4096-byte MTU on a 1500-byte link would send datagrams the
+/// link drops).
+fn open_device(ip: std::net::IpAddr) -> Result<Context> {
+    use softrdma::config::{Binding, DeviceSpec};
+    let configured = softrdma::config::devices()
+        .ok()
+        .and_then(|ds| ds.into_iter().find(|d| d.addr == ip));
+    let d = match configured {
+        Some(d) => d,
+        None => softrdma::config::resolve(&DeviceSpec {
+            name: "fabric".into(),
+            binding: Binding::Addr(ip),
+        })?,
+    };
+    Ok(Context::open_addr(&d.name, d.addr, d.active_mtu)?)
+}
+
 impl Drop for Endpoint {
     /// Closes every connection (`fi_close`), so that each peer hears of it now, by a DREQ,
     /// instead of waiting on a connection nobody answers (a rendezvous send for its FIN).
@@ -381,6 +409,26 @@ impl State {
     /// completion after this wakes the progress thread again).
     fn arm(&mut self) {
         let _ = self.vcq.req_notify(false);
+    }
+
+    /// The number matching knows peer `addr` by.
+    fn peer_id(&mut self, addr: SocketAddr) -> FiAddr {
+        if let Some(&id) = self.peer_ids.get(&addr) {
+            return id;
+        }
+        let id = self.peer_addrs.len() as FiAddr;
+        self.peer_addrs.push(addr);
+        self.peer_ids.insert(addr, id);
+        id
+    }
+
+    /// The address vector's entry for the peer matching knows as `id` (`FI_ADDR_UNSPEC`
+    /// when it has none).
+    fn source(&self, id: FiAddr) -> FiAddr {
+        usize::try_from(id)
+            .ok()
+            .and_then(|i| self.peer_addrs.get(i))
+            .map_or(FI_ADDR_UNSPEC, |a| self.av.index_of(a))
     }
 
     fn wr_id(&mut self) -> u64 {
@@ -501,7 +549,11 @@ impl State {
         }
     }
 
-    fn post_recv(&mut self, a: Accepts, buf: Buf, context: u64) -> Result<()> {
+    fn post_recv(&mut self, mut a: Accepts, buf: Buf, context: u64) -> Result<()> {
+        if a.src != FI_ADDR_UNSPEC {
+            let addr = self.av.lookup(a.src)?;
+            a.src = self.peer_id(addr);
+        }
         let r = Recv {
             context,
             buf,

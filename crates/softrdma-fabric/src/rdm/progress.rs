@@ -108,7 +108,7 @@ impl State {
                 return;
             }
         };
-        let src = self.av.index_of(&self.conns[c].peer);
+        let src = self.peer_id(self.conns[c].peer);
         let offers = Offers {
             tagged: hdr.tagged,
             tag: hdr.tag,
@@ -210,8 +210,9 @@ impl State {
     }
 
     /// A receive's completion: `len` is the message's whole length; what did not fit is
-    /// an `ETRUNC` error entry.
+    /// an `ETRUNC` error entry. `src` is the sender as matching knows it.
     fn complete_recv(&self, r: Recv, hdr: &Header, src: FiAddr, len: usize, error: i32) {
+        let src = self.source(src);
         let cap = r.buf.len();
         let (got, error) = match error {
             0 if len > cap => (cap, errno::ETRUNC),
