@@ -1,6 +1,8 @@
 //! libfabric (Debian's 1.17, unmodified) over softrdma, through `softrdma exec`: its verbs
-//! provider lists every endpoint type it offers on rxe, and `fi_pingpong` passes, with its
-//! data checked, over MSG, DGRAM, RDM through `ofi_rxd` and RDM through `ofi_rxm`, both
+//! provider lists every endpoint type it offers on rxe, softrdma's native provider
+//! (`softrdma`, `libsoftrdma-fi.so`, found through the `FI_PROVIDER_PATH` that `softrdma
+//! exec` sets) lists its own, and `fi_pingpong` passes, with its data checked, over MSG,
+//! DGRAM, RDM through `ofi_rxd`, RDM through `ofi_rxm` and the native RDM, both
 //! ends on one shared device and on two devices; the DGRAM, rxd and rxm servers run under
 //! valgrind's memcheck, which must find no invalid access in the drop-in; and MSG runs
 //! between two network namespaces over a veth pair, as libfabric's MSG endpoints need an
@@ -16,12 +18,14 @@ mod common;
 use common::*;
 use std::process::Command;
 
-/// The four providers and endpoint types `fi_pingpong` runs over the verbs provider.
-const KINDS: [(&str, &str); 4] = [
+/// The providers and endpoint types `fi_pingpong` runs: the four over the verbs
+/// provider, and softrdma's native RDM.
+const KINDS: [(&str, &str); 5] = [
     ("verbs", "msg"),
     ("verbs", "dgram"),
     ("verbs;ofi_rxd", "rdm"),
     ("verbs;ofi_rxm", "rdm"),
+    ("softrdma", "rdm"),
 ];
 
 /// Runs an `fi_pingpong` pair: the server (with `server_wrap` before it, such as valgrind)
@@ -87,6 +91,63 @@ fn fi_info_lists_every_endpoint_type_of_the_verbs_provider() {
             "protocol: FI_PROTO_RXD",
         ],
     );
+}
+
+/// The native provider is found, under its name, with its RDM endpoint on the device,
+/// and `-p softrdma` gives it alone: libfabric layers no `ofi_rxm` or `ofi_rxd` over a
+/// provider that offers no MSG or DGRAM endpoint.
+#[test]
+fn fi_info_lists_the_native_softrdma_provider() {
+    let o = wait(
+        spawn(&mut exec(
+            "127.0.91.3",
+            "fi_info",
+            &["-p", "softrdma", "-v"],
+        )),
+        "fi_info",
+    );
+    says_all(
+        "fi_info -p softrdma",
+        &o,
+        &[
+            "prov_name: softrdma\n",
+            "type: FI_EP_RDM",
+            "name: softrdma0\n",
+            "src_addr: fi_sockaddr_in://127.0.91.3:0",
+            "FI_TAGGED",
+            "mem_tag_format: 0xaaaaaaaaaaaaaaaa",
+        ],
+    );
+    let t = text(&o);
+    assert!(!t.contains("ofi_rx"), "{t}");
+    let o = wait(
+        spawn(&mut exec("127.0.91.3", "fi_info", &["-l"])),
+        "fi_info -l",
+    );
+    says_all("fi_info -l", &o, &["softrdma:\n    version: 0.1"]);
+}
+
+/// Tagged messages over the native provider (`-m tagged`), every size checked.
+#[test]
+fn fi_pingpong_tagged_runs_over_the_native_provider() {
+    let port = "27650";
+    let common = [
+        "-p", "softrdma", "-e", "rdm", "-m", "tagged", "-c", "-S", "all", "-I", "10",
+    ];
+    let server: Vec<&str> = common.iter().copied().chain(["-B", port]).collect();
+    let mut s = Server(Some(spawn(&mut exec("127.0.98.2", "fi_pingpong", &server))));
+    wait_listen(port.parse().unwrap(), s.child());
+    let client: Vec<&str> = common
+        .iter()
+        .copied()
+        .chain(["-P", port, "127.0.0.1"])
+        .collect();
+    let c = wait(
+        spawn(&mut exec("127.0.98.3", "fi_pingpong", &client)),
+        "fi_pingpong -m tagged",
+    );
+    let (_, ct) = both_ok("fi_pingpong -p softrdma -m tagged", s, c);
+    assert!(ct.lines().any(|l| l.starts_with("6m ")), "{ct}");
 }
 
 #[test]

@@ -398,16 +398,24 @@ pub fn wait_for(timeout: c_int, mut read: impl FnMut() -> isize) -> isize {
     }
 }
 
-/// `buf` holding `s`, or a static copy when the caller gave none.
+/// `buf` holding `s`, or, when the caller gave none, this thread's copy (valid until its
+/// next call here, as libfabric's own strerror buffers are).
 ///
 /// # Safety
 /// `buf` must be valid for `len` bytes of writes, or null.
 pub unsafe fn error_string(s: &str, buf: *mut c_char, len: usize) -> *const c_char {
     // SAFETY: forwarded from this function's contract.
     let p = unsafe { entry::c_string_into(s, buf, len) };
-    if p.is_null() {
-        c"softrdma: operation failed".as_ptr()
-    } else {
-        p
+    if !p.is_null() {
+        return p;
     }
+    thread_local! {
+        static LAST: std::cell::RefCell<std::ffi::CString> =
+            std::cell::RefCell::new(std::ffi::CString::default());
+    }
+    let c = std::ffi::CString::new(s.replace('\0', " ")).unwrap_or_default();
+    LAST.with(|l| {
+        *l.borrow_mut() = c;
+        l.borrow().as_ptr()
+    })
 }

@@ -93,9 +93,10 @@ fn run(st: &Weak<Lock<State>>, stop: &AtomicBool, cm_fd: RawFd, cq_fd: RawFd) {
             armed = false;
         }
         if g.app_read.elapsed() < BUSY {
-            // The program polls: connection events only.
+            // The program polls: connection events only (after the completions that came
+            // before them, see `progress_all`).
             if p[0].revents != 0 {
-                g.cm_events();
+                g.progress_all();
             }
             continue;
         }
@@ -103,7 +104,6 @@ fn run(st: &Weak<Lock<State>>, stop: &AtomicBool, cm_fd: RawFd, cq_fd: RawFd) {
             g.arm();
             armed = true;
         }
-        g.cm_events();
-        g.device_completions();
+        g.progress_all();
     }
 }

@@ -40,6 +40,7 @@ impl State {
             id,
             qp: None,
             slots: Vec::new(),
+            posted_slots: 0,
             peer,
             ready,
             failed: false,
@@ -91,25 +92,50 @@ impl State {
         Ok(())
     }
 
-    /// Posts receive slot `slot` of connection `c`.
+    /// Posts receive slot `slot` of connection `c`, unless the connection is done.
     pub(super) fn post_slot(&mut self, c: usize, slot: usize) -> Result<()> {
         let w = self.wr_id();
         let conn = &self.conns[c];
-        let (Some(qp), Some(mr)) = (&conn.qp, conn.slots.get(slot)) else {
+        let (Some(qp), Some(mr), false) = (&conn.qp, conn.slots.get(slot), conn.failed) else {
             return Ok(());
         };
         qp.post_recv(softrdma::RecvWr {
             wr_id: w,
             sg_list: softrdma_proto::sg![mr.sge(0, SLOT_LEN as u32)],
         })?;
+        self.conns[c].posted_slots += 1;
         self.wrs.insert(w, Wr::Slot { conn: c, slot });
         Ok(())
     }
 
-    /// Handles every connection event that waits.
-    pub(super) fn cm_events(&mut self) {
+    /// A slot of connection `c` completed (with a message or flushed): once a connection
+    /// that is done has none posted, its slots' memory goes.
+    pub(super) fn slot_done(&mut self, c: usize) {
+        let conn = &mut self.conns[c];
+        conn.posted_slots = conn.posted_slots.saturating_sub(1);
+        if conn.failed && conn.posted_slots == 0 {
+            conn.slots.clear();
+        }
+    }
+
+    /// Handles every connection event that waits; whether there was one.
+    pub(super) fn cm_events(&mut self) -> bool {
+        let mut any = false;
         while let Some(ev) = self.chan.get_event(Some(Duration::ZERO)) {
             self.cm_event(ev);
+            any = true;
+        }
+        any
+    }
+
+    /// Handles what waits: the device's completions first, so that what a connection
+    /// received (and the ACKs of what it sent) before its peer ended it is taken before
+    /// the end is; then the connection events, then the completions these made (a
+    /// flush, a send posted on a new connection).
+    pub(super) fn progress_all(&mut self) {
+        self.device_completions();
+        if self.cm_events() {
+            self.device_completions();
         }
     }
 
@@ -183,9 +209,12 @@ impl State {
         conn.ready = false;
         // Tells the peer, which drops its side; an ID that never connected says nothing.
         let _ = conn.id.disconnect();
-        // Its QP is in the error state and places nothing more: the slots' memory goes
-        // (their WRs still flush; a flushed slot is passed over).
-        conn.slots.clear();
+        // Its QP is in the error state and places nothing more; what it placed before (a
+        // message whose completion waits behind the end) is still taken, and the slots'
+        // memory goes when the last of them has completed or flushed (`slot_done`).
+        if conn.posted_slots == 0 {
+            conn.slots.clear();
+        }
         let peer = conn.peer;
         let queued: Vec<Queued> = conn.queued.drain(..).collect();
         if self.by_peer.get(&peer) == Some(&c) {

@@ -146,6 +146,9 @@ struct Conn {
     qp: Option<Arc<QueuePair>>,
     /// Its receive slots, registered once and posted again as each is emptied.
     slots: Vec<MemoryRegion>,
+    /// How many of them are posted (kept until each completes or flushes, so that what
+    /// one received before the connection ended is still read).
+    posted_slots: usize,
     /// The peer endpoint's address (what it listens on).
     peer: SocketAddr,
     ready: bool,
@@ -394,8 +397,7 @@ impl Progress for Lock<State> {
     fn progress(&self) {
         let mut st = self.lock();
         st.app_read = std::time::Instant::now();
-        st.cm_events();
-        st.device_completions();
+        st.progress_all();
     }
 }
 

@@ -42,25 +42,26 @@ impl State {
                 }
                 match wr {
                     Wr::Slot { conn, slot } if ok && wc.opcode == WcOpcode::RecvRdmaWithImm => {
+                        self.slot_done(conn);
                         let _ = self.post_slot(conn, slot);
                         self.remote_write(wc.byte_len as usize, wc.imm_data);
                     }
                     Wr::Slot { conn, slot } if ok => {
                         // Out of the slot (a message may wait unexpected), which goes back
-                        // at once.
-                        // (A connection lost since has no slots: what it received last
-                        // is dropped with it.)
+                        // at once (unless its connection has ended, which keeps its slots
+                        // until each has completed: what it received is still taken).
                         let mut b = vec![0; (wc.byte_len as usize).min(SLOT_LEN)];
                         let read = self.conns[conn]
                             .slots
                             .get(slot)
                             .map(|mr| mr.read(0, &mut b));
+                        self.slot_done(conn);
                         let _ = self.post_slot(conn, slot);
                         if let Some(Ok(())) = read {
                             self.arrived(conn, b);
                         }
                     }
-                    Wr::Slot { .. } => {}
+                    Wr::Slot { conn, .. } => self.slot_done(conn),
                     Wr::Read {
                         recv,
                         reg,

@@ -232,6 +232,10 @@ impl CmId {
     /// Ends the connection (`rdma_disconnect`): its QP goes to ERROR (its WRs flush), and
     /// the peer gets a DREQ, or the DREP for its own.
     pub fn disconnect(&self) -> Result<()> {
+        // Nothing already accepted is lost: the peer hears of every message this side took
+        // before it hears of the end (its requester would flush a send whose ACK came
+        // after the DREQ, though the send had landed).
+        super::dev::send_deferred_acks(&self.inner.ctx);
         if let Some(qp) = self.qp() {
             let _ = qp.modify(&QpAttr {
                 state: Some(QpState::Error),

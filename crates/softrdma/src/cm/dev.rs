@@ -109,6 +109,13 @@ pub(crate) fn when_routed(ctx: &Context, qp: &QueuePair, then: Box<dyn FnOnce() 
     }
 }
 
+/// Sends the ACKs the device holds back (deferred to ride with a later send), now: what
+/// this side received before it disconnects is acknowledged before the DREQ leaves,
+/// which would otherwise overtake them and fail the peer's sends that did arrive.
+pub(crate) fn send_deferred_acks(ctx: &Context) {
+    ctx.dev().flush_batch(true);
+}
+
 /// While the returned guard lives, a QP this thread moves has its same-host route looked
 /// up by the device's resolver thread instead of this one: the CM moves an active QP to
 /// RTS on the peer's REP under its agent's lock, which no lookup may wait under.
