@@ -4,13 +4,15 @@
 //!
 //! - `cargo install` into an empty `--root` (with the user's `CARGO_HOME`, so that crates
 //!   already downloaded are not fetched again), with its build tree deleted afterwards, gives a
-//!   binary that runs unmodified programs on its own: the drop-in libraries travel inside
-//!   it (`src/libdir.rs`).
+//!   binary that runs unmodified programs on its own: the drop-in libraries and the native
+//!   libfabric provider travel inside it (`src/libdir.rs`), and `fi_info -p softrdma`
+//!   finds the provider through `softrdma exec`.
 //! - The crates as `cargo package` makes them for crates.io, installed with `cargo
 //!   install` (each softrdma crate from its packaged source, everything else from
 //!   crates.io), give the same binary: `cargo install softrdma-cli` will work once they
 //!   are published.
-//! - The Debian package (`scripts/deb`) installs on a fresh Debian 12 root made with
+//! - The Debian package (`scripts/deb`, with the provider in `/usr/lib/softrdma/fabric/`)
+//!   installs on a fresh Debian 12 root made with
 //!   mmdebstrap, runs `softrdma doctor`, `ibv_devinfo`, an `ibv_rc_pingpong` pair and
 //!   `softrdma demo` there, and leaves nothing behind when removed
 //!   (`tests/install/fresh-root.sh`).
@@ -102,6 +104,16 @@ fn install_and_run(what: &str, args: &[std::ffi::OsString], port: u16) {
         "ibv_devinfo",
     );
     says_all("ibv_devinfo", &o, &["softrdma0"]);
+    // libfabric finds the native provider the binary wrote out beside the drop-in.
+    let o = wait(
+        spawn(&mut run(&["exec", "--", "fi_info", "-p", "softrdma"])),
+        "fi_info",
+    );
+    says_all(
+        "fi_info -p softrdma",
+        &o,
+        &["provider: softrdma", "FI_EP_RDM", "domain: softrdma0"],
+    );
     // The pair, on a TCP port of this test's own.
     let port = port.to_string();
     let pp = ["exec", "--", "ibv_rc_pingpong", "-g", "1", "-p", &port];

@@ -89,6 +89,18 @@ const COMMANDS: &[(&str, How)] = &[
         Run("bytes"),
     ),
     (
+        "softrdma exec -- fi_info -p softrdma",
+        Run("provider: softrdma"),
+    ),
+    (
+        "softrdma exec -- fi_pingpong -p softrdma -e rdm -c &",
+        Serve(Ready::Tcp(47592)),
+    ),
+    (
+        "softrdma exec -- fi_pingpong -p softrdma -e rdm -c 127.0.0.1",
+        Run("bytes"),
+    ),
+    (
         "mpicc.openmpi -o mpi_ring crates/softrdma-cli/tests/c/mpi_ring.c",
         Run(""),
     ),

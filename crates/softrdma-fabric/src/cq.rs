@@ -45,6 +45,8 @@ pub mod errno {
     pub const ECANCELED: i32 = 125;
     /// The peer could not be reached, or went (`FI_EIO`).
     pub const EIO: i32 = 5;
+    /// No message waits that a peek takes (`FI_ENOMSG`).
+    pub const ENOMSG: i32 = 42;
     /// The peer refused the access: a wrong key, or an address outside its region
     /// (`FI_EACCES`).
     pub const EACCES: i32 = 13;

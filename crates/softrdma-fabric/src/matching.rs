@@ -102,9 +102,20 @@ impl<R, M> Matcher<R, M> {
         self.posted.remove(i).map(|(_, r)| r)
     }
 
-    /// Whether a message that `a` would take waits unexpected (`FI_PEEK`).
-    pub fn peek(&self, a: &Accepts) -> Option<&Offers> {
-        self.unexpected.iter().map(|(o, _)| o).find(|o| a.takes(o))
+    /// The oldest message that `a` would take, if one waits unexpected (`FI_PEEK`); it
+    /// stays.
+    pub fn peek(&self, a: &Accepts) -> Option<(&Offers, &M)> {
+        self.unexpected
+            .iter()
+            .find(|(o, _)| a.takes(o))
+            .map(|(o, m)| (o, m))
+    }
+
+    /// Takes the message [`Matcher::peek`] would find out of the queue (`FI_PEEK |
+    /// FI_CLAIM`): no receive can take it any more.
+    pub fn claim(&mut self, a: &Accepts) -> Option<(Offers, M)> {
+        let i = self.unexpected.iter().position(|(o, _)| a.takes(o))?;
+        self.unexpected.remove(i)
     }
 
     /// How many receives are posted and how many messages wait unexpected.
@@ -151,11 +162,17 @@ mod tests {
             src: FI_ADDR_UNSPEC,
         };
         assert_eq!(m.post(any, "c").map(|(r, _, x)| (r, x)), Some(("c", 3)));
-        assert_eq!(m.peek(&tagged(0x20, 0)).map(|o| o.tag), Some(0x20));
         assert_eq!(
-            m.post(tagged(0, !0), "d").map(|(r, _, x)| (r, x)),
-            Some(("d", 2))
+            m.peek(&tagged(0x20, 0)).map(|(o, x)| (o.tag, *x)),
+            Some((0x20, 2))
         );
+        assert_eq!(m.lens(), (0, 1), "a peek leaves it");
+        assert_eq!(
+            m.claim(&tagged(0x20, 0)).map(|(o, x)| (o.tag, x)),
+            Some((0x20, 2))
+        );
+        assert_eq!(m.lens(), (0, 0), "a claim takes it");
+        assert!(m.claim(&tagged(0x20, 0)).is_none());
     }
 
     #[test]

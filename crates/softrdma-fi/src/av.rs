@@ -4,7 +4,7 @@
 //! the table's).
 
 use crate::abi::*;
-use crate::entry::{self, Object, enosys, guard_int};
+use crate::entry::{self, enosys, guard_int, object};
 use crate::fabric::Domain;
 use crate::sockaddr;
 use softrdma_fabric::AddressVector;
@@ -21,24 +21,7 @@ pub struct Av {
     name_len: usize,
 }
 
-// SAFETY: `#[repr(C)]`, its `fid_av` first.
-unsafe impl Object for Av {
-    const CLASS: usize = FI_CLASS_AV;
-}
-// SAFETY: its C half is written once, at open; the table is thread-safe.
-unsafe impl Send for Av {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for Av {}
-
-static AV_FI_OPS: Ops<fi_ops> = Ops(fi_ops {
-    size: size_of::<fi_ops>(),
-    close: av_close as Slot,
-    bind: enosys as Slot,
-    control: enosys as Slot,
-    ops_open: enosys as Slot,
-    tostr: enosys as Slot,
-    ops_set: enosys as Slot,
-});
+object!(Av, FI_CLASS_AV, AV_FI_OPS);
 
 static AV_OPS: Ops<fi_ops_av> = Ops(fi_ops_av {
     size: size_of::<fi_ops_av>(),
@@ -85,10 +68,6 @@ pub unsafe extern "C" fn av_open(
         unsafe { *av = a.cast() };
         Ok(0)
     })
-}
-
-unsafe extern "C" fn av_close(f: *mut fid) -> c_int {
-    guard_int(|| entry::close::<Av>(f).map(|_| 0))
 }
 
 /// `fi_av_insert`: `count` names laid end to end; each one that is not a name of this

@@ -9,7 +9,7 @@
 //! offered yet.
 
 use crate::abi::*;
-use crate::entry::{self, Object, enosys, guard_int};
+use crate::entry::{self, guard_int, object};
 use crate::fabric::{Domain, error_string, wait_for};
 use softrdma_fabric::{Completion, CompletionQueue, flags};
 use std::ffi::{c_char, c_int, c_void};
@@ -24,24 +24,7 @@ pub struct Cq {
     format: u32,
 }
 
-// SAFETY: `#[repr(C)]`, its `fid_cq` first.
-unsafe impl Object for Cq {
-    const CLASS: usize = FI_CLASS_CQ;
-}
-// SAFETY: its C half is written once, at open; the queue is thread-safe.
-unsafe impl Send for Cq {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for Cq {}
-
-static CQ_FI_OPS: Ops<fi_ops> = Ops(fi_ops {
-    size: size_of::<fi_ops>(),
-    close: cq_close as Slot,
-    bind: enosys as Slot,
-    control: enosys as Slot,
-    ops_open: enosys as Slot,
-    tostr: enosys as Slot,
-    ops_set: enosys as Slot,
-});
+object!(Cq, FI_CLASS_CQ, CQ_FI_OPS);
 
 static CQ_OPS: Ops<fi_ops_cq> = Ops(fi_ops_cq {
     size: size_of::<fi_ops_cq>(),
@@ -95,10 +78,6 @@ pub unsafe extern "C" fn cq_open(
         unsafe { *cq = c.cast() };
         Ok(0)
     })
-}
-
-unsafe extern "C" fn cq_close(f: *mut fid) -> c_int {
-    guard_int(|| entry::close::<Cq>(f).map(|_| 0))
 }
 
 /// The size of one entry of `format`.

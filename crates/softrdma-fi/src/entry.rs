@@ -43,6 +43,41 @@ pub unsafe trait Object: Sized + Send + Sync {
     const CLASS: usize;
 }
 
+/// `fi_close` on any object of this provider: takes it back from C and drops it.
+pub unsafe extern "C" fn close_object<T: Object>(f: *mut fid) -> c_int {
+    guard_int(|| close::<T>(f).map(|_| 0))
+}
+
+/// Declares `$t` an object of class `$class` ([`Object`], `Send`, `Sync`) and makes its
+/// `fi_ops` table `$ops`: `fi_close` drops it, `bind` and `control` are the given
+/// functions (or `-FI_ENOSYS`), the rest `-FI_ENOSYS`.
+macro_rules! object {
+    ($t:ty, $class:expr, $ops:ident $(, bind: $bind:expr)? $(, control: $control:expr)?) => {
+        // SAFETY: every object is `#[repr(C)]` with its public struct (which begins with
+        // its fid) as its first field.
+        unsafe impl $crate::entry::Object for $t {
+            const CLASS: usize = $class;
+        }
+        // SAFETY: an object's C half is written once, when it is opened, and only read
+        // after; its Rust half is behind locks, atomics or thread-safe types.
+        unsafe impl Send for $t {}
+        // SAFETY: as for `Send`.
+        unsafe impl Sync for $t {}
+        static $ops: $crate::abi::Ops<$crate::abi::fi_ops> = $crate::abi::Ops($crate::abi::fi_ops {
+            size: size_of::<$crate::abi::fi_ops>(),
+            close: $crate::entry::close_object::<$t> as $crate::abi::Slot,
+            bind: $crate::entry::object!(@or $($bind)?),
+            control: $crate::entry::object!(@or $($control)?),
+            ops_open: $crate::entry::enosys as $crate::abi::Slot,
+            tostr: $crate::entry::enosys as $crate::abi::Slot,
+            ops_set: $crate::entry::enosys as $crate::abi::Slot,
+        });
+    };
+    (@or $f:expr) => { $f as $crate::abi::Slot };
+    (@or) => { $crate::entry::enosys as $crate::abi::Slot };
+}
+pub(crate) use object;
+
 /// Gives `obj` to C: its fid, live until [`close`].
 pub fn open<T: Object>(obj: T) -> *mut T {
     let p = Box::into_raw(Box::new(obj));

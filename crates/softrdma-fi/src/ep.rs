@@ -9,7 +9,7 @@
 use crate::abi::*;
 use crate::av::{Av, copy_name};
 use crate::cq::Cq;
-use crate::entry::{self, Errno, Object, enosys, guard, guard_int};
+use crate::entry::{self, Errno, enosys, guard, guard_int, object};
 use crate::fabric::Domain;
 use crate::xfer;
 use softrdma::sync::{Lock, Rank};
@@ -53,15 +53,6 @@ pub struct Ep {
     pub inject_size: usize,
 }
 
-// SAFETY: `#[repr(C)]`, its `fid_ep` first.
-unsafe impl Object for Ep {
-    const CLASS: usize = FI_CLASS_EP;
-}
-// SAFETY: its C half is written once, at open; the rest is behind locks or atomic.
-unsafe impl Send for Ep {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for Ep {}
-
 impl Ep {
     /// The enabled endpoint, or `-FI_EOPBADSTATE`.
     pub fn live(&self) -> Result<&Endpoint, Errno> {
@@ -79,15 +70,7 @@ impl Ep {
     }
 }
 
-static EP_FI_OPS: Ops<fi_ops> = Ops(fi_ops {
-    size: size_of::<fi_ops>(),
-    close: ep_close as Slot,
-    bind: ep_bind as Slot,
-    control: ep_control as Slot,
-    ops_open: enosys as Slot,
-    tostr: enosys as Slot,
-    ops_set: enosys as Slot,
-});
+object!(Ep, FI_CLASS_EP, EP_FI_OPS, bind: ep_bind, control: ep_control);
 
 static EP_OPS: Ops<fi_ops_ep> = Ops(fi_ops_ep {
     size: size_of::<fi_ops_ep>(),
@@ -206,10 +189,6 @@ pub unsafe extern "C" fn ep_open2(
     }
     // SAFETY: forwarded from libfabric.
     unsafe { ep_open(domain, info, ep, context) }
-}
-
-unsafe extern "C" fn ep_close(f: *mut fid) -> c_int {
-    guard_int(|| entry::close::<Ep>(f).map(|_| 0))
 }
 
 unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {

@@ -8,7 +8,7 @@
 //! Threads and locks: an EQ's events are behind `FiEq`, taken alone.
 
 use crate::abi::*;
-use crate::entry::{self, Errno, Object, enosys, eopnotsupp, guard_int};
+use crate::entry::{self, Errno, enosys, eopnotsupp, guard_int, object};
 use crate::info::{self, Device};
 use softrdma::sync::{Lock, Rank};
 use std::collections::VecDeque;
@@ -21,24 +21,7 @@ pub struct Fabric {
     fid: fid_fabric,
 }
 
-// SAFETY: `#[repr(C)]`, its `fid_fabric` (which begins with its fid) first.
-unsafe impl Object for Fabric {
-    const CLASS: usize = FI_CLASS_FABRIC;
-}
-// SAFETY: its C half is written once, at open, and read only after.
-unsafe impl Send for Fabric {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for Fabric {}
-
-static FABRIC_FI_OPS: Ops<fi_ops> = Ops(fi_ops {
-    size: size_of::<fi_ops>(),
-    close: fabric_close as Slot,
-    bind: enosys as Slot,
-    control: enosys as Slot,
-    ops_open: enosys as Slot,
-    tostr: enosys as Slot,
-    ops_set: enosys as Slot,
-});
+object!(Fabric, FI_CLASS_FABRIC, FABRIC_FI_OPS);
 
 static FABRIC_OPS: Ops<fi_ops_fabric> = Ops(fi_ops_fabric {
     size: size_of::<fi_ops_fabric>(),
@@ -87,10 +70,6 @@ pub unsafe extern "C" fn fabric_open(
     })
 }
 
-unsafe extern "C" fn fabric_close(f: *mut fid) -> c_int {
-    guard_int(|| entry::close::<Fabric>(f).map(|_| 0))
-}
-
 unsafe extern "C" fn trywait(_f: *mut fid_fabric, _fids: *mut *mut fid, _count: c_int) -> c_int {
     // Nothing here waits on a descriptor: a read never blocks, so there is always
     // something worth trying.
@@ -107,24 +86,7 @@ pub struct Domain {
     pub api_version: u32,
 }
 
-// SAFETY: `#[repr(C)]`, its `fid_domain` first.
-unsafe impl Object for Domain {
-    const CLASS: usize = FI_CLASS_DOMAIN;
-}
-// SAFETY: its C half is written once, at open, and read only after.
-unsafe impl Send for Domain {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for Domain {}
-
-static DOMAIN_FI_OPS: Ops<fi_ops> = Ops(fi_ops {
-    size: size_of::<fi_ops>(),
-    close: domain_close as Slot,
-    bind: enosys as Slot,
-    control: enosys as Slot,
-    ops_open: enosys as Slot,
-    tostr: enosys as Slot,
-    ops_set: enosys as Slot,
-});
+object!(Domain, FI_CLASS_DOMAIN, DOMAIN_FI_OPS);
 
 static DOMAIN_OPS: Ops<fi_ops_domain> = Ops(fi_ops_domain {
     size: size_of::<fi_ops_domain>(),
@@ -220,10 +182,6 @@ fn device_of(info: &fi_info) -> Result<Device, Errno> {
         .ok_or(FI_ENODATA)
 }
 
-unsafe extern "C" fn domain_close(f: *mut fid) -> c_int {
-    guard_int(|| entry::close::<Domain>(f).map(|_| 0))
-}
-
 /// An event queue.
 #[repr(C)]
 pub struct Eq {
@@ -231,24 +189,7 @@ pub struct Eq {
     events: Lock<VecDeque<(u32, Vec<u8>)>>,
 }
 
-// SAFETY: `#[repr(C)]`, its `fid_eq` first.
-unsafe impl Object for Eq {
-    const CLASS: usize = FI_CLASS_EQ;
-}
-// SAFETY: its C half is written once, at open; its events are behind a lock.
-unsafe impl Send for Eq {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for Eq {}
-
-static EQ_FI_OPS: Ops<fi_ops> = Ops(fi_ops {
-    size: size_of::<fi_ops>(),
-    close: eq_close as Slot,
-    bind: enosys as Slot,
-    control: enosys as Slot,
-    ops_open: enosys as Slot,
-    tostr: enosys as Slot,
-    ops_set: enosys as Slot,
-});
+object!(Eq, FI_CLASS_EQ, EQ_FI_OPS);
 
 static EQ_OPS: Ops<fi_ops_eq> = Ops(fi_ops_eq {
     size: size_of::<fi_ops_eq>(),
@@ -290,10 +231,6 @@ unsafe extern "C" fn eq_open(
         unsafe { *eq = e.cast() };
         Ok(0)
     })
-}
-
-unsafe extern "C" fn eq_close(f: *mut fid) -> c_int {
-    guard_int(|| entry::close::<Eq>(f).map(|_| 0))
 }
 
 /// `FI_PEEK` as an EQ read flag.

@@ -4,7 +4,7 @@
 //! `-FI_EOPNOTSUPP` until this provider offers RMA.
 
 use crate::abi::*;
-use crate::entry::{self, Object, enosys, guard_int};
+use crate::entry::{self, guard_int, object};
 use crate::fabric::Domain;
 use std::ffi::{c_int, c_void};
 
@@ -14,24 +14,7 @@ pub struct Mr {
     fid: fid_mr,
 }
 
-// SAFETY: `#[repr(C)]`, its `fid_mr` first.
-unsafe impl Object for Mr {
-    const CLASS: usize = FI_CLASS_MR;
-}
-// SAFETY: its C half is written once, at open.
-unsafe impl Send for Mr {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for Mr {}
-
-static MR_FI_OPS: Ops<fi_ops> = Ops(fi_ops {
-    size: size_of::<fi_ops>(),
-    close: mr_close as Slot,
-    bind: enosys as Slot,
-    control: enosys as Slot,
-    ops_open: enosys as Slot,
-    tostr: enosys as Slot,
-    ops_set: enosys as Slot,
-});
+object!(Mr, FI_CLASS_MR, MR_FI_OPS);
 
 /// The access bits of a registration that only this side uses.
 const LOCAL: u64 = FI_SEND | FI_RECV | FI_READ | FI_WRITE;
@@ -112,8 +95,4 @@ pub unsafe extern "C" fn mr_regattr(
         )
     };
     register(domain, access, mr, context)
-}
-
-unsafe extern "C" fn mr_close(f: *mut fid) -> c_int {
-    guard_int(|| entry::close::<Mr>(f).map(|_| 0))
 }

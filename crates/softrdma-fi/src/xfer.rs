@@ -77,7 +77,7 @@ fn recv(ep: *mut fid_ep, buf: *mut c_void, len: usize, op: Op) -> isize {
     guard(|| {
         let e = entry::get::<Ep>(ep.cast())?;
         let live = e.live()?;
-        if op.flags & (FI_PEEK | FI_CLAIM | FI_DISCARD | FI_MULTI_RECV) != 0 {
+        if op.flags & FI_MULTI_RECV != 0 {
             return Err(FI_EOPNOTSUPP);
         }
         let src = if e.caps & FI_DIRECTED_RECV != 0 {
@@ -87,6 +87,27 @@ fn recv(ep: *mut fid_ep, buf: *mut c_void, len: usize, op: Op) -> isize {
         };
         let mem = memory(buf, len)?;
         let ctx = op.context as u64;
+        let (tag, ignore) = op.tag.unwrap_or((0, 0));
+        // FI_PEEK looks (FI_CLAIM: and takes); FI_CLAIM alone receives what a peek took,
+        // FI_DISCARD with it drops that.
+        if op.flags & FI_PEEK != 0 {
+            live.peek(
+                op.tag.is_some(),
+                (src, tag, ignore),
+                ctx,
+                op.flags & FI_CLAIM != 0,
+            )
+            .map_err(|err| err.errno())?;
+            return Ok(0);
+        }
+        if op.flags & FI_CLAIM != 0 {
+            live.recv_claimed(mem, ctx, op.flags & FI_DISCARD != 0)
+                .map_err(|err| err.errno())?;
+            return Ok(0);
+        }
+        if op.flags & FI_DISCARD != 0 {
+            return Err(FI_EINVAL);
+        }
         match op.tag {
             Some((tag, ignore)) if e.caps & FI_TAGGED != 0 => {
                 live.trecv(mem, src, tag, ignore, ctx)

@@ -122,6 +122,7 @@ cases! {
     unexpected "127.0.88.15",
     directed_recv "127.0.88.16",
     cancel "127.0.88.17",
+    peek_claim "127.0.88.22",
     truncation "127.0.88.18",
     selective_completion "127.0.88.19",
     bad_address "127.0.88.20",

@@ -1,5 +1,6 @@
-//! `compare`'s libfabric rows: `fi_pingpong` over libfabric's own providers, and over its
-//! verbs provider on softrdma (the drop-in), when libfabric is installed.
+//! `compare`'s libfabric rows: `fi_pingpong` over libfabric's own providers, over its
+//! verbs provider on softrdma (the drop-in), and over softrdma's native provider
+//! (`softrdma`, which `softrdma exec` makes libfabric find), when libfabric is installed.
 
 use super::figures::{Figures, Kind};
 use super::run::Run;
@@ -26,6 +27,11 @@ impl Run {
         }
         let p = port.to_string();
         let mut common = args(&["fi_pingpong", "-p", prov, "-e", "rdm", "-I", n, "-S", size]);
+        if prov == NATIVE && over.is_none() {
+            return Err(BenchError::Output(
+                "the native provider runs only under softrdma exec".into(),
+            ));
+        }
         if over.is_some() {
             common.splice(0..0, args(&[self.sr.as_str(), "exec", "--"]));
         }
@@ -58,6 +64,14 @@ impl Run {
     }
 }
 
+/// softrdma's native provider.
+pub(super) const NATIVE: &str = "softrdma";
+/// Two devices (the UDP path) and one device (the same-host path), for the rows over
+/// softrdma.
+pub(super) const TWO: (&str, &str) = ("127.0.0.2", "127.0.0.3");
+/// See [`TWO`].
+pub(super) const ONE: (&str, &str) = ("127.0.0.4", "127.0.0.4");
+
 /// Field `i` of an `fi_pingpong` line, as a number.
 pub(super) fn field(v: Result<Vec<String>, BenchError>, i: usize) -> Result<f64, BenchError> {
     v.and_then(|f| {
@@ -87,26 +101,22 @@ pub(super) fn rows(run: &Run, figs: &mut Figures) {
     }
     // libfabric's verbs provider with ofi_rxm over softrdma (the drop-in): on one device,
     // whose processes meet on the same-host path, and between two devices over UDP.
-    for (what, port, over) in [
-        ("one device", 24046, ("127.0.0.4", "127.0.0.4")),
-        ("two devices", 24048, ("127.0.0.2", "127.0.0.3")),
+    // And softrdma's native provider, the same two ways.
+    for (prov, what, port, over) in [
+        ("verbs;ofi_rxm", "one device", 24046, ONE),
+        ("verbs;ofi_rxm", "two devices", 24048, TWO),
+        (NATIVE, "one device", 24050, ONE),
+        (NATIVE, "two devices", 24052, TWO),
     ] {
         figs.add(
-            &format!("libfabric verbs;ofi_rxm over softrdma, {what}: fi_pingpong 8 B"),
+            &format!("libfabric {prov} over softrdma, {what}: fi_pingpong 8 B"),
             Kind::Lat,
-            field(
-                run.fi_at("verbs;ofi_rxm", "8", "50000", port, Some(over)),
-                6,
-            ),
+            field(run.fi_at(prov, "8", "50000", port, Some(over)), 6),
         );
         figs.add(
-            &format!("libfabric verbs;ofi_rxm over softrdma, {what}: fi_pingpong 1 MiB"),
+            &format!("libfabric {prov} over softrdma, {what}: fi_pingpong 1 MiB"),
             Kind::Bw,
-            field(
-                run.fi_at("verbs;ofi_rxm", "1048576", "2000", port + 1, Some(over)),
-                5,
-            )
-            .map(|mb| mb * 1e6),
+            field(run.fi_at(prov, "1048576", "2000", port + 1, Some(over)), 5).map(|mb| mb * 1e6),
         );
     }
 }

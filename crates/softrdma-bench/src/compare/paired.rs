@@ -2,7 +2,7 @@
 //! softrdma (or the drop-in and then the Rust API) seconds apart, since this machine drifts
 //! between regimes from one minute to the next. Calls the families' runners.
 
-use super::libfabric::field;
+use super::libfabric::{NATIVE, ONE, TWO, field};
 use super::run::Run;
 
 /// Back-to-back pairs the goals are judged from.
@@ -34,6 +34,17 @@ pub(super) struct Paired {
     /// libfabric tcp;ofi_rxm fi_pingpong 8 B latency over verbs;ofi_rxm's on one softrdma
     /// device (how many times faster softrdma is).
     pub(super) fi_lat: Vec<f64>,
+    /// The native provider's fi_pingpong 8 B latency between two devices over softrdma
+    /// perf send-lat 8 B on the same path.
+    pub(super) native_send_lat: Vec<f64>,
+    /// The same over verbs;ofi_rxm's fi_pingpong 8 B between the same two devices.
+    pub(super) native_rxm_lat: Vec<f64>,
+    /// The native provider's fi_pingpong 1 MiB bandwidth between two devices over
+    /// softrdma perf write-bw 1 MiB.
+    pub(super) native_bw: Vec<f64>,
+    /// The native provider's fi_pingpong 8 B latency on one device over libfabric's own
+    /// shm provider's.
+    pub(super) native_shm_lat: Vec<f64>,
 }
 
 /// Runs the pairs, [`PAIRS`] of each.
@@ -85,6 +96,39 @@ pub(super) fn pairs(run: &Run) -> Paired {
             field(run.fi_at("verbs;ofi_rxm", "8", "50000", 24046, one), 6),
         ) {
             paired.fi_lat.push(t / o);
+        }
+    }
+
+    // softrdma's native provider against its baselines (issue 40), each pair back to
+    // back.
+    for _ in 0..PAIRS {
+        let native = |size, n, port, over| run.fi_at(NATIVE, size, n, port, Some(over));
+        if let (Ok(f), Ok(p)) = (
+            field(native("8", "50000", 24052, TWO), 6),
+            super::perf::lat(run.perf("send-lat", &["-s", "8", "-n", "20000"], 24011)),
+        ) {
+            paired.native_send_lat.push(f / p);
+        }
+        if let (Ok(f), Ok(r)) = (
+            field(native("8", "50000", 24052, TWO), 6),
+            field(
+                run.fi_at("verbs;ofi_rxm", "8", "50000", 24048, Some(TWO)),
+                6,
+            ),
+        ) {
+            paired.native_rxm_lat.push(f / r);
+        }
+        if let (Ok(f), Ok(w)) = (
+            field(native("1048576", "2000", 24053, TWO), 5),
+            run.write_bw_1m(),
+        ) {
+            paired.native_bw.push(f * 1e6 / w);
+        }
+        if let (Ok(f), Ok(s)) = (
+            field(native("8", "50000", 24050, ONE), 6),
+            field(run.fi("shm", "8", "50000", 24044), 6),
+        ) {
+            paired.native_shm_lat.push(f / s);
         }
     }
     paired

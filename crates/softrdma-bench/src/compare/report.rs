@@ -208,6 +208,31 @@ pub(super) fn print_table(figs: &[Figure], pin: &Pin, seconds: u64, paired: &Pai
         3.0,
         f64::INFINITY,
     );
+    // softrdma's native libfabric provider (issue 40), from back-to-back pairs.
+    within(
+        "libfabric softrdma (native), two devices: fi_pingpong 8 B latency ≤ 1.2× softrdma perf send-lat 8 B (t_typical)",
+        &paired.native_send_lat,
+        0.0,
+        1.2,
+    );
+    within(
+        "libfabric softrdma (native), two devices: fi_pingpong 8 B latency ≤ 0.6× verbs;ofi_rxm over softrdma's",
+        &paired.native_rxm_lat,
+        0.0,
+        0.6,
+    );
+    within(
+        "libfabric softrdma (native), two devices: fi_pingpong 1 MiB bandwidth ≥ 0.9× softrdma perf write-bw 1 MiB",
+        &paired.native_bw,
+        0.9,
+        f64::INFINITY,
+    );
+    within(
+        "libfabric softrdma (native), one device: fi_pingpong 8 B latency within 2× libfabric shm's",
+        &paired.native_shm_lat,
+        0.0,
+        2.0,
+    );
     for (what, name, goal) in [
         (
             "write-lat 8 B ≤ 0.5 µs",

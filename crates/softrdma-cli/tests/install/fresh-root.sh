@@ -78,6 +78,7 @@ step install
 in_root dpkg -L softrdma >"$work/files"
 for f in /usr/bin/softrdma /usr/lib/softrdma/libibverbs.so.1 /usr/lib/softrdma/librdmacm.so.1 \
     /usr/lib/softrdma/libmlx5.so.1 /usr/lib/softrdma/libefa.so.1 \
+    /usr/lib/softrdma/fabric/libsoftrdma-fi.so \
     /usr/share/man/man1/softrdma.1.gz /usr/share/man/man1/softrdma-exec.1.gz \
     /usr/share/bash-completion/completions/softrdma /usr/share/zsh/vendor-completions/_softrdma \
     /usr/share/fish/vendor_completions.d/softrdma.fish /usr/share/doc/softrdma/examples/softrdma; do

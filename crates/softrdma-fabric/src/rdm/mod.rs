@@ -26,7 +26,7 @@ pub use rma::{Access, Region};
 
 use crate::addr::AddressVector;
 use crate::buf::{Buf, Registered};
-use crate::cq::{Completion, CompletionQueue, Progress, errno};
+use crate::cq::{Completion, CompletionQueue, Progress, errno, flags};
 use crate::error::{FabricError, Result};
 use crate::matching::{Accepts, FI_ADDR_UNSPEC, FiAddr, Matcher};
 use crate::wire::{HEADER_LEN, Header, Op};
@@ -77,6 +77,14 @@ enum Arrived {
     Eager { hdr: Header, slot: Vec<u8> },
     /// A rendezvous request, from connection `conn`.
     Rts { hdr: Header, conn: usize },
+}
+
+impl Arrived {
+    fn header(&self) -> &Header {
+        match self {
+            Arrived::Eager { hdr, .. } | Arrived::Rts { hdr, .. } => hdr,
+        }
+    }
 }
 
 /// What a posted device WR is, by its ID.
@@ -181,6 +189,9 @@ struct State {
     peer_addrs: Vec<SocketAddr>,
     by_qpn: HashMap<u32, usize>,
     matcher: Matcher<Recv, Arrived>,
+    /// Messages taken out of matching by a peek with `FI_CLAIM`, by its context, with
+    /// their senders.
+    claimed: HashMap<u64, (FiAddr, Arrived)>,
     wrs: HashMap<u64, Wr>,
     next_wr: u64,
     rndv_out: HashMap<u64, RndvOut>,
@@ -253,6 +264,7 @@ impl Endpoint {
                 peer_addrs: Vec::new(),
                 by_qpn: HashMap::new(),
                 matcher: Matcher::default(),
+                claimed: HashMap::new(),
                 wrs: HashMap::new(),
                 next_wr: 1,
                 rndv_out: HashMap::new(),
@@ -327,6 +339,98 @@ impl Endpoint {
             src,
         };
         self.st().post_recv(a, buf.into(), context)
+    }
+
+    /// Looks for a message that a receive with `tagged`, `tag`, `ignore` and `src` would
+    /// take, among those that wait unexpected (`fi_trecvmsg` with `FI_PEEK`): a
+    /// completion with its length, tag, data and source and no bytes, or an `ENOMSG`
+    /// error entry. With `claim` (`FI_CLAIM`), the message is taken out of matching and
+    /// kept for [`Endpoint::recv_claimed`] with the same `context`.
+    pub fn peek(
+        &self,
+        tagged: bool,
+        (src, tag, ignore): (FiAddr, u64, u64),
+        context: u64,
+        claim: bool,
+    ) -> Result<()> {
+        let mut st = self.st();
+        let mut a = Accepts {
+            tagged,
+            tag,
+            ignore,
+            src,
+        };
+        if a.src != FI_ADDR_UNSPEC {
+            let addr = st.av.lookup(a.src)?;
+            a.src = st.peer_id(addr);
+        }
+        let kind = if tagged { flags::TAGGED } else { flags::MSG };
+        let found = if claim {
+            st.matcher.claim(&a).map(|(o, m)| {
+                let hdr = *m.header();
+                st.claimed.insert(context, (o.src, m));
+                (o.src, hdr)
+            })
+        } else {
+            st.matcher.peek(&a).map(|(o, m)| (o.src, *m.header()))
+        };
+        let c = match found {
+            Some((src, hdr)) => Completion {
+                context,
+                flags: flags::RECV
+                    | kind
+                    | if hdr.data.is_some() {
+                        flags::REMOTE_CQ_DATA
+                    } else {
+                        0
+                    },
+                len: hdr.len as usize,
+                buf: Vec::new().into(),
+                data: hdr.data,
+                tag: hdr.tag,
+                src: st.source(src),
+                error: 0,
+                olen: 0,
+            },
+            None => Completion::of(
+                context,
+                flags::RECV | kind,
+                Vec::new().into(),
+                0,
+                errno::ENOMSG,
+            ),
+        };
+        st.rx_cq.push(c);
+        Ok(())
+    }
+
+    /// Receives into `buf` the message a peek with `claim` took for `context`
+    /// (`FI_CLAIM`), or drops it with `discard` (`FI_DISCARD`, a completion with no
+    /// bytes).
+    pub fn recv_claimed(&self, buf: impl Into<Buf>, context: u64, discard: bool) -> Result<()> {
+        let mut st = self.st();
+        let (src, m) = st.claimed.remove(&context).ok_or(FabricError::Invalid {
+            what: "fi_trecvmsg(FI_CLAIM)",
+            why: format!("no message was claimed with context {context:#x}"),
+        })?;
+        let tagged = m.header().tagged;
+        let r = Recv {
+            context,
+            buf: buf.into(),
+            tagged,
+        };
+        if discard {
+            let kind = if tagged { flags::TAGGED } else { flags::MSG };
+            let c = Completion::of(context, flags::RECV | kind, r.buf, 0, 0);
+            st.rx_cq.push(c);
+            // A rendezvous message's sender waits for its FIN.
+            if let Arrived::Rts { hdr, conn } = m {
+                st.send_fin(conn, hdr.msg_id);
+            }
+        } else {
+            st.deliver(r, src, m);
+        }
+        Ok(())
     }
 
     /// Takes back the oldest posted receive with `context` (`fi_cancel`): it completes

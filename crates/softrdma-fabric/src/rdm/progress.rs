@@ -192,8 +192,9 @@ impl State {
         }
     }
 
-    /// Tells connection `c`'s peer that its rendezvous message `msg_id` is read.
-    fn send_fin(&mut self, c: usize, msg_id: u64) {
+    /// Tells connection `c`'s peer that its rendezvous message `msg_id` is read (or
+    /// dropped unread, `FI_DISCARD`).
+    pub(super) fn send_fin(&mut self, c: usize, msg_id: u64) {
         let hdr = Header {
             op: Op::Fin,
             tagged: false,

@@ -622,6 +622,66 @@ static void cancel(void)
 	close_pair(&p);
 }
 
+/* FI_PEEK finds a waiting message without taking it, or says FI_ENOMSG; FI_PEEK|FI_CLAIM
+ * takes it for a later FI_CLAIM receive with the same context (Open MPI's MPI_Mprobe and
+ * MPI_Mrecv), and FI_DISCARD drops a claimed one. */
+static void peek_claim(void)
+{
+	struct pair p;
+	open_pair(&p, FI_TAGGED, 0);
+	struct fi_context ctx[3];
+	struct fi_msg_tagged m = {.addr = FI_ADDR_UNSPEC, .tag = 7, .context = &ctx[0]};
+	RC(fi_trecvmsg(p.b.ep, &m, FI_PEEK), 0);
+	struct fi_cq_err_entry err = one_error(p.b.rxcq);
+	CHECK(err.err == FI_ENOMSG && err.op_context == &ctx[0]);
+	static char big[20000];
+	fill(big, sizeof big, 4);
+	RC(fi_tsenddata(p.a.ep, "seven", 6, NULL, 99, p.a_to_b, 7, NULL), 0);
+	RC(fi_tsend(p.a.ep, big, sizeof big, NULL, p.a_to_b, 8, NULL), 0);
+	one(p.a.txcq);
+	struct fi_cq_tagged_entry e;
+	for (;;) { /* until the message is there */
+		RC(fi_trecvmsg(p.b.ep, &m, FI_PEEK), 0);
+		ssize_t r = fi_cq_read(p.b.rxcq, &e, 1);
+		if (r == 1)
+			break;
+		CHECK(r == -FI_EAVAIL);
+		RC(fi_cq_readerr(p.b.rxcq, &err, 0), 1);
+		CHECK(err.err == FI_ENOMSG);
+	}
+	CHECK(e.len == 6 && e.tag == 7 && e.data == 99 && (e.flags & FI_REMOTE_CQ_DATA), "the peek's entry");
+	/* Claimed: no plain receive takes it any more. */
+	m.context = &ctx[1];
+	RC(fi_trecvmsg(p.b.ep, &m, FI_PEEK | FI_CLAIM), 0);
+	CHECK(one(p.b.rxcq).op_context == &ctx[1]);
+	char rx[16] = "", other[16];
+	RC(fi_trecv(p.b.ep, other, sizeof other, NULL, FI_ADDR_UNSPEC, 7, 0, NULL), 0);
+	none(p.b.rxcq);
+	struct iovec iov = {.iov_base = rx, .iov_len = sizeof rx};
+	struct fi_msg_tagged take = {.msg_iov = &iov, .iov_count = 1, .addr = FI_ADDR_UNSPEC,
+				     .tag = 7, .context = &ctx[1]};
+	RC(fi_trecvmsg(p.b.ep, &take, FI_CLAIM), 0);
+	e = one(p.b.rxcq);
+	CHECK(e.op_context == &ctx[1] && e.len == 6 && !strcmp(rx, "seven"));
+	RC(fi_trecvmsg(p.b.ep, &take, FI_CLAIM), -FI_EINVAL);
+	/* A claimed rendezvous message, dropped: its sender still completes. */
+	struct fi_msg_tagged m8 = {.addr = FI_ADDR_UNSPEC, .tag = 8, .context = &ctx[2]};
+	double end = now() + 10;
+	for (;;) {
+		RC(fi_trecvmsg(p.b.ep, &m8, FI_PEEK | FI_CLAIM), 0);
+		if (fi_cq_read(p.b.rxcq, &e, 1) == 1)
+			break;
+		RC(fi_cq_readerr(p.b.rxcq, &err, 0), 1);
+		CHECK(now() < end, "the big message never came");
+	}
+	CHECK(e.len == sizeof big);
+	struct fi_msg_tagged drop = {.addr = FI_ADDR_UNSPEC, .tag = 8, .context = &ctx[2]};
+	RC(fi_trecvmsg(p.b.ep, &drop, FI_CLAIM | FI_DISCARD), 0);
+	CHECK(one(p.b.rxcq).len == 0);
+	one(p.a.txcq);
+	close_pair(&p);
+}
+
 /* A message longer than its receive: what fits lands, and an error entry says how much
  * did not. */
 static void truncation(void)
@@ -691,6 +751,8 @@ static void not_offered(void)
 	/* RMA is not offered yet. */
 	RC(fi_write(p.a.ep, b, 8, NULL, p.a_to_b, 0, 0, NULL), -FI_ENOSYS);
 	RC(fi_recvmsg(p.a.ep, &(struct fi_msg){0}, FI_MULTI_RECV), -FI_EOPNOTSUPP);
+	/* FI_DISCARD means nothing without FI_CLAIM. */
+	RC(fi_recvmsg(p.a.ep, &(struct fi_msg){0}, FI_DISCARD), -FI_EINVAL);
 	close_pair(&p);
 }
 
@@ -715,6 +777,7 @@ static const struct {
 	{"unexpected", unexpected},
 	{"directed_recv", directed_recv},
 	{"cancel", cancel},
+	{"peek_claim", peek_claim},
 	{"truncation", truncation},
 	{"selective_completion", selective_completion},
 	{"bad_address", bad_address},
