@@ -13,10 +13,11 @@ use crate::error::Result;
 use softrdma::cm::{CmEvent, CmEventKind, CmId, ConnParam, PortSpace};
 use softrdma::{QpCaps, QpInitAttr, QpType};
 use std::net::SocketAddr;
-use std::time::Duration;
 
 /// The READs in flight each side allows: enough for a window of rendezvous messages.
 const RD_ATOMIC: u8 = 16;
+/// How long a connection its peer ended waits for the ACKs of its sends in flight.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(5);
 /// Send WRs each connection's QP takes at once.
 const MAX_SEND_WR: u32 = 1024;
 
@@ -41,6 +42,7 @@ impl State {
             qp: None,
             slots: Vec::new(),
             posted_slots: 0,
+            in_flight: 0,
             peer,
             ready,
             failed: false,
@@ -121,7 +123,7 @@ impl State {
     /// Handles every connection event that waits; whether there was one.
     pub(super) fn cm_events(&mut self) -> bool {
         let mut any = false;
-        while let Some(ev) = self.chan.get_event(Some(Duration::ZERO)) {
+        while let Some(ev) = self.chan.try_event() {
             self.cm_event(ev);
             any = true;
         }
@@ -167,8 +169,12 @@ impl State {
                 }
                 Ok(())
             }
-            CmEventKind::Disconnected
-            | CmEventKind::Rejected { .. }
+            CmEventKind::Disconnected => {
+                self.settle(c);
+                self.lost(c);
+                Ok(())
+            }
+            CmEventKind::Rejected { .. }
             | CmEventKind::Unreachable
             | CmEventKind::Unresolved { .. } => {
                 self.lost(c);
@@ -178,6 +184,18 @@ impl State {
         };
         if r.is_err() {
             self.lost(c);
+        }
+    }
+
+    /// Before connection `c` ends on its peer's DREQ: its sends in flight complete, for
+    /// their ACKs, which the peer sent before the DREQ, may come by another path (a
+    /// shared device's steered socket, where the DREQ came through its owner) and later.
+    /// Waits at most [`SETTLE`].
+    fn settle(&mut self, c: usize) {
+        let end = std::time::Instant::now() + SETTLE;
+        while self.conns[c].in_flight > 0 && std::time::Instant::now() < end {
+            self.device_completions();
+            std::thread::yield_now();
         }
     }
 

@@ -157,6 +157,8 @@ struct Conn {
     /// How many of them are posted (kept until each completes or flushes, so that what
     /// one received before the connection ended is still read).
     posted_slots: usize,
+    /// Signaled send WRs posted on it and not yet completed.
+    in_flight: usize,
     /// The peer endpoint's address (what it listens on).
     peer: SocketAddr,
     ready: bool,
@@ -487,8 +489,13 @@ fn open_device(ip: std::net::IpAddr) -> Result<Context> {
 impl Drop for Endpoint {
     /// Closes every connection (`fi_close`), so that each peer hears of it now, by a DREQ,
     /// instead of waiting on a connection nobody answers (a rendezvous send for its FIN).
+    /// What waits is handled first, so that the ACKs of what this endpoint received go
+    /// out before the DREQs (a peer whose last send landed here would otherwise see it
+    /// flushed).
     fn drop(&mut self) {
         let mut st = self.st();
+        st.progress_all();
+        st.ctx.flush_acks();
         for c in 0..st.conns.len() {
             st.lost(c);
         }
@@ -623,17 +630,29 @@ impl State {
             self.fail(q.wr, crate::cq::errno::EIO);
             return;
         };
+        // An inline SEND whose completion nobody waits for (an inject, a FIN) goes
+        // unsignaled: the device reports it only if it fails.
+        let mut silent = matches!(q.wr, Wr::Fin | Wr::Send { inject: true, .. });
         let r = match q.out {
             Out::Bytes(b) if matches!(q.op, softrdma::SendOp::Send) && b.len() <= INLINE_MAX => qp
                 .post_send(softrdma::SendWr {
                     wr_id: w,
                     op: q.op,
                     payload: softrdma::Payload::Inline(b),
-                    flags: softrdma::SendFlags::SIGNALED | softrdma::SendFlags::INLINE,
+                    flags: if silent {
+                        softrdma::SendFlags::INLINE
+                    } else {
+                        softrdma::SendFlags::SIGNALED | softrdma::SendFlags::INLINE
+                    },
                     ud: None,
                 }),
-            Out::Bytes(b) => qp.post_send_owned(w, q.op, softrdma::SendFlags::SIGNALED, None, b),
+            Out::Bytes(b) => {
+                // Its buffer is parked in the QP until its completion takes it back.
+                silent = false;
+                qp.post_send_owned(w, q.op, softrdma::SendFlags::SIGNALED, None, b)
+            }
             Out::Registered => {
+                silent = false;
                 let Wr::Rma { reg, .. } = &q.wr else {
                     unreachable!("only an RMA carries registered memory")
                 };
@@ -648,7 +667,9 @@ impl State {
             }
         };
         match r {
+            Ok(()) if silent => {}
             Ok(()) => {
+                self.conns[c].in_flight += 1;
                 self.wrs.insert(w, q.wr);
             }
             Err(_) => self.fail(q.wr, crate::cq::errno::EIO),

@@ -13,32 +13,44 @@ use softrdma::{AccessFlags, Payload, SendFlags, SendOp, SendWr, WcOpcode, WcStat
 
 impl State {
     /// Handles every device completion that waits.
+    ///
+    /// The device CQ is polled again only after a full batch: a poll that finds the CQ
+    /// empty makes the device send the ACKs it holds back at once, where the ACK of what
+    /// just came would otherwise ride in the same send as the application's answer (a
+    /// ping-pong then costs one packet a turn instead of two).
     pub(super) fn device_completions(&mut self) {
+        const BATCH: usize = 64;
         loop {
-            let wcs = self.vcq.poll(64);
-            if wcs.is_empty() {
-                return;
-            }
+            let wcs = self.vcq.poll(BATCH);
+            let full = wcs.len() == BATCH;
             for wc in wcs {
+                let conn = self.by_qpn.get(&wc.qp_num.value()).copied();
+                let ok = wc.status == WcStatus::Success;
+                // An error (not a flush after one) leaves the QP in the error state: the
+                // connection is done, and the next send to its peer makes another. Checked
+                // before the WR is looked up: an unsignaled send (an inject, a FIN) is known
+                // only by its failure.
+                if !ok
+                    && wc.status != WcStatus::WrFlushErr
+                    && let Some(c) = conn
+                {
+                    self.lost(c);
+                }
                 let Some(wr) = self.wrs.remove(&wc.wr_id) else {
                     continue;
                 };
-                let conn = self.by_qpn.get(&wc.qp_num.value()).copied();
+                if !matches!(wr, Wr::Slot { .. })
+                    && let Some(c) = conn
+                {
+                    let n = &mut self.conns[c].in_flight;
+                    *n = n.saturating_sub(1);
+                }
                 // Protocol bytes posted from an owned buffer leave the QP's table; a slot,
                 // an RMA and a READ use registered memory, with nothing parked.
                 if matches!(wr, Wr::Send { .. } | Wr::Rts { .. } | Wr::Fin)
                     && let Some(qp) = conn.and_then(|c| self.conns[c].qp.as_ref())
                 {
                     qp.reclaim(wc.wr_id);
-                }
-                let ok = wc.status == WcStatus::Success;
-                // An error (not a flush after one) leaves the QP in the error state: the
-                // connection is done, and the next send to its peer makes another.
-                if !ok
-                    && wc.status != WcStatus::WrFlushErr
-                    && let Some(c) = conn
-                {
-                    self.lost(c);
                 }
                 match wr {
                     Wr::Slot { conn, slot } if ok && wc.opcode == WcOpcode::RecvRdmaWithImm => {
@@ -96,6 +108,9 @@ impl State {
                     wr if ok => self.sent(wr),
                     wr => self.fail(wr, errno::EIO),
                 }
+            }
+            if !full {
+                return;
             }
         }
     }
@@ -175,6 +190,7 @@ impl State {
                     ud: None,
                 });
                 if posted.is_ok() {
+                    self.conns[conn].in_flight += 1;
                     let wr = Wr::Read {
                         recv: r,
                         reg,

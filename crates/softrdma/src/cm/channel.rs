@@ -80,6 +80,16 @@ impl EventChannel {
         self.inner.efd.as_raw_fd()
     }
 
+    /// The next event if one waits, without waiting, and without a system call when none
+    /// does (for a thread that checks for events between polls of a CQ, as a progress
+    /// loop does each turn).
+    pub fn try_event(&self) -> Option<CmEvent> {
+        if self.inner.queued.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.pop()
+    }
+
     /// The next event (`rdma_get_cm_event`), waiting at most `timeout` (`None`: for ever).
     pub fn get_event(&self, timeout: Option<Duration>) -> Option<CmEvent> {
         let end = timeout.map(|t| std::time::Instant::now() + t);

@@ -171,6 +171,13 @@ impl Context {
         Self::open_addr(&d.name, d.addr, d.active_mtu)
     }
 
+    /// Sends now the ACKs the device holds back to ride with a later send: for a program
+    /// about to end its connections out of band, so that each peer learns that its last
+    /// messages landed before it learns of the end.
+    pub fn flush_acks(&self) {
+        self.inner.dev.flush_batch(true);
+    }
+
     /// The next asynchronous event, if any (`ibv_get_async_event`, non-blocking).
     pub fn poll_async_event(&self) -> Option<AsyncEvent> {
         self.inner.dev.events.pop()

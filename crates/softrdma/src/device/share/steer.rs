@@ -92,21 +92,26 @@ pub(crate) fn program(own: u32, routes: &[(u8, u32)]) -> Vec<libc::sock_filter> 
 /// Attaches `prog` to the SO_REUSEPORT group of socket `fd` (it replaces the group's
 /// program, whichever member set it).
 pub(crate) fn attach(fd: RawFd, prog: &[libc::sock_filter]) -> io::Result<()> {
-    // Zeroed first: the kernel copies the whole struct, padding after `len` included, and
-    // memcheck rightly reports uninitialised bytes handed to a system call.
-    // SAFETY: sock_fprog is plain data; all-zero is a valid value.
-    let mut fprog: libc::sock_fprog = unsafe { std::mem::zeroed() };
-    fprog.len = u16::try_from(prog.len()).map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?;
-    fprog.filter = prog.as_ptr().cast_mut();
-    // SAFETY: `fprog` points at `prog`, which outlives the call; the kernel copies the
-    // program and reads nothing after returning.
+    // Built in a byte array: the kernel copies the whole struct, the padding after `len`
+    // included, and memcheck rightly reports uninitialised bytes handed to a system call.
+    // A zeroed `sock_fprog` is not enough: its padding may be left unwritten when the
+    // compiler builds the value from its two fields.
+    let len = u16::try_from(prog.len()).map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?;
+    let mut raw = [0u8; std::mem::size_of::<libc::sock_fprog>()];
+    raw[..2].copy_from_slice(&len.to_ne_bytes());
+    let at = std::mem::offset_of!(libc::sock_fprog, filter);
+    raw[at..at + std::mem::size_of::<usize>()]
+        .copy_from_slice(&(prog.as_ptr() as usize).to_ne_bytes());
+    // SAFETY: `raw` is a whole `sock_fprog` (its length, then at its offset a pointer to
+    // `prog`, which outlives the call); the kernel copies the program and reads nothing
+    // after returning.
     let r = unsafe {
         libc::setsockopt(
             fd,
             libc::SOL_SOCKET,
             SO_ATTACH_REUSEPORT_CBPF,
-            (&fprog as *const libc::sock_fprog).cast(),
-            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+            raw.as_ptr().cast(),
+            raw.len() as libc::socklen_t,
         )
     };
     if r == 0 {
