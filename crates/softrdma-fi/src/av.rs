@@ -4,8 +4,8 @@
 //! the table's).
 
 use crate::abi::*;
+use crate::domain::Domain;
 use crate::entry::{self, enosys, guard_int, object};
-use crate::fabric::Domain;
 use crate::sockaddr;
 use softrdma_fabric::AddressVector;
 use std::ffi::{c_char, c_int, c_void};

@@ -9,8 +9,9 @@
 //! offered yet.
 
 use crate::abi::*;
+use crate::domain::Domain;
 use crate::entry::{self, guard_int, object};
-use crate::fabric::{Domain, error_string, wait_for};
+use crate::wait::{error_string, wait_for};
 use softrdma_fabric::{Completion, CompletionQueue, flags};
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::Arc;

@@ -63,7 +63,7 @@ macro_rules! object {
         unsafe impl Send for $t {}
         // SAFETY: as for `Send`.
         unsafe impl Sync for $t {}
-        static $ops: $crate::abi::Ops<$crate::abi::fi_ops> = $crate::abi::Ops($crate::abi::fi_ops {
+        pub(crate) static $ops: $crate::abi::Ops<$crate::abi::fi_ops> = $crate::abi::Ops($crate::abi::fi_ops {
             size: size_of::<$crate::abi::fi_ops>(),
             close: $crate::entry::close_object::<$t> as $crate::abi::Slot,
             bind: $crate::entry::object!(@or $($bind)?),

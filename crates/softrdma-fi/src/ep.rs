@@ -1,7 +1,7 @@
 //! The reliable-datagram endpoint (`fid_ep`, `FI_EP_RDM`): its bindings (an AV, a CQ for
 //! each direction, with or without `FI_SELECTIVE_COMPLETION`), its enabling, which opens
 //! the fabric layer's [`Endpoint`] on the domain's device, and its control, name and
-//! cancel. The data operations are in `xfer`.
+//! cancel. `endpoint` opens it; its data operations are in `xfer`.
 //!
 //! Threads and locks: the bindings are behind `FiEpSetup`, taken alone; once enabled, the
 //! fabric layer's endpoint is read without a lock here (it has its own).
@@ -10,8 +10,6 @@ use crate::abi::*;
 use crate::av::{Av, copy_name};
 use crate::cq::Cq;
 use crate::entry::{self, Errno, enosys, guard, guard_int, object};
-use crate::fabric::Domain;
-use crate::xfer;
 use softrdma::sync::{Lock, Rank};
 use softrdma_fabric::{AddressVector, CompletionQueue, Endpoint};
 use std::ffi::{c_int, c_void};
@@ -111,36 +109,18 @@ static COLLECTIVE_OPS: Ops<fi_ops_collective> = Ops(fi_ops_collective {
     slots: [enosys as Slot; 11],
 });
 
-/// `fi_endpoint`.
-pub unsafe extern "C" fn ep_open(
-    domain: *mut fid_domain,
-    info: *mut fi_info,
-    ep: *mut *mut fid_ep,
-    context: *mut c_void,
-) -> c_int {
-    guard_int(|| {
-        let d = entry::get::<Domain>(domain.cast())?;
-        // SAFETY: libfabric's info, valid or null, and its attrs.
-        let (info, ep_attr, tx) = unsafe {
-            let i = info.as_ref().ok_or(FI_EINVAL)?;
-            (i, i.ep_attr.as_ref(), i.tx_attr.as_ref())
-        };
-        if ep.is_null() {
-            return Err(FI_EINVAL);
-        }
-        if ep_attr.is_some_and(|a| ![FI_EP_UNSPEC, FI_EP_RDM].contains(&a.type_)) {
-            return Err(FI_ENOSYS);
-        }
-        if info.caps & !crate::info::RDM_CAPS != 0 {
-            return Err(FI_ENODATA);
-        }
-        // SAFETY: the info's source address, valid for its length.
-        let src = unsafe { crate::sockaddr::from_c(info.src_addr, info.src_addrlen) }
-            .filter(|s| s.ip() == d.dev.ip)
-            .unwrap_or(SocketAddr::new(d.dev.ip, 0));
-        // SAFETY: libfabric's rx attr, valid or null.
-        let rx_flags = unsafe { info.rx_attr.as_ref() }.map_or(0, |r| r.op_flags);
-        let e = entry::open(Ep {
+impl Ep {
+    /// An endpoint on `src` with `caps`, its default flags and inject size, its data
+    /// operations `msg` and `tagged` (the caller's: they need this type).
+    pub fn new(
+        context: *mut c_void,
+        (msg, tagged): (*const fi_ops_xfer, *const fi_ops_xfer),
+        src: SocketAddr,
+        caps: u64,
+        (tx_flags, rx_flags): (u64, u64),
+        inject_size: usize,
+    ) -> Self {
+        Ep {
             fid: fid_ep {
                 fid: fid {
                     fclass: FI_CLASS_EP,
@@ -149,46 +129,22 @@ pub unsafe extern "C" fn ep_open(
                 },
                 ops: &EP_OPS.0,
                 cm: &CM_OPS.0,
-                msg: &xfer::MSG_OPS.0,
+                msg,
                 rma: &RMA_OPS.0,
-                tagged: &xfer::TAGGED_OPS.0,
+                tagged,
                 atomic: &ATOMIC_OPS.0,
                 collective: &COLLECTIVE_OPS.0,
             },
             setup: Lock::new(Rank::FiEpSetup, Setup::default()),
             live: OnceLock::new(),
             src,
-            caps: if info.caps == 0 {
-                crate::info::RDM_CAPS
-            } else {
-                info.caps
-            },
-            tx_flags: AtomicU64::new(tx.map_or(0, |t| t.op_flags)),
+            caps,
+            tx_flags: AtomicU64::new(tx_flags),
             rx_flags: AtomicU64::new(rx_flags),
             tx_selective: OnceLock::new(),
-            inject_size: tx
-                .map_or(crate::info::INJECT, |t| t.inject_size)
-                .min(crate::info::INJECT),
-        });
-        // SAFETY: `ep` is writable, checked non-null.
-        unsafe { *ep = e.cast() };
-        Ok(0)
-    })
-}
-
-/// `fi_endpoint2`: no flags are offered.
-pub unsafe extern "C" fn ep_open2(
-    domain: *mut fid_domain,
-    info: *mut fi_info,
-    ep: *mut *mut fid_ep,
-    flags: u64,
-    context: *mut c_void,
-) -> c_int {
-    if flags != 0 {
-        return -FI_EBADFLAGS;
+            inject_size,
+        }
     }
-    // SAFETY: forwarded from libfabric.
-    unsafe { ep_open(domain, info, ep, context) }
 }
 
 unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {

@@ -1,19 +1,17 @@
-//! The fabric (`fid_fabric`, every softrdma device), its domains (`fid_domain`, one
-//! device each, by the name and address of its info) and event queues (`fid_eq`).
-//!
-//! A domain opens nothing by itself: each endpoint opens the device at the domain's
-//! address when it is enabled. An event queue holds what the application writes to it;
-//! reliable-datagram endpoints report no connection events.
+//! The fabric (`fid_fabric`, every softrdma device), the opening of its domains (their
+//! operations wired to the objects' modules) and its event queues (`fid_eq`). An event
+//! queue holds what the application writes to it; reliable-datagram endpoints report no
+//! connection events.
 //!
 //! Threads and locks: an EQ's events are behind `FiEq`, taken alone.
 
 use crate::abi::*;
-use crate::entry::{self, Errno, enosys, eopnotsupp, guard_int, object};
-use crate::info::{self, Device};
+use crate::domain::{Domain, device_of};
+use crate::entry::{self, enosys, eopnotsupp, guard_int, object};
+use crate::info;
 use softrdma::sync::{Lock, Rank};
 use std::collections::VecDeque;
-use std::ffi::{c_char, c_int, c_void};
-use std::time::{Duration, Instant};
+use std::ffi::{c_int, c_void};
 
 /// The fabric.
 #[repr(C)]
@@ -76,23 +74,11 @@ unsafe extern "C" fn trywait(_f: *mut fid_fabric, _fids: *mut *mut fid, _count: 
     0
 }
 
-/// A domain: one softrdma device.
-#[repr(C)]
-pub struct Domain {
-    fid: fid_domain,
-    /// The device.
-    pub dev: Device,
-    /// The API version the application asked for.
-    pub api_version: u32,
-}
-
-object!(Domain, FI_CLASS_DOMAIN, DOMAIN_FI_OPS);
-
 static DOMAIN_OPS: Ops<fi_ops_domain> = Ops(fi_ops_domain {
     size: size_of::<fi_ops_domain>(),
     av_open: crate::av::av_open as Slot,
     cq_open: crate::cq::cq_open as Slot,
-    endpoint: crate::ep::ep_open as Slot,
+    endpoint: crate::endpoint::ep_open as Slot,
     scalable_ep: enosys as Slot,
     cntr_open: enosys as Slot,
     poll_open: enosys as Slot,
@@ -100,7 +86,7 @@ static DOMAIN_OPS: Ops<fi_ops_domain> = Ops(fi_ops_domain {
     srx_ctx: enosys as Slot,
     query_atomic: eopnotsupp as Slot,
     query_collective: enosys as Slot,
-    endpoint2: crate::ep::ep_open2 as Slot,
+    endpoint2: crate::endpoint::ep_open2 as Slot,
 });
 
 static MR_OPS: Ops<fi_ops_mr> = Ops(fi_ops_mr {
@@ -129,7 +115,7 @@ unsafe extern "C" fn domain_open(
                 fid: fid {
                     fclass: FI_CLASS_DOMAIN,
                     context,
-                    ops: &DOMAIN_FI_OPS.0,
+                    ops: &crate::domain::DOMAIN_FI_OPS.0,
                 },
                 ops: &DOMAIN_OPS.0,
                 mr: &MR_OPS.0,
@@ -155,31 +141,6 @@ unsafe extern "C" fn domain2_open(
     }
     // SAFETY: forwarded from libfabric.
     unsafe { domain_open(fabric, info, dom, context) }
-}
-
-/// The device an info names: by its domain name, else by its source address.
-fn device_of(info: &fi_info) -> Result<Device, Errno> {
-    // SAFETY: libfabric's info: its attrs valid or null, names C strings.
-    let name = unsafe {
-        info.domain_attr
-            .as_ref()
-            .filter(|d| !d.name.is_null())
-            .map(|d| {
-                std::ffi::CStr::from_ptr(d.name)
-                    .to_string_lossy()
-                    .into_owned()
-            })
-    };
-    // SAFETY: as above; the source address valid for its length.
-    let src = unsafe { crate::sockaddr::from_c(info.src_addr, info.src_addrlen) };
-    info::devices()
-        .into_iter()
-        .find(|d| match (&name, src) {
-            (Some(n), _) => *n == d.name,
-            (None, Some(s)) => s.ip() == d.ip,
-            (None, None) => true,
-        })
-        .ok_or(FI_ENODATA)
 }
 
 /// An event queue.
@@ -307,52 +268,8 @@ unsafe extern "C" fn eq_sread(
     timeout: c_int,
     flags: u64,
 ) -> isize {
-    wait_for(timeout, || {
+    crate::wait::wait_for(timeout, || {
         // SAFETY: forwarded from libfabric.
         unsafe { eq_read(eq, event, buf, len, flags) }
-    })
-}
-
-/// Runs `read` until it returns something other than `-FI_EAGAIN`, or `timeout`
-/// milliseconds pass (a negative one never does): then `-FI_EAGAIN`. Spins, then
-/// sleeps briefly between tries, so a long wait costs little CPU.
-pub fn wait_for(timeout: c_int, mut read: impl FnMut() -> isize) -> isize {
-    let end = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
-    let start = Instant::now();
-    loop {
-        let r = read();
-        if r != -(FI_EAGAIN as isize) {
-            return r;
-        }
-        if end.is_some_and(|e| Instant::now() >= e) {
-            return r;
-        }
-        if start.elapsed() < Duration::from_millis(1) {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(Duration::from_micros(50));
-        }
-    }
-}
-
-/// `buf` holding `s`, or, when the caller gave none, this thread's copy (valid until its
-/// next call here, as libfabric's own strerror buffers are).
-///
-/// # Safety
-/// `buf` must be valid for `len` bytes of writes, or null.
-pub unsafe fn error_string(s: &str, buf: *mut c_char, len: usize) -> *const c_char {
-    // SAFETY: forwarded from this function's contract.
-    let p = unsafe { entry::c_string_into(s, buf, len) };
-    if !p.is_null() {
-        return p;
-    }
-    thread_local! {
-        static LAST: std::cell::RefCell<std::ffi::CString> =
-            std::cell::RefCell::new(std::ffi::CString::default());
-    }
-    let c = std::ffi::CString::new(s.replace('\0', " ")).unwrap_or_default();
-    LAST.with(|l| {
-        *l.borrow_mut() = c;
-        l.borrow().as_ptr()
     })
 }

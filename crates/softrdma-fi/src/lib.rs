@@ -7,8 +7,9 @@
 //! `docs/fabric-provider.md`. Layers, lowest first: `abi` (the C structs and constants,
 //! their layouts checked at compile time) and `sockaddr` (names); `entry` (the panic
 //! guard, the registry of live objects, the stubs); `info` (`fi_getinfo`); the objects,
-//! `fabric` (fabric, domain, EQ), `av`, `cq`, `mr`, `ep`, whose data operations are in
-//! `xfer`.
+//! `domain`, `av`, `cq`, `mr` and `ep` (with `wait`, the blocking reads), `xfer` (the
+//! endpoint's data operations), `endpoint` (opening one), and on top `fabric` (the
+//! fabric, the opening of domains with their operations, and EQs).
 //!
 //! Every entry point checks its fid against the registry, so a freed or foreign fid
 //! gets `-FI_EINVAL` instead of a crash (where libfabric's inline wrapper reached the
@@ -23,12 +24,15 @@
 mod abi;
 mod av;
 mod cq;
+mod domain;
+mod endpoint;
 mod entry;
 mod ep;
 mod fabric;
 mod info;
 mod mr;
 mod sockaddr;
+mod wait;
 mod xfer;
 
 use abi::{Slot, fi_context, fi_provider, fi_version};

@@ -4,8 +4,8 @@
 //! `-FI_EOPNOTSUPP` until this provider offers RMA.
 
 use crate::abi::*;
+use crate::domain::Domain;
 use crate::entry::{self, guard_int, object};
-use crate::fabric::Domain;
 use std::ffi::{c_int, c_void};
 
 /// A registration.
