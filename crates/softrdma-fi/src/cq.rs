@@ -220,12 +220,9 @@ pub unsafe extern "C" fn strerror(
     len: usize,
 ) -> *const c_char {
     let text = match prov_errno {
-        FI_ETRUNC_ERRNO => "message longer than the receive buffer".to_owned(),
+        softrdma_fabric::errno::ETRUNC => "message longer than the receive buffer".to_owned(),
         e => std::io::Error::from_raw_os_error(e).to_string(),
     };
     // SAFETY: the caller's buffer of `len` bytes, or null.
     unsafe { error_string(&format!("softrdma: {text}"), buf, len) }
 }
-
-/// `FI_ETRUNC`.
-const FI_ETRUNC_ERRNO: c_int = 265;

@@ -265,7 +265,7 @@ fn rdm_info(req: &Request<'_>, dev: &Device) -> Option<*mut fi_info> {
             let name = unsafe { c_str(d.name) };
             if name.is_some_and(|n| n != dev.name)
                 || d.cq_data_size > CQ_DATA
-                || !mr_mode_ok(req.version, d.mr_mode, caps)
+                || !mr_mode_ok(d.mr_mode, caps)
                 || d.av_type > FI_AV_TABLE
                 || d.auth_key_size != 0
                 || d.max_ep_tx_ctx > 1
@@ -395,10 +395,10 @@ fn rdm_info(req: &Request<'_>, dev: &Device) -> Option<*mut fi_info> {
     }
 }
 
-/// Whether the application's `mr_mode` (under API `version`) lets it use what `caps`
-/// need. Messages need no registration at all, so any mode does for them.
-fn mr_mode_ok(version: u32, mr_mode: c_int, caps: u64) -> bool {
-    let _ = version;
+/// Whether the application's `mr_mode` lets it use what `caps` need (the same rule
+/// under every API version). Messages need no registration at all, so any mode does
+/// for them.
+fn mr_mode_ok(mr_mode: c_int, caps: u64) -> bool {
     if caps & (FI_RMA | FI_ATOMIC) == 0 {
         return true;
     }

@@ -5,39 +5,12 @@
 use std::ffi::c_void;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
-/// The C bytes of `a` (16 for IPv4, 28 for IPv6).
+/// The C bytes of `a` (16 for IPv4, 28 for IPv6), as socket2 lays them out.
 pub fn to_bytes(a: SocketAddr) -> Vec<u8> {
-    match a {
-        SocketAddr::V4(v4) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: v4.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from(*v4.ip()).to_be(),
-                },
-                sin_zero: [0; 8],
-            };
-            as_bytes(&sin)
-        }
-        SocketAddr::V6(v6) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: v6.port().to_be(),
-                sin6_flowinfo: 0,
-                sin6_addr: libc::in6_addr {
-                    s6_addr: v6.ip().octets(),
-                },
-                sin6_scope_id: v6.scope_id(),
-            };
-            as_bytes(&sin6)
-        }
-    }
-}
-
-fn as_bytes<T>(v: &T) -> Vec<u8> {
-    // SAFETY: `T` is a plain C struct (no padding holes read as uninitialised: both
-    // sockaddr types are fully written above), read as its bytes.
-    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()).to_vec() }
+    let s = socket2::SockAddr::from(a);
+    // SAFETY: `as_ptr` points at the address's `len()` bytes, all written (socket2 zeroes
+    // its storage before it fills it).
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), s.len() as usize).to_vec() }
 }
 
 /// The address in `len` bytes at `p`, if they hold a `sockaddr_in` or `sockaddr_in6`.

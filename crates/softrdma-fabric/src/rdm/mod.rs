@@ -79,6 +79,14 @@ enum Arrived {
     Rts { hdr: Header, conn: usize },
 }
 
+/// A receive's completion flags: of a tagged message or not, carrying remote CQ data or
+/// not.
+fn recv_flags(tagged: bool, data: bool) -> u64 {
+    let kind = if tagged { flags::TAGGED } else { flags::MSG };
+    let data = if data { flags::REMOTE_CQ_DATA } else { 0 };
+    flags::RECV | kind | data
+}
+
 impl Arrived {
     fn header(&self) -> &Header {
         match self {
@@ -356,17 +364,12 @@ impl Endpoint {
         claim: bool,
     ) -> Result<()> {
         let mut st = self.st();
-        let mut a = Accepts {
+        let a = Accepts {
             tagged,
             tag,
             ignore,
-            src,
+            src: st.matching_src(src)?,
         };
-        if a.src != FI_ADDR_UNSPEC {
-            let addr = st.av.lookup(a.src)?;
-            a.src = st.peer_id(addr);
-        }
-        let kind = if tagged { flags::TAGGED } else { flags::MSG };
         let found = if claim {
             st.matcher.claim(&a).map(|(o, m)| {
                 let hdr = *m.header();
@@ -379,13 +382,7 @@ impl Endpoint {
         let c = match found {
             Some((src, hdr)) => Completion {
                 context,
-                flags: flags::RECV
-                    | kind
-                    | if hdr.data.is_some() {
-                        flags::REMOTE_CQ_DATA
-                    } else {
-                        0
-                    },
+                flags: recv_flags(tagged, hdr.data.is_some()),
                 len: hdr.len as usize,
                 buf: Vec::new().into(),
                 data: hdr.data,
@@ -396,7 +393,7 @@ impl Endpoint {
             },
             None => Completion::of(
                 context,
-                flags::RECV | kind,
+                recv_flags(tagged, false),
                 Vec::new().into(),
                 0,
                 errno::ENOMSG,
@@ -422,8 +419,7 @@ impl Endpoint {
             tagged,
         };
         if discard {
-            let kind = if tagged { flags::TAGGED } else { flags::MSG };
-            let c = Completion::of(context, flags::RECV | kind, r.buf, 0, 0);
+            let c = Completion::of(context, recv_flags(tagged, false), r.buf, 0, 0);
             st.rx_cq.push(c);
             // A rendezvous message's sender waits for its FIN.
             if let Arrived::Rts { hdr, conn } = m {
@@ -441,12 +437,7 @@ impl Endpoint {
         let mut st = self.st();
         match st.matcher.cancel(|r| r.context == context) {
             Some(r) => {
-                let flags = crate::cq::flags::RECV
-                    | if r.tagged {
-                        crate::cq::flags::TAGGED
-                    } else {
-                        crate::cq::flags::MSG
-                    };
+                let flags = recv_flags(r.tagged, false);
                 st.rx_cq
                     .push(Completion::of(r.context, flags, r.buf, 0, errno::ECANCELED));
                 true
@@ -533,6 +524,16 @@ impl State {
         self.peer_addrs.push(addr);
         self.peer_ids.insert(addr, id);
         id
+    }
+
+    /// The source a receive names (an AV entry, or `FI_ADDR_UNSPEC`) as matching knows
+    /// it.
+    fn matching_src(&mut self, src: FiAddr) -> Result<FiAddr> {
+        if src == FI_ADDR_UNSPEC {
+            return Ok(src);
+        }
+        let addr = self.av.lookup(src)?;
+        Ok(self.peer_id(addr))
     }
 
     /// The address vector's entry for the peer matching knows as `id` (`FI_ADDR_UNSPEC`
@@ -677,10 +678,7 @@ impl State {
     }
 
     fn post_recv(&mut self, mut a: Accepts, buf: Buf, context: u64) -> Result<()> {
-        if a.src != FI_ADDR_UNSPEC {
-            let addr = self.av.lookup(a.src)?;
-            a.src = self.peer_id(addr);
-        }
+        a.src = self.matching_src(a.src)?;
         let r = Recv {
             context,
             buf,

@@ -6,7 +6,7 @@
 //! Runs under the endpoint's lock, from the progress that a bound CQ's read drives.
 
 use super::{Arrived, Out, Queued, Recv, SLOT_LEN, State, Wr};
-use crate::cq::{Completion, errno, flags};
+use crate::cq::{Completion, errno};
 use crate::matching::{FiAddr, Offers};
 use crate::wire::{HEADER_LEN, Header, Op};
 use softrdma::{AccessFlags, Payload, SendFlags, SendOp, SendWr, WcOpcode, WcStatus};
@@ -236,15 +236,9 @@ impl State {
             0 if len > cap => (cap, errno::ETRUNC),
             e => (len.min(cap), e),
         };
-        let kind = if r.tagged { flags::TAGGED } else { flags::MSG };
-        let data_flag = if hdr.data.is_some() {
-            flags::REMOTE_CQ_DATA
-        } else {
-            0
-        };
         self.rx_cq.push(Completion {
             context: r.context,
-            flags: flags::RECV | kind | data_flag,
+            flags: super::recv_flags(r.tagged, hdr.data.is_some()),
             len: got,
             buf: r.buf,
             data: hdr.data,
