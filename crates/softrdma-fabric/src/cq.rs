@@ -23,6 +23,8 @@ pub mod flags {
     pub const RMA: u64 = 1 << 2;
     /// A tagged message.
     pub const TAGGED: u64 = 1 << 3;
+    /// An atomic (`fi_atomic`, `fi_fetch_atomic`, `fi_compare_atomic`).
+    pub const ATOMIC: u64 = 1 << 4;
     /// An RMA READ.
     pub const READ: u64 = 1 << 8;
     /// An RMA WRITE.

@@ -43,7 +43,7 @@ pub fn rdm_receive(data: &[u8]) {
                 matched += 1;
             }
         } else if let Ok((h, _)) = Header::parse(chunk) {
-            if h.op == Op::Fin {
+            if matches!(h.op, Op::Fin | Op::WriteData) {
                 continue;
             }
             let o = Offers {

@@ -1,11 +1,13 @@
 //! softrdma's fabric layer: libfabric's model (address vectors, completion queues,
 //! endpoints that need no connection managed by hand) in Rust, over softrdma's verbs.
 //!
-//! This first part is the reliable-datagram endpoint ([`Endpoint`], `FI_EP_RDM`): messages
-//! and tagged messages, eager and by rendezvous, RMA, and automatic progress. The rest of
-//! issue 40 (domains and fabrics as objects, MSG and DGRAM endpoints, atomics, counters,
-//! multi-receive, a pollable CQ, and the C provider `libsoftrdma-fi.so`) builds on it.
-//! See `docs/fabric-provider.md` for what libfabric asks of a provider.
+//! The [`Fabric`] lists softrdma's devices; a [`Domain`] is one of them, open, with memory
+//! [`Region`]s good on all its endpoints. The reliable-datagram endpoint ([`Endpoint`],
+//! `FI_EP_RDM`) offers messages and tagged messages (eager and by rendezvous), RMA (with
+//! 64 bits of remote CQ data), atomics, completion queues and [`Counter`]s, and automatic
+//! progress. MSG and DGRAM endpoints, multi-receive and a pollable CQ are still to come
+//! (issue 40). libsoftrdma-fi.so (crate `softrdma-fi`) is the same layer as a libfabric
+//! provider; `docs/fabric-provider.md` says what libfabric asks of one.
 //!
 //! ```no_run
 //! use softrdma_fabric::{AddressVector, CompletionQueue, Endpoint, SendOpts, FI_ADDR_UNSPEC};
@@ -22,12 +24,14 @@
 //! ```
 //!
 //! Layers, lowest first: `wire` (the protocol's header, sans-I/O) and `matching` (which
-//! receive a message goes to, sans-I/O); `addr`, `cq` and `error`; `rdm`, the endpoint,
-//! which alone calls softrdma.
+//! receive a message goes to, sans-I/O); `addr`, `cq`, `counter` and `error`; `domain`
+//! (the fabric, domains and regions); `rdm`, the endpoint.
 
 mod addr;
 mod buf;
+mod counter;
 mod cq;
+mod domain;
 mod error;
 /// Entry points for the fuzzers (`fuzz/`), not part of the API.
 #[doc(hidden)]
@@ -38,7 +42,9 @@ pub mod wire;
 
 pub use addr::AddressVector;
 pub use buf::Buf;
+pub use counter::{CountOf, Counter, Waited};
 pub use cq::{Completion, CompletionQueue, errno, flags};
+pub use domain::{Access, Domain, DomainInfo, Fabric, Region};
 pub use error::{FabricError, Result};
 pub use matching::{FI_ADDR_UNSPEC, FiAddr};
-pub use rdm::{Access, EAGER_MAX, Endpoint, Region, SendOpts};
+pub use rdm::{AtomicOp, EAGER_MAX, Endpoint, RmaOpts, SendOpts};

@@ -2,13 +2,17 @@
 //! connection: one SEND carries a header and, for a small message, its payload (eager);
 //! a large message is announced by a request to send (RTS) that names the sender's
 //! registered buffer, which the receiver reads with an RDMA READ once a receive matches,
-//! then answers with FIN so that the sender can complete and release it.
+//! then answers with FIN so that the sender can complete and release it. An RMA write
+//! with remote CQ data (`fi_writedata`) is a WRITE followed, on the same connection, by a
+//! header alone (WRITEDATA) that tells the target its length and data: the target's
+//! completion needs both, and an immediate would carry only 32 bits of the 64 that the
+//! domain's `cq_data_size` offers.
 //!
 //! Sans-I/O: bytes in, [`Header`] out, and back; no state. Every field is big-endian, as
 //! the InfiniBand headers around it are.
 //!
 //! ```text
-//!  0: version (1)   1: op (1 eager, 2 RTS, 3 FIN)   2: flags (bit 0 tagged,
+//!  0: version (1)   1: op (1 eager, 2 RTS, 3 FIN, 4 WRITEDATA)   2: flags (bit 0 tagged,
 //!  bit 1 remote CQ data)   3: reserved (0)   4..8: RTS rkey   8..16: message length
 //!  16..24: tag   24..32: remote CQ data   32..40: message ID   40..48: RTS address
 //! ```
@@ -37,6 +41,9 @@ pub enum Op {
     },
     /// The receiver has read message `msg_id` (or gave up on it): the sender may complete.
     Fin,
+    /// The sender's RMA WRITE of `len` bytes, just before this on the connection, landed
+    /// with remote CQ data `data` (`fi_writedata`).
+    WriteData,
 }
 
 /// One message's header.
@@ -84,9 +91,12 @@ pub enum WireError {
         /// What followed it.
         came: usize,
     },
-    /// An RTS or FIN with bytes after its header.
-    #[error("an RTS or FIN carries no payload, got {0} bytes")]
+    /// An RTS, FIN or WRITEDATA with bytes after its header.
+    #[error("an RTS, FIN or WRITEDATA carries no payload, got {0} bytes")]
     Payload(usize),
+    /// A WRITEDATA without the data it exists to carry.
+    #[error("a WRITEDATA header without remote CQ data")]
+    NoData,
 }
 
 fn be64(b: &[u8], at: usize) -> u64 {
@@ -115,6 +125,8 @@ impl Header {
                 rkey: u32::from_be_bytes(b[4..8].try_into().expect("4 bytes")),
             },
             3 => Op::Fin,
+            4 if flags & HAS_DATA != 0 => Op::WriteData,
+            4 => return Err(WireError::NoData),
             n => return Err(WireError::Op(n)),
         };
         match op {
@@ -124,7 +136,7 @@ impl Header {
                     came: payload.len(),
                 });
             }
-            Op::Rts { .. } | Op::Fin if !payload.is_empty() => {
+            Op::Rts { .. } | Op::Fin | Op::WriteData if !payload.is_empty() => {
                 return Err(WireError::Payload(payload.len()));
             }
             _ => {}
@@ -148,6 +160,7 @@ impl Header {
             Op::Eager => (1, 0, 0),
             Op::Rts { addr, rkey } => (2, rkey, addr),
             Op::Fin => (3, 0, 0),
+            Op::WriteData => (4, 0, 0),
         };
         b[1] = op;
         b[2] =
@@ -180,6 +193,7 @@ mod tests {
             Just(Op::Eager),
             (any::<u64>(), any::<u32>()).prop_map(|(addr, rkey)| Op::Rts { addr, rkey }),
             Just(Op::Fin),
+            Just(Op::WriteData),
         ];
         (
             op,
@@ -204,6 +218,9 @@ mod tests {
         /// of its length).
         #[test]
         fn headers_round_trip(mut h in any_header(), payload in proptest::collection::vec(any::<u8>(), 0..64)) {
+            if h.op == Op::WriteData {
+                h.data = Some(h.data.unwrap_or(0));
+            }
             let bytes = if h.op == Op::Eager {
                 h.len = payload.len() as u64;
                 h.with_payload(&payload)
@@ -257,5 +274,10 @@ mod tests {
             Header::parse(&eager.with_payload(b"abc")),
             Err(WireError::Length { said: 5, came: 3 })
         );
+        let wd = Header {
+            op: Op::WriteData,
+            ..h
+        };
+        assert_eq!(Header::parse(&wd.emit()), Err(WireError::NoData));
     }
 }

@@ -43,6 +43,13 @@ fn both(a: &Side, b: &Side, n: usize) -> (Vec<Completion>, Vec<Completion>) {
     (x, y)
 }
 
+fn with_data(data: u64) -> RmaOpts {
+    RmaOpts {
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31) ^ seed)
@@ -200,41 +207,59 @@ fn progress_is_automatic_a_sender_waiting_on_its_own_cq_alone_completes() {
     assert!(got[0].buf == pattern(9, 1 << 20));
 }
 
-/// RMA: a WRITE (with remote CQ data, which the target's CQ reports) into a peer's
+/// RMA: a WRITE (with 64 bits of remote CQ data, which the target's CQ reports) into a peer's
 /// region, a READ of it back, and a WRITE with the wrong key, refused with EACCES.
 #[test]
 fn writes_and_reads_reach_a_peers_region_by_its_key() {
     let (a, b, to_b, _) = pair(11, 7605);
-    let region = b.ep.register(vec![0; 8192], Access::ReadWrite).unwrap();
+    let region = b.ep.register(vec![0; 8192], Access::READ_WRITE).unwrap();
     let (addr, key) = (region.addr(), region.key());
     let data = pattern(11, 3000);
-    a.ep.write(to_b, data.clone(), addr + 100, key, Some(0xabcd), 1)
-        .unwrap();
+    a.ep.write(
+        to_b,
+        data.clone(),
+        (addr + 100, key),
+        with_data(0xabcd_0000_1234_5678),
+        1,
+    )
+    .unwrap();
     let (w, remote) = both(&a, &b, 2);
     assert_eq!((w[0].context, w[0].error, w[0].len), (1, 0, 3000), "{w:?}");
     assert_ne!(w[0].flags & flags::WRITE, 0);
     assert_eq!(w[0].buf, data, "the written buffer comes back");
-    assert_eq!((remote[0].data, remote[0].len), (Some(0xabcd), 3000));
+    assert_eq!(
+        (remote[0].data, remote[0].len),
+        (Some(0xabcd_0000_1234_5678), 3000)
+    );
     assert_ne!(remote[0].flags & flags::REMOTE_CQ_DATA, 0);
     assert!(region.to_vec()[100..3100] == data[..]);
 
-    a.ep.read(to_b, vec![0; 3000], addr + 100, key, 2).unwrap();
+    a.ep.read(
+        to_b,
+        vec![0; 3000],
+        (addr + 100, key),
+        RmaOpts::default(),
+        2,
+    )
+    .unwrap();
     let r = a.cq.wait(1, Duration::from_secs(10));
     assert_eq!((r[0].context, r[0].error), (2, 0));
     assert_ne!(r[0].flags & flags::READ, 0);
     assert!(r[0].buf == data, "read back what was written");
 
-    a.ep.write(to_b, vec![1; 8], addr, key ^ 0x100, None, 3)
+    a.ep.write(to_b, vec![1; 8], (addr, key ^ 0x100), RmaOpts::default(), 3)
         .unwrap();
     let e = a.cq.wait(1, Duration::from_secs(10));
     assert_eq!((e[0].context, e[0].error), (3, errno::EACCES));
     assert!(
-        a.ep.write(to_b, vec![1], addr, 1 << 40, None, 4).is_err(),
+        a.ep.write(to_b, vec![1], (addr, 1 << 40), RmaOpts::default(), 4)
+            .is_err(),
         "a key over 32 bits"
     );
     // The refused WRITE broke its connection (its QP is in the error state); the next
     // operation makes a new one and goes through.
-    a.ep.read(to_b, vec![0; 16], addr + 100, key, 5).unwrap();
+    a.ep.read(to_b, vec![0; 16], (addr + 100, key), RmaOpts::default(), 5)
+        .unwrap();
     let r = a.cq.wait(1, Duration::from_secs(10));
     assert_eq!((r[0].context, r[0].error), (5, 0), "{r:?}");
     assert!(r[0].buf[..] == data[..16]);
@@ -286,4 +311,174 @@ fn a_message_from_a_peer_inserted_later_matches_a_receive_directed_at_it() {
     let (_, got) = both(&a, &b, 1);
     assert_eq!((got[0].context, &got[0].buf[..5]), (3, &b"first"[..]));
     assert_eq!(got[0].src, to_a, "the source, as the AV names it now");
+}
+
+/// Atomics on a peer's word: fetch-and-add, add, read and compare-and-swap, each giving
+/// the value before; a misaligned address and a short result buffer are refused at the
+/// call, a region without atomic access refuses the atomic with EACCES.
+#[test]
+fn atomics_apply_to_a_peers_word_and_give_back_its_value_before() {
+    let (a, b, to_b, _) = pair(21, 7610);
+    let region = b.ep.register(vec![0; 64], Access::ATOMIC).unwrap();
+    let (addr, key) = (region.addr() + 8, region.key());
+    let none = RmaOpts::default();
+    let ops = [
+        (AtomicOp::FetchAdd(5), 0u64, flags::READ),
+        (AtomicOp::Add(10), 5, flags::WRITE),
+        (AtomicOp::Read, 15, flags::READ),
+        (
+            AtomicOp::CompareSwap {
+                compare: 15,
+                swap: 99,
+            },
+            15,
+            flags::READ,
+        ),
+        (
+            AtomicOp::CompareSwap {
+                compare: 1,
+                swap: 7,
+            },
+            99,
+            flags::READ,
+        ),
+    ];
+    for (i, (op, before, kind)) in ops.into_iter().enumerate() {
+        a.ep.atomic(to_b, op, (addr, key), vec![0; 8], none, i as u64)
+            .unwrap();
+        let c = a.cq.wait(1, Duration::from_secs(10));
+        assert_eq!((c[0].context, c[0].error), (i as u64, 0), "{op:?}: {c:?}");
+        assert_eq!(c[0].flags & (flags::ATOMIC | kind), flags::ATOMIC | kind);
+        let got = u64::from_ne_bytes(c[0].buf[..8].try_into().unwrap());
+        assert_eq!(got, before, "{op:?} gives the value before");
+    }
+    assert_eq!(region.to_vec()[8..16], 99u64.to_ne_bytes());
+    let misaligned =
+        a.ep.atomic(to_b, AtomicOp::Read, (addr + 4, key), vec![0; 8], none, 9);
+    assert!(misaligned.unwrap_err().to_string().contains("aligned"));
+    let short =
+        a.ep.atomic(to_b, AtomicOp::Read, (addr, key), vec![0; 4], none, 9);
+    assert!(short.unwrap_err().to_string().contains("8"));
+    let plain = b.ep.register(vec![0; 64], Access::READ_WRITE).unwrap();
+    a.ep.atomic(
+        to_b,
+        AtomicOp::Add(1),
+        (plain.addr(), plain.key()),
+        vec![0; 8],
+        none,
+        10,
+    )
+    .unwrap();
+    let e = a.cq.wait(1, Duration::from_secs(10));
+    assert_eq!((e[0].context, e[0].error), (10, errno::EACCES), "{e:?}");
+}
+
+/// Counters count every completion of their kinds, silent ones too (an inject, an RMA
+/// without a CQ entry), and errors apart; add and set work on both numbers.
+#[test]
+fn counters_count_each_kind_silent_completions_too_and_errors_apart() {
+    let (a, b, to_b, _) = pair(23, 7611);
+    let (sent, writes, got) = (Counter::new(), Counter::new(), Counter::new());
+    a.ep.bind_counter(
+        &sent,
+        CountOf {
+            send: true,
+            ..Default::default()
+        },
+    );
+    a.ep.bind_counter(
+        &writes,
+        CountOf {
+            write: true,
+            read: true,
+            ..Default::default()
+        },
+    );
+    b.ep.bind_counter(
+        &got,
+        CountOf {
+            recv: true,
+            ..Default::default()
+        },
+    );
+    for i in 0..3 {
+        b.ep.recv(vec![0; 16], FI_ADDR_UNSPEC, i).unwrap();
+    }
+    let inject = SendOpts {
+        inject: true,
+        ..Default::default()
+    };
+    a.ep.send(to_b, b"one".to_vec(), 1, inject).unwrap();
+    a.ep.send(to_b, b"two".to_vec(), 2, SendOpts::default())
+        .unwrap();
+    a.ep.send(to_b, b"three".to_vec(), 3, inject).unwrap();
+    assert_eq!(sent.wait(3, Duration::from_secs(10)), Waited::Reached);
+    assert_eq!(got.wait(3, Duration::from_secs(10)), Waited::Reached);
+    assert_eq!(
+        a.cq.wait(1, Duration::from_secs(10)).len(),
+        1,
+        "one send asked for an entry"
+    );
+    let region = b.ep.register(vec![0; 64], Access::READ_WRITE).unwrap();
+    let silent = RmaOpts {
+        silent: true,
+        ..Default::default()
+    };
+    a.ep.write(to_b, vec![7; 8], (region.addr(), region.key()), silent, 4)
+        .unwrap();
+    a.ep.read(to_b, vec![0; 8], (region.addr(), region.key()), silent, 5)
+        .unwrap();
+    assert_eq!(writes.wait(2, Duration::from_secs(10)), Waited::Reached);
+    assert!(a.cq.read(4).is_empty(), "silent RMA writes no entry");
+    a.ep.write(
+        to_b,
+        vec![7; 8],
+        (region.addr(), region.key() ^ 1),
+        silent,
+        6,
+    )
+    .unwrap();
+    assert_eq!(writes.wait(3, Duration::from_secs(10)), Waited::Failed);
+    assert_eq!((writes.read(), writes.read_errors()), (2, 1));
+    let e = a.cq.wait(1, Duration::from_secs(10));
+    assert_eq!(
+        (e[0].context, e[0].error),
+        (6, errno::EACCES),
+        "a failure still gives an entry"
+    );
+    writes.add(10);
+    writes.set_errors(0);
+    assert_eq!((writes.read(), writes.read_errors()), (12, 0));
+    writes.set(1);
+    assert_eq!(writes.wait(5, Duration::from_millis(50)), Waited::TimedOut);
+}
+
+/// Two endpoints on one domain share its device and its regions: a region registered on
+/// the domain is reached through either.
+#[test]
+fn endpoints_of_one_domain_share_its_regions() {
+    let fabric = Fabric;
+    let dom = Domain::open("127.0.66.25".parse().unwrap()).unwrap();
+    assert_eq!(dom.ip().to_string(), "127.0.66.25");
+    assert!(fabric.domain("no-such-device").is_err());
+    let (av, cq) = (Arc::new(AddressVector::new()), CompletionQueue::new());
+    let e1 = Endpoint::open_on(&dom, 7612, av.clone(), cq.clone(), cq.clone()).unwrap();
+    let e2 = Endpoint::open_on(&dom, 7613, av.clone(), cq.clone(), cq.clone()).unwrap();
+    let region = dom.register(pattern(25, 256), Access::READ).unwrap();
+    let peer = side(26, 7612);
+    let (to1, to2) = (peer.av.insert(e1.addr()), peer.av.insert(e2.addr()));
+    for (i, to) in [to1, to2].into_iter().enumerate() {
+        peer.ep
+            .read(
+                to,
+                vec![0; 256],
+                (region.addr(), region.key()),
+                RmaOpts::default(),
+                i as u64,
+            )
+            .unwrap();
+        let r = peer.cq.wait(1, Duration::from_secs(10));
+        assert_eq!((r[0].context, r[0].error), (i as u64, 0), "{r:?}");
+        assert!(r[0].buf == pattern(25, 256));
+    }
 }

@@ -63,24 +63,11 @@ const RX_OP_FLAGS: u64 = FI_COMPLETION;
 const TAG_FORMAT: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 
 /// One device softrdma offers: its name and address.
-#[derive(Debug, Clone)]
-pub struct Device {
-    /// Its name (`softrdma0`), the info's domain name.
-    pub name: String,
-    /// Its address: endpoints listen there.
-    pub ip: IpAddr,
-}
+pub use softrdma_fabric::DomainInfo as Device;
 
 /// softrdma's devices, as its configuration names them.
 pub fn devices() -> Vec<Device> {
-    softrdma::config::devices()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|d| Device {
-            name: d.name,
-            ip: d.addr,
-        })
-        .collect()
+    softrdma_fabric::Fabric.domains()
 }
 
 /// What a request asks, read from C.

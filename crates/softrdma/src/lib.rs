@@ -72,7 +72,7 @@
 //! | `CapiContextSrqs`, `CapiSrqAttr` | a drop-in context's SRQs, an SRQ's attributes | to name an async event's SRQ, to arm a limit |
 //! | `CapiQpBatch` | a drop-in QP's `ibv_wr_*` batch | per builder call |
 //! | `CapiPorts` | the drop-in's bound rdma_cm ports | leaf |
-//! | `FabricCqBound` | the endpoints a `softrdma-fabric` CQ drives | to list them, alone |
+//! | `FabricCqBound` | the endpoints a `softrdma-fabric` CQ or counter drives | to list them, alone |
 //! | `FabricEp` | a fabric endpoint's state | by its calls, its CQ's reads and its progress thread, around calls into this crate |
 //! | `FabricAv`, `FabricCqEntries` | a fabric address vector's table, a fabric CQ's entries | leaves, under `FabricEp` |
 //! | `CmCores` | `cm`'s registry of agent hosts (`CORES`) | to find or start a device's CM host |

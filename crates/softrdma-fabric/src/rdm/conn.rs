@@ -27,7 +27,7 @@ impl State {
         if let Some(&c) = self.by_peer.get(&peer) {
             return Ok(c);
         }
-        let id = CmId::new(&self.chan, &self.ctx, PortSpace::Tcp)?;
+        let id = CmId::new(&self.chan, self.dom.ctx(), PortSpace::Tcp)?;
         id.resolve_addr(None, peer)?;
         let c = self.add(id, peer, false);
         self.by_peer.insert(peer, c);
@@ -81,12 +81,13 @@ impl State {
             },
             ..QpInitAttr::new(QpType::Rc, &self.vcq)
         };
-        let qp = id.create_qp(&self.pd, init)?;
+        let qp = id.create_qp(self.dom.pd(), init)?;
         self.by_qpn.insert(qp.qp_num().value(), c);
         self.conns[c].qp = Some(qp);
         for slot in 0..SLOTS {
             let mr = self
-                .pd
+                .dom
+                .pd()
                 .register_zeroed(SLOT_LEN, softrdma::AccessFlags::LOCAL_WRITE)?;
             self.conns[c].slots.push(mr);
             self.post_slot(c, slot)?;

@@ -6,10 +6,11 @@
 //! [`EAGER_MAX`] bytes, by rendezvous (the receiver READs the sender's buffer, no copy on
 //! either side) above.
 //!
-//! Owns its device (a softrdma context on its address), the connections, the posted
-//! receives and the messages that came unexpected. `conn` handles the connection events,
-//! `progress` the device's completions, `rma` the RMA verbs and `auto` the progress
-//! thread.
+//! Opens on a [`Domain`] (a softrdma device, shared with the domain's other endpoints and
+//! its regions) and owns its connections, the posted receives and the messages that came
+//! unexpected. `conn` handles the connection events, `progress` the device's completions,
+//! `rma` the RMA and atomic verbs, `count` the completions' way to their CQs and
+//! counters, and `auto` the progress thread.
 //!
 //! Threads and locks: the endpoint's state is behind one lock (`FabricEp`, softrdma's
 //! ranked type), taken by each call, by the progress that a bound CQ's read drives, and by
@@ -19,20 +20,22 @@
 
 mod auto;
 mod conn;
+mod count;
 mod progress;
 mod rma;
 
-pub use rma::{Access, Region};
+pub use rma::{AtomicOp, RmaOpts};
 
 use crate::addr::AddressVector;
 use crate::buf::{Buf, Registered};
 use crate::cq::{Completion, CompletionQueue, Progress, errno, flags};
+use crate::domain::Domain;
 use crate::error::{FabricError, Result};
 use crate::matching::{Accepts, FI_ADDR_UNSPEC, FiAddr, Matcher};
 use crate::wire::{HEADER_LEN, Header, Op};
 use softrdma::cm::{CmId, EventChannel, PortSpace};
 use softrdma::sync::{Guard, Lock, Rank};
-use softrdma::{AccessFlags, Context, MemoryRegion, ProtectionDomain, QueuePair};
+use softrdma::{AccessFlags, MemoryRegion, QueuePair};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -108,7 +111,7 @@ enum Wr {
     },
     /// The request to send of rendezvous message `msg_id`: its failure fails the send.
     Rts { msg_id: u64 },
-    /// A FIN: nothing to complete.
+    /// A FIN, or a WRITEDATA after a WRITE: nothing to complete.
     Fin,
     /// An RMA WRITE or READ of the user's, from or into `reg`, which goes back in its
     /// completion (none with `silent`).
@@ -175,8 +178,7 @@ struct Conn {
 }
 
 struct State {
-    ctx: Context,
-    pd: ProtectionDomain,
+    dom: Arc<Domain>,
     vcq: softrdma::CompletionQueue,
     /// `vcq`'s completion channel, which wakes the progress thread.
     vchan: softrdma::CompletionChannel,
@@ -188,6 +190,8 @@ struct State {
     tx_cq: Arc<CompletionQueue>,
     /// Where receives and peers' writes with data complete (`FI_RECV`).
     rx_cq: Arc<CompletionQueue>,
+    /// The counters bound to it, by what they count.
+    cntrs: count::Counters,
     conns: Vec<Conn>,
     by_peer: HashMap<SocketAddr, usize>,
     /// Each peer endpoint's number, as matching knows its sources: given when a message
@@ -226,7 +230,8 @@ pub struct SendOpts {
 
 impl Endpoint {
     /// An endpoint on `addr` (an IP address softrdma can open a device on, and a port to
-    /// listen on; port 0 picks one), its completions to `cq`, its peers in `av`.
+    /// listen on; port 0 picks one), on a domain of its own, its completions to `cq`,
+    /// its peers in `av`.
     pub fn open(
         addr: SocketAddr,
         av: Arc<AddressVector>,
@@ -243,13 +248,26 @@ impl Endpoint {
         tx_cq: Arc<CompletionQueue>,
         rx_cq: Arc<CompletionQueue>,
     ) -> Result<Self> {
-        let ctx = open_device(addr.ip())?;
-        let pd = ctx.alloc_pd();
+        Self::open_on(&Domain::open(addr.ip())?, addr.port(), av, tx_cq, rx_cq)
+    }
+
+    /// An endpoint on `domain`'s device, listening on `port` (0 picks one), its sends
+    /// completing to `tx_cq` and its receives to `rx_cq` (`fi_endpoint`, then
+    /// `fi_ep_bind` and `fi_enable`). Regions of the domain are good on it.
+    pub fn open_on(
+        domain: &Arc<Domain>,
+        port: u16,
+        av: Arc<AddressVector>,
+        tx_cq: Arc<CompletionQueue>,
+        rx_cq: Arc<CompletionQueue>,
+    ) -> Result<Self> {
+        let ctx = domain.ctx();
+        let addr = SocketAddr::new(domain.ip(), port);
         let vchan = ctx.create_comp_channel()?;
         let vcq = ctx.create_cq(4096, Some(&vchan))?;
         vcq.req_notify(false)?;
         let chan = EventChannel::new()?;
-        let listener = CmId::new(&chan, &ctx, PortSpace::Tcp)?;
+        let listener = CmId::new(&chan, ctx, PortSpace::Tcp)?;
         listener.bind_addr(addr)?;
         listener.listen(128)?;
         let me = listener.local_addr().unwrap_or(addr);
@@ -258,8 +276,7 @@ impl Endpoint {
         let st = Arc::new(Lock::new(
             Rank::FabricEp,
             State {
-                ctx,
-                pd,
+                dom: domain.clone(),
                 vcq,
                 vchan,
                 chan,
@@ -268,6 +285,7 @@ impl Endpoint {
                 av,
                 tx_cq: tx_cq.clone(),
                 rx_cq: rx_cq.clone(),
+                cntrs: count::Counters::default(),
                 conns: Vec::new(),
                 by_peer: HashMap::new(),
                 peer_ids: HashMap::new(),
@@ -420,7 +438,7 @@ impl Endpoint {
         };
         if discard {
             let c = Completion::of(context, recv_flags(tagged, false), r.buf, 0, 0);
-            st.rx_cq.push(c);
+            st.complete_rx(c);
             // A rendezvous message's sender waits for its FIN.
             if let Arrived::Rts { hdr, conn } = m {
                 st.send_fin(conn, hdr.msg_id);
@@ -438,8 +456,7 @@ impl Endpoint {
         match st.matcher.cancel(|r| r.context == context) {
             Some(r) => {
                 let flags = recv_flags(r.tagged, false);
-                st.rx_cq
-                    .push(Completion::of(r.context, flags, r.buf, 0, errno::ECANCELED));
+                st.complete_rx(Completion::of(r.context, flags, r.buf, 0, errno::ECANCELED));
                 true
             }
             None => false,
@@ -458,25 +475,6 @@ impl Endpoint {
     }
 }
 
-/// Opens the device on `ip`: the configured one with that address (its name, and the
-/// path MTU its interface allows), else one made for it, with the MTU of the interface
-/// that has the address (a 4096-byte MTU on a 1500-byte link would send datagrams the
-/// link drops).
-fn open_device(ip: std::net::IpAddr) -> Result<Context> {
-    use softrdma::config::{Binding, DeviceSpec};
-    let configured = softrdma::config::devices()
-        .ok()
-        .and_then(|ds| ds.into_iter().find(|d| d.addr == ip));
-    let d = match configured {
-        Some(d) => d,
-        None => softrdma::config::resolve(&DeviceSpec {
-            name: "fabric".into(),
-            binding: Binding::Addr(ip),
-        })?,
-    };
-    Ok(Context::open_addr(&d.name, d.addr, d.active_mtu)?)
-}
-
 impl Drop for Endpoint {
     /// Closes every connection (`fi_close`), so that each peer hears of it now, by a DREQ,
     /// instead of waiting on a connection nobody answers (a rendezvous send for its FIN).
@@ -486,7 +484,7 @@ impl Drop for Endpoint {
     fn drop(&mut self) {
         let mut st = self.st();
         st.progress_all();
-        st.ctx.flush_acks();
+        st.dom.ctx().flush_acks();
         for c in 0..st.conns.len() {
             st.lost(c);
         }
@@ -590,7 +588,7 @@ impl State {
                 });
             }
             let len = buf.len();
-            let mr = buf.register(&self.pd, len, AccessFlags::REMOTE_READ)?;
+            let mr = buf.register(self.dom.pd(), len, AccessFlags::REMOTE_READ)?;
             hdr.op = Op::Rts {
                 addr: mr.mr.addr(),
                 rkey: mr.mr.rkey(),
@@ -668,7 +666,11 @@ impl State {
             }
         };
         match r {
-            Ok(()) if silent => {}
+            Ok(()) if silent => {
+                if let Wr::Send { flags, .. } = q.wr {
+                    self.counted(flags, false);
+                }
+            }
             Ok(()) => {
                 self.conns[c].in_flight += 1;
                 self.wrs.insert(w, q.wr);
@@ -688,11 +690,5 @@ impl State {
             self.deliver(r, o.src, m);
         }
         Ok(())
-    }
-
-    /// A send-side completion (a send's, an RMA's).
-    fn complete(&self, context: u64, flags: u64, buf: Buf, len: usize, error: i32) {
-        self.tx_cq
-            .push(Completion::of(context, flags, buf, len, error));
     }
 }

@@ -54,9 +54,11 @@ impl State {
                 }
                 match wr {
                     Wr::Slot { conn, slot } if ok && wc.opcode == WcOpcode::RecvRdmaWithImm => {
+                        // Not this protocol's (its WRITEs with data announce themselves
+                        // by a header): the slot holds nothing new, and goes back.
                         self.slot_done(conn);
                         let _ = self.post_slot(conn, slot);
-                        self.remote_write(wc.byte_len as usize, wc.imm_data);
+                        self.bad_headers += 1;
                     }
                     Wr::Slot { conn, slot } if ok => {
                         // Out of the slot (a message may wait unexpected), which goes back
@@ -103,6 +105,8 @@ impl State {
                         };
                         if !silent || error != 0 {
                             self.complete(context, flags, reg.back(), len, error);
+                        } else {
+                            self.counted(flags, false);
                         }
                     }
                     wr if ok => self.sent(wr),
@@ -132,12 +136,18 @@ impl State {
         };
         let m = match hdr.op {
             Op::Fin => {
-                if let Some(o) = self.rndv_out.remove(&hdr.msg_id)
-                    && !o.silent
-                {
-                    let len = o.mr.mr.len();
-                    self.complete(o.context, o.flags, o.mr.back(), len, 0);
+                if let Some(o) = self.rndv_out.remove(&hdr.msg_id) {
+                    if o.silent {
+                        self.counted(o.flags, false);
+                    } else {
+                        let len = o.mr.mr.len();
+                        self.complete(o.context, o.flags, o.mr.back(), len, 0);
+                    }
                 }
+                return;
+            }
+            Op::WriteData => {
+                self.remote_write(hdr.len as usize, hdr.data.unwrap_or(0));
                 return;
             }
             Op::Eager => Arrived::Eager { hdr, slot },
@@ -170,7 +180,7 @@ impl State {
                     return;
                 };
                 let buf = std::mem::replace(&mut r.buf, Vec::new().into());
-                let reg = match buf.register(&self.pd, want, AccessFlags::LOCAL_WRITE) {
+                let reg = match buf.register(self.dom.pd(), want, AccessFlags::LOCAL_WRITE) {
                     Ok(reg) => reg,
                     Err(_) => {
                         self.send_fin(conn, hdr.msg_id);
@@ -236,7 +246,7 @@ impl State {
             0 if len > cap => (cap, errno::ETRUNC),
             e => (len.min(cap), e),
         };
-        self.rx_cq.push(Completion {
+        self.complete_rx(Completion {
             context: r.context,
             flags: super::recv_flags(r.tagged, hdr.data.is_some()),
             len: got,
@@ -251,15 +261,18 @@ impl State {
 
     /// A send WR completed.
     fn sent(&mut self, wr: Wr) {
-        if let Wr::Send {
-            context,
-            flags,
-            buf,
-            inject: false,
-        } = wr
-        {
-            let len = buf.len();
-            self.complete(context, flags, buf, len, 0);
+        match wr {
+            Wr::Send {
+                context,
+                flags,
+                buf,
+                inject: false,
+            } => {
+                let len = buf.len();
+                self.complete(context, flags, buf, len, 0);
+            }
+            Wr::Send { flags, .. } => self.counted(flags, false),
+            _ => {}
         }
     }
 
