@@ -119,7 +119,8 @@ impl Counter {
     /// began, or `within` passes (`fi_cntr_wait`, spinning on the bound endpoints'
     /// progress).
     pub fn wait(&self, threshold: u64, within: Duration) -> Waited {
-        let end = Instant::now() + within;
+        // A wait too long to add to now has no end.
+        let end = Instant::now().checked_add(within);
         let errors = self.errors.load(Ordering::Acquire);
         loop {
             if self.read() >= threshold {
@@ -128,7 +129,7 @@ impl Counter {
             if self.errors.load(Ordering::Acquire) != errors {
                 return Waited::Failed;
             }
-            if Instant::now() >= end {
+            if end.is_some_and(|end| Instant::now() >= end) {
                 return Waited::TimedOut;
             }
             std::thread::yield_now();

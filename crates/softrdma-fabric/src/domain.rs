@@ -17,6 +17,8 @@ use std::sync::Arc;
 pub struct Access(u8);
 
 impl Access {
+    /// Nothing: only the program that registered it uses it.
+    pub const NONE: Access = Access(0);
     /// Read it (`FI_REMOTE_READ`).
     pub const READ: Access = Access(1);
     /// Write it (`FI_REMOTE_WRITE`).

@@ -62,7 +62,7 @@ pub unsafe extern "C" fn av_open(
                 ops: &AV_OPS.0,
             },
             av: Arc::new(AddressVector::new()),
-            name_len: sockaddr::len_for(d.dev.ip),
+            name_len: sockaddr::len_for(d.dev.info.ip),
         });
         // SAFETY: `av` is writable, checked non-null.
         unsafe { *av = a.cast() };

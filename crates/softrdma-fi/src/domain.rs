@@ -1,10 +1,16 @@
-//! The domain (`fid_domain`): one softrdma device, by the name and address of its info.
-//! It opens nothing by itself: each endpoint opens the device at the domain's address
-//! when it is enabled. Its operations are wired in `fabric`, which opens it.
+//! The domain (`fid_domain`): one softrdma device, by the name and address of its info,
+//! opened (the fabric layer's [`softrdma_fabric::Domain`]) on first use: the first memory
+//! registration or endpoint enabled. Its endpoints and regions share it. Its operations
+//! are wired in `fabric`, which opens it.
+//!
+//! Threads and locks: the opened device is behind `FiDomain`, taken alone (softrdma's own
+//! locks under it while the device opens).
 
 use crate::abi::*;
 use crate::entry::{Errno, object};
 use crate::info::{self, Device};
+use softrdma::sync::{Lock, Rank};
+use std::sync::Arc;
 
 /// A domain: one softrdma device.
 #[repr(C)]
@@ -12,12 +18,42 @@ pub struct Domain {
     /// Its public part, first.
     pub fid: fid_domain,
     /// The device.
-    pub dev: Device,
+    pub dev: Arc<DomainDevice>,
     /// The API version the application asked for.
     pub api_version: u32,
 }
 
 object!(Domain, FI_CLASS_DOMAIN, DOMAIN_FI_OPS);
+
+/// A domain's device: named by its info, opened on first use and then shared by the
+/// domain's endpoints and regions (each holds it, so that closing them in any order is
+/// safe).
+pub struct DomainDevice {
+    /// Its name and address.
+    pub info: Device,
+    opened: Lock<Option<Arc<softrdma_fabric::Domain>>>,
+}
+
+impl DomainDevice {
+    /// The device `info` names, not yet opened.
+    pub fn new(info: Device) -> Arc<Self> {
+        Arc::new(Self {
+            info,
+            opened: Lock::new(Rank::FiDomain, None),
+        })
+    }
+
+    /// The device, opened now if it was not.
+    pub fn open(&self) -> Result<Arc<softrdma_fabric::Domain>, Errno> {
+        let mut o = self.opened.lock();
+        if let Some(d) = &*o {
+            return Ok(d.clone());
+        }
+        let d = softrdma_fabric::Domain::open(self.info.ip).map_err(|e| e.errno())?;
+        *o = Some(d.clone());
+        Ok(d)
+    }
+}
 
 /// The device an info names: by its domain name, else by its source address.
 pub fn device_of(info: &fi_info) -> Result<Device, Errno> {

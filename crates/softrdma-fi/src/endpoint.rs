@@ -4,8 +4,8 @@
 use crate::abi::*;
 use crate::domain::Domain;
 use crate::entry::{self, guard_int};
-use crate::ep::Ep;
-use crate::xfer;
+use crate::ep::{DataOps, Ep};
+use crate::{rma, xfer};
 use std::ffi::{c_int, c_void};
 use std::net::SocketAddr;
 
@@ -34,8 +34,8 @@ pub unsafe extern "C" fn ep_open(
         }
         // SAFETY: the info's source address, valid for its length.
         let src = unsafe { crate::sockaddr::from_c(info.src_addr, info.src_addrlen) }
-            .filter(|s| s.ip() == d.dev.ip)
-            .unwrap_or(SocketAddr::new(d.dev.ip, 0));
+            .filter(|s| s.ip() == d.dev.info.ip)
+            .unwrap_or(SocketAddr::new(d.dev.info.ip, 0));
         // SAFETY: libfabric's rx attr, valid or null.
         let rx_flags = unsafe { info.rx_attr.as_ref() }.map_or(0, |r| r.op_flags);
         let caps = if info.caps == 0 {
@@ -48,8 +48,13 @@ pub unsafe extern "C" fn ep_open(
             .min(crate::info::INJECT);
         let e = entry::open(Ep::new(
             context,
-            (&xfer::MSG_OPS.0, &xfer::TAGGED_OPS.0),
-            src,
+            DataOps {
+                msg: &xfer::MSG_OPS.0,
+                tagged: &xfer::TAGGED_OPS.0,
+                rma: &rma::RMA_OPS.0,
+                atomic: &rma::ATOMIC_OPS.0,
+            },
+            (d.dev.clone(), src.port()),
             caps,
             (tx.map_or(0, |t| t.op_flags), rx_flags),
             inject_size,

@@ -5,7 +5,7 @@
 //! Threads and locks: the registry is behind `FiObjects` (softrdma's ranked lock), taken
 //! alone for an insert, a lookup or a removal.
 
-use crate::abi::{FI_EINVAL, FI_ENOSYS, FI_EOPNOTSUPP, FI_EOTHER, fid};
+use crate::abi::{FI_EINVAL, FI_ENOSYS, FI_EOTHER, fid, iovec};
 use softrdma::sync::{Lock, Rank};
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -123,11 +123,6 @@ pub extern "C" fn enosys() -> isize {
     -(FI_ENOSYS as isize)
 }
 
-/// As [`enosys`], for the operations the API says to refuse with `-FI_EOPNOTSUPP`.
-pub extern "C" fn eopnotsupp() -> isize {
-    -(FI_EOPNOTSUPP as isize)
-}
-
 /// Writes `s` and a NUL into `buf` (of `len` bytes), cut to fit; `buf` back.
 ///
 /// # Safety
@@ -147,4 +142,18 @@ pub unsafe fn c_string_into(
         *buf.add(n) = 0;
     }
     buf
+}
+
+/// The one element of an iovec list of `count` (this provider's `iov_limit` is 1).
+pub fn one_iov(iov: *const iovec, count: usize) -> Result<(*const std::ffi::c_void, usize), Errno> {
+    match count {
+        0 => Ok((std::ptr::null(), 0)),
+        1 if !iov.is_null() => {
+            // SAFETY: the caller's one element.
+            let v = unsafe { &*iov };
+            Ok((v.iov_base, v.iov_len))
+        }
+        1 => Err(FI_EINVAL),
+        _ => Err(FI_EINVAL),
+    }
 }

@@ -1,5 +1,5 @@
 //! The reliable-datagram endpoint (`fid_ep`, `FI_EP_RDM`): its bindings (an AV, a CQ for
-//! each direction, with or without `FI_SELECTIVE_COMPLETION`), its enabling, which opens
+//! each direction, with or without `FI_SELECTIVE_COMPLETION`, counters), its enabling, which opens
 //! the fabric layer's [`Endpoint`] on the domain's device, and its control, name and
 //! cancel. `endpoint` opens it; its data operations are in `xfer`.
 //!
@@ -8,10 +8,12 @@
 
 use crate::abi::*;
 use crate::av::{Av, copy_name};
+use crate::cntr::Cntr;
 use crate::cq::Cq;
+use crate::domain::DomainDevice;
 use crate::entry::{self, Errno, enosys, guard, guard_int, object};
 use softrdma::sync::{Lock, Rank};
-use softrdma_fabric::{AddressVector, CompletionQueue, Endpoint};
+use softrdma_fabric::{AddressVector, CompletionQueue, CountOf, Counter, Endpoint};
 use std::ffi::{c_int, c_void};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +32,8 @@ struct Setup {
     av: Option<Arc<AddressVector>>,
     tx: Option<Binding>,
     rx: Option<Binding>,
+    /// Counters, with what each counts.
+    cntrs: Vec<(Arc<Counter>, CountOf)>,
 }
 
 /// An endpoint.
@@ -39,7 +43,8 @@ pub struct Ep {
     setup: Lock<Setup>,
     live: OnceLock<Endpoint>,
     /// Where it listens: the domain's device, the port the info asked for.
-    src: SocketAddr,
+    dev: Arc<DomainDevice>,
+    port: u16,
     /// Its capabilities (from its info).
     pub caps: u64,
     /// The default flags of sends and receives (`FI_SETOPSFLAG` changes them).
@@ -94,28 +99,30 @@ static CM_OPS: Ops<fi_ops_cm> = Ops(fi_ops_cm {
     join: enosys as Slot,
 });
 
-static RMA_OPS: Ops<fi_ops_xfer> = Ops(fi_ops_xfer {
-    size: size_of::<fi_ops_xfer>(),
-    slots: [enosys as Slot; 9],
-});
-
-static ATOMIC_OPS: Ops<fi_ops_atomic> = Ops(fi_ops_atomic {
-    size: size_of::<fi_ops_atomic>(),
-    slots: [enosys as Slot; 13],
-});
-
 static COLLECTIVE_OPS: Ops<fi_ops_collective> = Ops(fi_ops_collective {
     size: size_of::<fi_ops_collective>(),
     slots: [enosys as Slot; 11],
 });
 
+/// An endpoint's data operations' tables.
+pub struct DataOps {
+    /// Messages.
+    pub msg: *const fi_ops_xfer,
+    /// Tagged messages.
+    pub tagged: *const fi_ops_xfer,
+    /// RMA.
+    pub rma: *const fi_ops_xfer,
+    /// Atomics.
+    pub atomic: *const fi_ops_atomic,
+}
+
 impl Ep {
-    /// An endpoint on `src` with `caps`, its default flags and inject size, its data
-    /// operations `msg` and `tagged` (the caller's: they need this type).
+    /// An endpoint on `dev` and `port` with `caps`, its default flags and inject size,
+    /// its data operations `ops` (the caller's: they need this type).
     pub fn new(
         context: *mut c_void,
-        (msg, tagged): (*const fi_ops_xfer, *const fi_ops_xfer),
-        src: SocketAddr,
+        ops: DataOps,
+        (dev, port): (Arc<DomainDevice>, u16),
         caps: u64,
         (tx_flags, rx_flags): (u64, u64),
         inject_size: usize,
@@ -129,15 +136,16 @@ impl Ep {
                 },
                 ops: &EP_OPS.0,
                 cm: &CM_OPS.0,
-                msg,
-                rma: &RMA_OPS.0,
-                tagged,
-                atomic: &ATOMIC_OPS.0,
+                msg: ops.msg,
+                rma: ops.rma,
+                tagged: ops.tagged,
+                atomic: ops.atomic,
                 collective: &COLLECTIVE_OPS.0,
             },
             setup: Lock::new(Rank::FiEpSetup, Setup::default()),
             live: OnceLock::new(),
-            src,
+            dev,
+            port,
             caps,
             tx_flags: AtomicU64::new(tx_flags),
             rx_flags: AtomicU64::new(rx_flags),
@@ -176,6 +184,24 @@ unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
                 if flags & FI_RECV != 0 {
                     s.rx = Some(b);
                 }
+            }
+            Some(FI_CLASS_CNTR) => {
+                let cntr = entry::get::<Cntr>(bfid)?.cntr.clone();
+                // A peer's RMA into this endpoint's regions is not an event here
+                // (no FI_RMA_EVENT).
+                if flags & (FI_REMOTE_READ | FI_REMOTE_WRITE) != 0 {
+                    return Err(FI_EOPNOTSUPP);
+                }
+                if flags & !(FI_SEND | FI_RECV | FI_READ | FI_WRITE) != 0 || flags == 0 {
+                    return Err(FI_EBADFLAGS);
+                }
+                let of = CountOf {
+                    send: flags & FI_SEND != 0,
+                    recv: flags & FI_RECV != 0,
+                    read: flags & FI_READ != 0,
+                    write: flags & FI_WRITE != 0,
+                };
+                e.setup.lock().cntrs.push((cntr, of));
             }
             // An RDM endpoint reports no connection events: an EQ may be bound, and
             // stays silent.
@@ -237,8 +263,13 @@ fn enable(e: &Ep) -> Result<(), Errno> {
             }),
         ),
     };
+    let cntrs = s.cntrs.clone();
     drop(s);
-    let ep = Endpoint::open_split(e.src, av, tx.cq, rx.cq).map_err(|err| err.errno())?;
+    let dom = e.dev.open()?;
+    let ep = Endpoint::open_on(&dom, e.port, av, tx.cq, rx.cq).map_err(|err| err.errno())?;
+    for (c, of) in &cntrs {
+        ep.bind_counter(c, *of);
+    }
     let _ = e.tx_selective.set(tx.selective);
     let _ = e.live.set(ep);
     Ok(())
@@ -250,7 +281,10 @@ unsafe extern "C" fn ep_getname(f: *mut fid, addr: *mut c_void, addrlen: *mut us
         if addrlen.is_null() {
             return Err(FI_EINVAL);
         }
-        let name = e.live.get().map_or(e.src, Endpoint::addr);
+        let name = e
+            .live
+            .get()
+            .map_or(SocketAddr::new(e.dev.info.ip, e.port), Endpoint::addr);
         copy_name(name, addr, addrlen)
     })
 }

@@ -7,7 +7,7 @@
 
 use crate::abi::*;
 use crate::domain::{Domain, device_of};
-use crate::entry::{self, enosys, eopnotsupp, guard_int, object};
+use crate::entry::{self, enosys, guard_int, object};
 use crate::info;
 use softrdma::sync::{Lock, Rank};
 use std::collections::VecDeque;
@@ -80,11 +80,11 @@ static DOMAIN_OPS: Ops<fi_ops_domain> = Ops(fi_ops_domain {
     cq_open: crate::cq::cq_open as Slot,
     endpoint: crate::endpoint::ep_open as Slot,
     scalable_ep: enosys as Slot,
-    cntr_open: enosys as Slot,
+    cntr_open: crate::cntr::cntr_open as Slot,
     poll_open: enosys as Slot,
     stx_ctx: enosys as Slot,
     srx_ctx: enosys as Slot,
-    query_atomic: eopnotsupp as Slot,
+    query_atomic: crate::rma::query_atomic as Slot,
     query_collective: enosys as Slot,
     endpoint2: crate::endpoint::ep_open2 as Slot,
 });
@@ -120,7 +120,7 @@ unsafe extern "C" fn domain_open(
                 ops: &DOMAIN_OPS.0,
                 mr: &MR_OPS.0,
             },
-            dev,
+            dev: crate::domain::DomainDevice::new(dev),
             api_version: f.fid.api_version,
         });
         // SAFETY: `dom` is writable, checked non-null.

@@ -27,9 +27,16 @@ pub const QUEUE: usize = 1024;
 /// Bytes of remote CQ data a message carries.
 pub const CQ_DATA: usize = 8;
 
+/// What RMA and atomics add to an endpoint's capabilities: they need the application to
+/// take the provider's keys and name regions by virtual address.
+const RMA_CAPS: u64 = FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+/// The memory registration mode RMA needs (`FI_MR_BASIC`'s, spelled out).
+const RMA_MR_MODE: c_int = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED;
+
 /// The reliable-datagram endpoint's capabilities.
 pub const RDM_CAPS: u64 = FI_MSG
     | FI_TAGGED
+    | RMA_CAPS
     | FI_SEND
     | FI_RECV
     | FI_DIRECTED_RECV
@@ -224,6 +231,13 @@ fn rdm_info(req: &Request<'_>, dev: &Device) -> Option<*mut fi_info> {
         if !within(h.caps, RDM_CAPS) {
             return None;
         }
+        // Whether the application takes RMA's registration mode.
+        let mr_rma = dom.is_none_or(|d| mr_mode_ok(req.version, d.mr_mode, RMA_CAPS));
+        if h.caps == 0 && !mr_rma {
+            // Asked for nothing in particular, by an application whose registrations
+            // RMA could not use: everything else.
+            caps &= !RMA_CAPS;
+        }
         if h.caps != 0 {
             caps = h.caps & PRIMARY | (RDM_CAPS & DEFAULT_SECONDARY) | (h.caps & !PRIMARY);
             if caps & (FI_MSG | FI_TAGGED) != 0 && caps & (FI_SEND | FI_RECV) == 0 {
@@ -252,7 +266,7 @@ fn rdm_info(req: &Request<'_>, dev: &Device) -> Option<*mut fi_info> {
             let name = unsafe { c_str(d.name) };
             if name.is_some_and(|n| n != dev.name)
                 || d.cq_data_size > CQ_DATA
-                || !mr_mode_ok(d.mr_mode, caps)
+                || !mr_mode_ok(req.version, d.mr_mode, caps)
                 || d.av_type > FI_AV_TABLE
                 || d.auth_key_size != 0
                 || d.max_ep_tx_ctx > 1
@@ -356,7 +370,13 @@ fn rdm_info(req: &Request<'_>, dev: &Device) -> Option<*mut fi_info> {
         d.data_progress = progress;
         d.resource_mgmt = FI_RM_ENABLED;
         d.av_type = av_type;
-        d.mr_mode = 0;
+        d.mr_mode = if caps & (FI_RMA | FI_ATOMIC) == 0 {
+            0
+        } else if req.version < fi_version(1, 5) {
+            FI_MR_BASIC
+        } else {
+            RMA_MR_MODE
+        };
         d.mr_key_size = 4;
         d.cq_data_size = CQ_DATA;
         d.cq_cnt = 1024;
@@ -365,7 +385,7 @@ fn rdm_info(req: &Request<'_>, dev: &Device) -> Option<*mut fi_info> {
         d.rx_ctx_cnt = 1024;
         d.max_ep_tx_ctx = 1;
         d.max_ep_rx_ctx = 1;
-        d.cntr_cnt = 0;
+        d.cntr_cnt = 1024;
         d.mr_iov_limit = 1;
         d.caps = FI_LOCAL_COMM | FI_REMOTE_COMM;
         d.mr_cnt = 65536;
@@ -382,16 +402,17 @@ fn rdm_info(req: &Request<'_>, dev: &Device) -> Option<*mut fi_info> {
     }
 }
 
-/// Whether the application's `mr_mode` lets it use what `caps` need (the same rule
-/// under every API version). Messages need no registration at all, so any mode does
-/// for them.
-fn mr_mode_ok(mr_mode: c_int, caps: u64) -> bool {
+/// Whether the application's `mr_mode` (under API `version`) lets it use what `caps`
+/// need. Messages need no registration at all, so any mode does for them; RMA needs the
+/// provider's keys and virtual addresses.
+fn mr_mode_ok(version: u32, mr_mode: c_int, caps: u64) -> bool {
     if caps & (FI_RMA | FI_ATOMIC) == 0 {
         return true;
     }
-    // RMA needs the application to take virtual addresses and the provider's keys.
-    let need = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED;
-    mr_mode & FI_MR_BASIC != 0 || mr_mode & need == need
+    // Before API 1.5, FI_MR_UNSPEC (0) let the provider choose.
+    version < fi_version(1, 5) && mr_mode == 0
+        || mr_mode & FI_MR_BASIC != 0
+        || mr_mode & RMA_MR_MODE == RMA_MR_MODE
 }
 
 /// An `fi_info` with its five attribute structs, zeroed, from `calloc`.

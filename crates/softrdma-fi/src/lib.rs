@@ -1,15 +1,17 @@
 //! softrdma's native libfabric provider, `libsoftrdma-fi.so`: libfabric 1.17 loads it from
 //! `FI_PROVIDER_PATH` (`softrdma exec` sets it) and calls [`fi_prov_ini`]. Its name is
 //! `softrdma`; it offers the reliable-datagram endpoint (`FI_EP_RDM`) of the fabric layer
-//! (`softrdma-fabric`) on each softrdma device, with messages and tagged messages.
+//! (`softrdma-fabric`) on each softrdma device, with messages, tagged messages, RMA,
+//! atomics (64-bit add, read and compare-and-swap) and counters.
 //!
 //! The provider ABI, and what libfabric, `fi_pingpong` and Open MPI ask of it, are in
 //! `docs/fabric-provider.md`. Layers, lowest first: `abi` (the C structs and constants,
 //! their layouts checked at compile time) and `sockaddr` (names); `entry` (the panic
 //! guard, the registry of live objects, the stubs); `info` (`fi_getinfo`); the objects,
-//! `domain`, `av`, `cq`, `mr` and `ep` (with `wait`, the blocking reads), `xfer` (the
-//! endpoint's data operations), `endpoint` (opening one), and on top `fabric` (the
-//! fabric, the opening of domains with their operations, and EQs).
+//! `domain`, `av`, `cq`, `cntr`, `mr` and `ep` (with `wait`, the blocking reads); `xfer`
+//! (messages) and `rma` (RMA and atomics), the endpoint's data operations; `endpoint`
+//! (opening one); and on top `fabric` (the fabric, the opening of domains with their
+//! operations, and EQs).
 //!
 //! Every entry point checks its fid against the registry, so a freed or foreign fid
 //! gets `-FI_EINVAL` instead of a crash (where libfabric's inline wrapper reached the
@@ -18,11 +20,12 @@
 //! `libfabric.so.1` and loads under any libfabric of the 1.x ABI.
 //!
 //! Threads and locks: any thread may call any entry point. The provider's own locks
-//! (`FiObjects`, `FiEpSetup`, `FiEq`) are each taken alone; the fabric layer's endpoints
-//! run their own progress threads.
+//! (`FiObjects`, `FiEpSetup`, `FiEq`) are each taken alone, `FiDomain` around opening a
+//! device; the fabric layer's endpoints run their own progress threads.
 
 mod abi;
 mod av;
+mod cntr;
 mod cq;
 mod domain;
 mod endpoint;
@@ -31,6 +34,7 @@ mod ep;
 mod fabric;
 mod info;
 mod mr;
+mod rma;
 mod sockaddr;
 mod wait;
 mod xfer;

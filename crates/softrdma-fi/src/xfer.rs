@@ -9,7 +9,7 @@
 //! only on an endpoint with `FI_DIRECTED_RECV`.
 
 use crate::abi::*;
-use crate::entry::{self, Errno, guard};
+use crate::entry::{self, Errno, guard, one_iov};
 use crate::ep::Ep;
 use softrdma_fabric::{Buf, SendOpts};
 use std::ffi::c_void;
@@ -25,27 +25,13 @@ struct Op {
 }
 
 /// The memory of one element at `buf`: none for a zero-length one.
-fn memory(buf: *const c_void, len: usize) -> Result<Buf, Errno> {
+pub(crate) fn memory(buf: *const c_void, len: usize) -> Result<Buf, Errno> {
     if buf.is_null() && len != 0 {
         return Err(FI_EINVAL);
     }
     // SAFETY: the caller's `len` bytes at `buf`, theirs to keep valid until the
     // operation completes (libfabric's rule for every data operation).
     Ok(unsafe { Buf::raw(buf.cast_mut().cast(), len) })
-}
-
-/// The one element of an iovec list of `count` (this provider's `iov_limit` is 1).
-fn one_iov(iov: *const iovec, count: usize) -> Result<(*const c_void, usize), Errno> {
-    match count {
-        0 => Ok((std::ptr::null(), 0)),
-        1 if !iov.is_null() => {
-            // SAFETY: the caller's one element.
-            let v = unsafe { &*iov };
-            Ok((v.iov_base, v.iov_len))
-        }
-        1 => Err(FI_EINVAL),
-        _ => Err(FI_EINVAL),
-    }
 }
 
 fn send(ep: *mut fid_ep, buf: *const c_void, len: usize, op: Op) -> isize {
@@ -121,7 +107,7 @@ fn recv(ep: *mut fid_ep, buf: *mut c_void, len: usize, op: Op) -> isize {
 }
 
 /// The default flags of the endpoint behind `ep`, for the calls that take none.
-fn tx_flags(ep: *mut fid_ep) -> u64 {
+pub(crate) fn tx_flags(ep: *mut fid_ep) -> u64 {
     entry::get::<Ep>(ep.cast()).map_or(0, Ep::tx_flags)
 }
 

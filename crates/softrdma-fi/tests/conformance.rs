@@ -1,4 +1,4 @@
-//! The provider's conformance tests (tests/c/fi_conformance.c), run through libfabric's
+//! The provider's conformance tests (tests/c/fi_conformance.c and rma.c), run through libfabric's
 //! own C API: libfabric 1.17 loads the provider built with this test from
 //! `FI_PROVIDER_PATH`, as it would for any program. Each case runs in a process of its
 //! own, on a loopback address of its own, under a time limit.
@@ -48,6 +48,7 @@ fn setup() -> &'static (PathBuf, PathBuf) {
             ])
             .arg(&bin)
             .arg(&src)
+            .arg(src.with_file_name("rma.c"))
             .arg("-lfabric")
             .output()
             .expect("gcc (apt install gcc libfabric-dev)");
@@ -127,4 +128,9 @@ cases! {
     selective_completion "127.0.88.19",
     bad_address "127.0.88.20",
     not_offered "127.0.88.21",
+    getinfo_rma "127.0.88.23",
+    rma "127.0.88.24",
+    rma_negative "127.0.88.25",
+    atomic "127.0.88.26",
+    cntr "127.0.88.27",
 }

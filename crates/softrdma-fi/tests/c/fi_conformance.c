@@ -9,212 +9,16 @@
  * the check that failed. tests/conformance.rs builds it and runs each test in its own
  * process, with FI_PROVIDER_PATH naming the provider under test.
  */
-#include <rdma/fabric.h>
-#include <rdma/fi_cm.h>
-#include <rdma/fi_domain.h>
-#include <rdma/fi_endpoint.h>
-#include <rdma/fi_eq.h>
-#include <rdma/fi_errno.h>
-#include <rdma/fi_rma.h>
-#include <rdma/fi_tagged.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+#include "common.h"
 
-static const char *current;
+/* rma.c's cases. */
+void getinfo_rma(void);
+void rma(void);
+void rma_negative(void);
+void atomic(void);
+void cntr(void);
 
-#define FAIL(...)                                                                          \
-	do {                                                                               \
-		fprintf(stderr, "FAIL %s line %d: ", current, __LINE__);                   \
-		fprintf(stderr, __VA_ARGS__);                                              \
-		fputc('\n', stderr);                                                       \
-		exit(1);                                                                   \
-	} while (0)
-#define CHECK(cond, ...)                                                                   \
-	do {                                                                               \
-		if (!(cond)) {                                                             \
-			fprintf(stderr, "FAIL %s line %d: %s ", current, __LINE__, #cond); \
-			fprintf(stderr, "" __VA_ARGS__);                                   \
-			fputc('\n', stderr);                                               \
-			exit(1);                                                           \
-		}                                                                          \
-	} while (0)
-#define RC(call, want)                                                                     \
-	do {                                                                               \
-		long r_ = (long)(call);                                                    \
-		if (r_ != (long)(want))                                                    \
-			FAIL("%s = %ld (%s), want %ld", #call, r_, fi_strerror((int)-r_),  \
-			     (long)(want));                                                \
-	} while (0)
-
-#define VERSION FI_VERSION(1, 17)
-
-static struct fi_info *hints_rdm(uint64_t caps)
-{
-	struct fi_info *h = fi_allocinfo();
-	CHECK(h, "fi_allocinfo");
-	h->ep_attr->type = FI_EP_RDM;
-	h->caps = caps;
-	h->mode = FI_CONTEXT;
-	h->fabric_attr->prov_name = strdup("softrdma");
-	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-	return h;
-}
-
-static struct fi_info *getinfo(struct fi_info *hints)
-{
-	struct fi_info *info = NULL;
-	RC(fi_getinfo(VERSION, NULL, NULL, 0, hints, &info), 0);
-	CHECK(!strcmp(info->fabric_attr->prov_name, "softrdma"), "got %s",
-	      info->fabric_attr->prov_name);
-	return info;
-}
-
-/* One endpoint with all it needs. */
-struct node {
-	struct fi_info *info;
-	struct fid_fabric *fabric;
-	struct fid_domain *domain;
-	struct fid_av *av;
-	struct fid_cq *txcq, *rxcq;
-	struct fid_ep *ep;
-	char name[64];
-	size_t namelen;
-};
-
-static void open_node(struct node *n, struct fi_info *info, uint64_t tx_bind)
-{
-	struct fi_cq_attr cq = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE};
-	struct fi_av_attr av = {.type = FI_AV_TABLE};
-	memset(n, 0, sizeof *n);
-	n->info = fi_dupinfo(info);
-	RC(fi_fabric(info->fabric_attr, &n->fabric, NULL), 0);
-	RC(fi_domain(n->fabric, info, &n->domain, NULL), 0);
-	RC(fi_av_open(n->domain, &av, &n->av, NULL), 0);
-	RC(fi_cq_open(n->domain, &cq, &n->txcq, NULL), 0);
-	RC(fi_cq_open(n->domain, &cq, &n->rxcq, NULL), 0);
-	RC(fi_endpoint(n->domain, info, &n->ep, NULL), 0);
-	RC(fi_ep_bind(n->ep, &n->av->fid, 0), 0);
-	RC(fi_ep_bind(n->ep, &n->txcq->fid, FI_TRANSMIT | tx_bind), 0);
-	RC(fi_ep_bind(n->ep, &n->rxcq->fid, FI_RECV), 0);
-	RC(fi_enable(n->ep), 0);
-	n->namelen = sizeof n->name;
-	RC(fi_getname(&n->ep->fid, n->name, &n->namelen), 0);
-}
-
-static void close_node(struct node *n)
-{
-	RC(fi_close(&n->ep->fid), 0);
-	RC(fi_close(&n->rxcq->fid), 0);
-	RC(fi_close(&n->txcq->fid), 0);
-	RC(fi_close(&n->av->fid), 0);
-	RC(fi_close(&n->domain->fid), 0);
-	RC(fi_close(&n->fabric->fid), 0);
-	fi_freeinfo(n->info);
-}
-
-/* Inserts b's name into a's AV: its fi_addr. */
-static fi_addr_t insert(struct node *a, struct node *b)
-{
-	fi_addr_t f = FI_ADDR_NOTAVAIL;
-	RC(fi_av_insert(a->av, b->name, 1, &f, 0, NULL), 1);
-	CHECK(f != FI_ADDR_NOTAVAIL, "an address");
-	return f;
-}
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-/* Reads one entry from cq within 10 s; an error entry fails the test. */
-static struct fi_cq_tagged_entry one(struct fid_cq *cq)
-{
-	struct fi_cq_tagged_entry e;
-	double end = now() + 10;
-	for (;;) {
-		ssize_t r = fi_cq_read(cq, &e, 1);
-		if (r == 1)
-			return e;
-		if (r == -FI_EAVAIL) {
-			struct fi_cq_err_entry err = {0};
-			fi_cq_readerr(cq, &err, 0);
-			FAIL("error entry: %s (context %p)", fi_strerror(err.err), err.op_context);
-		}
-		CHECK(r == -FI_EAGAIN, "fi_cq_read = %zd", r);
-		CHECK(now() < end, "no completion within 10 s");
-	}
-}
-
-/* Reads the error entry that must come within 10 s. */
-static struct fi_cq_err_entry one_error(struct fid_cq *cq)
-{
-	struct fi_cq_err_entry err = {0};
-	struct fi_cq_tagged_entry e;
-	double end = now() + 10;
-	for (;;) {
-		ssize_t r = fi_cq_read(cq, &e, 1);
-		if (r == -FI_EAVAIL) {
-			RC(fi_cq_readerr(cq, &err, 0), 1);
-			return err;
-		}
-		CHECK(r == -FI_EAGAIN, "fi_cq_read = %zd, want an error entry", r);
-		CHECK(now() < end, "no error entry within 10 s");
-	}
-}
-
-/* Nothing comes on cq for 200 ms. */
-static void none(struct fid_cq *cq)
-{
-	struct fi_cq_tagged_entry e;
-	double end = now() + 0.2;
-	while (now() < end)
-		RC(fi_cq_read(cq, &e, 1), -FI_EAGAIN);
-}
-
-static void fill(char *b, size_t n, int seed)
-{
-	for (size_t i = 0; i < n; i++)
-		b[i] = (char)(i * 7 + seed);
-}
-
-static int same(const char *b, size_t n, int seed)
-{
-	for (size_t i = 0; i < n; i++)
-		if (b[i] != (char)(i * 7 + seed))
-			return 0;
-	return 1;
-}
-
-struct pair {
-	struct fi_info *info;
-	struct node a, b;
-	fi_addr_t a_to_b, b_to_a;
-};
-
-static void open_pair(struct pair *p, uint64_t caps, uint64_t tx_bind)
-{
-	struct fi_info *h = hints_rdm(caps);
-	p->info = getinfo(h);
-	fi_freeinfo(h);
-	open_node(&p->a, p->info, tx_bind);
-	open_node(&p->b, p->info, tx_bind);
-	p->a_to_b = insert(&p->a, &p->b);
-	p->b_to_a = insert(&p->b, &p->a);
-}
-
-static void close_pair(struct pair *p)
-{
-	close_node(&p->a);
-	close_node(&p->b);
-	fi_freeinfo(p->info);
-}
+const char *current;
 
 /* ---- unit: getinfo ---------------------------------------------------------------- */
 
@@ -284,8 +88,9 @@ static void getinfo_negative(void)
 		RC(fi_getinfo(VERSION, NULL, NULL, 0, h, &i), -FI_ENODATA);                \
 		fi_freeinfo(h);                                                            \
 	} while (0)
-	NODATA(h->caps |= FI_ATOMIC);
 	NODATA(h->caps |= FI_MULTICAST);
+	NODATA(h->caps |= FI_RMA_EVENT);
+	NODATA(h->caps |= FI_ATOMIC; h->domain_attr->mr_mode = FI_MR_LOCAL);
 	NODATA(h->addr_format = FI_SOCKADDR_IB);
 	NODATA(h->tx_attr->size = 1 << 30);
 	NODATA(h->tx_attr->inject_size = 1 << 20);
@@ -412,8 +217,14 @@ static void mr(void)
 	RC(fi_mr_reg(d, buf, sizeof buf, FI_SEND | FI_RECV, 0, 0, 0, &m, NULL), 0);
 	CHECK(fi_mr_desc(m) == NULL, "messages need no descriptor");
 	RC(fi_close(&m->fid), 0);
-	/* No RMA is offered yet: memory for peers is refused, not half-registered. */
-	RC(fi_mr_reg(d, buf, sizeof buf, FI_REMOTE_WRITE, 0, 0, 0, &m, NULL), -FI_EOPNOTSUPP);
+	/* Memory for peers has the provider's key; access bits outside libfabric's are
+	 * refused. */
+	RC(fi_mr_reg(d, buf, sizeof buf, FI_REMOTE_WRITE | FI_REMOTE_READ, 0, 0, 0, &m, NULL), 0);
+	CHECK(fi_mr_key(m) != FI_KEY_NOTAVAIL && fi_mr_desc(m) == NULL);
+	RC(fi_close(&m->fid), 0);
+	RC(fi_close(&m->fid), -FI_EINVAL);
+	RC(fi_mr_reg(d, buf, sizeof buf, 1ULL << 40, 0, 0, 0, &m, NULL), -FI_EOPNOTSUPP);
+	RC(fi_mr_reg(d, NULL, sizeof buf, FI_REMOTE_WRITE, 0, 0, 0, &m, NULL), -FI_EINVAL);
 	RC(fi_close(&d->fid), 0);
 	RC(fi_close(&f->fid), 0);
 	fi_freeinfo(i);
@@ -748,8 +559,9 @@ static void not_offered(void)
 	char b[8];
 	/* An endpoint without FI_TAGGED refuses tagged operations. */
 	RC(fi_tsend(p.a.ep, b, 8, NULL, p.a_to_b, 1, NULL), -FI_EOPNOTSUPP);
-	/* RMA is not offered yet. */
-	RC(fi_write(p.a.ep, b, 8, NULL, p.a_to_b, 0, 0, NULL), -FI_ENOSYS);
+	/* An endpoint without FI_RMA and FI_ATOMIC refuses them. */
+	RC(fi_write(p.a.ep, b, 8, NULL, p.a_to_b, 0, 0, NULL), -FI_EOPNOTSUPP);
+	RC(fi_atomic(p.a.ep, b, 1, NULL, p.a_to_b, 0, 0, FI_UINT64, FI_SUM, NULL), -FI_EOPNOTSUPP);
 	RC(fi_recvmsg(p.a.ep, &(struct fi_msg){0}, FI_MULTI_RECV), -FI_EOPNOTSUPP);
 	/* FI_DISCARD means nothing without FI_CLAIM. */
 	RC(fi_recvmsg(p.a.ep, &(struct fi_msg){0}, FI_DISCARD), -FI_EINVAL);
@@ -782,6 +594,11 @@ static const struct {
 	{"selective_completion", selective_completion},
 	{"bad_address", bad_address},
 	{"not_offered", not_offered},
+	{"getinfo_rma", getinfo_rma},
+	{"rma", rma},
+	{"rma_negative", rma_negative},
+	{"atomic", atomic},
+	{"cntr", cntr},
 };
 
 int main(int argc, char **argv)

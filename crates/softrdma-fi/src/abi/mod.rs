@@ -596,3 +596,6 @@ unsafe impl<T> Sync for Ops<T> {}
 
 pub const FI_CLASS_CNTR: usize = 15;
 pub const FI_NOTIFY: u32 = 0;
+
+mod rma;
+pub use rma::*;
