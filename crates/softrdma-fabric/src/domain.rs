@@ -4,12 +4,15 @@
 //! good on every one of them, as libfabric's domain-wide registrations are.
 //!
 //! Threads and locks: a domain is shared (`Arc`) by its endpoints and regions and holds
-//! no lock of its own; softrdma's context and protection domain take theirs.
+//! no lock of its own; softrdma's context and protection domain take theirs. The open
+//! domains, by address, are behind `FabricDomains`, held while one opens.
 
 use crate::error::Result;
+use softrdma::sync::{Lock, Rank};
 use softrdma::{AccessFlags, Context, MemoryRegion, ProtectionDomain};
+use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Weak};
 
 /// What peers may do to a [`Region`]: [`Access::READ`], [`Access::WRITE`],
 /// [`Access::ATOMIC`], or any of them together (`|`).
@@ -151,8 +154,22 @@ impl Domain {
     /// Opens the device on `ip`: the configured one with that address (its name, and the
     /// path MTU its interface allows), else one made for it, with the MTU of the
     /// interface that has the address (a 4096-byte MTU on a 1500-byte link would send
-    /// datagrams the link drops).
+    /// datagrams the link drops). A device open already in this process is shared:
+    /// a passive endpoint's connection requests are accepted on its context.
     pub fn open(ip: IpAddr) -> Result<Arc<Domain>> {
+        static OPEN: LazyLock<Lock<HashMap<IpAddr, Weak<Domain>>>> =
+            LazyLock::new(|| Lock::new(Rank::FabricDomains, HashMap::new()));
+        let mut open = OPEN.lock();
+        if let Some(d) = open.get(&ip).and_then(Weak::upgrade) {
+            return Ok(d);
+        }
+        open.retain(|_, d| d.strong_count() > 0);
+        let d = Self::open_new(ip)?;
+        open.insert(ip, Arc::downgrade(&d));
+        Ok(d)
+    }
+
+    fn open_new(ip: IpAddr) -> Result<Arc<Domain>> {
         use softrdma::config::{Binding, DeviceSpec};
         let configured = softrdma::config::devices()
             .ok()
@@ -198,5 +215,21 @@ impl Domain {
 
     pub(crate) fn pd(&self) -> &ProtectionDomain {
         &self.pd
+    }
+}
+
+/// The connection parameters every endpoint's RC connections use: READs and atomics
+/// allowed in flight (`RD_ATOMIC` each way), and an RNR NAK retried for ever (a receiver
+/// out of receives is slow, not gone).
+pub(crate) fn conn_param(private_data: Vec<u8>) -> softrdma::cm::ConnParam {
+    /// READs and atomics in flight each side allows: a window of rendezvous messages.
+    const RD_ATOMIC: u8 = 16;
+    softrdma::cm::ConnParam {
+        private_data,
+        responder_resources: RD_ATOMIC,
+        initiator_depth: RD_ATOMIC,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        ..Default::default()
     }
 }

@@ -21,6 +21,14 @@ pub enum FabricError {
         /// What the connection manager said.
         why: String,
     },
+    /// A call the endpoint's state does not allow now (not yet connected, or no longer).
+    #[error("{what}: {why}")]
+    State {
+        /// The call.
+        what: &'static str,
+        /// What the state is.
+        why: String,
+    },
     /// An argument outside what the call takes.
     #[error("{what}: {why}")]
     Invalid {
@@ -38,6 +46,7 @@ impl FabricError {
             FabricError::Verbs(e) => e.errno(),
             FabricError::NotInAv(_) | FabricError::Invalid { .. } => libc_einval(),
             FabricError::Connection { .. } => 111, // FI_ECONNREFUSED
+            FabricError::State { .. } => 258,      // FI_EOPBADSTATE
         }
     }
 }

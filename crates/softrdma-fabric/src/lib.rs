@@ -5,8 +5,9 @@
 //! [`Region`]s good on all its endpoints. The reliable-datagram endpoint ([`Endpoint`],
 //! `FI_EP_RDM`) offers messages and tagged messages (eager and by rendezvous), RMA (with
 //! 64 bits of remote CQ data), atomics, completion queues and [`Counter`]s, and automatic
-//! progress. MSG and DGRAM endpoints, multi-receive and a pollable CQ are still to come
-//! (issue 40). libsoftrdma-fi.so (crate `softrdma-fi`) is the same layer as a libfabric
+//! progress. The connected endpoint ([`MsgEndpoint`], `FI_EP_MSG`) is one RC connection,
+//! made through a [`PassiveEndpoint`] with its events on an [`EventQueue`]. DGRAM
+//! endpoints, multi-receive and a pollable CQ are still to come (issue 40). libsoftrdma-fi.so (crate `softrdma-fi`) is the same layer as a libfabric
 //! provider; `docs/fabric-provider.md` says what libfabric asks of one.
 //!
 //! ```no_run
@@ -24,19 +25,23 @@
 //! ```
 //!
 //! Layers, lowest first: `wire` (the protocol's header, sans-I/O) and `matching` (which
-//! receive a message goes to, sans-I/O); `addr`, `cq`, `counter` and `error`; `domain`
-//! (the fabric, domains and regions); `rdm`, the endpoint.
+//! receive a message goes to, sans-I/O); `addr`, `cq`, `counter`, `eq` and `error`;
+//! `domain` (the fabric, domains and regions); `auto` (the progress threads); `rdm` and
+//! `msg`, the endpoints.
 
 mod addr;
+mod auto;
 mod buf;
 mod counter;
 mod cq;
 mod domain;
+mod eq;
 mod error;
 /// Entry points for the fuzzers (`fuzz/`), not part of the API.
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod matching;
+mod msg;
 mod rdm;
 pub mod wire;
 
@@ -45,6 +50,8 @@ pub use buf::Buf;
 pub use counter::{CountOf, Counter, Waited};
 pub use cq::{Completion, CompletionQueue, errno, flags};
 pub use domain::{Access, Domain, DomainInfo, Fabric, Region};
+pub use eq::{ConnRequest, Event, EventQueue};
 pub use error::{FabricError, Result};
 pub use matching::{FI_ADDR_UNSPEC, FiAddr};
+pub use msg::{MsgEndpoint, PassiveEndpoint};
 pub use rdm::{AtomicOp, EAGER_MAX, Endpoint, RmaOpts, SendOpts};

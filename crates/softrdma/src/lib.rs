@@ -75,7 +75,8 @@
 //! | `CapiPorts` | the drop-in's bound rdma_cm ports | leaf |
 //! | `FabricCqBound` | the endpoints a `softrdma-fabric` CQ or counter drives | to list them, alone |
 //! | `FabricEp` | a fabric endpoint's state | by its calls, its CQ's reads and its progress thread, around calls into this crate |
-//! | `FabricAv`, `FabricCqEntries` | a fabric address vector's table, a fabric CQ's entries | leaves, under `FabricEp` |
+//! | `FabricAv`, `FabricCqEntries`, `FabricEq` | a fabric address vector's table, a fabric CQ's entries, a fabric EQ's events | leaves, under `FabricEp` |
+//! | `FabricDomains` | the fabric layer's open domains, by address | around opening one: softrdma's own locks under it |
 //! | `CmCores` | `cm`'s registry of agent hosts (`CORES`) | to find or start a device's CM host |
 //! | `CmAgent` | a CM host's state (`Core::st`) | by the CM thread and by ID verbs; *try* by pollers serving inline |
 //! | `CmGate` | a CM host's inline-service gate | *try* only |

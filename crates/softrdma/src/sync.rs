@@ -87,10 +87,12 @@ ranks! {
     CapiQpBatch = 32, "a drop-in QP's `ibv_wr_*` batch being built";
     CapiPorts = 34, "the ports the drop-in's rdma_cm IDs are bound to";
     // The fabric layer's (softrdma-fabric): it too holds them around its calls into softrdma.
+    FabricDomains = 33, "the fabric layer's open domains, by address";
     FabricCqBound = 35, "the endpoints bound to a fabric completion queue or counter";
     FabricEp = 36, "a fabric endpoint's state: connections, receives, WRs in flight";
     FabricAv = 37, "a fabric address vector's table";
     FabricCqEntries = 38, "a fabric completion queue's entries";
+    FabricEq = 39, "a fabric event queue's events";
     // softrdma's own.
     CmCores = 42, "the registry of per-device CM agent hosts (`cm`'s `CORES`)";
     CmAgent = 44, "a CM agent host's state: its agent, listeners and IDs by communication ID";

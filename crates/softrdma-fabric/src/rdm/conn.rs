@@ -10,12 +10,10 @@
 use super::{Conn, Queued, SLOT_LEN, SLOTS, State, Wr};
 use crate::addr::{from_wire, to_wire};
 use crate::error::Result;
-use softrdma::cm::{CmEvent, CmEventKind, CmId, ConnParam, PortSpace};
+use softrdma::cm::{CmEvent, CmEventKind, CmId, PortSpace};
 use softrdma::{QpCaps, QpInitAttr, QpType};
 use std::net::SocketAddr;
 
-/// The READs in flight each side allows: enough for a window of rendezvous messages.
-const RD_ATOMIC: u8 = 16;
 /// How long a connection its peer ended waits for the ACKs of its sends in flight.
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(5);
 /// Send WRs each connection's QP takes at once.
@@ -51,26 +49,13 @@ impl State {
         c
     }
 
-    /// The connection parameters both sides use: READs allowed, and an RNR NAK retried for
-    /// ever (a receiver out of slots is slow, not gone).
-    fn param(&self, private_data: Vec<u8>) -> ConnParam {
-        ConnParam {
-            private_data,
-            responder_resources: RD_ATOMIC,
-            initiator_depth: RD_ATOMIC,
-            retry_count: 7,
-            rnr_retry_count: 7,
-            ..Default::default()
-        }
-    }
-
     /// Makes connection `c`'s QP on `id` and posts its receive slots.
     fn make_qp(&mut self, c: usize, id: &CmId) -> Result<()> {
         // The shared CQ grows with the connections: room for every slot and every send
         // WR each may have posted, so that it cannot overflow.
         let want = self.conns.len() * (SLOTS + MAX_SEND_WR as usize);
-        if self.vcq.capacity() < want {
-            self.vcq.resize(want)?;
+        if self.vcq.cq.capacity() < want {
+            self.vcq.cq.resize(want)?;
         }
         let init = QpInitAttr {
             cap: QpCaps {
@@ -79,7 +64,7 @@ impl State {
                 max_inline_data: super::INLINE_MAX as u32,
                 ..QpCaps::default()
             },
-            ..QpInitAttr::new(QpType::Rc, &self.vcq)
+            ..QpInitAttr::new(QpType::Rc, &self.vcq.cq)
         };
         let qp = id.create_qp(self.dom.pd(), init)?;
         self.by_qpn.insert(qp.qp_num().value(), c);
@@ -158,7 +143,7 @@ impl State {
         let r = match ev.kind {
             CmEventKind::AddrResolved => ev.id.resolve_route().map_err(Into::into),
             CmEventKind::RouteResolved => {
-                let pd = self.param(to_wire(self.me).to_vec());
+                let pd = crate::domain::conn_param(to_wire(self.me).to_vec());
                 self.make_qp(c, &ev.id)
                     .and_then(|()| ev.id.connect(&pd).map_err(Into::into))
             }
@@ -208,7 +193,7 @@ impl State {
             return;
         };
         let c = self.add(ev.id.clone(), peer, false);
-        let pd = self.param(Vec::new());
+        let pd = crate::domain::conn_param(Vec::new());
         if self.make_qp(c, &ev.id).is_err() || ev.id.accept(&pd).is_err() {
             self.lost(c);
             return;

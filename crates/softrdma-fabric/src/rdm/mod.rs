@@ -18,17 +18,17 @@
 //! softrdma's own (a post, a poll, a CM verb), all of higher rank. Every call
 //! returns without waiting for the network.
 
-mod auto;
 mod conn;
 mod count;
 mod progress;
 mod rma;
 
+pub(crate) use rma::rkey;
 pub use rma::{AtomicOp, RmaOpts};
 
 use crate::addr::AddressVector;
 use crate::buf::{Buf, Registered};
-use crate::cq::{Completion, CompletionQueue, Progress, errno, flags};
+use crate::cq::{Completion, CompletionQueue, errno, flags};
 use crate::domain::Domain;
 use crate::error::{FabricError, Result};
 use crate::matching::{Accepts, FI_ADDR_UNSPEC, FiAddr, Matcher};
@@ -54,7 +54,7 @@ const INLINE_MAX: usize = 256;
 /// A reliable-datagram endpoint (`fid_ep` of type `FI_EP_RDM`).
 pub struct Endpoint {
     /// Stopped and joined first, before the state's descriptors close.
-    _auto: auto::Auto,
+    _auto: crate::auto::Auto,
     st: Arc<Lock<State>>,
     addr: SocketAddr,
 }
@@ -179,9 +179,7 @@ struct Conn {
 
 struct State {
     dom: Arc<Domain>,
-    vcq: softrdma::CompletionQueue,
-    /// `vcq`'s completion channel, which wakes the progress thread.
-    vchan: softrdma::CompletionChannel,
+    vcq: crate::auto::DeviceCq,
     chan: EventChannel,
     _listener: CmId,
     me: SocketAddr,
@@ -263,22 +261,19 @@ impl Endpoint {
     ) -> Result<Self> {
         let ctx = domain.ctx();
         let addr = SocketAddr::new(domain.ip(), port);
-        let vchan = ctx.create_comp_channel()?;
-        let vcq = ctx.create_cq(4096, Some(&vchan))?;
-        vcq.req_notify(false)?;
+        let vcq = crate::auto::DeviceCq::new(ctx, 4096)?;
         let chan = EventChannel::new()?;
         let listener = CmId::new(&chan, ctx, PortSpace::Tcp)?;
         listener.bind_addr(addr)?;
         listener.listen(128)?;
         let me = listener.local_addr().unwrap_or(addr);
         // What the progress thread sleeps on; both stay open as long as the state does.
-        let (cm_fd, cq_fd) = (chan.fd(), vchan.fd());
+        let (cm_fd, cq_fd) = (chan.fd(), vcq.fd());
         let st = Arc::new(Lock::new(
             Rank::FabricEp,
             State {
                 dom: domain.clone(),
                 vcq,
-                vchan,
                 chan,
                 _listener: listener,
                 me,
@@ -301,15 +296,7 @@ impl Endpoint {
                 app_read: std::time::Instant::now(),
             },
         ));
-        let weak: std::sync::Weak<Lock<State>> = Arc::downgrade(&st);
-        tx_cq.bind(weak.clone());
-        if !Arc::ptr_eq(&tx_cq, &rx_cq) {
-            rx_cq.bind(weak);
-        }
-        let auto = auto::Auto::start(&st, cm_fd, cq_fd).map_err(|e| FabricError::Invalid {
-            what: "fi_endpoint",
-            why: format!("no progress thread: {e}"),
-        })?;
+        let auto = crate::auto::start(&st, (&tx_cq, &rx_cq), (cm_fd, cq_fd))?;
         Ok(Self {
             _auto: auto,
             st,
@@ -491,28 +478,25 @@ impl Drop for Endpoint {
     }
 }
 
-impl Progress for Lock<State> {
-    /// The program's own progress (its CQ read): noted, so that the progress thread
-    /// stays out of its way while it polls.
-    fn progress(&self) {
-        let mut st = self.lock();
-        st.app_read = std::time::Instant::now();
-        st.progress_all();
+impl crate::auto::Driven for State {
+    fn app_read(&self) -> std::time::Instant {
+        self.app_read
+    }
+
+    fn note_app_read(&mut self) {
+        self.app_read = std::time::Instant::now();
+    }
+
+    fn device_cq(&self) -> Option<&crate::auto::DeviceCq> {
+        Some(&self.vcq)
+    }
+
+    fn progress_all(&mut self) {
+        State::progress_all(self);
     }
 }
 
 impl State {
-    /// Takes the device CQ's event, if one came.
-    fn take_cq_event(&mut self) {
-        let _ = self.vchan.get_cq_event(Some(std::time::Duration::ZERO));
-    }
-
-    /// Asks for the device CQ's next event, before its completions are polled (a
-    /// completion after this wakes the progress thread again).
-    fn arm(&mut self) {
-        let _ = self.vcq.req_notify(false);
-    }
-
     /// The number matching knows peer `addr` by.
     fn peer_id(&mut self, addr: SocketAddr) -> FiAddr {
         if let Some(&id) = self.peer_ids.get(&addr) {

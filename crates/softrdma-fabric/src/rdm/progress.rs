@@ -21,7 +21,7 @@ impl State {
     pub(super) fn device_completions(&mut self) {
         const BATCH: usize = 64;
         loop {
-            let wcs = self.vcq.poll(BATCH);
+            let wcs = self.vcq.cq.poll(BATCH);
             let full = wcs.len() == BATCH;
             for wc in wcs {
                 let conn = self.by_qpn.get(&wc.qp_num.value()).copied();

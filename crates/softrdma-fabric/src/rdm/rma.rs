@@ -206,7 +206,7 @@ fn no_data(opts: RmaOpts, what: &'static str) -> Result<()> {
 }
 
 /// A region key as the device takes it: 32 bits.
-fn rkey(key: u64, what: &'static str) -> Result<u32> {
+pub(crate) fn rkey(key: u64, what: &'static str) -> Result<u32> {
     u32::try_from(key).map_err(|_| FabricError::Invalid {
         what,
         why: format!("key {key:#x} is not one this provider gives (32 bits)"),

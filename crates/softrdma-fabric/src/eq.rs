@@ -1,0 +1,130 @@
+//! The event queue (`fid_eq`): what happens to connections of MSG endpoints, in order: a
+//! peer's request on a passive endpoint ([`Event::ConnRequest`]), a connection made or
+//! ended, a connection that could not be made (an error event). Each event names the
+//! endpoint it is about by the number the endpoint was opened with (its `tag`: the C face
+//! passes its fid there).
+//!
+//! Threads and locks: `FabricEq` around the events, held only to add or take one; the
+//! endpoints' progress threads add them under their own lock (`FabricEp`).
+
+use crate::error::Result;
+use softrdma::cm::CmId;
+use softrdma::sync::{Lock, Rank};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A peer's connection request, on a passive endpoint: accept it with
+/// [`crate::MsgEndpoint::accept`], or [`ConnRequest::reject`] it.
+pub struct ConnRequest {
+    pub(crate) id: CmId,
+    /// Who asks: the peer's address.
+    pub peer: SocketAddr,
+    /// Where it asked: the passive endpoint's address.
+    pub local: SocketAddr,
+    /// What the peer's `fi_connect` sent with it.
+    pub private_data: Vec<u8>,
+}
+
+impl std::fmt::Debug for ConnRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnRequest")
+            .field("peer", &self.peer)
+            .field("local", &self.local)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConnRequest {
+    /// Refuses the request (`fi_reject`), with `private_data` for the peer.
+    pub fn reject(self, private_data: &[u8]) -> Result<()> {
+        Ok(self.id.reject(private_data)?)
+    }
+}
+
+/// One event.
+#[derive(Debug)]
+pub enum Event {
+    /// A peer asks the passive endpoint `tag` for a connection (`FI_CONNREQ`).
+    ConnRequest {
+        /// The passive endpoint's tag.
+        tag: u64,
+        /// The request.
+        req: ConnRequest,
+    },
+    /// Endpoint `tag` is connected (`FI_CONNECTED`).
+    Connected {
+        /// The endpoint's tag.
+        tag: u64,
+        /// What the peer's accept sent with it.
+        private_data: Vec<u8>,
+    },
+    /// Endpoint `tag`'s connection ended (`FI_SHUTDOWN`): its peer ended it, or it failed
+    /// after it was made.
+    Shutdown {
+        /// The endpoint's tag.
+        tag: u64,
+    },
+    /// Endpoint `tag`'s connection could not be made (an error entry, `fi_eq_readerr`):
+    /// `error` is `FI_ECONNREFUSED` for a rejection, else `FI_EIO`.
+    Failed {
+        /// The endpoint's tag.
+        tag: u64,
+        /// libfabric's error number.
+        error: i32,
+        /// What the peer's reject sent with it.
+        private_data: Vec<u8>,
+    },
+}
+
+/// An event queue.
+pub struct EventQueue {
+    events: Lock<VecDeque<Event>>,
+}
+
+impl std::fmt::Debug for EventQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventQueue").finish_non_exhaustive()
+    }
+}
+
+impl EventQueue {
+    /// An empty queue (`fi_eq_open`).
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            events: Lock::new(Rank::FabricEq, VecDeque::new()),
+        })
+    }
+
+    pub(crate) fn push(&self, e: Event) {
+        self.events.lock().push_back(e);
+    }
+
+    /// Takes the oldest event (`fi_eq_read`).
+    pub fn read(&self) -> Option<Event> {
+        self.events.lock().pop_front()
+    }
+
+    /// Whether the oldest event is an error (`-FI_EAVAIL` for `fi_eq_read`).
+    pub fn error_next(&self) -> bool {
+        matches!(self.events.lock().front(), Some(Event::Failed { .. }))
+    }
+
+    /// Takes the oldest event, waiting up to `within` for one (`fi_eq_sread`; the
+    /// endpoints' progress threads bring the events).
+    pub fn wait(&self, within: Duration) -> Option<Event> {
+        let end = Instant::now().checked_add(within);
+        loop {
+            if let Some(e) = self.read() {
+                return Some(e);
+            }
+            if end.is_some_and(|end| Instant::now() >= end) {
+                return None;
+            }
+            // Connection events are few and slow: a short sleep leaves the CPU to the
+            // progress threads that bring them, where a spin would take it.
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+}
