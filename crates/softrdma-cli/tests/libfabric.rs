@@ -19,13 +19,15 @@ use common::*;
 use std::process::Command;
 
 /// The providers and endpoint types `fi_pingpong` runs: the four over the verbs
-/// provider, and softrdma's native RDM.
-const KINDS: [(&str, &str); 5] = [
+/// provider, softrdma's native RDM and MSG, and `ofi_rxm` layered over the native MSG.
+const KINDS: [(&str, &str); 7] = [
     ("verbs", "msg"),
     ("verbs", "dgram"),
     ("verbs;ofi_rxd", "rdm"),
     ("verbs;ofi_rxm", "rdm"),
     ("softrdma", "rdm"),
+    ("softrdma", "msg"),
+    ("softrdma;ofi_rxm", "rdm"),
 ];
 
 /// Runs an `fi_pingpong` pair: the server (with `server_wrap` before it, such as valgrind)
@@ -93,9 +95,9 @@ fn fi_info_lists_every_endpoint_type_of_the_verbs_provider() {
     );
 }
 
-/// The native provider is found, under its name, with its RDM endpoint on the device,
-/// and `-p softrdma` gives it alone: libfabric layers no `ofi_rxm` or `ofi_rxd` over a
-/// provider that offers no MSG or DGRAM endpoint.
+/// The native provider is found, under its name, with its RDM and MSG endpoints on the
+/// device, and `-p softrdma` gives it alone: libfabric layers `ofi_rxm` over its MSG
+/// endpoints only when asked by name (`-p "softrdma;ofi_rxm"`).
 #[test]
 fn fi_info_lists_the_native_softrdma_provider() {
     let o = wait(
@@ -112,6 +114,7 @@ fn fi_info_lists_the_native_softrdma_provider() {
         &[
             "prov_name: softrdma\n",
             "type: FI_EP_RDM",
+            "type: FI_EP_MSG",
             "name: softrdma0\n",
             "src_addr: fi_sockaddr_in://127.0.91.3:0",
             "FI_TAGGED",
@@ -120,6 +123,19 @@ fn fi_info_lists_the_native_softrdma_provider() {
     );
     let t = text(&o);
     assert!(!t.contains("ofi_rx"), "{t}");
+    let o = wait(
+        spawn(&mut exec(
+            "127.0.91.3",
+            "fi_info",
+            &["-p", "softrdma;ofi_rxm"],
+        )),
+        "fi_info -p softrdma;ofi_rxm",
+    );
+    says_all(
+        "fi_info -p softrdma;ofi_rxm",
+        &o,
+        &["provider: softrdma;ofi_rxm", "type: FI_EP_RDM"],
+    );
     let o = wait(
         spawn(&mut exec("127.0.91.3", "fi_info", &["-l"])),
         "fi_info -l",

@@ -37,9 +37,11 @@ impl std::fmt::Debug for ConnRequest {
 }
 
 impl ConnRequest {
-    /// Refuses the request (`fi_reject`), with `private_data` for the peer.
+    /// Refuses the request (`fi_reject`), with `private_data` (at most
+    /// [`ACCEPT_DATA_MAX`] bytes) for the peer.
     pub fn reject(self, private_data: &[u8]) -> Result<()> {
-        Ok(self.id.reject(private_data)?)
+        let framed = frame(private_data, ACCEPT_DATA_MAX, "fi_reject")?;
+        Ok(self.id.reject(&framed)?)
     }
 }
 
@@ -101,6 +103,11 @@ impl EventQueue {
         self.events.lock().push_back(e);
     }
 
+    /// Puts `e` back at the head (a reader whose buffer was too small for it).
+    pub fn unread(&self, e: Event) {
+        self.events.lock().push_front(e);
+    }
+
     /// Takes the oldest event (`fi_eq_read`).
     pub fn read(&self) -> Option<Event> {
         self.events.lock().pop_front()
@@ -126,5 +133,37 @@ impl EventQueue {
             // progress threads that bring them, where a spin would take it.
             std::thread::sleep(Duration::from_micros(100));
         }
+    }
+}
+
+/// The most private data a connection request carries (the REQ's 56 bytes, less the
+/// length byte this layer puts first).
+pub const CONNECT_DATA_MAX: usize = 55;
+/// The most an accept or a reject carries (the REP's and REJ's, likewise).
+pub const ACCEPT_DATA_MAX: usize = 147;
+
+/// `data` as the CM carries it: its length first, so that the peer gets it back exactly
+/// (the CM's messages pad private data with zeros to their fixed size).
+pub(crate) fn frame(data: &[u8], max: usize, what: &'static str) -> Result<Vec<u8>> {
+    if data.len() > max {
+        return Err(crate::FabricError::Invalid {
+            what,
+            why: format!(
+                "{} bytes of private data, over the {max} it may carry",
+                data.len()
+            ),
+        });
+    }
+    let mut v = Vec::with_capacity(data.len() + 1);
+    v.push(data.len() as u8);
+    v.extend_from_slice(data);
+    Ok(v)
+}
+
+/// The private data a peer framed (nothing, for what does not parse).
+pub(crate) fn unframe(carried: &[u8]) -> Vec<u8> {
+    match carried.split_first() {
+        Some((&n, rest)) if usize::from(n) <= rest.len() => rest[..usize::from(n)].to_vec(),
+        _ => Vec::new(),
     }
 }

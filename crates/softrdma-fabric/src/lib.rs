@@ -50,7 +50,7 @@ pub use buf::Buf;
 pub use counter::{CountOf, Counter, Waited};
 pub use cq::{Completion, CompletionQueue, errno, flags};
 pub use domain::{Access, Domain, DomainInfo, Fabric, Region};
-pub use eq::{ConnRequest, Event, EventQueue};
+pub use eq::{ACCEPT_DATA_MAX, CONNECT_DATA_MAX, ConnRequest, Event, EventQueue};
 pub use error::{FabricError, Result};
 pub use matching::{FI_ADDR_UNSPEC, FiAddr};
 pub use msg::{MsgEndpoint, PassiveEndpoint};

@@ -44,7 +44,7 @@ fn connected(last: u8, port: u16) -> (Side, Side, PassiveEndpoint) {
         panic!("a connection request")
     };
     assert_eq!(req.peer.ip().to_string(), format!("127.0.67.{}", last + 1));
-    assert_eq!(&req.private_data[..5], b"hello");
+    assert_eq!(req.private_data, b"hello");
     let server = open(&ip, 2);
     server.ep.accept(req, b"welcome").unwrap();
     assert!(matches!(event(&server.eq), Event::Connected { tag: 2, .. }));
@@ -55,7 +55,7 @@ fn connected(last: u8, port: u16) -> (Side, Side, PassiveEndpoint) {
     else {
         panic!("connected")
     };
-    assert_eq!(&private_data[..7], b"welcome");
+    assert_eq!(private_data, b"welcome");
     (client, server, pep)
 }
 
@@ -149,10 +149,19 @@ fn a_rejected_request_and_an_absent_listener_fail_the_connect() {
         panic!("a request")
     };
     req.reject(b"no").unwrap();
-    let Event::Failed { tag: 1, error, .. } = event(&c.eq) else {
+    let Event::Failed {
+        tag: 1,
+        error,
+        private_data,
+    } = event(&c.eq)
+    else {
         panic!("refused")
     };
-    assert_eq!(error, 111);
+    assert_eq!((error, &private_data[..]), (111, &b"no"[..]));
+    assert!(
+        c.ep.connect(pep.addr(), &[0; 56]).is_err(),
+        "too much private data"
+    );
     assert!(
         c.ep.connect(pep.addr(), &[]).is_err(),
         "one connect per endpoint"

@@ -5,6 +5,7 @@ use crate::abi::*;
 use crate::domain::Domain;
 use crate::entry::{self, guard_int};
 use crate::ep::{DataOps, Ep};
+use crate::eq::ConnReq;
 use crate::{rma, xfer};
 use std::ffi::{c_int, c_void};
 use std::net::SocketAddr;
@@ -26,12 +27,19 @@ pub unsafe extern "C" fn ep_open(
         if ep.is_null() {
             return Err(FI_EINVAL);
         }
-        if ep_attr.is_some_and(|a| ![FI_EP_UNSPEC, FI_EP_RDM].contains(&a.type_)) {
-            return Err(FI_ENOSYS);
-        }
-        if info.caps & !crate::info::RDM_CAPS != 0 {
+        let ep_type = match ep_attr.map_or(FI_EP_UNSPEC, |a| a.type_) {
+            FI_EP_UNSPEC => FI_EP_RDM,
+            t => t,
+        };
+        let offer = crate::info::offer(ep_type).ok_or(FI_ENOSYS)?;
+        if info.caps & !offer.caps != 0 {
             return Err(FI_ENODATA);
         }
+        // An endpoint for a connection request takes it from the info's handle.
+        let req = match info.handle {
+            h if h.is_null() || ep_type != FI_EP_MSG => None,
+            h => Some(ConnReq::take(h)?),
+        };
         // SAFETY: the info's source address, valid for its length.
         let src = unsafe { crate::sockaddr::from_c(info.src_addr, info.src_addrlen) }
             .filter(|s| s.ip() == d.dev.info.ip)
@@ -39,7 +47,7 @@ pub unsafe extern "C" fn ep_open(
         // SAFETY: libfabric's rx attr, valid or null.
         let rx_flags = unsafe { info.rx_attr.as_ref() }.map_or(0, |r| r.op_flags);
         let caps = if info.caps == 0 {
-            crate::info::RDM_CAPS
+            offer.caps
         } else {
             info.caps
         };
@@ -54,6 +62,7 @@ pub unsafe extern "C" fn ep_open(
                 rma: &rma::RMA_OPS.0,
                 atomic: &rma::ATOMIC_OPS.0,
             },
+            (ep_type, req),
             (d.dev.clone(), src.port()),
             caps,
             (tx.map_or(0, |t| t.op_flags), rx_flags),

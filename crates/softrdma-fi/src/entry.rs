@@ -157,3 +157,42 @@ pub fn one_iov(iov: *const iovec, count: usize) -> Result<(*const std::ffi::c_vo
         _ => Err(FI_EINVAL),
     }
 }
+
+/// The caller's `len` bytes at `p` (none for a null `p` with `len` 0).
+pub fn bytes<'a>(p: *const std::ffi::c_void, len: usize) -> Result<&'a [u8], Errno> {
+    match (p.is_null(), len) {
+        (_, 0) => Ok(&[]),
+        (true, _) => Err(FI_EINVAL),
+        // SAFETY: the caller's `len` bytes at `p`, read during the call.
+        (false, _) => Ok(unsafe { std::slice::from_raw_parts(p.cast(), len) }),
+    }
+}
+
+/// `fi_getopt` of a passive or connected endpoint: `FI_OPT_CM_DATA_SIZE`, the private
+/// data a connection request carries; any other option `-FI_ENOPROTOOPT`.
+pub fn cm_getopt(
+    level: c_int,
+    optname: c_int,
+    optval: *mut std::ffi::c_void,
+    optlen: *mut usize,
+) -> Result<c_int, Errno> {
+    use crate::abi::{FI_ENOPROTOOPT, FI_ETOOSMALL, FI_OPT_CM_DATA_SIZE, FI_OPT_ENDPOINT};
+    if level != FI_OPT_ENDPOINT || optname != FI_OPT_CM_DATA_SIZE {
+        return Err(FI_ENOPROTOOPT);
+    }
+    if optval.is_null() || optlen.is_null() {
+        return Err(FI_EINVAL);
+    }
+    // SAFETY: the caller's option buffer and its length, checked non-null.
+    unsafe {
+        if *optlen < size_of::<usize>() {
+            *optlen = size_of::<usize>();
+            return Err(FI_ETOOSMALL);
+        }
+        optval
+            .cast::<usize>()
+            .write_unaligned(softrdma_fabric::CONNECT_DATA_MAX);
+        *optlen = size_of::<usize>();
+    }
+    Ok(0)
+}

@@ -1,7 +1,10 @@
-//! The reliable-datagram endpoint (`fid_ep`, `FI_EP_RDM`): its bindings (an AV, a CQ for
-//! each direction, with or without `FI_SELECTIVE_COMPLETION`, counters), its enabling, which opens
-//! the fabric layer's [`Endpoint`] on the domain's device, and its control, name and
-//! cancel. `endpoint` opens it; its data operations are in `xfer`.
+//! The endpoint (`fid_ep`), reliable-datagram (`FI_EP_RDM`) or connected (`FI_EP_MSG`):
+//! its bindings (an AV, a CQ for each direction, with or without
+//! `FI_SELECTIVE_COMPLETION`, counters, an EQ), its enabling, which opens
+//! the fabric layer's [`Endpoint`] or [`MsgEndpoint`] on the domain's device, its
+//! control, name and cancel, and a connected endpoint's `fi_connect`, `fi_accept`,
+//! `fi_shutdown` and `fi_getpeer`. `endpoint` opens it; its data operations are in
+//! `xfer` and `rma`.
 //!
 //! Threads and locks: the bindings are behind `FiEpSetup`, taken alone; once enabled, the
 //! fabric layer's endpoint is read without a lock here (it has its own).
@@ -12,8 +15,12 @@ use crate::cntr::Cntr;
 use crate::cq::Cq;
 use crate::domain::DomainDevice;
 use crate::entry::{self, Errno, enosys, guard, guard_int, object};
+use crate::eq::Eq;
 use softrdma::sync::{Lock, Rank};
-use softrdma_fabric::{AddressVector, CompletionQueue, CountOf, Counter, Endpoint};
+use softrdma_fabric::{
+    AddressVector, CompletionQueue, ConnRequest, CountOf, Counter, Endpoint, EventQueue,
+    MsgEndpoint,
+};
 use std::ffi::{c_int, c_void};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +41,10 @@ struct Setup {
     rx: Option<Binding>,
     /// Counters, with what each counts.
     cntrs: Vec<(Arc<Counter>, CountOf)>,
+    /// A connected endpoint's EQ.
+    eq: Option<Arc<EventQueue>>,
+    /// The request a connected endpoint opened from an `FI_CONNREQ` info accepts.
+    req: Option<ConnRequest>,
 }
 
 /// An endpoint.
@@ -42,6 +53,10 @@ pub struct Ep {
     fid: fid_ep,
     setup: Lock<Setup>,
     live: OnceLock<Endpoint>,
+    /// A connected endpoint, once enabled.
+    msg: OnceLock<MsgEndpoint>,
+    /// `FI_EP_RDM` or `FI_EP_MSG`.
+    pub ep_type: u32,
     /// Where it listens: the domain's device, the port the info asked for.
     dev: Arc<DomainDevice>,
     port: u16,
@@ -56,10 +71,22 @@ pub struct Ep {
     pub inject_size: usize,
 }
 
+/// An enabled endpoint of either type.
+pub enum Live<'a> {
+    /// Reliable datagram.
+    Rdm(&'a Endpoint),
+    /// Connected.
+    Msg(&'a MsgEndpoint),
+}
+
 impl Ep {
     /// The enabled endpoint, or `-FI_EOPBADSTATE`.
-    pub fn live(&self) -> Result<&Endpoint, Errno> {
-        self.live.get().ok_or(FI_EOPBADSTATE)
+    pub fn active(&self) -> Result<Live<'_>, Errno> {
+        match (self.live.get(), self.msg.get()) {
+            (Some(r), _) => Ok(Live::Rdm(r)),
+            (_, Some(m)) => Ok(Live::Msg(m)),
+            _ => Err(FI_EOPBADSTATE),
+        }
     }
 
     /// Whether a send with `flags` reports a completion.
@@ -90,12 +117,12 @@ static CM_OPS: Ops<fi_ops_cm> = Ops(fi_ops_cm {
     size: size_of::<fi_ops_cm>(),
     setname: enosys as Slot,
     getname: ep_getname as Slot,
-    getpeer: enosys as Slot,
-    connect: enosys as Slot,
+    getpeer: ep_getpeer as Slot,
+    connect: ep_connect as Slot,
     listen: enosys as Slot,
-    accept: enosys as Slot,
+    accept: ep_accept as Slot,
     reject: enosys as Slot,
-    shutdown: enosys as Slot,
+    shutdown: ep_shutdown as Slot,
     join: enosys as Slot,
 });
 
@@ -117,11 +144,14 @@ pub struct DataOps {
 }
 
 impl Ep {
-    /// An endpoint on `dev` and `port` with `caps`, its default flags and inject size,
-    /// its data operations `ops` (the caller's: they need this type).
+    /// An endpoint of `ep_type` on `dev` and `port` with `caps`, its default flags and
+    /// inject size, its data operations `ops` (the caller's: they need this type); a
+    /// connected one opened for a connection request `req`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         context: *mut c_void,
         ops: DataOps,
+        (ep_type, req): (u32, Option<ConnRequest>),
         (dev, port): (Arc<DomainDevice>, u16),
         caps: u64,
         (tx_flags, rx_flags): (u64, u64),
@@ -142,8 +172,16 @@ impl Ep {
                 atomic: ops.atomic,
                 collective: &COLLECTIVE_OPS.0,
             },
-            setup: Lock::new(Rank::FiEpSetup, Setup::default()),
+            setup: Lock::new(
+                Rank::FiEpSetup,
+                Setup {
+                    req,
+                    ..Setup::default()
+                },
+            ),
             live: OnceLock::new(),
+            msg: OnceLock::new(),
+            ep_type,
             dev,
             port,
             caps,
@@ -158,7 +196,7 @@ impl Ep {
 unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
     guard_int(|| {
         let e = entry::get::<Ep>(f)?;
-        if e.live.get().is_some() {
+        if e.active().is_ok() {
             return Err(FI_EOPBADSTATE);
         }
         // The bound object is looked up first: the registry's lock is never taken under
@@ -185,6 +223,7 @@ unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
                     s.rx = Some(b);
                 }
             }
+            Some(FI_CLASS_CNTR) if e.ep_type == FI_EP_MSG => return Err(FI_EOPNOTSUPP),
             Some(FI_CLASS_CNTR) => {
                 let cntr = entry::get::<Cntr>(bfid)?.cntr.clone();
                 // A peer's RMA into this endpoint's regions is not an event here
@@ -205,7 +244,10 @@ unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
             }
             // An RDM endpoint reports no connection events: an EQ may be bound, and
             // stays silent.
-            Some(FI_CLASS_EQ) => {}
+            Some(FI_CLASS_EQ) => {
+                let cm = entry::get::<Eq>(bfid)?.cm.clone();
+                e.setup.lock().eq = Some(cm);
+            }
             Some(_) => return Err(FI_ENOSYS),
             None => return Err(FI_EINVAL),
         }
@@ -243,11 +285,16 @@ unsafe extern "C" fn ep_control(f: *mut fid, command: c_int, arg: *mut c_void) -
 
 /// Opens the fabric layer's endpoint with what is bound.
 fn enable(e: &Ep) -> Result<(), Errno> {
-    if e.live.get().is_some() {
+    if e.active().is_ok() {
         return Ok(());
     }
     let s = e.setup.lock();
-    let av = s.av.clone().ok_or(FI_ENOAV)?;
+    let av = if e.ep_type == FI_EP_MSG {
+        s.eq.as_ref().ok_or(FI_ENOEQ)?;
+        None
+    } else {
+        Some(s.av.clone().ok_or(FI_ENOAV)?)
+    };
     let (tx, rx) = match (s.tx.clone(), s.rx.clone()) {
         (None, None) => return Err(FI_ENOCQ),
         // A direction with no CQ reports into one nobody reads (an endpoint that only
@@ -264,13 +311,21 @@ fn enable(e: &Ep) -> Result<(), Errno> {
         ),
     };
     let cntrs = s.cntrs.clone();
+    let eq = s.eq.clone();
     drop(s);
     let dom = e.dev.open()?;
+    let _ = e.tx_selective.set(tx.selective);
+    let Some(av) = av else {
+        // A connected endpoint: its connection's events go to its EQ, under its fid.
+        let (eq, tag) = (eq.ok_or(FI_ENOEQ)?, e as *const Ep as u64);
+        let m = MsgEndpoint::open(&dom, eq, tag, tx.cq, rx.cq).map_err(|err| err.errno())?;
+        let _ = e.msg.set(m);
+        return Ok(());
+    };
     let ep = Endpoint::open_on(&dom, e.port, av, tx.cq, rx.cq).map_err(|err| err.errno())?;
     for (c, of) in &cntrs {
         ep.bind_counter(c, *of);
     }
-    let _ = e.tx_selective.set(tx.selective);
     let _ = e.live.set(ep);
     Ok(())
 }
@@ -281,18 +336,26 @@ unsafe extern "C" fn ep_getname(f: *mut fid, addr: *mut c_void, addrlen: *mut us
         if addrlen.is_null() {
             return Err(FI_EINVAL);
         }
-        let name = e
-            .live
-            .get()
-            .map_or(SocketAddr::new(e.dev.info.ip, e.port), Endpoint::addr);
-        copy_name(name, addr, addrlen)
+        let name = match e.active() {
+            Ok(Live::Rdm(r)) => Some(r.addr()),
+            Ok(Live::Msg(m)) => m.addr(),
+            Err(_) => None,
+        };
+        copy_name(
+            name.unwrap_or(SocketAddr::new(e.dev.info.ip, e.port)),
+            addr,
+            addrlen,
+        )
     })
 }
 
 unsafe extern "C" fn ep_cancel(f: *mut fid, context: *mut c_void) -> isize {
     guard(|| {
         let e = entry::get::<Ep>(f)?;
-        if e.live()?.cancel(context as u64) {
+        // A connected endpoint's receives are the device's: posted, they stay.
+        if let Live::Rdm(r) = e.active()?
+            && r.cancel(context as u64)
+        {
             Ok(0)
         } else {
             Err(libc::ENOENT)
@@ -302,14 +365,17 @@ unsafe extern "C" fn ep_cancel(f: *mut fid, context: *mut c_void) -> isize {
 
 unsafe extern "C" fn ep_getopt(
     f: *mut fid,
-    _level: c_int,
-    _optname: c_int,
-    _optval: *mut c_void,
-    _optlen: *mut usize,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    optlen: *mut usize,
 ) -> c_int {
     guard_int(|| {
-        entry::get::<Ep>(f)?;
-        Err(FI_ENOPROTOOPT)
+        let e = entry::get::<Ep>(f)?;
+        if e.ep_type != FI_EP_MSG {
+            return Err(FI_ENOPROTOOPT);
+        }
+        entry::cm_getopt(level, optname, optval, optlen)
     })
 }
 
@@ -323,5 +389,58 @@ unsafe extern "C" fn ep_setopt(
     guard_int(|| {
         entry::get::<Ep>(f)?;
         Err(FI_ENOPROTOOPT)
+    })
+}
+
+/// The enabled connected endpoint behind `f`, or the error for another.
+fn connected(f: *mut fid) -> Result<&'static MsgEndpoint, Errno> {
+    let e = entry::get::<Ep>(f)?;
+    if e.ep_type != FI_EP_MSG {
+        return Err(FI_EOPNOTSUPP);
+    }
+    e.msg.get().ok_or(FI_EOPBADSTATE)
+}
+
+unsafe extern "C" fn ep_connect(
+    f: *mut fid,
+    addr: *const c_void,
+    param: *const c_void,
+    paramlen: usize,
+) -> c_int {
+    guard_int(|| {
+        let m = connected(f)?;
+        // SAFETY: the caller's address, a sockaddr of the family it says.
+        let peer = unsafe { crate::sockaddr::from_c_sized(addr) }.ok_or(FI_EINVAL)?;
+        m.connect(peer, entry::bytes(param, paramlen)?)
+            .map_err(|e| e.errno())?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn ep_accept(f: *mut fid, param: *const c_void, paramlen: usize) -> c_int {
+    guard_int(|| {
+        let m = connected(f)?;
+        let e = entry::get::<Ep>(f)?;
+        let req = e.setup.lock().req.take().ok_or(FI_EINVAL)?;
+        m.accept(req, entry::bytes(param, paramlen)?)
+            .map_err(|e| e.errno())?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn ep_shutdown(f: *mut fid, _flags: u64) -> c_int {
+    guard_int(|| {
+        connected(f)?.shutdown().map_err(|e| e.errno())?;
+        Ok(0)
+    })
+}
+
+unsafe extern "C" fn ep_getpeer(f: *mut fid, addr: *mut c_void, addrlen: *mut usize) -> c_int {
+    guard_int(|| {
+        let m = connected(f)?;
+        if addrlen.is_null() {
+            return Err(FI_EINVAL);
+        }
+        copy_name(m.peer().ok_or(FI_ENOTCONN)?, addr, addrlen)
     })
 }

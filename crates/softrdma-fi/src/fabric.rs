@@ -1,16 +1,13 @@
-//! The fabric (`fid_fabric`, every softrdma device), the opening of its domains (their
-//! operations wired to the objects' modules) and its event queues (`fid_eq`). An event
-//! queue holds what the application writes to it; reliable-datagram endpoints report no
-//! connection events.
+//! The fabric (`fid_fabric`, every softrdma device) and the opening of its domains, with
+//! their operations wired to the objects' modules; its event queues (`eq`) and passive
+//! endpoints (`pep`) are opened there too.
 //!
-//! Threads and locks: an EQ's events are behind `FiEq`, taken alone.
+//! Threads and locks: none of its own.
 
 use crate::abi::*;
 use crate::domain::{Domain, device_of};
 use crate::entry::{self, enosys, guard_int, object};
 use crate::info;
-use softrdma::sync::{Lock, Rank};
-use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
 
 /// The fabric.
@@ -24,8 +21,8 @@ object!(Fabric, FI_CLASS_FABRIC, FABRIC_FI_OPS);
 static FABRIC_OPS: Ops<fi_ops_fabric> = Ops(fi_ops_fabric {
     size: size_of::<fi_ops_fabric>(),
     domain: domain_open as Slot,
-    passive_ep: enosys as Slot,
-    eq_open: eq_open as Slot,
+    passive_ep: crate::pep::passive_ep as Slot,
+    eq_open: crate::eq::eq_open as Slot,
     wait_open: enosys as Slot,
     trywait: trywait as Slot,
     domain2: domain2_open as Slot,
@@ -141,135 +138,4 @@ unsafe extern "C" fn domain2_open(
     }
     // SAFETY: forwarded from libfabric.
     unsafe { domain_open(fabric, info, dom, context) }
-}
-
-/// An event queue.
-#[repr(C)]
-pub struct Eq {
-    fid: fid_eq,
-    events: Lock<VecDeque<(u32, Vec<u8>)>>,
-}
-
-object!(Eq, FI_CLASS_EQ, EQ_FI_OPS);
-
-static EQ_OPS: Ops<fi_ops_eq> = Ops(fi_ops_eq {
-    size: size_of::<fi_ops_eq>(),
-    read: eq_read as Slot,
-    readerr: eq_readerr as Slot,
-    write: eq_write as Slot,
-    sread: eq_sread as Slot,
-    strerror: crate::cq::strerror as Slot,
-});
-
-unsafe extern "C" fn eq_open(
-    fabric: *mut fid_fabric,
-    attr: *mut fi_eq_attr,
-    eq: *mut *mut fid_eq,
-    context: *mut c_void,
-) -> c_int {
-    guard_int(|| {
-        entry::get::<Fabric>(fabric.cast())?;
-        // SAFETY: libfabric's attr, valid or null.
-        let attr = unsafe { attr.as_ref() }.ok_or(FI_EINVAL)?;
-        if eq.is_null() {
-            return Err(FI_EINVAL);
-        }
-        if ![FI_WAIT_NONE, FI_WAIT_UNSPEC, FI_WAIT_YIELD].contains(&attr.wait_obj) {
-            return Err(FI_ENOSYS);
-        }
-        let e = entry::open(Eq {
-            fid: fid_eq {
-                fid: fid {
-                    fclass: FI_CLASS_EQ,
-                    context,
-                    ops: &EQ_FI_OPS.0,
-                },
-                ops: &EQ_OPS.0,
-            },
-            events: Lock::new(Rank::FiEq, VecDeque::new()),
-        });
-        // SAFETY: `eq` is writable, checked non-null.
-        unsafe { *eq = e.cast() };
-        Ok(0)
-    })
-}
-
-/// `FI_PEEK` as an EQ read flag.
-const EQ_PEEK: u64 = FI_PEEK;
-
-unsafe extern "C" fn eq_read(
-    eq: *mut fid_eq,
-    event: *mut u32,
-    buf: *mut c_void,
-    len: usize,
-    flags: u64,
-) -> isize {
-    entry::guard(|| {
-        let e = entry::get::<Eq>(eq.cast())?;
-        let mut q = e.events.lock();
-        let Some((ev, data)) = q.front() else {
-            return Err(FI_EAGAIN);
-        };
-        if len < data.len() || (buf.is_null() && !data.is_empty()) {
-            return Err(FI_ETOOSMALL);
-        }
-        // SAFETY: `event` is the caller's, writable if not null; `buf` holds `len` bytes.
-        unsafe {
-            if !event.is_null() {
-                *event = *ev;
-            }
-            std::ptr::copy_nonoverlapping(data.as_ptr(), buf.cast(), data.len());
-        }
-        let n = data.len() as isize;
-        if flags & EQ_PEEK == 0 {
-            q.pop_front();
-        }
-        Ok(n)
-    })
-}
-
-unsafe extern "C" fn eq_readerr(
-    _eq: *mut fid_eq,
-    _buf: *mut fi_eq_err_entry,
-    _flags: u64,
-) -> isize {
-    // No error event is ever queued.
-    -(FI_EAGAIN as isize)
-}
-
-unsafe extern "C" fn eq_write(
-    eq: *mut fid_eq,
-    event: u32,
-    buf: *const c_void,
-    len: usize,
-    _flags: u64,
-) -> isize {
-    entry::guard(|| {
-        let e = entry::get::<Eq>(eq.cast())?;
-        if buf.is_null() && len != 0 {
-            return Err(FI_EINVAL);
-        }
-        let data = if len == 0 {
-            Vec::new()
-        } else {
-            // SAFETY: the caller's `len` bytes at `buf`.
-            unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len).to_vec() }
-        };
-        e.events.lock().push_back((event, data));
-        Ok(len as isize)
-    })
-}
-
-unsafe extern "C" fn eq_sread(
-    eq: *mut fid_eq,
-    event: *mut u32,
-    buf: *mut c_void,
-    len: usize,
-    timeout: c_int,
-    flags: u64,
-) -> isize {
-    crate::wait::wait_for(timeout, || {
-        // SAFETY: forwarded from libfabric.
-        unsafe { eq_read(eq, event, buf, len, flags) }
-    })
 }

@@ -24,8 +24,10 @@ pub const MAX_MSG: usize = 1 << 30;
 pub const INJECT: usize = softrdma_fabric::EAGER_MAX;
 /// Operations in flight per queue.
 pub const QUEUE: usize = 1024;
-/// Bytes of remote CQ data a message carries.
+/// Bytes of remote CQ data a message carries on an RDM endpoint (in its header).
 pub const CQ_DATA: usize = 8;
+/// On a MSG endpoint (the SEND's immediate).
+pub const MSG_CQ_DATA: usize = 4;
 
 /// What RMA and atomics add to an endpoint's capabilities: they need the application to
 /// take the provider's keys and name regions by virtual address.
@@ -43,6 +45,51 @@ pub const RDM_CAPS: u64 = FI_MSG
     | FI_SOURCE
     | FI_LOCAL_COMM
     | FI_REMOTE_COMM;
+/// The connected endpoint's capabilities.
+pub const MSG_CAPS: u64 = FI_MSG
+    | FI_RMA
+    | FI_READ
+    | FI_WRITE
+    | FI_REMOTE_READ
+    | FI_REMOTE_WRITE
+    | FI_SEND
+    | FI_RECV
+    | FI_LOCAL_COMM
+    | FI_REMOTE_COMM;
+
+/// What an endpoint type offers.
+pub struct Offer {
+    /// `FI_EP_RDM` or `FI_EP_MSG`.
+    pub ep_type: u32,
+    /// Its capabilities.
+    pub caps: u64,
+    /// Bytes of remote CQ data.
+    pub cq_data: usize,
+    /// Its tag format (0: no tags).
+    pub tag_format: u64,
+}
+
+/// The endpoint types, in the order `fi_getinfo` gives them.
+pub const OFFERS: [Offer; 2] = [
+    Offer {
+        ep_type: FI_EP_RDM,
+        caps: RDM_CAPS,
+        cq_data: CQ_DATA,
+        tag_format: TAG_FORMAT,
+    },
+    Offer {
+        ep_type: FI_EP_MSG,
+        caps: MSG_CAPS,
+        cq_data: MSG_CQ_DATA,
+        tag_format: 0,
+    },
+];
+
+/// The offer for `ep_type`.
+pub fn offer(ep_type: u32) -> Option<&'static Offer> {
+    OFFERS.iter().find(|o| o.ep_type == ep_type)
+}
+
 /// Caps libfabric calls primary: an application that names some names all it wants.
 const PRIMARY: u64 = FI_MSG
     | FI_RMA
@@ -173,10 +220,12 @@ pub unsafe extern "C" fn getinfo(
         let mut head: *mut fi_info = std::ptr::null_mut();
         let mut tail = &mut head;
         for dev in devices() {
-            if let Some(i) = rdm_info(&req, &dev) {
-                *tail = i;
-                // SAFETY: `i` was just allocated by `rdm_info`.
-                tail = unsafe { &mut (*i).next };
+            for offer in &OFFERS {
+                if let Some(i) = ep_info(&req, &dev, offer) {
+                    *tail = i;
+                    // SAFETY: `i` was just allocated by `ep_info`.
+                    tail = unsafe { &mut (*i).next };
+                }
             }
         }
         if head.is_null() {
@@ -188,13 +237,34 @@ pub unsafe extern "C" fn getinfo(
     })
 }
 
+/// The info a connection request to `local` from `peer` comes with (`FI_CONNREQ`): a MSG
+/// endpoint's, on the device of `local`, its `handle` the request.
+pub fn connreq_info(
+    version: u32,
+    local: SocketAddr,
+    peer: SocketAddr,
+    handle: *mut fid,
+) -> Option<*mut fi_info> {
+    let dev = devices().into_iter().find(|d| d.ip == local.ip())?;
+    let req = Request {
+        version,
+        src: Some(local),
+        dest: Some(peer),
+        hints: None,
+    };
+    let i = ep_info(&req, &dev, offer(FI_EP_MSG)?)?;
+    // SAFETY: `i` was just allocated by `ep_info`.
+    unsafe { (*i).handle = handle };
+    Some(i)
+}
+
 /// Whether `want` asks for nothing outside `have`.
 fn within(want: u64, have: u64) -> bool {
     want & !have == 0
 }
 
-/// The RDM info for `dev`, if the request allows it.
-fn rdm_info(req: &Request<'_>, dev: &Device) -> Option<*mut fi_info> {
+/// The info of `offer`'s endpoint type on `dev`, if the request allows it.
+fn ep_info(req: &Request<'_>, dev: &Device, offer: &Offer) -> Option<*mut fi_info> {
     // The device's own address, with the port asked for.
     let port = req.src.map_or(0, |s| s.port());
     if let Some(s) = req.src
@@ -213,7 +283,8 @@ fn rdm_info(req: &Request<'_>, dev: &Device) -> Option<*mut fi_info> {
     } else {
         FI_SOCKADDR_IN6
     };
-    let mut caps = RDM_CAPS;
+    let all = offer.caps;
+    let mut caps = all;
     let mut ep_flags = (0, 0);
     let (mut threading, mut progress, mut av_type) = (FI_THREAD_SAFE, FI_PROGRESS_AUTO, 0);
     let mut sizes = (INJECT, QUEUE, QUEUE);
@@ -228,7 +299,7 @@ fn rdm_info(req: &Request<'_>, dev: &Device) -> Option<*mut fi_info> {
                 opt(h.fabric_attr),
             )
         };
-        if !within(h.caps, RDM_CAPS) {
+        if !within(h.caps, all) {
             return None;
         }
         // Whether the application takes RMA's registration mode.
@@ -239,7 +310,7 @@ fn rdm_info(req: &Request<'_>, dev: &Device) -> Option<*mut fi_info> {
             caps &= !RMA_CAPS;
         }
         if h.caps != 0 {
-            caps = h.caps & PRIMARY | (RDM_CAPS & DEFAULT_SECONDARY) | (h.caps & !PRIMARY);
+            caps = h.caps & PRIMARY | (all & DEFAULT_SECONDARY) | (h.caps & !PRIMARY);
             if caps & (FI_MSG | FI_TAGGED) != 0 && caps & (FI_SEND | FI_RECV) == 0 {
                 caps |= FI_SEND | FI_RECV;
             }
@@ -250,7 +321,7 @@ fn rdm_info(req: &Request<'_>, dev: &Device) -> Option<*mut fi_info> {
             _ => return None,
         }
         if let Some(ep) = ep {
-            if ![FI_EP_UNSPEC, FI_EP_RDM].contains(&ep.type_)
+            if ![FI_EP_UNSPEC, offer.ep_type].contains(&ep.type_)
                 || ep.protocol != 0
                 || ep.max_msg_size > MAX_MSG
                 || ep.msg_prefix_size != 0
@@ -265,7 +336,7 @@ fn rdm_info(req: &Request<'_>, dev: &Device) -> Option<*mut fi_info> {
             // SAFETY: a domain name in the hints is a C string or null.
             let name = unsafe { c_str(d.name) };
             if name.is_some_and(|n| n != dev.name)
-                || d.cq_data_size > CQ_DATA
+                || d.cq_data_size > offer.cq_data
                 || !mr_mode_ok(req.version, d.mr_mode, caps)
                 || d.av_type > FI_AV_TABLE
                 || d.auth_key_size != 0
@@ -292,7 +363,7 @@ fn rdm_info(req: &Request<'_>, dev: &Device) -> Option<*mut fi_info> {
             return None;
         }
         if let Some(tx) = tx {
-            if !within(tx.caps, RDM_CAPS)
+            if !within(tx.caps, all)
                 || !within(tx.op_flags, TX_OP_FLAGS)
                 || !within(tx.msg_order, FI_ORDER_SAS)
                 || !within(tx.comp_order, FI_ORDER_NONE)
@@ -312,7 +383,7 @@ fn rdm_info(req: &Request<'_>, dev: &Device) -> Option<*mut fi_info> {
             }
         }
         if let Some(rx) = rx {
-            if !within(rx.caps, RDM_CAPS)
+            if !within(rx.caps, all)
                 || !within(rx.op_flags, RX_OP_FLAGS)
                 || !within(rx.msg_order, FI_ORDER_SAS)
                 || !within(rx.comp_order, FI_ORDER_NONE)
@@ -357,10 +428,10 @@ fn rdm_info(req: &Request<'_>, dev: &Device) -> Option<*mut fi_info> {
         rx.size = sizes.2;
         rx.iov_limit = 1;
         let ep = &mut *info.ep_attr;
-        ep.type_ = FI_EP_RDM;
+        ep.type_ = offer.ep_type;
         ep.protocol_version = u32::from(softrdma_fabric::wire::VERSION);
         ep.max_msg_size = MAX_MSG;
-        ep.mem_tag_format = TAG_FORMAT;
+        ep.mem_tag_format = offer.tag_format;
         ep.tx_ctx_cnt = 1;
         ep.rx_ctx_cnt = 1;
         let d = &mut *info.domain_attr;
@@ -378,7 +449,7 @@ fn rdm_info(req: &Request<'_>, dev: &Device) -> Option<*mut fi_info> {
             RMA_MR_MODE
         };
         d.mr_key_size = 4;
-        d.cq_data_size = CQ_DATA;
+        d.cq_data_size = offer.cq_data;
         d.cq_cnt = 1024;
         d.ep_cnt = 1024;
         d.tx_ctx_cnt = 1024;

@@ -31,9 +31,11 @@ mod domain;
 mod endpoint;
 mod entry;
 mod ep;
+mod eq;
 mod fabric;
 mod info;
 mod mr;
+mod pep;
 mod rma;
 mod sockaddr;
 mod wait;
@@ -57,8 +59,20 @@ unsafe impl Sync for Provider {}
 static PROVIDER: Provider = Provider(UnsafeCell::new(fi_provider {
     version: PROVIDER_VERSION,
     fi_version: API_VERSION,
+    // libfabric's core keeps its own `struct ofi_prov_context { enum type; bool
+    // disable_logging; bool disable_layering; }` here (include/ofi.h, unchanged from 1.17
+    // to 2.x); byte 5, `disable_layering`, is preset, as the core itself sets it for shm,
+    // efa and sockets: `-p softrdma` then means the native endpoints, and `ofi_rxm` or
+    // `ofi_rxd` layer over softrdma's MSG and DGRAM endpoints only when named
+    // (`-p "softrdma;ofi_rxm"`). The core writes `type` and never clears the flag
+    // (docs/fabric-provider.md §7).
     context: fi_context {
-        internal: [std::ptr::null_mut(); 4],
+        internal: [
+            std::ptr::without_provenance_mut(1 << 40),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        ],
     },
     name: c"softrdma".as_ptr(),
     getinfo: info::getinfo as Slot,

@@ -12,8 +12,8 @@
 
 use crate::abi::*;
 use crate::entry::{self, Errno, guard, guard_int, one_iov};
-use crate::ep::Ep;
-use crate::xfer::{memory, tx_flags};
+use crate::ep::{Ep, Live};
+use crate::xfer::{memory, operand, tx_flags};
 use softrdma_fabric::{AtomicOp, Buf, RmaOpts};
 use std::ffi::{c_int, c_void};
 
@@ -26,13 +26,13 @@ struct Target {
 }
 
 /// The endpoint behind `ep`, enabled and with `cap`.
-fn live_with(ep: *mut fid_ep, cap: u64) -> Result<&'static Ep, Errno> {
+fn live_with(ep: *mut fid_ep, cap: u64) -> Result<(&'static Ep, Live<'static>), Errno> {
     let e = entry::get::<Ep>(ep.cast())?;
-    e.live()?;
+    let live = e.active()?;
     if e.caps & cap == 0 {
         return Err(FI_EOPNOTSUPP);
     }
-    Ok(e)
+    Ok((e, live))
 }
 
 /// The operation's options from its flags: silent for an inject, or without
@@ -44,23 +44,6 @@ fn opts(e: &Ep, flags: u64, data: Option<u64>) -> RmaOpts {
     }
 }
 
-/// The memory of an operation: the caller's, or a copy for an inject.
-fn operand(e: &Ep, buf: *const c_void, len: usize, flags: u64) -> Result<Buf, Errno> {
-    if flags & FI_INJECT == 0 {
-        return memory(buf, len);
-    }
-    if len > e.inject_size {
-        return Err(FI_EMSGSIZE);
-    }
-    if buf.is_null() && len != 0 {
-        return Err(FI_EINVAL);
-    }
-    // SAFETY: the caller's `len` bytes, read now (an inject's buffer is the caller's
-    // again when the call returns).
-    let v = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }.to_vec();
-    Ok(v.into())
-}
-
 fn write(
     ep: *mut fid_ep,
     (buf, len): (*const c_void, usize),
@@ -69,20 +52,17 @@ fn write(
     (context, flags): (*mut c_void, u64),
 ) -> isize {
     guard(|| {
-        let e = live_with(ep, FI_RMA)?;
+        let (e, live) = live_with(ep, FI_RMA)?;
         if len > crate::info::MAX_MSG {
             return Err(FI_EMSGSIZE);
         }
         let mem = operand(e, buf, len, flags)?;
-        e.live()?
-            .write(
-                t.peer,
-                mem,
-                (t.addr, t.key),
-                opts(e, flags, data),
-                context as u64,
-            )
-            .map_err(|err| err.errno())?;
+        let (target, o, ctx) = ((t.addr, t.key), opts(e, flags, data), context as u64);
+        match live {
+            Live::Rdm(r) => r.write(t.peer, mem, target, o, ctx),
+            Live::Msg(m) => m.write(mem, target, o, ctx),
+        }
+        .map_err(|err| err.errno())?;
         Ok(0)
     })
 }
@@ -94,22 +74,20 @@ fn read(
     (context, flags): (*mut c_void, u64),
 ) -> isize {
     guard(|| {
-        let e = live_with(ep, FI_RMA)?;
+        let (e, live) = live_with(ep, FI_RMA)?;
         if len > crate::info::MAX_MSG {
             return Err(FI_EMSGSIZE);
         }
         if flags & FI_INJECT != 0 {
             return Err(FI_EINVAL);
         }
-        e.live()?
-            .read(
-                t.peer,
-                memory(buf, len)?,
-                (t.addr, t.key),
-                opts(e, flags, None),
-                context as u64,
-            )
-            .map_err(|err| err.errno())?;
+        let mem = memory(buf, len)?;
+        let (target, o, ctx) = ((t.addr, t.key), opts(e, flags, None), context as u64);
+        match live {
+            Live::Rdm(r) => r.read(t.peer, mem, target, o, ctx),
+            Live::Msg(m) => m.read(mem, target, o, ctx),
+        }
+        .map_err(|err| err.errno())?;
         Ok(0)
     })
 }
@@ -350,7 +328,10 @@ struct Atomic {
 
 fn atomic(ep: *mut fid_ep, a: Atomic, t: Target, (context, flags): (*mut c_void, u64)) -> isize {
     guard(|| {
-        let e = live_with(ep, FI_ATOMIC)?;
+        let (e, live) = live_with(ep, FI_ATOMIC)?;
+        let Live::Rdm(live) = live else {
+            return Err(FI_EOPNOTSUPP);
+        };
         supported(a.datatype, a.op, a.form)?;
         let count = a.buf.1;
         // FI_ATOMIC_READ takes no operand: its buffer may be null, its count still 1.
@@ -374,16 +355,15 @@ fn atomic(ep: *mut fid_ep, a: Atomic, t: Target, (context, flags): (*mut c_void,
         if a.form != Form::Plain && flags & FI_INJECT != 0 {
             return Err(FI_EINVAL);
         }
-        e.live()?
-            .atomic(
-                t.peer,
-                op,
-                (t.addr, t.key),
-                result,
-                opts(e, flags, None),
-                context as u64,
-            )
-            .map_err(|err| err.errno())?;
+        live.atomic(
+            t.peer,
+            op,
+            (t.addr, t.key),
+            result,
+            opts(e, flags, None),
+            context as u64,
+        )
+        .map_err(|err| err.errno())?;
         Ok(0)
     })
 }

@@ -10,7 +10,7 @@
 
 use crate::abi::*;
 use crate::entry::{self, Errno, guard, one_iov};
-use crate::ep::Ep;
+use crate::ep::{Ep, Live};
 use softrdma_fabric::{Buf, SendOpts};
 use std::ffi::c_void;
 
@@ -34,10 +34,27 @@ pub(crate) fn memory(buf: *const c_void, len: usize) -> Result<Buf, Errno> {
     Ok(unsafe { Buf::raw(buf.cast_mut().cast(), len) })
 }
 
+/// The memory of an operation: the caller's, or a copy for an inject.
+pub(crate) fn operand(e: &Ep, buf: *const c_void, len: usize, flags: u64) -> Result<Buf, Errno> {
+    if flags & FI_INJECT == 0 {
+        return memory(buf, len);
+    }
+    if len > e.inject_size {
+        return Err(FI_EMSGSIZE);
+    }
+    if buf.is_null() && len != 0 {
+        return Err(FI_EINVAL);
+    }
+    // SAFETY: the caller's `len` bytes, read now (an inject's buffer is the caller's
+    // again when the call returns).
+    let v = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }.to_vec();
+    Ok(v.into())
+}
+
 fn send(ep: *mut fid_ep, buf: *const c_void, len: usize, op: Op) -> isize {
     guard(|| {
         let e = entry::get::<Ep>(ep.cast())?;
-        let live = e.live()?;
+        let live = e.active()?;
         let inject = op.flags & FI_INJECT != 0;
         if inject && len > e.inject_size {
             return Err(FI_EMSGSIZE);
@@ -48,10 +65,23 @@ fn send(ep: *mut fid_ep, buf: *const c_void, len: usize, op: Op) -> isize {
         if op.tag.is_some() && e.caps & FI_TAGGED == 0 || op.tag.is_none() && e.caps & FI_MSG == 0 {
             return Err(FI_EOPNOTSUPP);
         }
+        let silent = inject || !e.reports(op.flags);
+        let live = match live {
+            Live::Rdm(r) => r,
+            Live::Msg(m) => {
+                // The SEND's immediate: 32 bits (the domain's cq_data_size).
+                let data = op.data.map(u32::try_from).transpose();
+                let data = data.map_err(|_| FI_EINVAL)?;
+                let mem = operand(e, buf, len, op.flags)?;
+                m.send(mem, data, silent, op.context as u64)
+                    .map_err(|err| err.errno())?;
+                return Ok(0);
+            }
+        };
         let opts = SendOpts {
             tag: op.tag.map(|(t, _)| t),
             data: op.data,
-            inject: inject || !e.reports(op.flags),
+            inject: silent,
         };
         live.send(op.addr, memory(buf, len)?, op.context as u64, opts)
             .map_err(|err| err.errno())?;
@@ -62,7 +92,17 @@ fn send(ep: *mut fid_ep, buf: *const c_void, len: usize, op: Op) -> isize {
 fn recv(ep: *mut fid_ep, buf: *mut c_void, len: usize, op: Op) -> isize {
     guard(|| {
         let e = entry::get::<Ep>(ep.cast())?;
-        let live = e.live()?;
+        let live = match e.active()? {
+            Live::Rdm(r) => r,
+            Live::Msg(m) => {
+                if op.tag.is_some() || op.flags & (FI_MULTI_RECV | FI_PEEK | FI_CLAIM) != 0 {
+                    return Err(FI_EOPNOTSUPP);
+                }
+                m.recv(memory(buf, len)?, op.context as u64)
+                    .map_err(|err| err.errno())?;
+                return Ok(0);
+            }
+        };
         if op.flags & FI_MULTI_RECV != 0 {
             return Err(FI_EOPNOTSUPP);
         }

@@ -1,4 +1,4 @@
-//! The provider's conformance tests (tests/c/fi_conformance.c and rma.c), run through libfabric's
+//! The provider's conformance tests (tests/c/fi_conformance.c, rma.c and msg.c), run through libfabric's
 //! own C API: libfabric 1.17 loads the provider built with this test from
 //! `FI_PROVIDER_PATH`, as it would for any program. Each case runs in a process of its
 //! own, on a loopback address of its own, under a time limit.
@@ -49,6 +49,7 @@ fn setup() -> &'static (PathBuf, PathBuf) {
             .arg(&bin)
             .arg(&src)
             .arg(src.with_file_name("rma.c"))
+            .arg(src.with_file_name("msg.c"))
             .arg("-lfabric")
             .output()
             .expect("gcc (apt install gcc libfabric-dev)");
@@ -133,4 +134,7 @@ cases! {
     rma_negative "127.0.88.25",
     atomic "127.0.88.26",
     cntr "127.0.88.27",
+    msg_connect "127.0.88.28",
+    msg_reject "127.0.88.29",
+    msg_negative "127.0.88.30",
 }

@@ -166,27 +166,29 @@ impl MsgEndpoint {
     }
 
     /// Asks `peer` (a passive endpoint's address) for a connection, with `private_data`
-    /// (`fi_connect`); `Connected` or `Failed` comes on the EQ.
+    /// (at most [`crate::CONNECT_DATA_MAX`] bytes) (`fi_connect`); `Connected` or
+    /// `Failed` comes on the EQ.
     pub fn connect(&self, peer: SocketAddr, private_data: &[u8]) -> Result<()> {
+        let framed = crate::eq::frame(private_data, crate::eq::CONNECT_DATA_MAX, "fi_connect")?;
         let mut st = self.st();
         st.idle("fi_connect")?;
         let id = CmId::new(&st.chan, st.dom.ctx(), PortSpace::Tcp)?;
         id.resolve_addr(Some(SocketAddr::new(st.dom.ip(), 0)), peer)?;
-        st.private_data = private_data.to_vec();
+        st.private_data = framed;
         st.id = Some(id);
         st.phase = Phase::Connecting;
         Ok(())
     }
 
-    /// Accepts `req` (`fi_accept`), with `private_data` for the peer; `Connected` comes
-    /// on the EQ.
+    /// Accepts `req` (`fi_accept`), with `private_data` (at most
+    /// [`crate::ACCEPT_DATA_MAX`] bytes) for the peer; `Connected` comes on the EQ.
     pub fn accept(&self, req: ConnRequest, private_data: &[u8]) -> Result<()> {
+        let framed = crate::eq::frame(private_data, crate::eq::ACCEPT_DATA_MAX, "fi_accept")?;
         let mut st = self.st();
         st.idle("fi_accept")?;
         req.id.migrate(&st.chan);
         st.make_qp(&req.id)?;
-        req.id
-            .accept(&crate::domain::conn_param(private_data.to_vec()))?;
+        req.id.accept(&crate::domain::conn_param(framed))?;
         st.id = Some(req.id);
         st.phase = Phase::Connecting;
         Ok(())

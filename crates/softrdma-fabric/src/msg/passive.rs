@@ -105,7 +105,7 @@ impl crate::auto::Driven for State {
                 id: ev.id,
                 peer,
                 local: self.me,
-                private_data: ev.private_data,
+                private_data: crate::eq::unframe(&ev.private_data),
             };
             self.eq.push(Event::ConnRequest { tag: self.tag, req });
         }

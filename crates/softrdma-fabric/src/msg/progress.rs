@@ -14,6 +14,8 @@ use softrdma::{WcOpcode, WcStatus};
 
 /// libfabric's `FI_ECONNREFUSED`.
 const ECONNREFUSED: i32 = 111;
+/// How long a connection its peer ended waits for the ACKs of its sends in flight.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(5);
 
 impl State {
     /// Handles what waits: the device's completions, then the connection events, then
@@ -120,7 +122,7 @@ impl State {
                 self.phase = Phase::Connected;
                 self.eq.push(Event::Connected {
                     tag: self.tag,
-                    private_data: ev.private_data,
+                    private_data: crate::eq::unframe(&ev.private_data),
                 });
                 while let Some(q) = self.queued.pop_front() {
                     self.post(q);
@@ -128,11 +130,12 @@ impl State {
                 Ok(())
             }
             CmEventKind::Disconnected => {
+                self.settle();
                 self.down(true);
                 Ok(())
             }
             CmEventKind::Rejected { .. } => {
-                self.refused(ECONNREFUSED, ev.private_data);
+                self.refused(ECONNREFUSED, crate::eq::unframe(&ev.private_data));
                 Ok(())
             }
             CmEventKind::Unreachable | CmEventKind::Unresolved { .. } => {
@@ -143,6 +146,21 @@ impl State {
         };
         if r.is_err() {
             self.refused(errno::EIO, Vec::new());
+        }
+    }
+
+    /// Before the connection ends on the peer's DREQ: the sends in flight complete, for
+    /// their ACKs, which the peer sent before the DREQ, may come by another path (a
+    /// shared device's steered socket, where the DREQ came through its owner) and later.
+    /// Waits at most [`SETTLE`].
+    fn settle(&mut self) {
+        let end = std::time::Instant::now() + SETTLE;
+        let sending = |wrs: &std::collections::HashMap<u64, Wr>| {
+            wrs.values().any(|w| !matches!(w, Wr::Recv { .. }))
+        };
+        while sending(&self.wrs) && std::time::Instant::now() < end {
+            self.device_completions();
+            std::thread::yield_now();
         }
     }
 

@@ -597,5 +597,7 @@ unsafe impl<T> Sync for Ops<T> {}
 pub const FI_CLASS_CNTR: usize = 15;
 pub const FI_NOTIFY: u32 = 0;
 
+mod cm;
 mod rma;
+pub use cm::*;
 pub use rma::*;

@@ -17,6 +17,10 @@ void rma(void);
 void rma_negative(void);
 void atomic(void);
 void cntr(void);
+/* msg.c's cases. */
+void msg_connect(void);
+void msg_reject(void);
+void msg_negative(void);
 
 const char *current;
 
@@ -599,6 +603,9 @@ static const struct {
 	{"rma_negative", rma_negative},
 	{"atomic", atomic},
 	{"cntr", cntr},
+	{"msg_connect", msg_connect},
+	{"msg_reject", msg_reject},
+	{"msg_negative", msg_negative},
 };
 
 int main(int argc, char **argv)

@@ -1,0 +1,284 @@
+//! The event queue (`fid_eq`): the events the application writes (`fi_eq_write`) and the
+//! fabric layer's connection events ([`softrdma_fabric::EventQueue`], which passive and
+//! MSG endpoints bound to this EQ fill), read as libfabric's entries. A connection
+//! request becomes `FI_CONNREQ` with an info whose `handle` is a [`ConnReq`] (for
+//! `fi_endpoint` and `fi_accept`, or `fi_reject`); a connection made `FI_CONNECTED`; an
+//! ended one `FI_SHUTDOWN`; one that could not be made an error entry
+//! (`-FI_EAVAIL`, then `fi_eq_readerr`). Private data follows an entry, exactly as the
+//! peer gave it. `FI_PEEK` looks at the application's own events only.
+//!
+//! Threads and locks: the application's events are behind `FiEq`, a request's
+//! connection behind `FiEpSetup`, each taken alone; the fabric layer's queue has its own.
+
+use crate::abi::*;
+use crate::entry::{self, guard, guard_int, object};
+use softrdma::sync::{Lock, Rank};
+use softrdma_fabric::{ConnRequest, Event, EventQueue};
+use std::collections::VecDeque;
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+/// An event queue.
+#[repr(C)]
+pub struct Eq {
+    fid: fid_eq,
+    events: Lock<VecDeque<(u32, Vec<u8>)>>,
+    /// Where the fabric layer's endpoints bound to it put their connection events.
+    pub cm: Arc<EventQueue>,
+    /// The API version of the fabric it was opened on (for a request's info).
+    api_version: u32,
+}
+
+object!(Eq, FI_CLASS_EQ, EQ_FI_OPS);
+
+/// A connection request, as an `FI_CONNREQ` info's `handle`: taken by the endpoint that
+/// accepts it, or by `fi_reject`.
+#[repr(C)]
+pub struct ConnReq {
+    fid: fid,
+    req: Lock<Option<ConnRequest>>,
+}
+
+object!(ConnReq, FI_CLASS_CONNREQ, CONNREQ_FI_OPS);
+
+impl ConnReq {
+    /// Takes the request behind `handle` (once), and closes the handle.
+    pub fn take(handle: *mut fid) -> Result<ConnRequest, entry::Errno> {
+        let c = entry::close::<ConnReq>(handle)?;
+        c.req.lock().take().ok_or(FI_EINVAL)
+    }
+}
+
+static EQ_OPS: Ops<fi_ops_eq> = Ops(fi_ops_eq {
+    size: size_of::<fi_ops_eq>(),
+    read: eq_read as Slot,
+    readerr: eq_readerr as Slot,
+    write: eq_write as Slot,
+    sread: eq_sread as Slot,
+    strerror: crate::cq::strerror as Slot,
+});
+
+/// `fi_eq_open`.
+pub unsafe extern "C" fn eq_open(
+    fabric: *mut fid_fabric,
+    attr: *mut fi_eq_attr,
+    eq: *mut *mut fid_eq,
+    context: *mut c_void,
+) -> c_int {
+    guard_int(|| {
+        if entry::class_of(fabric.cast()) != Some(FI_CLASS_FABRIC) {
+            return Err(FI_EINVAL);
+        }
+        // SAFETY: a live fabric of this provider.
+        let api_version = unsafe { (*fabric).api_version };
+        // SAFETY: libfabric's attr, valid or null.
+        let attr = unsafe { attr.as_ref() }.ok_or(FI_EINVAL)?;
+        if eq.is_null() {
+            return Err(FI_EINVAL);
+        }
+        if ![FI_WAIT_NONE, FI_WAIT_UNSPEC, FI_WAIT_YIELD].contains(&attr.wait_obj) {
+            return Err(FI_ENOSYS);
+        }
+        let e = entry::open(Eq {
+            fid: fid_eq {
+                fid: fid {
+                    fclass: FI_CLASS_EQ,
+                    context,
+                    ops: &EQ_FI_OPS.0,
+                },
+                ops: &EQ_OPS.0,
+            },
+            events: Lock::new(Rank::FiEq, VecDeque::new()),
+            cm: EventQueue::new(),
+            api_version,
+        });
+        // SAFETY: `eq` is writable, checked non-null.
+        unsafe { *eq = e.cast() };
+        Ok(0)
+    })
+}
+
+/// `FI_PEEK` as an EQ read flag.
+const EQ_PEEK: u64 = FI_PEEK;
+
+/// Copies `parts` one after the other into the caller's `buf` (which the caller checked
+/// holds them) and the event number into `event`; the bytes written.
+fn deliver(event: *mut u32, ev: u32, buf: *mut c_void, parts: [&[u8]; 2]) -> isize {
+    let n: usize = parts.iter().map(|p| p.len()).sum();
+    // SAFETY: `event` is the caller's, writable if not null; `buf` holds `n` bytes
+    // (checked by the caller).
+    unsafe {
+        if !event.is_null() {
+            *event = ev;
+        }
+        let mut at = buf.cast::<u8>();
+        for p in parts {
+            std::ptr::copy_nonoverlapping(p.as_ptr(), at, p.len());
+            at = at.add(p.len());
+        }
+    }
+    n as isize
+}
+
+/// The bytes of an `fi_eq_cm_entry` for `fid` and `info`.
+fn cm_entry(fid: *mut fid, info: *mut fi_info) -> [u8; size_of::<fi_eq_cm_entry>()] {
+    let mut b = [0u8; size_of::<fi_eq_cm_entry>()];
+    b[..8].copy_from_slice(&(fid as usize).to_ne_bytes());
+    b[8..].copy_from_slice(&(info as usize).to_ne_bytes());
+    b
+}
+
+/// Reads the fabric layer's oldest connection event into the caller's buffer.
+fn read_cm(e: &Eq, event: *mut u32, buf: *mut c_void, len: usize) -> Result<isize, entry::Errno> {
+    if e.cm.error_next() {
+        return Err(FI_EAVAIL);
+    }
+    let Some(ev) = e.cm.read() else {
+        return Err(FI_EAGAIN);
+    };
+    let need = size_of::<fi_eq_cm_entry>()
+        + match &ev {
+            Event::ConnRequest { req, .. } => req.private_data.len(),
+            Event::Connected { private_data, .. } => private_data.len(),
+            _ => 0,
+        };
+    if len < need || buf.is_null() {
+        e.cm.unread(ev);
+        return Err(FI_ETOOSMALL);
+    }
+    let n = match ev {
+        Event::ConnRequest { tag, req } => {
+            let (local, peer) = (req.local, req.peer);
+            let data = req.private_data.clone();
+            let handle = entry::open(ConnReq {
+                fid: fid {
+                    fclass: FI_CLASS_CONNREQ,
+                    context: std::ptr::null_mut(),
+                    ops: &CONNREQ_FI_OPS.0,
+                },
+                req: Lock::new(Rank::FiEpSetup, Some(req)),
+            });
+            let info = crate::info::connreq_info(e.api_version, local, peer, handle.cast());
+            let Some(info) = info else {
+                // No info to give (the device is gone from the configuration): refused.
+                if let Ok(r) = ConnReq::take(handle.cast()) {
+                    let _ = r.reject(&[]);
+                }
+                return Err(FI_EAGAIN);
+            };
+            let entry = cm_entry(tag as *mut fid, info);
+            deliver(event, FI_CONNREQ, buf, [&entry, &data])
+        }
+        Event::Connected { tag, private_data } => {
+            let entry = cm_entry(tag as *mut fid, std::ptr::null_mut());
+            deliver(event, FI_CONNECTED, buf, [&entry, &private_data])
+        }
+        Event::Shutdown { tag } => {
+            let entry = cm_entry(tag as *mut fid, std::ptr::null_mut());
+            deliver(event, FI_SHUTDOWN, buf, [&entry, &[]])
+        }
+        Event::Failed { .. } => unreachable!("an error event is read by fi_eq_readerr"),
+    };
+    Ok(n)
+}
+
+unsafe extern "C" fn eq_read(
+    eq: *mut fid_eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    flags: u64,
+) -> isize {
+    guard(|| {
+        let e = entry::get::<Eq>(eq.cast())?;
+        let mut q = e.events.lock();
+        let Some((ev, data)) = q.front() else {
+            drop(q);
+            if flags & EQ_PEEK != 0 {
+                return Err(FI_EAGAIN);
+            }
+            return read_cm(e, event, buf, len);
+        };
+        if len < data.len() || (buf.is_null() && !data.is_empty()) {
+            return Err(FI_ETOOSMALL);
+        }
+        let n = deliver(event, *ev, buf, [data, &[]]);
+        if flags & EQ_PEEK == 0 {
+            q.pop_front();
+        }
+        Ok(n)
+    })
+}
+
+/// `fi_eq_readerr`: a connection that could not be made, with the endpoint's fid and
+/// context.
+unsafe extern "C" fn eq_readerr(eq: *mut fid_eq, buf: *mut fi_eq_err_entry, _flags: u64) -> isize {
+    guard(|| {
+        let e = entry::get::<Eq>(eq.cast())?;
+        if buf.is_null() {
+            return Err(FI_EINVAL);
+        }
+        if !e.cm.error_next() {
+            return Err(FI_EAGAIN);
+        }
+        let Some(Event::Failed { tag, error, .. }) = e.cm.read() else {
+            return Err(FI_EAGAIN);
+        };
+        let f = tag as *mut fid;
+        let context = if entry::class_of(f).is_some() {
+            // SAFETY: a live object of this provider: its fid is readable.
+            unsafe { (*f).context }
+        } else {
+            std::ptr::null_mut()
+        };
+        // SAFETY: the caller's entry, checked non-null.
+        unsafe {
+            let b = &mut *buf;
+            b.fid = f;
+            b.context = context;
+            b.data = 0;
+            b.err = error;
+            b.prov_errno = error;
+            b.err_data = std::ptr::null_mut();
+            b.err_data_size = 0;
+        }
+        Ok(size_of::<fi_eq_err_entry>() as isize)
+    })
+}
+
+unsafe extern "C" fn eq_write(
+    eq: *mut fid_eq,
+    event: u32,
+    buf: *const c_void,
+    len: usize,
+    _flags: u64,
+) -> isize {
+    guard(|| {
+        let e = entry::get::<Eq>(eq.cast())?;
+        if buf.is_null() && len != 0 {
+            return Err(FI_EINVAL);
+        }
+        let data = if len == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: the caller's `len` bytes at `buf`.
+            unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len).to_vec() }
+        };
+        e.events.lock().push_back((event, data));
+        Ok(len as isize)
+    })
+}
+
+unsafe extern "C" fn eq_sread(
+    eq: *mut fid_eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    timeout: c_int,
+    flags: u64,
+) -> isize {
+    crate::wait::wait_for(timeout, || {
+        // SAFETY: forwarded from libfabric.
+        unsafe { eq_read(eq, event, buf, len, flags) }
+    })
+}
