@@ -53,7 +53,7 @@ pub(crate) fn command(prefix: &[String], argv: &[String], env: &[(&str, &str)]) 
 }
 
 /// Waits for a child with a limit, killing it past the limit.
-fn finish(mut c: Child, limit: Duration) -> Result<String, BenchError> {
+pub(crate) fn finish(mut c: Child, limit: Duration) -> Result<String, BenchError> {
     let deadline = Instant::now() + limit;
     loop {
         match c.try_wait() {

@@ -4,7 +4,8 @@
 //! This file owns the order of the runs (the table lists the figures in that order, and
 //! each family reuses TCP ports the one before it has let go of). Its children: `run` (what
 //! every family runs with), `figures` (the table being filled), one file per family
-//! (`udp`, `perf`, `same_host`, `member`, `dropin`, `iperf`, `ucx`, `libfabric`, `cm`),
+//! (`udp`, `perf`, `same_host`, `member`, `dropin`, `iperf`, `ucx`, `libfabric`, `mpi`,
+//! `cm`),
 //! `paired` (the back-to-back pairs the goals are judged from) and `report` (the table and
 //! the goals). Families call `run` and `figures`, `paired` calls the families, `report`
 //! reads `figures` and `paired`; none calls this file. One thread, one child pair at a
@@ -16,6 +17,7 @@ mod figures;
 mod iperf;
 mod libfabric;
 mod member;
+mod mpi;
 mod paired;
 mod perf;
 mod report;
@@ -54,6 +56,7 @@ pub(crate) fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), Ben
     iperf::rows(&run, &mut figs);
     ucx::rows(&run, &mut figs);
     libfabric::rows(&run, &mut figs);
+    mpi::rows(&run, &mut figs);
     let paired = paired::pairs(&run);
     cm::rows(&run, &mut figs);
     report::print_table(&figs.0, &run.pin, seconds, &paired);

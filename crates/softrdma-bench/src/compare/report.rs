@@ -233,6 +233,13 @@ pub(super) fn print_table(figs: &[Figure], pin: &Pin, seconds: u64, paired: &Pai
         0.0,
         2.0,
     );
+    ratio(
+        "Open MPI point-to-point 8 B latency over mtl ofi: softrdma (native) lower than verbs;ofi_rxm over softrdma",
+        super::mpi::NATIVE_ROW,
+        super::mpi::RXM_ROW,
+        1.0,
+        false,
+    );
     for (what, name, goal) in [
         (
             "write-lat 8 B ≤ 0.5 µs",
