@@ -1,12 +1,13 @@
 //! libfabric (Debian's 1.17, unmodified) over softrdma, through `softrdma exec`: its verbs
 //! provider lists every endpoint type it offers on rxe, softrdma's native provider
 //! (`softrdma`, `libsoftrdma-fi.so`, found through the `FI_PROVIDER_PATH` that `softrdma
-//! exec` sets) lists its own, and `fi_pingpong` passes, with its data checked, over MSG,
-//! DGRAM, RDM through `ofi_rxd`, RDM through `ofi_rxm` and the native RDM, both
-//! ends on one shared device and on two devices; the DGRAM, rxd and rxm servers run under
-//! valgrind's memcheck, which must find no invalid access in the drop-in; and MSG runs
-//! between two network namespaces over a veth pair, as libfabric's MSG endpoints need an
-//! interface that is not loopback.
+//! exec` sets) lists its own, and `fi_pingpong` passes, with its data checked, over the
+//! verbs provider's MSG, DGRAM, RDM through `ofi_rxd` and RDM through `ofi_rxm`, and over
+//! the native provider's RDM, MSG and DGRAM and `ofi_rxm` and `ofi_rxd` layered on these,
+//! both ends on one shared device and on two devices; all but the verbs MSG run with
+//! their servers under valgrind's memcheck, which must find no invalid access in the
+//! drop-in or the provider; and all run between two network namespaces over a veth pair
+//! (libfabric's verbs MSG endpoints need an interface that is not loopback).
 //!
 //! Each test takes its own loopback addresses and `fi_pingpong` control port, so the tests
 //! run in parallel. The control ports lie below Linux's ephemeral range (32768 to 60999):
@@ -19,8 +20,9 @@ use common::*;
 use std::process::Command;
 
 /// The providers and endpoint types `fi_pingpong` runs: the four over the verbs
-/// provider, softrdma's native RDM and MSG, and `ofi_rxm` layered over the native MSG.
-const KINDS: [(&str, &str); 7] = [
+/// provider, softrdma's native RDM, MSG and DGRAM, and `ofi_rxm` and `ofi_rxd` layered
+/// over the native MSG and DGRAM.
+const KINDS: [(&str, &str); 9] = [
     ("verbs", "msg"),
     ("verbs", "dgram"),
     ("verbs;ofi_rxd", "rdm"),
@@ -28,6 +30,8 @@ const KINDS: [(&str, &str); 7] = [
     ("softrdma", "rdm"),
     ("softrdma", "msg"),
     ("softrdma;ofi_rxm", "rdm"),
+    ("softrdma", "dgram"),
+    ("softrdma;ofi_rxd", "rdm"),
 ];
 
 /// Runs an `fi_pingpong` pair: the server (with `server_wrap` before it, such as valgrind)
@@ -95,8 +99,8 @@ fn fi_info_lists_every_endpoint_type_of_the_verbs_provider() {
     );
 }
 
-/// The native provider is found, under its name, with its RDM and MSG endpoints on the
-/// device, and `-p softrdma` gives it alone: libfabric layers `ofi_rxm` over its MSG
+/// The native provider is found, under its name, with its RDM, MSG and DGRAM endpoints on
+/// the device, and `-p softrdma` gives it alone: libfabric layers `ofi_rxm` over its MSG
 /// endpoints only when asked by name (`-p "softrdma;ofi_rxm"`).
 #[test]
 fn fi_info_lists_the_native_softrdma_provider() {
@@ -115,6 +119,7 @@ fn fi_info_lists_the_native_softrdma_provider() {
             "prov_name: softrdma\n",
             "type: FI_EP_RDM",
             "type: FI_EP_MSG",
+            "type: FI_EP_DGRAM",
             "name: softrdma0\n",
             "src_addr: fi_sockaddr_in://127.0.91.3:0",
             "FI_TAGGED",

@@ -103,6 +103,8 @@ pub struct DomainInfo {
     pub name: String,
     /// Its address: its endpoints listen there.
     pub ip: IpAddr,
+    /// Its active MTU in bytes: the largest datagram of a DGRAM endpoint on it.
+    pub mtu: usize,
 }
 
 /// The fabric (`fid_fabric`): every softrdma device, by name or address.
@@ -121,6 +123,7 @@ impl Fabric {
             .map(|d| DomainInfo {
                 name: d.name,
                 ip: d.addr,
+                mtu: d.active_mtu.bytes(),
             })
             .collect()
     }

@@ -18,8 +18,8 @@ use crate::entry::{self, Errno, enosys, guard, guard_int, object};
 use crate::eq::Eq;
 use softrdma::sync::{Lock, Rank};
 use softrdma_fabric::{
-    AddressVector, CompletionQueue, ConnRequest, CountOf, Counter, Endpoint, EventQueue,
-    MsgEndpoint,
+    AddressVector, CompletionQueue, ConnRequest, CountOf, Counter, DgramEndpoint, Endpoint,
+    EventQueue, MsgEndpoint,
 };
 use std::ffi::{c_int, c_void};
 use std::net::SocketAddr;
@@ -55,6 +55,8 @@ pub struct Ep {
     live: OnceLock<Endpoint>,
     /// A connected endpoint, once enabled.
     msg: OnceLock<MsgEndpoint>,
+    /// A datagram endpoint, once enabled.
+    dgram: OnceLock<DgramEndpoint>,
     /// `FI_EP_RDM` or `FI_EP_MSG`.
     pub ep_type: u32,
     /// Where it listens: the domain's device, the port the info asked for.
@@ -71,20 +73,23 @@ pub struct Ep {
     pub inject_size: usize,
 }
 
-/// An enabled endpoint of either type.
+/// An enabled endpoint of any type.
 pub enum Live<'a> {
     /// Reliable datagram.
     Rdm(&'a Endpoint),
     /// Connected.
     Msg(&'a MsgEndpoint),
+    /// Datagram.
+    Dgram(&'a DgramEndpoint),
 }
 
 impl Ep {
     /// The enabled endpoint, or `-FI_EOPBADSTATE`.
     pub fn active(&self) -> Result<Live<'_>, Errno> {
-        match (self.live.get(), self.msg.get()) {
-            (Some(r), _) => Ok(Live::Rdm(r)),
-            (_, Some(m)) => Ok(Live::Msg(m)),
+        match (self.live.get(), self.msg.get(), self.dgram.get()) {
+            (Some(r), _, _) => Ok(Live::Rdm(r)),
+            (_, Some(m), _) => Ok(Live::Msg(m)),
+            (_, _, Some(d)) => Ok(Live::Dgram(d)),
             _ => Err(FI_EOPBADSTATE),
         }
     }
@@ -181,6 +186,7 @@ impl Ep {
             ),
             live: OnceLock::new(),
             msg: OnceLock::new(),
+            dgram: OnceLock::new(),
             ep_type,
             dev,
             port,
@@ -223,7 +229,7 @@ unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
                     s.rx = Some(b);
                 }
             }
-            Some(FI_CLASS_CNTR) if e.ep_type == FI_EP_MSG => return Err(FI_EOPNOTSUPP),
+            Some(FI_CLASS_CNTR) if e.ep_type != FI_EP_RDM => return Err(FI_EOPNOTSUPP),
             Some(FI_CLASS_CNTR) => {
                 let cntr = entry::get::<Cntr>(bfid)?.cntr.clone();
                 // A peer's RMA into this endpoint's regions is not an event here
@@ -322,6 +328,11 @@ fn enable(e: &Ep) -> Result<(), Errno> {
         let _ = e.msg.set(m);
         return Ok(());
     };
+    if e.ep_type == FI_EP_DGRAM {
+        let d = DgramEndpoint::open(&dom, e.port, av, tx.cq, rx.cq).map_err(|err| err.errno())?;
+        let _ = e.dgram.set(d);
+        return Ok(());
+    }
     let ep = Endpoint::open_on(&dom, e.port, av, tx.cq, rx.cq).map_err(|err| err.errno())?;
     for (c, of) in &cntrs {
         ep.bind_counter(c, *of);
@@ -339,6 +350,7 @@ unsafe extern "C" fn ep_getname(f: *mut fid, addr: *mut c_void, addrlen: *mut us
         let name = match e.active() {
             Ok(Live::Rdm(r)) => Some(r.addr()),
             Ok(Live::Msg(m)) => m.addr(),
+            Ok(Live::Dgram(d)) => Some(d.addr()),
             Err(_) => None,
         };
         copy_name(

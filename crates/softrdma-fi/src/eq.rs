@@ -130,12 +130,14 @@ fn cm_entry(fid: *mut fid, info: *mut fi_info) -> [u8; size_of::<fi_eq_cm_entry>
 
 /// Reads the fabric layer's oldest connection event into the caller's buffer.
 fn read_cm(e: &Eq, event: *mut u32, buf: *mut c_void, len: usize) -> Result<isize, entry::Errno> {
-    if e.cm.error_next() {
-        return Err(FI_EAVAIL);
-    }
     let Some(ev) = e.cm.read() else {
         return Err(FI_EAGAIN);
     };
+    if matches!(ev, Event::Failed { .. }) {
+        // For fi_eq_readerr.
+        e.cm.unread(ev);
+        return Err(FI_EAVAIL);
+    }
     let need = size_of::<fi_eq_cm_entry>()
         + match &ev {
             Event::ConnRequest { req, .. } => req.private_data.len(),
@@ -177,7 +179,7 @@ fn read_cm(e: &Eq, event: *mut u32, buf: *mut c_void, len: usize) -> Result<isiz
             let entry = cm_entry(tag as *mut fid, std::ptr::null_mut());
             deliver(event, FI_SHUTDOWN, buf, [&entry, &[]])
         }
-        Event::Failed { .. } => unreachable!("an error event is read by fi_eq_readerr"),
+        Event::Failed { .. } => unreachable!("put back above"),
     };
     Ok(n)
 }
@@ -218,11 +220,13 @@ unsafe extern "C" fn eq_readerr(eq: *mut fid_eq, buf: *mut fi_eq_err_entry, _fla
         if buf.is_null() {
             return Err(FI_EINVAL);
         }
-        if !e.cm.error_next() {
-            return Err(FI_EAGAIN);
-        }
-        let Some(Event::Failed { tag, error, .. }) = e.cm.read() else {
-            return Err(FI_EAGAIN);
+        let (tag, error) = match e.cm.read() {
+            Some(Event::Failed { tag, error, .. }) => (tag, error),
+            Some(other) => {
+                e.cm.unread(other);
+                return Err(FI_EAGAIN);
+            }
+            None => return Err(FI_EAGAIN),
         };
         let f = tag as *mut fid;
         let context = if entry::class_of(f).is_some() {

@@ -57,9 +57,12 @@ pub const MSG_CAPS: u64 = FI_MSG
     | FI_LOCAL_COMM
     | FI_REMOTE_COMM;
 
+/// The datagram endpoint's capabilities.
+pub const DGRAM_CAPS: u64 = FI_MSG | FI_SEND | FI_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM;
+
 /// What an endpoint type offers.
 pub struct Offer {
-    /// `FI_EP_RDM` or `FI_EP_MSG`.
+    /// `FI_EP_RDM`, `FI_EP_MSG` or `FI_EP_DGRAM`.
     pub ep_type: u32,
     /// Its capabilities.
     pub caps: u64,
@@ -67,21 +70,44 @@ pub struct Offer {
     pub cq_data: usize,
     /// Its tag format (0: no tags).
     pub tag_format: u64,
+    /// Whether a message is at most one MTU of the device (a datagram).
+    pub one_mtu: bool,
+}
+
+impl Offer {
+    /// The largest message on `dev`.
+    pub fn max_msg(&self, dev: &Device) -> usize {
+        if self.one_mtu { dev.mtu } else { MAX_MSG }
+    }
+
+    /// The largest inject on `dev`.
+    pub fn inject(&self, dev: &Device) -> usize {
+        INJECT.min(self.max_msg(dev))
+    }
 }
 
 /// The endpoint types, in the order `fi_getinfo` gives them.
-pub const OFFERS: [Offer; 2] = [
+pub const OFFERS: [Offer; 3] = [
     Offer {
         ep_type: FI_EP_RDM,
         caps: RDM_CAPS,
         cq_data: CQ_DATA,
         tag_format: TAG_FORMAT,
+        one_mtu: false,
     },
     Offer {
         ep_type: FI_EP_MSG,
         caps: MSG_CAPS,
         cq_data: MSG_CQ_DATA,
         tag_format: 0,
+        one_mtu: false,
+    },
+    Offer {
+        ep_type: FI_EP_DGRAM,
+        caps: DGRAM_CAPS,
+        cq_data: MSG_CQ_DATA,
+        tag_format: 0,
+        one_mtu: true,
     },
 ];
 
@@ -287,7 +313,8 @@ fn ep_info(req: &Request<'_>, dev: &Device, offer: &Offer) -> Option<*mut fi_inf
     let mut caps = all;
     let mut ep_flags = (0, 0);
     let (mut threading, mut progress, mut av_type) = (FI_THREAD_SAFE, FI_PROGRESS_AUTO, 0);
-    let mut sizes = (INJECT, QUEUE, QUEUE);
+    let (max_msg, inject) = (offer.max_msg(dev), offer.inject(dev));
+    let mut sizes = (inject, QUEUE, QUEUE);
     if let Some(h) = req.hints {
         // SAFETY: libfabric's hints: each attr pointer valid or null.
         let (dom, ep, tx, rx, fab) = unsafe {
@@ -323,7 +350,7 @@ fn ep_info(req: &Request<'_>, dev: &Device, offer: &Offer) -> Option<*mut fi_inf
         if let Some(ep) = ep {
             if ![FI_EP_UNSPEC, offer.ep_type].contains(&ep.type_)
                 || ep.protocol != 0
-                || ep.max_msg_size > MAX_MSG
+                || ep.max_msg_size > max_msg
                 || ep.msg_prefix_size != 0
                 || ep.tx_ctx_cnt > 1
                 || ep.rx_ctx_cnt > 1
@@ -367,7 +394,7 @@ fn ep_info(req: &Request<'_>, dev: &Device, offer: &Offer) -> Option<*mut fi_inf
                 || !within(tx.op_flags, TX_OP_FLAGS)
                 || !within(tx.msg_order, FI_ORDER_SAS)
                 || !within(tx.comp_order, FI_ORDER_NONE)
-                || tx.inject_size > INJECT
+                || tx.inject_size > inject
                 || tx.size > QUEUE
                 || tx.iov_limit > 1
                 || tx.rma_iov_limit > 1
@@ -430,7 +457,7 @@ fn ep_info(req: &Request<'_>, dev: &Device, offer: &Offer) -> Option<*mut fi_inf
         let ep = &mut *info.ep_attr;
         ep.type_ = offer.ep_type;
         ep.protocol_version = u32::from(softrdma_fabric::wire::VERSION);
-        ep.max_msg_size = MAX_MSG;
+        ep.max_msg_size = max_msg;
         ep.mem_tag_format = offer.tag_format;
         ep.tx_ctx_cnt = 1;
         ep.rx_ctx_cnt = 1;

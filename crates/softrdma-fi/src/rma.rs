@@ -61,6 +61,7 @@ fn write(
         match live {
             Live::Rdm(r) => r.write(t.peer, mem, target, o, ctx),
             Live::Msg(m) => m.write(mem, target, o, ctx),
+            Live::Dgram(_) => return Err(FI_EOPNOTSUPP),
         }
         .map_err(|err| err.errno())?;
         Ok(0)
@@ -86,6 +87,7 @@ fn read(
         match live {
             Live::Rdm(r) => r.read(t.peer, mem, target, o, ctx),
             Live::Msg(m) => m.read(mem, target, o, ctx),
+            Live::Dgram(_) => return Err(FI_EOPNOTSUPP),
         }
         .map_err(|err| err.errno())?;
         Ok(0)

@@ -68,13 +68,23 @@ fn send(ep: *mut fid_ep, buf: *const c_void, len: usize, op: Op) -> isize {
         let silent = inject || !e.reports(op.flags);
         let live = match live {
             Live::Rdm(r) => r,
-            Live::Msg(m) => {
+            Live::Msg(_) | Live::Dgram(_) => {
                 // The SEND's immediate: 32 bits (the domain's cq_data_size).
                 let data = op.data.map(u32::try_from).transpose();
                 let data = data.map_err(|_| FI_EINVAL)?;
+                if let Live::Dgram(d) = live
+                    && len > d.max_msg()
+                {
+                    return Err(FI_EMSGSIZE);
+                }
                 let mem = operand(e, buf, len, op.flags)?;
-                m.send(mem, data, silent, op.context as u64)
-                    .map_err(|err| err.errno())?;
+                let ctx = op.context as u64;
+                match live {
+                    Live::Msg(m) => m.send(mem, data, silent, ctx),
+                    Live::Dgram(d) => d.send(op.addr, mem, data, silent, ctx),
+                    Live::Rdm(_) => unreachable!("matched above"),
+                }
+                .map_err(|err| err.errno())?;
                 return Ok(0);
             }
         };
@@ -94,12 +104,17 @@ fn recv(ep: *mut fid_ep, buf: *mut c_void, len: usize, op: Op) -> isize {
         let e = entry::get::<Ep>(ep.cast())?;
         let live = match e.active()? {
             Live::Rdm(r) => r,
-            Live::Msg(m) => {
+            live @ (Live::Msg(_) | Live::Dgram(_)) => {
                 if op.tag.is_some() || op.flags & (FI_MULTI_RECV | FI_PEEK | FI_CLAIM) != 0 {
                     return Err(FI_EOPNOTSUPP);
                 }
-                m.recv(memory(buf, len)?, op.context as u64)
-                    .map_err(|err| err.errno())?;
+                let (mem, ctx) = (memory(buf, len)?, op.context as u64);
+                match live {
+                    Live::Msg(m) => m.recv(mem, ctx),
+                    Live::Dgram(d) => d.recv(mem, ctx),
+                    Live::Rdm(_) => unreachable!("matched above"),
+                }
+                .map_err(|err| err.errno())?;
                 return Ok(0);
             }
         };

@@ -137,4 +137,5 @@ cases! {
     msg_connect "127.0.88.28",
     msg_reject "127.0.88.29",
     msg_negative "127.0.88.30",
+    dgram "127.0.88.31",
 }

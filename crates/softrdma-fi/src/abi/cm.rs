@@ -28,6 +28,7 @@ layout! {
 }
 
 pub const FI_EP_MSG: u32 = 1;
+pub const FI_EP_DGRAM: u32 = 2;
 pub const FI_CLASS_PEP: usize = 9;
 pub const FI_CLASS_CONNREQ: usize = 18;
 /// EQ events (`enum` in `fi_eq.h`).

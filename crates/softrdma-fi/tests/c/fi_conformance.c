@@ -21,6 +21,7 @@ void cntr(void);
 void msg_connect(void);
 void msg_reject(void);
 void msg_negative(void);
+void dgram(void);
 
 const char *current;
 
@@ -606,6 +607,7 @@ static const struct {
 	{"msg_connect", msg_connect},
 	{"msg_reject", msg_reject},
 	{"msg_negative", msg_negative},
+	{"dgram", dgram},
 };
 
 int main(int argc, char **argv)

@@ -3,6 +3,7 @@
  * tests: a passive endpoint, a connection request read from the EQ with its info, the
  * accept, FI_CONNECTED on both sides with the right fids and private data, messages both
  * ways, and FI_SHUTDOWN; a rejected request as an error entry; and the negative cases.
+ * And of datagram (DGRAM) endpoints: datagrams up to the MTU, and what they refuse.
  */
 #include "common.h"
 
@@ -241,6 +242,50 @@ void msg_negative(void)
 	RC(fi_connect(p.a.ep, &sin, NULL, 0), -FI_EOPNOTSUPP);
 	RC(fi_shutdown(p.a.ep, 0), -FI_EOPNOTSUPP);
 	close_pair(&p);
+	fi_freeinfo(i);
+	fi_freeinfo(h);
+}
+
+void dgram(void)
+{
+	struct fi_info *h = hints_rdm(FI_MSG), *i;
+	h->ep_attr->type = FI_EP_DGRAM;
+	i = getinfo(h);
+	size_t max = i->ep_attr->max_msg_size;
+	CHECK(i->ep_attr->type == FI_EP_DGRAM && max >= 1024 && max <= 4096, "max %zu", max);
+	CHECK(i->tx_attr->inject_size <= max && !(i->caps & (FI_RMA | FI_TAGGED)));
+	struct node a, b;
+	open_node(&a, i, 0);
+	open_node(&b, i, 0);
+	fi_addr_t to_b = insert(&a, &b), to_a = insert(&b, &a);
+	static char sb[8192], rb[3][8192];
+	for (int k = 0; k < 3; k++)
+		RC(fi_recv(b.ep, rb[k], max, NULL, FI_ADDR_UNSPEC, (void *)(uintptr_t)(k + 1)), 0);
+	fill(sb, max, 3);
+	RC(fi_senddata(a.ep, sb, 100, NULL, 0x12345678, to_b, (void *)10), 0);
+	RC(fi_send(a.ep, sb, max, NULL, to_b, (void *)11), 0);
+	RC(fi_inject(a.ep, sb, 8, to_b), 0);
+	struct fi_cq_tagged_entry e = one(b.rxcq);
+	CHECK(e.op_context == (void *)1 && e.len == 100 && (e.flags & FI_REMOTE_CQ_DATA) &&
+	      e.data == 0x12345678);
+	e = one(b.rxcq);
+	CHECK(e.op_context == (void *)2 && e.len == max && same(rb[1], max, 3));
+	e = one(b.rxcq);
+	CHECK(e.op_context == (void *)3 && e.len == 8);
+	CHECK(one(a.txcq).op_context == (void *)10 && one(a.txcq).op_context == (void *)11);
+	none(a.txcq);
+	/* Back the other way. */
+	RC(fi_recv(a.ep, rb[0], 64, NULL, FI_ADDR_UNSPEC, (void *)4), 0);
+	RC(fi_send(b.ep, sb, 64, NULL, to_a, NULL), 0);
+	CHECK(one(a.rxcq).op_context == (void *)4 && same(rb[0], 64, 3));
+	/* Refused: over one datagram, over the inject size, RMA, tags, counters. */
+	RC(fi_send(a.ep, sb, max + 1, NULL, to_b, NULL), -FI_EMSGSIZE);
+	RC(fi_inject(a.ep, sb, i->tx_attr->inject_size + 1, to_b), -FI_EMSGSIZE);
+	RC(fi_write(a.ep, sb, 8, NULL, to_b, 0, 0, NULL), -FI_EOPNOTSUPP);
+	RC(fi_tsend(a.ep, sb, 8, NULL, to_b, 1, NULL), -FI_EOPNOTSUPP);
+	RC(fi_send(a.ep, sb, 8, NULL, 99, NULL), -FI_EINVAL);
+	close_node(&a);
+	close_node(&b);
 	fi_freeinfo(i);
 	fi_freeinfo(h);
 }
