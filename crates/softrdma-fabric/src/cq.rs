@@ -3,8 +3,13 @@
 //! endpoints bound to it (manual progress, as libfabric's `FI_PROGRESS_MANUAL`): their
 //! connection events and their device completions are handled in [`CompletionQueue::read`].
 //!
-//! Threads and locks: `FabricCqEntries` around the entries and `FabricCqBound` around the
-//! list of bound endpoints (softrdma's ranked locks, see its crate docs); an endpoint's
+//! A queue made with [`CompletionQueue::with_fd`] has a descriptor (`FI_WAIT_FD`) that
+//! polls readable while entries wait: the endpoints' progress threads add entries while
+//! the program sleeps in `poll(2)` on it. [`CompletionQueue::try_wait`] is `fi_trywait`.
+//!
+//! Threads and locks: `FabricCqEntries` around the entries (and the descriptor's count,
+//! written under it, so that it is readable exactly while entries wait) and `FabricCqBound`
+//! around the list of bound endpoints (softrdma's ranked locks, see its crate docs); an endpoint's
 //! progress takes its own lock (`FabricEp`), then the entries', never the other way round,
 //! and the list is let go before any endpoint's progress runs.
 
@@ -107,6 +112,8 @@ pub(crate) trait Progress: Send + Sync {
 pub struct CompletionQueue {
     entries: Lock<VecDeque<Completion>>,
     bound: Lock<Vec<Weak<dyn Progress>>>,
+    /// An eventfd, readable while entries wait (`with_fd`).
+    fd: Option<std::os::fd::OwnedFd>,
 }
 
 impl std::fmt::Debug for CompletionQueue {
@@ -121,7 +128,58 @@ impl CompletionQueue {
         Arc::new(Self {
             entries: Lock::new(Rank::FabricCqEntries, VecDeque::new()),
             bound: Lock::new(Rank::FabricCqBound, Vec::new()),
+            fd: None,
         })
+    }
+
+    /// An empty queue with a descriptor that polls readable while entries wait
+    /// (`FI_WAIT_FD`; [`CompletionQueue::fd`]).
+    pub fn with_fd() -> std::io::Result<Arc<Self>> {
+        // SAFETY: eventfd has no memory preconditions; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor eventfd just returned, owned by nothing else.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        Ok(Arc::new(Self {
+            entries: Lock::new(Rank::FabricCqEntries, VecDeque::new()),
+            bound: Lock::new(Rank::FabricCqBound, Vec::new()),
+            fd: Some(fd),
+        }))
+    }
+
+    /// The descriptor of a queue made [`CompletionQueue::with_fd`] (`FI_GETWAIT`): poll it
+    /// for reading; it stays readable while entries wait.
+    pub fn fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.fd.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
+    /// Drives the bound endpoints; true when no entry waits, so that the program may
+    /// sleep on the descriptor (`fi_trywait`: false is `-FI_EAGAIN`).
+    pub fn try_wait(&self) -> bool {
+        self.drive();
+        self.entries.lock().is_empty()
+    }
+
+    /// Makes the descriptor say whether `q` has entries: its count 1 or 0. Called with the
+    /// entries' lock held, after each change.
+    fn signal(&self, q: &VecDeque<Completion>) {
+        use std::os::fd::AsRawFd;
+        let Some(fd) = &self.fd else {
+            return;
+        };
+        // Reset to 0 (a read of an eventfd at 0 fails with EAGAIN: non-blocking), then
+        // 1 if entries wait.
+        let mut n = 0u64;
+        // SAFETY: an 8-byte read into `n` from the queue's own eventfd.
+        unsafe { libc::read(fd.as_raw_fd(), (&raw mut n).cast(), 8) };
+        if !q.is_empty() {
+            let one = 1u64;
+            // SAFETY: an 8-byte write from `one` to the queue's own eventfd.
+            unsafe { libc::write(fd.as_raw_fd(), (&raw const one).cast(), 8) };
+        }
     }
 
     pub(crate) fn bind(&self, ep: Weak<dyn Progress>) {
@@ -129,7 +187,11 @@ impl CompletionQueue {
     }
 
     pub(crate) fn push(&self, c: Completion) {
-        self.entries.lock().push_back(c);
+        let mut q = self.entries.lock();
+        q.push_back(c);
+        if q.len() == 1 {
+            self.signal(&q);
+        }
     }
 
     /// Drives the bound endpoints, then takes up to `max` entries, oldest first
@@ -138,7 +200,11 @@ impl CompletionQueue {
         self.drive();
         let mut q = self.entries.lock();
         let n = max.min(q.len());
-        q.drain(..n).collect()
+        let got = q.drain(..n).collect();
+        if q.is_empty() && n > 0 {
+            self.signal(&q);
+        }
+        got
     }
 
     /// Drives the bound endpoints, then takes up to `max` entries that are not errors,
@@ -149,6 +215,9 @@ impl CompletionQueue {
         let mut q = self.entries.lock();
         let n = q.iter().take(max).take_while(|c| c.error == 0).count();
         let got: Vec<_> = q.drain(..n).collect();
+        if q.is_empty() && n > 0 {
+            self.signal(&q);
+        }
         let error_next = q.front().is_some_and(|c| c.error != 0);
         (got, error_next)
     }
@@ -157,7 +226,11 @@ impl CompletionQueue {
     pub fn read_error(&self) -> Option<Completion> {
         let mut q = self.entries.lock();
         if q.front().is_some_and(|c| c.error != 0) {
-            q.pop_front()
+            let c = q.pop_front();
+            if q.is_empty() {
+                self.signal(&q);
+            }
+            c
         } else {
             None
         }

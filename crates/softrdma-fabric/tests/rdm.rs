@@ -482,3 +482,38 @@ fn endpoints_of_one_domain_share_its_regions() {
         assert!(r[0].buf == pattern(25, 256));
     }
 }
+
+/// A CQ with a descriptor (`FI_WAIT_FD`): not readable while empty (`try_wait` says the
+/// program may sleep), readable once a completion came while the program slept in
+/// `poll(2)` (the progress thread brought it), and not readable once read.
+#[test]
+fn a_cq_descriptor_wakes_a_program_sleeping_in_poll() {
+    let (av, cq) = (
+        Arc::new(AddressVector::new()),
+        CompletionQueue::with_fd().unwrap(),
+    );
+    let b = Endpoint::open("127.0.66.28:7614".parse().unwrap(), av.clone(), cq.clone()).unwrap();
+    let a = side(27, 7614);
+    let to_b = a.av.insert(b.addr());
+    let fd = cq.fd().expect("a descriptor");
+    let readable = |ms: i32| {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd, of a descriptor the CQ keeps open.
+        unsafe { libc::poll(&mut p, 1, ms) == 1 }
+    };
+    b.recv(vec![0; 16], FI_ADDR_UNSPEC, 1).unwrap();
+    assert!(cq.try_wait(), "nothing yet");
+    assert!(!readable(0));
+    a.ep.send(to_b, b"wake".to_vec(), 2, SendOpts::default())
+        .unwrap();
+    // a's own progress thread sends; b's brings the message to b's CQ.
+    assert!(readable(10_000), "the descriptor woke the sleeper");
+    assert!(!cq.try_wait());
+    let got = cq.read(4);
+    assert_eq!((got[0].context, got[0].len), (1, 4));
+    assert!(!readable(0), "read empty, the descriptor is quiet again");
+}

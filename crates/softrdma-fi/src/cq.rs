@@ -5,8 +5,9 @@
 //!
 //! `fi_cq_read` stops at an error entry and says so with `-FI_EAVAIL`; `fi_cq_readerr`
 //! then takes it. The blocking reads (`fi_cq_sread`) wait by polling, spinning briefly
-//! first: no wait object but `FI_WAIT_NONE`, `FI_WAIT_UNSPEC` and `FI_WAIT_YIELD` is
-//! offered yet.
+//! first. A CQ opened with `FI_WAIT_FD` has a descriptor (`fi_control(FI_GETWAIT)`) that
+//! polls readable while entries wait, for `poll(2)` after `fi_trywait`; wait sets and
+//! wait conditions are not offered.
 
 use crate::abi::*;
 use crate::domain::Domain;
@@ -25,7 +26,7 @@ pub struct Cq {
     format: u32,
 }
 
-object!(Cq, FI_CLASS_CQ, CQ_FI_OPS);
+object!(Cq, FI_CLASS_CQ, CQ_FI_OPS, control: cq_control);
 
 static CQ_OPS: Ops<fi_ops_cq> = Ops(fi_ops_cq {
     size: size_of::<fi_ops_cq>(),
@@ -57,12 +58,17 @@ pub unsafe extern "C" fn cq_open(
             f @ FI_CQ_FORMAT_CONTEXT..=FI_CQ_FORMAT_TAGGED => f,
             _ => return Err(FI_ENOSYS),
         };
-        if ![FI_WAIT_NONE, FI_WAIT_UNSPEC, FI_WAIT_YIELD].contains(&attr.wait_obj)
+        if ![FI_WAIT_NONE, FI_WAIT_UNSPEC, FI_WAIT_YIELD, FI_WAIT_FD].contains(&attr.wait_obj)
             || attr.wait_cond != 0
             || !attr.wait_set.is_null()
         {
             return Err(FI_ENOSYS);
         }
+        let queue = if attr.wait_obj == FI_WAIT_FD {
+            CompletionQueue::with_fd().map_err(|_| FI_ENOMEM)?
+        } else {
+            CompletionQueue::new()
+        };
         let c = entry::open(Cq {
             fid: fid_cq {
                 fid: fid {
@@ -72,7 +78,7 @@ pub unsafe extern "C" fn cq_open(
                 },
                 ops: &CQ_OPS.0,
             },
-            cq: CompletionQueue::new(),
+            cq: queue,
             format,
         });
         // SAFETY: `cq` is writable, checked non-null.
@@ -225,4 +231,24 @@ pub unsafe extern "C" fn strerror(
     };
     // SAFETY: the caller's buffer of `len` bytes, or null.
     unsafe { error_string(&format!("softrdma: {text}"), buf, len) }
+}
+
+/// `fi_control` of a CQ: `FI_GETWAIT` gives the descriptor of a CQ opened with
+/// `FI_WAIT_FD` (into the caller's `int`).
+unsafe extern "C" fn cq_control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int {
+    guard_int(|| {
+        let c = entry::get::<Cq>(f)?;
+        match command {
+            FI_GETWAIT => {
+                let fd = c.cq.fd().ok_or(FI_ENODATA)?;
+                if arg.is_null() {
+                    return Err(FI_EINVAL);
+                }
+                // SAFETY: the caller's `int`, checked non-null.
+                unsafe { arg.cast::<c_int>().write(fd) };
+                Ok(0)
+            }
+            _ => Err(FI_ENOSYS),
+        }
+    })
 }

@@ -65,10 +65,28 @@ pub unsafe extern "C" fn fabric_open(
     })
 }
 
-unsafe extern "C" fn trywait(_f: *mut fid_fabric, _fids: *mut *mut fid, _count: c_int) -> c_int {
-    // Nothing here waits on a descriptor: a read never blocks, so there is always
-    // something worth trying.
-    0
+/// `fi_trywait`: 0 when the program may sleep on the descriptors of `fids` (each CQ
+/// driven first, and empty), `-FI_EAGAIN` when one has entries to read first.
+unsafe extern "C" fn trywait(f: *mut fid_fabric, fids: *mut *mut fid, count: c_int) -> c_int {
+    guard_int(|| {
+        entry::get::<Fabric>(f.cast())?;
+        let n = usize::try_from(count).map_err(|_| FI_EINVAL)?;
+        if fids.is_null() && n > 0 {
+            return Err(FI_EINVAL);
+        }
+        for k in 0..n {
+            // SAFETY: the caller's `count` fids.
+            let fid = unsafe { *fids.add(k) };
+            let cq = entry::get::<crate::cq::Cq>(fid)?;
+            if cq.cq.fd().is_none() {
+                return Err(FI_EINVAL);
+            }
+            if !cq.cq.try_wait() {
+                return Err(FI_EAGAIN);
+            }
+        }
+        Ok(0)
+    })
 }
 
 static DOMAIN_OPS: Ops<fi_ops_domain> = Ops(fi_ops_domain {

@@ -134,6 +134,7 @@ cases! {
     rma_negative "127.0.88.25",
     atomic "127.0.88.26",
     cntr "127.0.88.27",
+    cq_wait_fd "127.0.88.32",
     msg_connect "127.0.88.28",
     msg_reject "127.0.88.29",
     msg_negative "127.0.88.30",

@@ -17,6 +17,7 @@ void rma(void);
 void rma_negative(void);
 void atomic(void);
 void cntr(void);
+void cq_wait_fd(void);
 /* msg.c's cases. */
 void msg_connect(void);
 void msg_reject(void);
@@ -604,6 +605,7 @@ static const struct {
 	{"rma_negative", rma_negative},
 	{"atomic", atomic},
 	{"cntr", cntr},
+	{"cq_wait_fd", cq_wait_fd},
 	{"msg_connect", msg_connect},
 	{"msg_reject", msg_reject},
 	{"msg_negative", msg_negative},

@@ -1,9 +1,10 @@
 /*
- * Conformance cases of RMA, atomics and counters (fabtests' rma, atomic and cntr tests
+ * Conformance cases of RMA, atomics, counters and CQ descriptors (fabtests' rma, atomic and cntr tests
  * in shape): functional cases between two endpoints of one process, and their negative
  * cases (wrong keys, lengths past a region, ops and datatypes not offered).
  */
 #include "common.h"
+#include <poll.h>
 
 #define RMA_CAPS (FI_MSG | FI_RMA | FI_ATOMIC)
 
@@ -258,5 +259,51 @@ void cntr(void)
 	RC(fi_close(&rma->fid), 0);
 	/* A closed counter is not one. */
 	CHECK(fi_cntr_read(rma) == 0);
+	close_pair(&p);
+}
+
+/* A CQ with a descriptor (FI_WAIT_FD): fi_trywait, then poll(2) until a completion came
+ * while the program slept. */
+void cq_wait_fd(void)
+{
+	struct pair p;
+	open_pair(&p, FI_MSG, 0);
+	struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_FD};
+	struct fid_cq *cq;
+	struct fid_ep *ep;
+	int fd = -1;
+	RC(fi_cq_open(p.b.domain, &cqa, &cq, NULL), 0);
+	RC(fi_control(&cq->fid, FI_GETWAIT, &fd), 0);
+	CHECK(fd >= 0, "a descriptor");
+	RC(fi_control(&p.b.rxcq->fid, FI_GETWAIT, &fd), -FI_ENODATA);
+	RC(fi_control(&cq->fid, FI_GETWAIT, &fd), 0);
+	RC(fi_endpoint(p.b.domain, p.info, &ep, NULL), 0);
+	RC(fi_ep_bind(ep, &p.b.av->fid, 0), 0);
+	RC(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	RC(fi_enable(ep), 0);
+	char name[64], rb[64];
+	size_t len = sizeof name;
+	fi_addr_t to;
+	RC(fi_getname(&ep->fid, name, &len), 0);
+	RC(fi_av_insert(p.a.av, name, 1, &to, 0, NULL), 1);
+	RC(fi_recv(ep, rb, sizeof rb, NULL, FI_ADDR_UNSPEC, (void *)7), 0);
+	struct fid *fids[1] = {&cq->fid};
+	RC(fi_trywait(p.a.fabric, fids, 1), 0);
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+	RC(poll(&pfd, 1, 0), 0);
+	RC(fi_send(p.a.ep, "wake", 4, NULL, to, NULL), 0);
+	RC(poll(&pfd, 1, 10000), 1);
+	RC(fi_trywait(p.a.fabric, fids, 1), -FI_EAGAIN);
+	struct fi_cq_tagged_entry e;
+	RC(fi_cq_read(cq, &e, 1), 1);
+	CHECK(e.op_context == (void *)7 && e.len == 4 && !memcmp(rb, "wake", 4));
+	RC(poll(&pfd, 1, 0), 0);
+	/* Only CQs with a descriptor are waited on. */
+	struct fid *other[1] = {&p.b.rxcq->fid};
+	RC(fi_trywait(p.a.fabric, other, 1), -FI_EINVAL);
+	other[0] = &ep->fid;
+	RC(fi_trywait(p.a.fabric, other, 1), -FI_EINVAL);
+	RC(fi_close(&ep->fid), 0);
+	RC(fi_close(&cq->fid), 0);
 	close_pair(&p);
 }
