@@ -101,6 +101,14 @@ const COMMANDS: &[(&str, How)] = &[
         Run("bytes"),
     ),
     (
+        "softrdma exec -- fi_pingpong -p softrdma -e msg -c &",
+        Serve(Ready::Tcp(47592)),
+    ),
+    (
+        "softrdma exec -- fi_pingpong -p softrdma -e msg -c 127.0.0.1",
+        Run("bytes"),
+    ),
+    (
         "mpicc.openmpi -o mpi_ring crates/softrdma-cli/tests/c/mpi_ring.c",
         Run(""),
     ),
