@@ -107,6 +107,21 @@ impl Buf {
     }
 }
 
+impl Buf {
+    /// Where `len` bytes from `off` of this buffer lie, as a completion names a message in
+    /// a multi-receive buffer: the same memory for the caller's (`Buf::raw`), nothing for
+    /// an owned vector (which comes back whole with the buffer's last completion).
+    pub(crate) fn view(&self, off: usize, len: usize) -> Buf {
+        match &self.0 {
+            Inner::Raw { addr, len: cap } if off.saturating_add(len) <= *cap => Self(Inner::Raw {
+                addr: addr + off,
+                len,
+            }),
+            _ => Self(Inner::Owned(Vec::new())),
+        }
+    }
+}
+
 impl From<Vec<u8>> for Buf {
     fn from(v: Vec<u8>) -> Self {
         Self(Inner::Owned(v))

@@ -40,6 +40,9 @@ pub mod flags {
     pub const SEND: u64 = 1 << 11;
     /// A peer's WRITE into this endpoint's memory.
     pub const REMOTE_WRITE: u64 = 1 << 13;
+    /// A multi-receive buffer's last completion: the buffer is released
+    /// (`FI_MULTI_RECV`).
+    pub const MULTI_RECV: u64 = 1 << 16;
     /// The entry carries the sender's remote CQ data.
     pub const REMOTE_CQ_DATA: u64 = 1 << 17;
 }
@@ -83,6 +86,8 @@ pub struct Completion {
     pub error: i32,
     /// For `ETRUNC`, the message's whole length.
     pub olen: usize,
+    /// Where in a multi-receive buffer the message starts (0 otherwise).
+    pub offset: usize,
 }
 
 impl Completion {
@@ -98,6 +103,7 @@ impl Completion {
             src: FI_ADDR_UNSPEC,
             error,
             olen: 0,
+            offset: 0,
         }
     }
 }

@@ -69,10 +69,19 @@ impl<R, M> Matcher<R, M> {
     /// Posts receive `r`: the oldest unexpected message it takes, if one waits (then `r`
     /// is not kept), else `r` waits.
     pub fn post(&mut self, a: Accepts, r: R) -> Option<(R, Offers, M)> {
+        self.post_at(a, r, false)
+    }
+
+    /// [`Matcher::post`], `r` waiting first with `front`, else last.
+    fn post_at(&mut self, a: Accepts, r: R, front: bool) -> Option<(R, Offers, M)> {
         match self.unexpected.iter().position(|(o, _)| a.takes(o)) {
             Some(i) => {
                 let (o, m) = self.unexpected.remove(i).expect("found");
                 Some((r, o, m))
+            }
+            None if front => {
+                self.posted.push_front((a, r));
+                None
             }
             None => {
                 self.posted.push_back((a, r));
@@ -94,6 +103,13 @@ impl<R, M> Matcher<R, M> {
                 None
             }
         }
+    }
+
+    /// Puts back a receive that took a message and has room for more (a multi-receive
+    /// buffer, `FI_MULTI_RECV`), ahead of those posted after it: the oldest unexpected
+    /// message it takes, if one waits (then `r` is not kept), else it waits first.
+    pub fn repost_front(&mut self, a: Accepts, r: R) -> Option<(R, Offers, M)> {
+        self.post_at(a, r, true)
     }
 
     /// Takes back the oldest posted receive for which `which` holds (`fi_cancel`).
@@ -140,6 +156,29 @@ mod tests {
 
     fn offer(tagged: bool, tag: u64, src: FiAddr) -> Offers {
         Offers { tagged, tag, src }
+    }
+
+    /// A receive put back at the front (a multi-receive buffer with room) is matched
+    /// before those posted after it, and takes a waiting message at once.
+    #[test]
+    fn a_receive_put_back_goes_first() {
+        let any = Accepts {
+            tagged: false,
+            tag: 0,
+            ignore: 0,
+            src: FI_ADDR_UNSPEC,
+        };
+        let mut m = Matcher::default();
+        assert!(m.post(any, "later").is_none());
+        assert!(m.repost_front(any, "multi").is_none());
+        assert_eq!(m.arrive(offer(false, 0, 1), 1), Some(("multi", 1)));
+        assert_eq!(m.arrive(offer(false, 0, 1), 2), Some(("later", 2)));
+        assert_eq!(m.arrive(offer(false, 0, 1), 3), None);
+        assert_eq!(
+            m.repost_front(any, "multi").map(|(r, _, x)| (r, x)),
+            Some(("multi", 3))
+        );
+        assert_eq!(m.lens(), (0, 0));
     }
 
     #[test]

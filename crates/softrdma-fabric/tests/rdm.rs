@@ -517,3 +517,79 @@ fn a_cq_descriptor_wakes_a_program_sleeping_in_poll() {
     assert_eq!((got[0].context, got[0].len), (1, 4));
     assert!(!readable(0), "read empty, the descriptor is quiet again");
 }
+
+/// A multi-receive buffer takes message after message, eager and rendezvous, unexpected
+/// ones first, each at its offset, until less than its minimum free space is left; the
+/// last completion gives it back (`MULTI_RECV`) and the next message goes to the next
+/// receive.
+#[test]
+fn a_multi_receive_buffer_takes_messages_until_it_is_full() {
+    let (a, b, to_b, _) = pair(29, 7615);
+    let sizes = [3000usize, 5000, 12000, 4000, 6000, 100];
+    let send = |i: usize| {
+        a.ep.send(
+            to_b,
+            pattern(i as u8, sizes[i]),
+            i as u64,
+            SendOpts::default(),
+        )
+        .unwrap()
+    };
+    // Two come before the buffer is posted: they wait unexpected, and it takes them first.
+    send(0);
+    send(1);
+    let sent = a.cq.wait(2, Duration::from_secs(10));
+    assert_eq!(sent.len(), 2);
+    b.ep.recv_multi(vec![0; 32768], 8192, FI_ADDR_UNSPEC, 77)
+        .unwrap();
+    for i in 2..5 {
+        send(i);
+    }
+    let got = b.cq.wait(5, Duration::from_secs(10));
+    assert_eq!(got.len(), 5, "{got:?}");
+    let mut offsets: Vec<(usize, usize)> = got.iter().map(|c| (c.offset, c.len)).collect();
+    offsets.sort();
+    assert_eq!(
+        offsets,
+        [
+            (0, 3000),
+            (3000, 5000),
+            (8000, 12000),
+            (20000, 4000),
+            (24000, 6000)
+        ]
+    );
+    assert!(
+        got.iter().all(|c| c.context == 77 && c.error == 0),
+        "{got:?}"
+    );
+    let last = got.last().unwrap();
+    assert_ne!(last.flags & flags::MULTI_RECV, 0, "the last gives it back");
+    assert_eq!(
+        got.iter()
+            .filter(|c| c.flags & flags::MULTI_RECV != 0)
+            .count(),
+        1
+    );
+    for (i, &(off, len)) in offsets.iter().enumerate() {
+        assert!(
+            last.buf[off..off + len] == pattern(i as u8, len)[..],
+            "message {i}"
+        );
+    }
+    // The buffer is out of matching: the next message waits for a receive.
+    b.ep.recv(vec![0; 200], FI_ADDR_UNSPEC, 78).unwrap();
+    send(5);
+    let r = b.cq.wait(1, Duration::from_secs(10));
+    assert_eq!(
+        (r[0].context, r[0].len, r[0].flags & flags::MULTI_RECV),
+        (78, 100, 0)
+    );
+    // A multi-receive buffer cancelled comes back, flagged, with nothing in it.
+    b.ep.recv_multi(vec![0; 1000], 10, FI_ADDR_UNSPEC, 79)
+        .unwrap();
+    assert!(b.ep.cancel(79));
+    let c = b.cq.wait(1, Duration::from_secs(10));
+    assert_eq!((c[0].context, c[0].error), (79, errno::ECANCELED));
+    assert_ne!(c[0].flags & flags::MULTI_RECV, 0);
+}

@@ -103,8 +103,15 @@ fn tagged(c: &Completion) -> fi_cq_tagged_entry {
         op_context: c.context as *mut c_void,
         flags: c.flags,
         len: c.len,
+        // A multi-receive buffer's last entry gives the whole buffer back: its message
+        // lies at its offset.
         buf: if c.flags & flags::RECV != 0 {
-            c.buf.addr() as *mut c_void
+            let off = if c.flags & flags::MULTI_RECV != 0 {
+                c.offset as u64
+            } else {
+                0
+            };
+            (c.buf.addr() + off) as *mut c_void
         } else {
             std::ptr::null_mut()
         },

@@ -176,10 +176,19 @@ pub fn cm_getopt(
     optval: *mut std::ffi::c_void,
     optlen: *mut usize,
 ) -> Result<c_int, Errno> {
-    use crate::abi::{FI_ENOPROTOOPT, FI_ETOOSMALL, FI_OPT_CM_DATA_SIZE, FI_OPT_ENDPOINT};
+    use crate::abi::{FI_ENOPROTOOPT, FI_OPT_CM_DATA_SIZE, FI_OPT_ENDPOINT};
     if level != FI_OPT_ENDPOINT || optname != FI_OPT_CM_DATA_SIZE {
         return Err(FI_ENOPROTOOPT);
     }
+    put_size(optval, optlen, softrdma_fabric::CONNECT_DATA_MAX)
+}
+
+/// Gives `v` to a `fi_getopt` caller as its `size_t` option value.
+pub fn put_size(
+    optval: *mut std::ffi::c_void,
+    optlen: *mut usize,
+    v: usize,
+) -> Result<c_int, Errno> {
     if optval.is_null() || optlen.is_null() {
         return Err(FI_EINVAL);
     }
@@ -187,11 +196,9 @@ pub fn cm_getopt(
     unsafe {
         if *optlen < size_of::<usize>() {
             *optlen = size_of::<usize>();
-            return Err(FI_ETOOSMALL);
+            return Err(crate::abi::FI_ETOOSMALL);
         }
-        optval
-            .cast::<usize>()
-            .write_unaligned(softrdma_fabric::CONNECT_DATA_MAX);
+        optval.cast::<usize>().write_unaligned(v);
         *optlen = size_of::<usize>();
     }
     Ok(0)

@@ -23,7 +23,7 @@ use softrdma_fabric::{
 };
 use std::ffi::{c_int, c_void};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// A CQ binding: the queue, and whether only operations with `FI_COMPLETION` report.
@@ -71,7 +71,12 @@ pub struct Ep {
     tx_selective: OnceLock<bool>,
     /// The largest inject.
     pub inject_size: usize,
+    /// The space under which a multi-receive buffer is released (`FI_OPT_MIN_MULTI_RECV`).
+    min_multi_recv: AtomicUsize,
 }
+
+/// `FI_OPT_MIN_MULTI_RECV` until the application sets it: room for an eager message.
+const MIN_MULTI_RECV: usize = softrdma_fabric::EAGER_MAX;
 
 /// An enabled endpoint of any type.
 pub enum Live<'a> {
@@ -102,6 +107,11 @@ impl Ep {
     /// The default send flags.
     pub fn tx_flags(&self) -> u64 {
         self.tx_flags.load(Ordering::Relaxed)
+    }
+
+    /// The space under which a multi-receive buffer is released.
+    pub fn min_multi_recv(&self) -> usize {
+        self.min_multi_recv.load(Ordering::Relaxed)
     }
 }
 
@@ -195,6 +205,7 @@ impl Ep {
             rx_flags: AtomicU64::new(rx_flags),
             tx_selective: OnceLock::new(),
             inject_size,
+            min_multi_recv: AtomicUsize::new(MIN_MULTI_RECV),
         }
     }
 }
@@ -384,6 +395,9 @@ unsafe extern "C" fn ep_getopt(
 ) -> c_int {
     guard_int(|| {
         let e = entry::get::<Ep>(f)?;
+        if e.ep_type == FI_EP_RDM && level == FI_OPT_ENDPOINT && optname == FI_OPT_MIN_MULTI_RECV {
+            return entry::put_size(optval, optlen, e.min_multi_recv());
+        }
         if e.ep_type != FI_EP_MSG {
             return Err(FI_ENOPROTOOPT);
         }
@@ -393,14 +407,23 @@ unsafe extern "C" fn ep_getopt(
 
 unsafe extern "C" fn ep_setopt(
     f: *mut fid,
-    _level: c_int,
-    _optname: c_int,
-    _optval: *const c_void,
-    _optlen: usize,
+    level: c_int,
+    optname: c_int,
+    optval: *const c_void,
+    optlen: usize,
 ) -> c_int {
     guard_int(|| {
-        entry::get::<Ep>(f)?;
-        Err(FI_ENOPROTOOPT)
+        let e = entry::get::<Ep>(f)?;
+        if level != FI_OPT_ENDPOINT || optname != FI_OPT_MIN_MULTI_RECV || e.ep_type != FI_EP_RDM {
+            return Err(FI_ENOPROTOOPT);
+        }
+        if optval.is_null() || optlen != size_of::<usize>() {
+            return Err(FI_EINVAL);
+        }
+        // SAFETY: the caller's size_t, its length checked.
+        let v = unsafe { optval.cast::<usize>().read_unaligned() };
+        e.min_multi_recv.store(v, Ordering::Relaxed);
+        Ok(0)
     })
 }
 

@@ -38,6 +38,7 @@ const RMA_MR_MODE: c_int = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED;
 /// The reliable-datagram endpoint's capabilities.
 pub const RDM_CAPS: u64 = FI_MSG
     | FI_TAGGED
+    | FI_MULTI_RECV
     | RMA_CAPS
     | FI_SEND
     | FI_RECV
@@ -138,7 +139,7 @@ const DEFAULT_SECONDARY: u64 = FI_LOCAL_COMM | FI_REMOTE_COMM;
 /// Default op flags an application may set on the endpoint.
 const TX_OP_FLAGS: u64 =
     FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
-const RX_OP_FLAGS: u64 = FI_COMPLETION;
+const RX_OP_FLAGS: u64 = FI_COMPLETION | FI_MULTI_RECV;
 /// The tag format: all 64 bits match (bit 63 set, as Open MPI needs).
 const TAG_FORMAT: u64 = 0xAAAA_AAAA_AAAA_AAAA;
 

@@ -118,9 +118,6 @@ fn recv(ep: *mut fid_ep, buf: *mut c_void, len: usize, op: Op) -> isize {
                 return Ok(0);
             }
         };
-        if op.flags & FI_MULTI_RECV != 0 {
-            return Err(FI_EOPNOTSUPP);
-        }
         let src = if e.caps & FI_DIRECTED_RECV != 0 {
             op.addr
         } else {
@@ -128,6 +125,15 @@ fn recv(ep: *mut fid_ep, buf: *mut c_void, len: usize, op: Op) -> isize {
         };
         let mem = memory(buf, len)?;
         let ctx = op.context as u64;
+        // A multi-receive buffer takes untagged messages only.
+        if op.flags & FI_MULTI_RECV != 0 {
+            if e.caps & FI_MULTI_RECV == 0 || op.tag.is_some() {
+                return Err(FI_EOPNOTSUPP);
+            }
+            live.recv_multi(mem, e.min_multi_recv(), src, ctx)
+                .map_err(|err| err.errno())?;
+            return Ok(0);
+        }
         let (tag, ignore) = op.tag.unwrap_or((0, 0));
         // FI_PEEK looks (FI_CLAIM: and takes); FI_CLAIM alone receives what a peek took,
         // FI_DISCARD with it drops that.

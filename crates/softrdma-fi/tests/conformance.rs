@@ -125,6 +125,7 @@ cases! {
     directed_recv "127.0.88.16",
     cancel "127.0.88.17",
     peek_claim "127.0.88.22",
+    multi_recv "127.0.88.33",
     truncation "127.0.88.18",
     selective_completion "127.0.88.19",
     bad_address "127.0.88.20",

@@ -73,10 +73,10 @@
 //! | `CapiContextSrqs`, `CapiSrqAttr` | a drop-in context's SRQs, an SRQ's attributes | to name an async event's SRQ, to arm a limit |
 //! | `CapiQpBatch` | a drop-in QP's `ibv_wr_*` batch | per builder call |
 //! | `CapiPorts` | the drop-in's bound rdma_cm ports | leaf |
+//! | `FabricDomains` | the fabric layer's open domains, by address | around opening one: softrdma's own locks under it |
 //! | `FabricCqBound` | the endpoints a `softrdma-fabric` CQ or counter drives | to list them, alone |
 //! | `FabricEp` | a fabric endpoint's state | by its calls, its CQ's reads and its progress thread, around calls into this crate |
 //! | `FabricAv`, `FabricCqEntries`, `FabricEq` | a fabric address vector's table, a fabric CQ's entries, a fabric EQ's events | leaves, under `FabricEp` |
-//! | `FabricDomains` | the fabric layer's open domains, by address | around opening one: softrdma's own locks under it |
 //! | `CmCores` | `cm`'s registry of agent hosts (`CORES`) | to find or start a device's CM host |
 //! | `CmAgent` | a CM host's state (`Core::st`) | by the CM thread and by ID verbs; *try* by pollers serving inline |
 //! | `CmGate` | a CM host's inline-service gate | *try* only |

@@ -20,6 +20,7 @@
 
 mod conn;
 mod count;
+mod multi;
 mod progress;
 mod rma;
 
@@ -72,6 +73,8 @@ struct Recv {
     context: u64,
     buf: Buf,
     tagged: bool,
+    /// The multi-receive buffer it stands for (`multi`), whose memory the state keeps.
+    multi: Option<multi::Part>,
 }
 
 /// A message that came before a receive that takes it.
@@ -201,6 +204,9 @@ struct State {
     peer_addrs: Vec<SocketAddr>,
     by_qpn: HashMap<u32, usize>,
     matcher: Matcher<Recv, Arrived>,
+    /// Multi-receive buffers, by number.
+    multis: HashMap<u64, multi::Multi>,
+    next_multi: u64,
     /// Messages taken out of matching by a peek with `FI_CLAIM`, by its context, with
     /// their senders.
     claimed: HashMap<u64, (FiAddr, Arrived)>,
@@ -288,6 +294,8 @@ impl Endpoint {
                 by_qpn: HashMap::new(),
                 matcher: Matcher::default(),
                 claimed: HashMap::new(),
+                multis: HashMap::new(),
+                next_multi: 1,
                 wrs: HashMap::new(),
                 next_wr: 1,
                 rndv_out: HashMap::new(),
@@ -395,6 +403,7 @@ impl Endpoint {
                 src: st.source(src),
                 error: 0,
                 olen: 0,
+                offset: 0,
             },
             None => Completion::of(
                 context,
@@ -422,6 +431,7 @@ impl Endpoint {
             context,
             buf: buf.into(),
             tagged,
+            multi: None,
         };
         if discard {
             let c = Completion::of(context, recv_flags(tagged, false), r.buf, 0, 0);
@@ -441,6 +451,10 @@ impl Endpoint {
     pub fn cancel(&self, context: u64) -> bool {
         let mut st = self.st();
         match st.matcher.cancel(|r| r.context == context) {
+            Some(Recv { multi: Some(p), .. }) => {
+                st.cancel_multi(p.id());
+                true
+            }
             Some(r) => {
                 let flags = recv_flags(r.tagged, false);
                 st.complete_rx(Completion::of(r.context, flags, r.buf, 0, errno::ECANCELED));
@@ -669,6 +683,7 @@ impl State {
             context,
             buf,
             tagged: a.tagged,
+            multi: None,
         };
         if let Some((r, o, m)) = self.matcher.post(a, r) {
             self.deliver(r, o.src, m);

@@ -160,6 +160,10 @@ impl State {
 
     /// Hands message `m` from `src` to receive `r`.
     pub(super) fn deliver(&mut self, mut r: Recv, src: FiAddr, m: Arrived) {
+        if r.multi.is_some_and(|p| p.takes()) {
+            self.deliver_multi(r, src, m);
+            return;
+        }
         match m {
             Arrived::Eager { hdr, slot } => {
                 let payload = &slot[HEADER_LEN..];
@@ -239,7 +243,12 @@ impl State {
 
     /// A receive's completion: `len` is the message's whole length; what did not fit is
     /// an `ETRUNC` error entry. `src` is the sender as matching knows it.
-    fn complete_recv(&self, r: Recv, hdr: &Header, src: FiAddr, len: usize, error: i32) {
+    fn complete_recv(&mut self, r: Recv, hdr: &Header, src: FiAddr, len: usize, error: i32) {
+        if r.multi.is_some() {
+            // A rendezvous message's READ for a multi-receive buffer.
+            self.multi_read(r, hdr, src, error);
+            return;
+        }
         let src = self.source(src);
         let cap = r.buf.len();
         let (got, error) = match error {
@@ -256,6 +265,7 @@ impl State {
             src,
             error,
             olen: len - got,
+            offset: 0,
         });
     }
 

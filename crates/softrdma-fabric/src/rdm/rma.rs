@@ -254,6 +254,7 @@ impl State {
             src: FI_ADDR_UNSPEC,
             error: 0,
             olen: 0,
+            offset: 0,
         });
     }
 }

@@ -501,6 +501,48 @@ static void peek_claim(void)
 
 /* A message longer than its receive: what fits lands, and an error entry says how much
  * did not. */
+/* A multi-receive buffer (FI_MULTI_RECV): messages land one after another, each entry's
+ * buf where its message lies, until less than FI_OPT_MIN_MULTI_RECV is left; the last
+ * entry carries FI_MULTI_RECV. */
+static void multi_recv(void)
+{
+	struct pair p;
+	open_pair(&p, FI_MSG | FI_MULTI_RECV, 0);
+	CHECK(p.info->caps & FI_MULTI_RECV);
+	static char mb[16384], sb[12000];
+	size_t min = 4096, len = sizeof min;
+	RC(fi_setopt(&p.b.ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof min), 0);
+	min = 0;
+	RC(fi_getopt(&p.b.ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, &len), 0);
+	CHECK(min == 4096);
+	struct iovec iov = {.iov_base = mb, .iov_len = sizeof mb};
+	struct fi_msg msg = {.msg_iov = &iov, .iov_count = 1, .addr = FI_ADDR_UNSPEC,
+			     .context = (void *)5};
+	RC(fi_recvmsg(p.b.ep, &msg, FI_MULTI_RECV), 0);
+	/* 1000 + 10000 (by rendezvous) + 2000: 3384 bytes left, under 4096. */
+	size_t sizes[3] = {1000, 10000, 2000};
+	for (int k = 0; k < 3; k++) {
+		fill(sb, sizes[k], k + 1);
+		RC(fi_send(p.a.ep, sb, sizes[k], NULL, p.a_to_b, NULL), 0);
+		one(p.a.txcq);
+	}
+	int released = 0;
+	for (int k = 0; k < 3; k++) {
+		struct fi_cq_tagged_entry e = one(p.b.rxcq);
+		CHECK(e.op_context == (void *)5 && e.len == sizes[k], "len %zu", e.len);
+		char *at = e.buf;
+		CHECK(at >= mb && at + e.len <= mb + sizeof mb, "buf inside the buffer");
+		CHECK(same(at, e.len, k + 1), "message %d's bytes", k);
+		released += !!(e.flags & FI_MULTI_RECV);
+		CHECK(!(e.flags & FI_MULTI_RECV) || k == 2, "released by the last");
+	}
+	CHECK(released == 1);
+	/* Tagged multi-receive is not offered. */
+	struct fi_msg_tagged t = {.msg_iov = &iov, .iov_count = 1, .addr = FI_ADDR_UNSPEC};
+	RC(fi_trecvmsg(p.b.ep, &t, FI_MULTI_RECV), -FI_EOPNOTSUPP);
+	close_pair(&p);
+}
+
 static void truncation(void)
 {
 	struct pair p;
@@ -596,6 +638,7 @@ static const struct {
 	{"directed_recv", directed_recv},
 	{"cancel", cancel},
 	{"peek_claim", peek_claim},
+	{"multi_recv", multi_recv},
 	{"truncation", truncation},
 	{"selective_completion", selective_completion},
 	{"bad_address", bad_address},
