@@ -73,6 +73,8 @@ pub struct Offer {
     pub tag_format: u64,
     /// Whether a message is at most one MTU of the device (a datagram).
     pub one_mtu: bool,
+    /// The order its sends keep (`FI_ORDER_SAS`, or none for datagrams).
+    pub order: u64,
 }
 
 impl Offer {
@@ -95,6 +97,7 @@ pub const OFFERS: [Offer; 3] = [
         cq_data: CQ_DATA,
         tag_format: TAG_FORMAT,
         one_mtu: false,
+        order: FI_ORDER_SAS,
     },
     Offer {
         ep_type: FI_EP_MSG,
@@ -102,6 +105,7 @@ pub const OFFERS: [Offer; 3] = [
         cq_data: MSG_CQ_DATA,
         tag_format: 0,
         one_mtu: false,
+        order: FI_ORDER_SAS,
     },
     Offer {
         ep_type: FI_EP_DGRAM,
@@ -109,6 +113,7 @@ pub const OFFERS: [Offer; 3] = [
         cq_data: MSG_CQ_DATA,
         tag_format: 0,
         one_mtu: true,
+        order: FI_ORDER_NONE,
     },
 ];
 
@@ -393,7 +398,7 @@ fn ep_info(req: &Request<'_>, dev: &Device, offer: &Offer) -> Option<*mut fi_inf
         if let Some(tx) = tx {
             if !within(tx.caps, all)
                 || !within(tx.op_flags, TX_OP_FLAGS)
-                || !within(tx.msg_order, FI_ORDER_SAS)
+                || !within(tx.msg_order, offer.order)
                 || !within(tx.comp_order, FI_ORDER_NONE)
                 || tx.inject_size > inject
                 || tx.size > QUEUE
@@ -413,7 +418,7 @@ fn ep_info(req: &Request<'_>, dev: &Device, offer: &Offer) -> Option<*mut fi_inf
         if let Some(rx) = rx {
             if !within(rx.caps, all)
                 || !within(rx.op_flags, RX_OP_FLAGS)
-                || !within(rx.msg_order, FI_ORDER_SAS)
+                || !within(rx.msg_order, offer.order)
                 || !within(rx.comp_order, FI_ORDER_NONE)
                 || rx.total_buffered_recv > 0
                 || rx.size > QUEUE
@@ -442,7 +447,7 @@ fn ep_info(req: &Request<'_>, dev: &Device, offer: &Offer) -> Option<*mut fi_inf
         let tx = &mut *info.tx_attr;
         tx.caps = caps;
         tx.op_flags = ep_flags.0;
-        tx.msg_order = FI_ORDER_SAS;
+        tx.msg_order = offer.order;
         tx.comp_order = FI_ORDER_NONE;
         tx.inject_size = sizes.0;
         tx.size = sizes.1;
@@ -451,7 +456,7 @@ fn ep_info(req: &Request<'_>, dev: &Device, offer: &Offer) -> Option<*mut fi_inf
         let rx = &mut *info.rx_attr;
         rx.caps = caps;
         rx.op_flags = ep_flags.1;
-        rx.msg_order = FI_ORDER_SAS;
+        rx.msg_order = offer.order;
         rx.comp_order = FI_ORDER_NONE;
         rx.size = sizes.2;
         rx.iov_limit = 1;
