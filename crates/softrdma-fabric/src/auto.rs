@@ -37,6 +37,11 @@ pub(crate) trait Driven: Send + 'static {
     /// Handles what waits: device completions and connection events.
     fn progress_all(&mut self);
 
+    /// The program's own progress, from its read of a CQ.
+    fn app_progress(&mut self) {
+        self.progress_all();
+    }
+
     /// Takes the device CQ's event, if one came.
     fn take_cq_event(&mut self) {
         if let Some(c) = self.device_cq() {
@@ -58,7 +63,7 @@ impl<S: Driven> crate::cq::Progress for Lock<S> {
     fn progress(&self) {
         let mut st = self.lock();
         st.note_app_read();
-        st.progress_all();
+        st.app_progress();
     }
 }
 

@@ -218,6 +218,8 @@ struct State {
     bad_headers: u64,
     /// When the program last read a CQ this endpoint is bound to (see `auto`).
     app_read: std::time::Instant,
+    /// Whether the program's last read brought device completions (see `app_progress`).
+    app_productive: bool,
 }
 
 /// Options of a send.
@@ -302,6 +304,7 @@ impl Endpoint {
                 next_msg: 1,
                 bad_headers: 0,
                 app_read: std::time::Instant::now(),
+                app_productive: false,
             },
         ));
         let auto = crate::auto::start(&st, (&tx_cq, &rx_cq), (cm_fd, cq_fd))?;
@@ -507,6 +510,26 @@ impl crate::auto::Driven for State {
 
     fn progress_all(&mut self) {
         State::progress_all(self);
+    }
+
+    /// The read right after one that brought completions leaves the device alone (its
+    /// connection events are still handled). A program that reads its CQ until it is
+    /// empty before it answers (Open MPI's progress loop) would otherwise poll the device
+    /// once more, find nothing, and make it send the ACK it holds for the message just
+    /// received alone, instead of in the same send as the answer: two packets a turn
+    /// instead of one. The device's own timers send a held ACK in time if no answer comes.
+    fn app_progress(&mut self) {
+        if std::mem::take(&mut self.app_productive) {
+            if self.cm_events() {
+                self.device_completions();
+            }
+            return;
+        }
+        let n = self.device_completions();
+        if self.cm_events() {
+            self.device_completions();
+        }
+        self.app_productive = n > 0;
     }
 }
 

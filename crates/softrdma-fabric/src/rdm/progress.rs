@@ -18,11 +18,13 @@ impl State {
     /// empty makes the device send the ACKs it holds back at once, where the ACK of what
     /// just came would otherwise ride in the same send as the application's answer (a
     /// ping-pong then costs one packet a turn instead of two).
-    pub(super) fn device_completions(&mut self) {
+    pub(super) fn device_completions(&mut self) -> usize {
         const BATCH: usize = 64;
+        let mut seen = 0;
         loop {
             let wcs = self.vcq.cq.poll(BATCH);
             let full = wcs.len() == BATCH;
+            seen += wcs.len();
             for wc in wcs {
                 let conn = self.by_qpn.get(&wc.qp_num.value()).copied();
                 let ok = wc.status == WcStatus::Success;
@@ -114,7 +116,7 @@ impl State {
                 }
             }
             if !full {
-                return;
+                return seen;
             }
         }
     }
