@@ -3,12 +3,14 @@
 //!
 //! The [`Fabric`] lists softrdma's devices; a [`Domain`] is one of them, open, with memory
 //! [`Region`]s good on all its endpoints. The reliable-datagram endpoint ([`Endpoint`],
-//! `FI_EP_RDM`) offers messages and tagged messages (eager and by rendezvous), RMA (with
-//! 64 bits of remote CQ data), atomics, completion queues and [`Counter`]s, and automatic
-//! progress. The connected endpoint ([`MsgEndpoint`], `FI_EP_MSG`) is one RC connection,
-//! made through a [`PassiveEndpoint`] with its events on an [`EventQueue`]. DGRAM
-//! endpoints, multi-receive and a pollable CQ are still to come (issue 40). libsoftrdma-fi.so (crate `softrdma-fi`) is the same layer as a libfabric
-//! provider; `docs/fabric-provider.md` says what libfabric asks of one.
+//! `FI_EP_RDM`) offers messages and tagged messages (eager and by rendezvous, and into
+//! multi-receive buffers), RMA (with 64 bits of remote CQ data), atomics, completion
+//! queues (with a pollable descriptor if asked) and [`Counter`]s, and automatic progress.
+//! The connected endpoint ([`MsgEndpoint`], `FI_EP_MSG`) is one RC connection, made
+//! through a [`PassiveEndpoint`] with its events on an [`EventQueue`]; the datagram
+//! endpoint ([`DgramEndpoint`], `FI_EP_DGRAM`) is one UD QP. Every endpoint names its peers
+//! by IP address and port. libsoftrdma-fi.so (crate `softrdma-fi`) is the same layer as a
+//! libfabric provider; `docs/fabric-provider.md` says what libfabric asks of one.
 //!
 //! ```no_run
 //! use softrdma_fabric::{AddressVector, CompletionQueue, Endpoint, SendOpts, FI_ADDR_UNSPEC};
@@ -26,8 +28,8 @@
 //!
 //! Layers, lowest first: `wire` (the protocol's header, sans-I/O) and `matching` (which
 //! receive a message goes to, sans-I/O); `addr`, `cq`, `counter`, `eq` and `error`;
-//! `domain` (the fabric, domains and regions); `auto` (the progress threads); `rdm` and
-//! `msg`, the endpoints.
+//! `domain` (the fabric, domains and regions); `auto` (the progress threads); `rdm`, `msg`
+//! and `dgram`, the endpoints.
 
 mod addr;
 mod auto;

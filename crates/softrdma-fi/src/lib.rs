@@ -1,17 +1,18 @@
 //! softrdma's native libfabric provider, `libsoftrdma-fi.so`: libfabric 1.17 loads it from
 //! `FI_PROVIDER_PATH` (`softrdma exec` sets it) and calls [`fi_prov_ini`]. Its name is
-//! `softrdma`; it offers the reliable-datagram endpoint (`FI_EP_RDM`) of the fabric layer
-//! (`softrdma-fabric`) on each softrdma device, with messages, tagged messages, RMA,
-//! atomics (64-bit add, read and compare-and-swap) and counters.
+//! `softrdma`; it offers the fabric layer's (`softrdma-fabric`) endpoints on each softrdma
+//! device: reliable-datagram (`FI_EP_RDM`: messages, tagged messages, multi-receive, RMA,
+//! 64-bit add, read and compare-and-swap atomics, counters), connected (`FI_EP_MSG`) and
+//! datagram (`FI_EP_DGRAM`); its CQs may have a pollable descriptor (`FI_WAIT_FD`).
 //!
 //! The provider ABI, and what libfabric, `fi_pingpong` and Open MPI ask of it, are in
 //! `docs/fabric-provider.md`. Layers, lowest first: `abi` (the C structs and constants,
 //! their layouts checked at compile time) and `sockaddr` (names); `entry` (the panic
 //! guard, the registry of live objects, the stubs); `info` (`fi_getinfo`); the objects,
-//! `domain`, `av`, `cq`, `cntr`, `mr` and `ep` (with `wait`, the blocking reads); `xfer`
-//! (messages) and `rma` (RMA and atomics), the endpoint's data operations; `endpoint`
-//! (opening one); and on top `fabric` (the fabric, the opening of domains with their
-//! operations, and EQs).
+//! `domain`, `av`, `cq`, `cntr`, `eq`, `mr`, `pep` and `ep` (with `wait`, the blocking
+//! reads); `xfer` (messages) and `rma` (RMA and atomics), the endpoint's data operations;
+//! `endpoint` (opening one); and on top `fabric` (the fabric, and the opening of domains
+//! with their operations).
 //!
 //! Every entry point checks its fid against the registry, so a freed or foreign fid
 //! gets `-FI_EINVAL` instead of a crash (where libfabric's inline wrapper reached the

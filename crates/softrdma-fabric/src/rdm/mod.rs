@@ -9,8 +9,9 @@
 //! Opens on a [`Domain`] (a softrdma device, shared with the domain's other endpoints and
 //! its regions) and owns its connections, the posted receives and the messages that came
 //! unexpected. `conn` handles the connection events, `progress` the device's completions,
-//! `rma` the RMA and atomic verbs, `count` the completions' way to their CQs and
-//! counters, and `auto` the progress thread.
+//! `rma` the RMA and atomic verbs, `multi` the multi-receive buffers, and `count` the
+//! completions' way to their CQs and counters; the crate's `auto` runs the progress
+//! thread.
 //!
 //! Threads and locks: the endpoint's state is behind one lock (`FabricEp`, softrdma's
 //! ranked type), taken by each call, by the progress that a bound CQ's read drives, and by
