@@ -6,10 +6,10 @@
 //! Threads and locks: `FabricAv` (softrdma's ranked lock) around the table, held for a
 //! lookup or an insert only, under an endpoint's `FabricEp` or alone.
 
+use crate::Map;
 use crate::error::{FabricError, Result};
 use crate::matching::{FI_ADDR_UNSPEC, FiAddr};
 use softrdma::sync::{Guard, Lock, Rank};
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 
 /// The peers an endpoint sends to (`fid_av`, `FI_AV_TABLE`).
@@ -29,7 +29,7 @@ impl Default for AddressVector {
 #[derive(Debug, Default)]
 struct Table {
     addrs: Vec<Option<SocketAddr>>,
-    by_addr: HashMap<SocketAddr, FiAddr>,
+    by_addr: Map<SocketAddr, FiAddr>,
 }
 
 impl AddressVector {

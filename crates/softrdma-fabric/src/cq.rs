@@ -217,15 +217,30 @@ impl CompletionQueue {
     /// oldest first, stopping at the first error entry (`fi_cq_read`); whether an error
     /// entry is next comes with them (`-FI_EAVAIL`, for [`CompletionQueue::read_error`]).
     pub fn read_ok(&self, max: usize) -> (Vec<Completion>, bool) {
+        let mut got = Vec::new();
+        let (_, error_next) = self.read_ok_each(max, |c| got.push(c));
+        (got, error_next)
+    }
+
+    /// [`CompletionQueue::read_ok`] without a vector: each entry taken goes to `each`,
+    /// oldest first, under the queue's lock (so `each` must not touch this queue); how
+    /// many were taken, and whether an error entry is next. A C caller's `fi_cq_read`
+    /// copies them straight into its array.
+    pub fn read_ok_each(&self, max: usize, mut each: impl FnMut(Completion)) -> (usize, bool) {
         self.drive();
         let mut q = self.entries.lock();
-        let n = q.iter().take(max).take_while(|c| c.error == 0).count();
-        let got: Vec<_> = q.drain(..n).collect();
+        let mut n = 0;
+        while n < max && q.front().is_some_and(|c| c.error == 0) {
+            if let Some(c) = q.pop_front() {
+                each(c);
+                n += 1;
+            }
+        }
         if q.is_empty() && n > 0 {
             self.signal(&q);
         }
         let error_next = q.front().is_some_and(|c| c.error != 0);
-        (got, error_next)
+        (n, error_next)
     }
 
     /// Takes the error entry at the head, if one is there (`fi_cq_readerr`).
@@ -258,7 +273,10 @@ impl CompletionQueue {
     }
 
     fn drive(&self) {
-        let eps: Vec<_> = self.bound.lock().iter().filter_map(Weak::upgrade).collect();
+        // Taken out of the lock before they run (an endpoint's progress pushes entries
+        // here); a CQ has one or two endpoints bound, which fit without an allocation.
+        let eps: smallvec::SmallVec<[Arc<dyn Progress>; 4]> =
+            self.bound.lock().iter().filter_map(Weak::upgrade).collect();
         for ep in eps {
             ep.progress();
         }

@@ -15,6 +15,7 @@
 //! call, by the progress that a bound CQ's read drives and by the progress thread (`auto`);
 //! under it, the address vector's and the CQs' locks and softrdma's own.
 
+use crate::Map;
 use crate::addr::AddressVector;
 use crate::auto::{Auto, DeviceCq, Driven};
 use crate::buf::{Buf, Registered};
@@ -28,7 +29,7 @@ use softrdma::{
     AccessFlags, MemoryRegion, QpCaps, QpInitAttr, QpType, QueuePair, RecvWr, SendFlags, SendOp,
     SendWr,
 };
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -91,19 +92,19 @@ struct State {
     av: Arc<AddressVector>,
     tx_cq: Arc<CompletionQueue>,
     rx_cq: Arc<CompletionQueue>,
-    peers: HashMap<SocketAddr, Peer>,
+    peers: Map<SocketAddr, Peer>,
     /// Resolving IDs' peers, by the number each ID carries.
-    resolving: HashMap<usize, SocketAddr>,
+    resolving: Map<usize, SocketAddr>,
     next_id: usize,
     slots: Vec<MemoryRegion>,
     /// Slots holding a datagram no receive has taken yet: slot, length, immediate.
     arrived: VecDeque<(usize, usize, Option<u32>)>,
     /// Receives posted and not yet filled.
     recvs: VecDeque<(u64, Buf)>,
-    wrs: HashMap<u64, Wr>,
+    wrs: Map<u64, Wr>,
     next_wr: u64,
     max: usize,
-    app_read: std::time::Instant,
+    app_reads: u64,
 }
 
 impl DgramEndpoint {
@@ -156,16 +157,16 @@ impl DgramEndpoint {
                 av,
                 tx_cq: tx_cq.clone(),
                 rx_cq: rx_cq.clone(),
-                peers: HashMap::new(),
-                resolving: HashMap::new(),
+                peers: Map::default(),
+                resolving: Map::default(),
                 next_id: 1,
                 slots,
                 arrived: VecDeque::new(),
                 recvs: VecDeque::new(),
-                wrs: HashMap::new(),
+                wrs: Map::default(),
                 next_wr: 1,
                 max,
-                app_read: std::time::Instant::now(),
+                app_reads: 0,
             },
         ));
         {
@@ -382,36 +383,32 @@ impl State {
         }
     }
 
+    /// Handles every device completion that waits ([`crate::auto::drain`]).
     fn device_completions(&mut self) {
-        const BATCH: usize = 64;
-        loop {
-            let wcs = self.vcq.cq.poll(BATCH);
-            let full = wcs.len() == BATCH;
-            for wc in wcs {
-                let Some(wr) = self.wrs.remove(&wc.wr_id) else {
-                    continue;
-                };
-                let ok = wc.status == softrdma::WcStatus::Success;
-                match wr {
-                    Wr::Slot(n) if ok && (wc.byte_len as usize) >= GRH => {
-                        let imm = wc
-                            .wc_flags
-                            .contains(softrdma::WcFlags::WITH_IMM)
-                            .then_some(wc.imm_data);
-                        self.arrived.push_back((n, wc.byte_len as usize - GRH, imm));
-                    }
-                    Wr::Slot(n) if ok => {
-                        let _ = self.post_slot(n);
-                    }
-                    Wr::Slot(_) => {}
-                    wr => self.sent(wr, if ok { 0 } else { errno::EIO }),
-                }
-            }
-            if !full {
-                break;
-            }
-        }
+        crate::auto::drain(self, |s| &mut s.vcq, Self::device_completion);
         self.deliver();
+    }
+
+    /// One device completion.
+    fn device_completion(&mut self, wc: softrdma::Completion) {
+        let Some(wr) = self.wrs.remove(&wc.wr_id) else {
+            return;
+        };
+        let ok = wc.status == softrdma::WcStatus::Success;
+        match wr {
+            Wr::Slot(n) if ok && (wc.byte_len as usize) >= GRH => {
+                let imm = wc
+                    .wc_flags
+                    .contains(softrdma::WcFlags::WITH_IMM)
+                    .then_some(wc.imm_data);
+                self.arrived.push_back((n, wc.byte_len as usize - GRH, imm));
+            }
+            Wr::Slot(n) if ok => {
+                let _ = self.post_slot(n);
+            }
+            Wr::Slot(_) => {}
+            wr => self.sent(wr, if ok { 0 } else { errno::EIO }),
+        }
     }
 
     fn cm_event(&mut self, ev: CmEvent) {
@@ -482,12 +479,12 @@ impl State {
 }
 
 impl Driven for State {
-    fn app_read(&self) -> std::time::Instant {
-        self.app_read
+    fn app_reads(&self) -> u64 {
+        self.app_reads
     }
 
     fn note_app_read(&mut self) {
-        self.app_read = std::time::Instant::now();
+        self.app_reads = self.app_reads.wrapping_add(1);
     }
 
     fn device_cq(&self) -> Option<&DeviceCq> {

@@ -93,16 +93,22 @@ impl<R, M> Matcher<R, M> {
     /// A message arrives: the oldest posted receive that takes it, if any (then the
     /// message is not kept), else it waits as unexpected.
     pub fn arrive(&mut self, o: Offers, m: M) -> Option<(R, M)> {
-        match self.posted.iter().position(|(a, _)| a.takes(&o)) {
-            Some(i) => {
-                let (_, r) = self.posted.remove(i).expect("found");
-                Some((r, m))
-            }
+        match self.take_posted(&o) {
+            Some(r) => Some((r, m)),
             None => {
                 self.unexpected.push_back((o, m));
                 None
             }
         }
+    }
+
+    /// The oldest posted receive that takes a message offering `o`, taken; `None` leaves
+    /// everything as it was. What [`Matcher::arrive`] does first, for a caller that keeps
+    /// the message only if no receive takes it (an eager message copied straight from its
+    /// slot into the receive).
+    pub fn take_posted(&mut self, o: &Offers) -> Option<R> {
+        let i = self.posted.iter().position(|(a, _)| a.takes(o))?;
+        self.posted.remove(i).map(|(_, r)| r)
     }
 
     /// Puts back a receive that took a message and has room for more (a multi-receive
@@ -178,6 +184,20 @@ mod tests {
             m.repost_front(any, "multi").map(|(r, _, x)| (r, x)),
             Some(("multi", 3))
         );
+        assert_eq!(m.lens(), (0, 0));
+    }
+
+    /// `take_posted` takes what `arrive` would hand the message to, and keeps nothing
+    /// when no receive fits.
+    #[test]
+    fn take_posted_takes_the_oldest_fitting_receive_and_keeps_nothing() {
+        let mut m = Matcher::<&str, u32>::default();
+        assert!(m.post(tagged(0x10, 0), "a").is_none());
+        assert!(m.post(tagged(0x10, 0x0f), "b").is_none());
+        assert_eq!(m.take_posted(&offer(true, 0x20, 1)), None);
+        assert_eq!(m.lens(), (2, 0), "no receive fits: nothing kept as unexpected");
+        assert_eq!(m.take_posted(&offer(true, 0x11, 1)), Some("b"));
+        assert_eq!(m.take_posted(&offer(true, 0x10, 1)), Some("a"));
         assert_eq!(m.lens(), (0, 0));
     }
 

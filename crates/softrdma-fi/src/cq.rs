@@ -130,16 +130,13 @@ fn read_into(cq: *mut fid_cq, buf: *mut c_void, count: usize, src: *mut fi_addr_
         if buf.is_null() && count != 0 {
             return Err(FI_EINVAL);
         }
-        let (got, error_next) = c.cq.read_ok(count);
-        if got.is_empty() {
-            return Err(if error_next { FI_EAVAIL } else { FI_EAGAIN });
-        }
         let size = entry_size(c.format);
-        for (i, e) in got.iter().enumerate() {
-            let t = tagged(e);
+        let mut i = 0;
+        let (got, error_next) = c.cq.read_ok_each(count, |e| {
+            let t = tagged(&e);
             // SAFETY: the caller's array of `count` entries of its format (`size`
             // bytes each), and `count` source addresses when `src` is given; `t`'s first
-            // `size` bytes are that format's entry.
+            // `size` bytes are that format's entry; `read_ok_each` gives at most `count`.
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     (&raw const t).cast::<u8>(),
@@ -150,8 +147,12 @@ fn read_into(cq: *mut fid_cq, buf: *mut c_void, count: usize, src: *mut fi_addr_
                     *src.add(i) = e.src;
                 }
             }
+            i += 1;
+        });
+        if got == 0 {
+            return Err(if error_next { FI_EAVAIL } else { FI_EAGAIN });
         }
-        Ok(got.len() as isize)
+        Ok(got as isize)
     })
 }
 

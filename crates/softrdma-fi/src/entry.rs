@@ -29,9 +29,11 @@ pub fn guard_int(f: impl FnOnce() -> Result<c_int, Errno>) -> c_int {
     guard(|| f().map(|v| v as isize)) as c_int
 }
 
-/// The live objects, by address: each with its class.
-static LIVE: LazyLock<Lock<HashMap<usize, usize>>> =
-    LazyLock::new(|| Lock::new(Rank::FiObjects, HashMap::new()));
+/// The live objects, by address: each with its class. Looked up by every call (a
+/// ping-pong makes four a turn): foldhash, where std's SipHash cost about 150 instructions
+/// a lookup.
+static LIVE: LazyLock<Lock<HashMap<usize, usize, foldhash::fast::RandomState>>> =
+    LazyLock::new(|| Lock::new(Rank::FiObjects, HashMap::default()));
 
 /// An object of this provider: a `#[repr(C)]` struct whose first field is its public
 /// struct, which begins with its `fid`.

@@ -25,6 +25,7 @@ mod progress;
 
 pub use passive::PassiveEndpoint;
 
+use crate::Map;
 use crate::buf::{Buf, Registered};
 use crate::cq::{Completion, CompletionQueue, flags};
 use crate::domain::Domain;
@@ -34,7 +35,7 @@ use crate::rdm::RmaOpts;
 use softrdma::cm::{CmId, EventChannel, PortSpace};
 use softrdma::sync::{Guard, Lock, Rank};
 use softrdma::{AccessFlags, QueuePair, SendOp};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -109,7 +110,7 @@ struct State {
     tag: u64,
     tx_cq: Arc<CompletionQueue>,
     rx_cq: Arc<CompletionQueue>,
-    wrs: HashMap<u64, Wr>,
+    wrs: Map<u64, Wr>,
     next_wr: u64,
     /// Receives posted before the QP exists.
     early_recvs: VecDeque<(u64, Buf)>,
@@ -117,8 +118,8 @@ struct State {
     queued: VecDeque<Queued>,
     /// What `connect` sends with its request.
     private_data: Vec<u8>,
-    /// When the program last read a CQ this endpoint is bound to.
-    app_read: std::time::Instant,
+    /// How many times the program has read a CQ this endpoint is bound to.
+    app_reads: u64,
 }
 
 impl MsgEndpoint {
@@ -149,12 +150,12 @@ impl MsgEndpoint {
                 tag,
                 tx_cq: tx_cq.clone(),
                 rx_cq: rx_cq.clone(),
-                wrs: HashMap::new(),
+                wrs: Map::default(),
                 next_wr: 1,
                 early_recvs: VecDeque::new(),
                 queued: VecDeque::new(),
                 private_data: Vec::new(),
-                app_read: std::time::Instant::now(),
+                app_reads: 0,
             },
         ));
         let auto = crate::auto::start(&st, (&tx_cq, &rx_cq), (cm_fd, cq_fd))?;

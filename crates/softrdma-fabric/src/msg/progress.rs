@@ -32,80 +32,76 @@ impl State {
         }
     }
 
+    /// Handles every device completion that waits ([`crate::auto::drain`]).
     fn device_completions(&mut self) {
-        const BATCH: usize = 64;
-        loop {
-            let wcs = self.vcq.cq.poll(BATCH);
-            let full = wcs.len() == BATCH;
-            for wc in wcs {
-                let Some(wr) = self.wrs.remove(&wc.wr_id) else {
-                    continue;
+        crate::auto::drain(self, |s| &mut s.vcq, Self::device_completion);
+    }
+
+    /// One device completion.
+    fn device_completion(&mut self, wc: softrdma::Completion) {
+        let Some(wr) = self.wrs.remove(&wc.wr_id) else {
+            return;
+        };
+        let error = match wc.status {
+            WcStatus::Success => 0,
+            WcStatus::WrFlushErr => errno::ECANCELED,
+            WcStatus::RemAccessErr => errno::EACCES,
+            _ => errno::EIO,
+        };
+        if error != 0 && wc.status != WcStatus::WrFlushErr {
+            // The QP is in the error state: the connection is over.
+            self.down(true);
+        }
+        if error != 0 {
+            self.fail(wr, error);
+            return;
+        }
+        match wr {
+            Wr::Recv { context, reg } => {
+                let buf = reg.map_or_else(|| Buf::from(Vec::new()), Registered::back);
+                let data = wc
+                    .wc_flags
+                    .contains(softrdma::WcFlags::WITH_IMM)
+                    .then_some(u64::from(wc.imm_data));
+                let kind = if wc.opcode == WcOpcode::RecvRdmaWithImm {
+                    flags::RMA | flags::REMOTE_WRITE
+                } else {
+                    flags::RECV | flags::MSG
                 };
-                let error = match wc.status {
-                    WcStatus::Success => 0,
-                    WcStatus::WrFlushErr => errno::ECANCELED,
-                    WcStatus::RemAccessErr => errno::EACCES,
-                    _ => errno::EIO,
+                let cq_data = if data.is_some() {
+                    flags::REMOTE_CQ_DATA
+                } else {
+                    0
                 };
-                if error != 0 && wc.status != WcStatus::WrFlushErr {
-                    // The QP is in the error state: the connection is over.
-                    self.down(true);
-                }
-                if error != 0 {
-                    self.fail(wr, error);
-                    continue;
-                }
-                match wr {
-                    Wr::Recv { context, reg } => {
-                        let buf = reg.map_or_else(|| Buf::from(Vec::new()), Registered::back);
-                        let data = wc
-                            .wc_flags
-                            .contains(softrdma::WcFlags::WITH_IMM)
-                            .then_some(u64::from(wc.imm_data));
-                        let kind = if wc.opcode == WcOpcode::RecvRdmaWithImm {
-                            flags::RMA | flags::REMOTE_WRITE
-                        } else {
-                            flags::RECV | flags::MSG
-                        };
-                        let cq_data = if data.is_some() {
-                            flags::REMOTE_CQ_DATA
-                        } else {
-                            0
-                        };
-                        self.rx_cq.push(Completion {
-                            data,
-                            ..Completion::of(context, kind | cq_data, buf, wc.byte_len as usize, 0)
-                        });
-                    }
-                    Wr::Send {
-                        context,
-                        buf,
-                        reg,
-                        silent,
-                    } => {
-                        let buf = reg.map_or(buf, Registered::back);
-                        if !silent {
-                            let len = buf.len();
-                            let f = flags::SEND | flags::MSG;
-                            self.tx_cq.push(Completion::of(context, f, buf, len, 0));
-                        }
-                    }
-                    Wr::Rma {
-                        context,
-                        flags,
-                        reg,
-                        silent,
-                    } => {
-                        if !silent {
-                            let len = reg.mr.len();
-                            self.tx_cq
-                                .push(Completion::of(context, flags, reg.back(), len, 0));
-                        }
-                    }
+                self.rx_cq.push(Completion {
+                    data,
+                    ..Completion::of(context, kind | cq_data, buf, wc.byte_len as usize, 0)
+                });
+            }
+            Wr::Send {
+                context,
+                buf,
+                reg,
+                silent,
+            } => {
+                let buf = reg.map_or(buf, Registered::back);
+                if !silent {
+                    let len = buf.len();
+                    let f = flags::SEND | flags::MSG;
+                    self.tx_cq.push(Completion::of(context, f, buf, len, 0));
                 }
             }
-            if !full {
-                return;
+            Wr::Rma {
+                context,
+                flags,
+                reg,
+                silent,
+            } => {
+                if !silent {
+                    let len = reg.mr.len();
+                    self.tx_cq
+                        .push(Completion::of(context, flags, reg.back(), len, 0));
+                }
             }
         }
     }
@@ -155,9 +151,8 @@ impl State {
     /// Waits at most [`SETTLE`].
     fn settle(&mut self) {
         let end = std::time::Instant::now() + SETTLE;
-        let sending = |wrs: &std::collections::HashMap<u64, Wr>| {
-            wrs.values().any(|w| !matches!(w, Wr::Recv { .. }))
-        };
+        let sending =
+            |wrs: &crate::Map<u64, Wr>| wrs.values().any(|w| !matches!(w, Wr::Recv { .. }));
         while sending(&self.wrs) && std::time::Instant::now() < end {
             self.device_completions();
             std::thread::yield_now();
@@ -201,12 +196,12 @@ impl State {
 }
 
 impl crate::auto::Driven for State {
-    fn app_read(&self) -> std::time::Instant {
-        self.app_read
+    fn app_reads(&self) -> u64 {
+        self.app_reads
     }
 
     fn note_app_read(&mut self) {
-        self.app_read = std::time::Instant::now();
+        self.app_reads = self.app_reads.wrapping_add(1);
     }
 
     fn device_cq(&self) -> Option<&crate::auto::DeviceCq> {

@@ -28,6 +28,7 @@ mod rma;
 pub(crate) use rma::rkey;
 pub use rma::{AtomicOp, RmaOpts};
 
+use crate::Map;
 use crate::addr::AddressVector;
 use crate::buf::{Buf, Registered};
 use crate::cq::{Completion, CompletionQueue, errno, flags};
@@ -38,7 +39,7 @@ use crate::wire::{HEADER_LEN, Header, Op};
 use softrdma::cm::{CmId, EventChannel, PortSpace};
 use softrdma::sync::{Guard, Lock, Rank};
 use softrdma::{AccessFlags, MemoryRegion, QueuePair};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -195,30 +196,30 @@ struct State {
     /// The counters bound to it, by what they count.
     cntrs: count::Counters,
     conns: Vec<Conn>,
-    by_peer: HashMap<SocketAddr, usize>,
+    by_peer: Map<SocketAddr, usize>,
     /// Each peer endpoint's number, as matching knows its sources: given when a message
     /// from it comes or a receive names it, and kept. A message is matched by who sent
     /// it, not by its address vector entry, which may come later than the message
     /// (Open MPI's ranks insert each other at different times): the entry is looked up
     /// when the receive completes.
-    peer_ids: HashMap<SocketAddr, FiAddr>,
+    peer_ids: Map<SocketAddr, FiAddr>,
     peer_addrs: Vec<SocketAddr>,
-    by_qpn: HashMap<u32, usize>,
+    by_qpn: Map<u32, usize>,
     matcher: Matcher<Recv, Arrived>,
     /// Multi-receive buffers, by number.
-    multis: HashMap<u64, multi::Multi>,
+    multis: Map<u64, multi::Multi>,
     next_multi: u64,
     /// Messages taken out of matching by a peek with `FI_CLAIM`, by its context, with
     /// their senders.
-    claimed: HashMap<u64, (FiAddr, Arrived)>,
-    wrs: HashMap<u64, Wr>,
+    claimed: Map<u64, (FiAddr, Arrived)>,
+    wrs: Map<u64, Wr>,
     next_wr: u64,
-    rndv_out: HashMap<u64, RndvOut>,
+    rndv_out: Map<u64, RndvOut>,
     next_msg: u64,
     /// Headers a peer sent that this endpoint could not parse (dropped).
     bad_headers: u64,
-    /// When the program last read a CQ this endpoint is bound to (see `auto`).
-    app_read: std::time::Instant,
+    /// How many times the program has read a CQ this endpoint is bound to.(see `auto`).
+    app_reads: u64,
     /// Whether the program's last read brought device completions (see `app_progress`).
     app_productive: bool,
 }
@@ -291,20 +292,20 @@ impl Endpoint {
                 rx_cq: rx_cq.clone(),
                 cntrs: count::Counters::default(),
                 conns: Vec::new(),
-                by_peer: HashMap::new(),
-                peer_ids: HashMap::new(),
+                by_peer: Map::default(),
+                peer_ids: Map::default(),
                 peer_addrs: Vec::new(),
-                by_qpn: HashMap::new(),
+                by_qpn: Map::default(),
                 matcher: Matcher::default(),
-                claimed: HashMap::new(),
-                multis: HashMap::new(),
+                claimed: Map::default(),
+                multis: Map::default(),
                 next_multi: 1,
-                wrs: HashMap::new(),
+                wrs: Map::default(),
                 next_wr: 1,
-                rndv_out: HashMap::new(),
+                rndv_out: Map::default(),
                 next_msg: 1,
                 bad_headers: 0,
-                app_read: std::time::Instant::now(),
+                app_reads: 0,
                 app_productive: false,
             },
         ));
@@ -497,12 +498,12 @@ impl Drop for Endpoint {
 }
 
 impl crate::auto::Driven for State {
-    fn app_read(&self) -> std::time::Instant {
-        self.app_read
+    fn app_reads(&self) -> u64 {
+        self.app_reads
     }
 
     fn note_app_read(&mut self) {
-        self.app_read = std::time::Instant::now();
+        self.app_reads = self.app_reads.wrapping_add(1);
     }
 
     fn device_cq(&self) -> Option<&crate::auto::DeviceCq> {

@@ -10,119 +10,124 @@ use crate::cq::{Completion, errno};
 use crate::matching::{FiAddr, Offers};
 use crate::wire::{HEADER_LEN, Header, Op};
 use softrdma::{AccessFlags, Payload, SendFlags, SendOp, SendWr, WcOpcode, WcStatus};
+use std::borrow::Cow;
+
+/// Messages up to this size (header included) are read from their slot onto the stack.
+const SMALL: usize = 512;
 
 impl State {
-    /// Handles every device completion that waits.
-    ///
-    /// The device CQ is polled again only after a full batch: a poll that finds the CQ
-    /// empty makes the device send the ACKs it holds back at once, where the ACK of what
-    /// just came would otherwise ride in the same send as the application's answer (a
-    /// ping-pong then costs one packet a turn instead of two).
+    /// Handles every device completion that waits ([`crate::auto::drain`]); how many.
     pub(super) fn device_completions(&mut self) -> usize {
-        const BATCH: usize = 64;
-        let mut seen = 0;
-        loop {
-            let wcs = self.vcq.cq.poll(BATCH);
-            let full = wcs.len() == BATCH;
-            seen += wcs.len();
-            for wc in wcs {
-                let conn = self.by_qpn.get(&wc.qp_num.value()).copied();
-                let ok = wc.status == WcStatus::Success;
-                // An error (not a flush after one) leaves the QP in the error state: the
-                // connection is done, and the next send to its peer makes another. Checked
-                // before the WR is looked up: an unsignaled send (an inject, a FIN) is known
-                // only by its failure.
-                if !ok
-                    && wc.status != WcStatus::WrFlushErr
-                    && let Some(c) = conn
-                {
-                    self.lost(c);
+        crate::auto::drain(self, |s| &mut s.vcq, Self::device_completion)
+    }
+
+    /// One device completion.
+    fn device_completion(&mut self, wc: softrdma::Completion) {
+        let conn = self.by_qpn.get(&wc.qp_num.value()).copied();
+        let ok = wc.status == WcStatus::Success;
+        // An error (not a flush after one) leaves the QP in the error state: the
+        // connection is done, and the next send to its peer makes another. Checked
+        // before the WR is looked up: an unsignaled send (an inject, a FIN) is known
+        // only by its failure.
+        if !ok
+            && wc.status != WcStatus::WrFlushErr
+            && let Some(c) = conn
+        {
+            self.lost(c);
+        }
+        let Some(wr) = self.wrs.remove(&wc.wr_id) else {
+            return;
+        };
+        if !matches!(wr, Wr::Slot { .. })
+            && let Some(c) = conn
+        {
+            let n = &mut self.conns[c].in_flight;
+            *n = n.saturating_sub(1);
+        }
+        // Protocol bytes posted from an owned buffer leave the QP's table; a slot,
+        // an RMA and a READ use registered memory, with nothing parked.
+        if matches!(wr, Wr::Send { .. } | Wr::Rts { .. } | Wr::Fin)
+            && let Some(qp) = conn.and_then(|c| self.conns[c].qp.as_ref())
+        {
+            qp.reclaim(wc.wr_id);
+        }
+        match wr {
+            Wr::Slot { conn, slot } if ok && wc.opcode == WcOpcode::RecvRdmaWithImm => {
+                // Not this protocol's (its WRITEs with data announce themselves
+                // by a header): the slot holds nothing new, and goes back.
+                self.slot_done(conn);
+                let _ = self.post_slot(conn, slot);
+                self.bad_headers += 1;
+            }
+            Wr::Slot { conn, slot } if ok => {
+                // Out of the slot (a message may wait unexpected), which goes back
+                // at once (unless its connection has ended, which keeps its slots
+                // until each has completed: what it received is still taken).
+                // A small message is read onto the stack: a receive waiting for it takes
+                // it from there, and only an unexpected one is copied to the heap.
+                let len = (wc.byte_len as usize).min(SLOT_LEN);
+                let (mut small, mut big) = ([0u8; SMALL], Vec::new());
+                if len > SMALL {
+                    big = vec![0; len];
                 }
-                let Some(wr) = self.wrs.remove(&wc.wr_id) else {
-                    continue;
+                let b = if len <= SMALL {
+                    &mut small[..len]
+                } else {
+                    &mut big[..]
                 };
-                if !matches!(wr, Wr::Slot { .. })
-                    && let Some(c) = conn
-                {
-                    let n = &mut self.conns[c].in_flight;
-                    *n = n.saturating_sub(1);
-                }
-                // Protocol bytes posted from an owned buffer leave the QP's table; a slot,
-                // an RMA and a READ use registered memory, with nothing parked.
-                if matches!(wr, Wr::Send { .. } | Wr::Rts { .. } | Wr::Fin)
-                    && let Some(qp) = conn.and_then(|c| self.conns[c].qp.as_ref())
-                {
-                    qp.reclaim(wc.wr_id);
-                }
-                match wr {
-                    Wr::Slot { conn, slot } if ok && wc.opcode == WcOpcode::RecvRdmaWithImm => {
-                        // Not this protocol's (its WRITEs with data announce themselves
-                        // by a header): the slot holds nothing new, and goes back.
-                        self.slot_done(conn);
-                        let _ = self.post_slot(conn, slot);
-                        self.bad_headers += 1;
-                    }
-                    Wr::Slot { conn, slot } if ok => {
-                        // Out of the slot (a message may wait unexpected), which goes back
-                        // at once (unless its connection has ended, which keeps its slots
-                        // until each has completed: what it received is still taken).
-                        let mut b = vec![0; (wc.byte_len as usize).min(SLOT_LEN)];
-                        let read = self.conns[conn]
-                            .slots
-                            .get(slot)
-                            .map(|mr| mr.read(0, &mut b));
-                        self.slot_done(conn);
-                        let _ = self.post_slot(conn, slot);
-                        if let Some(Ok(())) = read {
-                            self.arrived(conn, b);
-                        }
-                    }
-                    Wr::Slot { conn, .. } => self.slot_done(conn),
-                    Wr::Read {
-                        recv,
-                        reg,
-                        conn,
-                        hdr,
-                        src,
-                    } => {
-                        self.send_fin(conn, hdr.msg_id);
-                        let r = Recv {
-                            buf: reg.back(),
-                            ..recv
-                        };
-                        let error = if ok { 0 } else { errno::EIO };
-                        self.complete_recv(r, &hdr, src, hdr.len as usize, error);
-                    }
-                    Wr::Rma {
-                        context,
-                        flags,
-                        reg,
-                        silent,
-                    } => {
-                        let len = reg.mr.len();
-                        let (len, error) = match wc.status {
-                            WcStatus::Success => (len, 0),
-                            WcStatus::RemAccessErr => (0, errno::EACCES),
-                            _ => (0, errno::EIO),
-                        };
-                        if !silent || error != 0 {
-                            self.complete(context, flags, reg.back(), len, error);
-                        } else {
-                            self.counted(flags, false);
-                        }
-                    }
-                    wr if ok => self.sent(wr),
-                    wr => self.fail(wr, errno::EIO),
+                let read = self.conns[conn].slots.get(slot).map(|mr| mr.read(0, b));
+                let b = if len <= SMALL {
+                    Cow::Borrowed(&small[..len])
+                } else {
+                    Cow::Owned(big)
+                };
+                self.slot_done(conn);
+                let _ = self.post_slot(conn, slot);
+                if let Some(Ok(())) = read {
+                    self.arrived(conn, b);
                 }
             }
-            if !full {
-                return seen;
+            Wr::Slot { conn, .. } => self.slot_done(conn),
+            Wr::Read {
+                recv,
+                reg,
+                conn,
+                hdr,
+                src,
+            } => {
+                self.send_fin(conn, hdr.msg_id);
+                let r = Recv {
+                    buf: reg.back(),
+                    ..recv
+                };
+                let error = if ok { 0 } else { errno::EIO };
+                self.complete_recv(r, &hdr, src, hdr.len as usize, error);
             }
+            Wr::Rma {
+                context,
+                flags,
+                reg,
+                silent,
+            } => {
+                let len = reg.mr.len();
+                let (len, error) = match wc.status {
+                    WcStatus::Success => (len, 0),
+                    WcStatus::RemAccessErr => (0, errno::EACCES),
+                    _ => (0, errno::EIO),
+                };
+                if !silent || error != 0 {
+                    self.complete(context, flags, reg.back(), len, error);
+                } else {
+                    self.counted(flags, false);
+                }
+            }
+            wr if ok => self.sent(wr),
+            wr => self.fail(wr, errno::EIO),
         }
     }
 
-    /// A message in a slot of connection `c`.
-    fn arrived(&mut self, c: usize, slot: Vec<u8>) {
+    /// A message from a slot of connection `c`.
+    fn arrived(&mut self, c: usize, slot: Cow<'_, [u8]>) {
         let hdr = match Header::parse(&slot) {
             Ok((h, _)) => h,
             Err(_) => {
@@ -152,12 +157,37 @@ impl State {
                 self.remote_write(hdr.len as usize, hdr.data.unwrap_or(0));
                 return;
             }
-            Op::Eager => Arrived::Eager { hdr, slot },
+            Op::Eager => match self.matcher.take_posted(&offers) {
+                Some(r) if r.multi.is_none() => {
+                    self.deliver_eager(r, src, &hdr, &slot[HEADER_LEN..]);
+                    return;
+                }
+                Some(r) => {
+                    let m = Arrived::Eager {
+                        hdr,
+                        slot: slot.into_owned(),
+                    };
+                    self.deliver(r, src, m);
+                    return;
+                }
+                None => Arrived::Eager {
+                    hdr,
+                    slot: slot.into_owned(),
+                },
+            },
             Op::Rts { .. } => Arrived::Rts { hdr, conn: c },
         };
         if let Some((r, m)) = self.matcher.arrive(offers, m) {
             self.deliver(r, src, m);
         }
+    }
+
+    /// Hands an eager message's `payload` from `src` to receive `r` (not a multi-receive
+    /// buffer's).
+    fn deliver_eager(&mut self, mut r: Recv, src: FiAddr, hdr: &Header, payload: &[u8]) {
+        let n = payload.len().min(r.buf.len());
+        r.buf[..n].copy_from_slice(&payload[..n]);
+        self.complete_recv(r, hdr, src, payload.len(), 0);
     }
 
     /// Hands message `m` from `src` to receive `r`.
@@ -167,12 +197,7 @@ impl State {
             return;
         }
         match m {
-            Arrived::Eager { hdr, slot } => {
-                let payload = &slot[HEADER_LEN..];
-                let n = payload.len().min(r.buf.len());
-                r.buf[..n].copy_from_slice(&payload[..n]);
-                self.complete_recv(r, &hdr, src, payload.len(), 0);
-            }
+            Arrived::Eager { hdr, slot } => self.deliver_eager(r, src, &hdr, &slot[HEADER_LEN..]),
             Arrived::Rts { hdr, conn } => {
                 let Op::Rts { addr, rkey } = hdr.op else {
                     unreachable!("kept as an RTS")

@@ -125,25 +125,36 @@ impl CompletionQueue {
     /// polling thread receives whatever packets are waiting itself, as a NIC's poller would
     /// find them already placed, instead of waiting for the progress thread to be scheduled.
     pub fn poll(&self, max: usize) -> Vec<Completion> {
-        let take = || self.poll_placed(max);
-        let got = if self.is_empty() { Vec::new() } else { take() };
+        let mut got = Vec::new();
+        self.poll_into(max, &mut got);
+        got
+    }
+
+    /// [`CompletionQueue::poll`] into `out` (appended to), as `ibv_poll_cq` fills the
+    /// caller's array: how many came. A loop that keeps `out` allocates nothing per poll.
+    pub fn poll_into(&self, max: usize, out: &mut Vec<Completion>) -> usize {
+        let got = if self.is_empty() {
+            0
+        } else {
+            self.placed_into(max, out)
+        };
         if max == 0 {
-            return got;
+            return 0;
         }
-        if !got.is_empty() {
+        if got > 0 {
             self.inner.polled();
             return got;
         }
         // One upgrade of the weak reference, kept for `polled`.
         match self.inner.device.upgrade() {
             Some(dev) if dev.poll_rx() => {
-                let got = take();
-                if !got.is_empty() {
+                let got = self.placed_into(max, out);
+                if got > 0 {
                     dev.polled();
                 }
                 got
             }
-            _ => got,
+            _ => 0,
         }
     }
 
@@ -153,11 +164,18 @@ impl CompletionQueue {
     /// socket from the progress thread for a poller's grace, and the next MAD, which nobody
     /// then polls for, would wait that grace out.
     pub(crate) fn poll_placed(&self, max: usize) -> Vec<Completion> {
+        let mut got = Vec::new();
+        self.placed_into(max, &mut got);
+        got
+    }
+
+    /// [`CompletionQueue::poll_placed`] into `out`: how many came.
+    fn placed_into(&self, max: usize, out: &mut Vec<Completion>) -> usize {
         let mut s = self.inner.state.lock();
         let n = max.min(s.entries.len());
-        let got = s.entries.drain(..n).collect::<Vec<_>>();
+        out.extend(s.entries.drain(..n));
         self.inner.queued.store(s.entries.len(), Ordering::Release);
-        got
+        n
     }
 
     /// Takes the oldest completion, if any (as `poll(1)`, without a vector per call: a
