@@ -195,7 +195,11 @@ mod tests {
         assert!(m.post(tagged(0x10, 0), "a").is_none());
         assert!(m.post(tagged(0x10, 0x0f), "b").is_none());
         assert_eq!(m.take_posted(&offer(true, 0x20, 1)), None);
-        assert_eq!(m.lens(), (2, 0), "no receive fits: nothing kept as unexpected");
+        assert_eq!(
+            m.lens(),
+            (2, 0),
+            "no receive fits: nothing kept as unexpected"
+        );
         assert_eq!(m.take_posted(&offer(true, 0x11, 1)), Some("b"));
         assert_eq!(m.take_posted(&offer(true, 0x10, 1)), Some("a"));
         assert_eq!(m.lens(), (0, 0));

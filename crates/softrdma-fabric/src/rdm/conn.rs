@@ -96,6 +96,29 @@ impl State {
         Ok(())
     }
 
+    /// Posts slot `slot` of connection `c` again at the endpoint's next progress, not now:
+    /// the message that emptied it reaches its receive first, and a ping-pong's answer
+    /// is on its way while the slot goes back. Now, though, when fewer than half of the
+    /// connection's slots are posted, so that a peer streaming messages never finds
+    /// none.
+    pub(super) fn repost_later(&mut self, c: usize, slot: usize) {
+        self.repost.push((c, slot));
+        if self.conns[c].posted_slots < SLOTS / 2 {
+            self.flush_reposts();
+        }
+    }
+
+    /// Posts the slots `repost_later` kept.
+    pub(super) fn flush_reposts(&mut self) {
+        let mut kept = std::mem::take(&mut self.repost);
+        for (c, slot) in kept.drain(..) {
+            // A slot that cannot go back (its QP failed) leaves its connection with fewer:
+            // the connection is being ended.
+            let _ = self.post_slot(c, slot);
+        }
+        self.repost = kept;
+    }
+
     /// A slot of connection `c` completed (with a message or flushed): once a connection
     /// that is done has none posted, its slots' memory goes.
     pub(super) fn slot_done(&mut self, c: usize) {
@@ -121,6 +144,7 @@ impl State {
     /// the end is; then the connection events, then the completions these made (a
     /// flush, a send posted on a new connection).
     pub(super) fn progress_all(&mut self) {
+        self.flush_reposts();
         self.device_completions();
         if self.cm_events() {
             self.device_completions();

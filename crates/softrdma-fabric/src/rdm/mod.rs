@@ -216,9 +216,12 @@ struct State {
     next_wr: u64,
     rndv_out: Map<u64, RndvOut>,
     next_msg: u64,
+    /// Receive slots emptied and not yet posted again, with their connections (see
+    /// `repost_later`).
+    repost: Vec<(usize, usize)>,
     /// Headers a peer sent that this endpoint could not parse (dropped).
     bad_headers: u64,
-    /// How many times the program has read a CQ this endpoint is bound to.(see `auto`).
+    /// How many times the program has read a CQ this endpoint is bound to (see `auto`).
     app_reads: u64,
     /// Whether the program's last read brought device completions (see `app_progress`).
     app_productive: bool,
@@ -304,6 +307,7 @@ impl Endpoint {
                 next_wr: 1,
                 rndv_out: Map::default(),
                 next_msg: 1,
+                repost: Vec::with_capacity(SLOTS),
                 bad_headers: 0,
                 app_reads: 0,
                 app_productive: false,
@@ -521,6 +525,7 @@ impl crate::auto::Driven for State {
     /// received alone, instead of in the same send as the answer: two packets a turn
     /// instead of one. The device's own timers send a held ACK in time if no answer comes.
     fn app_progress(&mut self) {
+        self.flush_reposts();
         if std::mem::take(&mut self.app_productive) {
             if self.cm_events() {
                 self.device_completions();

@@ -56,13 +56,13 @@ impl State {
                 // Not this protocol's (its WRITEs with data announce themselves
                 // by a header): the slot holds nothing new, and goes back.
                 self.slot_done(conn);
-                let _ = self.post_slot(conn, slot);
+                self.repost_later(conn, slot);
                 self.bad_headers += 1;
             }
             Wr::Slot { conn, slot } if ok => {
                 // Out of the slot (a message may wait unexpected), which goes back
-                // at once (unless its connection has ended, which keeps its slots
-                // until each has completed: what it received is still taken).
+                // (`repost_later`; unless its connection has ended, which keeps its
+                // slots until each has completed: what it received is still taken).
                 // A small message is read onto the stack: a receive waiting for it takes
                 // it from there, and only an unexpected one is copied to the heap.
                 let len = (wc.byte_len as usize).min(SLOT_LEN);
@@ -82,7 +82,7 @@ impl State {
                     Cow::Owned(big)
                 };
                 self.slot_done(conn);
-                let _ = self.post_slot(conn, slot);
+                self.repost_later(conn, slot);
                 if let Some(Ok(())) = read {
                     self.arrived(conn, b);
                 }
