@@ -35,8 +35,10 @@ pub(super) struct Paired {
     /// device (how many times faster softrdma is).
     pub(super) fi_lat: Vec<f64>,
     /// The native provider's fi_pingpong 8 B latency between two devices over softrdma
-    /// perf send-lat 8 B on the same path.
+    /// perf send-lat 8 B's mean on the same path (fi_pingpong's figure is a mean too).
     pub(super) native_send_lat: Vec<f64>,
+    /// The same over send-lat's `t_typical` (a median), for reference.
+    pub(super) native_send_lat_typ: Vec<f64>,
     /// The same over verbs;ofi_rxm's fi_pingpong 8 B between the same two devices.
     pub(super) native_rxm_lat: Vec<f64>,
     /// The native provider's fi_pingpong 1 MiB bandwidth between two devices over
@@ -103,11 +105,13 @@ pub(super) fn pairs(run: &Run) -> Paired {
     // back.
     for _ in 0..PAIRS {
         let native = |size, n, port, over| run.fi_at(NATIVE, size, n, port, Some(over));
-        if let (Ok(f), Ok(p)) = (
-            field(native("8", "50000", 24052, TWO), 6),
-            super::perf::lat(run.perf("send-lat", &["-s", "8", "-n", "20000"], 24011)),
-        ) {
-            paired.native_send_lat.push(f / p);
+        let f = field(native("8", "50000", 24052, TWO), 6);
+        let p = run.perf("send-lat", &["-s", "8", "-n", "20000"], 24011);
+        if let (Ok(f), Ok(avg)) = (&f, super::perf::lat_avg(&p)) {
+            paired.native_send_lat.push(f / avg);
+        }
+        if let (Ok(f), Ok(typ)) = (f, super::perf::lat(p)) {
+            paired.native_send_lat_typ.push(f / typ);
         }
         if let (Ok(f), Ok(r)) = (
             field(native("8", "50000", 24052, TWO), 6),

@@ -17,6 +17,15 @@ pub(super) fn lat(v: Result<Value, BenchError>) -> Result<f64, BenchError> {
     })
 }
 
+/// The mean latency (`t_avg`) of a `softrdma perf` result: what `fi_pingpong` reports
+/// (its `usec/xfer` is a mean), so the two compare like with like.
+pub(super) fn lat_avg(v: &Result<Value, BenchError>) -> Result<f64, BenchError> {
+    match v {
+        Ok(x) => x["t_avg_us"].as_f64().ok_or_else(missing("no t_avg")),
+        Err(e) => Err(BenchError::Output(format!("{e}"))),
+    }
+}
+
 /// The average bandwidth of a `softrdma perf` result.
 pub(super) fn bw(v: Result<Value, BenchError>) -> Result<f64, BenchError> {
     v.and_then(|x| {
