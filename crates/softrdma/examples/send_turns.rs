@@ -6,36 +6,12 @@
 //!
 //! `cargo run --release -p softrdma --example send_turns -- TURNS`
 
+#[path = "shared/ends.rs"]
+mod ends;
+
+use ends::{End, connect, end};
 use softrdma::*;
 use std::time::{Duration, Instant};
-
-struct End {
-    ctx: Context,
-    _pd: ProtectionDomain,
-    cq: CompletionQueue,
-    qp: QueuePair,
-    mr: MemoryRegion,
-}
-
-fn end() -> Result<End> {
-    let ctx = Context::open_with(
-        "turns",
-        "127.0.88.1".parse().unwrap(),
-        Mtu::M4096,
-        DeviceOptions::default(),
-    )?;
-    let pd = ctx.alloc_pd();
-    let cq = ctx.create_cq(64, None)?;
-    let qp = pd.create_qp(QpInitAttr::new(QpType::Rc, &cq))?;
-    let mr = pd.register_zeroed(4096, AccessFlags::LOCAL_WRITE)?;
-    Ok(End {
-        ctx,
-        _pd: pd,
-        cq,
-        qp,
-        mr,
-    })
-}
 
 /// Polls `e`'s CQ until `n` completions came, for at most ten seconds.
 fn wait(e: &End, n: usize) -> Result<()> {
@@ -74,15 +50,9 @@ pub fn main() -> Result<()> {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(1000);
-    let (a, b) = (end()?, end()?);
-    let (pa, pb) = (Psn::new(1), Psn::new(2));
-    let peer = |e: &End, psn| Peer {
-        addr: e.ctx.addr(),
-        qpn: e.qp.qp_num(),
-        psn,
-    };
-    a.qp.connect(pa, &peer(&b, pb), &ConnectAttr::default())?;
-    b.qp.connect(pb, &peer(&a, pa), &ConnectAttr::default())?;
+    let a = end("turns", "127.0.88.1", 4096, AccessFlags::LOCAL_WRITE)?;
+    let b = end("turns", "127.0.88.1", 4096, AccessFlags::LOCAL_WRITE)?;
+    connect(&a, &b)?;
     recv(&a, 0)?;
     recv(&b, 0)?;
     for i in 1..=turns {
