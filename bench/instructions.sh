@@ -74,9 +74,9 @@ echo "write-bw 1 MiB, per 4 KiB data packet (16 bursts, 32,768 packets):"
 bw=$(python3 bench/path-layers.py "$path/bw.4" "$path/bw.20" 32768 | tee /dev/stderr | awk '$1 == "total" { print $2 }')
 read -r base_lat base_bw < <(awk '{ print $2 }' bench/path-instructions.baseline | paste -sd' ')
 echo "baseline per packet: write-lat $base_lat ($(awk -v a="$lat" -v b="$base_lat" 'BEGIN { printf "%.3f", a / b }')x), write-bw $base_bw ($(awk -v a="$bw" -v b="$base_bw" 'BEGIN { printf "%.3f", a / b }')x)"
-# 2 % for a turn; 5 % for a burst, whose count moves with how many ACKs the responder
-# coalesces, which depends on timing (three runs of one build: 16,010 to 16,589).
-if (( lat * 100 > base_lat * 102 || bw * 100 > base_bw * 105 )); then
-    echo "the whole path's instructions per packet rose over bench/path-instructions.baseline (more than 2 % a turn, 5 % a burst)" >&2
+# 2 % for a turn; 3 % for a burst, whose count moves a little with how many ACKs the
+# responder coalesces, which depends on timing (three runs of one build: 7,495 to 7,580).
+if (( lat * 100 > base_lat * 102 || bw * 100 > base_bw * 103 )); then
+    echo "the whole path's instructions per packet rose over bench/path-instructions.baseline (more than 2 % a turn, 3 % a burst)" >&2
     exit 1
 fi

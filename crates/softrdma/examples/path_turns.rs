@@ -57,16 +57,30 @@ fn word(e: &End) -> u64 {
 /// Drives both ends (polls each CQ at least once) until `done` holds, for at most ten
 /// seconds; `a`'s completions are counted into `sent` (each must succeed).
 fn drive(a: &End, b: &End, sent: &mut usize, mut done: impl FnMut(usize) -> bool) {
+    // Kept between calls: an allocation per call would be counted with the path.
+    thread_local! {
+        static WCS: std::cell::RefCell<Vec<Completion>> =
+            std::cell::RefCell::new(Vec::with_capacity(64));
+    }
+    WCS.with_borrow_mut(|wcs| drive_with(wcs, a, b, sent, &mut done));
+}
+
+fn drive_with(
+    wcs: &mut Vec<Completion>,
+    a: &End,
+    b: &End,
+    sent: &mut usize,
+    done: &mut impl FnMut(usize) -> bool,
+) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut wcs = Vec::with_capacity(64);
     let mut spins = 0u32;
     // At least one poll of each: on one device a WRITE may land inside its post, and its
     // completions must still be taken.
     loop {
         for e in [a, b] {
             wcs.clear();
-            e.cq.poll_into(64, &mut wcs);
-            for c in &wcs {
+            e.cq.poll_into(64, wcs);
+            for c in wcs.iter() {
                 assert_eq!(c.status, WcStatus::Success, "{c:?}");
             }
             if std::ptr::eq(e, a) {

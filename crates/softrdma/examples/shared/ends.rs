@@ -36,14 +36,19 @@ pub fn end(name: &str, addr: &str, len: usize, access: AccessFlags) -> Result<En
     })
 }
 
-/// Connects `a` and `b` to each other (starting PSNs 1 and 2).
+/// Connects `a` and `b` to each other (starting PSNs 1 and 2) with the path MTU of the
+/// devices' port (4096), as `softrdma perf` and the connection manager connect.
 pub fn connect(a: &End, b: &End) -> Result<()> {
+    let attr = ConnectAttr {
+        mtu: a.ctx.active_mtu(),
+        ..ConnectAttr::default()
+    };
     let (pa, pb) = (Psn::new(1), Psn::new(2));
     let peer = |e: &End, psn| Peer {
         addr: e.ctx.addr(),
         qpn: e.qp.qp_num(),
         psn,
     };
-    a.qp.connect(pa, &peer(b, pb), &ConnectAttr::default())?;
-    b.qp.connect(pb, &peer(a, pa), &ConnectAttr::default())
+    a.qp.connect(pa, &peer(b, pb), &attr)?;
+    b.qp.connect(pb, &peer(a, pa), &attr)
 }
