@@ -4,9 +4,9 @@ counts (the difference is what the extra units cost, setup excluded).
 
 Usage: path-layers.py LOW.callgrind HIGH.callgrind UNITS
 
-Each function's exclusive count goes to the first layer whose pattern its name matches
-(inlined code is named by the function it was inlined into, so it counts there), else to
-the first whose pattern its file matches. The clock's calibration (quanta's, timed, so its
+Each function's exclusive count goes to the layer of the source file its instructions
+come from; code of std, core and other crates inlined into a function counts in the layer
+of that function. The clock's calibration (quanta's, timed, so its
 count differs from run to run) is left out.
 """
 import collections
@@ -14,16 +14,28 @@ import re
 import subprocess
 import sys
 
-# (layer, patterns on the function's name, patterns on its file), first match wins.
-LAYERS = [
-    ("crc", [r"icrc", r"crc32fast", r"IcrcCheck", r"IdentPatches"], [r"icrc\.rs", r"crc32fast"]),
-    ("copy", [r"memcpy|memmove|memset", r"copy_nonoverlapping"], [r"memmove|memcpy|memset"]),
-    ("datapath", [r"softrdma::datapath::"],
-     [r"sendmsg|recvmsg|recvmmsg|sendmmsg|syscall|cancellation\.c"]),
-    ("endpoint", [r"softrdma_proto::endpoint::"], []),
-    ("engine", [r"softrdma_proto::", r"softrdma_wire::"], []),
-    ("device", [r"softrdma::device::", r"softrdma::verbs::", r"softrdma::sync::"], []),
-    ("program", [r"path_turns::"], []),
+# By the file the instructions come from, first match wins: the project's own sources and
+# the libraries that are a layer by themselves.
+BY_FILE = [
+    ("crc", [r"icrc\.rs", r"crc32fast", r"endpoint/check\.rs"]),
+    ("copy", [r"memmove|memcpy|memset"]),
+    ("datapath", [r"softrdma/src/datapath/",
+                  r"sendmsg|recvmsg|recvmmsg|sendmmsg|syscall|cancellation\.c"]),
+    ("endpoint", [r"softrdma-proto/src/endpoint/"]),
+    ("engine", [r"softrdma-proto/src/", r"softrdma-wire/src/"]),
+    ("device", [r"softrdma/src/"]),
+    ("program", [r"/examples/"]),
+]
+# Code of std, core, alloc and other crates inlined into a function counts where that
+# function is: by the function's name, first match wins.
+BY_NAME = [
+    ("crc", [r"icrc", r"crc32fast", r"IcrcCheck", r"IdentPatches"]),
+    ("copy", [r"memcpy|memmove|memset"]),
+    ("datapath", [r"softrdma::datapath::"]),
+    ("endpoint", [r"softrdma_proto::endpoint::"]),
+    ("engine", [r"softrdma_proto::", r"softrdma_wire::"]),
+    ("device", [r"softrdma::"]),
+    ("program", [r"path_turns::", r"send_turns::"]),
 ]
 ORDER = ["datapath", "device", "endpoint", "engine", "crc", "copy", "other"]
 
@@ -40,9 +52,9 @@ def counts(path):
         n, file, func = int(m.group(1).replace(",", "")), m.group(2), m.group(3)
         if "OnceCell<T>::initialize" in func:
             continue  # lazy setup, and the clock's calibration (quanta's, inlined)
-        layer = next((name for name, fp, _ in LAYERS if any(re.search(p, func) for p in fp)),
-                     None) or next((name for name, _, fp in LAYERS
-                                    if any(re.search(p, file) for p in fp)), "other")
+        layer = next((name for name, pats in BY_FILE if any(re.search(p, file) for p in pats)),
+                     None) or next((name for name, pats in BY_NAME
+                                    if any(re.search(p, func) for p in pats)), "other")
         per[layer] += n
     return per
 

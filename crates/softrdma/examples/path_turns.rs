@@ -12,11 +12,12 @@
 //! - `bw N`: N bursts of 8 WRITEs of 1 MiB from a to b, each burst waited for: 2,048
 //!   packets of 4 KiB (and their ACKs) a burst.
 //!
-//! The ends are on two devices, 127.0.88.2 and 127.0.88.3: the UDP path between hosts.
-//! (Two ends of one device in one process would meet inside the device, on neither
-//! datapath; the same-host ring needs two processes.)
+//! The ends are on two devices, 127.0.88.2 and 127.0.88.3: the UDP path between hosts. With
+//! `--one` they share the device on 127.0.88.1 as two processes would (the second context
+//! joins the first's), so their packets take the same-host ring, and a WRITE lands in the
+//! peer's memory as it is posted.
 //!
-//! `cargo run --release -p softrdma --example path_turns -- lat 1000`
+//! `cargo run --release -p softrdma --example path_turns -- lat 1000 [--one]`
 
 #[path = "shared/ends.rs"]
 mod ends;
@@ -111,8 +112,14 @@ pub fn main() -> Result<()> {
     let mode = args.first().map_or("lat", String::as_str);
     let n: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1000);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let a = end("path-a", "127.0.88.2", SRC + LEN, access)?;
-    let b = end("path-b", "127.0.88.3", SRC + LEN, access)?;
+    let one = args.iter().any(|a| a == "--one");
+    let (ip_a, ip_b) = if one {
+        ("127.0.88.1", "127.0.88.1")
+    } else {
+        ("127.0.88.2", "127.0.88.3")
+    };
+    let a = end("path", ip_a, SRC + LEN, access)?;
+    let b = end("path", ip_b, SRC + LEN, access)?;
     connect(&a, &b)?;
     let mut sent = 0;
     match mode {
@@ -139,6 +146,6 @@ pub fn main() -> Result<()> {
         }
         m => panic!("mode {m}: lat or bw"),
     }
-    println!("{mode} {n}");
+    println!("{mode} {n}{}", if one { " on one device" } else { "" });
     Ok(())
 }
