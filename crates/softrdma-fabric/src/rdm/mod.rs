@@ -168,7 +168,7 @@ struct Conn {
     /// Its CM ID (dropping it, or `lost`, ends the connection).
     id: CmId,
     qp: Option<Arc<QueuePair>>,
-    /// Its receive slots, registered once and posted again as each is emptied.
+    /// Its receive slots, registered once and posted again after each is emptied.
     slots: Vec<MemoryRegion>,
     /// How many of them are posted (kept until each completes or flushes, so that what
     /// one received before the connection ended is still read).

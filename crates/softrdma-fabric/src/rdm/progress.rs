@@ -1,5 +1,6 @@
 //! The endpoint's device completions: a receive slot's message (parsed, matched, handed
-//! to its receive or kept as unexpected, the slot posted again), a send's completion, a
+//! to its receive or kept as unexpected, the slot posted again at the next progress: see
+//! `repost_later`), a send's completion, a
 //! rendezvous READ's end (then the FIN to the sender), and a FIN (then the sender's
 //! completion, its buffer back).
 //!
