@@ -24,6 +24,8 @@ pub(super) enum Kind {
     Bw,
     /// Message rate.
     Rate,
+    /// A size in KiB.
+    Size,
 }
 
 /// The table's figures, in the order they were measured.

@@ -4,7 +4,7 @@
 //! This file owns the order of the runs (the table lists the figures in that order, and
 //! each family reuses TCP ports the one before it has let go of). Its children: `run` (what
 //! every family runs with), `figures` (the table being filled), one file per family
-//! (`udp`, `perf`, `same_host`, `member`, `dropin`, `iperf`, `ucx`, `libfabric`, `mpi`,
+//! (`udp`, `perf`, `qps`, `same_host`, `member`, `dropin`, `iperf`, `ucx`, `libfabric`, `mpi`,
 //! `cm`),
 //! `paired` (the back-to-back pairs the goals are judged from) and `report` (the table and
 //! the goals). Families call `run` and `figures`, `paired` calls the families, `report`
@@ -20,6 +20,7 @@ mod member;
 mod mpi;
 mod paired;
 mod perf;
+mod qps;
 mod report;
 mod run;
 mod same_host;
@@ -50,6 +51,7 @@ pub(crate) fn compare(softrdma: Option<PathBuf>, seconds: u64) -> Result<(), Ben
     let mut figs = Figures::default();
     udp::rows(&run, &mut figs);
     perf::rows(&run, &mut figs);
+    qps::rows(&run, &mut figs);
     same_host::rows(&run, &mut figs);
     member::rows(&run, &mut figs);
     dropin::rows(&run, &mut figs);

@@ -47,11 +47,21 @@ pub(super) fn rate(v: Result<Value, BenchError>) -> Result<f64, BenchError> {
 impl Run {
     /// `softrdma perf TEST --json EXTRA` between 127.0.0.2 and 127.0.0.3: the first result.
     pub(super) fn perf(&self, test: &str, extra: &[&str], port: u16) -> Result<Value, BenchError> {
+        Ok(self.perf_json(test, extra, port)?["results"][0].clone())
+    }
+
+    /// [`Run::perf`]'s whole JSON line, of the client: with its QP count and its peak
+    /// resident memory (`peak_rss_kb`).
+    pub(super) fn perf_json(
+        &self,
+        test: &str,
+        extra: &[&str],
+        port: u16,
+    ) -> Result<Value, BenchError> {
         let mut cmd = vec!["perf", test, "--json"];
         cmd.extend(extra);
         let c = softrdma_pair(&self.pin, &self.sr, &cmd, "", port, self.limit)?;
-        let v = last_json(&c)?;
-        Ok(v["results"][0].clone())
+        last_json(&c)
     }
 
     /// write-lat 8 B.

@@ -48,6 +48,7 @@ pub(super) fn print_table(figs: &[Figure], pin: &Pin, seconds: u64, paired: &Pai
                 bw0.map_or(String::new(), |b| format!("{:.2}×", v / b)),
             ),
             (Some(v), Kind::Rate) => (format!("{:.3} M/s", v / 1e6), String::new()),
+            (Some(v), Kind::Size) => (format!("{v:.1} KiB"), String::new()),
         };
         println!("| {} | {val} | {ratio} |", f.what);
     }
@@ -261,6 +262,16 @@ pub(super) fn print_table(figs: &[Figure], pin: &Pin, seconds: u64, paired: &Pai
         if let Some(us) = get(name) {
             println!("- same-host {what}: {us:.2} µs ({})", verdict(us <= goal));
         }
+    }
+    // Many QPs at once (issue 42), from this run's rows.
+    if let (Some(one), Some(many)) = (get(&super::qps::row(1)), get(&super::qps::row(4096))) {
+        println!(
+            "- aggregate write-bw 64 KiB with 4,096 RC QPs ≥ 0.8× one QP's: {:.2}× ({:.3e} against {:.3e}; {})",
+            many / one,
+            many,
+            one,
+            verdict(many >= 0.8 * one)
+        );
     }
     if let Some(r) = get("same host, one device (rings): softrdma write-bw 8 B") {
         println!(

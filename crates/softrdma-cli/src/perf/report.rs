@@ -187,7 +187,20 @@ pub(super) fn json(a: &PerfArgs, rows: &[Row]) -> serde_json::Value {
             }
         })
         .collect();
-    serde_json::json!({ "test": a.test.name(), "results": results })
+    serde_json::json!({
+        "test": a.test.name(),
+        "qps": a.qps,
+        "peak_rss_kb": peak_rss_kb(),
+        "results": results,
+    })
+}
+
+/// This process's peak resident memory (`VmHWM`), in KiB, if the kernel says: what the
+/// bench divides among QPs.
+fn peak_rss_kb() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The `--plot` SVG: bandwidth or typical latency against log2 of the message size.
