@@ -52,12 +52,16 @@ pub(crate) fn command(prefix: &[String], argv: &[String], env: &[(&str, &str)]) 
     c
 }
 
-/// Waits for a child with a limit, killing it past the limit.
+/// Waits for a child with a limit, killing it past the limit. Its output is read while it
+/// runs: a child that writes more than a pipe holds (`softrdma perf` prints two lines a QP,
+/// 76 KB for 256 QPs) would otherwise block on its write until the limit.
 pub(crate) fn finish(mut c: Child, limit: Duration) -> Result<String, BenchError> {
+    let out = drain(c.stdout.take());
+    let err = drain(c.stderr.take());
     let deadline = Instant::now() + limit;
-    loop {
+    let status = loop {
         match c.try_wait() {
-            Ok(Some(_)) => break,
+            Ok(Some(status)) => break status,
             Ok(None) if Instant::now() > deadline => {
                 let _ = c.kill();
                 let _ = c.wait();
@@ -66,18 +70,34 @@ pub(crate) fn finish(mut c: Child, limit: Duration) -> Result<String, BenchError
             Ok(None) => std::thread::sleep(Duration::from_millis(10)),
             Err(e) => return Err(BenchError::Wait(e)),
         }
-    }
-    let o = c.wait_with_output().map_err(BenchError::Wait)?;
-    let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    if o.status.success() {
-        Ok(text)
+    };
+    let text = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
+        let bytes = h.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    let stdout = text(out);
+    if status.success() {
+        Ok(stdout)
     } else {
         Err(BenchError::Child {
-            status: o.status,
-            stdout: text.trim().to_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).trim().to_owned(),
+            status,
+            stdout: stdout.trim().to_owned(),
+            stderr: text(err).trim().to_owned(),
         })
     }
+}
+
+/// Reads a child's pipe to its end on a thread of its own.
+fn drain<R: std::io::Read + Send + 'static>(
+    pipe: Option<R>,
+) -> Option<std::thread::JoinHandle<Vec<u8>>> {
+    pipe.map(|mut p| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = p.read_to_end(&mut v);
+            v
+        })
+    })
 }
 
 /// How the server of a pair tells that it is ready.
@@ -258,4 +278,23 @@ pub(crate) fn softrdma_bin(given: Option<PathBuf>) -> Result<String, BenchError>
         return Err(BenchError::NoSoftrdma(softrdma));
     }
     Ok(softrdma.to_string_lossy().into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child that writes far more than a pipe holds finishes, and all it wrote comes
+    /// back: its output is read while it runs.
+    #[test]
+    fn a_child_that_writes_more_than_a_pipe_holds_finishes() {
+        let argv: Vec<String> = ["sh", "-c", "yes x | head -c 300000"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let c = command(&[], &argv, &[]).spawn().expect("sh");
+        let out = finish(c, Duration::from_secs(20)).expect("finishes within the limit");
+        assert_eq!(out.len(), 300_000);
+        assert!(out.bytes().all(|b| b == b'x' || b == b'\n'));
+    }
 }
