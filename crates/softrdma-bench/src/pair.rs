@@ -52,12 +52,37 @@ pub(crate) fn command(prefix: &[String], argv: &[String], env: &[(&str, &str)]) 
     c
 }
 
-/// Waits for a child with a limit, killing it past the limit. Its output is read while it
-/// runs: a child that writes more than a pipe holds (`softrdma perf` prints two lines a QP,
-/// 76 KB for 256 QPs) would otherwise block on its write until the limit.
-pub(crate) fn finish(mut c: Child, limit: Duration) -> Result<String, BenchError> {
-    let out = drain(c.stdout.take());
-    let err = drain(c.stderr.take());
+/// A running child whose output is being read (see [`drained`]).
+struct Drained {
+    child: Child,
+    out: Option<std::thread::JoinHandle<Vec<u8>>>,
+    err: Option<std::thread::JoinHandle<Vec<u8>>>,
+}
+
+/// Starts reading `c`'s output while it runs: a child that writes more than a pipe holds
+/// (`softrdma perf` prints two lines a QP, 76 KB for 256 QPs) would otherwise block on its
+/// write, and its peer with it, until the limit.
+fn drained(mut c: Child) -> Drained {
+    Drained {
+        out: drain(c.stdout.take()),
+        err: drain(c.stderr.take()),
+        child: c,
+    }
+}
+
+/// Waits for a child with a limit, killing it past the limit; its output is read while it
+/// runs (see [`drained`]).
+pub(crate) fn finish(c: Child, limit: Duration) -> Result<String, BenchError> {
+    finish_drained(drained(c), limit)
+}
+
+/// [`finish`] for a child already [`drained`].
+fn finish_drained(d: Drained, limit: Duration) -> Result<String, BenchError> {
+    let Drained {
+        child: mut c,
+        out,
+        err,
+    } = d;
     let deadline = Instant::now() + limit;
     let status = loop {
         match c.try_wait() {
@@ -187,11 +212,14 @@ pub(crate) fn pair(
             return Err(e);
         }
     };
+    // Both outputs are read from now on, the server's too: a server blocked on a full
+    // pipe would stall its client.
+    let s = drained(s);
     let c = command(&pin.client, client.0, client.1)
         .spawn()
         .map_err(spawn_failed(&client.0[0]))?;
     let cout = finish(c, limit);
-    let sout = finish(s, Duration::from_secs(10));
+    let sout = finish_drained(s, Duration::from_secs(10));
     let sout = match rest {
         Some(rx) => rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default(),
         None => sout.unwrap_or_default(),
