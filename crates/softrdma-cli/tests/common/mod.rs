@@ -197,12 +197,25 @@ pub fn pair_at(
     client: (&str, &[&str]),
 ) -> (String, String) {
     let what = format!("{} {}", server.0, server.1.join(" "));
+    let (s, c) = pair_outputs(addrs, port, server, client);
+    both_succeeded(&what, &s, &c)
+}
+
+/// [`pair_at`] without the verdict: the server's and the client's outputs, whatever their
+/// exit status.
+pub fn pair_outputs(
+    addrs: (&str, &str),
+    port: u16,
+    server: (&str, &[&str]),
+    client: (&str, &[&str]),
+) -> (Output, Output) {
+    let what = format!("{} {}", server.0, server.1.join(" "));
     let mut s = Server(Some(spawn(&mut exec(addrs.0, server.0, server.1))));
     wait_listen(port, s.child());
     let mut cargs: Vec<&str> = client.1.to_vec();
     cargs.push("127.0.0.1");
     let c = wait(spawn(&mut exec(addrs.1, client.0, &cargs)), &what);
-    both_ok(&what, s, c)
+    (s.wait(&what), c)
 }
 
 /// Waits for `server` after its `client` ended; both must have succeeded. Their outputs.
