@@ -56,6 +56,7 @@
 //! | `CapiIdPeer` | what the peer's REQ offered (`IdC::peer`) | nothing |
 //! | `CapiIdGroups` | an ID's multicast joins (`IdC::groups`) | nothing |
 //! | `CapiIdAcks` | an ID's events handed out and acked (`IdC::acks`, with the condition variable `acked`) | nothing |
+//! | `CapiChannels` | the live event channels, by address (`rdmacm::id::CHANNELS`) | nothing but the drop of a channel's handle |
 //! | `CapiCmContexts` | the contexts the CM keeps open (`cm_context`'s `OPEN`) | the device list, `ibv_open_device` |
 //! | `CapiDeviceOpen` | a device's open soft device (`SoftDevice::open`) | softrdma's open and close of the device |
 //! | `CapiLibraryPds` | the CM's PD per context (`LIBRARY_PDS`) | `ibv_alloc_pd` |

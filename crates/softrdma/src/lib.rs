@@ -64,6 +64,7 @@
 //! | `CapiIdsLive` | the drop-in's gate between an event and an ID's destruction | read to convert an event, write to unhook an ID |
 //! | `CapiIdRust`, `CapiIdAlso` | a drop-in ID's softrdma IDs | around a call on them, or their drop |
 //! | `CapiIdPeer`, `CapiIdGroups`, `CapiIdAcks` | a drop-in ID's REQ, groups, event counts | leaves of the drop-in's CM |
+//! | `CapiChannels` | the drop-in's live event channels | around listing, finding or unlisting one |
 //! | `CapiCmContexts` | the contexts the drop-in's CM keeps open | around opening one |
 //! | `CapiDeviceOpen` | a drop-in device's open soft device | around opening or closing it |
 //! | `CapiLibraryPds` | the drop-in's PDs for the CM | around allocating one |

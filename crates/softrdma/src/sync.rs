@@ -75,6 +75,7 @@ ranks! {
     CapiIdPeer = 8, "what the peer's REQ offered, for a drop-in ID's accept";
     CapiIdGroups = 10, "a drop-in ID's multicast groups and each join's context";
     CapiIdAcks = 12, "a drop-in ID's events handed out and acked";
+    CapiChannels = 13, "the drop-in's live rdma_cm event channels, by address";
     CapiCmContexts = 14, "the contexts the drop-in's connection manager keeps open";
     CapiDeviceOpen = 16, "a drop-in device's open soft device and its count of contexts";
     CapiLibraryPds = 18, "the PDs the drop-in keeps on each context for the connection manager";

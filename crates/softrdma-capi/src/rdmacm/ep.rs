@@ -145,7 +145,7 @@ pub unsafe extern "C" fn rdma_get_request(
             &"the listener has an event channel (rdma_get_request is for IDs made without)",
         )?;
         ack_own_event(l);
-        let ev = next_event(l.own_chan.as_ref().expect("checked above"));
+        let ev = next_event(&l.own_chan.as_ref().expect("checked above").rust);
         // SAFETY: just made by convert.
         let (kind, status, new) = unsafe { ((*ev).event, (*ev).status, (*ev).id) };
         if kind != RDMA_CM_EVENT_CONNECT_REQUEST || status != 0 {
@@ -194,7 +194,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
             &"the ID is synchronous already",
         )?;
         let (own, ch) = if channel.is_null() {
-            let own = Box::new(ChanC::new(v)?);
+            let own = ChanC::open(v)?;
             let ch = (&raw const own.ch).cast_mut();
             (Some(own), ch)
         } else {

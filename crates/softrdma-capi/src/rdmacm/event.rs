@@ -3,7 +3,7 @@
 //! synchronous ID's wait for the event its verb brings.
 
 use super::device::{context_of, default_pd};
-use super::id::{ChanC, EventC, IdC, LIVE, ack, ack_own_event, fill_route};
+use super::id::{ChanC, EventC, IdC, LIVE, ack, ack_own_event, exiting, fill_route};
 use crate::abi::*;
 use crate::ffi::{Failed, Object, Ret, Verb, entry};
 use crate::verbs::context::SoftContext;
@@ -11,15 +11,16 @@ use softrdma::cm::{CmEventKind, EventChannel};
 use std::ffi::{c_char, c_int, c_void};
 use std::net::IpAddr;
 use std::ptr::null_mut;
+use std::time::{Duration, Instant};
 
 /// The channel's next event for a live ID (events of destroyed IDs are dropped), waiting
 /// as long as it takes.
 ///
-/// The wait holds its own handle on the channel: a program may destroy the channel while
-/// another of its threads still waits in `rdma_get_cm_event` (rping's main thread does, on
-/// its way out); that thread then waits on, as on librdmacm's closed descriptor, instead
-/// of reading freed memory.
-pub(super) fn next_event(chan: &ChanC) -> *mut rdma_cm_event {
+/// The wait is on the caller's own handle on the channel: a program may destroy the
+/// channel while another of its threads still waits in `rdma_get_cm_event` (rping's main
+/// thread does, on its way out); that thread then waits on, as on librdmacm's closed
+/// descriptor, instead of reading freed memory.
+pub(super) fn next_event(chan: &EventChannel) -> *mut rdma_cm_event {
     loop {
         if let Some(e) = take_event(chan, None) {
             return e;
@@ -29,10 +30,9 @@ pub(super) fn next_event(chan: &ChanC) -> *mut rdma_cm_event {
 
 /// The channel's next event for a live ID within `wait` (`None`: for ever; zero: only
 /// one queued now), `None` if none came.
-fn take_event(chan: &ChanC, wait: Option<std::time::Duration>) -> Option<*mut rdma_cm_event> {
-    let rust = chan.rust.clone();
+fn take_event(chan: &EventChannel, wait: Option<Duration>) -> Option<*mut rdma_cm_event> {
     loop {
-        if let Some(e) = convert(rust.get_event(wait)?) {
+        if let Some(e) = convert(chan.get_event(wait)?) {
             return Some(e);
         }
     }
@@ -47,7 +47,7 @@ pub(super) fn complete(v: Verb, c: &mut IdC) -> Result<(), Failed> {
         return Ok(());
     }
     ack_own_event(c);
-    let ev = next_event(c.own_chan.as_ref().expect("checked above"));
+    let ev = next_event(&c.own_chan.as_ref().expect("checked above").rust);
     c.id.event = ev;
     // SAFETY: just made by convert.
     let (kind, status) = unsafe { ((*ev).event, (*ev).status) };
@@ -77,22 +77,54 @@ pub unsafe extern "C" fn rdma_get_cm_event(
 ) -> c_int {
     entry("rdma_get_cm_event", Ret::MINUS_ONE, |v| {
         v.non_null(&[ch.cast(), event.cast()])?;
-        // SAFETY: a ChanC this library made.
-        let chan = unsafe { ChanC::from_ptr(ch) };
+        let Some(chan) = ChanC::live(ch) else {
+            return Err(destroyed(v));
+        };
         // SAFETY: fcntl on the channel's own descriptor (the program may have changed its
         // flags; a closed one reads as blocking, as it then waits on).
-        let flags = unsafe { libc::fcntl(chan.ch.fd, libc::F_GETFL) };
+        let flags = unsafe { libc::fcntl(chan.fd(), libc::F_GETFL) };
         let e = if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
-            take_event(chan, Some(std::time::Duration::ZERO))
-                .ok_or_else(|| v.quiet(libc::EAGAIN))?
+            take_event(&chan, Some(Duration::ZERO)).ok_or_else(|| v.quiet(libc::EAGAIN))?
         } else {
-            next_event(chan)
+            next_event(&chan)
         };
         // SAFETY: the caller's pointer.
         unsafe { *event = e };
         Ok(0)
     })
 }
+
+/// What `rdma_get_cm_event` does on a channel that is not alive: destroyed, or never made
+/// by this library.
+///
+/// A thread that comes back to wait on a channel its program has just destroyed, as the
+/// program ends, is the common case (rping's CM thread, after the last event, while the
+/// main thread tears down and exits): on librdmacm it would block on a closed descriptor
+/// until the exit ends it, or fail with EBADF and race the exit with an `exit(-1)` of its
+/// own. Here it waits for that exit, up to [`GONE_GRACE`], and then for ever once the
+/// exit has begun; only a program that really uses a dead channel gets EBADF, which says
+/// so. Never a read of the channel's memory, which is freed.
+fn destroyed(v: Verb) -> Failed {
+    let end = Instant::now() + GONE_GRACE;
+    while !exiting() && Instant::now() < end {
+        // A cold path (one wait per misuse or per teardown race): a coarse poll of the
+        // exit flag is enough, where a notification would cost every exit.
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    while exiting() {
+        // exit(3) ends this thread with the process.
+        std::thread::park();
+    }
+    v.fail(
+        libc::EBADF,
+        &"the event channel was destroyed, or was not made by rdma_create_event_channel",
+    )
+}
+
+/// How long `rdma_get_cm_event` on a dead channel waits for the program's exit before it
+/// fails (see [`destroyed`]): far longer than a program takes from its last destroy to
+/// `exit(3)`.
+const GONE_GRACE: Duration = Duration::from_secs(1);
 
 /// The C event for `ev`, or `None` when its ID was destroyed.
 fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
@@ -134,10 +166,7 @@ fn convert(ev: softrdma::cm::CmEvent) -> Option<*mut rdma_cm_event> {
         let own_chan = if lc.own_chan.is_some() {
             let rust = EventChannel::new().ok()?;
             ev.id.migrate(&rust);
-            let chan = Box::new(ChanC {
-                ch: rdma_event_channel { fd: rust.fd() },
-                rust,
-            });
+            let chan = ChanC::boxed(rust);
             raw.channel = (&raw const chan.ch).cast_mut();
             Some(chan)
         } else {
@@ -273,4 +302,37 @@ pub extern "C" fn rdma_event_str(event: c_int) -> *const c_char {
         .copied()
         .unwrap_or(c"UNKNOWN EVENT")
         .as_ptr()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rdmacm::id::{rdma_create_event_channel, rdma_destroy_event_channel};
+
+    /// A wait on a channel already destroyed fails with EBADF once the grace for an exit
+    /// has passed, and reads nothing of the freed channel (the pointer may even be reused
+    /// by then: a channel made since is not the one asked for).
+    #[test]
+    fn a_wait_on_a_destroyed_channel_fails_with_ebadf() {
+        let ch = rdma_create_event_channel();
+        assert!(!ch.is_null());
+        // SAFETY: made just above, destroyed once.
+        unsafe { rdma_destroy_event_channel(ch) };
+        let mut ev = null_mut();
+        let start = Instant::now();
+        // SAFETY: a stale pointer is what is tested: the call must not read through it.
+        let rc = unsafe { rdma_get_cm_event(ch, &mut ev) };
+        // SAFETY: the calling thread's errno slot.
+        let errno = unsafe { *libc::__errno_location() };
+        assert_eq!((rc, errno), (-1, libc::EBADF));
+        assert!(ev.is_null());
+        assert!(start.elapsed() >= GONE_GRACE, "{:?}", start.elapsed());
+
+        // A live one is found by its address, never read through it.
+        let ch = rdma_create_event_channel();
+        assert!(ChanC::live(ch).is_some());
+        // SAFETY: made just above, destroyed once.
+        unsafe { rdma_destroy_event_channel(ch) };
+        assert!(ChanC::live(ch).is_none());
+    }
 }

@@ -13,6 +13,7 @@ use softrdma::sync::{Condvar, Lock, Rank, RwLock};
 use std::ffi::{c_int, c_void};
 use std::net::IpAddr;
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A channel: the public struct, then softrdma's.
 #[repr(C)]
@@ -23,16 +24,71 @@ pub(super) struct ChanC {
 
 impl ChanC {
     /// A new channel, for the verb `v`.
-    pub(super) fn new(v: Verb) -> Result<ChanC, Failed> {
-        let rust = v.check(EventChannel::new())?;
-        Ok(ChanC {
+    pub(super) fn open(v: Verb) -> Result<Box<ChanC>, Failed> {
+        Ok(Self::boxed(v.check(EventChannel::new())?))
+    }
+
+    /// The channel around `rust`, boxed where its caller's pointer will point, and listed
+    /// in [`CHANNELS`] until it is dropped.
+    pub(super) fn boxed(rust: EventChannel) -> Box<ChanC> {
+        let b = Box::new(ChanC {
             ch: rdma_event_channel { fd: rust.fd() },
-            rust,
-        })
+            rust: rust.clone(),
+        });
+        CHANNELS.lock().push((&raw const b.ch as usize, rust));
+        watch_exit();
+        b
+    }
+
+    /// The events of the channel a program's pointer `ch` names, if that channel is alive
+    /// (found in [`CHANNELS`], never read through `ch`).
+    pub(super) fn live(ch: *const rdma_event_channel) -> Option<EventChannel> {
+        let list = CHANNELS.lock();
+        list.iter()
+            .find(|(p, _)| *p == ch as usize)
+            .map(|(_, r)| r.clone())
     }
 }
 
+impl Drop for ChanC {
+    fn drop(&mut self) {
+        let me = &raw const self.ch as usize;
+        CHANNELS.lock().retain(|(p, _)| *p != me);
+    }
+}
+
+/// The channels alive, by the address their programs hold, each with a handle on its
+/// events. `rdma_get_cm_event` finds its channel here rather than through the program's
+/// pointer: a program may destroy a channel just as another of its threads comes back to
+/// wait on it (rping's CM thread does, on the busy machine, as rping's main thread ends),
+/// and that pointer then points at freed memory. A short list: a program has a few.
+static CHANNELS: Lock<Vec<(usize, EventChannel)>> = Lock::new(Rank::CapiChannels, Vec::new());
+
 c_object!(ChanC, ch: rdma_event_channel, "channel");
+
+/// Set once the program has begun to exit (`exit(3)`'s handlers run).
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// Whether the program has begun to exit; the flag's `atexit` handler is registered the
+/// first time this is asked or a channel is made.
+pub(super) fn exiting() -> bool {
+    watch_exit();
+    // softrdma's own exit handler (registered once a CM device is up, so after this one,
+    // and run first) may take a while to end the connections: its flag comes on sooner.
+    EXITING.load(Ordering::Acquire) || softrdma::cm::exiting()
+}
+
+/// Registers, once, the `atexit` handler that sets [`EXITING`].
+fn watch_exit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    extern "C" fn at_exit() {
+        EXITING.store(true, Ordering::Release);
+    }
+    ONCE.call_once(|| {
+        // SAFETY: registers a handler that only stores a flag.
+        unsafe { libc::atexit(at_exit) };
+    });
+}
 
 /// An ID: the public struct, then softrdma's.
 #[repr(C)]
@@ -249,7 +305,7 @@ pub(super) unsafe fn ack(event: *mut rdma_cm_event) {
 /// `rdma_create_event_channel`.
 pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
     entry("rdma_create_event_channel", Ret::NULL, |v| {
-        Ok(ChanC::new(v)?.into_c())
+        Ok(Box::into_raw(ChanC::open(v)?).cast())
     })
 }
 
@@ -286,7 +342,7 @@ pub unsafe extern "C" fn rdma_create_id(
             &format_args!("port space {ps:#x} (RDMA_PS_TCP, _UDP or _IB)"),
         )?;
         let own_chan = if channel.is_null() {
-            Some(Box::new(ChanC::new(v)?))
+            Some(ChanC::open(v)?)
         } else {
             None
         };

@@ -7,6 +7,7 @@
 use super::objects::Core;
 use super::registry::CORES;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// At `exit(3)`, every connection of the process ends as destroying its ID would end it
@@ -16,12 +17,23 @@ use std::time::Duration;
 /// Linux by closing their IDs when their file closes. A `kill -9` still leaves the peers
 /// to their timeouts.
 pub(super) extern "C" fn at_exit() {
+    EXITING.store(true, Ordering::Release);
     // On a thread of its own: this one's thread-locals (the device's send batch) may be
     // gone already, as exit(3) runs their destructors first.
     let _ = std::thread::Builder::new()
         .name("softrdma-exit".into())
         .spawn(end_all)
         .map(|t| t.join());
+}
+
+/// Set as [`at_exit`] begins.
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// Whether the process has begun to exit and ends its connections (see [`at_exit`]): a
+/// thread that finds an object of its program destroyed under it may then wait for the
+/// exit rather than fail (the drop-in's `rdma_get_cm_event` on a destroyed channel).
+pub fn exiting() -> bool {
+    EXITING.load(Ordering::Acquire)
 }
 
 /// How long the exit waits for an agent that another thread holds.

@@ -113,6 +113,7 @@ mod thread;
 mod types;
 
 pub use channel::EventChannel;
+pub use exit::exiting;
 pub use host::CmPort;
 pub use objects::{CmEvent, CmId};
 pub use types::{
