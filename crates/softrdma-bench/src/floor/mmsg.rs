@@ -2,7 +2,7 @@
 //! control message, `recvmmsg` of GRO receives, and `recvmsg` with the sender's address and
 //! the UDP_GRO segment size.
 //!
-//! softrdma's datapath has its own (`datapath/batch.rs`, `datapath/socket.rs`), private to
+//! softrdma's datapath has its own (`datapath/batch/`, `datapath/socket.rs`), private to
 //! that crate. This copy is separate on purpose: the bench measures the kernel's floor with
 //! the least code that reaches it, so that the floor does not move when softrdma's datapath
 //! does, and this crate does not depend on `softrdma`. Calls only libc and nix.

@@ -29,7 +29,7 @@ pub(super) extern "C" fn at_exit() {
 /// Set as [`at_exit`] begins.
 static EXITING: AtomicBool = AtomicBool::new(false);
 
-/// Whether the process has begun to exit and ends its connections (see [`at_exit`]): a
+/// Whether the process has begun to exit and ends its connections (its `atexit` handler): a
 /// thread that finds an object of its program destroyed under it may then wait for the
 /// exit rather than fail (the drop-in's `rdma_get_cm_event` on a destroyed channel).
 pub fn exiting() -> bool {

@@ -6,7 +6,8 @@
 //! - [`udp::Udp`]: the UDP driver: the receive socket on `IP:4791` (with GRO), or the
 //!   socket the device's owner forwards this process's datagrams to, and the
 //!   sending path `tx` (connected sockets with IPv4-ID learning, GSO batches), over the
-//!   batched system calls of `socket` and the send batch of `batch`.
+//!   batched system calls of `socket` and the send batch of `batch` (its `sendmmsg` and
+//!   GSO in `batch::send`).
 //! - [`faults::Faulty`]: a fault injector around any driver, applying the one fault model
 //!   ([`softrdma_proto::faults`], the simulator's) to every packet it sends.
 //! - [`pcap::Captured`]: a pcap writer around any driver.
@@ -16,6 +17,8 @@
 //! - `shm`: the same-host path's ring (a sealed memfd shared by two processes of one user),
 //!   which the device fills and drains beside its driver (see `device::local`): packets to
 //!   another local process's QPN leave the send batch for a ring before the driver sees it.
+//! - `shared_mem`: the sealed memfd mappings beneath the ring, and those of the same-host
+//!   WRITE placement (a region's memory, the table of grants).
 //!
 //! Contract: a driver never blocks (every socket is non-blocking; the capture wrapper's
 //! buffered file writes are the one exception, see the crate docs), may be called from any
@@ -32,6 +35,7 @@ pub mod faults;
 #[cfg(test)]
 pub(crate) mod loopback;
 pub mod pcap;
+pub(crate) mod shared_mem;
 pub(crate) mod shm;
 pub(crate) mod socket;
 pub(crate) mod tx;

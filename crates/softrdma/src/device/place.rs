@@ -48,7 +48,7 @@
 //! so it may be called under a QP's lock. [`Placements`] is the sender's cache, taken
 //! once per placed WRITE (to clone a grant) and by the progress thread to add or drop one.
 
-use crate::datapath::shm::{GRANTS, GrantTable, SharedMem};
+use crate::datapath::shared_mem::{GRANTS, GrantTable, SharedMem};
 use crate::sync::{Lock, Rank};
 use softrdma_proto::endpoint::check::KeyHasher;
 use std::collections::{HashMap, HashSet};
@@ -137,7 +137,7 @@ pub(crate) enum GrantRefused {
     NoTable,
     /// The region's or the table's memory could not be mapped.
     #[error("mapping a grant: {0}")]
-    Map(#[source] crate::datapath::shm::RingError),
+    Map(#[source] crate::datapath::shared_mem::ShmError),
 }
 
 /// Every grant this process issued, for revocation (kept by the region table, which every

@@ -21,7 +21,7 @@ enum Storage {
     Raw,
     /// A sealed memfd the region owns, which same-host peers it is granted to map (see
     /// [`super::place`]); unmapped when the last reference goes.
-    Shared(crate::datapath::shm::SharedMem),
+    Shared(crate::datapath::shared_mem::SharedMem),
 }
 
 pub(crate) struct MrInner {
@@ -249,7 +249,7 @@ impl MrTable {
     /// on a heap buffer where that memory cannot be had.
     pub fn register_zeroed(&self, pd: Pd, len: usize, access: AccessFlags) -> Result<Arc<MrInner>> {
         Error::check_range("ibv_reg_mr", "length", len as u64, 1u64, MAX_REGION)?;
-        let Ok(mem) = crate::datapath::shm::SharedMem::create(len) else {
+        let Ok(mem) = crate::datapath::shared_mem::SharedMem::create(len) else {
             return self.register_owned(pd, vec![0; len], access);
         };
         let base = mem.ptr();

@@ -64,7 +64,7 @@ enum RingRefused {
     },
     /// The ring's memory or eventfd does not hold up.
     #[error("{0}")]
-    Open(#[source] shm::RingError),
+    Open(#[source] crate::datapath::shared_mem::ShmError),
     /// The progress thread could not watch the ring's eventfd.
     #[error("watching the ring: {0}")]
     Register(#[source] std::io::Error),
