@@ -15,6 +15,7 @@
 
 use crate::buf::Buf;
 use crate::matching::{FI_ADDR_UNSPEC, FiAddr};
+use crate::ready::Ready;
 use softrdma::sync::{Lock, Rank};
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
@@ -119,7 +120,7 @@ pub struct CompletionQueue {
     entries: Lock<VecDeque<Completion>>,
     bound: Lock<Vec<Weak<dyn Progress>>>,
     /// An eventfd, readable while entries wait (`with_fd`).
-    fd: Option<std::os::fd::OwnedFd>,
+    fd: Option<Ready>,
 }
 
 impl std::fmt::Debug for CompletionQueue {
@@ -141,25 +142,17 @@ impl CompletionQueue {
     /// An empty queue with a descriptor that polls readable while entries wait
     /// (`FI_WAIT_FD`; [`CompletionQueue::fd`]).
     pub fn with_fd() -> std::io::Result<Arc<Self>> {
-        // SAFETY: eventfd has no memory preconditions; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: a descriptor eventfd just returned, owned by nothing else.
-        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
         Ok(Arc::new(Self {
             entries: Lock::new(Rank::FabricCqEntries, VecDeque::new()),
             bound: Lock::new(Rank::FabricCqBound, Vec::new()),
-            fd: Some(fd),
+            fd: Some(Ready::new()?),
         }))
     }
 
     /// The descriptor of a queue made [`CompletionQueue::with_fd`] (`FI_GETWAIT`): poll it
     /// for reading; it stays readable while entries wait.
     pub fn fd(&self) -> Option<std::os::fd::RawFd> {
-        use std::os::fd::AsRawFd;
-        self.fd.as_ref().map(AsRawFd::as_raw_fd)
+        self.fd.as_ref().map(Ready::fd)
     }
 
     /// Drives the bound endpoints; true when no entry waits, so that the program may
@@ -169,22 +162,11 @@ impl CompletionQueue {
         self.entries.lock().is_empty()
     }
 
-    /// Makes the descriptor say whether `q` has entries: its count 1 or 0. Called with the
-    /// entries' lock held, after each change.
+    /// Makes the descriptor say whether `q` has entries. Called with the entries' lock
+    /// held, after each change.
     fn signal(&self, q: &VecDeque<Completion>) {
-        use std::os::fd::AsRawFd;
-        let Some(fd) = &self.fd else {
-            return;
-        };
-        // Reset to 0 (a read of an eventfd at 0 fails with EAGAIN: non-blocking), then
-        // 1 if entries wait.
-        let mut n = 0u64;
-        // SAFETY: an 8-byte read into `n` from the queue's own eventfd.
-        unsafe { libc::read(fd.as_raw_fd(), (&raw mut n).cast(), 8) };
-        if !q.is_empty() {
-            let one = 1u64;
-            // SAFETY: an 8-byte write from `one` to the queue's own eventfd.
-            unsafe { libc::write(fd.as_raw_fd(), (&raw const one).cast(), 8) };
+        if let Some(r) = &self.fd {
+            r.set(!q.is_empty());
         }
     }
 

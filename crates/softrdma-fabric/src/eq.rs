@@ -1,17 +1,25 @@
 //! The event queue (`fid_eq`): what happens to connections of MSG endpoints, in order: a
 //! peer's request on a passive endpoint ([`Event::ConnRequest`]), a connection made or
-//! ended, a connection that could not be made (an error event). Each event names the
-//! endpoint it is about by the number the endpoint was opened with (its `tag`: the C face
-//! passes its fid there).
+//! ended, a connection that could not be made (an error event); and the events the
+//! application writes itself ([`EventQueue::write`], `fi_eq_write`), in their place among
+//! them. Each connection event names the endpoint it is about by the number the endpoint
+//! was opened with (its `tag`: the C face passes its fid there).
 //!
-//! Threads and locks: `FabricEq` around the events, held only to add or take one; the
-//! endpoints' progress threads add them under their own lock (`FabricEp`).
+//! A queue made [`EventQueue::with_fd`] (`FI_WAIT_FD`) has an eventfd that polls readable
+//! exactly while events wait: a program sleeps on it in `poll(2)` beside its other
+//! descriptors, as on a CQ's.
+//!
+//! Threads and locks: `FabricEq` around the events, held only to add or take one (and,
+//! with a descriptor, to set it to match); the endpoints' progress threads add them under
+//! their own lock (`FabricEp`).
 
 use crate::error::Result;
+use crate::ready::Ready;
 use softrdma::cm::CmId;
 use softrdma::sync::{Lock, Rank};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -68,6 +76,14 @@ pub enum Event {
         /// The endpoint's tag.
         tag: u64,
     },
+    /// An event the application wrote (`fi_eq_write`): its number and its bytes, given
+    /// back as written.
+    User {
+        /// The event number.
+        event: u32,
+        /// The bytes.
+        data: Vec<u8>,
+    },
     /// Endpoint `tag`'s connection could not be made (an error entry, `fi_eq_readerr`):
     /// `error` is `FI_ECONNREFUSED` for a rejection, else `FI_EIO`.
     Failed {
@@ -83,6 +99,8 @@ pub enum Event {
 /// An event queue.
 pub struct EventQueue {
     events: Lock<VecDeque<Event>>,
+    /// An eventfd, readable while events wait (`with_fd`).
+    fd: Option<Ready>,
 }
 
 impl std::fmt::Debug for EventQueue {
@@ -96,21 +114,79 @@ impl EventQueue {
     pub fn new() -> Arc<Self> {
         Arc::new(Self {
             events: Lock::new(Rank::FabricEq, VecDeque::new()),
+            fd: None,
         })
     }
 
+    /// An empty queue with a descriptor that polls readable while events wait
+    /// (`FI_WAIT_FD`; [`EventQueue::fd`]).
+    pub fn with_fd() -> std::io::Result<Arc<Self>> {
+        Ok(Arc::new(Self {
+            events: Lock::new(Rank::FabricEq, VecDeque::new()),
+            fd: Some(Ready::new()?),
+        }))
+    }
+
+    /// The descriptor of a queue made [`EventQueue::with_fd`] (`FI_GETWAIT`): poll it for
+    /// reading; it stays readable while events wait.
+    pub fn fd(&self) -> Option<RawFd> {
+        self.fd.as_ref().map(Ready::fd)
+    }
+
+    /// Whether no event waits, so that the program may sleep on the descriptor
+    /// (`fi_trywait`: false is `-FI_EAGAIN`).
+    pub fn try_wait(&self) -> bool {
+        self.events.lock().is_empty()
+    }
+
+    /// Makes the descriptor say whether `q` has events. Called with the events' lock
+    /// held, after a change that may have emptied or filled `q`.
+    fn signal(&self, q: &VecDeque<Event>) {
+        if let Some(r) = &self.fd {
+            r.set(!q.is_empty());
+        }
+    }
+
     pub(crate) fn push(&self, e: Event) {
-        self.events.lock().push_back(e);
+        let mut q = self.events.lock();
+        q.push_back(e);
+        if q.len() == 1 {
+            self.signal(&q);
+        }
+    }
+
+    /// Adds an event of the application's own (`fi_eq_write`), after those already
+    /// queued.
+    pub fn write(&self, event: u32, data: Vec<u8>) {
+        self.push(Event::User { event, data });
     }
 
     /// Puts `e` back at the head (a reader whose buffer was too small for it).
     pub fn unread(&self, e: Event) {
-        self.events.lock().push_front(e);
+        let mut q = self.events.lock();
+        q.push_front(e);
+        if q.len() == 1 {
+            self.signal(&q);
+        }
     }
 
     /// Takes the oldest event (`fi_eq_read`).
     pub fn read(&self) -> Option<Event> {
-        self.events.lock().pop_front()
+        let mut q = self.events.lock();
+        let e = q.pop_front();
+        if e.is_some() && q.is_empty() {
+            self.signal(&q);
+        }
+        e
+    }
+
+    /// The oldest event if it is one the application wrote, left in the queue
+    /// (`fi_eq_read` with `FI_PEEK`): its number and a copy of its bytes.
+    pub fn peek_user(&self) -> Option<(u32, Vec<u8>)> {
+        match self.events.lock().front() {
+            Some(Event::User { event, data }) => Some((*event, data.clone())),
+            _ => None,
+        }
     }
 
     /// Whether the oldest event is an error (`-FI_EAVAIL` for `fi_eq_read`).

@@ -27,7 +27,8 @@
 //! ```
 //!
 //! Layers, lowest first: `wire` (the protocol's header, sans-I/O) and `matching` (which
-//! receive a message goes to, sans-I/O); `addr`, `cq`, `counter`, `eq` and `error`;
+//! receive a message goes to, sans-I/O); `ready` (a queue's descriptor); `addr`, `cq`,
+//! `counter`, `eq` and `error`;
 //! `domain` (the fabric, domains and regions); `auto` (the progress threads); `rdm`, `msg`
 //! and `dgram`, the endpoints.
 
@@ -46,6 +47,7 @@ pub mod fuzzing;
 pub mod matching;
 mod msg;
 mod rdm;
+mod ready;
 pub mod wire;
 
 pub use addr::AddressVector;

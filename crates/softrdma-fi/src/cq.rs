@@ -246,17 +246,6 @@ pub unsafe extern "C" fn strerror(
 unsafe extern "C" fn cq_control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int {
     guard_int(|| {
         let c = entry::get::<Cq>(f)?;
-        match command {
-            FI_GETWAIT => {
-                let fd = c.cq.fd().ok_or(FI_ENODATA)?;
-                if arg.is_null() {
-                    return Err(FI_EINVAL);
-                }
-                // SAFETY: the caller's `int`, checked non-null.
-                unsafe { arg.cast::<c_int>().write(fd) };
-                Ok(0)
-            }
-            _ => Err(FI_ENOSYS),
-        }
+        crate::wait::control(command, c.cq.fd(), arg)
     })
 }

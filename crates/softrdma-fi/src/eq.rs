@@ -5,16 +5,19 @@
 //! `fi_endpoint` and `fi_accept`, or `fi_reject`); a connection made `FI_CONNECTED`; an
 //! ended one `FI_SHUTDOWN`; one that could not be made an error entry
 //! (`-FI_EAVAIL`, then `fi_eq_readerr`). Private data follows an entry, exactly as the
-//! peer gave it. `FI_PEEK` looks at the application's own events only.
+//! peer gave it. The application's own events (`fi_eq_write`) come in their place among
+//! them. `FI_PEEK` looks at an event of the application's only (a connection event is
+//! not peeked: reading a request makes its handle). An EQ opened with `FI_WAIT_FD` has a
+//! descriptor (`fi_control(FI_GETWAIT)`) that polls readable while events wait, and
+//! `fi_trywait` takes it.
 //!
-//! Threads and locks: the application's events are behind `FiEq`, a request's
-//! connection behind `FiEpSetup`, each taken alone; the fabric layer's queue has its own.
+//! Threads and locks: a request's connection is behind `FiEpSetup`, taken alone; the
+//! fabric layer's queue (all the events) has its own.
 
 use crate::abi::*;
 use crate::entry::{self, guard, guard_int, object};
 use softrdma::sync::{Lock, Rank};
 use softrdma_fabric::{ConnRequest, Event, EventQueue};
-use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
@@ -22,14 +25,14 @@ use std::sync::Arc;
 #[repr(C)]
 pub struct Eq {
     fid: fid_eq,
-    events: Lock<VecDeque<(u32, Vec<u8>)>>,
-    /// Where the fabric layer's endpoints bound to it put their connection events.
+    /// Its events: the application's, and those the fabric layer's endpoints bound to it
+    /// put there.
     pub cm: Arc<EventQueue>,
     /// The API version of the fabric it was opened on (for a request's info).
     api_version: u32,
 }
 
-object!(Eq, FI_CLASS_EQ, EQ_FI_OPS);
+object!(Eq, FI_CLASS_EQ, EQ_FI_OPS, control: eq_control);
 
 /// A connection request, as an `FI_CONNREQ` info's `handle`: taken by the endpoint that
 /// accepts it, or by `fi_reject`.
@@ -76,9 +79,16 @@ pub unsafe extern "C" fn eq_open(
         if eq.is_null() {
             return Err(FI_EINVAL);
         }
-        if ![FI_WAIT_NONE, FI_WAIT_UNSPEC, FI_WAIT_YIELD].contains(&attr.wait_obj) {
+        if ![FI_WAIT_NONE, FI_WAIT_UNSPEC, FI_WAIT_YIELD, FI_WAIT_FD].contains(&attr.wait_obj)
+            || !attr.wait_set.is_null()
+        {
             return Err(FI_ENOSYS);
         }
+        let cm = if attr.wait_obj == FI_WAIT_FD {
+            EventQueue::with_fd().map_err(|_| FI_ENOMEM)?
+        } else {
+            EventQueue::new()
+        };
         let e = entry::open(Eq {
             fid: fid_eq {
                 fid: fid {
@@ -88,8 +98,7 @@ pub unsafe extern "C" fn eq_open(
                 },
                 ops: &EQ_OPS.0,
             },
-            events: Lock::new(Rank::FiEq, VecDeque::new()),
-            cm: EventQueue::new(),
+            cm,
             api_version,
         });
         // SAFETY: `eq` is writable, checked non-null.
@@ -128,8 +137,13 @@ fn cm_entry(fid: *mut fid, info: *mut fi_info) -> [u8; size_of::<fi_eq_cm_entry>
     b
 }
 
-/// Reads the fabric layer's oldest connection event into the caller's buffer.
-fn read_cm(e: &Eq, event: *mut u32, buf: *mut c_void, len: usize) -> Result<isize, entry::Errno> {
+/// Reads the oldest event into the caller's buffer.
+fn read_event(
+    e: &Eq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+) -> Result<isize, entry::Errno> {
     let Some(ev) = e.cm.read() else {
         return Err(FI_EAGAIN);
     };
@@ -138,13 +152,14 @@ fn read_cm(e: &Eq, event: *mut u32, buf: *mut c_void, len: usize) -> Result<isiz
         e.cm.unread(ev);
         return Err(FI_EAVAIL);
     }
-    let need = size_of::<fi_eq_cm_entry>()
-        + match &ev {
-            Event::ConnRequest { req, .. } => req.private_data.len(),
-            Event::Connected { private_data, .. } => private_data.len(),
-            _ => 0,
-        };
-    if len < need || buf.is_null() {
+    let cm = size_of::<fi_eq_cm_entry>();
+    let need = match &ev {
+        Event::ConnRequest { req, .. } => cm + req.private_data.len(),
+        Event::Connected { private_data, .. } => cm + private_data.len(),
+        Event::User { data, .. } => data.len(),
+        _ => cm,
+    };
+    if len < need || (buf.is_null() && need > 0) {
         e.cm.unread(ev);
         return Err(FI_ETOOSMALL);
     }
@@ -179,6 +194,7 @@ fn read_cm(e: &Eq, event: *mut u32, buf: *mut c_void, len: usize) -> Result<isiz
             let entry = cm_entry(tag as *mut fid, std::ptr::null_mut());
             deliver(event, FI_SHUTDOWN, buf, [&entry, &[]])
         }
+        Event::User { event: ev, data } => deliver(event, ev, buf, [&data, &[]]),
         Event::Failed { .. } => unreachable!("put back above"),
     };
     Ok(n)
@@ -193,22 +209,14 @@ unsafe extern "C" fn eq_read(
 ) -> isize {
     guard(|| {
         let e = entry::get::<Eq>(eq.cast())?;
-        let mut q = e.events.lock();
-        let Some((ev, data)) = q.front() else {
-            drop(q);
-            if flags & EQ_PEEK != 0 {
-                return Err(FI_EAGAIN);
-            }
-            return read_cm(e, event, buf, len);
-        };
+        if flags & EQ_PEEK == 0 {
+            return read_event(e, event, buf, len);
+        }
+        let (ev, data) = e.cm.peek_user().ok_or(FI_EAGAIN)?;
         if len < data.len() || (buf.is_null() && !data.is_empty()) {
             return Err(FI_ETOOSMALL);
         }
-        let n = deliver(event, *ev, buf, [data, &[]]);
-        if flags & EQ_PEEK == 0 {
-            q.pop_front();
-        }
-        Ok(n)
+        Ok(deliver(event, ev, buf, [&data, &[]]))
     })
 }
 
@@ -268,7 +276,7 @@ unsafe extern "C" fn eq_write(
             // SAFETY: the caller's `len` bytes at `buf`.
             unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len).to_vec() }
         };
-        e.events.lock().push_back((event, data));
+        e.cm.write(event, data);
         Ok(len as isize)
     })
 }
@@ -284,5 +292,14 @@ unsafe extern "C" fn eq_sread(
     crate::wait::wait_for(timeout, || {
         // SAFETY: forwarded from libfabric.
         unsafe { eq_read(eq, event, buf, len, flags) }
+    })
+}
+
+/// `fi_control` of an EQ: `FI_GETWAIT` gives the descriptor of an EQ opened with
+/// `FI_WAIT_FD` (into the caller's `int`).
+unsafe extern "C" fn eq_control(f: *mut fid, command: c_int, arg: *mut c_void) -> c_int {
+    guard_int(|| {
+        let e = entry::get::<Eq>(f)?;
+        crate::wait::control(command, e.cm.fd(), arg)
     })
 }

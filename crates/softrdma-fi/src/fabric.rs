@@ -65,8 +65,9 @@ pub unsafe extern "C" fn fabric_open(
     })
 }
 
-/// `fi_trywait`: 0 when the program may sleep on the descriptors of `fids` (each CQ
-/// driven first, and empty), `-FI_EAGAIN` when one has entries to read first.
+/// `fi_trywait`: 0 when the program may sleep on the descriptors of `fids` (CQs and EQs
+/// opened with `FI_WAIT_FD`; each CQ driven first, and every one empty), `-FI_EAGAIN`
+/// when one has entries to read first, `-FI_EINVAL` for any other fid.
 unsafe extern "C" fn trywait(f: *mut fid_fabric, fids: *mut *mut fid, count: c_int) -> c_int {
     guard_int(|| {
         entry::get::<Fabric>(f.cast())?;
@@ -77,11 +78,21 @@ unsafe extern "C" fn trywait(f: *mut fid_fabric, fids: *mut *mut fid, count: c_i
         for k in 0..n {
             // SAFETY: the caller's `count` fids.
             let fid = unsafe { *fids.add(k) };
-            let cq = entry::get::<crate::cq::Cq>(fid)?;
-            if cq.cq.fd().is_none() {
+            let (has_fd, empty) = match entry::class_of(fid) {
+                Some(FI_CLASS_CQ) => {
+                    let cq = &entry::get::<crate::cq::Cq>(fid)?.cq;
+                    (cq.fd().is_some(), cq.try_wait())
+                }
+                Some(FI_CLASS_EQ) => {
+                    let eq = &entry::get::<crate::eq::Eq>(fid)?.cm;
+                    (eq.fd().is_some(), eq.try_wait())
+                }
+                _ => return Err(FI_EINVAL),
+            };
+            if !has_fd {
                 return Err(FI_EINVAL);
             }
-            if !cq.cq.try_wait() {
+            if !empty {
                 return Err(FI_EAGAIN);
             }
         }

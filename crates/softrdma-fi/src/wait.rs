@@ -1,10 +1,11 @@
 //! Waiting and error text, shared by the CQ and the EQ: the blocking reads (`sread`) poll
-//! with a spin and then short sleeps, and the `strerror` calls write into the caller's
-//! buffer or a thread's own. Runs on the calling thread; no locks.
+//! with a spin and then short sleeps, `fi_control(FI_GETWAIT)` gives a queue's
+//! descriptor, and the `strerror` calls write into the caller's buffer or a thread's own.
+//! Runs on the calling thread; no locks.
 
-use crate::abi::FI_EAGAIN;
+use crate::abi::{FI_EAGAIN, FI_EINVAL, FI_ENODATA, FI_ENOSYS, FI_GETWAIT};
 use crate::entry;
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, c_void};
 use std::time::{Duration, Instant};
 
 /// Runs `read` until it returns something other than `-FI_EAGAIN`, or `timeout`
@@ -27,6 +28,22 @@ pub fn wait_for(timeout: c_int, mut read: impl FnMut() -> isize) -> isize {
             std::thread::sleep(Duration::from_micros(50));
         }
     }
+}
+
+/// `fi_control` of a queue whose descriptor (opened with `FI_WAIT_FD`) is `fd`:
+/// `FI_GETWAIT` writes it into the caller's `int` at `arg`; `-FI_ENODATA` for a queue
+/// without one; no other command.
+pub fn control(command: c_int, fd: Option<c_int>, arg: *mut c_void) -> Result<c_int, entry::Errno> {
+    if command != FI_GETWAIT {
+        return Err(FI_ENOSYS);
+    }
+    let fd = fd.ok_or(FI_ENODATA)?;
+    if arg.is_null() {
+        return Err(FI_EINVAL);
+    }
+    // SAFETY: the caller's `int`, checked non-null.
+    unsafe { arg.cast::<c_int>().write(fd) };
+    Ok(0)
 }
 
 /// `buf` holding `s`, or, when the caller gave none, this thread's copy (valid until its

@@ -10,6 +10,7 @@
  * process, with FI_PROVIDER_PATH naming the provider under test.
  */
 #include "common.h"
+#include <poll.h>
 
 /* rma.c's cases. */
 void getinfo_rma(void);
@@ -205,6 +206,33 @@ static void eq(void)
 	RC(fi_eq_sread(q, &ev, &out, sizeof out, 100, 0), sizeof out);
 	CHECK(ev == FI_NOTIFY && out.context == (void *)0x77 && out.data == 5);
 	RC(fi_eq_sread(q, &ev, &out, sizeof out, 20, 0), -FI_EAGAIN);
+	int fd = -1;
+	RC(fi_control(&q->fid, FI_GETWAIT, &fd), -FI_ENODATA);
+	RC(fi_close(&q->fid), 0);
+
+	/* With a descriptor (FI_WAIT_FD): readable exactly while events wait, and
+	 * fi_trywait says the same; events come back in the order written. */
+	a.wait_obj = FI_WAIT_FD;
+	RC(fi_eq_open(f, &a, &q, NULL), 0);
+	RC(fi_control(&q->fid, FI_GETWAIT, &fd), 0);
+	CHECK(fd >= 0);
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+	struct fid *fids[] = {&q->fid};
+	RC(poll(&pfd, 1, 0), 0);
+	RC(fi_trywait(f, fids, 1), 0);
+	RC(fi_eq_write(q, FI_NOTIFY, &in, sizeof in, 0), sizeof in);
+	struct fi_eq_entry in2 = {.context = (void *)0x78, .data = 6};
+	RC(fi_eq_write(q, FI_NOTIFY, &in2, sizeof in2, 0), sizeof in2);
+	RC(poll(&pfd, 1, 0), 1);
+	RC(fi_trywait(f, fids, 1), -FI_EAGAIN);
+	RC(fi_eq_read(q, &ev, &out, sizeof out - 1, 0), -FI_ETOOSMALL);
+	RC(fi_eq_read(q, &ev, &out, sizeof out, 0), sizeof out);
+	CHECK(out.context == (void *)0x77, "the first written comes first");
+	RC(poll(&pfd, 1, 0), 1);
+	RC(fi_eq_read(q, &ev, &out, sizeof out, 0), sizeof out);
+	CHECK(out.context == (void *)0x78 && out.data == 6);
+	RC(poll(&pfd, 1, 0), 0);
+	RC(fi_trywait(f, fids, 1), 0);
 	RC(fi_close(&q->fid), 0);
 	RC(fi_close(&f->fid), 0);
 	fi_freeinfo(i);
