@@ -10,7 +10,12 @@
 //! timing. Why a SEND's entry takes that long to show in one thread is not yet known; the
 //! WRITE turns of `path_turns --one` do not wait so.
 //!
+//! With `--empty POLLS` it instead polls one end's empty CQ that many times after one turn
+//! (a same-host ring open): what a busy poller pays per poll while it waits, which is also
+//! what a message that lands during a poll waits on average (half a poll).
+//!
 //! `cargo run --release -p softrdma --example send_turns -- TURNS`
+//! `cargo run --release -p softrdma --example send_turns -- --empty POLLS`
 
 #[path = "shared/ends.rs"]
 mod ends;
@@ -65,8 +70,10 @@ fn send(e: &End, id: u64) -> Result<()> {
 
 /// Runs the turns given as the first argument (default 1000).
 pub fn main() -> Result<()> {
-    let turns: u64 = std::env::args()
-        .nth(1)
+    let args: Vec<String> = std::env::args().collect();
+    let empty = args.get(1).is_some_and(|a| a == "--empty");
+    let turns: u64 = args
+        .get(if empty { 2 } else { 1 })
         .and_then(|a| a.parse().ok())
         .unwrap_or(1000);
     let a = end("turns", "127.0.88.1", 4096, AccessFlags::LOCAL_WRITE)?;
@@ -74,6 +81,19 @@ pub fn main() -> Result<()> {
     connect(&a, &b)?;
     recv(&a, 0)?;
     recv(&b, 0)?;
+    if empty {
+        send(&a, 1)?;
+        wait(&b, 1)?;
+        let mut wcs = Vec::with_capacity(8);
+        for _ in 0..turns {
+            wcs.clear();
+            a.cq.poll_into(8, &mut wcs);
+            // a's SEND completes once b's ACK comes: at most that one.
+            assert!(wcs.len() <= 1, "{wcs:?}");
+        }
+        println!("{turns} empty polls");
+        return Ok(());
+    }
     for i in 1..=turns {
         // a SENDs, b receives and answers: two completions on each side per turn, the
         // SEND's (its ACK rides with the peer's next SEND, as in perftest's send_lat) and
