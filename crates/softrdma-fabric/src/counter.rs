@@ -9,7 +9,7 @@
 //! `FabricCqBound` (the rank of every list of bound endpoints), let go before any
 //! endpoint's progress runs.
 
-use crate::cq::Progress;
+use crate::cq::{Completion, CompletionQueue, Progress, flags};
 use softrdma::sync::{Lock, Rank};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -26,6 +26,56 @@ pub struct CountOf {
     pub read: bool,
     /// RMA writes and atomics that fetch nothing (`FI_WRITE`).
     pub write: bool,
+}
+
+/// The counters bound to an endpoint, by what they count (any endpoint type's).
+#[derive(Default)]
+pub(crate) struct Counters {
+    send: Option<Arc<Counter>>,
+    recv: Option<Arc<Counter>>,
+    read: Option<Arc<Counter>>,
+    write: Option<Arc<Counter>>,
+}
+
+impl Counters {
+    /// Counts a completion with flags `f` on the counter bound for its kind, if any.
+    pub(crate) fn count(&self, f: u64, error: bool) {
+        let c = if f & flags::RECV != 0 {
+            &self.recv
+        } else if f & flags::SEND != 0 {
+            &self.send
+        } else if f & flags::READ != 0 {
+            &self.read
+        } else if f & flags::WRITE != 0 {
+            &self.write
+        } else {
+            &None
+        };
+        if let Some(c) = c {
+            c.count(error);
+        }
+    }
+
+    /// Counts the kinds `of` names on `cntr` from now on (a kind bound again counts on
+    /// the new counter).
+    pub(crate) fn set(&mut self, cntr: &Arc<Counter>, of: CountOf) {
+        for (on, slot) in [
+            (of.send, &mut self.send),
+            (of.recv, &mut self.recv),
+            (of.read, &mut self.read),
+            (of.write, &mut self.write),
+        ] {
+            if on {
+                *slot = Some(cntr.clone());
+            }
+        }
+    }
+
+    /// Puts `c` in `cq`, counted.
+    pub(crate) fn report(&self, cq: &CompletionQueue, c: Completion) {
+        self.count(c.flags, c.error != 0);
+        cq.push(c);
+    }
 }
 
 /// How a [`Counter::wait`] ended.

@@ -19,7 +19,8 @@ use crate::Map;
 use crate::addr::AddressVector;
 use crate::auto::{Auto, DeviceCq, Driven};
 use crate::buf::{Buf, Registered};
-use crate::cq::{Completion, CompletionQueue, errno, flags};
+use crate::counter::{CountOf, Counter, Counters};
+use crate::cq::{Completion, CompletionQueue, Progress, errno, flags};
 use crate::domain::Domain;
 use crate::error::{FabricError, Result};
 use crate::matching::FiAddr;
@@ -31,7 +32,7 @@ use softrdma::{
 };
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// Bytes of GRH before a UD receive's payload.
 const GRH: usize = 40;
@@ -92,6 +93,8 @@ struct State {
     av: Arc<AddressVector>,
     tx_cq: Arc<CompletionQueue>,
     rx_cq: Arc<CompletionQueue>,
+    /// The counters bound to it.
+    cntrs: Counters,
     peers: Map<SocketAddr, Peer>,
     /// Resolving IDs' peers, by the number each ID carries.
     resolving: Map<usize, SocketAddr>,
@@ -157,6 +160,7 @@ impl DgramEndpoint {
                 av,
                 tx_cq: tx_cq.clone(),
                 rx_cq: rx_cq.clone(),
+                cntrs: Counters::default(),
                 peers: Map::default(),
                 resolving: Map::default(),
                 next_id: 1,
@@ -186,6 +190,15 @@ impl DgramEndpoint {
 
     fn st(&self) -> Guard<'_, State> {
         self.st.lock()
+    }
+
+    /// Counts the completions of the kinds `of` names on `cntr` (`fi_ep_bind` of a
+    /// `fid_cntr`), those that write no CQ entry too; reading `cntr` drives this
+    /// endpoint's progress. A kind bound again counts on the new counter.
+    pub fn bind_counter(&self, cntr: &Arc<Counter>, of: CountOf) {
+        self.st().cntrs.set(cntr, of);
+        let weak: Weak<dyn Progress> = Arc::downgrade(&self.st) as Weak<_>;
+        cntr.bind(weak);
     }
 
     /// The endpoint's address, for its peers' address vectors (`fi_getname`).
@@ -288,13 +301,10 @@ impl State {
             Ok(r) => r,
             Err(_) => {
                 let f = flags::SEND | flags::MSG;
-                self.tx_cq.push(Completion::of(
-                    out.context,
-                    f,
-                    Vec::new().into(),
-                    0,
-                    errno::EIO,
-                ));
+                self.cntrs.report(
+                    &self.tx_cq,
+                    Completion::of(out.context, f, Vec::new().into(), 0, errno::EIO),
+                );
                 return;
             }
         };
@@ -333,23 +343,29 @@ impl State {
         }
     }
 
-    /// A send's end: its completion, unless silent and well.
+    /// A send's end: its completion, unless silent and well (then its count only: a
+    /// counter is how an inject's sender knows it is done).
     fn sent(&mut self, wr: Wr, error: i32) {
-        if let Wr::Send {
+        let Wr::Send {
             context,
             reg,
             silent,
         } = wr
-            && (!silent || error != 0)
-        {
-            let len = match &reg {
-                Some(r) if error == 0 => r.mr.len(),
-                _ => 0,
-            };
-            let buf = reg.map_or_else(|| Vec::new().into(), Registered::back);
-            let f = flags::SEND | flags::MSG;
-            self.tx_cq.push(Completion::of(context, f, buf, len, error));
+        else {
+            return;
+        };
+        let f = flags::SEND | flags::MSG;
+        if silent && error == 0 {
+            self.cntrs.count(f, false);
+            return;
         }
+        let len = match &reg {
+            Some(r) if error == 0 => r.mr.len(),
+            _ => 0,
+        };
+        let buf = reg.map_or_else(|| Vec::new().into(), Registered::back);
+        self.cntrs
+            .report(&self.tx_cq, Completion::of(context, f, buf, len, error));
     }
 
     /// Fills posted receives from the datagrams waiting in slots, oldest first.
@@ -375,11 +391,14 @@ impl State {
                 0
             };
             let f = flags::RECV | flags::MSG | cq_data;
-            self.rx_cq.push(Completion {
-                data,
-                olen: len - got,
-                ..Completion::of(context, f, buf, got, error)
-            });
+            self.cntrs.report(
+                &self.rx_cq,
+                Completion {
+                    data,
+                    olen: len - got,
+                    ..Completion::of(context, f, buf, got, error)
+                },
+            );
         }
     }
 
@@ -456,8 +475,10 @@ impl State {
         let Some(dest) = dest else {
             for out in queued {
                 let f = flags::SEND | flags::MSG;
-                self.tx_cq
-                    .push(Completion::of(out.context, f, out.buf, 0, errno::EIO));
+                self.cntrs.report(
+                    &self.tx_cq,
+                    Completion::of(out.context, f, out.buf, 0, errno::EIO),
+                );
             }
             return;
         };

@@ -240,7 +240,6 @@ unsafe extern "C" fn ep_bind(f: *mut fid, bfid: *mut fid, flags: u64) -> c_int {
                     s.rx = Some(b);
                 }
             }
-            Some(FI_CLASS_CNTR) if e.ep_type != FI_EP_RDM => return Err(FI_EOPNOTSUPP),
             Some(FI_CLASS_CNTR) => {
                 let cntr = entry::get::<Cntr>(bfid)?.cntr.clone();
                 // A peer's RMA into this endpoint's regions is not an event here
@@ -336,11 +335,17 @@ fn enable(e: &Ep) -> Result<(), Errno> {
         // A connected endpoint: its connection's events go to its EQ, under its fid.
         let (eq, tag) = (eq.ok_or(FI_ENOEQ)?, e as *const Ep as u64);
         let m = MsgEndpoint::open(&dom, eq, tag, tx.cq, rx.cq).map_err(|err| err.errno())?;
+        for (c, of) in &cntrs {
+            m.bind_counter(c, *of);
+        }
         let _ = e.msg.set(m);
         return Ok(());
     };
     if e.ep_type == FI_EP_DGRAM {
         let d = DgramEndpoint::open(&dom, e.port, av, tx.cq, rx.cq).map_err(|err| err.errno())?;
+        for (c, of) in &cntrs {
+            d.bind_counter(c, *of);
+        }
         let _ = e.dgram.set(d);
         return Ok(());
     }

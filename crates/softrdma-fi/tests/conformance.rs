@@ -140,4 +140,6 @@ cases! {
     msg_reject "127.0.88.29",
     msg_negative "127.0.88.30",
     dgram "127.0.88.31",
+    msg_counters "127.0.88.34",
+    dgram_counters "127.0.88.35",
 }

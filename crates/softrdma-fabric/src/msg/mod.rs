@@ -27,7 +27,8 @@ pub use passive::PassiveEndpoint;
 
 use crate::Map;
 use crate::buf::{Buf, Registered};
-use crate::cq::{Completion, CompletionQueue, flags};
+use crate::counter::{CountOf, Counter, Counters};
+use crate::cq::{Completion, CompletionQueue, Progress, flags};
 use crate::domain::Domain;
 use crate::eq::{ConnRequest, EventQueue};
 use crate::error::{FabricError, Result};
@@ -37,7 +38,7 @@ use softrdma::sync::{Guard, Lock, Rank};
 use softrdma::{AccessFlags, QueuePair, SendOp};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// SENDs up to this size go inline (copied at the post, no registration).
 const INLINE_MAX: usize = 256;
@@ -110,6 +111,8 @@ struct State {
     tag: u64,
     tx_cq: Arc<CompletionQueue>,
     rx_cq: Arc<CompletionQueue>,
+    /// The counters bound to it.
+    cntrs: Counters,
     wrs: Map<u64, Wr>,
     next_wr: u64,
     /// Receives posted before the QP exists.
@@ -150,6 +153,7 @@ impl MsgEndpoint {
                 tag,
                 tx_cq: tx_cq.clone(),
                 rx_cq: rx_cq.clone(),
+                cntrs: Counters::default(),
                 wrs: Map::default(),
                 next_wr: 1,
                 early_recvs: VecDeque::new(),
@@ -204,6 +208,15 @@ impl MsgEndpoint {
         }
         st.down(false);
         Ok(())
+    }
+
+    /// Counts the completions of the kinds `of` names on `cntr` (`fi_ep_bind` of a
+    /// `fid_cntr`), those that write no CQ entry too; reading `cntr` drives this
+    /// endpoint's progress. A kind bound again counts on the new counter.
+    pub fn bind_counter(&self, cntr: &Arc<Counter>, of: CountOf) {
+        self.st().cntrs.set(cntr, of);
+        let weak: Weak<dyn Progress> = Arc::downgrade(&self.st) as Weak<_>;
+        cntr.bind(weak);
     }
 
     /// The local address of the connection (`fi_getname`), once asked for or accepted.
@@ -464,13 +477,10 @@ impl State {
                 context, buf, reg, ..
             } => {
                 let buf = reg.map_or(buf, Registered::back);
-                self.tx_cq.push(Completion::of(
-                    context,
-                    flags::SEND | flags::MSG,
-                    buf,
-                    0,
-                    error,
-                ));
+                self.cntrs.report(
+                    &self.tx_cq,
+                    Completion::of(context, flags::SEND | flags::MSG, buf, 0, error),
+                );
             }
             Wr::Rma {
                 context,
@@ -478,18 +488,17 @@ impl State {
                 reg,
                 ..
             } => {
-                self.tx_cq
-                    .push(Completion::of(context, flags, reg.back(), 0, error));
+                self.cntrs.report(
+                    &self.tx_cq,
+                    Completion::of(context, flags, reg.back(), 0, error),
+                );
             }
             Wr::Recv { context, reg } => {
                 let buf = reg.map_or_else(|| Buf::from(Vec::new()), Registered::back);
-                self.rx_cq.push(Completion::of(
-                    context,
-                    flags::RECV | flags::MSG,
-                    buf,
-                    0,
-                    error,
-                ));
+                self.cntrs.report(
+                    &self.rx_cq,
+                    Completion::of(context, flags::RECV | flags::MSG, buf, 0, error),
+                );
             }
         }
     }

@@ -73,10 +73,13 @@ impl State {
                 } else {
                     0
                 };
-                self.rx_cq.push(Completion {
-                    data,
-                    ..Completion::of(context, kind | cq_data, buf, wc.byte_len as usize, 0)
-                });
+                self.cntrs.report(
+                    &self.rx_cq,
+                    Completion {
+                        data,
+                        ..Completion::of(context, kind | cq_data, buf, wc.byte_len as usize, 0)
+                    },
+                );
             }
             Wr::Send {
                 context,
@@ -85,10 +88,15 @@ impl State {
                 silent,
             } => {
                 let buf = reg.map_or(buf, Registered::back);
-                if !silent {
+                let f = flags::SEND | flags::MSG;
+                if silent {
+                    // No CQ entry, but counted: a counter is how an inject's sender
+                    // knows it is done.
+                    self.cntrs.count(f, false);
+                } else {
                     let len = buf.len();
-                    let f = flags::SEND | flags::MSG;
-                    self.tx_cq.push(Completion::of(context, f, buf, len, 0));
+                    self.cntrs
+                        .report(&self.tx_cq, Completion::of(context, f, buf, len, 0));
                 }
             }
             Wr::Rma {
@@ -97,10 +105,14 @@ impl State {
                 reg,
                 silent,
             } => {
-                if !silent {
+                if silent {
+                    self.cntrs.count(flags, false);
+                } else {
                     let len = reg.mr.len();
-                    self.tx_cq
-                        .push(Completion::of(context, flags, reg.back(), len, 0));
+                    self.cntrs.report(
+                        &self.tx_cq,
+                        Completion::of(context, flags, reg.back(), len, 0),
+                    );
                 }
             }
         }
@@ -189,8 +201,10 @@ impl State {
         }
         while let Some((context, buf)) = self.early_recvs.pop_front() {
             let f = flags::RECV | flags::MSG;
-            self.rx_cq
-                .push(Completion::of(context, f, buf, 0, errno::ECANCELED));
+            self.cntrs.report(
+                &self.rx_cq,
+                Completion::of(context, f, buf, 0, errno::ECANCELED),
+            );
         }
     }
 }

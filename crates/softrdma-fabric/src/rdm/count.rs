@@ -7,57 +7,15 @@
 use super::{Endpoint, State};
 use crate::buf::Buf;
 use crate::counter::{CountOf, Counter};
-use crate::cq::{Completion, Progress, flags};
+use crate::cq::{Completion, Progress};
 use std::sync::{Arc, Weak};
-
-/// The counters bound to an endpoint, by what they count.
-#[derive(Default)]
-pub(super) struct Counters {
-    send: Option<Arc<Counter>>,
-    recv: Option<Arc<Counter>>,
-    read: Option<Arc<Counter>>,
-    write: Option<Arc<Counter>>,
-}
-
-impl Counters {
-    /// Counts a completion with `flags` on the counter bound for its kind, if any.
-    fn count(&self, f: u64, error: bool) {
-        let c = if f & flags::RECV != 0 {
-            &self.recv
-        } else if f & flags::SEND != 0 {
-            &self.send
-        } else if f & flags::READ != 0 {
-            &self.read
-        } else if f & flags::WRITE != 0 {
-            &self.write
-        } else {
-            &None
-        };
-        if let Some(c) = c {
-            c.count(error);
-        }
-    }
-}
 
 impl Endpoint {
     /// Counts the completions of the kinds `of` names on `cntr` (`fi_ep_bind` of a
     /// `fid_cntr`); reading `cntr` drives this endpoint's progress. A kind bound again
     /// counts on the new counter.
     pub fn bind_counter(&self, cntr: &Arc<Counter>, of: CountOf) {
-        {
-            let mut st = self.st();
-            let c = &mut st.cntrs;
-            for (on, slot) in [
-                (of.send, &mut c.send),
-                (of.recv, &mut c.recv),
-                (of.read, &mut c.read),
-                (of.write, &mut c.write),
-            ] {
-                if on {
-                    *slot = Some(cntr.clone());
-                }
-            }
-        }
+        self.st().cntrs.set(cntr, of);
         let weak: Weak<dyn Progress> = Arc::downgrade(&self.st) as Weak<_>;
         cntr.bind(weak);
     }
@@ -67,15 +25,13 @@ impl State {
     /// A send-side completion (a send's, an RMA's, an atomic's): its CQ entry and its
     /// count.
     pub(super) fn complete(&self, context: u64, flags: u64, buf: Buf, len: usize, error: i32) {
-        self.cntrs.count(flags, error != 0);
-        self.tx_cq
-            .push(Completion::of(context, flags, buf, len, error));
+        self.cntrs
+            .report(&self.tx_cq, Completion::of(context, flags, buf, len, error));
     }
 
     /// A receive-side completion: its CQ entry and its count.
     pub(super) fn complete_rx(&self, c: Completion) {
-        self.cntrs.count(c.flags, c.error != 0);
-        self.rx_cq.push(c);
+        self.cntrs.report(&self.rx_cq, c);
     }
 
     /// An operation that completed with no CQ entry (an inject, a send or RMA without

@@ -194,7 +194,7 @@ struct State {
     /// Where receives and peers' writes with data complete (`FI_RECV`).
     rx_cq: Arc<CompletionQueue>,
     /// The counters bound to it, by what they count.
-    cntrs: count::Counters,
+    cntrs: crate::counter::Counters,
     conns: Vec<Conn>,
     by_peer: Map<SocketAddr, usize>,
     /// Each peer endpoint's number, as matching knows its sources: given when a message
@@ -293,7 +293,7 @@ impl Endpoint {
                 av,
                 tx_cq: tx_cq.clone(),
                 rx_cq: rx_cq.clone(),
-                cntrs: count::Counters::default(),
+                cntrs: crate::counter::Counters::default(),
                 conns: Vec::new(),
                 by_peer: Map::default(),
                 peer_ids: Map::default(),

@@ -80,11 +80,23 @@ struct node {
 	struct fid_av *av;
 	struct fid_cq *txcq, *rxcq;
 	struct fid_ep *ep;
+	struct fid_cntr *cntr;
 	char name[64];
 	size_t namelen;
 };
 
+/* A node whose endpoint counts what `counts` names (FI_SEND, FI_RECV, ...) on a counter
+ * of its own (n->cntr), bound before enable; none when `counts` is 0. */
+static inline void open_node_counted(struct node *n, struct fi_info *info, uint64_t tx_bind,
+				     uint64_t counts);
+
 static inline void open_node(struct node *n, struct fi_info *info, uint64_t tx_bind)
+{
+	open_node_counted(n, info, tx_bind, 0);
+}
+
+static inline void open_node_counted(struct node *n, struct fi_info *info, uint64_t tx_bind,
+				     uint64_t counts)
 {
 	struct fi_cq_attr cq = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_NONE};
 	struct fi_av_attr av = {.type = FI_AV_TABLE};
@@ -99,6 +111,10 @@ static inline void open_node(struct node *n, struct fi_info *info, uint64_t tx_b
 	RC(fi_ep_bind(n->ep, &n->av->fid, 0), 0);
 	RC(fi_ep_bind(n->ep, &n->txcq->fid, FI_TRANSMIT | tx_bind), 0);
 	RC(fi_ep_bind(n->ep, &n->rxcq->fid, FI_RECV), 0);
+	if (counts) {
+		RC(fi_cntr_open(n->domain, NULL, &n->cntr, NULL), 0);
+		RC(fi_ep_bind(n->ep, &n->cntr->fid, counts), 0);
+	}
 	RC(fi_enable(n->ep), 0);
 	n->namelen = sizeof n->name;
 	RC(fi_getname(&n->ep->fid, n->name, &n->namelen), 0);
@@ -107,6 +123,8 @@ static inline void open_node(struct node *n, struct fi_info *info, uint64_t tx_b
 static inline void close_node(struct node *n)
 {
 	RC(fi_close(&n->ep->fid), 0);
+	if (n->cntr)
+		RC(fi_close(&n->cntr->fid), 0);
 	RC(fi_close(&n->rxcq->fid), 0);
 	RC(fi_close(&n->txcq->fid), 0);
 	RC(fi_close(&n->av->fid), 0);

@@ -24,6 +24,8 @@ void msg_connect(void);
 void msg_reject(void);
 void msg_negative(void);
 void dgram(void);
+void msg_counters(void);
+void dgram_counters(void);
 
 const char *current;
 
@@ -681,6 +683,8 @@ static const struct {
 	{"msg_reject", msg_reject},
 	{"msg_negative", msg_negative},
 	{"dgram", dgram},
+	{"msg_counters", msg_counters},
+	{"dgram_counters", dgram_counters},
 };
 
 int main(int argc, char **argv)

@@ -3,7 +3,8 @@
  * tests: a passive endpoint, a connection request read from the EQ with its info, the
  * accept, FI_CONNECTED on both sides with the right fids and private data, messages both
  * ways, and FI_SHUTDOWN; a rejected request as an error entry; and the negative cases.
- * And of datagram (DGRAM) endpoints: datagrams up to the MTU, and what they refuse.
+ * And of datagram (DGRAM) endpoints: datagrams up to the MTU, and what they refuse. And
+ * counters on both (fabtests' cntr test, on MSG and DGRAM).
  */
 #include "common.h"
 #include <poll.h>
@@ -253,6 +254,77 @@ void msg_negative(void)
 	fi_freeinfo(h);
 }
 
+/* Counters on a connected endpoint: the server's counts its receives and its sends, an
+ * inject too (it writes no CQ entry); they are bound before enable, as on RDM. */
+void msg_counters(void)
+{
+	struct conn c;
+	request(&c, "", 0);
+	struct fid_cntr *cntr;
+	struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_DATA};
+	RC(fi_domain(c.fabric, c.req, &c.sdom, NULL), 0);
+	RC(fi_cntr_open(c.sdom, NULL, &cntr, NULL), 0);
+	RC(fi_cq_open(c.sdom, &cqa, &c.scq, NULL), 0);
+	RC(fi_endpoint(c.sdom, c.req, &c.sep, NULL), 0);
+	RC(fi_ep_bind(c.sep, &c.eq->fid, 0), 0);
+	RC(fi_ep_bind(c.sep, &c.scq->fid, FI_TRANSMIT | FI_RECV), 0);
+	RC(fi_ep_bind(c.sep, &cntr->fid, FI_SEND | FI_RECV), 0);
+	RC(fi_enable(c.sep), 0);
+	static char sb[64], rb[2][64], cb[64];
+	RC(fi_recv(c.sep, rb[0], sizeof rb[0], NULL, 0, NULL), 0);
+	RC(fi_recv(c.sep, rb[1], sizeof rb[1], NULL, 0, NULL), 0);
+	RC(fi_accept(c.sep, NULL, 0), 0);
+	struct fi_eq_cm_entry e;
+	CHECK(event(c.eq, &e, sizeof e) == FI_CONNECTED);
+	CHECK(event(c.eq, &e, sizeof e) == FI_CONNECTED);
+	CHECK(fi_cntr_read(cntr) == 0);
+	RC(fi_send(c.cep, sb, 8, NULL, 0, NULL), 0);
+	RC(fi_send(c.cep, sb, 16, NULL, 0, NULL), 0);
+	RC(fi_cntr_wait(cntr, 2, 10000), 0);
+	RC(fi_recv(c.cep, cb, sizeof cb, NULL, 0, (void *)7), 0);
+	RC(fi_inject(c.sep, sb, 8, 0), 0);
+	RC(fi_cntr_wait(cntr, 3, 10000), 0);
+	CHECK(fi_cntr_read(cntr) == 3 && fi_cntr_readerr(cntr) == 0);
+	/* The client's two sends and its receive. */
+	int got = 0;
+	for (int k = 0; k < 3; k++)
+		got += one_data(c.ccq).op_context == (void *)7;
+	CHECK(got == 1, "the client's receive completed");
+	RC(fi_close(&c.sep->fid), 0);
+	RC(fi_close(&cntr->fid), 0);
+	RC(fi_close(&c.scq->fid), 0);
+	RC(fi_close(&c.sdom->fid), 0);
+	c.sep = NULL;
+	close_conn(&c);
+}
+
+/* Counters on datagram endpoints: the sender's counts its sends (an inject too), the
+ * receiver's its receives. */
+void dgram_counters(void)
+{
+	struct fi_info *h = hints_rdm(FI_MSG), *i;
+	h->ep_attr->type = FI_EP_DGRAM;
+	i = getinfo(h);
+	struct node a, b;
+	open_node_counted(&a, i, 0, FI_SEND);
+	open_node_counted(&b, i, 0, FI_RECV);
+	fi_addr_t to_b = insert(&a, &b);
+	static char sb[64], rb[3][64];
+	for (int k = 0; k < 3; k++)
+		RC(fi_recv(b.ep, rb[k], sizeof rb[k], NULL, FI_ADDR_UNSPEC, NULL), 0);
+	RC(fi_send(a.ep, sb, 8, NULL, to_b, NULL), 0);
+	RC(fi_send(a.ep, sb, 16, NULL, to_b, NULL), 0);
+	RC(fi_inject(a.ep, sb, 8, to_b), 0);
+	RC(fi_cntr_wait(a.cntr, 3, 10000), 0);
+	RC(fi_cntr_wait(b.cntr, 3, 10000), 0);
+	CHECK(fi_cntr_read(a.cntr) == 3 && fi_cntr_read(b.cntr) == 3);
+	CHECK(fi_cntr_readerr(a.cntr) == 0 && fi_cntr_readerr(b.cntr) == 0);
+	close_node(&a);
+	close_node(&b);
+	fi_freeinfo(i);
+	fi_freeinfo(h);
+}
+
 void dgram(void)
 {
 	struct fi_info *h = hints_rdm(FI_MSG), *i;
@@ -298,7 +370,7 @@ void dgram(void)
 	RC(fi_recv(a.ep, rb[0], 64, NULL, FI_ADDR_UNSPEC, (void *)4), 0);
 	RC(fi_send(b.ep, sb, 64, NULL, to_a, NULL), 0);
 	CHECK(one(a.rxcq).op_context == (void *)4 && same(rb[0], 64, 3));
-	/* Refused: over one datagram, over the inject size, RMA, tags, counters. */
+	/* Refused: over one datagram, over the inject size, RMA, tags. */
 	RC(fi_send(a.ep, sb, max + 1, NULL, to_b, NULL), -FI_EMSGSIZE);
 	RC(fi_inject(a.ep, sb, i->tx_attr->inject_size + 1, to_b), -FI_EMSGSIZE);
 	RC(fi_write(a.ep, sb, 8, NULL, to_b, 0, 0, NULL), -FI_EOPNOTSUPP);
