@@ -47,16 +47,7 @@ pub const RDM_CAPS: u64 = FI_MSG
     | FI_LOCAL_COMM
     | FI_REMOTE_COMM;
 /// The connected endpoint's capabilities.
-pub const MSG_CAPS: u64 = FI_MSG
-    | FI_RMA
-    | FI_READ
-    | FI_WRITE
-    | FI_REMOTE_READ
-    | FI_REMOTE_WRITE
-    | FI_SEND
-    | FI_RECV
-    | FI_LOCAL_COMM
-    | FI_REMOTE_COMM;
+pub const MSG_CAPS: u64 = FI_MSG | RMA_CAPS | FI_SEND | FI_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM;
 
 /// The datagram endpoint's capabilities.
 pub const DGRAM_CAPS: u64 = FI_MSG | FI_SEND | FI_RECV | FI_LOCAL_COMM | FI_REMOTE_COMM;

@@ -2,8 +2,9 @@
 //! `FI_PROVIDER_PATH` (`softrdma exec` sets it) and calls [`fi_prov_ini`]. Its name is
 //! `softrdma`; it offers the fabric layer's (`softrdma-fabric`) endpoints on each softrdma
 //! device: reliable-datagram (`FI_EP_RDM`: messages, tagged messages, multi-receive, RMA,
-//! 64-bit add, read and compare-and-swap atomics, counters), connected (`FI_EP_MSG`) and
-//! datagram (`FI_EP_DGRAM`); its CQs may have a pollable descriptor (`FI_WAIT_FD`).
+//! 64-bit add, read and compare-and-swap atomics, counters), connected (`FI_EP_MSG`:
+//! messages, RMA, the same atomics, counters) and datagram (`FI_EP_DGRAM`: messages,
+//! counters); its CQs and EQs may have a pollable descriptor (`FI_WAIT_FD`).
 //!
 //! The provider ABI, and what libfabric, `fi_pingpong` and Open MPI ask of it, are in
 //! `docs/fabric-provider.md`. Layers, lowest first: `abi` (the C structs and constants,

@@ -331,9 +331,6 @@ struct Atomic {
 fn atomic(ep: *mut fid_ep, a: Atomic, t: Target, (context, flags): (*mut c_void, u64)) -> isize {
     guard(|| {
         let (e, live) = live_with(ep, FI_ATOMIC)?;
-        let Live::Rdm(live) = live else {
-            return Err(FI_EOPNOTSUPP);
-        };
         supported(a.datatype, a.op, a.form)?;
         let count = a.buf.1;
         // FI_ATOMIC_READ takes no operand: its buffer may be null, its count still 1.
@@ -357,14 +354,13 @@ fn atomic(ep: *mut fid_ep, a: Atomic, t: Target, (context, flags): (*mut c_void,
         if a.form != Form::Plain && flags & FI_INJECT != 0 {
             return Err(FI_EINVAL);
         }
-        live.atomic(
-            t.peer,
-            op,
-            (t.addr, t.key),
-            result,
-            opts(e, flags, None),
-            context as u64,
-        )
+        let (target, opts, context) = ((t.addr, t.key), opts(e, flags, None), context as u64);
+        match live {
+            Live::Rdm(r) => r.atomic(t.peer, op, target, result, opts, context),
+            // A connected endpoint's one peer: the address is not looked at.
+            Live::Msg(m) => m.atomic(op, target, result, opts, context),
+            Live::Dgram(_) => return Err(FI_EOPNOTSUPP),
+        }
         .map_err(|err| err.errno())?;
         Ok(0)
     })

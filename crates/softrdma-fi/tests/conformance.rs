@@ -142,4 +142,5 @@ cases! {
     dgram "127.0.88.31",
     msg_counters "127.0.88.34",
     dgram_counters "127.0.88.35",
+    msg_atomic "127.0.88.36",
 }

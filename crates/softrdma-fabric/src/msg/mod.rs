@@ -4,7 +4,7 @@
 //! messages are the device's own SENDs into the receives the peer posted, in order, with
 //! no header of the fabric layer's (as libfabric's verbs provider does): so a message may
 //! be as long as the receive it lands in, and remote CQ data is the SEND's 32-bit
-//! immediate. RMA goes as on the RDM endpoint.
+//! immediate. RMA and atomics go as on the RDM endpoint.
 //!
 //! Receives posted before the connection exists wait, and are posted on its QP once it
 //! is made; sends wait for the connection to be established. A send longer than the
@@ -32,7 +32,7 @@ use crate::cq::{Completion, CompletionQueue, Progress, flags};
 use crate::domain::Domain;
 use crate::eq::{ConnRequest, EventQueue};
 use crate::error::{FabricError, Result};
-use crate::rdm::RmaOpts;
+use crate::rdm::{AtomicOp, RmaOpts};
 use softrdma::cm::{CmId, EventChannel, PortSpace};
 use softrdma::sync::{Guard, Lock, Rank};
 use softrdma::{AccessFlags, QueuePair, SendOp};
@@ -318,6 +318,27 @@ impl MsgEndpoint {
         };
         let f = (flags::RMA | flags::READ, opts.silent);
         self.st().rma(buf.into(), op, f, context)
+    }
+}
+
+impl MsgEndpoint {
+    /// Applies `op` to the 64-bit word at `addr` (8-byte aligned) of the peer's region
+    /// `key` (`fi_atomic`, `fi_fetch_atomic`, `fi_compare_atomic`), as on the RDM endpoint:
+    /// `result` (8 bytes) comes back in the completion holding the word's value before,
+    /// for every op but [`AtomicOp::Add`], which completes as a write.
+    pub fn atomic(
+        &self,
+        op: AtomicOp,
+        (addr, key): (u64, u64),
+        result: impl Into<Buf>,
+        opts: RmaOpts,
+        context: u64,
+    ) -> Result<()> {
+        crate::rdm::no_data(opts, "fi_atomic")?;
+        let result = result.into();
+        let (op, kind) = crate::rdm::atomic_op(op, (addr, key), &result)?;
+        let f = (flags::ATOMIC | kind, opts.silent);
+        self.st().rma(result, op, f, context)
     }
 }
 

@@ -27,6 +27,7 @@ mod rma;
 
 pub(crate) use rma::rkey;
 pub use rma::{AtomicOp, RmaOpts};
+pub(crate) use rma::{atomic_op, no_data};
 
 use crate::Map;
 use crate::addr::AddressVector;

@@ -139,63 +139,58 @@ impl Endpoint {
     ) -> Result<()> {
         no_data(opts, "fi_atomic")?;
         let result = result.into();
-        if result.len() != 8 {
-            return Err(FabricError::Invalid {
-                what: "fi_atomic",
-                why: format!("the result buffer has {} bytes, not 8", result.len()),
-            });
-        }
-        // IBTA 9.4.5: an atomic's address is 8-byte aligned (the responder would NAK it
-        // as an invalid request and end the connection).
-        if addr % 8 != 0 {
-            return Err(FabricError::Invalid {
-                what: "fi_atomic",
-                why: format!("address {addr:#x} is not 8-byte aligned"),
-            });
-        }
-        let rkey = rkey(key, "fi_atomic")?;
-        let (send_op, kind) = match op {
-            AtomicOp::Add(add) => (
-                SendOp::FetchAdd {
-                    remote_addr: addr,
-                    rkey,
-                    add,
-                },
-                flags::WRITE,
-            ),
-            AtomicOp::FetchAdd(add) => (
-                SendOp::FetchAdd {
-                    remote_addr: addr,
-                    rkey,
-                    add,
-                },
-                flags::READ,
-            ),
-            AtomicOp::Read => (
-                SendOp::FetchAdd {
-                    remote_addr: addr,
-                    rkey,
-                    add: 0,
-                },
-                flags::READ,
-            ),
-            AtomicOp::CompareSwap { compare, swap } => (
-                SendOp::CompareSwap {
-                    remote_addr: addr,
-                    rkey,
-                    compare,
-                    swap,
-                },
-                flags::READ,
-            ),
-        };
+        let (send_op, kind) = atomic_op(op, (addr, key), &result)?;
         let f = (flags::ATOMIC | kind, opts.silent);
         self.st().rma(dest, result, send_op, f, context).map(drop)
     }
 }
 
+/// The device's operation for atomic `op` on the word at `addr` of region `key`, and the
+/// completion's kind (`FI_WRITE` for an add that fetches nothing, else `FI_READ`), after
+/// checking the 8-byte `result` buffer and the alignment; for any endpoint type.
+pub(crate) fn atomic_op(
+    op: AtomicOp,
+    (addr, key): (u64, u64),
+    result: &Buf,
+) -> Result<(SendOp, u64)> {
+    if result.len() != 8 {
+        return Err(FabricError::Invalid {
+            what: "fi_atomic",
+            why: format!("the result buffer has {} bytes, not 8", result.len()),
+        });
+    }
+    // IBTA 9.4.5: an atomic's address is 8-byte aligned (the responder would NAK it as an
+    // invalid request and end the connection).
+    if addr % 8 != 0 {
+        return Err(FabricError::Invalid {
+            what: "fi_atomic",
+            why: format!("address {addr:#x} is not 8-byte aligned"),
+        });
+    }
+    let rkey = rkey(key, "fi_atomic")?;
+    let fetch_add = |add| SendOp::FetchAdd {
+        remote_addr: addr,
+        rkey,
+        add,
+    };
+    Ok(match op {
+        AtomicOp::Add(add) => (fetch_add(add), flags::WRITE),
+        AtomicOp::FetchAdd(add) => (fetch_add(add), flags::READ),
+        AtomicOp::Read => (fetch_add(0), flags::READ),
+        AtomicOp::CompareSwap { compare, swap } => (
+            SendOp::CompareSwap {
+                remote_addr: addr,
+                rkey,
+                compare,
+                swap,
+            },
+            flags::READ,
+        ),
+    })
+}
+
 /// Refuses remote CQ data on an operation that cannot carry it.
-fn no_data(opts: RmaOpts, what: &'static str) -> Result<()> {
+pub(crate) fn no_data(opts: RmaOpts, what: &'static str) -> Result<()> {
     match opts.data {
         Some(_) => Err(FabricError::Invalid {
             what,

@@ -26,6 +26,7 @@ void msg_negative(void);
 void dgram(void);
 void msg_counters(void);
 void dgram_counters(void);
+void msg_atomic(void);
 
 const char *current;
 
@@ -685,6 +686,7 @@ static const struct {
 	{"dgram", dgram},
 	{"msg_counters", msg_counters},
 	{"dgram_counters", dgram_counters},
+	{"msg_atomic", msg_atomic},
 };
 
 int main(int argc, char **argv)

@@ -20,6 +20,13 @@ struct conn {
 	struct fi_info *req;
 };
 
+static struct fi_info *hints_msg_caps(uint64_t caps)
+{
+	struct fi_info *h = hints_rdm(caps);
+	h->ep_attr->type = FI_EP_MSG;
+	return h;
+}
+
 static struct fi_info *hints_msg(void)
 {
 	struct fi_info *h = hints_rdm(FI_MSG);
@@ -54,10 +61,11 @@ static uint32_t event(struct fid_eq *eq, struct fi_eq_cm_entry *e, size_t len)
 	return ev;
 }
 
-/* A passive endpoint and a client that asked it for a connection; the request read. */
-static void request(struct conn *c, const void *data, size_t len)
+/* A passive endpoint and a client that asked it for a connection, for the caps `caps`;
+ * the request read. */
+static void request_caps(struct conn *c, const void *data, size_t len, uint64_t caps)
 {
-	struct fi_info *h = hints_msg();
+	struct fi_info *h = caps ? hints_msg_caps(caps) : hints_msg();
 	struct fi_eq_attr eqa = {.wait_obj = FI_WAIT_FD};
 	memset(c, 0, sizeof *c);
 	c->info = getinfo(h);
@@ -89,6 +97,32 @@ static void request(struct conn *c, const void *data, size_t len)
 	CHECK(ev.e.info->ep_attr->type == FI_EP_MSG && ev.e.info->dest_addr);
 	CHECK(!memcmp(ev.data, data, len), "the private data");
 	c->req = ev.e.info;
+}
+
+static void request(struct conn *c, const void *data, size_t len)
+{
+	request_caps(c, data, len, 0);
+}
+
+/* The server's end of a requested connection (counting what `counts` names on `cntr`,
+ * if given), accepted, and FI_CONNECTED read on both sides. */
+static void accepted(struct conn *c, struct fid_cntr *cntr, uint64_t counts, int recvs,
+		     char (*rb)[64])
+{
+	struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_DATA};
+	RC(fi_cq_open(c->sdom, &cqa, &c->scq, NULL), 0);
+	RC(fi_endpoint(c->sdom, c->req, &c->sep, NULL), 0);
+	RC(fi_ep_bind(c->sep, &c->eq->fid, 0), 0);
+	RC(fi_ep_bind(c->sep, &c->scq->fid, FI_TRANSMIT | FI_RECV), 0);
+	if (cntr)
+		RC(fi_ep_bind(c->sep, &cntr->fid, counts), 0);
+	RC(fi_enable(c->sep), 0);
+	for (int k = 0; k < recvs; k++)
+		RC(fi_recv(c->sep, rb[k], sizeof rb[k], NULL, 0, NULL), 0);
+	RC(fi_accept(c->sep, NULL, 0), 0);
+	struct fi_eq_cm_entry e;
+	CHECK(event(c->eq, &e, sizeof e) == FI_CONNECTED);
+	CHECK(event(c->eq, &e, sizeof e) == FI_CONNECTED);
 }
 
 static void close_conn(struct conn *c)
@@ -261,22 +295,10 @@ void msg_counters(void)
 	struct conn c;
 	request(&c, "", 0);
 	struct fid_cntr *cntr;
-	struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_DATA};
 	RC(fi_domain(c.fabric, c.req, &c.sdom, NULL), 0);
 	RC(fi_cntr_open(c.sdom, NULL, &cntr, NULL), 0);
-	RC(fi_cq_open(c.sdom, &cqa, &c.scq, NULL), 0);
-	RC(fi_endpoint(c.sdom, c.req, &c.sep, NULL), 0);
-	RC(fi_ep_bind(c.sep, &c.eq->fid, 0), 0);
-	RC(fi_ep_bind(c.sep, &c.scq->fid, FI_TRANSMIT | FI_RECV), 0);
-	RC(fi_ep_bind(c.sep, &cntr->fid, FI_SEND | FI_RECV), 0);
-	RC(fi_enable(c.sep), 0);
 	static char sb[64], rb[2][64], cb[64];
-	RC(fi_recv(c.sep, rb[0], sizeof rb[0], NULL, 0, NULL), 0);
-	RC(fi_recv(c.sep, rb[1], sizeof rb[1], NULL, 0, NULL), 0);
-	RC(fi_accept(c.sep, NULL, 0), 0);
-	struct fi_eq_cm_entry e;
-	CHECK(event(c.eq, &e, sizeof e) == FI_CONNECTED);
-	CHECK(event(c.eq, &e, sizeof e) == FI_CONNECTED);
+	accepted(&c, cntr, FI_SEND | FI_RECV, 2, rb);
 	CHECK(fi_cntr_read(cntr) == 0);
 	RC(fi_send(c.cep, sb, 8, NULL, 0, NULL), 0);
 	RC(fi_send(c.cep, sb, 16, NULL, 0, NULL), 0);
@@ -300,6 +322,44 @@ void msg_counters(void)
 
 /* Counters on datagram endpoints: the sender's counts its sends (an inject too), the
  * receiver's its receives. */
+/* Atomics on a connected endpoint, as on RDM (64-bit add, fetch-add, read, compare-and-
+ * swap), into a region of the server's; a misaligned target is refused at once. */
+void msg_atomic(void)
+{
+	struct conn c;
+	request_caps(&c, "", 0, FI_MSG | FI_RMA | FI_ATOMIC);
+	CHECK(c.info->caps & FI_ATOMIC, "caps %#lx", (unsigned long)c.info->caps);
+	RC(fi_domain(c.fabric, c.req, &c.sdom, NULL), 0);
+	accepted(&c, NULL, 0, 0, NULL);
+	static uint64_t target[2] = {5, 0};
+	struct fid_mr *m;
+	RC(fi_mr_reg(c.sdom, target, sizeof target, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &m,
+		     NULL),
+	   0);
+	uint64_t key = fi_mr_key(m), w = (uint64_t)(uintptr_t)target, v = 10, old = 0, cmp;
+	RC(fi_atomic(c.cep, &v, 1, NULL, 0, w, key, FI_UINT64, FI_SUM, (void *)1), 0);
+	struct fi_cq_data_entry e = one_data(c.ccq);
+	CHECK(e.op_context == (void *)1 && (e.flags & (FI_ATOMIC | FI_WRITE)) == (FI_ATOMIC | FI_WRITE));
+	CHECK(target[0] == 15, "added: %lu", (unsigned long)target[0]);
+	RC(fi_fetch_atomic(c.cep, &v, 1, NULL, &old, NULL, 0, w, key, FI_UINT64, FI_SUM, (void *)2),
+	   0);
+	e = one_data(c.ccq);
+	CHECK(e.op_context == (void *)2 && (e.flags & (FI_ATOMIC | FI_READ)) == (FI_ATOMIC | FI_READ));
+	CHECK(old == 15 && target[0] == 25, "fetched %lu", (unsigned long)old);
+	RC(fi_fetch_atomic(c.cep, NULL, 1, NULL, &old, NULL, 0, w, key, FI_UINT64, FI_ATOMIC_READ,
+			   (void *)3),
+	   0);
+	CHECK(one_data(c.ccq).op_context == (void *)3 && old == 25, "read %lu", (unsigned long)old);
+	cmp = 25, v = 99;
+	RC(fi_compare_atomic(c.cep, &v, 1, NULL, &cmp, NULL, &old, NULL, 0, w, key, FI_UINT64,
+			     FI_CSWAP, (void *)4),
+	   0);
+	CHECK(one_data(c.ccq).op_context == (void *)4 && old == 25 && target[0] == 99);
+	RC(fi_atomic(c.cep, &v, 1, NULL, 0, w + 4, key, FI_UINT64, FI_SUM, NULL), -FI_EINVAL);
+	RC(fi_close(&m->fid), 0);
+	close_conn(&c);
+}
+
 void dgram_counters(void)
 {
 	struct fi_info *h = hints_rdm(FI_MSG), *i;
