@@ -289,6 +289,45 @@ fn a_rendezvous_send_to_a_peer_that_goes_fails_with_its_buffer_back() {
     );
 }
 
+/// A connection whose peer went lets its QP and CM ID go once it has drained, so that an
+/// endpoint whose peers come and go (a server, an MPI job's respawned ranks) does not
+/// keep a QP for each; a peer that comes back at the same address gets a new one.
+#[test]
+fn a_connection_to_a_peer_that_went_lets_its_qp_go_and_a_returning_peer_gets_a_new_one() {
+    let (a, b, to_b, _) = pair(31, 7616);
+    b.ep.recv(vec![0; 64], FI_ADDR_UNSPEC, 1).unwrap();
+    a.ep.send(to_b, b"one".to_vec(), 2, SendOpts::default())
+        .unwrap();
+    both(&a, &b, 2);
+    assert_eq!(a.ep.connections(), (1, 0));
+    let b_addr = b.ep.addr();
+    drop(b);
+    // a hears b's DREQ; its slots flush, and the connection is let go.
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while a.ep.connections() != (0, 1) {
+        assert!(a.cq.read(1).is_empty());
+        assert!(
+            std::time::Instant::now() < end,
+            "still {:?} after its peer went",
+            a.ep.connections()
+        );
+        std::thread::yield_now();
+    }
+    // The peer comes back at the same address: a new connection.
+    let (av, cq) = (Arc::new(AddressVector::new()), CompletionQueue::new());
+    let b = Side {
+        ep: Endpoint::open(b_addr, av.clone(), cq.clone()).unwrap(),
+        cq,
+        av,
+    };
+    b.ep.recv(vec![0; 64], FI_ADDR_UNSPEC, 3).unwrap();
+    a.ep.send(to_b, b"two".to_vec(), 4, SendOpts::default())
+        .unwrap();
+    let (_, got) = both(&a, &b, 2);
+    assert_eq!(got[0].buf[..3], *b"two");
+    assert_eq!(a.ep.connections(), (1, 1));
+}
+
 /// A message from a peer that is not yet in the receiver's address vector waits; once
 /// the peer is inserted, a receive directed at it takes that message first (not a later
 /// one of the same tag), and the completion names it. Open MPI's ranks insert each

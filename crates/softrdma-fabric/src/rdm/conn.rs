@@ -36,7 +36,7 @@ impl State {
         let c = self.conns.len();
         id.set_user(c + 1);
         self.conns.push(Conn {
-            id,
+            id: Some(id),
             qp: None,
             slots: Vec::new(),
             posted_slots: 0,
@@ -124,9 +124,25 @@ impl State {
     pub(super) fn slot_done(&mut self, c: usize) {
         let conn = &mut self.conns[c];
         conn.posted_slots = conn.posted_slots.saturating_sub(1);
-        if conn.failed && conn.posted_slots == 0 {
-            conn.slots.clear();
+        self.retire(c);
+    }
+
+    /// Once connection `c` has failed and nothing of it is outstanding (no slot posted,
+    /// no signaled send in flight: its QP flushed everything), its slots, QP and CM ID go,
+    /// and with them the device's memory for it (about 144 KiB a QP). What stays in the
+    /// table is the entry's few words, so that the indices other records hold (a
+    /// rendezvous waiting unexpected, a slot to post again) never name another
+    /// connection; a peer that comes back gets a new entry.
+    pub(super) fn retire(&mut self, c: usize) {
+        let conn = &mut self.conns[c];
+        if !conn.failed || conn.posted_slots > 0 || conn.in_flight > 0 {
+            return;
         }
+        if let Some(qp) = conn.qp.take() {
+            self.by_qpn.remove(&qp.qp_num().value());
+        }
+        conn.id = None;
+        conn.slots = Vec::new();
     }
 
     /// Handles every connection event that waits; whether there was one.
@@ -236,13 +252,12 @@ impl State {
         conn.failed = true;
         conn.ready = false;
         // Tells the peer, which drops its side; an ID that never connected says nothing.
-        let _ = conn.id.disconnect();
+        if let Some(id) = &conn.id {
+            let _ = id.disconnect();
+        }
         // Its QP is in the error state and places nothing more; what it placed before (a
         // message whose completion waits behind the end) is still taken, and the slots'
         // memory goes when the last of them has completed or flushed (`slot_done`).
-        if conn.posted_slots == 0 {
-            conn.slots.clear();
-        }
         let peer = conn.peer;
         let queued: Vec<Queued> = conn.queued.drain(..).collect();
         if self.by_peer.get(&peer) == Some(&c) {
@@ -261,5 +276,6 @@ impl State {
         for msg_id in orphans {
             self.fail(Wr::Rts { msg_id }, crate::cq::errno::EIO);
         }
+        self.retire(c);
     }
 }

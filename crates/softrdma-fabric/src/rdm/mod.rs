@@ -166,8 +166,9 @@ struct RndvOut {
 
 /// One RC connection to a peer endpoint.
 struct Conn {
-    /// Its CM ID (dropping it, or `lost`, ends the connection).
-    id: CmId,
+    /// Its CM ID (dropping it, or `lost`, ends the connection); gone, with its QP, once
+    /// the connection has failed and drained (`retire`).
+    id: Option<CmId>,
     qp: Option<Arc<QueuePair>>,
     /// Its receive slots, registered once and posted again after each is emptied.
     slots: Vec<MemoryRegion>,
@@ -483,6 +484,15 @@ impl Endpoint {
     /// How many peer headers this endpoint dropped as malformed.
     pub fn bad_headers(&self) -> u64 {
         self.st().bad_headers
+    }
+
+    /// Its connections: how many hold a QP (made, being made, or ended and still
+    /// draining), and how many ended ones were let go (their QP and CM ID gone, a few
+    /// words kept each).
+    pub fn connections(&self) -> (usize, usize) {
+        let st = self.st();
+        let live = st.conns.iter().filter(|c| c.id.is_some()).count();
+        (live, st.conns.len() - live)
     }
 }
 

@@ -44,6 +44,9 @@ impl State {
         {
             let n = &mut self.conns[c].in_flight;
             *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.retire(c);
+            }
         }
         // Protocol bytes posted from an owned buffer leave the QP's table; a slot,
         // an RMA and a READ use registered memory, with nothing parked.
