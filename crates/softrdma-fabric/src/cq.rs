@@ -212,11 +212,16 @@ impl CompletionQueue {
         self.drive();
         let mut q = self.entries.lock();
         let mut n = 0;
-        while n < max && q.front().is_some_and(|c| c.error == 0) {
-            if let Some(c) = q.pop_front() {
-                each(c);
-                n += 1;
+        while n < max
+            && let Some(c) = q.pop_front()
+        {
+            if c.error != 0 {
+                // It stops the read, and stays at the head for fi_cq_readerr.
+                q.push_front(c);
+                break;
             }
+            each(c);
+            n += 1;
         }
         if q.is_empty() && n > 0 {
             self.signal(&q);
@@ -228,15 +233,15 @@ impl CompletionQueue {
     /// Takes the error entry at the head, if one is there (`fi_cq_readerr`).
     pub fn read_error(&self) -> Option<Completion> {
         let mut q = self.entries.lock();
-        if q.front().is_some_and(|c| c.error != 0) {
-            let c = q.pop_front();
-            if q.is_empty() {
-                self.signal(&q);
-            }
-            c
-        } else {
-            None
+        let c = q.pop_front()?;
+        if c.error == 0 {
+            q.push_front(c);
+            return None;
         }
+        if q.is_empty() {
+            self.signal(&q);
+        }
+        Some(c)
     }
 
     /// How many entries wait, without driving anything.

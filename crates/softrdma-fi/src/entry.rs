@@ -109,6 +109,23 @@ pub fn close<T: Object>(f: *mut fid) -> Result<Box<T>, Errno> {
     Ok(unsafe { Box::from_raw(f as *mut T) })
 }
 
+/// As [`close`], only if `is_it` says the live object at `f` is the one meant (an
+/// address held for later may have been closed and reused meanwhile); checked and
+/// closed under one hold of the registry.
+pub fn close_if<T: Object>(f: *mut fid, is_it: impl FnOnce(&T) -> bool) -> Option<Box<T>> {
+    let mut live = LIVE.lock();
+    if live.get(&(f as usize)) != Some(&T::CLASS) {
+        return None;
+    }
+    // SAFETY: as in `get`: a live object of `T`'s class, which the held registry keeps so.
+    if !is_it(unsafe { &*(f as *const T) }) {
+        return None;
+    }
+    live.remove(&(f as usize));
+    // SAFETY: as in `close`.
+    Some(unsafe { Box::from_raw(f as *mut T) })
+}
+
 /// The class of a live object of this provider, if `f` is one.
 pub fn class_of(f: *const fid) -> Option<usize> {
     LIVE.lock().get(&(f as usize)).copied()

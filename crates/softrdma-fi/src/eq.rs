@@ -19,7 +19,7 @@ use crate::entry::{self, guard, guard_int, object};
 use softrdma::sync::{Lock, Rank};
 use softrdma_fabric::{ConnRequest, Event, EventQueue};
 use std::ffi::{c_int, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// An event queue.
 #[repr(C)]
@@ -30,6 +30,28 @@ pub struct Eq {
     pub cm: Arc<EventQueue>,
     /// The API version of the fabric it was opened on (for a request's info).
     api_version: u32,
+    /// The requests read from it, by their handles, until each is taken.
+    reqs: Lock<Vec<(usize, Weak<Pending>)>>,
+}
+
+impl Drop for Eq {
+    /// The requests read from it that were neither accepted nor rejected are refused, and
+    /// their handles closed: nothing can take them any more, and the peer would otherwise
+    /// wait out its connect timeout (libfabric's `fi_freeinfo` does not close a handle).
+    fn drop(&mut self) {
+        let reqs = std::mem::take(&mut *self.reqs.lock());
+        for (handle, weak) in reqs {
+            let Some(shared) = weak.upgrade() else {
+                continue;
+            };
+            // Closed only if that address still holds this request's handle.
+            let _ =
+                entry::close_if::<ConnReq>(handle as *mut fid, |c| Arc::ptr_eq(&c.req, &shared));
+            if let Some(r) = shared.lock().take() {
+                let _ = r.reject(&[]);
+            }
+        }
+    }
 }
 
 object!(Eq, FI_CLASS_EQ, EQ_FI_OPS, control: eq_control);
@@ -39,8 +61,13 @@ object!(Eq, FI_CLASS_EQ, EQ_FI_OPS, control: eq_control);
 #[repr(C)]
 pub struct ConnReq {
     fid: fid,
-    req: Lock<Option<ConnRequest>>,
+    /// Shared with the EQ that gave it out, which refuses it if it is left (see `Eq`'s
+    /// drop).
+    req: Arc<Pending>,
 }
+
+/// A request's connection until an endpoint or `fi_reject` takes it.
+type Pending = Lock<Option<ConnRequest>>;
 
 object!(ConnReq, FI_CLASS_CONNREQ, CONNREQ_FI_OPS);
 
@@ -100,6 +127,7 @@ pub unsafe extern "C" fn eq_open(
             },
             cm,
             api_version,
+            reqs: Lock::new(Rank::FiEq, Vec::new()),
         });
         // SAFETY: `eq` is writable, checked non-null.
         unsafe { *eq = e.cast() };
@@ -167,14 +195,20 @@ fn read_event(
         Event::ConnRequest { tag, req } => {
             let (local, peer) = (req.local, req.peer);
             let data = req.private_data.clone();
+            let shared = Arc::new(Lock::new(Rank::FiEpSetup, Some(req)));
             let handle = entry::open(ConnReq {
                 fid: fid {
                     fclass: FI_CLASS_CONNREQ,
                     context: std::ptr::null_mut(),
                     ops: &CONNREQ_FI_OPS.0,
                 },
-                req: Lock::new(Rank::FiEpSetup, Some(req)),
+                req: shared.clone(),
             });
+            {
+                let mut reqs = e.reqs.lock();
+                reqs.retain(|(_, w)| w.strong_count() > 0);
+                reqs.push((handle as usize, Arc::downgrade(&shared)));
+            }
             let info = crate::info::connreq_info(e.api_version, local, peer, handle.cast());
             let Some(info) = info else {
                 // No info to give (the device is gone from the configuration): refused.

@@ -22,7 +22,7 @@
 //! `libfabric.so.1` and loads under any libfabric of the 1.x ABI.
 //!
 //! Threads and locks: any thread may call any entry point. The provider's own locks
-//! (`FiObjects`, `FiEpSetup`) are each taken alone, `FiDomain` around opening a
+//! (`FiObjects`, `FiEpSetup`, `FiEq`) are each taken alone, `FiDomain` around opening a
 //! device; the fabric layer's endpoints run their own progress threads.
 
 mod abi;

@@ -143,4 +143,5 @@ cases! {
     msg_counters "127.0.88.34",
     dgram_counters "127.0.88.35",
     msg_atomic "127.0.88.36",
+    msg_unanswered "127.0.88.37",
 }

@@ -59,7 +59,7 @@
 //!
 //! | rank | the locks | taken |
 //! |---|---|---|
-//! | `FiObjects`, `FiEpSetup` | the native libfabric provider's (`softrdma-fi`) live objects, an endpoint's bindings | alone, never around another |
+//! | `FiObjects`, `FiEpSetup`, `FiEq` | the native libfabric provider's (`softrdma-fi`) live objects, an endpoint's bindings, an EQ's requests not yet taken | alone, never around another |
 //! | `FiDomain` | a native-provider domain's device, opened on first use | around opening it: softrdma's own locks under it |
 //! | `CapiIdsLive` | the drop-in's gate between an event and an ID's destruction | read to convert an event, write to unhook an ID |
 //! | `CapiIdRust`, `CapiIdAlso` | a drop-in ID's softrdma IDs | around a call on them, or their drop |

@@ -66,6 +66,7 @@ ranks! {
     // The native libfabric provider's (softrdma-fi): taken alone, never around another.
     FiObjects = 1, "the native libfabric provider's live objects, by address";
     FiEpSetup = 3, "a native-provider endpoint's bindings before it is enabled";
+    FiEq = 5, "a native-provider event queue's connection requests not yet taken";
     FiDomain = 7, "a native-provider domain's device, opened on first use";
     // The drop-in's (softrdma-capi) first: it holds them around its calls into softrdma.
     CapiIdsLive = 2, "the drop-in's gate between an event's lookup of its rdma_cm ID and the ID's destruction (`LIVE`)";

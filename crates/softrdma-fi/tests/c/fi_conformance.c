@@ -27,6 +27,7 @@ void dgram(void);
 void msg_counters(void);
 void dgram_counters(void);
 void msg_atomic(void);
+void msg_unanswered(void);
 
 const char *current;
 
@@ -687,6 +688,7 @@ static const struct {
 	{"msg_counters", msg_counters},
 	{"dgram_counters", dgram_counters},
 	{"msg_atomic", msg_atomic},
+	{"msg_unanswered", msg_unanswered},
 };
 
 int main(int argc, char **argv)

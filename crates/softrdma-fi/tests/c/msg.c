@@ -233,6 +233,59 @@ void msg_reject(void)
 	close_conn(&c);
 }
 
+/* A request read and neither accepted nor rejected is refused when its EQ closes (the
+ * listener gone with it): the client hears the refusal at once, not after its connect
+ * times out. */
+void msg_unanswered(void)
+{
+	struct fi_info *h = hints_msg(), *i = getinfo(h);
+	fi_freeinfo(h);
+	struct fid_fabric *f;
+	struct fid_eq *seq, *ceq;
+	struct fid_pep *pep;
+	struct fi_eq_attr eqa = {.wait_obj = FI_WAIT_FD};
+	RC(fi_fabric(i->fabric_attr, &f, NULL), 0);
+	RC(fi_eq_open(f, &eqa, &seq, NULL), 0);
+	RC(fi_eq_open(f, &eqa, &ceq, NULL), 0);
+	RC(fi_passive_ep(f, i, &pep, NULL), 0);
+	RC(fi_pep_bind(pep, &seq->fid, 0), 0);
+	RC(fi_listen(pep), 0);
+	char name[64];
+	size_t namelen = sizeof name;
+	RC(fi_getname(&pep->fid, name, &namelen), 0);
+	struct fid_domain *d;
+	struct fid_ep *ep;
+	struct fid_cq *cq;
+	struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_DATA};
+	RC(fi_domain(f, i, &d, NULL), 0);
+	RC(fi_cq_open(d, &cqa, &cq, NULL), 0);
+	RC(fi_endpoint(d, i, &ep, NULL), 0);
+	RC(fi_ep_bind(ep, &ceq->fid, 0), 0);
+	RC(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	RC(fi_enable(ep), 0);
+	RC(fi_connect(ep, name, NULL, 0), 0);
+	struct fi_eq_cm_entry e;
+	CHECK(event(seq, &e, sizeof e) == FI_CONNREQ);
+	fi_freeinfo(e.info);
+	RC(fi_close(&pep->fid), 0);
+	RC(fi_close(&seq->fid), 0);
+	uint32_t ev;
+	double end = now() + 10;
+	ssize_t r;
+	while ((r = fi_eq_read(ceq, &ev, &e, sizeof e, 0)) == -FI_EAGAIN)
+		CHECK(now() < end, "no refusal within 10 s");
+	RC(r, -FI_EAVAIL);
+	struct fi_eq_err_entry err = {0};
+	RC(fi_eq_readerr(ceq, &err, 0), sizeof err);
+	CHECK(err.fid == &ep->fid && err.err == FI_ECONNREFUSED, "err %d", err.err);
+	RC(fi_close(&ep->fid), 0);
+	RC(fi_close(&cq->fid), 0);
+	RC(fi_close(&d->fid), 0);
+	RC(fi_close(&ceq->fid), 0);
+	RC(fi_close(&f->fid), 0);
+	fi_freeinfo(i);
+}
+
 void msg_negative(void)
 {
 	struct fi_info *h = hints_msg(), *i = getinfo(h), *r = NULL;
