@@ -50,6 +50,12 @@ impl<A: Copy + Eq + Hash + core::fmt::Debug> CmAgent<A> {
         }
     }
 
+    /// Whether [`Self::destroy_all`] would find anything: a connection in any state, or a
+    /// SIDR request.
+    pub fn has_any(&self) -> bool {
+        !self.conns.is_empty() || !self.sidrs.is_empty()
+    }
+
     /// Destroys every connection and SIDR request, each as [`Self::destroy`] does (the
     /// process that runs the agent is going: its peers hear it now, not after their
     /// timeouts).

@@ -18,6 +18,12 @@ use std::time::Duration;
 /// to their timeouts.
 pub(super) extern "C" fn at_exit() {
     EXITING.store(true, Ordering::Release);
+    // Most programs end with their IDs destroyed: then no thread is started. A thread born
+    // inside exit(3) is one more thing that can fail there (its first thread-local with a
+    // destructor allocates, and glibc ends the process if that fails).
+    if !anything_to_end() {
+        return;
+    }
     // On a thread of its own: this one's thread-locals (the device's send batch) may be
     // gone already, as exit(3) runs their destructors first.
     let _ = std::thread::Builder::new()
@@ -34,6 +40,22 @@ static EXITING: AtomicBool = AtomicBool::new(false);
 /// exit rather than fail (the drop-in's `rdma_get_cm_event` on a destroyed channel).
 pub fn exiting() -> bool {
     EXITING.load(Ordering::Acquire)
+}
+
+/// Whether any core has a connection or SIDR request to end (or is busy: then it may).
+/// Safe on the exiting thread: it takes the registry's and agents' locks (*try*) only,
+/// and the thread-locals those touch have no destructors, or are read with `try_with`.
+fn anything_to_end() -> bool {
+    // Listed first, and the registry let go, as `end_all` does: a core's last handle may
+    // go with this list, and its drop takes the registry.
+    let cores: Vec<Arc<Core>> = CORES
+        .lock()
+        .iter()
+        .filter_map(|c| c.core.upgrade())
+        .collect();
+    cores
+        .iter()
+        .any(|core| core.try_agent().is_none_or(|cs| cs.agent.has_any()))
 }
 
 /// How long the exit waits for an agent that another thread holds.
