@@ -180,6 +180,15 @@ impl State {
         else {
             return;
         };
+        // A connection that failed while it was being made gets no QP from a late step.
+        if self.conns[c].failed
+            && matches!(
+                ev.kind,
+                CmEventKind::AddrResolved | CmEventKind::RouteResolved
+            )
+        {
+            return;
+        }
         let r = match ev.kind {
             CmEventKind::AddrResolved => ev.id.resolve_route().map_err(Into::into),
             CmEventKind::RouteResolved => {
