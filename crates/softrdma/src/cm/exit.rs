@@ -46,16 +46,19 @@ pub fn exiting() -> bool {
 /// Safe on the exiting thread: it takes the registry's and agents' locks (*try*) only,
 /// and the thread-locals those touch have no destructors, or are read with `try_with`.
 fn anything_to_end() -> bool {
-    // Listed first, and the registry let go, as `end_all` does: a core's last handle may
-    // go with this list, and its drop takes the registry.
-    let cores: Vec<Arc<Core>> = CORES
+    live_cores()
+        .iter()
+        .any(|core| core.try_agent().is_none_or(|cs| cs.agent.has_any()))
+}
+
+/// The cores still alive, listed with the registry let go again: a core's last handle may
+/// go with this list, and its drop takes the registry.
+fn live_cores() -> Vec<Arc<Core>> {
+    CORES
         .lock()
         .iter()
         .filter_map(|c| c.core.upgrade())
-        .collect();
-    cores
-        .iter()
-        .any(|core| core.try_agent().is_none_or(|cs| cs.agent.has_any()))
+        .collect()
 }
 
 /// How long the exit waits for an agent that another thread holds.
@@ -63,12 +66,7 @@ pub(super) const EXIT_WAIT: Duration = Duration::from_secs(1);
 
 /// Ends every connection of every core (see [`at_exit`]).
 pub(super) fn end_all() {
-    let cores: Vec<Arc<Core>> = CORES
-        .lock()
-        .iter()
-        .filter_map(|c| c.core.upgrade())
-        .collect();
-    for core in cores {
+    for core in live_cores() {
         // The CM thread holds the agent for a pass at a time: wait it out, but not for
         // ever, since the thread that called exit(3) may hold it (from a signal handler)
         // and waits for this one.
