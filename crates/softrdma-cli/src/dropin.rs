@@ -51,6 +51,34 @@ fn provider_path(dir: &Path) -> OsString {
     v
 }
 
+/// libfabric's choice of memory monitor for its MR cache, and the value `softrdma exec` and
+/// `softrdma env` give it unless the caller chose one.
+///
+/// libfabric 1.17's default monitor, `memhooks`, watches for freed memory by rewriting the
+/// first bytes of libc's own `mmap`, `munmap`, `mremap`, `madvise`, `brk`, `shmat` and
+/// `shmdt` with a jump, each time a domain opens the first MR cache (the verbs provider's
+/// `fi_domain`) and back again when the last one closes. It does so while the process runs:
+/// a thread that enters one of those functions (glibc's `malloc` and `free` do, to grow and
+/// trim their heaps) during the `memcpy` runs half-written code. Under rxe no other thread of
+/// the process is there; under the drop-in its own threads are (a device's progress, the
+/// CM's), and CI saw `verbs;ofi_rxd` and `verbs;ofi_rxm` programs die of it: SIGSEGV in
+/// `munmap` under `free`, glibc's "failed to register TLS destructor", a fault inside
+/// libfabric at teardown. A C program that opens and closes domains while a second thread
+/// maps and unmaps crashed in 10 of 11 runs with `memhooks`, none with this.
+///
+/// `userfaultfd`, the other monitor, is no way out: it registers cached buffers for
+/// missing-page faults it never answers, so the drop-in's first write into an untouched page
+/// of a received buffer would hang. Without a monitor there is no MR cache, and the verbs
+/// provider registers on each use: softrdma's `ibv_reg_mr` pins nothing, so that is cheap.
+const MR_CACHE_MONITOR: (&str, &str) = ("FI_MR_CACHE_MONITOR", "disabled");
+
+/// `MR_CACHE_MONITOR`'s value: the caller's, where set, else ours.
+fn mr_cache_monitor() -> OsString {
+    std::env::var_os(MR_CACHE_MONITOR.0)
+        .filter(|o| !o.is_empty())
+        .unwrap_or_else(|| OsString::from(MR_CACHE_MONITOR.1))
+}
+
 /// A shell `export` of `name` as `value`, quoted.
 fn export(name: &str, value: &OsString) -> String {
     format!(
@@ -65,6 +93,7 @@ pub fn env() -> ExitCode {
         Ok(dir) => {
             println!("{}", export("LD_LIBRARY_PATH", &library_path(&dir)));
             println!("{}", export("FI_PROVIDER_PATH", &provider_path(&dir)));
+            println!("{}", export(MR_CACHE_MONITOR.0, &mr_cache_monitor()));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -107,6 +136,7 @@ pub fn exec(program: &[OsString], view: bool) -> ExitCode {
         .args(args)
         .env("LD_LIBRARY_PATH", library_path(&dir))
         .env("FI_PROVIDER_PATH", provider_path(&dir))
+        .env(MR_CACHE_MONITOR.0, mr_cache_monitor())
         .exec();
     eprintln!("softrdma exec: {}: {err}", Path::new(prog).display());
     ExitCode::from(if err.kind() == std::io::ErrorKind::NotFound {

@@ -108,8 +108,10 @@ enum Command {
     CmSetup(cmsetup::CmSetupArgs),
     /// Run an unmodified RDMA program (ibv_devinfo, ibv_rc_pingpong, perftest, qperf, ...)
     /// on softrdma: it gets the drop-in libibverbs.so.1 and librdmacm.so.1 through
-    /// LD_LIBRARY_PATH, and libfabric's `softrdma` provider through FI_PROVIDER_PATH; its
-    /// exit status is this command's.
+    /// LD_LIBRARY_PATH, and libfabric's `softrdma` provider through FI_PROVIDER_PATH
+    /// (libfabric's MR cache monitor is `disabled` unless FI_MR_CACHE_MONITOR says
+    /// otherwise: its default rewrites libc's code under the drop-in's threads); its exit
+    /// status is this command's.
     #[command(
         after_help = "Example:\n  softrdma exec -- ibv_devinfo\n  softrdma exec -- ib_write_bw & softrdma exec -- ib_write_bw localhost\n  softrdma exec -- fi_pingpong -p softrdma -e rdm & softrdma exec -- fi_pingpong -p softrdma -e rdm localhost"
     )]
@@ -123,7 +125,8 @@ enum Command {
         program: Vec<std::ffi::OsString>,
     },
     /// Print the `export` lines that make a shell's programs use softrdma (LD_LIBRARY_PATH
-    /// for the drop-in libraries, FI_PROVIDER_PATH for libfabric's `softrdma` provider).
+    /// for the drop-in libraries, FI_PROVIDER_PATH for libfabric's `softrdma` provider,
+    /// FI_MR_CACHE_MONITOR as `softrdma exec` sets it).
     #[command(after_help = "Example:\n  eval \"$(softrdma env)\"; ibv_devinfo")]
     Env,
     /// Show what every process holds on each device (QPs, CQs, MRs, PDs), as iproute2's

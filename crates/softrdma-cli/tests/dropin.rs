@@ -322,26 +322,6 @@ fn build_c(src: &Path, name: &str) -> PathBuf {
     build_c_with(src, name, &[])
 }
 
-/// [`build_c`], linked with `libs` too (`-lrdmacm`).
-fn build_c_with(src: &Path, name: &str, libs: &[&str]) -> PathBuf {
-    need("gcc");
-    assert!(
-        Path::new("/usr/include/infiniband/verbs.h").is_file(),
-        "<infiniband/verbs.h> is missing: apt-get install libibverbs-dev (scripts/test does)"
-    );
-    let out = std::env::temp_dir().join(format!("softrdma-c-{name}-{}", std::process::id()));
-    let o = Command::new("gcc")
-        .args(["-O2", "-Wall", "-Werror", "-o"])
-        .arg(&out)
-        .arg(src)
-        .arg("-libverbs")
-        .args(libs)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "gcc {}: {}", src.display(), text(&o));
-    out
-}
-
 /// Builds a C file (see [`build_c`]), runs it with `softrdma exec` on `addr`, and checks
 /// that it succeeds and prints `verdict` (each C test checks itself and says what failed).
 fn run_c(src: &Path, addr: &str, args: &[&str], verdict: &str) {
@@ -349,13 +329,6 @@ fn run_c(src: &Path, addr: &str, args: &[&str], verdict: &str) {
     let bin = build_c(src, &name);
     let o = wait(spawn(&mut exec(addr, bin.to_str().unwrap(), args)), &name);
     says_all(&name, &o, &[verdict]);
-}
-
-/// A C test of this crate's `tests/c/`.
-fn c_test(file: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/c")
-        .join(file)
 }
 
 fn repo() -> PathBuf {
@@ -473,7 +446,7 @@ fn rdma_cm_wildcard_listens_and_port_conflicts_are_linuxs() {
 }
 
 /// `softrdma env` prints a line a shell can source, naming a directory with the four
-/// libraries under their SONAMEs.
+/// libraries under their SONAMEs, and libfabric's provider folder and MR cache monitor.
 #[test]
 fn softrdma_env_names_the_drop_in_directory() {
     let o = softrdma().arg("env").output().unwrap();
@@ -508,6 +481,23 @@ fn softrdma_env_names_the_drop_in_directory() {
     assert!(
         fi.contains(":/usr/lib/"),
         "libfabric's own folder stays: {t}"
+    );
+    // libfabric's MR cache monitor off (see tests/libfabric.rs), unless the caller chose one.
+    assert!(
+        t.lines()
+            .any(|l| l == "export FI_MR_CACHE_MONITOR='disabled'"),
+        "{t}"
+    );
+    let o = softrdma()
+        .arg("env")
+        .env("FI_MR_CACHE_MONITOR", "userfaultfd")
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        t.lines()
+            .any(|l| l == "export FI_MR_CACHE_MONITOR='userfaultfd'"),
+        "{t}"
     );
 }
 

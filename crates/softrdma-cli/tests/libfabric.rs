@@ -214,6 +214,29 @@ fn memcheck_finds_no_invalid_access_by_the_drop_in_under_libfabric() {
     }
 }
 
+/// libfabric's verbs provider opens and closes domains while another thread of the
+/// program maps and unmaps memory, as the drop-in's own threads do through glibc's
+/// allocator. libfabric's default MR cache monitor (`memhooks`) rewrites libc's `munmap`
+/// and `madvise` under that thread at each first open and last close (the cause of the
+/// `verbs;ofi_rxd` and `verbs;ofi_rxm` crashes CI saw); `softrdma exec` turns it off, and
+/// the program must live through 300 domains.
+#[test]
+fn a_domain_opens_and_closes_under_a_thread_that_unmaps() {
+    let bin = build_c_with(
+        &c_test("fi_domain_churn.c"),
+        "fi_domain_churn",
+        &["-lfabric", "-lpthread"],
+    );
+    let mut c = exec(
+        "127.0.92.4",
+        bin.to_str().unwrap(),
+        &["verbs;ofi_rxm", "300"],
+    );
+    c.env_remove("FI_MR_CACHE_MONITOR");
+    let o = wait(spawn(&mut c), "fi_domain_churn");
+    says_all("fi_domain_churn", &o, &["fi_domain_churn ok"]);
+}
+
 /// Two network namespaces joined by a veth pair (`ip netns`, made and removed by the
 /// test), each end with an address of a private /24; `None` when this process may not
 /// make them (not root).

@@ -3,6 +3,7 @@
 //! die with their test, and waiting for a TCP port to listen.
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -339,4 +340,32 @@ pub const OMPI_UCX: [&str; 10] = [
 /// The workspace's root (README.md, scripts/, crates/).
 pub fn workspace() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Builds `examples/c/NAME.c` or a C test (see [`c_test`]) with gcc against Debian's
+/// headers, linked with `-libverbs` as any C program is, and with `libs` too (`-lrdmacm`).
+pub fn build_c_with(src: &Path, name: &str, libs: &[&str]) -> PathBuf {
+    need("gcc");
+    assert!(
+        Path::new("/usr/include/infiniband/verbs.h").is_file(),
+        "<infiniband/verbs.h> is missing: apt-get install libibverbs-dev (scripts/test does)"
+    );
+    let out = std::env::temp_dir().join(format!("softrdma-c-{name}-{}", std::process::id()));
+    let o = Command::new("gcc")
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&out)
+        .arg(src)
+        .arg("-libverbs")
+        .args(libs)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "gcc {}: {}", src.display(), text(&o));
+    out
+}
+
+/// A C test of this crate's `tests/c/`.
+pub fn c_test(file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(file)
 }
