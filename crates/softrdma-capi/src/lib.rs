@@ -73,7 +73,7 @@
 //! device's progress thread, which applies incoming WRITE, READ and atomics to the
 //! registered memory, the application's own, in place.
 
-pub mod abi;
+pub use softrdma_abi as abi;
 mod ffi;
 mod rdmacm;
 mod symbols;

@@ -4,7 +4,7 @@
 use crate::error::CliError;
 use clap::{Args, Subcommand};
 use softrdma::config::{self, Binding, DeviceInfo, DeviceSpec};
-use softrdma::{device_attr, port_attr};
+use softrdma::{Device, device_attr, port_attr};
 use std::net::IpAddr;
 use std::process::ExitCode;
 
@@ -37,9 +37,58 @@ fn mtu_line(m: softrdma::Mtu) -> String {
     format!("{} ({})", m.bytes(), m as u8)
 }
 
-/// Runs `softrdma devinfo`.
+/// What `devinfo` prints of one device, soft or kernel.
+struct Shown {
+    name: String,
+    attr: softrdma::DeviceAttr,
+    port: softrdma::PortAttr,
+    /// The GID table's entries that are set: index, GID, type.
+    gids: Vec<(u32, std::net::Ipv6Addr, &'static str)>,
+}
+
+fn soft_shown(d: &DeviceInfo) -> Shown {
+    let gids = config::gid_table(d.addr)
+        .into_iter()
+        .zip(0..)
+        .map(|(g, i)| (i, g, "RoCE v2"))
+        .collect();
+    Shown {
+        name: d.name.clone(),
+        attr: device_attr(d.addr),
+        port: port_attr(d.active_mtu),
+        gids,
+    }
+}
+
+/// A kernel device's attributes, through the system's rdma-core.
+fn kernel_shown(name: &str, port: u8) -> Result<Shown, softrdma::Error> {
+    use softrdma::kernel::{GidType, KernelContext};
+    let ctx = KernelContext::open(name)?;
+    let gids = ctx
+        .gids(port)?
+        .into_iter()
+        .map(|(i, g, t)| {
+            let t = match t {
+                GidType::RoceV2 => "RoCE v2",
+                GidType::RoceV1 => "RoCE v1",
+                GidType::Ib => "IB",
+                GidType::Unknown => "",
+            };
+            (i, g, t)
+        })
+        .collect();
+    Ok(Shown {
+        name: name.to_owned(),
+        attr: ctx.query_device()?,
+        port: ctx.query_port(port)?,
+        gids,
+    })
+}
+
+/// Runs `softrdma devinfo`: softrdma's devices, then the kernel's (through the system's
+/// rdma-core, where there is one).
 pub fn devinfo(a: &DevinfoArgs) -> ExitCode {
-    let devs = match config::devices() {
+    let devs = match softrdma::devices() {
         Ok(d) => d,
         Err(e) => {
             eprintln!("softrdma devinfo: {e}");
@@ -53,13 +102,13 @@ pub fn devinfo(a: &DevinfoArgs) -> ExitCode {
             if devs.len() == 1 { "" } else { "s" }
         );
         for d in &devs {
-            println!("\t{}", d.name);
+            println!("\t{}", d.name());
         }
         return ExitCode::SUCCESS;
     }
-    let chosen: Vec<&DeviceInfo> = devs
+    let chosen: Vec<&Device> = devs
         .iter()
-        .filter(|d| a.ib_dev.as_ref().is_none_or(|n| *n == d.name))
+        .filter(|d| a.ib_dev.as_ref().is_none_or(|n| n == d.name()))
         .collect();
     match (&a.ib_dev, chosen.is_empty()) {
         // ibv_devinfo's own words, and exit status, for both.
@@ -73,19 +122,32 @@ pub fn devinfo(a: &DevinfoArgs) -> ExitCode {
         }
         _ => {}
     }
-    if a.ib_port.is_some_and(|p| p != 1) {
-        eprintln!("Failed to query port {} props", a.ib_port.unwrap_or(0));
-        return ExitCode::from(255);
-    }
+    let port = a.ib_port.unwrap_or(1);
+    let mut status = ExitCode::SUCCESS;
     for d in chosen {
-        print!("{}", render(d, a.verbose));
+        let shown = match d {
+            Device::Soft(_) if port != 1 => Err(None),
+            Device::Soft(s) => Ok(soft_shown(s)),
+            Device::Kernel(k) => kernel_shown(&k.name, port).map_err(Some),
+        };
+        match shown {
+            Ok(s) => print!("{}", render(&s, port, a.verbose)),
+            Err(e) => {
+                // ibv_devinfo's words for a port it cannot query, with softrdma's reason.
+                eprintln!("Failed to query port {port} props");
+                if let Some(e) = e {
+                    eprintln!("softrdma devinfo: {e}");
+                }
+                status = ExitCode::from(255);
+            }
+        }
     }
-    ExitCode::SUCCESS
+    status
 }
 
-fn render(d: &DeviceInfo, verbose: bool) -> String {
-    let attr = device_attr(d.addr);
-    let port = port_attr(d.active_mtu);
+fn render(d: &Shown, port_num: u8, verbose: bool) -> String {
+    let attr = &d.attr;
+    let port = &d.port;
     let mut s = String::new();
     let mut line = |t: &str| {
         s.push_str(t);
@@ -122,7 +184,15 @@ fn render(d: &DeviceInfo, verbose: bool) -> String {
             attr.max_qp_init_rd_atom
         ));
         line("\tmax_ee_init_rd_atom:\t\t0");
-        line(&format!("\tatomic_cap:\t\t\t{} (1)", attr.atomic_cap));
+        line(&format!(
+            "\tatomic_cap:\t\t\t{} ({})",
+            attr.atomic_cap,
+            match attr.atomic_cap {
+                "ATOMIC_HCA" => 1,
+                "ATOMIC_GLOB" => 2,
+                _ => 0,
+            }
+        ));
         // What ibv_devinfo prints between them: no EE, RDD, MW or raw QPs; multicast.
         for (name, tabs) in [
             ("max_ee", "\t\t\t\t"),
@@ -154,8 +224,12 @@ fn render(d: &DeviceInfo, verbose: bool) -> String {
         ));
         line(&format!("\tmax_inline_data:\t\t{}", attr.max_inline_data));
     }
-    line("\t\tport:\t1");
-    line(&format!("\t\t\tstate:\t\t\t{} (4)", port.state));
+    line(&format!("\t\tport:\t{port_num}"));
+    line(&format!(
+        "\t\t\tstate:\t\t\t{} ({})",
+        port.state,
+        port_state_code(port.state)
+    ));
     line(&format!("\t\t\tmax_mtu:\t\t{}", mtu_line(port.max_mtu)));
     line(&format!(
         "\t\t\tactive_mtu:\t\t{}",
@@ -169,12 +243,25 @@ fn render(d: &DeviceInfo, verbose: bool) -> String {
         line(&format!("\t\t\tmax_msg_sz:\t\t{:#x}", attr.max_msg_sz));
         line("\t\t\tpkey_tbl_len:\t\t1");
         line(&format!("\t\t\tgid_tbl_len:\t\t{}", port.gid_tbl_len));
-        for (i, g) in config::gid_table(d.addr).iter().enumerate() {
-            line(&format!("\t\t\tGID[{i:>3}]:\t\t{g}, RoCE v2"));
+        for (i, g, t) in &d.gids {
+            let t = if t.is_empty() {
+                String::new()
+            } else {
+                format!(", {t}")
+            };
+            line(&format!("\t\t\tGID[{i:>3}]:\t\t{g}{t}"));
         }
     }
     line("");
     s
+}
+
+/// The number `ibv_devinfo` prints beside a port state's name.
+fn port_state_code(state: &str) -> usize {
+    softrdma::kernel::PORT_STATES
+        .iter()
+        .position(|s| *s == state)
+        .unwrap_or(0)
 }
 
 /// `softrdma link` subcommands.

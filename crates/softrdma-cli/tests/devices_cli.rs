@@ -165,3 +165,128 @@ fn demo_checks_every_operation() {
     assert!(s.contains("latency") && s.contains("GB/s"));
     assert!(s.ends_with("all operations checked: ok\n"));
 }
+
+/// The stand-in for the system's libibverbs with one kernel device, `fake0`
+/// (`tests/c/fake_kernel_verbs.c`), built as a shared library.
+fn fake_kernel_verbs() -> PathBuf {
+    common::need("gcc");
+    let out = std::env::temp_dir().join(format!("softrdma-fake-verbs-{}.so", std::process::id()));
+    let o = Command::new("gcc")
+        .args(["-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-o"])
+        .arg(&out)
+        .arg(common::c_test("fake_kernel_verbs.c"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "gcc: {}", common::text(&o));
+    out
+}
+
+/// `softrdma devinfo` lists the kernel's devices after softrdma's own and prints their
+/// attributes, port and GID table through the library it loads at run time (here a
+/// stand-in with one device); a verb on it says it is a kernel device; with the backend
+/// off, or on this host's own rdma-core (no kernel devices here), only softrdma's are
+/// listed and nothing is said; a library that is named but missing is said once.
+#[test]
+fn devinfo_lists_and_queries_kernel_devices_through_the_system_library() {
+    let c = conf("kernel");
+    std::fs::write(&c, "softrdma0 addr 127.0.0.1\n").unwrap();
+    let fake = fake_kernel_verbs();
+    let with = |lib: &Path, args: &[&str]| {
+        wait(spawn(cmd(&c).env("SOFTRDMA_KERNEL_VERBS", lib).args(args)))
+    };
+
+    let o = with(&fake, &["devinfo", "-l"]);
+    assert!(o.status.success(), "{}", common::text(&o));
+    assert_eq!(stdout(&o), "2 HCAs found:\n\tsoftrdma0\n\tfake0\n");
+    assert!(o.stderr.is_empty(), "{}", common::text(&o));
+
+    let o = with(&fake, &["devinfo", "-v", "-d", "fake0"]);
+    assert!(o.status.success(), "{}", common::text(&o));
+    let t = stdout(&o);
+    for want in [
+        "hca_id:\tfake0",
+        "\tfw_ver:\t\t\t\t9.8.7",
+        "\tnode_guid:\t\t\t0011:2233:4455:6677",
+        "\tmax_qp:\t\t\t\t1048560",
+        "\tatomic_cap:\t\t\tATOMIC_HCA (1)",
+        "\t\t\tstate:\t\t\tPORT_ACTIVE (4)",
+        "\t\t\tmax_mtu:\t\t4096 (5)",
+        "\t\t\tactive_mtu:\t\t1024 (3)",
+        "\t\t\tlink_layer:\t\tEthernet",
+        "\t\t\tmax_msg_sz:\t\t0x80000000",
+        "\t\t\tGID[  0]:\t\tfe80::211:22ff:fe33:4455, RoCE v2",
+        "\t\t\tGID[  1]:\t\t::ffff:10.99.0.7, RoCE v2",
+    ] {
+        assert!(t.lines().any(|l| l == want), "no {want:?} in:\n{t}");
+    }
+    assert!(!t.contains("GID[  2]"), "unset GIDs are not listed:\n{t}");
+
+    // A port the device does not have: ibv_devinfo's words and status, and why.
+    let o = with(&fake, &["devinfo", "-d", "fake0", "-i", "2"]);
+    assert_eq!(o.status.code(), Some(255), "{}", common::text(&o));
+    assert!(
+        common::text(&o).contains("ibv_query_port on the kernel device fake0"),
+        "{}",
+        common::text(&o)
+    );
+
+    // Verbs on a kernel device are refused by name, not as a missing device.
+    let o = with(&fake, &["rc-pingpong", "-d", "fake0"]);
+    assert!(!o.status.success());
+    assert!(
+        common::text(&o).contains("fake0 is a kernel RDMA device"),
+        "{}",
+        common::text(&o)
+    );
+
+    // In a process that has the drop-in loaded as its libibverbs.so.1 (a C program under
+    // `softrdma exec`), the system's library is loaded apart from it (its own link-map
+    // namespace), and lists the same.
+    let env = wait(spawn(cmd(&c).arg("env")));
+    let env = stdout(&env);
+    let dir = env
+        .strip_prefix("export LD_LIBRARY_PATH='")
+        .and_then(|r| r.split([':', '\'']).next())
+        .unwrap_or_else(|| panic!("{env}"));
+    let o = wait(spawn(
+        cmd(&c)
+            .env("SOFTRDMA_KERNEL_VERBS", &fake)
+            .env("LD_PRELOAD", Path::new(dir).join("libibverbs.so.1"))
+            .env("LD_DEBUG", "files")
+            .args(["devinfo", "-l"]),
+    ));
+    assert!(o.status.success(), "{}", common::text(&o));
+    assert_eq!(stdout(&o), "2 HCAs found:\n\tsoftrdma0\n\tfake0\n");
+    let debug = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        debug.lines().any(|l| l.contains(&format!("file={} [1]", fake.display()))),
+        "not in a namespace of its own:\n{debug}"
+    );
+
+    // Off, and this host's own rdma-core: softrdma's device alone, not a word more.
+    for o in [
+        with(Path::new("0"), &["devinfo", "-l"]),
+        wait(spawn(
+            cmd(&c)
+                .env_remove("SOFTRDMA_KERNEL_VERBS")
+                .args(["devinfo", "-l"]),
+        )),
+    ] {
+        assert!(o.status.success(), "{}", common::text(&o));
+        assert_eq!(stdout(&o), "1 HCA found:\n\tsoftrdma0\n");
+        assert!(o.stderr.is_empty(), "{}", common::text(&o));
+    }
+
+    // Named but missing: said once, and softrdma's devices still listed.
+    let o = with(
+        Path::new("/nonexistent/libibverbs.so.1"),
+        &["devinfo", "-l"],
+    );
+    assert!(o.status.success(), "{}", common::text(&o));
+    assert_eq!(stdout(&o), "1 HCA found:\n\tsoftrdma0\n");
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(e.contains("/nonexistent/libibverbs.so.1"), "{e}");
+    let _ = std::fs::remove_file(fake);
+    let _ = std::fs::remove_file(c);
+}

@@ -99,6 +99,28 @@ pub enum Error {
     /// No device of that name.
     #[error("ibv_open_device: no device named {0:?}")]
     NoDevice(String),
+    /// A call of the system's rdma-core on a kernel device failed.
+    #[error("{verb} on the kernel device {device}: {source}")]
+    Kernel {
+        /// The verb.
+        verb: &'static str,
+        /// The device's name.
+        device: String,
+        /// rdma-core's errno.
+        source: std::io::Error,
+    },
+    /// A verb that softrdma does not run on kernel devices yet.
+    #[error(
+        "{verb}: {device} is a kernel RDMA device, which softrdma lists and queries \
+         (`softrdma devinfo -d {device}`) but does not yet open for verbs; use rdma-core \
+         for it, or a softrdma device"
+    )]
+    KernelDevice {
+        /// The verb.
+        verb: &'static str,
+        /// The device's name.
+        device: String,
+    },
     /// Port 4791 is taken on the device's address, by something that does not share it:
     /// a softrdma process opened with `SOFTRDMA_SHARE=0` (this one or the other), another
     /// user's, or the kernel's rdma_rxe.
@@ -208,6 +230,8 @@ impl Error {
             Error::Post(_) => libc::EINVAL,
             Error::NoDevice(_) | Error::NoInterface { .. } => libc::ENODEV,
             Error::AddrInUse { .. } => libc::EADDRINUSE,
+            Error::Kernel { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            Error::KernelDevice { .. } => libc::EOPNOTSUPP,
             Error::Cm { why, .. } => why.errno(),
             Error::Share { source, .. } => source.errno(),
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
@@ -239,6 +263,25 @@ impl Error {
     /// An [`Error::Cm`]: `verb` refused for `why`.
     pub(crate) fn cm(verb: &'static str, why: CmError) -> Self {
         Error::Cm { verb, why }
+    }
+
+    /// An [`Error::Kernel`] from the thread's errno, for a kernel call that failed.
+    pub(crate) fn kernel(verb: &'static str, device: &str) -> Self {
+        Error::Kernel {
+            verb,
+            device: device.to_owned(),
+            source: std::io::Error::last_os_error(),
+        }
+    }
+
+    /// An [`Error::Kernel`] from a call that returned `rc`, an errno (rdma-core's query
+    /// verbs return it, of either sign).
+    pub(crate) fn kernel_rc(verb: &'static str, device: &str, rc: i32) -> Self {
+        Error::Kernel {
+            verb,
+            device: device.to_owned(),
+            source: std::io::Error::from_raw_os_error(rc.saturating_abs()),
+        }
     }
 
     pub(crate) fn io(verb: &'static str) -> impl FnOnce(std::io::Error) -> Self {

@@ -25,6 +25,9 @@
 //! - [`datapath`]: the drivers beneath the device behind one trait: the UDP driver
 //!   (batched system calls, GSO/GRO, connected send sockets with IPv4-ID learning), and the
 //!   fault injector and pcap writer, each of which wraps any driver.
+//! - [`kernel`]: the kernel's RDMA devices, through the system's rdma-core loaded at run
+//!   time (listed and queried so far; see its docs), and `devices`, the one list of
+//!   softrdma's devices and the kernel's ([`devices()`]).
 //! - [`config`]: device files, [`DeviceOptions`] (every `SOFTRDMA_*` variable, read once)
 //!   and the device limits table ([`config::limits`]); `counters` and `error` at the bottom.
 //!
@@ -173,11 +176,13 @@ pub mod config;
 mod counters;
 pub mod datapath;
 mod device;
+mod devices;
 mod error;
 mod eventfd;
 /// The ranked lock type, public for the drop-in C ABI (`softrdma-capi`) and the fabric
 /// layer (`softrdma-fabric`) alone, whose locks share softrdma's order; see the module docs.
 #[doc(hidden)]
+pub mod kernel;
 pub mod sync;
 
 /// Entry points for the fuzzers (`fuzz/`), not part of the API.
@@ -200,6 +205,7 @@ pub use config::{DeviceAttr, DeviceOptions, PortAttr, default_addr, device_attr,
 pub use counters::DeviceCounters;
 pub use device::events::AsyncEventQueue;
 pub use device::share::set_verbose as set_share_log;
+pub use devices::{Device, devices};
 pub use error::ShareError;
 /// The version of the protocol between the processes that share a device. Processes of
 /// different versions refuse each other with an error that says so.

@@ -160,10 +160,16 @@ impl Context {
     pub fn open(name: Option<&str>) -> Result<Self> {
         let devs = crate::config::devices()?;
         let d = match name {
-            Some(n) => devs
-                .iter()
-                .find(|d| d.name == n)
-                .ok_or_else(|| Error::NoDevice(n.to_owned()))?,
+            Some(n) => devs.iter().find(|d| d.name == n).ok_or_else(|| {
+                if crate::kernel::devices().iter().any(|k| k.name == n) {
+                    Error::KernelDevice {
+                        verb: "ibv_open_device",
+                        device: n.to_owned(),
+                    }
+                } else {
+                    Error::NoDevice(n.to_owned())
+                }
+            })?,
             None => devs
                 .first()
                 .ok_or_else(|| Error::NoDevice("(none configured)".into()))?,

@@ -3,6 +3,29 @@
 
 use std::ffi::c_int;
 
+// `enum ibv_port_state`.
+pub const IBV_PORT_NOP: c_int = 0;
+pub const IBV_PORT_DOWN: c_int = 1;
+pub const IBV_PORT_INIT: c_int = 2;
+pub const IBV_PORT_ARMED: c_int = 3;
+pub const IBV_PORT_ACTIVE: c_int = 4;
+pub const IBV_PORT_ACTIVE_DEFER: c_int = 5;
+
+// `enum ibv_atomic_cap`.
+pub const IBV_ATOMIC_NONE: c_int = 0;
+pub const IBV_ATOMIC_HCA: c_int = 1;
+pub const IBV_ATOMIC_GLOB: c_int = 2;
+
+// `IBV_LINK_LAYER_*`.
+pub const IBV_LINK_LAYER_UNSPECIFIED: c_int = 0;
+pub const IBV_LINK_LAYER_INFINIBAND: c_int = 1;
+pub const IBV_LINK_LAYER_ETHERNET: c_int = 2;
+
+// `enum ibv_gid_type`.
+pub const IBV_GID_TYPE_IB: c_int = 0;
+pub const IBV_GID_TYPE_ROCE_V1: c_int = 1;
+pub const IBV_GID_TYPE_ROCE_V2: c_int = 2;
+
 // `enum ibv_qp_type`.
 pub const IBV_QPT_RC: c_int = 2;
 pub const IBV_QPT_UC: c_int = 3;

@@ -1,3 +1,7 @@
+//! The C ABI of rdma-core 44, for the two sides of softrdma that speak it: the drop-in
+//! libraries (`softrdma-capi`), which are called through it, and the kernel backend
+//! (`softrdma::kernel`), which calls the system's rdma-core through it.
+//!
 //! The structs and constants of rdma-core 44's headers that cross the boundary, one module
 //! per header: `<infiniband/verbs.h>` ([`verbs`]) and `<rdma/rdma_cma.h>` ([`rdmacm`]),
 //! with the values of both headers' enums and flags that the verbs use ([`consts`]). All of
