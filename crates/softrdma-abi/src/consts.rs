@@ -26,6 +26,16 @@ pub const IBV_GID_TYPE_IB: c_int = 0;
 pub const IBV_GID_TYPE_ROCE_V1: c_int = 1;
 pub const IBV_GID_TYPE_ROCE_V2: c_int = 2;
 
+// `enum ibv_wr_opcode`.
+pub const IBV_WR_RDMA_WRITE: c_int = 0;
+pub const IBV_WR_RDMA_WRITE_WITH_IMM: c_int = 1;
+pub const IBV_WR_SEND: c_int = 2;
+pub const IBV_WR_SEND_WITH_IMM: c_int = 3;
+pub const IBV_WR_RDMA_READ: c_int = 4;
+pub const IBV_WR_ATOMIC_CMP_AND_SWP: c_int = 5;
+pub const IBV_WR_ATOMIC_FETCH_AND_ADD: c_int = 6;
+pub const IBV_WR_SEND_WITH_INV: c_int = 9;
+
 // `enum ibv_qp_type`.
 pub const IBV_QPT_RC: c_int = 2;
 pub const IBV_QPT_UC: c_int = 3;

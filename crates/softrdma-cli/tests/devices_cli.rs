@@ -259,7 +259,9 @@ fn devinfo_lists_and_queries_kernel_devices_through_the_system_library() {
     assert_eq!(stdout(&o), "2 HCAs found:\n\tsoftrdma0\n\tfake0\n");
     let debug = String::from_utf8_lossy(&o.stderr);
     assert!(
-        debug.lines().any(|l| l.contains(&format!("file={} [1]", fake.display()))),
+        debug
+            .lines()
+            .any(|l| l.contains(&format!("file={} [1]", fake.display()))),
         "not in a namespace of its own:\n{debug}"
     );
 

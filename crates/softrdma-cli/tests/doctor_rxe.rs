@@ -211,3 +211,184 @@ fn devinfo_lists_and_queries_the_kernel_rxe_device() {
         "{ours}"
     );
 }
+
+/// softrdma's Rust verbs on the VM's kernel rxe0, through the system's rdma-core: this test
+/// binary copies itself into the VM and runs [`kernel_verbs_inside_the_vm`] there, which
+/// connects two RC QPs of rxe0 to each other and checks a SEND, an RDMA WRITE and an RDMA
+/// READ, byte for byte.
+#[test]
+#[ignore = "needs root, qemu and ../shared/rxe-peer"]
+fn rust_verbs_run_on_the_kernel_rxe_device() {
+    let (vm, ip) = boot("SOFTRDMA_KERNEL_VERBS_VM", "vm9:10.77.0.10");
+    let me = std::env::current_exe().unwrap();
+    let share = PathBuf::from(PEER_RUN)
+        .join("run")
+        .join(&vm.name)
+        .join("share");
+    std::fs::copy(&me, share.join("doctor_rxe_test")).expect("copy the test into the VM");
+    let o = vm.exec(&format!(
+        "SOFTRDMA_INSIDE_VM={ip} /host/doctor_rxe_test --ignored --exact \
+         kernel_verbs_inside_the_vm --nocapture"
+    ));
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("kernel verbs ok"), "{t}");
+}
+
+/// The part of [`rust_verbs_run_on_the_kernel_rxe_device`] that runs inside the VM (a no-op
+/// elsewhere).
+#[test]
+#[ignore = "runs inside the rxe VM, started by rust_verbs_run_on_the_kernel_rxe_device"]
+fn kernel_verbs_inside_the_vm() {
+    use softrdma::kernel::{GidType, KernelContext};
+    use softrdma::{
+        AccessFlags, AddressVector, Payload, QpAttr, QpCaps, QpState, QpType, RecvWr, SendOp,
+        SendWr, WcOpcode, WcStatus, sg,
+    };
+    let Ok(ip) = std::env::var("SOFTRDMA_INSIDE_VM") else {
+        return;
+    };
+    let ip: std::net::IpAddr = ip.parse().unwrap();
+    let ctx = KernelContext::open("rxe0").expect("open rxe0");
+    let port = ctx.query_port(1).unwrap();
+    let gids: Vec<_> = ctx
+        .gids(1)
+        .unwrap()
+        .into_iter()
+        .filter(|g| g.2 == GidType::RoceV2)
+        .map(|(i, g, _)| (i, g))
+        .collect();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let mut bufs = [vec![0u8; 4096], vec![0u8; 4096]];
+    let [a_buf, b_buf] = &mut bufs;
+    // SAFETY: the buffers outlive the regions (dropped at the end of this function, after
+    // them, in reverse order of declaration).
+    let (ma, mb) = unsafe {
+        (
+            pd.register_raw(a_buf.as_mut_ptr(), 4096, access).unwrap(),
+            pd.register_raw(b_buf.as_mut_ptr(), 4096, access).unwrap(),
+        )
+    };
+    let qa = pd
+        .create_qp(QpType::Rc, &cq, &cq, QpCaps::default(), false)
+        .unwrap();
+    let qb = pd
+        .create_qp(QpType::Rc, &cq, &cq, QpCaps::default(), false)
+        .unwrap();
+    let av = AddressVector {
+        src: ip,
+        dst: ip,
+        flow_label: 0,
+        traffic_class: 0,
+    };
+    for (q, peer) in [(&qa, qb.qpn()), (&qb, qa.qpn())] {
+        let step = |a: QpAttr| q.modify(&a, &gids, port.active_mtu).unwrap();
+        step(QpAttr {
+            state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port: Some(1),
+            access_flags: Some(access),
+            ..Default::default()
+        });
+        step(QpAttr {
+            state: Some(QpState::Rtr),
+            av: Some(av),
+            path_mtu: Some(port.active_mtu),
+            dest_qpn: Some(peer),
+            rq_psn: Some(softrdma::Psn::new(0)),
+            max_dest_rd_atomic: Some(1),
+            min_rnr_timer: Some(12),
+            ..Default::default()
+        });
+        step(QpAttr {
+            state: Some(QpState::Rts),
+            sq_psn: Some(softrdma::Psn::new(0)),
+            timeout: Some(14),
+            retry_cnt: Some(7),
+            rnr_retry: Some(7),
+            max_rd_atomic: Some(1),
+            ..Default::default()
+        });
+    }
+    let wait = |n: usize| {
+        let mut got = Vec::new();
+        let t = std::time::Instant::now();
+        while got.len() < n {
+            cq.poll_into(n - got.len(), &mut got).unwrap();
+            assert!(t.elapsed().as_secs() < 20, "completions: {got:?}");
+        }
+        for c in &got {
+            assert_eq!(c.status, WcStatus::Success, "{got:?}");
+        }
+        got
+    };
+    // SEND: A's first 64 bytes into B's receive at offset 1024.
+    for (i, b) in a_buf[..64].iter_mut().enumerate() {
+        *b = i as u8 ^ 0x5a;
+    }
+    qb.post_recv(&RecvWr {
+        wr_id: 1,
+        sg_list: sg![softrdma::Sge {
+            addr: mb.addr() + 1024,
+            length: 64,
+            lkey: mb.lkey(),
+        }],
+    })
+    .unwrap();
+    qa.post_send(&SendWr::signaled(
+        2,
+        SendOp::Send,
+        Payload::Sges(sg![softrdma::Sge {
+            addr: ma.addr(),
+            length: 64,
+            lkey: ma.lkey(),
+        }]),
+    ))
+    .unwrap();
+    let got = wait(2);
+    assert!(
+        got.iter()
+            .any(|c| c.wr_id == 1 && c.opcode == WcOpcode::Recv && c.byte_len == 64)
+    );
+    // WRITE: A's bytes 64..128 to B at 2048, with no receive.
+    for (i, b) in a_buf[64..128].iter_mut().enumerate() {
+        *b = i as u8 ^ 0xa5;
+    }
+    qa.post_send(&SendWr::signaled(
+        3,
+        SendOp::Write {
+            remote_addr: mb.addr() + 2048,
+            rkey: mb.rkey(),
+        },
+        Payload::Sges(sg![softrdma::Sge {
+            addr: ma.addr() + 64,
+            length: 64,
+            lkey: ma.lkey(),
+        }]),
+    ))
+    .unwrap();
+    assert_eq!(wait(1)[0].opcode, WcOpcode::RdmaWrite);
+    // READ: B's bytes at 1024 (the SEND's) back into A at 3072.
+    qa.post_send(&SendWr::signaled(
+        4,
+        SendOp::Read {
+            remote_addr: mb.addr() + 1024,
+            rkey: mb.rkey(),
+        },
+        Payload::Sges(sg![softrdma::Sge {
+            addr: ma.addr() + 3072,
+            length: 64,
+            lkey: ma.lkey(),
+        }]),
+    ))
+    .unwrap();
+    assert_eq!(wait(1)[0].opcode, WcOpcode::RdmaRead);
+    drop((qa, qb, ma, mb));
+    let [a_buf, b_buf] = &bufs;
+    assert_eq!(&b_buf[1024..1088], &a_buf[..64], "SEND");
+    assert_eq!(&b_buf[2048..2112], &a_buf[64..128], "WRITE");
+    assert_eq!(&a_buf[3072..3136], &a_buf[..64], "READ");
+    println!("kernel verbs ok: SEND, WRITE and READ between two RC QPs of rxe0");
+}

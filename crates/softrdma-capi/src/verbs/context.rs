@@ -180,10 +180,7 @@ impl SoftContext {
 
 /// The GID of an IP address, as RoCE v2 carries it: IPv4 mapped, IPv6 as is.
 pub(crate) fn gid_of_ip(ip: IpAddr) -> Ipv6Addr {
-    match ip {
-        IpAddr::V4(a) => a.to_ipv6_mapped(),
-        IpAddr::V6(a) => a,
-    }
+    softrdma::kernel::convert::gid_of_ip(ip)
 }
 
 /// A verbs object of this library, made on a context: its public struct begins with the

@@ -76,33 +76,33 @@ unsafe fn send_wr(q: &SoftQp, w: &ibv_send_wr) -> Result<SendWr, c_int> {
     let (rdma, atomic) = unsafe { (w.wr.rdma, w.wr.atomic) };
     let imm = u32::from_be(w.imm_data);
     let op = match w.opcode {
-        0 => SendOp::Write {
+        IBV_WR_RDMA_WRITE => SendOp::Write {
             remote_addr: rdma.remote_addr,
             rkey: rdma.rkey,
         },
-        1 => SendOp::WriteWithImm {
+        IBV_WR_RDMA_WRITE_WITH_IMM => SendOp::WriteWithImm {
             remote_addr: rdma.remote_addr,
             rkey: rdma.rkey,
             imm,
         },
-        2 => SendOp::Send,
-        3 => SendOp::SendWithImm(imm),
-        4 => SendOp::Read {
+        IBV_WR_SEND => SendOp::Send,
+        IBV_WR_SEND_WITH_IMM => SendOp::SendWithImm(imm),
+        IBV_WR_RDMA_READ => SendOp::Read {
             remote_addr: rdma.remote_addr,
             rkey: rdma.rkey,
         },
-        5 => SendOp::CompareSwap {
+        IBV_WR_ATOMIC_CMP_AND_SWP => SendOp::CompareSwap {
             remote_addr: atomic.remote_addr,
             rkey: atomic.rkey,
             compare: atomic.compare_add,
             swap: atomic.swap,
         },
-        6 => SendOp::FetchAdd {
+        IBV_WR_ATOMIC_FETCH_AND_ADD => SendOp::FetchAdd {
             remote_addr: atomic.remote_addr,
             rkey: atomic.rkey,
             add: atomic.compare_add,
         },
-        9 => SendOp::SendWithInv(w.imm_data),
+        IBV_WR_SEND_WITH_INV => SendOp::SendWithInv(w.imm_data),
         _ => return Err(libc::EINVAL),
     };
     let payload = if flags.contains(SendFlags::INLINE) && !op.is_read_or_atomic() {

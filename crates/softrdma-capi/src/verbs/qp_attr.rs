@@ -3,7 +3,7 @@
 //! `ibv_qp_attr` both ways that the connection manager's `rdma_init_qp_attr` uses too.
 
 use super::ah::ah_path;
-use super::context::{SoftContext, gid_of_ip, own};
+use super::context::{SoftContext, own};
 use super::objects::SoftQp;
 use crate::abi::*;
 use crate::ffi::{Object, Ret, entry};
@@ -141,12 +141,6 @@ pub unsafe extern "C" fn ibv_modify_qp(
     })
 }
 
-fn gid_of(ip: IpAddr) -> ibv_gid {
-    ibv_gid {
-        raw: gid_of_ip(ip).octets(),
-    }
-}
-
 /// `ibv_query_qp`: every attribute in force (whatever `mask` asks), and the creation
 /// attributes.
 pub unsafe extern "C" fn ibv_query_qp(
@@ -189,65 +183,8 @@ pub unsafe extern "C" fn ibv_query_qp(
 }
 
 /// `attr` as C's `ibv_qp_attr`, with the `IBV_QP_*` mask of the attributes it sets
-/// (unset ones read as their defaults: the state RESET, the device's MTU, port 1).
+/// (unset ones read as their defaults: the state RESET, the device's MTU, port 1); the
+/// kernel backend's conversion, with this device's GID table.
 pub(crate) fn to_ibv_qp_attr(r: &QpAttr, soft: &SoftContext) -> (ibv_qp_attr, c_int) {
-    let mut m = 0;
-    let mut bit = |set: bool, b: c_int| {
-        if set {
-            m |= b;
-        }
-    };
-    bit(r.state.is_some(), IBV_QP_STATE);
-    bit(r.access_flags.is_some(), IBV_QP_ACCESS_FLAGS);
-    bit(r.pkey_index.is_some(), IBV_QP_PKEY_INDEX);
-    bit(r.port.is_some(), IBV_QP_PORT);
-    bit(r.qkey.is_some(), IBV_QP_QKEY);
-    bit(r.av.is_some(), IBV_QP_AV);
-    bit(r.path_mtu.is_some(), IBV_QP_PATH_MTU);
-    bit(r.timeout.is_some(), IBV_QP_TIMEOUT);
-    bit(r.retry_cnt.is_some(), IBV_QP_RETRY_CNT);
-    bit(r.rnr_retry.is_some(), IBV_QP_RNR_RETRY);
-    bit(r.rq_psn.is_some(), IBV_QP_RQ_PSN);
-    bit(r.max_rd_atomic.is_some(), IBV_QP_MAX_QP_RD_ATOMIC);
-    bit(r.min_rnr_timer.is_some(), IBV_QP_MIN_RNR_TIMER);
-    bit(r.sq_psn.is_some(), IBV_QP_SQ_PSN);
-    bit(r.max_dest_rd_atomic.is_some(), IBV_QP_MAX_DEST_RD_ATOMIC);
-    bit(r.dest_qpn.is_some(), IBV_QP_DEST_QPN);
-    {
-        let mut o = ibv_qp_attr::default();
-        let state = r.state.unwrap_or(QpState::Reset);
-        o.qp_state = state as c_int;
-        o.cur_qp_state = state as c_int;
-        o.path_mtu = r.path_mtu.unwrap_or(soft.ctx.active_mtu()) as c_int;
-        o.path_mig_state = 0; // IBV_MIG_MIGRATED: there is no alternate path
-        o.qkey = r.qkey.unwrap_or(0);
-        o.rq_psn = r.rq_psn.map_or(0, |p| p.value());
-        o.sq_psn = r.sq_psn.map_or(0, |p| p.value());
-        o.dest_qp_num = r.dest_qpn.map_or(0, |n| n.value());
-        o.qp_access_flags = r.access_flags.map_or(0, |f| f.bits());
-        if let Some(av) = r.av {
-            o.ah_attr = ibv_ah_attr {
-                grh: ibv_global_route {
-                    dgid: gid_of(av.dst),
-                    flow_label: av.flow_label,
-                    sgid_index: soft.gid_index(av.src).unwrap_or(0) as u8,
-                    hop_limit: 1,
-                    traffic_class: av.traffic_class,
-                },
-                is_global: 1,
-                port_num: 1,
-                ..Default::default()
-            };
-        }
-        o.pkey_index = r.pkey_index.unwrap_or(0);
-        o.en_sqd_async_notify = u8::from(r.en_sqd_async_notify.unwrap_or(false));
-        o.max_rd_atomic = r.max_rd_atomic.unwrap_or(0);
-        o.max_dest_rd_atomic = r.max_dest_rd_atomic.unwrap_or(0);
-        o.min_rnr_timer = r.min_rnr_timer.unwrap_or(0);
-        o.port_num = r.port.unwrap_or(1);
-        o.timeout = r.timeout.unwrap_or(0);
-        o.retry_cnt = r.retry_cnt.unwrap_or(0);
-        o.rnr_retry = r.rnr_retry.unwrap_or(0);
-        (o, m)
-    }
+    softrdma::kernel::convert::to_ibv_qp_attr(r, soft.ctx.active_mtu(), |ip| soft.gid_index(ip))
 }

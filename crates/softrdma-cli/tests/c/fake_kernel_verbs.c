@@ -2,9 +2,11 @@
  * A stand-in for the system's libibverbs.so.1 with one kernel device, "fake0", for the
  * tests of softrdma's kernel backend on a host without RDMA devices (softrdma loads it
  * through SOFTRDMA_KERNEL_VERBS). It answers the listing and the queries the backend makes
- * with rxe-like figures; every other verb is absent.
+ * with rxe-like figures; the verbs objects' entry points are there (the backend resolves
+ * them all at load) and fail with ENOSYS.
  */
 #include <infiniband/verbs.h>
+#include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,4 +120,65 @@ int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t index,
 	e->port_num = port;
 	e->gid_type = IBV_GID_TYPE_ROCE_V2;
 	return 0;
+}
+
+/* The verbs objects: present, and refused. */
+struct ibv_pd *ibv_alloc_pd(struct ibv_context *c)
+{
+	(void)c;
+	errno = ENOSYS;
+	return NULL;
+}
+
+int ibv_dealloc_pd(struct ibv_pd *p)
+{
+	(void)p;
+	return ENOSYS;
+}
+
+#undef ibv_reg_mr
+struct ibv_mr *ibv_reg_mr(struct ibv_pd *p, void *a, size_t l, int f)
+{
+	(void)p, (void)a, (void)l, (void)f;
+	errno = ENOSYS;
+	return NULL;
+}
+
+int ibv_dereg_mr(struct ibv_mr *m)
+{
+	(void)m;
+	return ENOSYS;
+}
+
+struct ibv_cq *ibv_create_cq(struct ibv_context *c, int n, void *u, struct ibv_comp_channel *ch,
+			     int v)
+{
+	(void)c, (void)n, (void)u, (void)ch, (void)v;
+	errno = ENOSYS;
+	return NULL;
+}
+
+int ibv_destroy_cq(struct ibv_cq *c)
+{
+	(void)c;
+	return ENOSYS;
+}
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *p, struct ibv_qp_init_attr *a)
+{
+	(void)p, (void)a;
+	errno = ENOSYS;
+	return NULL;
+}
+
+int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int m)
+{
+	(void)q, (void)a, (void)m;
+	return ENOSYS;
+}
+
+int ibv_destroy_qp(struct ibv_qp *q)
+{
+	(void)q;
+	return ENOSYS;
 }

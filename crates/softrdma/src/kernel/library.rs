@@ -15,7 +15,8 @@
 //! it and never to the drop-in.
 
 use softrdma_abi::{
-    ibv_context, ibv_device, ibv_device_attr, ibv_gid, ibv_gid_entry, ibv_port_attr,
+    ibv_context, ibv_cq, ibv_device, ibv_device_attr, ibv_gid, ibv_gid_entry, ibv_mr, ibv_pd,
+    ibv_port_attr, ibv_qp, ibv_qp_attr, ibv_qp_init_attr,
 };
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
@@ -67,6 +68,16 @@ type CloseDevice = unsafe extern "C" fn(*mut ibv_context) -> c_int;
 type QueryDevice = unsafe extern "C" fn(*mut ibv_context, *mut ibv_device_attr) -> c_int;
 type QueryPort = unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr) -> c_int;
 type QueryGid = unsafe extern "C" fn(*mut ibv_context, u8, c_int, *mut ibv_gid) -> c_int;
+type AllocPd = unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd;
+type DeallocPd = unsafe extern "C" fn(*mut ibv_pd) -> c_int;
+type RegMr = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, c_int) -> *mut ibv_mr;
+type DeregMr = unsafe extern "C" fn(*mut ibv_mr) -> c_int;
+type CreateCq =
+    unsafe extern "C" fn(*mut ibv_context, c_int, *mut c_void, *mut c_void, c_int) -> *mut ibv_cq;
+type DestroyCq = unsafe extern "C" fn(*mut ibv_cq) -> c_int;
+type CreateQp = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp;
+type ModifyQp = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int;
+type DestroyQp = unsafe extern "C" fn(*mut ibv_qp) -> c_int;
 type QueryGidEx =
     unsafe extern "C" fn(*mut ibv_context, u32, u32, *mut ibv_gid_entry, u32, usize) -> c_int;
 
@@ -82,6 +93,15 @@ pub(crate) struct Library {
     pub(crate) query_gid: QueryGid,
     /// `_ibv_query_gid_ex` (rdma-core 30 and later): a GID with its type.
     pub(crate) query_gid_ex: Option<QueryGidEx>,
+    pub(crate) alloc_pd: AllocPd,
+    pub(crate) dealloc_pd: DeallocPd,
+    pub(crate) reg_mr: RegMr,
+    pub(crate) dereg_mr: DeregMr,
+    pub(crate) create_cq: CreateCq,
+    pub(crate) destroy_cq: DestroyCq,
+    pub(crate) create_qp: CreateQp,
+    pub(crate) modify_qp: ModifyQp,
+    pub(crate) destroy_qp: DestroyQp,
     /// Where it was loaded from.
     pub(crate) path: PathBuf,
 }
@@ -212,6 +232,15 @@ fn load(path: &Path) -> Result<Library, String> {
             query_port: func::<QueryPort>(f(c"ibv_query_port")?),
             query_gid: func::<QueryGid>(f(c"ibv_query_gid")?),
             query_gid_ex: f(c"_ibv_query_gid_ex").ok().map(|p| func::<QueryGidEx>(p)),
+            alloc_pd: func::<AllocPd>(f(c"ibv_alloc_pd")?),
+            dealloc_pd: func::<DeallocPd>(f(c"ibv_dealloc_pd")?),
+            reg_mr: func::<RegMr>(f(c"ibv_reg_mr")?),
+            dereg_mr: func::<DeregMr>(f(c"ibv_dereg_mr")?),
+            create_cq: func::<CreateCq>(f(c"ibv_create_cq")?),
+            destroy_cq: func::<DestroyCq>(f(c"ibv_destroy_cq")?),
+            create_qp: func::<CreateQp>(f(c"ibv_create_qp")?),
+            modify_qp: func::<ModifyQp>(f(c"ibv_modify_qp")?),
+            destroy_qp: func::<DestroyQp>(f(c"ibv_destroy_qp")?),
             path: path.to_path_buf(),
         })
     }

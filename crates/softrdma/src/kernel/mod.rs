@@ -1,21 +1,29 @@
 //! The kernel's RDMA devices (rxe, siw, mlx5, whatever the system's rdma-core drives),
 //! through the system's `libibverbs.so.1`, loaded at run time (see `library`).
 //!
-//! This is the first part of softrdma's second backend: the device list and the queries
-//! (`ibv_query_device`, `ibv_query_port`, the GID table), with the same types as the soft
-//! device's ([`DeviceAttr`], [`PortAttr`]). The verbs objects (PD, MR, CQ, QP) do not run
-//! on a kernel device yet: [`crate::Context::open`] says so by name
-//! ([`Error::KernelDevice`]).
+//! This is softrdma's second backend, so far in two parts:
+//! - the device list and the queries (`ibv_query_device`, `ibv_query_port`, the GID table
+//!   with its types), with the soft device's types ([`DeviceAttr`], [`PortAttr`]);
+//! - the verbs objects, as types of their own ([`KernelPd`], [`KernelMr`], [`KernelCq`],
+//!   [`KernelQp`]: RC and UC QPs, SEND, WRITE, READ and atomics, receives, polling) that
+//!   take and give softrdma's own WR, completion and attribute types ([`convert`] maps them
+//!   onto rdma-core's structs).
+//!
+//! [`crate::Context`] and the soft device's object types do not sit on these yet: opening a
+//! kernel device by name there fails with [`Error::KernelDevice`], which says so.
 //!
 //! A host without rdma-core, or without kernel devices, lists none and prints nothing.
 //!
-//! Threads and locks: none of softrdma's. rdma-core's own calls are thread-safe, and a
-//! [`KernelContext`] is `Send` and `Sync`, as an `ibv_context` is.
+//! Threads and locks: none of softrdma's. rdma-core's own calls are thread-safe, and every
+//! object here is `Send` and `Sync`, as its C object is.
 
 mod attr;
+pub mod convert;
 mod library;
+mod verbs;
 
 pub use attr::{GidType, PORT_STATES};
+pub use verbs::{KernelCq, KernelMr, KernelPd, KernelQp};
 
 use crate::config::limits::{DeviceAttr, PortAttr};
 use crate::error::{Error, Result};
@@ -23,6 +31,7 @@ use softrdma_abi::{ibv_context, ibv_device, ibv_gid_entry};
 use std::ffi::CStr;
 use std::net::Ipv6Addr;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 /// A kernel RDMA device, as the system's `ibv_get_device_list` gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,8 +90,16 @@ fn device_name(d: *mut ibv_device) -> String {
         .into_owned()
 }
 
-/// An open kernel device (`ibv_open_device` of the system's rdma-core).
+/// An open kernel device (`ibv_open_device` of the system's rdma-core). Cloning gives
+/// another handle; the device closes when the last handle, and every object made from it,
+/// is gone.
+#[derive(Clone)]
 pub struct KernelContext {
+    inner: Arc<Ctx>,
+}
+
+/// The open `ibv_context`, closed when the last handle and object go.
+struct Ctx {
     lib: &'static library::Library,
     ctx: NonNull<ibv_context>,
     name: String,
@@ -90,14 +107,22 @@ pub struct KernelContext {
 
 // SAFETY: an ibv_context may be used from any thread (rdma-core's verbs are thread-safe),
 // and the library's function pointers are plain code addresses.
-unsafe impl Send for KernelContext {}
+unsafe impl Send for Ctx {}
 // SAFETY: as for Send.
-unsafe impl Sync for KernelContext {}
+unsafe impl Sync for Ctx {}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        // SAFETY: the context opened in `open`, closed once, after every object made from
+        // it (each holds this `Ctx`).
+        unsafe { (self.lib.close_device)(self.ctx.as_ptr()) };
+    }
+}
 
 impl std::fmt::Debug for KernelContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KernelContext")
-            .field("name", &self.name)
+            .field("name", &self.inner.name)
             .finish()
     }
 }
@@ -115,25 +140,27 @@ impl KernelContext {
             None => Err(Error::NoDevice(name.to_owned())),
             Some(None) => Err(Error::kernel("ibv_open_device", name)),
             Some(Some(ctx)) => Ok(Self {
-                lib,
-                ctx,
-                name: name.to_owned(),
+                inner: Arc::new(Ctx {
+                    lib,
+                    ctx,
+                    name: name.to_owned(),
+                }),
             }),
         }
     }
 
     /// The device's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.inner.name
     }
 
     /// The device's limits (`ibv_query_device`).
     pub fn query_device(&self) -> Result<DeviceAttr> {
         let mut a = std::mem::MaybeUninit::zeroed();
         // SAFETY: a live context and a zeroed struct of the size rdma-core writes.
-        let rc = unsafe { (self.lib.query_device)(self.ctx.as_ptr(), a.as_mut_ptr()) };
+        let rc = unsafe { (self.inner.lib.query_device)(self.inner.ctx.as_ptr(), a.as_mut_ptr()) };
         if rc != 0 {
-            return Err(Error::kernel_rc("ibv_query_device", &self.name, rc));
+            return Err(Error::kernel_rc("ibv_query_device", &self.inner.name, rc));
         }
         // SAFETY: zeroed, then filled by rdma-core; every field is plain data.
         let mut d = attr::device_attr(&unsafe { a.assume_init() });
@@ -146,16 +173,16 @@ impl KernelContext {
     /// Port `port`'s attributes (`ibv_query_port`).
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
         attr::port_attr(&self.raw_port(port)?)
-            .ok_or_else(|| Error::kernel_rc("ibv_query_port", &self.name, libc::EPROTO))
+            .ok_or_else(|| Error::kernel_rc("ibv_query_port", &self.inner.name, libc::EPROTO))
     }
 
     fn raw_port(&self, port: u8) -> Result<softrdma_abi::ibv_port_attr> {
         let mut a = softrdma_abi::ibv_port_attr::default();
         // SAFETY: a live context and a struct at least the size of the one the exported
         // `ibv_query_port` writes (rdma-core's compat struct, which lacks the last field).
-        let rc = unsafe { (self.lib.query_port)(self.ctx.as_ptr(), port, &mut a) };
+        let rc = unsafe { (self.inner.lib.query_port)(self.inner.ctx.as_ptr(), port, &mut a) };
         if rc != 0 {
-            return Err(Error::kernel_rc("ibv_query_port", &self.name, rc));
+            return Err(Error::kernel_rc("ibv_query_port", &self.inner.name, rc));
         }
         Ok(a)
     }
@@ -178,12 +205,12 @@ impl KernelContext {
 
     /// GID `index` of `port`, or `None` where it is not set.
     fn gid(&self, port: u8, index: u32) -> Option<(Ipv6Addr, GidType)> {
-        if let Some(ex) = self.lib.query_gid_ex {
+        if let Some(ex) = self.inner.lib.query_gid_ex {
             let mut e = ibv_gid_entry::default();
             // SAFETY: a live context and an entry of the size passed.
             let rc = unsafe {
                 ex(
-                    self.ctx.as_ptr(),
+                    self.inner.ctx.as_ptr(),
                     u32::from(port),
                     index,
                     &mut e,
@@ -195,14 +222,9 @@ impl KernelContext {
         }
         let mut g = softrdma_abi::ibv_gid::default();
         // SAFETY: a live context and one GID to write.
-        let rc = unsafe { (self.lib.query_gid)(self.ctx.as_ptr(), port, index as i32, &mut g) };
+        let rc = unsafe {
+            (self.inner.lib.query_gid)(self.inner.ctx.as_ptr(), port, index as i32, &mut g)
+        };
         (rc == 0).then(|| (Ipv6Addr::from(g.raw), GidType::Unknown))
-    }
-}
-
-impl Drop for KernelContext {
-    fn drop(&mut self) {
-        // SAFETY: the context opened in `open`, closed once.
-        unsafe { (self.lib.close_device)(self.ctx.as_ptr()) };
     }
 }
