@@ -264,6 +264,50 @@ fn port_state_code(state: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// `rdma link show`'s line for a kernel device's port 1: its state from the system's
+/// rdma-core, its physical state and netdev from sysfs (as `rdma` reads them over
+/// netlink), then softrdma's own fields: the address of its first IPv4 RoCE v2 GID, the
+/// MTUs and the GIDs.
+fn kernel_link_line(name: &str) -> Result<String, CliError> {
+    use softrdma::kernel::{GidType, KernelContext};
+    let ctx = KernelContext::open(name)?;
+    let port = ctx.query_port(1)?;
+    let gids = ctx.gids(1)?;
+    let sys = std::path::Path::new("/sys/class/infiniband")
+        .join(name)
+        .join("ports/1");
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).ok().map(|s| s.trim().to_owned());
+    // "5: LinkUp" -> LINK_UP, as iproute2 names it.
+    let phys = read(&sys.join("phys_state"))
+        .and_then(|s| s.split_once(": ").map(|(_, n)| n.to_owned()))
+        .map(|n| match n.as_str() {
+            "LinkUp" => "LINK_UP".to_owned(),
+            "Disabled" => "DISABLED".to_owned(),
+            "Polling" => "POLLING".to_owned(),
+            other => other.to_uppercase(),
+        })
+        .unwrap_or_else(|| "-".into());
+    let netdev = gids
+        .iter()
+        .find_map(|(i, _, _)| read(&sys.join(format!("gid_attrs/ndevs/{i}"))));
+    let mtu = netdev
+        .as_ref()
+        .and_then(|n| read(&std::path::Path::new("/sys/class/net").join(n).join("mtu")))
+        .unwrap_or_else(|| "-".into());
+    let addr = gids
+        .iter()
+        .filter(|g| g.2 == GidType::RoceV2)
+        .find_map(|(_, g, _)| g.to_ipv4_mapped())
+        .map_or_else(|| "-".to_owned(), |a| a.to_string());
+    let gid_list: String = gids.iter().map(|(_, g, _)| format!(" gid {g}")).collect();
+    Ok(format!(
+        "link {name}/1 state {} physical_state {phys} netdev {} addr {addr} mtu {mtu} active_mtu {}{gid_list}",
+        port.state.trim_start_matches("PORT_"),
+        netdev.as_deref().unwrap_or("-"),
+        port.active_mtu.bytes()
+    ))
+}
+
 /// `softrdma link` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum LinkCommand {
@@ -395,6 +439,16 @@ fn link_inner(cmd: &LinkCommand) -> Result<(), CliError> {
                     let line: String = c.iter().map(|(k, v)| format!(" {k} {v}")).collect();
                     println!("link {}/1{line}", d.name);
                 }
+            }
+            // The kernel's devices after softrdma's, through the system's rdma-core, with
+            // what `rdma link show` prints of them.
+            for k in softrdma::kernel::devices()
+                .iter()
+                .filter(|k| name.as_ref().is_none_or(|n| *n == k.name))
+                .filter(|k| !devs.iter().any(|d| d.name == k.name))
+            {
+                found = true;
+                println!("{}", kernel_link_line(&k.name)?);
             }
             // As `rdma link show`: no devices at all is an empty list, a missing name
             // an error.

@@ -181,8 +181,8 @@ fn fake_kernel_verbs() -> PathBuf {
     out
 }
 
-/// `softrdma devinfo` lists the kernel's devices after softrdma's own and prints their
-/// attributes, port and GID table through the library it loads at run time (here a
+/// `softrdma devinfo` and `link show` list the kernel's devices after softrdma's own and
+/// print their attributes, port and GID table through the library it loads at run time (here a
 /// stand-in with one device); a verb on it says it is a kernel device; with the backend
 /// off, or on this host's own rdma-core (no kernel devices here), only softrdma's are
 /// listed and nothing is said; a library that is named but missing is said once.
@@ -220,6 +220,16 @@ fn devinfo_lists_and_queries_kernel_devices_through_the_system_library() {
         assert!(t.lines().any(|l| l == want), "no {want:?} in:\n{t}");
     }
     assert!(!t.contains("GID[  2]"), "unset GIDs are not listed:\n{t}");
+
+    // `link show` too, after softrdma's own (no sysfs for the stand-in: its physical
+    // state and netdev are unknown).
+    let o = with(&fake, &["link", "show", "fake0"]);
+    assert!(o.status.success(), "{}", common::text(&o));
+    assert_eq!(
+        stdout(&o),
+        "link fake0/1 state ACTIVE physical_state - netdev - addr 10.99.0.7 mtu - \
+         active_mtu 1024 gid fe80::211:22ff:fe33:4455 gid ::ffff:10.99.0.7\n"
+    );
 
     // A port the device does not have: ibv_devinfo's words and status, and why.
     let o = with(&fake, &["devinfo", "-d", "fake0", "-i", "2"]);

@@ -1,16 +1,17 @@
-//! softrdma's tools for real inside the rxe VM (`../shared/rxe-peer`: Debian 12's kernel
-//! 6.1 with `rdma_rxe`, rdma-core 44):
+//! softrdma's tools and its kernel backend (`softrdma::kernel`) for real inside the rxe VM
+//! (`../shared/rxe-peer`: Debian 12's kernel 6.1 with `rdma_rxe`, rdma-core 44):
 //! - `softrdma doctor` must find rxe0, its GIDs with their types, and the UDP 4791 conflict
 //!   (rdma_rxe's tunnel socket, which no process holds);
-//! - `softrdma devinfo` must list rxe0 beside softrdma0 and print what rdma-core's
-//!   `ibv_devinfo` prints of it, through the kernel backend (`softrdma::kernel`).
+//! - `softrdma devinfo` and `link show` must list rxe0 beside softrdma0 and print what
+//!   rdma-core's `ibv_devinfo` and iproute2's `rdma link` print of it;
+//! - softrdma's Rust verbs must run on rxe0 (this test binary, run inside the VM).
 //!
-//! It needs root, qemu and the rxe-peer scripts. Each test boots its own VM (`vm7` on
-//! 10.77.0.8 and `vm8` on 10.77.0.9 by default; `SOFTRDMA_DOCTOR_VM` and
-//! `SOFTRDMA_KERNEL_VM`, as `NAME:IP`, pick others) beside any other in the `rxepeer`
-//! namespace, and stops only that VM. The binary is copied into the VM's share (the VM runs
-//! the same Debian 12 glibc). Run: `cargo test -p softrdma-cli --test doctor_rxe --
-//! --ignored`.
+//! It needs root, qemu and the rxe-peer scripts. Each test boots its own VM, one at a time
+//! (`vm7` on 10.77.0.8, `vm8` on 10.77.0.9, `vm9` on 10.77.0.10 by default;
+//! `SOFTRDMA_DOCTOR_VM`, `SOFTRDMA_KERNEL_VM` and `SOFTRDMA_KERNEL_VERBS_VM`, as `NAME:IP`,
+//! pick others) beside any other in the `rxepeer` namespace, and stops only that VM. The
+//! binaries are copied into the VM's share (the VM runs the same Debian 12 glibc). Run:
+//! `cargo test -p softrdma-cli --test doctor_rxe -- --ignored`.
 
 mod common;
 #[path = "common/doctor.rs"]
@@ -28,6 +29,8 @@ const PEER_RUN: &str = "/tmp/softrdma-rxe-peer";
 struct Vm {
     dir: PathBuf,
     name: String,
+    /// This file's tests take turns (see [`boot`]); the turn ends after the VM stops.
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Vm {
@@ -71,16 +74,15 @@ fn boot(var: &str, default: &str) -> (Vm, String) {
     assert!(nix::unistd::geteuid().is_root(), "this test needs root");
     let which = std::env::var(var).unwrap_or_else(|_| default.into());
     let (name, ip) = which.split_once(':').expect("NAME:IP");
+    // One VM at a time: under software emulation on two cores, three at once starve each
+    // other past vmexec's limit; and build-vm.sh rewrites the one image each time.
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let vm = Vm {
         dir,
         name: name.to_owned(),
+        _turn: TURN.lock().unwrap_or_else(|p| p.into_inner()),
     };
-    // The tests of this file boot at once; build-vm.sh rewrites the one image each time.
-    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let o = {
-        let _one = BUILD.lock().unwrap_or_else(|p| p.into_inner());
-        vm.run("build-vm.sh", &["--quiet"])
-    };
+    let o = vm.run("build-vm.sh", &["--quiet"]);
     assert!(o.status.success(), "build-vm.sh:\n{}", text(&o));
     let o = vm.run("run-vm.sh", &[name, ip]);
     assert!(o.status.success(), "run-vm.sh:\n{}", text(&o));
@@ -129,7 +131,7 @@ fn fields(out: &str) -> Vec<(String, String)> {
 
 /// softrdma's `devinfo` lists the VM's kernel rxe0 beside its own device, and, through the
 /// system's rdma-core loaded at run time, prints what rdma-core's `ibv_devinfo -v` prints
-/// of it: the GUIDs, firmware and vendor, the limits, the port's state and MTUs, and every
+/// of it (and `link show` what iproute2's `rdma link show` does): the GUIDs, firmware and vendor, the limits, the port's state and MTUs, and every
 /// GID with its type. A Rust program opening rxe0 for verbs is told plainly that it is a
 /// kernel device.
 #[test]
@@ -210,12 +212,20 @@ fn devinfo_lists_and_queries_the_kernel_rxe_device() {
             .any(|l| l.ends_with(&format!("::ffff:{ip}, RoCE v2"))),
         "{ours}"
     );
+    // `link show` begins as iproute2's `rdma link show` does, and adds the address.
+    let ours = vm.exec("/host/softrdma-doctor link show rxe0");
+    let theirs = vm.exec("rdma link show rxe0/1");
+    assert!(ours.status.success() && theirs.status.success());
+    let (ours, theirs) = (text(&ours), text(&theirs));
+    assert!(ours.starts_with(theirs.trim_end()), "{ours}\n---\n{theirs}");
+    assert!(ours.contains(&format!(" addr {ip} ")), "{ours}");
 }
 
 /// softrdma's Rust verbs on the VM's kernel rxe0, through the system's rdma-core: this test
 /// binary copies itself into the VM and runs [`kernel_verbs_inside_the_vm`] there, which
-/// connects two RC QPs of rxe0 to each other and checks a SEND, an RDMA WRITE and an RDMA
-/// READ, byte for byte.
+/// connects two RC QPs of rxe0 to each other and checks a SEND, an RDMA WRITE, an RDMA READ
+/// and both atomics byte for byte, and a WRITE with a wrong R_Key completing with
+/// REM_ACCESS_ERR.
 #[test]
 #[ignore = "needs root, qemu and ../shared/rxe-peer"]
 fn rust_verbs_run_on_the_kernel_rxe_device() {
@@ -260,7 +270,10 @@ fn kernel_verbs_inside_the_vm() {
         .collect();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64).unwrap();
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let access = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
     let mut bufs = [vec![0u8; 4096], vec![0u8; 4096]];
     let [a_buf, b_buf] = &mut bufs;
     // SAFETY: the buffers outlive the regions (dropped at the end of this function, after
@@ -385,10 +398,83 @@ fn kernel_verbs_inside_the_vm() {
     ))
     .unwrap();
     assert_eq!(wait(1)[0].opcode, WcOpcode::RdmaRead);
+    // Atomics on B's word at 3584 (8-byte aligned): fetch-add, then compare-and-swap, each
+    // returning the old value into A at 3584 and 3592.
+    let atomic = |wr_id, op, at: u64| {
+        qa.post_send(&SendWr::signaled(
+            wr_id,
+            op,
+            Payload::Sges(sg![softrdma::Sge {
+                addr: ma.addr() + at,
+                length: 8,
+                lkey: ma.lkey(),
+            }]),
+        ))
+        .unwrap();
+        wait(1)[0]
+    };
+    let c = atomic(
+        5,
+        SendOp::FetchAdd {
+            remote_addr: mb.addr() + 3584,
+            rkey: mb.rkey(),
+            add: 0x1_0000_0001,
+        },
+        3584,
+    );
+    assert_eq!(c.opcode, WcOpcode::FetchAdd);
+    let c = atomic(
+        6,
+        SendOp::CompareSwap {
+            remote_addr: mb.addr() + 3584,
+            rkey: mb.rkey(),
+            compare: 0x1_0000_0001,
+            swap: 0xdead_beef,
+        },
+        3592,
+    );
+    assert_eq!(c.opcode, WcOpcode::CompSwap);
+    // A WRITE with a wrong R_Key: the responder refuses it, and the requester completes
+    // it with REM_ACCESS_ERR (and its QP goes to ERROR), as the kernel reports it.
+    qa.post_send(&SendWr::signaled(
+        7,
+        SendOp::Write {
+            remote_addr: mb.addr(),
+            rkey: mb.rkey() ^ 0x100,
+        },
+        Payload::Sges(sg![softrdma::Sge {
+            addr: ma.addr(),
+            length: 8,
+            lkey: ma.lkey(),
+        }]),
+    ))
+    .unwrap();
+    let t = std::time::Instant::now();
+    let bad = loop {
+        if let Some(c) = cq.poll(1).unwrap().pop() {
+            break c;
+        }
+        assert!(
+            t.elapsed().as_secs() < 20,
+            "no completion for the bad R_Key"
+        );
+    };
+    assert_eq!((bad.wr_id, bad.status), (7, WcStatus::RemAccessErr));
     drop((qa, qb, ma, mb));
     let [a_buf, b_buf] = &bufs;
     assert_eq!(&b_buf[1024..1088], &a_buf[..64], "SEND");
     assert_eq!(&b_buf[2048..2112], &a_buf[64..128], "WRITE");
     assert_eq!(&a_buf[3072..3136], &a_buf[..64], "READ");
-    println!("kernel verbs ok: SEND, WRITE and READ between two RC QPs of rxe0");
+    let word = |b: &[u8], at: usize| u64::from_ne_bytes(b[at..at + 8].try_into().unwrap());
+    assert_eq!(word(a_buf, 3584), 0, "FETCH_ADD returned the old value");
+    assert_eq!(
+        word(a_buf, 3592),
+        0x1_0000_0001,
+        "CMP_SWP returned the old value"
+    );
+    assert_eq!(word(b_buf, 3584), 0xdead_beef, "CMP_SWP swapped");
+    println!(
+        "kernel verbs ok: SEND, WRITE, READ, FETCH_ADD, CMP_SWP and a refused R_Key between \
+         two RC QPs of rxe0"
+    );
 }
