@@ -225,7 +225,8 @@ fn devinfo_lists_and_queries_the_kernel_rxe_device() {
 /// binary copies itself into the VM and runs [`kernel_verbs_inside_the_vm`] there, which
 /// connects two RC QPs of rxe0 to each other and checks a SEND, an RDMA WRITE, an RDMA READ
 /// and both atomics byte for byte, and a WRITE with a wrong R_Key completing with
-/// REM_ACCESS_ERR.
+/// REM_ACCESS_ERR; then a UD datagram into a receive of an SRQ; waiting on a completion
+/// channel throughout.
 #[test]
 #[ignore = "needs root, qemu and ../shared/rxe-peer"]
 fn rust_verbs_run_on_the_kernel_rxe_device() {
@@ -250,10 +251,10 @@ fn rust_verbs_run_on_the_kernel_rxe_device() {
 #[test]
 #[ignore = "runs inside the rxe VM, started by rust_verbs_run_on_the_kernel_rxe_device"]
 fn kernel_verbs_inside_the_vm() {
-    use softrdma::kernel::{GidType, KernelContext};
+    use softrdma::kernel::{KernelContext, KernelQpInit};
     use softrdma::{
         AccessFlags, AddressVector, Payload, QpAttr, QpCaps, QpState, QpType, RecvWr, SendOp,
-        SendWr, WcOpcode, WcStatus, sg,
+        SendWr, UdDest, WcOpcode, WcStatus, sg,
     };
     let Ok(ip) = std::env::var("SOFTRDMA_INSIDE_VM") else {
         return;
@@ -261,35 +262,32 @@ fn kernel_verbs_inside_the_vm() {
     let ip: std::net::IpAddr = ip.parse().unwrap();
     let ctx = KernelContext::open("rxe0").expect("open rxe0");
     let port = ctx.query_port(1).unwrap();
-    let gids: Vec<_> = ctx
-        .gids(1)
-        .unwrap()
-        .into_iter()
-        .filter(|g| g.2 == GidType::RoceV2)
-        .map(|(i, g, _)| (i, g))
-        .collect();
     let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
+    let channel = ctx.create_comp_channel().unwrap();
+    let cq = ctx.create_cq(64, Some(&channel)).unwrap();
     let access = AccessFlags::LOCAL_WRITE
         | AccessFlags::REMOTE_WRITE
         | AccessFlags::REMOTE_READ
         | AccessFlags::REMOTE_ATOMIC;
     let mut bufs = [vec![0u8; 4096], vec![0u8; 4096]];
     let [a_buf, b_buf] = &mut bufs;
-    // SAFETY: the buffers outlive the regions (dropped at the end of this function, after
-    // them, in reverse order of declaration).
+    // SAFETY: the buffers outlive the regions (dropped before the final checks).
     let (ma, mb) = unsafe {
         (
             pd.register_raw(a_buf.as_mut_ptr(), 4096, access).unwrap(),
             pd.register_raw(b_buf.as_mut_ptr(), 4096, access).unwrap(),
         )
     };
-    let qa = pd
-        .create_qp(QpType::Rc, &cq, &cq, QpCaps::default(), false)
-        .unwrap();
-    let qb = pd
-        .create_qp(QpType::Rc, &cq, &cq, QpCaps::default(), false)
-        .unwrap();
+    let init = |qp_type| KernelQpInit {
+        qp_type,
+        send_cq: &cq,
+        recv_cq: &cq,
+        cap: QpCaps::default(),
+        sq_sig_all: false,
+        srq: None,
+    };
+    let qa = pd.create_qp(init(QpType::Rc)).unwrap();
+    let qb = pd.create_qp(init(QpType::Rc)).unwrap();
     let av = AddressVector {
         src: ip,
         dst: ip,
@@ -297,7 +295,7 @@ fn kernel_verbs_inside_the_vm() {
         traffic_class: 0,
     };
     for (q, peer) in [(&qa, qb.qpn()), (&qb, qa.qpn())] {
-        let step = |a: QpAttr| q.modify(&a, &gids, port.active_mtu).unwrap();
+        let step = |a: QpAttr| q.modify(&a).unwrap();
         step(QpAttr {
             state: Some(QpState::Init),
             pkey_index: Some(0),
@@ -325,11 +323,24 @@ fn kernel_verbs_inside_the_vm() {
             ..Default::default()
         });
     }
+    // Each wait sleeps on the completion channel between polls, as an event-driven
+    // program does.
     let wait = |n: usize| {
         let mut got = Vec::new();
         let t = std::time::Instant::now();
-        while got.len() < n {
+        loop {
             cq.poll_into(n - got.len(), &mut got).unwrap();
+            if got.len() == n {
+                break;
+            }
+            cq.req_notify(false).unwrap();
+            cq.poll_into(n - got.len(), &mut got).unwrap();
+            if got.len() == n {
+                break;
+            }
+            channel
+                .get_cq_event(Some(std::time::Duration::from_millis(200)))
+                .unwrap();
             assert!(t.elapsed().as_secs() < 20, "completions: {got:?}");
         }
         for c in &got {
@@ -460,7 +471,71 @@ fn kernel_verbs_inside_the_vm() {
         );
     };
     assert_eq!((bad.wr_id, bad.status), (7, WcStatus::RemAccessErr));
-    drop((qa, qb, ma, mb));
+    // UD, with the receive on an SRQ: a datagram from one UD QP to another, addressed by IP
+    // (the QP makes the address handle), lands after the 40-byte GRH area.
+    let srq = pd.create_srq(16, 1).unwrap();
+    let ud = |srq| {
+        let q = pd
+            .create_qp(KernelQpInit {
+                srq,
+                ..init(QpType::Ud)
+            })
+            .unwrap();
+        for a in [
+            QpAttr {
+                state: Some(QpState::Init),
+                pkey_index: Some(0),
+                port: Some(1),
+                qkey: Some(0x1111),
+                ..Default::default()
+            },
+            QpAttr {
+                state: Some(QpState::Rtr),
+                ..Default::default()
+            },
+            QpAttr {
+                state: Some(QpState::Rts),
+                sq_psn: Some(softrdma::Psn::new(0)),
+                ..Default::default()
+            },
+        ] {
+            q.modify(&a).unwrap();
+        }
+        q
+    };
+    let (us, ur) = (ud(None), ud(Some(&srq)));
+    srq.post_recv(&RecvWr {
+        wr_id: 8,
+        sg_list: sg![softrdma::Sge {
+            addr: mb.addr() + 256,
+            length: 40 + 32,
+            lkey: mb.lkey(),
+        }],
+    })
+    .unwrap();
+    us.post_send(&SendWr {
+        ud: Some(UdDest {
+            src: ip,
+            ip,
+            qpn: ur.qpn(),
+            qkey: 0x1111,
+            traffic_class: 0,
+        }),
+        ..SendWr::signaled(
+            9,
+            SendOp::Send,
+            Payload::Sges(sg![softrdma::Sge {
+                addr: ma.addr() + 3072,
+                length: 32,
+                lkey: ma.lkey(),
+            }]),
+        )
+    })
+    .unwrap();
+    let got = wait(2);
+    let r = got.iter().find(|c| c.wr_id == 8).expect("the UD receive");
+    assert_eq!((r.byte_len, r.src_qp), (40 + 32, us.qpn()), "{got:?}");
+    drop((qa, qb, us, ur, srq, ma, mb));
     let [a_buf, b_buf] = &bufs;
     assert_eq!(&b_buf[1024..1088], &a_buf[..64], "SEND");
     assert_eq!(&b_buf[2048..2112], &a_buf[64..128], "WRITE");
@@ -473,8 +548,9 @@ fn kernel_verbs_inside_the_vm() {
         "CMP_SWP returned the old value"
     );
     assert_eq!(word(b_buf, 3584), 0xdead_beef, "CMP_SWP swapped");
+    assert_eq!(&b_buf[296..328], &a_buf[3072..3104], "UD SEND");
     println!(
         "kernel verbs ok: SEND, WRITE, READ, FETCH_ADD, CMP_SWP and a refused R_Key between \
-         two RC QPs of rxe0"
+         two RC QPs of rxe0, a UD SEND into an SRQ, waits on a completion channel"
     );
 }

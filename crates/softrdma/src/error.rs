@@ -111,9 +111,10 @@ pub enum Error {
     },
     /// A verb that softrdma does not run on kernel devices yet.
     #[error(
-        "{verb}: {device} is a kernel RDMA device, which softrdma lists and queries \
-         (`softrdma devinfo -d {device}`) but does not yet open for verbs; use rdma-core \
-         for it, or a softrdma device"
+        "{verb}: {device} is a kernel RDMA device, and softrdma does not run this on kernel \
+         devices yet (it lists and queries them, `softrdma devinfo -d {device}`, and runs \
+         RC, UC and UD QPs on them through `softrdma::kernel`); use rdma-core for it, or a \
+         softrdma device"
     )]
     KernelDevice {
         /// The verb.

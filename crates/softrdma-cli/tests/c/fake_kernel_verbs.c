@@ -182,3 +182,54 @@ int ibv_destroy_qp(struct ibv_qp *q)
 	(void)q;
 	return ENOSYS;
 }
+
+struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c)
+{
+	(void)c;
+	errno = ENOSYS;
+	return NULL;
+}
+
+int ibv_destroy_comp_channel(struct ibv_comp_channel *c)
+{
+	(void)c;
+	return ENOSYS;
+}
+
+int ibv_get_cq_event(struct ibv_comp_channel *c, struct ibv_cq **cq, void **ctx)
+{
+	(void)c, (void)cq, (void)ctx;
+	errno = ENOSYS;
+	return -1;
+}
+
+void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int n)
+{
+	(void)cq, (void)n;
+}
+
+struct ibv_srq *ibv_create_srq(struct ibv_pd *p, struct ibv_srq_init_attr *a)
+{
+	(void)p, (void)a;
+	errno = ENOSYS;
+	return NULL;
+}
+
+int ibv_destroy_srq(struct ibv_srq *s)
+{
+	(void)s;
+	return ENOSYS;
+}
+
+struct ibv_ah *ibv_create_ah(struct ibv_pd *p, struct ibv_ah_attr *a)
+{
+	(void)p, (void)a;
+	errno = ENOSYS;
+	return NULL;
+}
+
+int ibv_destroy_ah(struct ibv_ah *a)
+{
+	(void)a;
+	return ENOSYS;
+}

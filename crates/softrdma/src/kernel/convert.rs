@@ -98,12 +98,9 @@ pub fn to_ibv_qp_attr(
 }
 
 /// A send WR's C form: the opcode, flags, immediate word and the union, with the SGE list
-/// left for the caller to point at (`sg_list`, `num_sge`), since its storage is theirs.
-/// `None` for a UD WR, which needs an address handle the backend does not make yet.
-pub(super) fn send_wr_head(w: &SendWr) -> Option<ibv_send_wr> {
-    if w.ud.is_some() {
-        return None;
-    }
+/// left for the caller to point at (`sg_list`, `num_sge`), since its storage is theirs, and
+/// a UD WR's address handle for the caller to set (the union's `ud`).
+pub(super) fn send_wr_head(w: &SendWr) -> ibv_send_wr {
     let rdma = |remote_addr, rkey| ibv_wr_union {
         rdma: ibv_rdma { remote_addr, rkey },
     };
@@ -155,7 +152,7 @@ pub(super) fn send_wr_head(w: &SendWr) -> Option<ibv_send_wr> {
     if matches!(w.payload, Payload::Inline(_)) {
         flags |= SendFlags::INLINE;
     }
-    Some(ibv_send_wr {
+    ibv_send_wr {
         wr_id: w.wr_id,
         next: std::ptr::null_mut(),
         sg_list: std::ptr::null_mut(),
@@ -168,7 +165,7 @@ pub(super) fn send_wr_head(w: &SendWr) -> Option<ibv_send_wr> {
         wr,
         xrc_remote_srqn: 0,
         _bind_or_tso: [0; 6],
-    })
+    }
 }
 
 /// The SGEs of a send WR's payload (an inline payload is one SGE over its bytes, with no
@@ -300,7 +297,7 @@ mod tests {
                 lkey: 3
             }]),
         );
-        let c = send_wr_head(&w).unwrap();
+        let c = send_wr_head(&w);
         assert_eq!(c.opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
         assert_eq!(c.imm_data, 0x0102_0304u32.to_be());
         assert_eq!(c.send_flags, 2, "IBV_SEND_SIGNALED");
@@ -313,7 +310,7 @@ mod tests {
     #[test]
     fn an_inline_payload_is_one_keyless_sge_flagged_inline() {
         let w = SendWr::signaled(1, SendOp::Send, Payload::Inline(vec![1, 2, 3]));
-        let c = send_wr_head(&w).unwrap();
+        let c = send_wr_head(&w);
         assert_eq!(c.send_flags & 8, 8, "IBV_SEND_INLINE");
         let s = send_sges(&w.payload);
         assert_eq!((s[0].length, s[0].lkey), (3, 0));

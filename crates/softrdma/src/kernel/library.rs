@@ -15,8 +15,9 @@
 //! it and never to the drop-in.
 
 use softrdma_abi::{
-    ibv_context, ibv_cq, ibv_device, ibv_device_attr, ibv_gid, ibv_gid_entry, ibv_mr, ibv_pd,
-    ibv_port_attr, ibv_qp, ibv_qp_attr, ibv_qp_init_attr,
+    ibv_ah, ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_device, ibv_device_attr,
+    ibv_gid, ibv_gid_entry, ibv_mr, ibv_pd, ibv_port_attr, ibv_qp, ibv_qp_attr, ibv_qp_init_attr,
+    ibv_srq, ibv_srq_init_attr,
 };
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
@@ -72,8 +73,22 @@ type AllocPd = unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd;
 type DeallocPd = unsafe extern "C" fn(*mut ibv_pd) -> c_int;
 type RegMr = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, c_int) -> *mut ibv_mr;
 type DeregMr = unsafe extern "C" fn(*mut ibv_mr) -> c_int;
-type CreateCq =
-    unsafe extern "C" fn(*mut ibv_context, c_int, *mut c_void, *mut c_void, c_int) -> *mut ibv_cq;
+type CreateCq = unsafe extern "C" fn(
+    *mut ibv_context,
+    c_int,
+    *mut c_void,
+    *mut ibv_comp_channel,
+    c_int,
+) -> *mut ibv_cq;
+type CreateCompChannel = unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_comp_channel;
+type DestroyCompChannel = unsafe extern "C" fn(*mut ibv_comp_channel) -> c_int;
+type GetCqEvent =
+    unsafe extern "C" fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int;
+type AckCqEvents = unsafe extern "C" fn(*mut ibv_cq, u32);
+type CreateSrq = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq;
+type DestroySrq = unsafe extern "C" fn(*mut ibv_srq) -> c_int;
+type CreateAh = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_ah_attr) -> *mut ibv_ah;
+type DestroyAh = unsafe extern "C" fn(*mut ibv_ah) -> c_int;
 type DestroyCq = unsafe extern "C" fn(*mut ibv_cq) -> c_int;
 type CreateQp = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp;
 type ModifyQp = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int;
@@ -102,6 +117,14 @@ pub(crate) struct Library {
     pub(crate) create_qp: CreateQp,
     pub(crate) modify_qp: ModifyQp,
     pub(crate) destroy_qp: DestroyQp,
+    pub(crate) create_comp_channel: CreateCompChannel,
+    pub(crate) destroy_comp_channel: DestroyCompChannel,
+    pub(crate) get_cq_event: GetCqEvent,
+    pub(crate) ack_cq_events: AckCqEvents,
+    pub(crate) create_srq: CreateSrq,
+    pub(crate) destroy_srq: DestroySrq,
+    pub(crate) create_ah: CreateAh,
+    pub(crate) destroy_ah: DestroyAh,
     /// Where it was loaded from.
     pub(crate) path: PathBuf,
 }
@@ -241,6 +264,14 @@ fn load(path: &Path) -> Result<Library, String> {
             create_qp: func::<CreateQp>(f(c"ibv_create_qp")?),
             modify_qp: func::<ModifyQp>(f(c"ibv_modify_qp")?),
             destroy_qp: func::<DestroyQp>(f(c"ibv_destroy_qp")?),
+            create_comp_channel: func::<CreateCompChannel>(f(c"ibv_create_comp_channel")?),
+            destroy_comp_channel: func::<DestroyCompChannel>(f(c"ibv_destroy_comp_channel")?),
+            get_cq_event: func::<GetCqEvent>(f(c"ibv_get_cq_event")?),
+            ack_cq_events: func::<AckCqEvents>(f(c"ibv_ack_cq_events")?),
+            create_srq: func::<CreateSrq>(f(c"ibv_create_srq")?),
+            destroy_srq: func::<DestroySrq>(f(c"ibv_destroy_srq")?),
+            create_ah: func::<CreateAh>(f(c"ibv_create_ah")?),
+            destroy_ah: func::<DestroyAh>(f(c"ibv_destroy_ah")?),
             path: path.to_path_buf(),
         })
     }

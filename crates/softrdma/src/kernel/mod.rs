@@ -4,8 +4,9 @@
 //! This is softrdma's second backend, so far in two parts:
 //! - the device list and the queries (`ibv_query_device`, `ibv_query_port`, the GID table
 //!   with its types), with the soft device's types ([`DeviceAttr`], [`PortAttr`]);
-//! - the verbs objects, as types of their own ([`KernelPd`], [`KernelMr`], [`KernelCq`],
-//!   [`KernelQp`]: RC and UC QPs, SEND, WRITE, READ and atomics, receives, polling) that
+//! - the verbs objects, as types of their own ([`KernelPd`], [`KernelMr`], [`KernelCq`] with
+//!   its [`KernelChannel`], [`KernelSrq`], [`KernelQp`]: RC, UC and UD QPs, SEND, WRITE,
+//!   READ and atomics, receives, polling and CQ events) that
 //!   take and give softrdma's own WR, completion and attribute types ([`convert`] maps them
 //!   onto rdma-core's structs).
 //!
@@ -23,7 +24,7 @@ mod library;
 mod verbs;
 
 pub use attr::{GidType, PORT_STATES};
-pub use verbs::{KernelCq, KernelMr, KernelPd, KernelQp};
+pub use verbs::{KernelChannel, KernelCq, KernelMr, KernelPd, KernelQp, KernelQpInit, KernelSrq};
 
 use crate::config::limits::{DeviceAttr, PortAttr};
 use crate::error::{Error, Result};
@@ -103,6 +104,10 @@ struct Ctx {
     lib: &'static library::Library,
     ctx: NonNull<ibv_context>,
     name: String,
+    /// Port 1's RoCE v2 GIDs, by index, read when first needed.
+    roce_gids: std::sync::OnceLock<Vec<(u32, Ipv6Addr)>>,
+    /// Port 1's active MTU, read when first needed.
+    mtu: std::sync::OnceLock<softrdma_proto::Mtu>,
 }
 
 // SAFETY: an ibv_context may be used from any thread (rdma-core's verbs are thread-safe),
@@ -144,6 +149,8 @@ impl KernelContext {
                     lib,
                     ctx,
                     name: name.to_owned(),
+                    roce_gids: std::sync::OnceLock::new(),
+                    mtu: std::sync::OnceLock::new(),
                 }),
             }),
         }
@@ -172,24 +179,41 @@ impl KernelContext {
 
     /// Port `port`'s attributes (`ibv_query_port`).
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
-        attr::port_attr(&self.raw_port(port)?)
-            .ok_or_else(|| Error::kernel_rc("ibv_query_port", &self.inner.name, libc::EPROTO))
+        self.inner.query_port(port)
     }
 
     fn raw_port(&self, port: u8) -> Result<softrdma_abi::ibv_port_attr> {
+        self.inner.raw_port(port)
+    }
+
+    /// Port `port`'s GID table: each entry that is set, with its index and its type where
+    /// the library can tell it (`_ibv_query_gid_ex`; else [`GidType::Unknown`]).
+    pub fn gids(&self, port: u8) -> Result<Vec<(u32, Ipv6Addr, GidType)>> {
+        self.inner.gids(port)
+    }
+}
+
+impl Ctx {
+    /// Port `port`'s attributes (`ibv_query_port`).
+    pub(super) fn query_port(&self, port: u8) -> Result<PortAttr> {
+        attr::port_attr(&self.raw_port(port)?)
+            .ok_or_else(|| Error::kernel_rc("ibv_query_port", &self.name, libc::EPROTO))
+    }
+
+    pub(super) fn raw_port(&self, port: u8) -> Result<softrdma_abi::ibv_port_attr> {
         let mut a = softrdma_abi::ibv_port_attr::default();
         // SAFETY: a live context and a struct at least the size of the one the exported
         // `ibv_query_port` writes (rdma-core's compat struct, which lacks the last field).
-        let rc = unsafe { (self.inner.lib.query_port)(self.inner.ctx.as_ptr(), port, &mut a) };
+        let rc = unsafe { (self.lib.query_port)(self.ctx.as_ptr(), port, &mut a) };
         if rc != 0 {
-            return Err(Error::kernel_rc("ibv_query_port", &self.inner.name, rc));
+            return Err(Error::kernel_rc("ibv_query_port", &self.name, rc));
         }
         Ok(a)
     }
 
     /// Port `port`'s GID table: each entry that is set, with its index and its type where
     /// the library can tell it (`_ibv_query_gid_ex`; else [`GidType::Unknown`]).
-    pub fn gids(&self, port: u8) -> Result<Vec<(u32, Ipv6Addr, GidType)>> {
+    pub(super) fn gids(&self, port: u8) -> Result<Vec<(u32, Ipv6Addr, GidType)>> {
         let len = self.query_port(port)?.gid_tbl_len;
         let mut out = Vec::new();
         for i in 0..len {
@@ -205,12 +229,12 @@ impl KernelContext {
 
     /// GID `index` of `port`, or `None` where it is not set.
     fn gid(&self, port: u8, index: u32) -> Option<(Ipv6Addr, GidType)> {
-        if let Some(ex) = self.inner.lib.query_gid_ex {
+        if let Some(ex) = self.lib.query_gid_ex {
             let mut e = ibv_gid_entry::default();
             // SAFETY: a live context and an entry of the size passed.
             let rc = unsafe {
                 ex(
-                    self.inner.ctx.as_ptr(),
+                    self.ctx.as_ptr(),
                     u32::from(port),
                     index,
                     &mut e,
@@ -222,9 +246,35 @@ impl KernelContext {
         }
         let mut g = softrdma_abi::ibv_gid::default();
         // SAFETY: a live context and one GID to write.
-        let rc = unsafe {
-            (self.inner.lib.query_gid)(self.inner.ctx.as_ptr(), port, index as i32, &mut g)
-        };
+        let rc = unsafe { (self.lib.query_gid)(self.ctx.as_ptr(), port, index as i32, &mut g) };
         (rc == 0).then(|| (Ipv6Addr::from(g.raw), GidType::Unknown))
+    }
+
+    /// The index of port 1's RoCE v2 GID of `ip` (the table read once, when first needed).
+    pub(super) fn sgid_index(&self, ip: std::net::IpAddr) -> Option<usize> {
+        let g = convert::gid_of_ip(ip);
+        self.roce_gids
+            .get_or_init(|| {
+                self.gids(1)
+                    .map(|v| {
+                        v.into_iter()
+                            .filter(|e| e.2 == GidType::RoceV2)
+                            .map(|(i, g, _)| (i, g))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            })
+            .iter()
+            .find(|(_, x)| *x == g)
+            .map(|(i, _)| *i as usize)
+    }
+
+    /// Port 1's active MTU, the default path MTU of a QP (read once; 1024 where the port
+    /// cannot be read).
+    pub(super) fn active_mtu(&self) -> softrdma_proto::Mtu {
+        *self.mtu.get_or_init(|| {
+            self.query_port(1)
+                .map_or(softrdma_proto::Mtu::M1024, |p| p.active_mtu)
+        })
     }
 }
