@@ -225,8 +225,8 @@ fn devinfo_lists_and_queries_the_kernel_rxe_device() {
 /// binary copies itself into the VM and runs [`kernel_verbs_inside_the_vm`] there, which
 /// connects two RC QPs of rxe0 to each other and checks a SEND, an RDMA WRITE, an RDMA READ
 /// and both atomics byte for byte, and a WRITE with a wrong R_Key completing with
-/// REM_ACCESS_ERR; then a UD datagram into a receive of an SRQ; waiting on a completion
-/// channel throughout.
+/// REM_ACCESS_ERR; then a WRITE with immediate between two UC QPs, and a UD datagram into a
+/// receive of an SRQ; waiting on a completion channel throughout.
 #[test]
 #[ignore = "needs root, qemu and ../shared/rxe-peer"]
 fn rust_verbs_run_on_the_kernel_rxe_device() {
@@ -471,6 +471,67 @@ fn kernel_verbs_inside_the_vm() {
         );
     };
     assert_eq!((bad.wr_id, bad.status), (7, WcStatus::RemAccessErr));
+    // UC: two more QPs, connected as the RC pair was (no READ or atomics on UC), and a
+    // WRITE with immediate data, which consumes a receive at the target.
+    let (ua, ub) = (
+        pd.create_qp(init(QpType::Uc)).unwrap(),
+        pd.create_qp(init(QpType::Uc)).unwrap(),
+    );
+    for (q, peer) in [(&ua, ub.qpn()), (&ub, ua.qpn())] {
+        for a in [
+            QpAttr {
+                state: Some(QpState::Init),
+                pkey_index: Some(0),
+                port: Some(1),
+                access_flags: Some(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE),
+                ..Default::default()
+            },
+            QpAttr {
+                state: Some(QpState::Rtr),
+                av: Some(av),
+                path_mtu: Some(port.active_mtu),
+                dest_qpn: Some(peer),
+                rq_psn: Some(softrdma::Psn::new(0)),
+                ..Default::default()
+            },
+            QpAttr {
+                state: Some(QpState::Rts),
+                sq_psn: Some(softrdma::Psn::new(0)),
+                ..Default::default()
+            },
+        ] {
+            q.modify(&a).unwrap();
+        }
+    }
+    for (i, b) in a_buf[128..192].iter_mut().enumerate() {
+        *b = i as u8 ^ 0x3c;
+    }
+    ub.post_recv(&RecvWr {
+        wr_id: 10,
+        sg_list: sg![],
+    })
+    .unwrap();
+    ua.post_send(&SendWr::signaled(
+        11,
+        SendOp::WriteWithImm {
+            remote_addr: mb.addr() + 3840,
+            rkey: mb.rkey(),
+            imm: 0x0bad_cafe,
+        },
+        Payload::Sges(sg![softrdma::Sge {
+            addr: ma.addr() + 128,
+            length: 64,
+            lkey: ma.lkey(),
+        }]),
+    ))
+    .unwrap();
+    let got = wait(2);
+    let r = got.iter().find(|c| c.wr_id == 10).expect("the UC receive");
+    assert_eq!(
+        (r.opcode, r.imm_data),
+        (WcOpcode::RecvRdmaWithImm, 0x0bad_cafe),
+        "{got:?}"
+    );
     // UD, with the receive on an SRQ: a datagram from one UD QP to another, addressed by IP
     // (the QP makes the address handle), lands after the 40-byte GRH area.
     let srq = pd.create_srq(16, 1).unwrap();
@@ -535,7 +596,7 @@ fn kernel_verbs_inside_the_vm() {
     let got = wait(2);
     let r = got.iter().find(|c| c.wr_id == 8).expect("the UD receive");
     assert_eq!((r.byte_len, r.src_qp), (40 + 32, us.qpn()), "{got:?}");
-    drop((qa, qb, us, ur, srq, ma, mb));
+    drop((qa, qb, ua, ub, us, ur, srq, ma, mb));
     let [a_buf, b_buf] = &bufs;
     assert_eq!(&b_buf[1024..1088], &a_buf[..64], "SEND");
     assert_eq!(&b_buf[2048..2112], &a_buf[64..128], "WRITE");
@@ -549,8 +610,10 @@ fn kernel_verbs_inside_the_vm() {
     );
     assert_eq!(word(b_buf, 3584), 0xdead_beef, "CMP_SWP swapped");
     assert_eq!(&b_buf[296..328], &a_buf[3072..3104], "UD SEND");
+    assert_eq!(&b_buf[3840..3904], &a_buf[128..192], "UC WRITE");
     println!(
         "kernel verbs ok: SEND, WRITE, READ, FETCH_ADD, CMP_SWP and a refused R_Key between \
-         two RC QPs of rxe0, a UD SEND into an SRQ, waits on a completion channel"
+         two RC QPs of rxe0, a UC WRITE with immediate, a UD SEND into an SRQ, waits on a \
+         completion channel"
     );
 }
