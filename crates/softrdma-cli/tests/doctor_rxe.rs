@@ -354,21 +354,13 @@ fn kernel_verbs_inside_the_vm() {
     }
     qb.post_recv(&RecvWr {
         wr_id: 1,
-        sg_list: sg![softrdma::Sge {
-            addr: mb.addr() + 1024,
-            length: 64,
-            lkey: mb.lkey(),
-        }],
+        sg_list: sg![mb.sge(1024, 64)],
     })
     .unwrap();
     qa.post_send(&SendWr::signaled(
         2,
         SendOp::Send,
-        Payload::Sges(sg![softrdma::Sge {
-            addr: ma.addr(),
-            length: 64,
-            lkey: ma.lkey(),
-        }]),
+        Payload::Sges(sg![ma.sge(0, 64)]),
     ))
     .unwrap();
     let got = wait(2);
@@ -386,11 +378,7 @@ fn kernel_verbs_inside_the_vm() {
             remote_addr: mb.addr() + 2048,
             rkey: mb.rkey(),
         },
-        Payload::Sges(sg![softrdma::Sge {
-            addr: ma.addr() + 64,
-            length: 64,
-            lkey: ma.lkey(),
-        }]),
+        Payload::Sges(sg![ma.sge(64, 64)]),
     ))
     .unwrap();
     assert_eq!(wait(1)[0].opcode, WcOpcode::RdmaWrite);
@@ -401,11 +389,7 @@ fn kernel_verbs_inside_the_vm() {
             remote_addr: mb.addr() + 1024,
             rkey: mb.rkey(),
         },
-        Payload::Sges(sg![softrdma::Sge {
-            addr: ma.addr() + 3072,
-            length: 64,
-            lkey: ma.lkey(),
-        }]),
+        Payload::Sges(sg![ma.sge(3072, 64)]),
     ))
     .unwrap();
     assert_eq!(wait(1)[0].opcode, WcOpcode::RdmaRead);
@@ -415,11 +399,7 @@ fn kernel_verbs_inside_the_vm() {
         qa.post_send(&SendWr::signaled(
             wr_id,
             op,
-            Payload::Sges(sg![softrdma::Sge {
-                addr: ma.addr() + at,
-                length: 8,
-                lkey: ma.lkey(),
-            }]),
+            Payload::Sges(sg![ma.sge(at, 8)]),
         ))
         .unwrap();
         wait(1)[0]
@@ -453,11 +433,7 @@ fn kernel_verbs_inside_the_vm() {
             remote_addr: mb.addr(),
             rkey: mb.rkey() ^ 0x100,
         },
-        Payload::Sges(sg![softrdma::Sge {
-            addr: ma.addr(),
-            length: 8,
-            lkey: ma.lkey(),
-        }]),
+        Payload::Sges(sg![ma.sge(0, 8)]),
     ))
     .unwrap();
     let t = std::time::Instant::now();
@@ -518,11 +494,7 @@ fn kernel_verbs_inside_the_vm() {
             rkey: mb.rkey(),
             imm: 0x0bad_cafe,
         },
-        Payload::Sges(sg![softrdma::Sge {
-            addr: ma.addr() + 128,
-            length: 64,
-            lkey: ma.lkey(),
-        }]),
+        Payload::Sges(sg![ma.sge(128, 64)]),
     ))
     .unwrap();
     let got = wait(2);
@@ -567,11 +539,7 @@ fn kernel_verbs_inside_the_vm() {
     let (us, ur) = (ud(None), ud(Some(&srq)));
     srq.post_recv(&RecvWr {
         wr_id: 8,
-        sg_list: sg![softrdma::Sge {
-            addr: mb.addr() + 256,
-            length: 40 + 32,
-            lkey: mb.lkey(),
-        }],
+        sg_list: sg![mb.sge(256, 40 + 32)],
     })
     .unwrap();
     us.post_send(&SendWr {
@@ -582,15 +550,7 @@ fn kernel_verbs_inside_the_vm() {
             qkey: 0x1111,
             traffic_class: 0,
         }),
-        ..SendWr::signaled(
-            9,
-            SendOp::Send,
-            Payload::Sges(sg![softrdma::Sge {
-                addr: ma.addr() + 3072,
-                length: 32,
-                lkey: ma.lkey(),
-            }]),
-        )
+        ..SendWr::signaled(9, SendOp::Send, Payload::Sges(sg![ma.sge(3072, 32)]))
     })
     .unwrap();
     let got = wait(2);

@@ -17,7 +17,7 @@ use softrdma::config::DeviceInfo;
 use softrdma::sync::{Lock, Rank};
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::ptr::null_mut;
 
 /// One device of the list: the public `ibv_device`, the NULL word where rdma-core keeps
@@ -178,10 +178,8 @@ impl SoftContext {
     }
 }
 
-/// The GID of an IP address, as RoCE v2 carries it: IPv4 mapped, IPv6 as is.
-pub(crate) fn gid_of_ip(ip: IpAddr) -> Ipv6Addr {
-    softrdma::kernel::convert::gid_of_ip(ip)
-}
+/// The GID of an IP address, as RoCE v2 carries it: the kernel backend's mapping.
+pub(crate) use softrdma::kernel::convert::gid_of_ip;
 
 /// A verbs object of this library, made on a context: its public struct begins with the
 /// context's pointer, as every verbs object's does (and a context is its own).

@@ -356,6 +356,15 @@ impl KernelMr {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// An SGE over `len` bytes at `offset` of the region, as
+    /// [`crate::MemoryRegion::sge`] gives one.
+    pub fn sge(&self, offset: u64, len: u32) -> softrdma_proto::Sge {
+        softrdma_proto::Sge {
+            addr: self.addr() + offset,
+            length: len,
+            lkey: self.lkey(),
+        }
+    }
 }
 
 impl KernelChannel {
